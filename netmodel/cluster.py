@@ -1,0 +1,190 @@
+"""The ``svclab.dev/v1alpha1 Cluster`` document: address plan and node list.
+
+Defaults: serviceCIDR 10.96.0.0/12, podCIDR 10.244.0.0/16, nodeCIDRMaskSize 24,
+nodePortRange 30000-32767, nodeNetwork 172.18.0.0/16, overlay vxlan, proxyMode
+iptables, loadBalancerCIDR 172.19.0.0/24 (svclab's built-in LoadBalancer pool).
+Node addresses default to consecutive addresses of nodeNetwork from .2 on (.1 is the
+underlay gateway, where external clients attach).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic.alias_generators import to_camel
+
+from netmodel.errors import InputError
+from netmodel.ip import IPNetwork, nth_address, overlaps, parse_cidr, parse_ip
+
+API_VERSION = "svclab.dev/v1alpha1"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(
+        frozen=True, populate_by_name=True, alias_generator=to_camel, extra="forbid"
+    )
+
+
+class NodeSpecEntry(_Strict):
+    """One node of ``spec.nodes`` when given as a list."""
+
+    name: str
+    addresses: list[str] = Field(default_factory=list)
+    labels: dict[str, str] = Field(default_factory=dict)
+    taints: list[dict[str, str]] = Field(default_factory=list)
+    capacity: dict[str, str] = Field(default_factory=dict)
+    unschedulable: bool = False
+
+    @field_validator("addresses")
+    @classmethod
+    def _ips(cls, v: list[str]) -> list[str]:
+        for a in v:
+            parse_ip(a)
+        return v
+
+
+DEFAULT_CAPACITY = {"cpu": "4", "memory": "16Gi", "pods": "110"}
+
+
+class ClusterSpec(_Strict):
+    service_cidr: str = Field(default="10.96.0.0/12", alias="serviceCIDR")
+    pod_cidr: str = Field(default="10.244.0.0/16", alias="podCIDR")
+    node_cidr_mask_size: int = Field(default=24, alias="nodeCIDRMaskSize")
+    node_port_range: str = "30000-32767"
+    node_network: str = "172.18.0.0/16"
+    load_balancer_cidr: str = Field(default="172.19.0.0/24", alias="loadBalancerCIDR")
+    overlay: Literal["vxlan", "host-gw"] = "vxlan"
+    proxy_mode: Literal["iptables", "ipvs", "nftables"] = "iptables"
+    nodes: int | list[NodeSpecEntry] = 1
+    seed: int = 0
+
+    @field_validator("service_cidr", "pod_cidr", "node_network", "load_balancer_cidr")
+    @classmethod
+    def _cidr(cls, v: str) -> str:
+        try:
+            parse_cidr(v)
+        except ValueError as e:
+            raise ValueError(f"invalid CIDR {v!r}: {e}") from None
+        return v
+
+    @field_validator("node_port_range")
+    @classmethod
+    def _range(cls, v: str) -> str:
+        lo, sep, hi = v.partition("-")
+        if not sep or not lo.strip().isdigit() or not hi.strip().isdigit():
+            raise ValueError(f"invalid port range {v!r} (want LOW-HIGH)")
+        a, b = int(lo), int(hi)
+        if not (1 <= a <= b <= 65535):
+            raise ValueError(f"invalid port range {v!r}")
+        return v
+
+    @field_validator("nodes")
+    @classmethod
+    def _nodes(cls, v: int | list[NodeSpecEntry]) -> int | list[NodeSpecEntry]:
+        if isinstance(v, int) and v < 0:
+            raise ValueError("must be >= 0")
+        if isinstance(v, list):
+            names = [n.name for n in v]
+            dup = {n for n in names if names.count(n) > 1}
+            if dup:
+                raise ValueError(f"duplicate node name(s) {sorted(dup)}")
+        return v
+
+    @model_validator(mode="after")
+    def _plan(self) -> ClusterSpec:
+        svc, pod, under = self.service_net, self.pod_net, self.node_net
+        pairs = [("serviceCIDR", svc), ("podCIDR", pod), ("nodeNetwork", under)]
+        for i, (na, a) in enumerate(pairs):
+            for nb, b in pairs[i + 1 :]:
+                if overlaps(a, b):
+                    raise ValueError(f"{na} {a} overlaps {nb} {b}")
+        if not (pod.prefixlen <= self.node_cidr_mask_size <= pod.max_prefixlen - 2):
+            raise ValueError(
+                f"nodeCIDRMaskSize {self.node_cidr_mask_size} does not fit podCIDR {pod}"
+            )
+        need = self.node_count
+        have = 2 ** (self.node_cidr_mask_size - pod.prefixlen)
+        if need > have:
+            raise ValueError(
+                f"{need} nodes need {need} podCIDRs of /{self.node_cidr_mask_size} "
+                f"but podCIDR {pod} holds only {have}"
+            )
+        if need > under.num_addresses - 3:
+            raise ValueError(f"nodeNetwork {under} has no room for {need} nodes")
+        return self
+
+    # ---- derived values
+
+    @property
+    def service_net(self) -> IPNetwork:
+        return parse_cidr(self.service_cidr)
+
+    @property
+    def pod_net(self) -> IPNetwork:
+        return parse_cidr(self.pod_cidr)
+
+    @property
+    def node_net(self) -> IPNetwork:
+        return parse_cidr(self.node_network)
+
+    @property
+    def lb_net(self) -> IPNetwork:
+        return parse_cidr(self.load_balancer_cidr)
+
+    @property
+    def port_range(self) -> tuple[int, int]:
+        lo, _, hi = self.node_port_range.partition("-")
+        return int(lo), int(hi)
+
+    @property
+    def node_count(self) -> int:
+        return self.nodes if isinstance(self.nodes, int) else len(self.nodes)
+
+    def node_entries(self) -> list[NodeSpecEntry]:
+        """The node list with names and addresses filled in (node-1, node-2, ...; .2, .3, ...)."""
+        if isinstance(self.nodes, int):
+            entries = [NodeSpecEntry(name=f"node-{i + 1}") for i in range(self.nodes)]
+        else:
+            entries = list(self.nodes)
+        out = []
+        for i, e in enumerate(entries):
+            if not e.addresses:
+                e = e.model_copy(update={"addresses": [str(nth_address(self.node_net, i + 2))]})
+            out.append(e)
+        return out
+
+    @property
+    def gateway(self) -> str:
+        """The underlay's first address: where external clients attach."""
+        return str(nth_address(self.node_net, 1))
+
+
+class Cluster(BaseModel):
+    """The whole Cluster document."""
+
+    model_config = ConfigDict(frozen=True, populate_by_name=True, extra="forbid")
+
+    api_version: str = Field(default=API_VERSION, alias="apiVersion")
+    kind: Literal["Cluster"] = "Cluster"
+    metadata: dict[str, Any] = Field(default_factory=lambda: {"name": "svclab"})
+    spec: ClusterSpec = Field(default_factory=ClusterSpec)
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.model_dump(by_alias=True, mode="json")
+
+
+def cluster_from_dict(data: dict[str, Any], *, file: str | None = None, doc: int | None = None) -> Cluster:
+    """Validate a Cluster document; errors become one-line :class:`InputError`."""
+    from pydantic import ValidationError
+
+    try:
+        return Cluster.model_validate(data)
+    except ValidationError as e:
+        err = e.errors()[0]
+        loc = ".".join(str(p) for p in err["loc"] if not str(p).startswith("function-"))
+        msg = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "extra_forbidden":
+            msg = "unknown field"
+        name = (data.get("metadata") or {}).get("name", "svclab")
+        raise InputError(msg, file=file, document=doc, obj=f"Cluster/{name}", field=loc) from None

@@ -1,0 +1,150 @@
+"""Read multi-document YAML (files or directories) into typed objects.
+
+Contract: :func:`load` either returns every document of every file, or raises one
+:class:`~netmodel.errors.InputError` naming the file, the document number (1-based),
+the object and the field. It never returns a partial result.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from netmodel import schema
+from netmodel.cluster import API_VERSION as CLUSTER_API
+from netmodel.cluster import Cluster, cluster_from_dict
+from netmodel.errors import InputError, SchemaError
+from netmodel.objects import KubeObject, object_from_dict
+from netmodel.proxyconfig import API_VERSION as PROXY_API
+from netmodel.proxyconfig import KubeProxyConfiguration, proxy_config_from_dict
+
+
+@dataclass(frozen=True)
+class Manifests:
+    """What a set of manifests declares."""
+
+    objects: tuple[KubeObject, ...] = ()
+    cluster: Cluster | None = None
+    proxy_config: KubeProxyConfiguration | None = None
+    sources: tuple[str, ...] = field(default=())
+
+
+def _describe(doc: dict[str, Any]) -> str | None:
+    kind = doc.get("kind")
+    meta = doc.get("metadata") if isinstance(doc.get("metadata"), dict) else {}
+    name = meta.get("name") if isinstance(meta, dict) else None
+    ns = meta.get("namespace") if isinstance(meta, dict) else None
+    if not kind:
+        return None
+    if name is None:
+        return str(kind)
+    return f"{kind}/{ns}/{name}" if ns else f"{kind}/{name}"
+
+
+def parse_documents(text: str, *, source: str = "<input>") -> list[dict[str, Any]]:
+    """Split YAML text into mapping documents (empty documents and ``List`` items unfolded)."""
+    try:
+        raw = list(yaml.safe_load_all(text))
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise InputError(f"malformed YAML: {where}{problem}", file=source) from None
+    docs: list[dict[str, Any]] = []
+    for i, d in enumerate(raw, start=1):
+        if d is None:
+            continue
+        if not isinstance(d, dict):
+            raise InputError(
+                f"document is a {type(d).__name__}, not a mapping", file=source, document=i
+            )
+        if d.get("kind") == "List" and isinstance(d.get("items"), list):
+            docs.extend(item for item in d["items"] if isinstance(item, dict))
+        else:
+            docs.append(d)
+    return docs
+
+
+def decode(doc: dict[str, Any], *, source: str = "<input>", index: int | None = None) -> Any:
+    """One document -> KubeObject | Cluster | KubeProxyConfiguration (strictly checked)."""
+    api, kind = doc.get("apiVersion"), doc.get("kind")
+    if kind == "Cluster" and api == CLUSTER_API:
+        return cluster_from_dict(doc, file=source, doc=index)
+    if kind == "KubeProxyConfiguration" and api == PROXY_API:
+        return proxy_config_from_dict(doc, file=source, doc=index)
+    try:
+        schema.check(doc)
+        return object_from_dict(doc)
+    except SchemaError as e:
+        raise SchemaError(
+            e.reason, file=source, document=index, obj=_describe(doc), field=e.field
+        ) from None
+    except ValidationError as e:
+        err = e.errors()[0]
+        loc = ".".join(str(p) for p in err["loc"])
+        raise SchemaError(
+            err["msg"], file=source, document=index, obj=_describe(doc), field=loc
+        ) from None
+
+
+def _files(paths: Iterable[str | Path]) -> list[Path]:
+    out: list[Path] = []
+    for p in map(Path, paths):
+        if p.is_dir():
+            out.extend(
+                sorted(q for q in p.rglob("*") if q.suffix in (".yaml", ".yml", ".json"))
+            )
+        elif p.exists() or str(p) == "-":
+            out.append(p)
+        else:
+            raise InputError("no such file or directory", file=str(p))
+    return out
+
+
+def load_text(text: str, *, source: str = "<input>") -> Manifests:
+    return _collect([(source, text)])
+
+
+def load(paths: Sequence[str | Path]) -> Manifests:
+    """Load files and directories (``-`` is standard input)."""
+    import sys
+
+    texts = []
+    for f in _files(paths):
+        try:
+            texts.append((str(f), sys.stdin.read() if str(f) == "-" else f.read_text()))
+        except OSError as e:
+            raise InputError(f"cannot read: {e.strerror}", file=str(f)) from None
+    return _collect(texts)
+
+
+def _collect(texts: list[tuple[str, str]]) -> Manifests:
+    objects: list[KubeObject] = []
+    cluster: Cluster | None = None
+    proxy: KubeProxyConfiguration | None = None
+    for source, text in texts:
+        for i, doc in enumerate(parse_documents(text, source=source), start=1):
+            value = decode(doc, source=source, index=i)
+            if isinstance(value, Cluster):
+                if cluster is not None:
+                    raise InputError("a second Cluster document", file=source, document=i)
+                cluster = value
+            elif isinstance(value, KubeProxyConfiguration):
+                if proxy is not None:
+                    raise InputError(
+                        "a second KubeProxyConfiguration document", file=source, document=i
+                    )
+                proxy = value
+            else:
+                objects.append(value)
+    return Manifests(
+        objects=tuple(objects),
+        cluster=cluster,
+        proxy_config=proxy,
+        sources=tuple(s for s, _ in texts),
+    )

@@ -1,0 +1,496 @@
+"""Kubernetes objects as typed, frozen values.
+
+Each model carries the fields svclab reads and keeps every other field the Kubernetes
+schema knows (``extra='allow'``), so a replayed manifest round-trips through
+``to_dict()``. Strict field validation (typos, unknown kinds) happens before these
+models are built, in :mod:`netmodel.schema`. Objects are immutable: change one with
+:meth:`K8sModel.evolve` (pydantic's ``model_copy``), never in place.
+
+Field names are snake_case in Python and camelCase on the wire (aliases).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Annotated, Any, ClassVar, Literal, TypeVar
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+from netmodel.selectors import LabelSelector
+
+M = TypeVar("M", bound="K8sModel")
+
+#: A resource quantity ("100m", "1Gi", 2): kept as its text.
+Quantity = Annotated[str, BeforeValidator(lambda v: v if isinstance(v, str) else str(v))]
+
+
+class K8sModel(BaseModel):
+    """Base of every wire object: frozen, camelCase aliases, unknown-but-valid fields kept."""
+
+    model_config = ConfigDict(
+        frozen=True,
+        populate_by_name=True,
+        alias_generator=to_camel,
+        extra="allow",
+        ser_json_inf_nan="constants",
+    )
+
+    def evolve(self: M, **changes: Any) -> M:
+        """A copy with ``changes`` applied (field names in snake_case)."""
+        return self.model_copy(update=changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The Kubernetes JSON form (camelCase; unset fields and empty collections left out)."""
+        out = _prune(self.model_dump(by_alias=True, exclude_none=True, mode="json"))
+        return out if isinstance(out, dict) else {}
+
+
+def _prune(value: Any) -> Any:
+    if isinstance(value, dict):
+        pruned = {k: _prune(v) for k, v in value.items()}
+        return {k: v for k, v in pruned.items() if v != {} and v != []}
+    if isinstance(value, list):
+        return [_prune(v) for v in value]
+    return value
+
+
+# --------------------------------------------------------------------------- metadata
+
+
+class OwnerReference(K8sModel):
+    api_version: str = "apps/v1"
+    kind: str
+    name: str
+    uid: str = ""
+    controller: bool | None = None
+    block_owner_deletion: bool | None = None
+
+
+class ObjectMeta(K8sModel):
+    name: str = ""
+    generate_name: str | None = None
+    namespace: str | None = None
+    labels: dict[str, str] = Field(default_factory=dict)
+    annotations: dict[str, str] = Field(default_factory=dict)
+    uid: str | None = None
+    resource_version: str | None = None
+    generation: int | None = None
+    creation_timestamp: str | None = None
+    deletion_timestamp: str | None = None
+    owner_references: list[OwnerReference] = Field(default_factory=list)
+
+    def controller_ref(self) -> OwnerReference | None:
+        for ref in self.owner_references:
+            if ref.controller:
+                return ref
+        return None
+
+
+class Condition(K8sModel):
+    type: str
+    status: str = "True"
+    reason: str | None = None
+    message: str | None = None
+    last_transition_time: str | None = None
+
+
+class KubeObject(K8sModel):
+    """A top-level object: apiVersion, kind, metadata. Subclasses fix ``KIND``."""
+
+    KIND: ClassVar[str] = ""
+    API_VERSION: ClassVar[str] = "v1"
+    NAMESPACED: ClassVar[bool] = True
+
+    api_version: str = ""
+    kind: str = ""
+    metadata: ObjectMeta = Field(default_factory=ObjectMeta)
+
+    def model_post_init(self, __context: Any) -> None:
+        if not self.api_version:
+            object.__setattr__(self, "api_version", self.API_VERSION)
+        if not self.kind:
+            object.__setattr__(self, "kind", self.KIND)
+
+    @property
+    def name(self) -> str:
+        return self.metadata.name
+
+    @property
+    def namespace(self) -> str:
+        """The namespace, ``""`` for cluster-scoped kinds."""
+        return (self.metadata.namespace or "default") if self.NAMESPACED else ""
+
+    @property
+    def key(self) -> str:
+        """``ns/name`` for namespaced objects, ``name`` otherwise (the store key)."""
+        return f"{self.namespace}/{self.name}" if self.NAMESPACED else self.name
+
+    @property
+    def ref(self) -> str:
+        """``Kind/ns/name`` for messages."""
+        return f"{self.kind}/{self.key}"
+
+    @property
+    def labels(self) -> dict[str, str]:
+        return self.metadata.labels
+
+    @property
+    def resource_version(self) -> int:
+        return int(self.metadata.resource_version or 0)
+
+    def with_meta(self: M, **changes: Any) -> M:
+        meta: ObjectMeta = self.metadata  # type: ignore[attr-defined]
+        return self.evolve(metadata=meta.evolve(**changes))
+
+
+# --------------------------------------------------------------------------- core/v1
+
+
+class Namespace(KubeObject):
+    KIND = "Namespace"
+    NAMESPACED = False
+    spec: dict[str, Any] = Field(default_factory=dict)
+    status: dict[str, Any] = Field(default_factory=dict)
+
+
+class Taint(K8sModel):
+    key: str
+    value: str | None = None
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]
+
+
+class NodeSpec(K8sModel):
+    pod_cidr: str | None = Field(default=None, alias="podCIDR")
+    pod_cidrs: list[str] = Field(default_factory=list, alias="podCIDRs")
+    unschedulable: bool = False
+    taints: list[Taint] = Field(default_factory=list)
+
+
+class NodeAddress(K8sModel):
+    type: str
+    address: str
+
+
+class NodeStatus(K8sModel):
+    addresses: list[NodeAddress] = Field(default_factory=list)
+    capacity: dict[str, Quantity] = Field(default_factory=dict)
+    allocatable: dict[str, Quantity] = Field(default_factory=dict)
+    conditions: list[Condition] = Field(default_factory=list)
+
+
+class Node(KubeObject):
+    KIND = "Node"
+    NAMESPACED = False
+    spec: NodeSpec = Field(default_factory=NodeSpec)
+    status: NodeStatus = Field(default_factory=NodeStatus)
+
+    @property
+    def internal_ips(self) -> list[str]:
+        return [a.address for a in self.status.addresses if a.type == "InternalIP"]
+
+
+class ContainerPort(K8sModel):
+    name: str | None = None
+    container_port: int
+    protocol: str = "TCP"
+    host_port: int | None = None
+
+
+class ResourceRequirements(K8sModel):
+    requests: dict[str, Quantity] = Field(default_factory=dict)
+    limits: dict[str, Quantity] = Field(default_factory=dict)
+
+
+class Container(K8sModel):
+    name: str
+    image: str | None = None
+    ports: list[ContainerPort] = Field(default_factory=list)
+    resources: ResourceRequirements = Field(default_factory=ResourceRequirements)
+
+
+class Toleration(K8sModel):
+    key: str | None = None
+    operator: str = "Equal"
+    value: str | None = None
+    effect: str | None = None
+    toleration_seconds: int | None = None
+
+    def tolerates(self, taint: Taint) -> bool:
+        """Kubernetes' ToleratesTaint."""
+        if self.effect and self.effect != taint.effect:
+            return False
+        if self.key and self.key != taint.key:
+            return False
+        if self.operator == "Exists":
+            return True
+        if not self.key:  # empty key with Equal matches nothing (validation forbids it)
+            return False
+        return (self.value or "") == (taint.value or "")
+
+
+class NodeSelectorRequirement(K8sModel):
+    key: str
+    operator: str
+    values: list[str] = Field(default_factory=list)
+
+
+class NodeSelectorTerm(K8sModel):
+    match_expressions: list[NodeSelectorRequirement] = Field(default_factory=list)
+    match_fields: list[NodeSelectorRequirement] = Field(default_factory=list)
+
+
+class NodeSelector(K8sModel):
+    node_selector_terms: list[NodeSelectorTerm] = Field(default_factory=list)
+
+
+class NodeAffinity(K8sModel):
+    required_during_scheduling_ignored_during_execution: NodeSelector | None = None
+
+
+class PodAffinityTerm(K8sModel):
+    label_selector: LabelSelector | None = None
+    topology_key: str = ""
+    namespaces: list[str] = Field(default_factory=list)
+
+
+class PodAntiAffinity(K8sModel):
+    required_during_scheduling_ignored_during_execution: list[PodAffinityTerm] = Field(
+        default_factory=list
+    )
+
+
+class Affinity(K8sModel):
+    node_affinity: NodeAffinity | None = None
+    pod_anti_affinity: PodAntiAffinity | None = None
+
+
+class PodSpec(K8sModel):
+    node_name: str | None = None
+    containers: list[Container] = Field(default_factory=list)
+    node_selector: dict[str, str] = Field(default_factory=dict)
+    affinity: Affinity | None = None
+    tolerations: list[Toleration] = Field(default_factory=list)
+    host_network: bool = False
+    scheduler_name: str | None = None
+
+
+class PodIP(K8sModel):
+    ip: str
+
+
+class PodStatus(K8sModel):
+    phase: str | None = None
+    pod_ip: str | None = Field(default=None, alias="podIP")
+    pod_ips: list[PodIP] = Field(default_factory=list, alias="podIPs")
+    host_ip: str | None = Field(default=None, alias="hostIP")
+    conditions: list[Condition] = Field(default_factory=list)
+
+
+class Pod(KubeObject):
+    KIND = "Pod"
+    spec: PodSpec = Field(default_factory=PodSpec)
+    status: PodStatus = Field(default_factory=PodStatus)
+
+    def condition(self, type_: str) -> Condition | None:
+        for c in self.status.conditions:
+            if c.type == type_:
+                return c
+        return None
+
+    @property
+    def is_ready(self) -> bool:
+        c = self.condition("Ready")
+        return c is not None and c.status == "True"
+
+    @property
+    def is_terminating(self) -> bool:
+        return self.metadata.deletion_timestamp is not None
+
+
+class PodTemplateSpec(K8sModel):
+    metadata: ObjectMeta = Field(default_factory=ObjectMeta)
+    spec: PodSpec = Field(default_factory=PodSpec)
+
+
+class ServicePort(K8sModel):
+    name: str | None = None
+    protocol: str | None = None
+    port: int
+    target_port: int | str | None = None
+    node_port: int | None = None
+    app_protocol: str | None = None
+
+
+class ClientIPConfig(K8sModel):
+    timeout_seconds: int | None = None
+
+
+class SessionAffinityConfig(K8sModel):
+    client_ip: ClientIPConfig | None = Field(default=None, alias="clientIP")
+
+
+class ServiceSpec(K8sModel):
+    type: str | None = None
+    selector: dict[str, str] | None = None
+    ports: list[ServicePort] = Field(default_factory=list)
+    cluster_ip: str | None = Field(default=None, alias="clusterIP")
+    cluster_ips: list[str] = Field(default_factory=list, alias="clusterIPs")
+    external_ips: list[str] = Field(default_factory=list, alias="externalIPs")
+    session_affinity: str | None = None
+    session_affinity_config: SessionAffinityConfig | None = None
+    external_traffic_policy: str | None = None
+    internal_traffic_policy: str | None = None
+    health_check_node_port: int | None = None
+    load_balancer_ip: str | None = Field(default=None, alias="loadBalancerIP")
+    load_balancer_source_ranges: list[str] = Field(default_factory=list)
+    allocate_load_balancer_node_ports: bool | None = None
+    external_name: str | None = None
+    ip_families: list[str] = Field(default_factory=list)
+    ip_family_policy: str | None = None
+
+
+class LoadBalancerIngress(K8sModel):
+    ip: str | None = None
+    hostname: str | None = None
+    ip_mode: str | None = None
+
+
+class LoadBalancerStatus(K8sModel):
+    ingress: list[LoadBalancerIngress] = Field(default_factory=list)
+
+
+class ServiceStatus(K8sModel):
+    load_balancer: LoadBalancerStatus = Field(default_factory=LoadBalancerStatus)
+
+
+class Service(KubeObject):
+    KIND = "Service"
+    spec: ServiceSpec = Field(default_factory=ServiceSpec)
+    status: ServiceStatus = Field(default_factory=ServiceStatus)
+
+    @property
+    def is_headless(self) -> bool:
+        return self.spec.cluster_ip == "None"
+
+    @property
+    def service_type(self) -> str:
+        return self.spec.type or "ClusterIP"
+
+
+# --------------------------------------------------------------------------- apps/v1
+
+
+class DeploymentSpec(K8sModel):
+    replicas: int | None = None
+    selector: LabelSelector = Field(default_factory=LabelSelector)
+    template: PodTemplateSpec = Field(default_factory=PodTemplateSpec)
+
+
+class DeploymentStatus(K8sModel):
+    replicas: int | None = None
+    ready_replicas: int | None = None
+    available_replicas: int | None = None
+    updated_replicas: int | None = None
+    observed_generation: int | None = None
+
+
+class Deployment(KubeObject):
+    KIND = "Deployment"
+    API_VERSION = "apps/v1"
+    spec: DeploymentSpec = Field(default_factory=DeploymentSpec)
+    status: DeploymentStatus = Field(default_factory=DeploymentStatus)
+
+
+class ReplicaSetSpec(K8sModel):
+    replicas: int | None = None
+    selector: LabelSelector = Field(default_factory=LabelSelector)
+    template: PodTemplateSpec = Field(default_factory=PodTemplateSpec)
+
+
+class ReplicaSetStatus(K8sModel):
+    replicas: int | None = None
+    ready_replicas: int | None = None
+    available_replicas: int | None = None
+    observed_generation: int | None = None
+
+
+class ReplicaSet(KubeObject):
+    KIND = "ReplicaSet"
+    API_VERSION = "apps/v1"
+    spec: ReplicaSetSpec = Field(default_factory=ReplicaSetSpec)
+    status: ReplicaSetStatus = Field(default_factory=ReplicaSetStatus)
+
+
+# --------------------------------------------------------------------------- discovery/v1
+
+
+class EndpointConditions(K8sModel):
+    ready: bool | None = None
+    serving: bool | None = None
+    terminating: bool | None = None
+
+
+class ObjectReference(K8sModel):
+    kind: str | None = None
+    namespace: str | None = None
+    name: str | None = None
+    uid: str | None = None
+
+
+class Endpoint(K8sModel):
+    addresses: list[str] = Field(default_factory=list)
+    conditions: EndpointConditions = Field(default_factory=EndpointConditions)
+    node_name: str | None = None
+    target_ref: ObjectReference | None = None
+    zone: str | None = None
+    hostname: str | None = None
+
+
+class EndpointPort(K8sModel):
+    name: str | None = None
+    port: int | None = None
+    protocol: str | None = None
+    app_protocol: str | None = None
+
+
+class EndpointSlice(KubeObject):
+    KIND = "EndpointSlice"
+    API_VERSION = "discovery.k8s.io/v1"
+    address_type: str = "IPv4"
+    endpoints: list[Endpoint] = Field(default_factory=list)
+    ports: list[EndpointPort] = Field(default_factory=list)
+
+    @property
+    def service_name(self) -> str | None:
+        return self.metadata.labels.get("kubernetes.io/service-name")
+
+
+# --------------------------------------------------------------------------- events
+
+
+class Event(KubeObject):
+    """One step on the timeline (stored like a core/v1 Event, plus the store revision)."""
+
+    KIND = "Event"
+    involved_object: ObjectReference = Field(default_factory=ObjectReference)
+    reason: str = ""
+    message: str = ""
+    type: str = "Normal"
+    source_component: str = ""
+    revision: int = 0
+    sequence: int = 0
+
+
+KINDS: dict[str, type[KubeObject]] = {
+    cls.KIND: cls
+    for cls in (Namespace, Node, Pod, Service, Deployment, ReplicaSet, EndpointSlice, Event)
+}
+
+
+def object_from_dict(data: Mapping[str, Any]) -> KubeObject:
+    """Build the typed object for ``data['kind']`` (no strict schema check: see schema.py)."""
+    cls = KINDS.get(str(data.get("kind", "")))
+    if cls is None:
+        raise KeyError(f"unknown kind {data.get('kind')!r}")
+    return cls.model_validate(data)

@@ -1,0 +1,129 @@
+"""Strict field validation of Kubernetes manifests, as ``kubectl --validate=strict`` does.
+
+The schema is not written here: it comes from the official kubernetes Python client,
+whose generated models carry ``openapi_types`` (field -> type) and ``attribute_map``
+(field -> wire name). :func:`check` walks a manifest against them and raises a
+:class:`~netmodel.errors.SchemaError` naming the first unknown field or wrong type by
+its path (``spec.ports[0].targtPort``).
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from netmodel.errors import SchemaError
+
+#: (apiVersion, kind) -> kubernetes client model class name
+KNOWN_KINDS: dict[tuple[str, str], str] = {
+    ("v1", "Namespace"): "V1Namespace",
+    ("v1", "Node"): "V1Node",
+    ("v1", "Pod"): "V1Pod",
+    ("v1", "Service"): "V1Service",
+    ("apps/v1", "Deployment"): "V1Deployment",
+    ("apps/v1", "ReplicaSet"): "V1ReplicaSet",
+    ("discovery.k8s.io/v1", "EndpointSlice"): "V1EndpointSlice",
+}
+
+_LIST = re.compile(r"^[Ll]ist\[(.+)\]$")
+_DICT = re.compile(r"^(?:dict\(str, (.+)\)|Dict\[str, (.+)\])$")
+
+
+@functools.cache
+def _model(name: str) -> Any:
+    models = importlib.import_module("kubernetes.client.models")
+    return getattr(models, name)
+
+
+@functools.cache
+def _fields(name: str) -> dict[str, str]:
+    """wire name -> openapi type string, for one model class."""
+    cls = _model(name)
+    return {cls.attribute_map[attr]: typ for attr, typ in cls.openapi_types.items()}
+
+
+def _type_name(value: Any) -> str:
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int | float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        return "array"
+    if isinstance(value, dict):
+        return "object"
+    return type(value).__name__
+
+
+def _check_value(value: Any, typ: str, path: str) -> None:
+    if value is None:
+        return
+    m = _LIST.match(typ)
+    if m:
+        if not isinstance(value, list):
+            raise SchemaError(f"expected array, got {_type_name(value)}", field=path)
+        for i, item in enumerate(value):
+            _check_value(item, m.group(1), f"{path}[{i}]")
+        return
+    m = _DICT.match(typ)
+    if m:
+        if not isinstance(value, dict):
+            raise SchemaError(f"expected object, got {_type_name(value)}", field=path)
+        inner = m.group(1) or m.group(2)
+        for k, v in value.items():
+            # resource quantities (dict(str, str)) may be written as plain numbers
+            if inner == "str" and isinstance(v, int | float) and not isinstance(v, bool):
+                continue
+            _check_value(v, inner, f"{path}.{k}")
+        return
+    if typ == "str":
+        if not isinstance(value, str):
+            raise SchemaError(f"expected string, got {_type_name(value)}", field=path)
+    elif typ == "int":
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise SchemaError(f"expected integer, got {_type_name(value)}", field=path)
+    elif typ == "float":
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise SchemaError(f"expected number, got {_type_name(value)}", field=path)
+    elif typ == "bool":
+        if not isinstance(value, bool):
+            raise SchemaError(f"expected boolean, got {_type_name(value)}", field=path)
+    elif typ == "datetime" or typ == "date":
+        if not isinstance(value, str):
+            raise SchemaError(f"expected timestamp string, got {_type_name(value)}", field=path)
+    elif typ == "object":
+        return  # IntOrString, RawExtension, free-form
+    else:
+        _check_object(value, typ, path)
+
+
+def _check_object(value: Any, model: str, path: str) -> None:
+    if not isinstance(value, dict):
+        raise SchemaError(f"expected object, got {_type_name(value)}", field=path or None)
+    fields = _fields(model)
+    for key, item in value.items():
+        sub = f"{path}.{key}" if path else str(key)
+        typ = fields.get(key)
+        if typ is None:
+            raise SchemaError("unknown field", field=sub)
+        _check_value(item, typ, sub)
+
+
+def check(doc: Mapping[str, Any]) -> None:
+    """Raise SchemaError if ``doc`` is not a known kind or has a field its schema lacks."""
+    api, kind = doc.get("apiVersion"), doc.get("kind")
+    if not isinstance(kind, str) or not kind:
+        raise SchemaError("missing kind", field="kind")
+    if not isinstance(api, str) or not api:
+        raise SchemaError("missing apiVersion", field="apiVersion")
+    model = KNOWN_KINDS.get((api, kind))
+    if model is None:
+        kinds = sorted({k for _, k in KNOWN_KINDS})
+        if kind in kinds:
+            raise SchemaError(f"no kind {kind!r} in apiVersion {api!r}", field="apiVersion")
+        raise SchemaError(f"unknown kind {kind!r} (svclab knows {', '.join(kinds)})", field="kind")
+    _check_object(dict(doc), model, "")
