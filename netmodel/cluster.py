@@ -174,7 +174,9 @@ class Cluster(BaseModel):
         return self.model_dump(by_alias=True, mode="json")
 
 
-def cluster_from_dict(data: dict[str, Any], *, file: str | None = None, doc: int | None = None) -> Cluster:
+def cluster_from_dict(
+    data: dict[str, Any], *, file: str | None = None, doc: int | None = None
+) -> Cluster:
     """Validate a Cluster document; errors become one-line :class:`InputError`."""
     from pydantic import ValidationError
 

@@ -96,4 +96,4 @@ def split_host_port(text: str) -> tuple[str, int]:
 
 def overlaps(a: IPNetwork, b: IPNetwork) -> bool:
     """Whether two networks of the same family share an address."""
-    return a.version == b.version and a.overlaps(b)  # type: ignore[arg-type]
+    return a.version == b.version and a.overlaps(b)

@@ -96,9 +96,7 @@ def _files(paths: Iterable[str | Path]) -> list[Path]:
     out: list[Path] = []
     for p in map(Path, paths):
         if p.is_dir():
-            out.extend(
-                sorted(q for q in p.rglob("*") if q.suffix in (".yaml", ".yml", ".json"))
-            )
+            out.extend(sorted(q for q in p.rglob("*") if q.suffix in (".yaml", ".yml", ".json")))
         elif p.exists() or str(p) == "-":
             out.append(p)
         else:

@@ -82,9 +82,7 @@ class Packet:
 
     def reversed(self) -> Packet:
         """The header of an answer: addresses and ports swapped (mark cleared)."""
-        return replace(
-            self, src=self.dst, dst=self.src, sport=self.dport, dport=self.sport, mark=0
-        )
+        return replace(self, src=self.dst, dst=self.src, sport=self.dport, dport=self.sport, mark=0)
 
     def summary(self) -> str:
         if self.proto == "icmp":

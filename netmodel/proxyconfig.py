@@ -86,7 +86,7 @@ class DetectLocalConfig(_Strict):
 
 class KubeProxyConfiguration(_Strict):
     api_version: Literal["kubeproxy.config.k8s.io/v1alpha1"] = Field(
-        default=API_VERSION, alias="apiVersion"
+        default="kubeproxy.config.k8s.io/v1alpha1", alias="apiVersion"
     )
     kind: Literal["KubeProxyConfiguration"] = "KubeProxyConfiguration"
     mode: Literal["", "iptables", "ipvs", "nftables"] = ""

@@ -98,7 +98,9 @@ def parse_selector(text: str) -> LabelSelector:
 
 
 def _split_top(text: str) -> list[str]:
-    out, depth, cur = [], 0, []
+    out: list[str] = []
+    cur: list[str] = []
+    depth = 0
     for ch in text:
         if ch == "(":
             depth += 1

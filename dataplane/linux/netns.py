@@ -1,0 +1,95 @@
+"""Network namespaces: create, remove, run a tool inside one. The kernel edge.
+
+Every namespace svclab makes carries the prefix :data:`PREFIX` (``svclab-``), so that
+:func:`cleanup` can find and remove whatever a crashed run left behind.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import subprocess
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+
+from pyroute2 import netns as _netns
+
+from netmodel.errors import BackendError
+
+PREFIX = "svclab-"
+NETNS_DIR = "/var/run/netns"
+
+
+def unique_name(role: str = "t") -> str:
+    """A fresh namespace name: ``svclab-<role>-<8 hex>``."""
+    return f"{PREFIX}{role}-{secrets.token_hex(4)}"
+
+
+def create(name: str) -> str:
+    """Create the namespace (loopback up); idempotent. Returns its name."""
+    if not name.startswith(PREFIX):
+        raise BackendError(f"netns {name!r}: svclab only manages names starting with {PREFIX!r}")
+    if name not in _netns.listnetns():
+        _netns.create(name)
+    run_in(name, ["ip", "link", "set", "lo", "up"])
+    return name
+
+
+def remove(name: str) -> None:
+    """Remove the namespace if it exists (killing nothing: svclab runs no daemons in it
+    except the ones it tracks itself)."""
+    if name in _netns.listnetns():
+        try:
+            _netns.remove(name)
+        except OSError as e:  # tolerate races with another cleanup
+            if name in _netns.listnetns():
+                raise BackendError(f"netns {name}: remove failed: {e}") from e
+
+
+def list_ours() -> list[str]:
+    return sorted(n for n in _netns.listnetns() if n.startswith(PREFIX))
+
+
+def cleanup() -> list[str]:
+    """Remove every namespace carrying svclab's prefix; returns their names."""
+    gone = list_ours()
+    for n in gone:
+        remove(n)
+    return gone
+
+
+def run_in(
+    name: str | None,
+    argv: Sequence[str],
+    *,
+    input: str | bytes | None = None,
+    check: bool = True,
+    timeout: float = 60,
+) -> subprocess.CompletedProcess[str]:
+    """Run a tool (``iptables-restore``, ``nft``, ...) inside namespace ``name``
+    (``None``: the current one). Raises BackendError naming the tool on failure."""
+    cmd = list(argv) if name is None else ["ip", "netns", "exec", name, *argv]
+    data = input.decode() if isinstance(input, bytes) else input
+    proc = subprocess.run(
+        cmd, input=data, capture_output=True, text=True, timeout=timeout, check=False
+    )
+    if check and proc.returncode != 0:
+        msg = (proc.stderr or proc.stdout).strip().splitlines()
+        first = msg[0] if msg else f"exit code {proc.returncode}"
+        raise BackendError(f"{' '.join(argv[:2])} in netns {name}: {first}")
+    return proc
+
+
+@contextmanager
+def temporary(role: str = "t") -> Iterator[str]:
+    """A fresh namespace removed on exit, also on error or KeyboardInterrupt."""
+    name = unique_name(role)
+    try:
+        create(name)
+        yield name
+    finally:
+        remove(name)
+
+
+def is_root() -> bool:
+    return os.geteuid() == 0
