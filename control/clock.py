@@ -1,0 +1,35 @@
+"""An injectable clock. The control plane never reads the wall clock directly, so tests
+and the deterministic runner can drive time."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import time
+from typing import Protocol
+
+
+class Clock(Protocol):
+    def now(self) -> float: ...
+
+
+class WallClock:
+    def now(self) -> float:
+        return time.time()
+
+
+class FakeClock:
+    """A clock that moves only when told (``advance``). Starts at 2026-01-01T00:00:00Z."""
+
+    def __init__(self, start: float = 1767225600.0) -> None:
+        self._t = start
+
+    def now(self) -> float:
+        return self._t
+
+    def advance(self, seconds: float) -> None:
+        self._t += seconds
+
+
+def rfc3339(t: float) -> str:
+    """Kubernetes' timestamp format (second precision, UTC)."""
+    return _dt.datetime.fromtimestamp(int(t), tz=_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -1,0 +1,68 @@
+"""The timeline: every control-plane step leaves an Event (component, object, reason,
+message, store revision). Events are stored objects of kind ``Event`` in namespace
+``svclab-system`` (cluster-scoped subjects) or the subject's namespace, so every backend
+persists them and ``svclab get events`` / ``svclab events`` read them back in order.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+from control.clock import Clock, rfc3339
+from control.store.base import Store
+from netmodel.objects import Event, KubeObject, ObjectMeta, ObjectReference
+
+SYSTEM_NAMESPACE = "svclab-system"
+
+
+class Recorder:
+    """Writes Events straight into the store (events are not admitted by the apiserver).
+
+    ``sequence`` orders events recorded at the same revision; the pair
+    (revision, sequence) is the timeline order."""
+
+    def __init__(self, store: Store, clock: Clock) -> None:
+        self._store = store
+        self._clock = clock
+        start = 0
+        for ev in store.list("Event"):
+            start = max(start, getattr(ev, "sequence", 0))
+        self._seq = itertools.count(start + 1)
+
+    def record(
+        self,
+        component: str,
+        subject: KubeObject,
+        reason: str,
+        message: str,
+        *,
+        type_: str = "Normal",
+    ) -> Event:
+        seq = next(self._seq)
+        ns = subject.namespace or SYSTEM_NAMESPACE
+        ev = Event(
+            metadata=ObjectMeta(
+                name=f"{subject.name}.{seq:08d}",
+                namespace=ns,
+                creation_timestamp=rfc3339(self._clock.now()),
+            ),
+            involved_object=ObjectReference(
+                kind=subject.kind,
+                namespace=subject.namespace or None,
+                name=subject.name,
+                uid=subject.metadata.uid,
+            ),
+            reason=reason,
+            message=message,
+            type=type_,
+            source_component=component,
+            revision=self._store.revision,
+            sequence=seq,
+        )
+        return self._store.create(ev)  # type: ignore[return-value]
+
+
+def timeline(store: Store) -> list[Event]:
+    """All events in timeline order."""
+    events = [e for e in store.list("Event") if isinstance(e, Event)]
+    return sorted(events, key=lambda e: e.sequence)

@@ -1,0 +1,146 @@
+"""In-process store: dicts per kind plus an append-only change log (compactable)."""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Collection, Iterator
+from contextlib import contextmanager
+
+from control.store.base import WatchEvent, iter_matching
+from netmodel.errors import CompactedError, ConflictError, NotFoundError
+from netmodel.objects import KubeObject
+from netmodel.selectors import LabelSelector
+
+
+class MemoryStore:
+    """The default backend. Objects are immutable, so they are stored as they are."""
+
+    def __init__(self) -> None:
+        self._objects: dict[str, dict[str, KubeObject]] = {}
+        self._log: list[WatchEvent] = []
+        self._log_revs: list[int] = []
+        self._revision = 0
+        self._compacted = 0
+        self._txn_depth = 0
+
+    # ---- reads
+
+    @property
+    def revision(self) -> int:
+        return self._revision
+
+    @property
+    def compacted_revision(self) -> int:
+        return self._compacted
+
+    def get(self, kind: str, key: str) -> KubeObject:
+        try:
+            return self._objects[kind][key]
+        except KeyError:
+            raise NotFoundError(f"{kind} {key!r} not found") from None
+
+    def list(
+        self,
+        kind: str,
+        namespace: str | None = None,
+        selector: LabelSelector | None = None,
+    ) -> list[KubeObject]:
+        bucket = self._objects.get(kind, {})
+        return iter_matching((bucket[k] for k in sorted(bucket)), namespace, selector)
+
+    def watch(self, since: int, kinds: Collection[str] | None = None) -> list[WatchEvent]:
+        if since < self._compacted:
+            raise CompactedError(
+                f"revision {since} has been compacted (oldest kept: {self._compacted})"
+            )
+        start = bisect.bisect_right(self._log_revs, since)
+        events = self._log[start:]
+        if kinds is not None:
+            ks = set(kinds)
+            events = [e for e in events if e.object.kind in ks]
+        return events
+
+    # ---- writes
+
+    def _stamp(self, obj: KubeObject) -> KubeObject:
+        self._revision += 1
+        return obj.with_meta(resource_version=str(self._revision))
+
+    def _emit(self, type_: str, obj: KubeObject) -> None:
+        self._log.append(WatchEvent(type_, obj, self._revision))  # type: ignore[arg-type]
+        self._log_revs.append(self._revision)
+
+    def create(self, obj: KubeObject) -> KubeObject:
+        bucket = self._objects.setdefault(obj.kind, {})
+        if obj.key in bucket:
+            raise ConflictError(f"{obj.kind} {obj.key!r} already exists")
+        stored = self._stamp(obj)
+        bucket[obj.key] = stored
+        self._emit("ADDED", stored)
+        return stored
+
+    def update(self, obj: KubeObject, expected_version: int | None = None) -> KubeObject:
+        bucket = self._objects.get(obj.kind, {})
+        current = bucket.get(obj.key)
+        if current is None:
+            raise NotFoundError(f"{obj.kind} {obj.key!r} not found")
+        if expected_version is not None and current.resource_version != expected_version:
+            raise ConflictError(
+                f"{obj.kind} {obj.key!r}: resourceVersion {expected_version} is stale "
+                f"(stored: {current.resource_version})"
+            )
+        stored = self._stamp(obj)
+        bucket[obj.key] = stored
+        self._emit("MODIFIED", stored)
+        return stored
+
+    def delete(self, kind: str, key: str, expected_version: int | None = None) -> KubeObject:
+        bucket = self._objects.get(kind, {})
+        current = bucket.get(key)
+        if current is None:
+            raise NotFoundError(f"{kind} {key!r} not found")
+        if expected_version is not None and current.resource_version != expected_version:
+            raise ConflictError(
+                f"{kind} {key!r}: resourceVersion {expected_version} is stale "
+                f"(stored: {current.resource_version})"
+            )
+        del bucket[key]
+        self._revision += 1
+        self._emit("DELETED", current)
+        return current
+
+    def compact(self, revision: int) -> None:
+        revision = min(revision, self._revision)
+        if revision <= self._compacted:
+            return
+        cut = bisect.bisect_right(self._log_revs, revision)
+        del self._log[:cut]
+        del self._log_revs[:cut]
+        self._compacted = revision
+
+    @contextmanager
+    def transaction(self) -> Iterator[None]:
+        """All-or-nothing: on error, objects, log and revision are restored."""
+        if self._txn_depth:
+            self._txn_depth += 1
+            try:
+                yield
+            finally:
+                self._txn_depth -= 1
+            return
+        saved_objects = {k: dict(v) for k, v in self._objects.items()}
+        saved_len, saved_rev = len(self._log), self._revision
+        self._txn_depth = 1
+        try:
+            yield
+        except BaseException:
+            self._objects = saved_objects
+            del self._log[saved_len:]
+            del self._log_revs[saved_len:]
+            self._revision = saved_rev
+            raise
+        finally:
+            self._txn_depth = 0
+
+    def close(self) -> None:
+        pass
