@@ -25,6 +25,7 @@ for cluster-scoped ones (see :attr:`netmodel.objects.KubeObject.key`).
 
 from __future__ import annotations
 
+import builtins
 from collections.abc import Callable, Collection, Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
@@ -64,7 +65,7 @@ class Store(Protocol):
         kind: str,
         namespace: str | None = None,
         selector: LabelSelector | None = None,
-    ) -> list[KubeObject]: ...
+    ) -> builtins.list[KubeObject]: ...
 
     def create(self, obj: KubeObject) -> KubeObject: ...
 
@@ -72,7 +73,7 @@ class Store(Protocol):
 
     def delete(self, kind: str, key: str, expected_version: int | None = None) -> KubeObject: ...
 
-    def watch(self, since: int, kinds: Collection[str] | None = None) -> list[WatchEvent]: ...
+    def watch(self, since: int, kinds: Collection[str] | None = None) -> builtins.list[WatchEvent]: ...
 
     def compact(self, revision: int) -> None: ...
 
@@ -86,7 +87,7 @@ def iter_matching(
     namespace: str | None,
     selector: LabelSelector | None,
     predicate: Callable[[KubeObject], bool] | None = None,
-) -> list[KubeObject]:
+) -> builtins.list[KubeObject]:
     """Filter helper shared by the backends: namespace, label selector, predicate."""
     out = []
     for o in objs:

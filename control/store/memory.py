@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import bisect
+import builtins
 from collections.abc import Collection, Iterator
 from contextlib import contextmanager
 
@@ -44,11 +45,11 @@ class MemoryStore:
         kind: str,
         namespace: str | None = None,
         selector: LabelSelector | None = None,
-    ) -> list[KubeObject]:
+    ) -> builtins.list[KubeObject]:
         bucket = self._objects.get(kind, {})
         return iter_matching((bucket[k] for k in sorted(bucket)), namespace, selector)
 
-    def watch(self, since: int, kinds: Collection[str] | None = None) -> list[WatchEvent]:
+    def watch(self, since: int, kinds: Collection[str] | None = None) -> builtins.list[WatchEvent]:
         if since < self._compacted:
             raise CompactedError(
                 f"revision {since} has been compacted (oldest kept: {self._compacted})"
