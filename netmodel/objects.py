@@ -41,18 +41,9 @@ class K8sModel(BaseModel):
         return self.model_copy(update=changes)
 
     def to_dict(self) -> dict[str, Any]:
-        """The Kubernetes JSON form (camelCase; unset fields and empty collections left out)."""
-        out = _prune(self.model_dump(by_alias=True, exclude_none=True, mode="json"))
-        return out if isinstance(out, dict) else {}
-
-
-def _prune(value: Any) -> Any:
-    if isinstance(value, dict):
-        pruned = {k: _prune(v) for k, v in value.items()}
-        return {k: v for k, v in pruned.items() if v != {} and v != []}
-    if isinstance(value, list):
-        return [_prune(v) for v in value]
-    return value
+        """The Kubernetes JSON form: camelCase, only fields that were given or set (never
+        svclab's empty defaults), every kept-but-unmodelled field as it came."""
+        return self.model_dump(by_alias=True, exclude_unset=True, exclude_none=True, mode="json")
 
 
 # --------------------------------------------------------------------------- metadata
@@ -111,6 +102,7 @@ class KubeObject(K8sModel):
             object.__setattr__(self, "api_version", self.API_VERSION)
         if not self.kind:
             object.__setattr__(self, "kind", self.KIND)
+        self.__pydantic_fields_set__.update(("api_version", "kind", "metadata"))
 
     @property
     def name(self) -> str:

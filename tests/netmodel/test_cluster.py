@@ -1,0 +1,60 @@
+"""The Cluster document: defaults, node list, address plan validation."""
+
+from __future__ import annotations
+
+import pytest
+
+from netmodel.errors import InputError
+from netmodel.manifests import load_text
+
+
+def cluster(spec: str):  # type: ignore[no-untyped-def]
+    m = load_text(
+        f"apiVersion: svclab.dev/v1alpha1\nkind: Cluster\nspec: {spec}\n", source="c.yaml"
+    )
+    assert m.cluster is not None
+    return m.cluster.spec
+
+
+def test_defaults() -> None:
+    s = cluster("{}")
+    assert str(s.service_net) == "10.96.0.0/12"
+    assert str(s.pod_net) == "10.244.0.0/16"
+    assert s.node_cidr_mask_size == 24
+    assert s.port_range == (30000, 32767)
+    assert str(s.node_net) == "172.18.0.0/16"
+    assert s.overlay == "vxlan" and s.proxy_mode == "iptables"
+
+
+def test_node_count_gives_named_nodes_with_consecutive_addresses() -> None:
+    entries = cluster("{nodes: 3}").node_entries()
+    assert [e.name for e in entries] == ["node-1", "node-2", "node-3"]
+    assert [e.addresses for e in entries] == [["172.18.0.2"], ["172.18.0.3"], ["172.18.0.4"]]
+
+
+def test_node_list_with_several_addresses() -> None:
+    s = cluster("{nodes: [{name: test-node, addresses: [192.168.0.2, 192.168.1.2]}]}")
+    assert s.node_entries()[0].addresses == ["192.168.0.2", "192.168.1.2"]
+
+
+@pytest.mark.parametrize(
+    ("spec", "fragment"),
+    [
+        ("{serviceCIDR: 10.0.0.0/8}", "serviceCIDR 10.0.0.0/8 overlaps podCIDR 10.244.0.0/16"),
+        ("{podCIDR: 10.244.0.0/33}", "spec.podCIDR: invalid CIDR"),
+        ("{podCIDR: 10.244.0.1/16}", "spec.podCIDR: invalid CIDR"),
+        (
+            "{nodes: 300}",
+            "300 nodes need 300 podCIDRs of /24 but podCIDR 10.244.0.0/16 holds only 256",
+        ),
+        ("{nodePortRange: 32767-30000}", "spec.nodePortRange: invalid port range"),
+        ("{overlay: calico}", "spec.overlay"),
+        ("{nodez: 1}", "spec.nodez: unknown field"),
+        ("{nodes: [{name: a}, {name: a}]}", "duplicate node name"),
+    ],
+)
+def test_bad_cluster(spec: str, fragment: str) -> None:
+    with pytest.raises(InputError) as err:
+        cluster(spec)
+    assert fragment in str(err.value)
+    assert str(err.value).startswith("c.yaml (document 1): Cluster/svclab")
