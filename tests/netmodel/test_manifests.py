@@ -61,7 +61,9 @@ def test_fields_svclab_does_not_model_are_kept() -> None:
 
 def test_objects_are_frozen() -> None:
     svc = load_text(GOOD).objects[1]
-    with pytest.raises(Exception):
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError):
         svc.spec.cluster_ip = "10.96.0.5"  # type: ignore[misc]
     assert svc.evolve(kind="Service").spec == svc.spec
 
@@ -118,7 +120,7 @@ def test_directory_and_list_kind(tmp_path: Path) -> None:
 
 
 def test_missing_file() -> None:
-    with pytest.raises(InputError, match="nope.yaml: no such file"):
+    with pytest.raises(InputError, match=r"nope\.yaml: no such file"):
         load(["nope.yaml"])
 
 
