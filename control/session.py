@@ -1,0 +1,178 @@
+"""A cluster the CLI (and labs) work on: persistent under a state directory, or
+throw-away, built in memory from manifests.
+
+State directory layout (``--state DIR``, default ``.svclab/``)::
+
+    DIR/state.db          the store (SQLite backend)
+    DIR/cluster.yaml      the Cluster document, fixed by the first apply
+    DIR/kube-proxy.yaml   the KubeProxyConfiguration document, if one was applied
+
+Contract: :meth:`Session.apply` validates everything first; on any error nothing is
+stored (the store's revision is unchanged) and no file in DIR changes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from control.clock import Clock, FakeClock, WallClock
+from control.runner import ControlPlane
+from control.store.base import Store
+from control.store.memory import MemoryStore
+from netmodel.cluster import Cluster, cluster_from_dict
+from netmodel.errors import InputError, SvclabError
+from netmodel.manifests import Manifests, load
+from netmodel.objects import KubeObject
+from netmodel.proxyconfig import KubeProxyConfiguration, proxy_config_from_dict
+
+DEFAULT_STATE = ".svclab"
+
+
+class NoClusterError(SvclabError):
+    """The state directory holds no cluster yet."""
+
+
+@dataclass
+class Session:
+    store: Store
+    cluster: Cluster
+    proxy_config: KubeProxyConfiguration | None
+    clock: Clock
+    state_dir: Path | None = None
+    _plane: ControlPlane | None = None
+
+    # ---- construction
+
+    @classmethod
+    def ephemeral(cls, manifests: Manifests, *, clock: Clock | None = None) -> Session:
+        """A throw-away cluster in memory, converged from ``manifests``."""
+        s = cls(
+            store=MemoryStore(),
+            cluster=manifests.cluster or Cluster(),
+            proxy_config=manifests.proxy_config,
+            clock=clock or FakeClock(),
+        )
+        s.plane.start()
+        s._apply_objects(manifests.objects, source=",".join(manifests.sources) or None)
+        return s
+
+    @classmethod
+    def from_files(cls, paths: Sequence[str | Path], *, clock: Clock | None = None) -> Session:
+        return cls.ephemeral(load(paths), clock=clock)
+
+    @classmethod
+    def open(cls, state_dir: str | Path, *, must_exist: bool = True) -> Session:
+        """Open a persistent cluster. Raises NoClusterError when ``must_exist`` and the
+        directory holds no cluster."""
+        from control.store.sqlite import SqliteStore
+
+        d = Path(state_dir)
+        cfile = d / "cluster.yaml"
+        if not cfile.exists():
+            if must_exist:
+                raise NoClusterError(
+                    f"{d}: no cluster here yet (run 'svclab apply -f FILE' first, "
+                    "or pass --state DIR)"
+                )
+            return cls(
+                store=MemoryStore(),
+                cluster=Cluster(),
+                proxy_config=None,
+                clock=WallClock(),
+                state_dir=d,
+            )
+        cluster = cluster_from_dict(_read_yaml(cfile), file=str(cfile))
+        pfile = d / "kube-proxy.yaml"
+        proxy = (
+            proxy_config_from_dict(_read_yaml(pfile), file=str(pfile)) if pfile.exists() else None
+        )
+        return cls(
+            store=SqliteStore(d / "state.db"),
+            cluster=cluster,
+            proxy_config=proxy,
+            clock=WallClock(),
+            state_dir=d,
+        )
+
+    # ---- control plane
+
+    @property
+    def plane(self) -> ControlPlane:
+        if self._plane is None:
+            self._plane = ControlPlane(
+                self.store, self.cluster.spec, seed=self.cluster.spec.seed, clock=self.clock
+            )
+        return self._plane
+
+    def _apply_objects(
+        self, objs: Sequence[KubeObject], *, source: str | None
+    ) -> list[tuple[str, KubeObject]]:
+        results = self.plane.apply(objs, source=source) if objs else []
+        self.plane.run_until_idle()
+        return results
+
+    def apply(self, manifests: Manifests) -> list[tuple[str, KubeObject]]:
+        """Apply to a persistent cluster (the first apply fixes the Cluster document)."""
+        if self.state_dir is None:
+            return self._apply_objects(manifests.objects, source=None)
+        d = self.state_dir
+        fresh = not (d / "cluster.yaml").exists()
+        if not fresh and manifests.cluster is not None and manifests.cluster != self.cluster:
+            raise InputError(
+                "the Cluster document differs from the one this state was created with "
+                f"({d / 'cluster.yaml'}); the address plan cannot change — use a new --state",
+                obj=f"Cluster/{manifests.cluster.metadata.get('name', 'svclab')}",
+            )
+        if fresh:
+            from control.store.sqlite import SqliteStore
+
+            d.mkdir(parents=True, exist_ok=True)
+            self.cluster = manifests.cluster or Cluster()
+            self.store.close()
+            self.store = SqliteStore(d / "state.db")
+            self.clock = WallClock()
+            self._plane = None
+        if manifests.proxy_config is not None:
+            self.proxy_config = manifests.proxy_config
+        try:
+            if fresh:
+                self.plane.start()
+            results = self._apply_objects(manifests.objects, source=",".join(manifests.sources))
+        except BaseException:
+            if fresh:
+                self.store.close()
+                (d / "state.db").unlink(missing_ok=True)
+            raise
+        if fresh:
+            _write_yaml(d / "cluster.yaml", self.cluster.to_dict())
+        if manifests.proxy_config is not None:
+            _write_yaml(
+                d / "kube-proxy.yaml",
+                manifests.proxy_config.model_dump(by_alias=True, exclude_defaults=True, mode="json")
+                | {
+                    "apiVersion": manifests.proxy_config.api_version,
+                    "kind": "KubeProxyConfiguration",
+                },
+            )
+        return results
+
+    def close(self) -> None:
+        self.store.close()
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    data = yaml.safe_load(path.read_text()) or {}
+    if not isinstance(data, dict):
+        raise InputError("not a mapping", file=str(path))
+    return data
+
+
+def _write_yaml(path: Path, data: dict[str, Any]) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(yaml.safe_dump(data, sort_keys=False))
+    tmp.replace(path)
