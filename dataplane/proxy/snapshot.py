@@ -1,0 +1,401 @@
+"""Build the proxier's model from Kubernetes objects (STRUCTURE.md §1.1).
+
+* :func:`build_node_config` — a :class:`NodeProxyConfig` from a KubeProxyConfiguration
+  (or upstream defaults), the Cluster spec and the Node's addresses.
+* :func:`service_port_infos` / :func:`endpoints_by_port` — Services and EndpointSlices
+  read as kube-proxy reads them: sloppy IP parsing (leading zeros normalised, unparsable
+  addresses skipped), family filtering, endpoint dedupe and ``ip:port`` text sort.
+* :func:`categorize_endpoints` — upstream's CategorizeEndpoints (topology hints are not
+  modelled: svclab nodes carry no zone hints, so every ready endpoint is usable).
+* :func:`make_state` / :func:`build_snapshot` — the derived flags and the snapshot.
+
+Pure functions: same objects in, equal values out.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Iterable, Sequence
+
+from dataplane.proxy.model import (
+    DEFAULT_AFFINITY_TIMEOUT,
+    PROTOCOLS,
+    EndpointInfo,
+    IPFamily,
+    LocalDetector,
+    NodeProxyConfig,
+    ProxySnapshot,
+    ServicePortInfo,
+    ServicePortName,
+    ServicePortState,
+)
+from netmodel.cluster import ClusterSpec
+from netmodel.ip import parse_cidr_sloppy, parse_ip_sloppy
+from netmodel.objects import EndpointSlice, Service
+from netmodel.proxyconfig import KubeProxyConfiguration
+
+# --------------------------------------------------------------------------- node config
+
+
+def _family_of(text: str) -> IPFamily | None:
+    ip = parse_ip_sloppy(text)
+    if ip is None:
+        return None
+    return IPFamily.IPV4 if ip.version == 4 else IPFamily.IPV6
+
+
+def _pick_cidr(cidrs: str, family: IPFamily) -> str | None:
+    for part in cidrs.split(","):
+        net = parse_cidr_sloppy(part)
+        if net is not None and net.version == family.version:
+            return str(net)
+    return None
+
+
+def build_node_config(
+    proxy_config: KubeProxyConfiguration | None,
+    cluster_spec: ClusterSpec | None,
+    node_name: str,
+    node_ips: Sequence[str],
+    node_pod_cidr: str | None,
+    *,
+    ip_family: IPFamily | None = None,
+) -> NodeProxyConfig:
+    """The proxier configuration of one node, following upstream defaults.
+
+    ``node_ips`` are the Node object's addresses (loopback is added). ``ip_family``
+    defaults to the family of the first node IP. The local-traffic detector defaults to
+    ClusterCIDR with ``clusterCIDR`` = the Cluster's podCIDR; an explicitly empty
+    ``clusterCIDR: ""`` turns detection off; NodeCIDR uses ``node_pod_cidr``. The
+    masquerade mark is written as real kube-proxy writes it (``0x00004000``).
+    """
+    pc = proxy_config or KubeProxyConfiguration()
+    spec = cluster_spec or ClusterSpec()
+    ips: list[str] = []
+    for text in ["127.0.0.1", "::1", *node_ips]:
+        ip = parse_ip_sloppy(text)
+        if ip is not None and str(ip) not in ips:
+            ips.append(str(ip))
+    non_loop = [ip for ip in ips if not ipaddress.ip_address(ip).is_loopback]
+    family = ip_family or (_family_of(non_loop[0]) if non_loop else None) or IPFamily.IPV4
+    primary = next(
+        (ip for ip in non_loop if ipaddress.ip_address(ip).version == family.version),
+        "127.0.0.1" if family is IPFamily.IPV4 else "::1",
+    )
+
+    detector: LocalDetector | None = None
+    mode = pc.effective_detect_local_mode
+    if mode == "ClusterCIDR":
+        cidrs = spec.pod_cidr if pc.cluster_cidr is None else pc.cluster_cidr
+        cidr = _pick_cidr(cidrs, family) if cidrs else None
+        detector = LocalDetector("ClusterCIDR", cidr) if cidr else None
+    elif mode == "NodeCIDR":
+        cidr = _pick_cidr(node_pod_cidr, family) if node_pod_cidr else None
+        detector = LocalDetector("NodeCIDR", cidr) if cidr else None
+    elif mode == "BridgeInterface" and pc.detect_local.bridge_interface:
+        detector = LocalDetector("BridgeInterface", pc.detect_local.bridge_interface)
+    elif mode == "InterfaceNamePrefix" and pc.detect_local.interface_name_prefix:
+        detector = LocalDetector("InterfaceNamePrefix", pc.detect_local.interface_name_prefix)
+
+    nftables = pc.effective_mode == "nftables"
+    masq_all = pc.nftables.masquerade_all if nftables else pc.iptables.masquerade_all
+    bit = pc.nftables.masquerade_bit if nftables else pc.iptables.masquerade_bit
+
+    npa: list[str] = []
+    for item in pc.node_port_addresses:
+        if item == "primary":  # the node's primary IP of each family
+            for fam in IPFamily:
+                first = next((i for i in non_loop if _family_of(i) is fam), None)
+                if first is not None:
+                    npa.append(f"{first}/{fam.host_prefix}")
+        else:
+            net = parse_cidr_sloppy(item)
+            if net is not None:
+                npa.append(str(net))
+
+    return NodeProxyConfig(
+        node_name=node_name,
+        node_ips=tuple(ips),
+        primary_ip=primary,
+        ip_family=family,
+        local_detector=detector,
+        masquerade_all=masq_all,
+        masquerade_bit=bit,
+        masquerade_mark="0x" + format(1 << bit, "08x"),
+        localhost_node_ports=pc.iptables.localhost_node_ports,
+        node_port_addresses=tuple(npa),
+        conntrack_tcp_be_liberal=pc.conntrack.tcp_be_liberal,
+        ipvs_scheduler=pc.ipvs.effective_scheduler,
+        service_cidrs=tuple(
+            str(n) for n in map(parse_cidr_sloppy, spec.service_cidr.split(",")) if n
+        ),
+        load_balancer_ip_mode=pc.feature_gates.get("LoadBalancerIPMode", True),
+    )
+
+
+# --------------------------------------------------------------------------- services
+
+
+def _cluster_ip(service: Service, family: IPFamily) -> str | None:
+    spec = service.spec
+    if spec.cluster_ip in (None, "", "None") or service.service_type == "ExternalName":
+        return None
+    candidates = spec.cluster_ips or [spec.cluster_ip or ""]
+    for text in candidates:
+        ip = parse_ip_sloppy(text)
+        if ip is not None and ip.version == family.version:
+            return str(ip)
+    return None
+
+
+def _ips_of_family(texts: Iterable[str | None], family: IPFamily) -> tuple[str, ...]:
+    out: list[str] = []
+    for text in texts:
+        ip = parse_ip_sloppy(text or "")
+        if ip is not None and ip.version == family.version:
+            out.append(str(ip))
+    return tuple(out)
+
+
+def service_port_infos(service: Service, config: NodeProxyConfig) -> list[ServicePortInfo]:
+    """The service ports kube-proxy handles for ``service`` on this family ([] if none).
+
+    Headless, ExternalName and services without a ClusterIP of this family are skipped;
+    ports with a protocol other than TCP/UDP/SCTP are skipped.
+    """
+    family = config.ip_family
+    cluster_ip = _cluster_ip(service, family)
+    if cluster_ip is None:
+        return []
+    spec = service.spec
+    stype = service.service_type
+    external_ips = _ips_of_family(spec.external_ips, family)
+    ranges: list[str] = []
+    for text in spec.load_balancer_source_ranges:
+        net = parse_cidr_sloppy(text.strip())
+        if net is not None and net.version == family.version:
+            ranges.append(str(net))
+    vips = _ips_of_family(
+        (
+            ing.ip
+            for ing in service.status.load_balancer.ingress
+            if not (config.load_balancer_ip_mode and ing.ip_mode == "Proxy")
+        ),
+        family,
+    )
+    etp_local = stype in ("NodePort", "LoadBalancer") and spec.external_traffic_policy == "Local"
+    itp_local = spec.internal_traffic_policy == "Local"
+    hcnp = (spec.health_check_node_port or 0) if stype == "LoadBalancer" and etp_local else 0
+    affinity = 0
+    if spec.session_affinity == "ClientIP":
+        cfg = spec.session_affinity_config
+        timeout = cfg.client_ip.timeout_seconds if cfg and cfg.client_ip else None
+        affinity = timeout or DEFAULT_AFFINITY_TIMEOUT
+    out = []
+    for port in spec.ports:
+        protocol = (port.protocol or "TCP").upper()
+        if protocol not in PROTOCOLS:
+            continue
+        spn = ServicePortName(service.namespace, service.name, port.name or "", protocol)
+        out.append(
+            ServicePortInfo(
+                name=spn,
+                cluster_ip=cluster_ip,
+                port=port.port,
+                node_port=port.node_port or 0,
+                external_ips=external_ips,
+                load_balancer_vips=vips,
+                load_balancer_source_ranges=tuple(ranges),
+                affinity_timeout=affinity,
+                external_policy_local=etp_local,
+                internal_policy_local=itp_local,
+                health_check_node_port=hcnp,
+                service_type=stype,
+            )
+        )
+    return out
+
+
+# --------------------------------------------------------------------------- endpoints
+
+
+def slice_endpoints(
+    eps: EndpointSlice, config: NodeProxyConfig
+) -> dict[ServicePortName, list[EndpointInfo]]:
+    """The endpoints one EndpointSlice contributes, per service port (not deduplicated).
+
+    Only slices of this family with a ``kubernetes.io/service-name`` label count; only an
+    endpoint's first address is used; conditions resolve as kube-proxy does (nil ready or
+    serving = true, nil terminating = false).
+    """
+    svc = eps.service_name
+    family = config.ip_family
+    if not svc or eps.address_type != family.value:
+        return {}
+    infos: list[tuple[str, bool, bool, bool, bool]] = []
+    for ep in eps.endpoints:
+        if not ep.addresses:
+            continue
+        ip = parse_ip_sloppy(ep.addresses[0])
+        if ip is None or ip.version != family.version:
+            continue
+        c = ep.conditions
+        infos.append(
+            (
+                str(ip),
+                ep.node_name is not None and ep.node_name == config.node_name,
+                c.ready is None or c.ready,
+                c.serving is None or c.serving,
+                c.terminating is not None and c.terminating,
+            )
+        )
+    out: dict[ServicePortName, list[EndpointInfo]] = {}
+    for port in eps.ports:
+        if port.port is None:
+            continue
+        spn = ServicePortName(eps.namespace, svc, port.name or "", (port.protocol or "TCP").upper())
+        out.setdefault(spn, []).extend(
+            EndpointInfo(ip, port.port, is_local=local, ready=r, serving=s, terminating=t)
+            for ip, local, r, s, t in infos
+        )
+    return out
+
+
+def merge_endpoints(groups: Iterable[Iterable[EndpointInfo]]) -> tuple[EndpointInfo, ...]:
+    """Deduplicate by ``ip:port`` (first wins, a local copy replaces a remote one) and
+    sort by the ``ip:port`` text, as kube-proxy does."""
+    seen: dict[str, EndpointInfo] = {}
+    for group in groups:
+        for ep in group:
+            if ep.endpoint not in seen or ep.is_local:
+                seen[ep.endpoint] = ep
+    return tuple(seen[k] for k in sorted(seen))
+
+
+def endpoints_by_port(
+    slices: Iterable[EndpointSlice], config: NodeProxyConfig
+) -> dict[ServicePortName, tuple[EndpointInfo, ...]]:
+    """All endpoints per service port (slices taken in name order, then merged)."""
+    groups: dict[ServicePortName, list[list[EndpointInfo]]] = {}
+    for eps in sorted(slices, key=lambda s: (s.namespace, s.name)):
+        for spn, infos in slice_endpoints(eps, config).items():
+            groups.setdefault(spn, []).append(infos)
+    return {spn: merge_endpoints(g) for spn, g in groups.items()}
+
+
+# --------------------------------------------------------------------------- categorize
+
+
+def categorize_endpoints(
+    endpoints: Sequence[EndpointInfo], info: ServicePortInfo
+) -> tuple[tuple[EndpointInfo, ...], tuple[EndpointInfo, ...], tuple[EndpointInfo, ...], bool]:
+    """Upstream CategorizeEndpoints: ``(cluster, local, reachable, has_any)``.
+
+    cluster = ready endpoints, or the serving-and-terminating ones when none is ready
+    (only if the port uses cluster endpoints); local = local ready endpoints, or local
+    serving-and-terminating ones; reachable = the endpoints some chain sends traffic to.
+    """
+    cluster: tuple[EndpointInfo, ...] = ()
+    local: tuple[EndpointInfo, ...] = ()
+    has_any = False
+    if info.uses_cluster_endpoints:
+        cluster = tuple(e for e in endpoints if e.ready)
+        if not cluster:
+            cluster = tuple(e for e in endpoints if e.serving and e.terminating)
+        has_any = bool(cluster)
+    if not info.uses_local_endpoints:
+        return cluster, local, cluster, has_any
+    local_ready = local_term = False
+    for e in endpoints:
+        if e.ready:
+            has_any = True
+            local_ready = local_ready or e.is_local
+        elif e.serving and e.terminating:
+            has_any = True
+            local_term = local_term or e.is_local
+    fallback = False
+    if local_ready:
+        local = tuple(e for e in endpoints if e.is_local and e.ready)
+    elif local_term:
+        fallback = True
+        local = tuple(e for e in endpoints if e.is_local and e.serving and e.terminating)
+    if not info.uses_cluster_endpoints:
+        return cluster, local, local, has_any
+    if not fallback:
+        return cluster, local, cluster, has_any
+    merged = {e.endpoint: e for e in cluster}
+    merged.update((e.endpoint, e) for e in local)
+    return cluster, local, tuple(merged[k] for k in sorted(merged)), has_any
+
+
+def make_state(info: ServicePortInfo, endpoints: tuple[EndpointInfo, ...]) -> ServicePortState:
+    """A service port with its categorised endpoints and derived flags (§1.1)."""
+    cluster, local, reachable, has_any = categorize_endpoints(endpoints, info)
+    has_internal = has_any and not (info.internal_policy_local and not local)
+    has_external = has_any and not (info.external_policy_local and not local)
+    spn = info.name.text
+    internal_filter: tuple[str, str] | None = None
+    external_filter: tuple[str, str] | None = None
+    if not has_any:
+        internal_filter = external_filter = ("REJECT", f"{spn} has no endpoints")
+    else:
+        if not has_internal:
+            internal_filter = ("DROP", f"{spn} has no local endpoints")
+        if not has_external:
+            external_filter = ("DROP", f"{spn} has no local endpoints")
+    return ServicePortState(
+        info=info,
+        endpoints=endpoints,
+        cluster_endpoints=cluster,
+        local_endpoints=local,
+        reachable_endpoints=reachable,
+        has_endpoints=has_any,
+        has_internal_endpoints=has_internal,
+        has_external_endpoints=has_external,
+        uses_cluster_chain=bool(cluster) and info.uses_cluster_endpoints,
+        uses_local_chain=bool(local) and info.uses_local_endpoints,
+        uses_external_chain=has_any and info.externally_accessible,
+        uses_fw_chain=has_any
+        and bool(info.load_balancer_vips)
+        and bool(info.load_balancer_source_ranges),
+        internal_filter=internal_filter,
+        external_filter=external_filter,
+    )
+
+
+def service_states(
+    service: Service,
+    endpoints: dict[ServicePortName, tuple[EndpointInfo, ...]],
+    config: NodeProxyConfig,
+) -> list[ServicePortState]:
+    """The states of one Service's ports, given endpoints per service port."""
+    return [make_state(i, endpoints.get(i.name, ())) for i in service_port_infos(service, config)]
+
+
+def snapshot_from_states(
+    states: Iterable[ServicePortState], config: NodeProxyConfig
+) -> ProxySnapshot:
+    """Assemble a snapshot, ordering ports by (namespace, name, port name, protocol)."""
+    ordered = sorted(states, key=lambda s: s.info.name.sort_key())
+    return ProxySnapshot(
+        ip_family=config.ip_family,
+        ports={s.info.name: s for s in ordered},
+        total_endpoints=sum(len(s.endpoints) for s in ordered),
+    )
+
+
+def build_snapshot(
+    services: Iterable[Service],
+    endpointslices: Iterable[EndpointSlice],
+    node_config: NodeProxyConfig,
+) -> ProxySnapshot:
+    """Everything one proxier renders: every handled service port and its endpoints.
+
+    If two Services share a namespace/name the last one wins (as a watch cache would).
+    """
+    by_key = {s.key: s for s in services}
+    eps = endpoints_by_port(endpointslices, node_config)
+    states: list[ServicePortState] = []
+    for svc in by_key.values():
+        states.extend(service_states(svc, eps, node_config))
+    return snapshot_from_states(states, node_config)
