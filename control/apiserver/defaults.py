@@ -1,0 +1,247 @@
+"""Defaulting, as the Kubernetes apiserver does it before validation.
+
+Each function takes an object and returns a new one with unset fields filled in; set
+fields are never changed. Defaulting is idempotent (``d(d(x)) == d(x)``), so re-applying
+a stored object changes nothing.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from netmodel.cluster import ClusterSpec
+from netmodel.objects import (
+    ClientIPConfig,
+    Container,
+    Deployment,
+    EndpointSlice,
+    KubeObject,
+    Namespace,
+    Pod,
+    PodSpec,
+    PodStatus,
+    PodTemplateSpec,
+    ReplicaSet,
+    Service,
+    ServicePort,
+    SessionAffinityConfig,
+)
+
+DEFAULT_AFFINITY_TIMEOUT = 10800
+NODE_PORT_TYPES = ("NodePort", "LoadBalancer")
+
+
+def ip_family(cluster: ClusterSpec) -> str:
+    return "IPv4" if cluster.service_net.version == 4 else "IPv6"
+
+
+def default_object(obj: KubeObject, cluster: ClusterSpec) -> KubeObject:
+    """Apply the defaults of ``obj``'s kind (other kinds are returned unchanged)."""
+    if isinstance(obj, Service):
+        return default_service(obj, cluster)
+    if isinstance(obj, Pod):
+        return default_pod(obj)
+    if isinstance(obj, Deployment):
+        return default_deployment(obj)
+    if isinstance(obj, ReplicaSet):
+        return default_replicaset(obj)
+    if isinstance(obj, EndpointSlice):
+        return default_endpointslice(obj)
+    if isinstance(obj, Namespace):
+        return default_namespace(obj)
+    return obj
+
+
+def default_namespace(ns: Namespace) -> Namespace:
+    """Label ``kubernetes.io/metadata.name``, status.phase Active."""
+    label = "kubernetes.io/metadata.name"
+    if ns.labels.get(label) == ns.name and ns.status.get("phase"):
+        return ns
+    labels = {**ns.labels, label: ns.name}
+    status = {**ns.status, "phase": ns.status.get("phase") or "Active"}
+    return ns.with_meta(labels=labels).evolve(status=status)
+
+
+# --------------------------------------------------------------------------- Service
+
+
+def _default_service_port(p: ServicePort) -> ServicePort:
+    protocol = p.protocol or "TCP"
+    target = p.target_port
+    if target is None or target == 0 or target == "":
+        target = p.port
+    if protocol == p.protocol and target == p.target_port:
+        return p
+    return p.evolve(protocol=protocol, target_port=target)
+
+
+def default_service(svc: Service, cluster: ClusterSpec) -> Service:
+    """type ClusterIP; port protocol TCP and targetPort = port; sessionAffinity None (ClientIP
+    gets timeoutSeconds 10800); internalTrafficPolicy Cluster; externalTrafficPolicy Cluster
+    for NodePort/LoadBalancer; allocateLoadBalancerNodePorts true for LoadBalancer;
+    ipFamilies / ipFamilyPolicy from the cluster's service range (not for ExternalName).
+    clusterIP(s) and nodePorts are filled in by admission, not here."""
+    spec = svc.spec
+    type_ = spec.type or "ClusterIP"
+    ch: dict[str, Any] = {}
+    if spec.type != type_:
+        ch["type"] = type_
+    ports = [_default_service_port(p) for p in spec.ports]
+    if any(a is not b for a, b in zip(ports, spec.ports, strict=True)):
+        ch["ports"] = ports
+    affinity = spec.session_affinity or "None"
+    if spec.session_affinity != affinity:
+        ch["session_affinity"] = affinity
+    if affinity == "ClientIP":
+        cfg = spec.session_affinity_config
+        if cfg is None or cfg.client_ip is None or cfg.client_ip.timeout_seconds is None:
+            ch["session_affinity_config"] = SessionAffinityConfig(
+                client_ip=ClientIPConfig(timeout_seconds=DEFAULT_AFFINITY_TIMEOUT)
+            )
+    if type_ != "ExternalName":
+        if spec.internal_traffic_policy is None:
+            ch["internal_traffic_policy"] = "Cluster"
+        if not spec.ip_families:
+            ch["ip_families"] = [ip_family(cluster)]
+        if spec.ip_family_policy is None:
+            ch["ip_family_policy"] = "SingleStack"
+    if type_ in NODE_PORT_TYPES and spec.external_traffic_policy is None:
+        ch["external_traffic_policy"] = "Cluster"
+    if type_ == "LoadBalancer" and spec.allocate_load_balancer_node_ports is None:
+        ch["allocate_load_balancer_node_ports"] = True
+    if not ch:
+        return svc
+    return svc.evolve(spec=spec.evolve(**ch))
+
+
+# --------------------------------------------------------------------------- Pods
+
+
+def _default_container(c: Container) -> Container:
+    ports = [
+        p if "protocol" in p.model_fields_set else p.evolve(protocol=p.protocol or "TCP")
+        for p in c.ports
+    ]
+    if all(a is b for a, b in zip(ports, c.ports, strict=True)):
+        return c
+    return c.evolve(ports=ports)
+
+
+_POD_SPEC_EXTRA_DEFAULTS: dict[str, Any] = {
+    "restartPolicy": "Always",
+    "dnsPolicy": "ClusterFirst",
+    "terminationGracePeriodSeconds": 30,
+}
+
+
+def default_pod_spec(spec: PodSpec) -> PodSpec:
+    """Container port protocol TCP, schedulerName default-scheduler, restartPolicy Always,
+    dnsPolicy ClusterFirst, terminationGracePeriodSeconds 30."""
+    ch: dict[str, Any] = {}
+    containers = [_default_container(c) for c in spec.containers]
+    if any(a is not b for a, b in zip(containers, spec.containers, strict=True)):
+        ch["containers"] = containers
+    if spec.scheduler_name is None:
+        ch["scheduler_name"] = "default-scheduler"
+    extra = spec.model_extra or {}
+    for wire, value in _POD_SPEC_EXTRA_DEFAULTS.items():
+        if wire not in extra and _snake(wire) not in extra:
+            ch[wire] = value
+    return spec.evolve(**ch) if ch else spec
+
+
+def _snake(name: str) -> str:
+    return "".join("_" + c.lower() if c.isupper() else c for c in name)
+
+
+def default_pod(pod: Pod) -> Pod:
+    """Pod spec defaults, and status.phase Pending."""
+    spec = default_pod_spec(pod.spec)
+    status: PodStatus = pod.status
+    if status.phase is None:
+        status = status.evolve(phase="Pending")
+    if spec is pod.spec and status is pod.status:
+        return pod
+    return pod.evolve(spec=spec, status=status)
+
+
+def _default_template(t: PodTemplateSpec) -> PodTemplateSpec:
+    spec = default_pod_spec(t.spec)
+    return t if spec is t.spec else t.evolve(spec=spec)
+
+
+# --------------------------------------------------------------------------- apps/v1
+
+_DEPLOYMENT_EXTRA_DEFAULTS: dict[str, Any] = {
+    "strategy": {
+        "type": "RollingUpdate",
+        "rollingUpdate": {"maxUnavailable": "25%", "maxSurge": "25%"},
+    },
+    "revisionHistoryLimit": 10,
+    "progressDeadlineSeconds": 600,
+}
+
+
+def default_deployment(dep: Deployment) -> Deployment:
+    """replicas 1; strategy RollingUpdate 25%/25%; revisionHistoryLimit 10;
+    progressDeadlineSeconds 600; pod template defaults."""
+    spec = dep.spec
+    ch: dict[str, Any] = {}
+    if spec.replicas is None:
+        ch["replicas"] = 1
+    template = _default_template(spec.template)
+    if template is not spec.template:
+        ch["template"] = template
+    extra = spec.model_extra or {}
+    for wire, value in _DEPLOYMENT_EXTRA_DEFAULTS.items():
+        if wire not in extra and _snake(wire) not in extra:
+            ch[wire] = value
+        elif wire == "strategy":
+            strategy = extra.get(wire) or {}
+            if isinstance(strategy, dict) and "type" not in strategy:
+                ch[wire] = {**value, **strategy}
+            elif (
+                isinstance(strategy, dict)
+                and strategy.get("type") == "RollingUpdate"
+                and "rollingUpdate" not in strategy
+            ):
+                ch[wire] = {**strategy, "rollingUpdate": value["rollingUpdate"]}
+    return dep.evolve(spec=spec.evolve(**ch)) if ch else dep
+
+
+def default_replicaset(rs: ReplicaSet) -> ReplicaSet:
+    """replicas 1; pod template defaults."""
+    spec = rs.spec
+    ch: dict[str, Any] = {}
+    if spec.replicas is None:
+        ch["replicas"] = 1
+    template = _default_template(spec.template)
+    if template is not spec.template:
+        ch["template"] = template
+    return rs.evolve(spec=spec.evolve(**ch)) if ch else rs
+
+
+# --------------------------------------------------------------------------- discovery/v1
+
+
+def default_endpointslice(es: EndpointSlice) -> EndpointSlice:
+    """Port protocol TCP."""
+    ports = [p if p.protocol else p.evolve(protocol="TCP") for p in es.ports]
+    if all(a is b for a, b in zip(ports, es.ports, strict=True)):
+        return es
+    return es.evolve(ports=ports)
+
+
+__all__ = [
+    "DEFAULT_AFFINITY_TIMEOUT",
+    "NODE_PORT_TYPES",
+    "default_deployment",
+    "default_endpointslice",
+    "default_namespace",
+    "default_object",
+    "default_pod",
+    "default_pod_spec",
+    "default_replicaset",
+    "default_service",
+    "ip_family",
+]

@@ -1,0 +1,449 @@
+"""The apiserver: every write of the control plane goes through here.
+
+Pipeline of a write: metadata (namespace, name from generateName, uid, timestamps,
+generation) → defaulting (:mod:`.defaults`) → validation (:mod:`.validation`) →
+admission / allocation (:mod:`.services`) → one store write → one Event.
+
+Contract:
+
+* Reads go straight to :attr:`APIServer.store` (the informer-cache role).
+* Every successful write records an Event through the Recorder (the ``component``
+  argument names who asked, e.g. ``replicaset-controller``; reasons ``Created``,
+  ``Updated``, ``Deleted``, ``Deleting``). A write that changes nothing is not written
+  and records nothing (Kubernetes' no-op update), and returns the stored object.
+* ``update`` is compare-and-swap when the object carries ``metadata.resourceVersion``.
+  It takes metadata labels/annotations/ownerReferences and the spec from the object and
+  keeps the stored status (status has its own verb, :meth:`APIServer.update_status`).
+* Deleting a Pod bound to a node only marks it (``deletionTimestamp``); the kubelet ends
+  it with :meth:`APIServer.finalize_pod_deletion`. Deleting a Service frees its
+  ClusterIP, NodePorts and LoadBalancer IPs.
+* :meth:`APIServer.apply` is all-or-nothing: every object is admitted before anything is
+  written, the writes happen inside one ``store.transaction()``, and any error leaves the
+  store (revision included) and the allocators as they were.
+* Allocator state is rebuilt from the stored Services when the APIServer is constructed,
+  so it survives restarts of a persistent store.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from control.apiserver.allocators import Journal
+from control.apiserver.defaults import default_object
+from control.apiserver.nodes import nodes_for
+from control.apiserver.services import ServiceAllocators
+from control.apiserver.validation import validate, validate_update
+from control.clock import Clock, rfc3339
+from control.events import Recorder
+from control.store.base import Store
+from netmodel.cluster import ClusterSpec
+from netmodel.errors import (
+    ConflictError,
+    InputError,
+    InvalidError,
+    NotFoundError,
+    SvclabError,
+)
+from netmodel.objects import (
+    KubeObject,
+    Namespace,
+    Node,
+    ObjectMeta,
+    Pod,
+    Service,
+    ServicePort,
+    ServiceSpec,
+)
+
+Action = Literal["created", "configured", "unchanged"]
+
+#: Namespaces :meth:`APIServer.bootstrap` creates; the first two may not be deleted.
+SYSTEM_NAMESPACES = ("default", "kube-system", "svclab-system")
+UNDELETABLE_NAMESPACES = ("default", "kube-system", "kube-public")
+
+#: Kubernetes' generateName alphabet (no vowels, no confusable characters).
+_NAME_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
+_MAX_GENERATED_BASE = 58
+_UID_NAMESPACE = uuid.UUID("6ba7b811-9dad-11d1-80b4-00c04fd430c8")  # uuid.NAMESPACE_URL
+
+
+@dataclass
+class _Admitted:
+    """One object that passed admission and waits to be written."""
+
+    action: Action
+    obj: KubeObject
+    expected_version: int | None
+    notes: list[str]
+    journal: Journal = field(default_factory=Journal)
+
+
+def _status_fields(obj: KubeObject) -> bool:
+    return "status" in type(obj).model_fields
+
+
+def _spec_view(obj: KubeObject) -> dict[str, Any]:
+    """Everything but apiVersion/kind/metadata/status: what a generation counts."""
+    skip = ("api_version", "kind", "metadata", "status")
+    out = {k: v for k, v in obj.__dict__.items() if k not in skip}
+    if obj.model_extra:
+        out.update({k: v for k, v in obj.model_extra.items() if k != "status"})
+    return out
+
+
+def _message(verb: str, notes: Sequence[str]) -> str:
+    allocated = [n for n in notes if not n.startswith("released ")]
+    released = [n.removeprefix("released ") for n in notes if n.startswith("released ")]
+    parts = []
+    if allocated:
+        parts.append("allocated " + ", ".join(allocated))
+    if released:
+        parts.append("released " + ", ".join(released))
+    return "; ".join(parts) if parts else verb
+
+
+class APIServer:
+    """Validating, defaulting, allocating front of a :class:`Store`. See module docstring."""
+
+    def __init__(
+        self, store: Store, cluster: ClusterSpec, *, clock: Clock, recorder: Recorder
+    ) -> None:
+        self.store = store
+        self.cluster = cluster
+        self.clock = clock
+        self.recorder = recorder
+        self.services = ServiceAllocators(cluster)
+        self.services.rebuild([s for s in store.list("Service") if isinstance(s, Service)])
+
+    # ------------------------------------------------------------------ bootstrap
+
+    def bootstrap(self) -> None:
+        """Create the system Namespaces and the ``default/kubernetes`` Service (first
+        address of the serviceCIDR, port 443 ``https`` → 6443). Idempotent."""
+        for name in SYSTEM_NAMESPACES:
+            if self._get(Namespace.KIND, name) is None:
+                self.create(Namespace(metadata=ObjectMeta(name=name)))
+        if self._get(Service.KIND, "default/kubernetes") is None:
+            svc = Service(
+                metadata=ObjectMeta(
+                    name="kubernetes",
+                    namespace="default",
+                    labels={"component": "apiserver", "provider": "kubernetes"},
+                ),
+                spec=ServiceSpec(
+                    type="ClusterIP",
+                    ports=[ServicePort(name="https", port=443, protocol="TCP", target_port=6443)],
+                ),
+            )
+            self.create(svc)
+
+    def bootstrap_nodes(self) -> list[Node]:
+        """Create the Node objects the Cluster declares (those not stored yet) and return
+        every declared Node as stored. Idempotent."""
+        out: list[Node] = []
+        for node in nodes_for(self.cluster, now=self._now()):
+            stored = self._get(Node.KIND, node.key)
+            if stored is None:
+                stored = self.create(node)
+            if isinstance(stored, Node):
+                out.append(stored)
+        return out
+
+    # ------------------------------------------------------------------ verbs
+
+    def create(self, obj: KubeObject, *, component: str = "apiserver") -> KubeObject:
+        """Admit and store a new object. ConflictError if it exists; InvalidError /
+        AllocationError if refused (nothing stored, nothing allocated)."""
+        adm = self._admit_create(obj, reserved=set())
+        try:
+            stored = self._write(adm)
+        except BaseException:
+            adm.journal.rollback()
+            raise
+        adm.journal.commit()
+        self._record(component, stored, "Created", _message("created", adm.notes))
+        return stored
+
+    def update(self, obj: KubeObject, *, component: str = "apiserver") -> KubeObject:
+        """Admit and store a new version of an existing object (CAS when
+        ``metadata.resourceVersion`` is set). Returns the stored object; a no-op update
+        returns the stored object unchanged without a write."""
+        current = self.store.get(obj.kind, obj.key)
+        if obj.metadata.resource_version and obj.resource_version != current.resource_version:
+            raise ConflictError(
+                f"{obj.ref}: the object has been modified; please apply your changes to the "
+                f"latest version and try again (resourceVersion {obj.resource_version}, "
+                f"stored {current.resource_version})"
+            )
+        adm = self._admit_update(obj, current)
+        if adm.action == "unchanged":
+            return current
+        try:
+            stored = self._write(adm)
+        except BaseException:
+            adm.journal.rollback()
+            raise
+        adm.journal.commit()
+        self._record(component, stored, "Updated", _message("updated", adm.notes))
+        return stored
+
+    def update_status(
+        self,
+        obj: KubeObject,
+        *,
+        component: str = "apiserver",
+        reason: str | None = None,
+        message: str | None = None,
+        event_type: str = "Normal",
+    ) -> KubeObject:
+        """Store ``obj.status`` on the stored object; nothing else of ``obj`` is taken and
+        the spec is not re-validated. CAS when ``metadata.resourceVersion`` is set. No
+        Event unless ``reason`` is given. No write if the status is unchanged."""
+        if not _status_fields(obj):
+            raise InvalidError(f"{obj.kind} has no status", obj=obj.ref, field="status")
+        current = self.store.get(obj.kind, obj.key)
+        if obj.metadata.resource_version and obj.resource_version != current.resource_version:
+            raise ConflictError(
+                f"{obj.ref}: status update on resourceVersion {obj.resource_version}, "
+                f"stored {current.resource_version}"
+            )
+        status = obj.status  # type: ignore[attr-defined]
+        if status == current.status:  # type: ignore[attr-defined]
+            return current
+        new = current.evolve(status=status)
+        journal = Journal()
+        if isinstance(new, Service) and isinstance(current, Service):
+            self.services.restatus(new, current, journal)
+        try:
+            stored = self.store.update(new, expected_version=current.resource_version)
+        except BaseException:
+            journal.rollback()
+            raise
+        journal.commit()
+        if reason:
+            self.recorder.record(
+                component, stored, reason, message or "status updated", type_=event_type
+            )
+        return stored
+
+    def delete(self, kind: str, key: str, *, component: str = "apiserver") -> KubeObject:
+        """Delete an object and free what it holds. A Pod bound to a node is only marked
+        (deletionTimestamp set, stays stored; marking twice is a no-op); the kubelet
+        finishes it with :meth:`finalize_pod_deletion`. Returns the last stored state."""
+        current = self.store.get(kind, key)
+        if isinstance(current, Pod) and current.spec.node_name:
+            if current.is_terminating:
+                return current
+            marked = current.with_meta(deletion_timestamp=self._now())
+            stored = self.store.update(marked, expected_version=current.resource_version)
+            self._record(
+                component,
+                stored,
+                "Deleting",
+                f"marked for deletion; the kubelet on {current.spec.node_name} finishes it",
+            )
+            return stored
+        if isinstance(current, Namespace) and current.name in UNDELETABLE_NAMESPACES:
+            raise InvalidError(
+                "Forbidden: this namespace may not be deleted", obj=current.ref, field=None
+            )
+        journal = Journal()
+        notes: list[str] = []
+        if isinstance(current, Service):
+            notes = [f"released {n}" for n in self.services.release(current, journal)]
+        deleted = self.store.delete(kind, key, expected_version=current.resource_version)
+        journal.commit()
+        self._record(component, deleted, "Deleted", _message("deleted", notes))
+        return deleted
+
+    def finalize_pod_deletion(self, key: str) -> None:
+        """Remove a Pod for good (the kubelet's last step). Idempotent: a Pod already gone
+        is fine."""
+        try:
+            current = self.store.get(Pod.KIND, key)
+        except NotFoundError:
+            return
+        deleted = self.store.delete(Pod.KIND, key, expected_version=current.resource_version)
+        self._record("kubelet", deleted, "Deleted", "deleted")
+
+    def apply(
+        self,
+        objs: Sequence[KubeObject],
+        *,
+        source: str | None = None,
+        documents: Sequence[int] | None = None,
+    ) -> list[tuple[str, KubeObject]]:
+        """kubectl-apply-like: create or update each object, in order.
+
+        All objects are admitted first, then written inside one ``store.transaction()``.
+        Any error raises an :class:`InputError` naming ``source`` (the file), the document
+        (``documents[i]`` if given, else the 1-based position in ``objs``), the object and
+        the field; then nothing is stored and the revision is unchanged.
+        ``metadata.resourceVersion`` in the objects is ignored (replayed dumps apply).
+        Returns ``(action, object)`` per input, action ``created`` / ``configured`` /
+        ``unchanged``."""
+        plan: list[_Admitted] = []
+        batch: dict[tuple[str, str], KubeObject] = {}
+        try:
+            for i, obj in enumerate(objs):
+                doc = documents[i] if documents is not None else i + 1
+                try:
+                    plan.append(self._admit_apply(obj, batch))
+                except InputError as e:
+                    raise e.located(file=source, document=doc) from None
+                except SvclabError as e:
+                    raise InputError(str(e), file=source, document=doc, obj=obj.ref) from None
+            results: list[tuple[str, KubeObject]] = []
+            with self.store.transaction():
+                for adm in plan:
+                    if adm.action == "unchanged":
+                        results.append((adm.action, adm.obj))
+                        continue
+                    stored = self._write(adm)
+                    verb = "Created" if adm.action == "created" else "Updated"
+                    self._record("apiserver", stored, verb, _message(verb.lower(), adm.notes))
+                    results.append((adm.action, stored))
+        except BaseException:
+            for adm in reversed(plan):
+                adm.journal.rollback()
+            raise
+        for adm in plan:
+            adm.journal.commit()
+        return results
+
+    # ------------------------------------------------------------------ admission
+
+    def _admit_apply(self, obj: KubeObject, batch: dict[tuple[str, str], KubeObject]) -> _Admitted:
+        obj = obj.with_meta(resource_version=None) if obj.metadata.resource_version else obj
+        ident = (obj.kind, obj.key)
+        current = batch.get(ident) or (self._get(obj.kind, obj.key) if obj.name else None)
+        if current is None:
+            adm = self._admit_create(obj, reserved={k for _, k in batch})
+        else:
+            adm = self._admit_update(obj, current)
+            if ident in batch:
+                adm.expected_version = None  # written earlier in this batch
+        batch[(adm.obj.kind, adm.obj.key)] = adm.obj
+        return adm
+
+    def _admit_create(self, obj: KubeObject, *, reserved: set[str]) -> _Admitted:
+        obj = default_object(self._new_metadata(obj, reserved), self.cluster)
+        validate(obj, self.cluster)
+        journal = Journal()
+        notes: list[str] = []
+        if isinstance(obj, Service):
+            obj, notes = self.services.admit(obj, None, journal)
+        return _Admitted("created", obj, None, notes, journal)
+
+    def _admit_update(self, obj: KubeObject, current: KubeObject) -> _Admitted:
+        merged = default_object(self._merge(obj, current), self.cluster)
+        validate(merged, self.cluster)
+        validate_update(merged, current)
+        journal = Journal()
+        notes: list[str] = []
+        if isinstance(merged, Service) and isinstance(current, Service):
+            try:
+                merged, notes = self.services.admit(merged, current, journal)
+            except BaseException:
+                journal.rollback()
+                raise
+        if merged == current:
+            return _Admitted("unchanged", current, current.resource_version, [], journal)
+        if _spec_view(merged) != _spec_view(current):
+            merged = merged.with_meta(generation=(current.metadata.generation or 1) + 1)
+        return _Admitted("configured", merged, current.resource_version, notes, journal)
+
+    def _new_metadata(self, obj: KubeObject, reserved: set[str]) -> KubeObject:
+        meta = obj.metadata
+        ch: dict[str, Any] = {
+            "creation_timestamp": self._now(),
+            "resource_version": None,
+            "deletion_timestamp": None,
+            "uid": None,
+        }
+        if obj.kind != "Event":
+            ch["generation"] = 1
+        if obj.NAMESPACED:
+            if not meta.namespace:
+                ch["namespace"] = "default"
+        elif meta.namespace is not None:
+            ch["namespace"] = None
+        if not meta.name:
+            if not meta.generate_name:
+                raise InvalidError(
+                    "Required value: name or generateName is required",
+                    obj=f"{obj.kind}/{meta.namespace or ''}/".rstrip("/"),
+                    field="metadata.name",
+                )
+            ns = ch.get("namespace", meta.namespace) or ""
+            ch["name"] = self._generate_name(obj.kind, ns, meta.generate_name, reserved)
+        return obj.with_meta(**ch)
+
+    def _generate_name(self, kind: str, namespace: str, base: str, reserved: set[str]) -> str:
+        """``base`` + 5 characters, deterministic in (kind, namespace, base, revision)."""
+        base = base[:_MAX_GENERATED_BASE]
+        for attempt in itertools.count():
+            seed = f"{kind}/{namespace}/{base}/{self.store.revision}/{attempt}".encode()
+            digest = hashlib.sha256(seed).digest()
+            name = base + "".join(_NAME_ALPHABET[b % len(_NAME_ALPHABET)] for b in digest[:5])
+            key = f"{namespace}/{name}" if namespace else name
+            if key not in reserved and self._get(kind, key) is None:
+                return name
+        raise AssertionError("unreachable")
+
+    def _merge(self, obj: KubeObject, current: KubeObject) -> KubeObject:
+        """The object an update stores: ``obj``'s metadata (labels, annotations, owners,
+        ...) and spec, the stored identity fields, and the stored status (Service
+        status.loadBalancer.ingress may be given, as in a replayed manifest)."""
+        cm = current.metadata
+        meta = obj.metadata.evolve(
+            name=cm.name,
+            namespace=cm.namespace,
+            generate_name=cm.generate_name,
+            uid=cm.uid,
+            resource_version=cm.resource_version,
+            generation=cm.generation,
+            creation_timestamp=cm.creation_timestamp,
+            deletion_timestamp=cm.deletion_timestamp,
+        )
+        ch: dict[str, Any] = {"metadata": meta}
+        if _status_fields(current):
+            keep_given = isinstance(obj, Service) and obj.status.load_balancer.ingress
+            if not keep_given:
+                ch["status"] = current.status  # type: ignore[attr-defined]
+        return obj.evolve(**ch)
+
+    # ------------------------------------------------------------------ writes
+
+    def _write(self, adm: _Admitted) -> KubeObject:
+        if adm.action == "created":
+            rev = self.store.revision + 1
+            obj = adm.obj.with_meta(
+                uid=str(uuid.uuid5(_UID_NAMESPACE, f"{adm.obj.kind}/{adm.obj.key}/{rev}"))
+            )
+            return self.store.create(obj)
+        obj = adm.obj
+        if obj.metadata.uid is None:  # created earlier in the same apply batch
+            obj = obj.with_meta(uid=self.store.get(obj.kind, obj.key).metadata.uid)
+        return self.store.update(obj, expected_version=adm.expected_version)
+
+    def _record(self, component: str, obj: KubeObject, reason: str, message: str) -> None:
+        if obj.kind == "Event":
+            return
+        self.recorder.record(component, obj, reason, message)
+
+    # ------------------------------------------------------------------ helpers
+
+    def _get(self, kind: str, key: str) -> KubeObject | None:
+        try:
+            return self.store.get(kind, key)
+        except NotFoundError:
+            return None
+
+    def _now(self) -> str:
+        return rfc3339(self.clock.now())
