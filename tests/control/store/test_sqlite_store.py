@@ -1,0 +1,112 @@
+"""What only the SQLite backend promises: commit points, a consistent file, the JSON form,
+and open_store's URL forms."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from control.store import MemoryStore, SqliteStore, open_store, register_backend
+from netmodel.errors import InputError
+from netmodel.objects import ObjectMeta, Pod, Service, ServicePort, ServiceSpec
+
+
+def pod(name: str) -> Pod:
+    return Pod(metadata=ObjectMeta(name=name, namespace="default", labels={"app": "web"}))
+
+
+def committed_revision(path: Path) -> int:
+    """What another process would see."""
+    db = sqlite3.connect(path)
+    try:
+        row = db.execute("SELECT value FROM meta WHERE name = 'revision'").fetchone()
+        return int(row[0]) if row else 0
+    finally:
+        db.close()
+
+
+def test_file_holds_a_consistent_revision_between_commits(tmp_path: Path) -> None:
+    path = tmp_path / "state.db"
+    s = SqliteStore(path)
+    s.COMMIT_EVERY = 3
+    s.create(pod("a"))
+    s.create(pod("b"))
+    assert committed_revision(path) == 0  # not yet committed: another reader sees nothing
+    s.create(pod("c"))
+    assert committed_revision(path) == 3  # every COMMIT_EVERY writes
+    s.create(pod("d"))
+    s.flush()
+    assert committed_revision(path) == 4
+    s.create(pod("e"))
+    other = SqliteStore(path)  # a second opener sees the last committed revision only
+    assert other.revision == 4
+    assert [p.name for p in other.list("Pod")] == ["a", "b", "c", "d"]
+    other.close()
+    s.close()
+    assert committed_revision(path) == 5
+
+
+def test_outermost_transaction_commits(tmp_path: Path) -> None:
+    path = tmp_path / "state.db"
+    s = SqliteStore(path)
+    with s.transaction():
+        s.create(pod("a"))
+        with s.transaction():
+            s.create(pod("b"))
+        assert committed_revision(path) == 0
+    assert committed_revision(path) == 2
+    s.close()
+
+
+def test_rows_hold_the_to_dict_json(tmp_path: Path) -> None:
+    path = tmp_path / "state.db"
+    svc = Service(
+        metadata=ObjectMeta(name="web", namespace="default"),
+        spec=ServiceSpec(ports=[ServicePort(port=80, target_port="http")]),
+    )
+    with SqliteStore(path) as s:
+        stored = s.create(svc)
+    db = sqlite3.connect(path)
+    (data,) = db.execute("SELECT data FROM objects WHERE kind='Service'").fetchone()
+    db.close()
+    assert json.loads(data) == stored.to_dict()
+    with SqliteStore(path) as s2:
+        again = s2.get("Service", "default/web")
+        assert again == stored
+        assert again.to_dict() == stored.to_dict()  # only the given fields, after reload
+
+
+def test_closed_store_refuses_use(tmp_path: Path) -> None:
+    s = SqliteStore(tmp_path / "state.db")
+    s.close()
+    s.close()  # idempotent
+    with pytest.raises(RuntimeError, match="closed"):
+        s.get("Pod", "default/a")
+
+
+def test_open_store_forms(tmp_path: Path) -> None:
+    assert isinstance(open_store("memory"), MemoryStore)
+    assert isinstance(open_store("memory://"), MemoryStore)
+    a = open_store(tmp_path / "dir")  # a new directory -> DIR/state.db
+    assert isinstance(a, SqliteStore) and a.path == tmp_path / "dir" / "state.db"
+    a.close()
+    b = open_store(f"sqlite://{tmp_path}/x.db")
+    assert isinstance(b, SqliteStore) and b.path == tmp_path / "x.db"
+    b.close()
+    with pytest.raises(InputError, match="unknown store backend 'etcd'"):
+        open_store("etcd://127.0.0.1:2379")
+
+
+def test_register_backend_hook() -> None:
+    made: list[str] = []
+
+    def factory(rest: str) -> MemoryStore:
+        made.append(rest)
+        return MemoryStore()
+
+    register_backend("test-backend", factory)
+    assert isinstance(open_store("test-backend://host:1/x"), MemoryStore)
+    assert made == ["host:1/x"]
