@@ -290,10 +290,7 @@ def _service_ports(svc: Service, type_: str, p: Problems) -> None:
         port_protos.add((port.port, proto))
         target = port.target_port
         if isinstance(target, str):
-            if target.isdigit():
-                p.port(f"{f}.targetPort", int(target))
-            else:
-                p.check(f"{f}.targetPort", target, check_port_name)
+            p.check(f"{f}.targetPort", target, check_port_name)
         elif target is not None:
             p.port(f"{f}.targetPort", target)
         if port.node_port:
