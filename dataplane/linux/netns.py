@@ -14,10 +14,13 @@ from contextlib import contextmanager
 
 from pyroute2 import netns as _netns
 
+from dataplane.linux import nsenter
+from dataplane.linux.links import NsLink
+from dataplane.linux.names import PREFIX
 from netmodel.errors import BackendError
 
-PREFIX = "svclab-"
-NETNS_DIR = "/var/run/netns"
+NETNS_DIR = nsenter.NETNS_DIR
+__all__ = ["NETNS_DIR", "PREFIX", "cleanup", "create", "list_ours", "remove", "run_in", "temporary"]
 
 
 def unique_name(role: str = "t") -> str:
@@ -29,21 +32,20 @@ def create(name: str) -> str:
     """Create the namespace (loopback up); idempotent. Returns its name."""
     if not name.startswith(PREFIX):
         raise BackendError(f"netns {name!r}: svclab only manages names starting with {PREFIX!r}")
-    if name not in _netns.listnetns():
-        _netns.create(name)
-    run_in(name, ["ip", "link", "set", "lo", "up"])
+    nsenter.create_netns(name)
+    with NsLink(name) as link:
+        link.set_up("lo")
     return name
 
 
 def remove(name: str) -> None:
     """Remove the namespace if it exists (killing nothing: svclab runs no daemons in it
     except the ones it tracks itself)."""
-    if name in _netns.listnetns():
-        try:
-            _netns.remove(name)
-        except OSError as e:  # tolerate races with another cleanup
-            if name in _netns.listnetns():
-                raise BackendError(f"netns {name}: remove failed: {e}") from e
+    try:
+        nsenter.remove_netns(name)
+    except OSError as e:  # tolerate races with another cleanup
+        if name in _netns.listnetns():
+            raise BackendError(f"netns {name}: remove failed: {e}") from e
 
 
 def list_ours() -> list[str]:

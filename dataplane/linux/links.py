@@ -1,0 +1,236 @@
+"""Ensure-style netlink operations in one namespace (pyroute2).
+
+Every ``ensure_*`` makes the kernel match the model value and is idempotent: "already
+exists" (EEXIST) and "not found" (ENOENT/ESRCH/ENODEV on delete) are tolerated by
+errno; an object that exists with a different kind raises BackendError. Routes and
+neighbours use ``replace`` (atomic create-or-update). The netlink socket is opened
+inside the namespace through :func:`dataplane.linux.nsenter.entered` (no fork).
+"""
+
+from __future__ import annotations
+
+import errno
+from collections.abc import Iterator
+from contextlib import contextmanager
+from ipaddress import IPv4Interface
+from typing import Any
+
+from pyroute2 import IPRoute
+from pyroute2.netlink.exceptions import NetlinkError
+
+from dataplane.linux import nsenter
+from dataplane.linux.names import check_ifname
+from netmodel.errors import BackendError
+from netmodel.network import DEFAULT_ROUTE, FdbEntry, Interface, Neighbor, Route
+
+RTNH_F_ONLINK = 4
+NUD_PERMANENT = 0x80
+BRIDGE_MODE_HAIRPIN = 1
+_SCOPES = {"global": 0, "link": 253, "host": 254}
+
+
+@contextmanager
+def tolerate(*codes: int) -> Iterator[None]:
+    """Swallow a NetlinkError whose errno is one of ``codes``."""
+    try:
+        yield
+    except NetlinkError as e:
+        if e.code not in codes:
+            raise
+
+
+class NsLink:
+    """A netlink (rtnetlink) session bound to one namespace. Use as a context manager."""
+
+    def __init__(self, netns: str) -> None:
+        self.netns = netns
+        with nsenter.entered(netns):
+            self.ipr = IPRoute()
+
+    def __enter__(self) -> NsLink:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self.ipr.close()
+
+    def _fail(self, what: str, e: Exception) -> BackendError:
+        return BackendError(f"netns {self.netns}: {what}: {e}")
+
+    # ------------------------------------------------------------------ queries
+    def index(self, ifname: str) -> int | None:
+        found = self.ipr.link_lookup(ifname=ifname)
+        return found[0] if found else None
+
+    def must_index(self, ifname: str) -> int:
+        idx = self.index(ifname)
+        if idx is None:
+            raise BackendError(f"netns {self.netns}: no interface {ifname}")
+        return idx
+
+    def kind(self, index: int) -> str | None:
+        link = self.ipr.get_links(index)[0]
+        info = link.get_attr("IFLA_LINKINFO")
+        return None if info is None else info.get_attr("IFLA_INFO_KIND")
+
+    def links(self) -> list[Any]:
+        return list(self.ipr.get_links())
+
+    def addresses(self) -> list[Any]:
+        return list(self.ipr.get_addr(family=2))
+
+    def routes(self) -> list[Any]:
+        return list(self.ipr.get_routes(family=2, table=254))
+
+    def neighbours(self) -> list[Any]:
+        return list(self.ipr.get_neighbours(family=2))
+
+    def fdb_entries(self) -> list[Any]:
+        return list(self.ipr.fdb("dump"))
+
+    # ------------------------------------------------------------------ links
+    def _created(self, ifname: str, kind: str) -> int | None:
+        """Index of an existing ``ifname`` if it has ``kind``; None if absent."""
+        idx = self.index(ifname)
+        if idx is not None and self.kind(idx) != kind:
+            raise BackendError(
+                f"netns {self.netns}: {ifname} exists as {self.kind(idx)}, expected {kind}"
+            )
+        return idx
+
+    def ensure_bridge(self, itf: Interface) -> int:
+        check_ifname(itf.name)
+        idx = self._created(itf.name, "bridge")
+        if idx is None:
+            with tolerate(errno.EEXIST):
+                self.ipr.link("add", ifname=itf.name, kind="bridge", address=itf.mac, mtu=itf.mtu)
+            idx = self.must_index(itf.name)
+        return idx
+
+    def ensure_dummy(self, itf: Interface) -> int:
+        check_ifname(itf.name)
+        idx = self._created(itf.name, "dummy")
+        if idx is None:
+            with tolerate(errno.EEXIST):
+                self.ipr.link("add", ifname=itf.name, kind="dummy", address=itf.mac, mtu=itf.mtu)
+            idx = self.must_index(itf.name)
+        return idx
+
+    def ensure_veth(self, itf: Interface, peer_netns: str, peer: Interface) -> int:
+        """Create a veth whose peer is born directly in ``peer_netns`` (it never exists
+        in the root namespace, so a crash cannot leave it there)."""
+        check_ifname(itf.name)
+        check_ifname(peer.name)
+        idx = self._created(itf.name, "veth")
+        if idx is None:
+            spec = {
+                "ifname": peer.name,
+                "net_ns_fd": nsenter.netns_path(peer_netns),
+                "address": peer.mac,
+                "mtu": peer.mtu,
+            }
+            try:
+                self.ipr.link(
+                    "add", ifname=itf.name, kind="veth", address=itf.mac, mtu=itf.mtu, peer=spec
+                )
+            except NetlinkError as e:
+                raise self._fail(f"veth {itf.name} <-> {peer_netns}/{peer.name}", e) from e
+            idx = self.must_index(itf.name)
+        return idx
+
+    def ensure_vxlan(self, itf: Interface) -> int:
+        check_ifname(itf.name)
+        vx = itf.vxlan
+        if vx is None:
+            raise BackendError(f"netns {self.netns}: {itf.name} has no VXLAN parameters")
+        idx = self._created(itf.name, "vxlan")
+        if idx is None:
+            try:
+                self.ipr.link(
+                    "add",
+                    ifname=itf.name,
+                    kind="vxlan",
+                    address=itf.mac,
+                    mtu=itf.mtu,
+                    vxlan_id=vx.vni,
+                    vxlan_local=str(vx.local),
+                    vxlan_link=self.must_index(vx.dev),
+                    vxlan_port=vx.port,
+                    vxlan_learning=int(vx.learning),
+                )
+            except NetlinkError as e:
+                raise self._fail(f"vxlan {itf.name}", e) from e
+            idx = self.must_index(itf.name)
+        return idx
+
+    def configure(self, itf: Interface) -> None:
+        """Apply the attributes that may drift on an existing link: MAC, MTU, master,
+        hairpin, addresses, up. Setting a value to what it already is is a no-op."""
+        idx = self.must_index(itf.name)
+        if itf.kind != "loopback":
+            attrs: dict[str, Any] = {"address": itf.mac, "mtu": itf.mtu}
+            if itf.master is not None:
+                attrs["master"] = self.must_index(itf.master)
+            self.ipr.link("set", index=idx, **attrs)
+            if itf.master is not None and itf.hairpin:
+                self.ipr.brport("set", index=idx, mode=BRIDGE_MODE_HAIRPIN)
+        for addr in itf.addresses:
+            self.ensure_addr(idx, addr)
+        if itf.up:
+            self.ipr.link("set", index=idx, state="up")
+
+    def ensure_addr(self, index: int, addr: IPv4Interface) -> None:
+        with tolerate(errno.EEXIST):
+            self.ipr.addr(
+                "add", index=index, address=str(addr.ip), prefixlen=addr.network.prefixlen
+            )
+
+    def set_up(self, ifname: str) -> None:
+        self.ipr.link("set", index=self.must_index(ifname), state="up")
+
+    def delete_link(self, ifname: str) -> None:
+        idx = self.index(ifname)
+        if idx is not None:
+            with tolerate(errno.ENODEV, errno.ENOENT):
+                self.ipr.link("del", index=idx)
+
+    # ------------------------------------------------------------------ tables
+    def ensure_route(self, route: Route) -> None:
+        """``ip route replace``; kernel-made connected routes (proto kernel) are skipped."""
+        if route.proto == "kernel":
+            return
+        spec: dict[str, Any] = {
+            "dst": "0.0.0.0/0" if route.dst == DEFAULT_ROUTE else str(route.dst),
+            "oif": self.must_index(route.dev),
+            "scope": _SCOPES[route.scope],
+        }
+        if route.via is not None:
+            spec["gateway"] = str(route.via)
+        if route.onlink:
+            spec["flags"] = RTNH_F_ONLINK
+        if route.src is not None:
+            spec["prefsrc"] = str(route.src)
+        try:
+            self.ipr.route("replace", **spec)
+        except NetlinkError as e:
+            raise self._fail(f"route {route.describe()}", e) from e
+
+    def ensure_neigh(self, n: Neighbor) -> None:
+        """``ip neigh replace IP lladdr MAC dev DEV nud permanent``."""
+        self.ipr.neigh(
+            "replace",
+            dst=str(n.ip),
+            lladdr=n.mac,
+            ifindex=self.must_index(n.dev),
+            state=NUD_PERMANENT,
+        )
+
+    def ensure_fdb(self, f: FdbEntry) -> None:
+        """``bridge fdb append MAC dev DEV dst IP`` (the kernel ignores an exact duplicate)."""
+        spec: dict[str, Any] = {"ifindex": self.must_index(f.dev), "lladdr": f.mac}
+        if f.dst is not None:
+            spec["dst"] = str(f.dst)
+        with tolerate(errno.EEXIST):
+            self.ipr.fdb("append", **spec)
