@@ -1,0 +1,316 @@
+"""Pods through the real CNI plugins, exactly as a container runtime calls them.
+
+A runtime runs a plugin in *its own* (host) network namespace and tells it the
+container's namespace by path. In svclab the "host" of a pod is its node namespace, so
+each plugin runs as ``ip netns exec <node-ns> /usr/lib/cni/<plugin>``: ``ip netns exec``
+enters the node's network namespace and also gives the plugin a private mount namespace
+with ``/sys`` remounted for that network namespace (the bridge plugin reads
+``/sys/class/net``) while ``/var/run/netns`` stays visible, so ``CNI_NETNS`` resolves.
+Verified here with containernetworking-plugins (Debian): the host veth and the ``cni0``
+bridge appear in the node namespace, ``eth0`` in the pod namespace.
+
+Calls per pod, as a runtime does: ``loopback`` ADD for ``lo`` and ``bridge`` ADD for
+``eth0`` with this network configuration (stdin)::
+
+    {"cniVersion": "1.0.0", "name": "svclab", "type": "bridge", "bridge": "cni0",
+     "isGateway": true, "ipMasq": false, "hairpinMode": true, "mtu": <mtu>,
+     "ipam": {"type": "host-local", "ranges": [[{"subnet": "<podCIDR>"}]],
+              "routes": [{"dst": "0.0.0.0/0"}], "dataDir": "/run/svclab/<id>/ipam"}}
+
+Addresses: host-local allocates in order from ``.2`` of the podCIDR. To make both
+backends give a pod the same address, :meth:`CniRunner.add` passes the control plane's
+choice as ``CNI_ARGS=IgnoreUnknown=1;IP=<ip>;MAC=<mac>`` (host-local honours ``IP``,
+the bridge plugin ``MAC``), and the MAC defaults to the model's
+(:func:`netmodel.network.stable_mac`). ``IgnoreUnknown`` is required because each plugin
+rejects the other's key otherwise.
+
+CNI ADD is not idempotent (a second ADD fails: "eth0 already exists", "IP not
+available"). :meth:`CniRunner.add` therefore keeps libcni's result cache (one JSON per
+pod in the cluster's state dir) and returns the cached result when the pod's ``eth0``
+still carries that address.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass
+from ipaddress import IPv4Address, IPv4Interface, IPv4Network
+from pathlib import Path
+from typing import Any, Literal
+
+from dataplane.linux import nsenter
+from dataplane.linux.links import NsLink
+from dataplane.linux.names import ClusterNames
+from dataplane.linux.state import StateDir
+from netmodel.errors import BackendError
+from netmodel.network import stable_mac
+
+CniMode = Literal["bridge-plugin", "netlink"]
+"""How pods are attached. ``bridge-plugin``: the real CNI ``bridge`` + ``host-local`` +
+``loopback`` plugins (this module). ``netlink``: svclab creates the very same layout
+itself with pyroute2 (host veth names and every MAC exactly as the model has them);
+use it where the plugins are not installed or to compare against the plugins."""
+
+PLUGIN_DIR = Path("/usr/lib/cni")
+NETWORK_NAME = "svclab"
+BRIDGE = "cni0"
+
+
+class CniError(BackendError):
+    """A CNI plugin failed; the message carries the plugin's own ``msg`` and ``code``."""
+
+
+@dataclass(frozen=True, slots=True)
+class CniResult:
+    """What the kubelet learns from CNI ADD: the pod's address, its gateway, the host-side
+    veth in the node namespace, and the pod's ``eth0`` MAC."""
+
+    ip: IPv4Address
+    prefixlen: int
+    gateway: IPv4Address
+    host_veth: str
+    mac: str
+
+    @property
+    def interface(self) -> IPv4Interface:
+        return IPv4Interface(f"{self.ip}/{self.prefixlen}")
+
+    def to_json(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["ip"], d["gateway"] = str(self.ip), str(self.gateway)
+        return d
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> CniResult:
+        return cls(
+            ip=IPv4Address(d["ip"]),
+            prefixlen=int(d["prefixlen"]),
+            gateway=IPv4Address(d["gateway"]),
+            host_veth=str(d["host_veth"]),
+            mac=str(d["mac"]),
+        )
+
+
+def parse_result(raw: dict[str, Any], *, ifname: str = "eth0") -> CniResult:
+    """Read a CNI 1.0.0 ADD result of the bridge plugin into a :class:`CniResult`."""
+    itfs: list[dict[str, Any]] = raw.get("interfaces", [])
+    try:
+        pod_idx = next(i for i, x in enumerate(itfs) if x.get("sandbox") and x["name"] == ifname)
+        host = next(x for x in itfs if not x.get("sandbox") and x["name"] != BRIDGE)
+        ipc = next(x for x in raw.get("ips", []) if x.get("interface") == pod_idx)
+    except StopIteration as e:
+        raise CniError(f"CNI result without {ifname}, host veth or address: {raw}") from e
+    addr = IPv4Interface(ipc["address"])
+    return CniResult(
+        ip=addr.ip,
+        prefixlen=addr.network.prefixlen,
+        gateway=IPv4Address(ipc["gateway"]),
+        host_veth=str(host["name"]),
+        mac=str(itfs[pod_idx]["mac"]),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class PodAttach:
+    """One pod to attach (for :meth:`CniRunner.add_many`)."""
+
+    node: str
+    pod_key: str
+    pod_cidr: IPv4Network
+    requested_ip: IPv4Address | None = None
+    mac: str | None = None
+
+
+class CniRunner:
+    """Runs the CNI plugins for the pods of one realised cluster.
+
+    This is the kubelet's real network plugin: ``add`` = sandbox netns + CNI ADD,
+    ``delete`` = CNI DEL + sandbox removal. Safe to call from several threads.
+    """
+
+    def __init__(
+        self,
+        cluster_id: str,
+        *,
+        mtu: int = 1500,
+        plugin_dir: Path = PLUGIN_DIR,
+        timeout: float = 30,
+    ) -> None:
+        self.names = ClusterNames(cluster_id)
+        self.state = StateDir.of(cluster_id)
+        self.mtu = mtu
+        self.plugin_dir = plugin_dir
+        self.timeout = timeout
+        for plugin in ("bridge", "host-local", "loopback"):
+            if not (plugin_dir / plugin).exists():
+                raise CniError(f"CNI plugin {plugin} not found in {plugin_dir}")
+
+    # ------------------------------------------------------------------ config
+    def netconf(self, pod_cidr: IPv4Network) -> dict[str, Any]:
+        """The network configuration handed to the bridge plugin on stdin."""
+        return {
+            "cniVersion": "1.0.0",
+            "name": NETWORK_NAME,
+            "type": "bridge",
+            "bridge": BRIDGE,
+            "isGateway": True,
+            "ipMasq": False,
+            "hairpinMode": True,
+            "mtu": self.mtu,
+            "ipam": {
+                "type": "host-local",
+                "ranges": [[{"subnet": str(pod_cidr)}]],
+                "routes": [{"dst": "0.0.0.0/0"}],
+                "dataDir": str(self.state.ipam_dir),
+            },
+        }
+
+    @staticmethod
+    def loopback_conf() -> dict[str, Any]:
+        return {"cniVersion": "1.0.0", "name": "cni-loopback", "type": "loopback"}
+
+    # ------------------------------------------------------------------ exec
+    def _exec(
+        self,
+        node: str,
+        plugin: str,
+        command: Literal["ADD", "DEL", "CHECK"],
+        pod_key: str,
+        ifname: str,
+        conf: dict[str, Any],
+        args: str = "",
+    ) -> dict[str, Any]:
+        env = {
+            "PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"),
+            "CNI_COMMAND": command,
+            "CNI_CONTAINERID": self.names.container_id(pod_key),
+            "CNI_NETNS": nsenter.netns_path(self.names.netns(f"pod/{pod_key}")),
+            "CNI_IFNAME": ifname,
+            "CNI_PATH": str(self.plugin_dir),
+        }
+        if args:
+            env["CNI_ARGS"] = args
+        argv = ["ip", "netns", "exec", self.names.netns(f"node/{node}")]
+        argv.append(str(self.plugin_dir / plugin))
+        try:
+            proc = subprocess.run(
+                argv,
+                input=json.dumps(conf),
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=self.timeout,
+                check=False,
+            )
+        except subprocess.TimeoutExpired as e:
+            raise CniError(f"CNI {command} {plugin} for pod {pod_key}: timed out") from e
+        if proc.returncode != 0:
+            try:
+                err = json.loads(proc.stdout)
+                why = f"{err.get('msg')} (code {err.get('code')})"
+            except json.JSONDecodeError:
+                why = (proc.stderr or proc.stdout).strip() or f"exit code {proc.returncode}"
+            raise CniError(f"CNI {command} {plugin} for pod {pod_key} on node {node}: {why}")
+        out = proc.stdout.strip()
+        return json.loads(out) if out else {}
+
+    # ------------------------------------------------------------------ API
+    def add(
+        self,
+        node: str,
+        pod_key: str,
+        pod_cidr: IPv4Network,
+        *,
+        requested_ip: IPv4Address | None = None,
+        mac: str | None = None,
+    ) -> CniResult:
+        """Attach pod ``pod_key`` (``ns/name``) on ``node``: create its sandbox namespace
+        if missing, run ``loopback`` and ``bridge`` ADD, cache and return the result.
+
+        ``requested_ip`` None lets host-local choose (in order from ``.2``); otherwise
+        that address is used or CniError says why not (taken, outside the range). ``mac``
+        defaults to the model's MAC for the pod. Idempotent: a pod already attached with
+        the cached result is returned as is."""
+        cached = self.cached(pod_key)
+        pod_ns = self.names.netns(f"pod/{pod_key}")
+        if (
+            cached is not None
+            and (requested_ip is None or cached.ip == requested_ip)
+            and _has_address(pod_ns, cached.interface)
+        ):
+            return cached
+        mac = mac or stable_mac("pod", pod_key)
+        created = nsenter.create_netns(pod_ns)
+        try:
+            self._exec(node, "loopback", "ADD", pod_key, "lo", self.loopback_conf())
+            args = f"IgnoreUnknown=1;MAC={mac}"
+            if requested_ip is not None:
+                args += f";IP={requested_ip}"
+            raw = self._exec(node, "bridge", "ADD", pod_key, "eth0", self.netconf(pod_cidr), args)
+        except BaseException:
+            if created:  # leave nothing behind for a pod we failed to attach
+                with contextlib.suppress(BackendError):
+                    self._release(node, pod_key, pod_cidr, None)
+                nsenter.remove_netns(pod_ns)
+            raise
+        result = parse_result(raw)
+        self.state.ensure().write_json(
+            self.state.cni_result(pod_key), {"raw": raw, **result.to_json()}
+        )
+        return result
+
+    def add_many(self, pods: Sequence[PodAttach], *, workers: int = 8) -> list[CniResult]:
+        """:meth:`add` for many pods concurrently (plugin execs dominate; host-local
+        serialises its own allocations with a file lock). Results in input order; the
+        first error is raised after all calls finished."""
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            futures = [
+                pool.submit(
+                    self.add, p.node, p.pod_key, p.pod_cidr, requested_ip=p.requested_ip, mac=p.mac
+                )
+                for p in pods
+            ]
+            return [f.result() for f in futures]
+
+    def delete(self, node: str, pod_key: str, pod_cidr: IPv4Network) -> None:
+        """Detach pod ``pod_key``: ``bridge`` DEL (releases the address in host-local,
+        removes the veth) and ``loopback`` DEL, then remove the sandbox namespace and
+        the cached result. Tolerates a pod that is already (partly) gone."""
+        cached = self.state.read_json(self.state.cni_result(pod_key))
+        self._release(node, pod_key, pod_cidr, cached.get("raw") if cached else None)
+        nsenter.remove_netns(self.names.netns(f"pod/{pod_key}"))
+        self.state.cni_result(pod_key).unlink(missing_ok=True)
+
+    def _release(
+        self, node: str, pod_key: str, pod_cidr: IPv4Network, prev: dict[str, Any] | None
+    ) -> None:
+        conf = self.netconf(pod_cidr)
+        if prev is not None:
+            conf["prevResult"] = prev
+        self._exec(node, "bridge", "DEL", pod_key, "eth0", conf)
+        if nsenter.inode(self.names.netns(f"pod/{pod_key}")) is not None:
+            self._exec(node, "loopback", "DEL", pod_key, "lo", self.loopback_conf())
+
+    def cached(self, pod_key: str) -> CniResult | None:
+        """The cached ADD result of a pod, None if it was never attached (or deleted)."""
+        d = self.state.read_json(self.state.cni_result(pod_key))
+        return None if d is None else CniResult.from_json(d)
+
+
+def _has_address(pod_ns: str, addr: IPv4Interface) -> bool:
+    """Does ``eth0`` in ``pod_ns`` carry ``addr``? (False if the namespace is gone.)"""
+    if nsenter.inode(pod_ns) is None:
+        return False
+    with NsLink(pod_ns) as link:
+        idx = link.index("eth0")
+        if idx is None:
+            return False
+        return any(
+            a.get_attr("IFA_ADDRESS") == str(addr.ip) and a["prefixlen"] == addr.network.prefixlen
+            for a in link.ipr.get_addr(family=2, index=idx)
+        )

@@ -1,0 +1,198 @@
+"""Start, stop and kill the pod servers of a realised cluster (see
+:mod:`dataplane.linux.podserver` for the server side and its protocol).
+
+Processes are tracked by pid files under ``/run/svclab/<id>/servers/``, so any later
+process (a second CLI call, :func:`dataplane.linux.realize.cleanup` after a crash) can
+stop them; :func:`kill_tracked` never signals a pid whose command line is not a pod
+server's, so a recycled pid is safe.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from dataplane.linux.names import ClusterNames
+from dataplane.linux.state import StateDir
+from netmodel.errors import BackendError
+
+SERVER_SCRIPT = Path(__file__).with_name("podserver.py")
+Proto = Literal["tcp", "udp"]
+
+# Supervisors started by this process: waited for on shutdown (no zombies).
+_children: dict[Path, subprocess.Popen[bytes]] = {}
+
+
+@dataclass(frozen=True, slots=True)
+class ServerSpec:
+    """A pod server: the pod it answers for and its containerPorts."""
+
+    pod_key: str
+    ports: tuple[tuple[int, Proto], ...]
+
+
+class PodServers:
+    """The pod servers of one cluster, behind its supervisor process."""
+
+    def __init__(self, cluster_id: str) -> None:
+        self.names = ClusterNames(cluster_id)
+        self.state = StateDir.of(cluster_id)
+        self.dir = self.state.servers_dir
+
+    # ------------------------------------------------------------------ supervisor
+    def supervisor_pid(self) -> int | None:
+        pid = read_pid(self.state.supervisor_pid)
+        return pid if pid is not None and is_ours(pid) else None
+
+    def ensure_supervisor(self) -> int:
+        """Start the cluster's supervisor unless it runs; returns its pid."""
+        pid = self.supervisor_pid()
+        if pid is not None and self.state.supervisor_sock.exists():
+            return pid
+        self.state.ensure()
+        log = (self.dir / "supervisor.log").open("ab")
+        try:
+            proc = subprocess.Popen(
+                [sys.executable, "-I", str(SERVER_SCRIPT), str(self.dir)],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=log,
+                start_new_session=True,  # a Ctrl-C of the caller does not reach it
+                close_fds=True,
+            )
+        finally:
+            log.close()
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        proc.stdout.close()
+        if line.strip() != b"ready":
+            proc.kill()
+            proc.wait()
+            raise BackendError(
+                f"pod server supervisor did not start (see {self.dir}/supervisor.log)"
+            )
+        _children[self.dir] = proc
+        return proc.pid
+
+    def _request(self, req: dict[str, Any], timeout: float = 30) -> dict[str, Any]:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            s.settimeout(timeout)
+            try:
+                s.connect(str(self.state.supervisor_sock))
+                s.sendall(json.dumps(req).encode() + b"\n")
+                data = b""
+                while not data.endswith(b"\n"):
+                    chunk = s.recv(65536)
+                    if not chunk:
+                        break
+                    data += chunk
+            except OSError as e:
+                raise BackendError(f"pod server supervisor: {e}") from e
+        reply: dict[str, Any] = json.loads(data)
+        return reply
+
+    # ------------------------------------------------------------------ API
+    def start(self, specs: Sequence[ServerSpec]) -> dict[str, int]:
+        """Start (or keep) a server for each pod, listening when this returns; returns
+        pod -> pid. Raises BackendError naming every pod whose server failed."""
+        if not specs:
+            return {}
+        self.ensure_supervisor()
+        pods = [
+            {
+                "pod": s.pod_key,
+                "netns": self.names.netns(f"pod/{s.pod_key}"),
+                "tcp": sorted({p for p, proto in s.ports if proto == "tcp"}),
+                "udp": sorted({p for p, proto in s.ports if proto == "udp"}),
+            }
+            for s in specs
+        ]
+        reply = self._request({"op": "start", "pods": pods})
+        if not reply.get("ok"):
+            errs = "; ".join(f"{k}: {v}" for k, v in reply.get("errors", {}).items())
+            raise BackendError(f"pod servers: {errs}")
+        return {str(k): int(v) for k, v in reply["pids"].items()}
+
+    def stop(self, pod_keys: Iterable[str]) -> None:
+        """Stop the servers of these pods (no error for a pod without a server)."""
+        if self.supervisor_pid() is None:
+            kill_pids(read_pid(self.state.server_pid(k)) for k in pod_keys)
+            return
+        self._request({"op": "stop", "pods": list(pod_keys)})
+
+    def running(self) -> Mapping[str, int]:
+        if self.supervisor_pid() is None:
+            return {}
+        return {str(k): int(v) for k, v in self._request({"op": "list"})["pids"].items()}
+
+    def shutdown(self) -> None:
+        """Stop every server and the supervisor; works also if the supervisor is gone
+        (then the pid files are used)."""
+        kill_tracked(self.dir)
+        proc = _children.pop(self.dir, None)
+        if proc is not None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=5)
+
+
+def read_pid(path: Path) -> int | None:
+    try:
+        return int(path.read_text().strip())
+    except (FileNotFoundError, ValueError):
+        return None
+
+
+def is_ours(pid: int) -> bool:
+    """Is ``pid`` a live (not zombie) pod server or supervisor process?"""
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    state = stat.rsplit(")", 1)[1].split()[0]
+    return state != "Z" and SERVER_SCRIPT.name.encode() in cmdline
+
+
+def kill_pids(pids: Iterable[int | None], *, timeout: float = 5) -> None:
+    """SIGKILL each pid that :func:`is_ours`, and wait until they are gone."""
+    victims = [p for p in pids if p is not None and is_ours(p)]
+    for pid in victims:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + timeout
+    while victims and time.monotonic() < deadline:
+        victims = [p for p in victims if is_ours(p)]
+        if victims:
+            time.sleep(0.01)
+    if victims:
+        raise BackendError(f"pod servers {victims} did not exit")
+
+
+def kill_tracked(servers_dir: Path) -> None:
+    """Kill the supervisor and every pod server with a pid file in ``servers_dir``, and
+    remove the pid files and the control socket."""
+    if not servers_dir.is_dir():
+        return
+    supervisor = read_pid(servers_dir / "supervisor.pid")
+    if supervisor is not None and is_ours(supervisor):
+        # SIGTERM first: the supervisor kills and reaps its children (no zombies).
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(supervisor, signal.SIGTERM)
+        deadline = time.monotonic() + 3
+        while is_ours(supervisor) and time.monotonic() < deadline:
+            time.sleep(0.01)
+    pid_files = list(servers_dir.glob("*.pid"))
+    kill_pids(read_pid(p) for p in pid_files)
+    for p in pid_files:
+        p.unlink(missing_ok=True)
+    (servers_dir / "supervisor.sock").unlink(missing_ok=True)
