@@ -1,0 +1,502 @@
+"""Realise a :class:`~netmodel.network.ClusterNetwork` on real network namespaces, tear
+it down, and clean up after crashes.
+
+What :func:`realize` creates (names from :mod:`dataplane.linux.names`):
+
+* one namespace per logical namespace of the model (pods' in ``bridge-plugin`` mode are
+  created as the runtime's sandbox by :class:`~dataplane.linux.cni.CniRunner`);
+* the router's ``br0`` and one veth per node (``u<i>`` in the router, ``eth0`` in the
+  node), external clients' point-to-point veths, every address and static route;
+* per node: ``cni0`` (MAC, MTU and gateway address from the model, created before any
+  pod so concurrent CNI calls never race to create it), and either ``flannel.1``
+  (VXLAN VNI 1, UDP 8472, ``nolearning``, the model's VTEP MAC; per peer node an onlink
+  route, a permanent neighbour and an FDB entry to the peer's node IP) or host-gw routes;
+* pods: through the real CNI plugins (``bridge-plugin``) with the model's IP and MAC, or
+  directly with pyroute2 (``netlink``, veth names and MACs exactly as the model);
+* sysctls (the model lists them per namespace):
+
+  - ``net.ipv4.ip_forward=1`` on the router and nodes: they route pod and Service
+    traffic between interfaces (the bridge plugin sets it too, as ``isGateway``);
+  - ``net.ipv4.conf.all.route_localnet=1`` on nodes: kube-proxy's localhost NodePorts
+    (``127.0.0.1:NODEPORT``) DNAT loopback-sourced packets to pod IPs, which the kernel
+    only routes off-host with route_localnet;
+  - ``net.bridge.bridge-nf-call-iptables=1`` on nodes: see *hairpin* below.
+
+Hairpin. A pod reaching a Service whose chosen endpoint is on the same node sends the
+packet to the ``cni0`` gateway (routed, so PREROUTING DNATs it), but the endpoint's
+reply goes straight back to the client across the bridge. Unless bridged frames cross
+iptables (``br_netfilter``: ``net.bridge.bridge-nf-call-iptables``), conntrack never sees
+the reply, does not undo the DNAT, and the client drops it. On this kernel br_netfilter is
+built in and its sysctls exist per namespace (``modprobe`` is not even installed), so
+``hairpin="auto"`` picks ``br-netfilter``. Without br_netfilter, ``auto`` falls back to
+``masquerade``: a nat POSTROUTING rule ``-s podCIDR -d podCIDR -o cni0 -m conntrack
+--ctstate DNAT -j MASQUERADE`` makes such replies go to the ``cni0`` address (routed,
+so conntrack un-NATs them); the price is that the endpoint sees the node's ``cni0``
+address instead of the client pod's. A pod reaching itself through a Service works in
+both modes: kube-proxy masquerades that case itself and the CNI sets ``hairpin`` on
+every bridge port.
+
+Everything is ensure-style, so calling :func:`realize` again on a realised cluster
+changes nothing, and a half-realised cluster (crash, Ctrl-C) is completed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import shutil
+import signal
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from ipaddress import IPv4Address, IPv4Interface, IPv4Network
+from typing import Any, Literal
+
+from pyroute2 import IPRoute
+
+from dataplane.linux import nsenter, rules, servers, state, traffic
+from dataplane.linux.cni import CniMode, CniResult, CniRunner, PodAttach
+from dataplane.linux.links import NsLink, tolerate
+from dataplane.linux.names import PREFIX, ClusterNames, check_ifname
+from dataplane.linux.netns import list_ours
+from dataplane.linux.servers import PodServers, Proto, ServerSpec
+from dataplane.linux.state import StateDir
+from dataplane.proxy.iptables import JumpRule
+from netmodel.errors import BackendError
+from netmodel.network import DEFAULT_ROUTE, ClusterNetwork, Interface, Netns
+
+HairpinMode = Literal["auto", "br-netfilter", "masquerade"]
+BRIDGE_NF = "net.bridge.bridge-nf-call-iptables"
+HAIRPIN_CHAIN = "SVCLAB-HAIRPIN"
+HAIRPIN_JUMP = JumpRule(
+    "nat", "POSTROUTING", f'-m comment --comment "svclab hairpin fallback" -j {HAIRPIN_CHAIN}'
+)
+_KIND_ORDER = {"loopback": 0, "bridge": 1, "dummy": 2, "veth": 3, "vxlan": 4, "ethernet": 5}
+
+
+@dataclass
+class RealCluster:
+    """A realised cluster: how to find its namespaces and what its pods got.
+
+    ``namespaces`` maps logical names (``node/n1``) to kernel names; ``pods`` maps pod
+    keys (``ns/name``) to their attachment (IP, host veth, MAC). It is saved in the state
+    dir, so another process can :meth:`load` it by cluster id."""
+
+    cluster_id: str
+    namespaces: dict[str, str]
+    cni: CniMode
+    hairpin: Literal["br-netfilter", "masquerade"]
+    overlay: str
+    pods: dict[str, CniResult] = field(default_factory=dict)
+    mtu: int = 1500
+
+    @property
+    def names(self) -> ClusterNames:
+        return ClusterNames(self.cluster_id)
+
+    @property
+    def state(self) -> StateDir:
+        return StateDir.of(self.cluster_id)
+
+    def netns(self, logical: str) -> str:
+        """Kernel namespace of a logical one (``router``, ``node/N``, ``pod/NS/N``,
+        ``ext/IP``); a kernel name (``svclab-...``) is returned unchanged."""
+        if logical.startswith(PREFIX):
+            return logical
+        return self.names.netns(logical)
+
+    def node_netns(self, node: str) -> str:
+        return self.netns(f"node/{node}")
+
+    def pod_netns(self, pod_key: str) -> str:
+        return self.netns(f"pod/{pod_key}")
+
+    # ---------------------------------------------------------------- helpers
+    def cni_runner(self) -> CniRunner:
+        """The CNI runner for this cluster (the kubelet's real network plugin)."""
+        return CniRunner(self.cluster_id, mtu=self.mtu)
+
+    @property
+    def servers(self) -> PodServers:
+        return PodServers(self.cluster_id)
+
+    def serve(self, ports: Mapping[str, Sequence[tuple[int, Proto]]]) -> dict[str, int]:
+        """Start a pod server for each pod key with its (port, proto) containerPorts;
+        they listen when this returns. Returns pod -> pid."""
+        return self.servers.start([ServerSpec(k, tuple(v)) for k, v in ports.items()])
+
+    def connect(
+        self,
+        src: str,
+        dst_ip: IPv4Address | str,
+        dport: int,
+        proto: traffic.Proto = "tcp",
+        *,
+        sport: int | None = None,
+        timeout: float = 2.0,
+    ) -> traffic.ConnectResult:
+        """:func:`dataplane.linux.traffic.connect` from a logical namespace."""
+        return traffic.connect(self.netns(src), dst_ip, dport, proto, sport=sport, timeout=timeout)
+
+    def ping(
+        self, src: str, dst: IPv4Address | str, count: int = 1, *, timeout: float = 1.0
+    ) -> traffic.PingResult:
+        return traffic.ping(self.netns(src), dst, count, timeout=timeout)
+
+    # ---------------------------------------------------------------- persistence
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "cluster_id": self.cluster_id,
+            "namespaces": self.namespaces,
+            "cni": self.cni,
+            "hairpin": self.hairpin,
+            "overlay": self.overlay,
+            "mtu": self.mtu,
+            "pods": {k: v.to_json() for k, v in sorted(self.pods.items())},
+        }
+
+    def save(self) -> None:
+        st = self.state.ensure()
+        st.write_json(st.cluster_file, self.to_json())
+
+    @classmethod
+    def load(cls, cluster_id: str) -> RealCluster:
+        """The cluster realised earlier under ``cluster_id`` (by any process)."""
+        d = StateDir.of(cluster_id).read_json(StateDir.of(cluster_id).cluster_file)
+        if not d:
+            raise BackendError(f"cluster {cluster_id}: not realised (no state)")
+        return cls(
+            cluster_id=d["cluster_id"],
+            namespaces=dict(d["namespaces"]),
+            cni=d["cni"],
+            hairpin=d["hairpin"],
+            overlay=d["overlay"],
+            mtu=int(d["mtu"]),
+            pods={k: CniResult.from_json(v) for k, v in d["pods"].items()},
+        )
+
+
+# ---------------------------------------------------------------------------- realize
+def validate(network: ClusterNetwork) -> None:
+    """Reject, before touching the kernel, what the kernel would reject half-way:
+    bad interface names, veths whose ends are missing, pods without a node/podCIDR."""
+    for ns in network.namespaces.values():
+        seen: set[str] = set()
+        for itf in ns.interfaces:
+            check_ifname(itf.name)
+            if itf.name in seen:
+                raise BackendError(f"{ns.name}: interface {itf.name} twice")
+            seen.add(itf.name)
+            if itf.kind == "ethernet":
+                raise BackendError(f"{ns.name}/{itf.name}: physical interfaces are not realised")
+        if ns.role == "pod" and (ns.node is None or ns.pod is None):
+            raise BackendError(f"{ns.name}: pod namespace without node or pod key")
+    for pair in network.veths:
+        for nsname, ifname in (pair.a, pair.b):
+            if nsname not in network.namespaces:
+                raise BackendError(f"veth end {nsname}/{ifname}: no such namespace")
+            network.namespaces[nsname].interface(ifname)
+
+
+def _pod_cidr(node: Netns) -> IPv4Network:
+    cni0 = node.interface("cni0")
+    if not cni0.addresses:
+        raise BackendError(f"{node.name}: cni0 has no address")
+    return cni0.addresses[0].network
+
+
+def realize(
+    network: ClusterNetwork,
+    *,
+    cluster_id: str,
+    cni: CniMode = "bridge-plugin",
+    hairpin: HairpinMode = "auto",
+    workers: int = 8,
+) -> RealCluster:
+    """Create ``network`` in the kernel under ``cluster_id`` and return its handle.
+
+    Idempotent (a second call changes nothing) and resumable (a call after an interrupted
+    one completes the cluster). On error the partial cluster stays for inspection;
+    :func:`teardown` or :func:`cleanup` removes it. Pod servers are not started here (the
+    model has no containerPorts): call :meth:`RealCluster.serve`."""
+    validate(network)
+    names = ClusterNames(cluster_id)
+    StateDir.of(cluster_id).ensure()
+    kernel = {logical: names.netns(logical) for logical in network.namespaces}
+    nss = network.namespaces
+    pods = {k: ns for k, ns in nss.items() if ns.role == "pod"}
+    by_plugin = cni == "bridge-plugin"
+    mtu = min(
+        (i.mtu for ns in nss.values() for i in ns.interfaces if i.name == "cni0"), default=1500
+    )
+
+    for logical, ns in nss.items():
+        if not (by_plugin and ns.role == "pod"):
+            nsenter.create_netns(kernel[logical])
+
+    def managed(ns: Netns, itf: Interface) -> bool:
+        """Is this interface ours to create (not the CNI plugin's)?"""
+        if not by_plugin:
+            return True
+        if ns.role == "pod":
+            return False
+        return not (itf.peer is not None and nss[itf.peer[0]].role == "pod")
+
+    links: dict[str, NsLink] = {}
+
+    def link(logical: str) -> NsLink:
+        if logical not in links:
+            links[logical] = NsLink(kernel[logical])
+        return links[logical]
+
+    try:
+        # 1. devices: bridges first (veths name them as master), then veth pairs (from
+        #    side a, the peer born in side b's namespace), VXLAN last (needs eth0).
+        for logical, ns in nss.items():
+            for itf in ns.interfaces:
+                if itf.kind in ("bridge", "dummy") and managed(ns, itf):
+                    _ensure_device(link(logical), itf)
+        for pair in network.veths:
+            a_ns, b_ns = nss[pair.a[0]], nss[pair.b[0]]
+            a_itf, b_itf = a_ns.interface(pair.a[1]), b_ns.interface(pair.b[1])
+            if managed(a_ns, a_itf) and managed(b_ns, b_itf):
+                link(pair.a[0]).ensure_veth(a_itf, kernel[pair.b[0]], b_itf)
+        # 2. attributes, addresses, up; then routes, neighbours, FDB (need links up).
+        for logical, ns in nss.items():
+            if by_plugin and ns.role == "pod":
+                continue
+            for itf in sorted(ns.interfaces, key=lambda i: _KIND_ORDER[i.kind]):
+                if not managed(ns, itf):
+                    continue
+                if itf.kind == "vxlan":
+                    link(logical).ensure_vxlan(itf)
+                link(logical).configure(itf)
+        for logical, ns in nss.items():
+            if by_plugin and ns.role == "pod":
+                continue
+            lk = link(logical)
+            for route in ns.routes:
+                lk.ensure_route(route)
+            for n in ns.neighbors:
+                lk.ensure_neigh(n)
+            for f in ns.fdb:
+                lk.ensure_fdb(f)
+    finally:
+        for lk in links.values():
+            lk.close()
+
+    # 3. pods
+    results: dict[str, CniResult] = {}
+    if by_plugin:
+        attach = [
+            PodAttach(
+                node=str(ns.node),
+                pod_key=str(ns.pod),
+                pod_cidr=_pod_cidr(nss[f"node/{ns.node}"]),
+                requested_ip=_addr(ns.interface("eth0")).ip,
+                mac=ns.interface("eth0").mac,
+            )
+            for ns in pods.values()
+        ]
+        runner = CniRunner(cluster_id, mtu=mtu)
+        for a, res in zip(attach, runner.add_many(attach, workers=workers), strict=True):
+            results[a.pod_key] = res
+    else:
+        for ns in pods.values():
+            results[str(ns.pod)] = _model_result(ns)
+
+    # 4. sysctls and the hairpin mode
+    chosen = _sysctls_and_hairpin(network, kernel, hairpin)
+
+    cluster = RealCluster(
+        cluster_id=cluster_id,
+        namespaces=kernel,
+        cni=cni,
+        hairpin=chosen,
+        overlay=network.overlay,
+        pods=results,
+        mtu=mtu,
+    )
+    cluster.save()
+    return cluster
+
+
+def _ensure_device(lk: NsLink, itf: Interface) -> None:
+    if itf.kind == "bridge":
+        lk.ensure_bridge(itf)
+    elif itf.kind == "dummy":
+        lk.ensure_dummy(itf)
+
+
+def _addr(itf: Interface) -> IPv4Interface:
+    if not itf.addresses:
+        raise BackendError(f"{itf.name}: no address")
+    return itf.addresses[0]
+
+
+def _model_result(pod: Netns) -> CniResult:
+    eth0 = pod.interface("eth0")
+    gw = next((r.via for r in pod.routes if r.dst == DEFAULT_ROUTE and r.via), None)
+    if gw is None or eth0.peer is None:
+        raise BackendError(f"{pod.name}: no default route or host veth in the model")
+    addr = _addr(eth0)
+    return CniResult(
+        ip=addr.ip,
+        prefixlen=addr.network.prefixlen,
+        gateway=IPv4Address(str(gw)),
+        host_veth=eth0.peer[1],
+        mac=eth0.mac,
+    )
+
+
+def _sysctls_and_hairpin(
+    network: ClusterNetwork, kernel: Mapping[str, str], mode: HairpinMode
+) -> Literal["br-netfilter", "masquerade"]:
+    nodes = [ns for ns in network.namespaces.values() if ns.role == "node"]
+    have_brnf = all(nsenter.read_sysctl(kernel[n.name], BRIDGE_NF) is not None for n in nodes)
+    if mode == "br-netfilter" and not have_brnf:
+        raise BackendError(f"hairpin=br-netfilter: {BRIDGE_NF} missing (br_netfilter not loaded)")
+    chosen: Literal["br-netfilter", "masquerade"] = (
+        "br-netfilter" if mode == "br-netfilter" or (mode == "auto" and have_brnf) else "masquerade"
+    )
+    for logical, ns in network.namespaces.items():
+        for key, value in ns.sysctls:
+            if key == BRIDGE_NF:
+                if nsenter.read_sysctl(kernel[logical], key) is None:
+                    continue
+                value = "1" if chosen == "br-netfilter" else "0"
+            nsenter.write_sysctl(kernel[logical], key, value)
+    if chosen == "masquerade":
+        for n in nodes:
+            if any(i.name == "cni0" for i in n.interfaces):
+                install_hairpin_masquerade(kernel[n.name], _pod_cidr(n))
+    return chosen
+
+
+def install_hairpin_masquerade(netns: str, pod_cidr: IPv4Network) -> None:
+    """The no-br_netfilter fallback (module docstring): masquerade DNATed pod-to-pod
+    traffic leaving through ``cni0``, in svclab's own nat chain. Idempotent."""
+    rules.ensure_jumps(netns, [HAIRPIN_JUMP])
+    rules.load_iptables(
+        netns,
+        f"*nat\n:{HAIRPIN_CHAIN} - [0:0]\n"
+        f"-A {HAIRPIN_CHAIN} -s {pod_cidr} -d {pod_cidr} -o cni0 -m conntrack --ctstate DNAT"
+        " -j MASQUERADE\nCOMMIT\n",
+        jumps=None,
+    )
+
+
+# ---------------------------------------------------------------------------- teardown
+@dataclass(frozen=True, slots=True)
+class Removed:
+    """What a teardown or cleanup removed."""
+
+    namespaces: tuple[str, ...]
+    processes: tuple[int, ...]
+    root_links: tuple[str, ...]
+    state_dirs: tuple[str, ...]
+
+
+def teardown(cluster: RealCluster | str) -> Removed:
+    """Remove a realised cluster: its pod servers, every namespace with its prefix (the
+    kernel deletes the veths, bridges and VXLAN devices in them), its state dir (CNI
+    results, host-local's IPAM data, pid files). Pods are not CNI-DELeted one by one: the
+    IPAM store goes with the state dir, as when a node is destroyed. Tolerates a
+    partially realised or already removed cluster."""
+    cid = cluster if isinstance(cluster, str) else cluster.cluster_id
+    return cleanup(cid)
+
+
+def cleanup(cluster_id: str | None = None) -> Removed:
+    """Remove everything svclab left in the kernel and under ``/run/svclab``: for one
+    cluster, or (``None``) for every cluster and every ``svclab-`` namespace (also test
+    namespaces). In order: pod servers by pid file; any other process still inside one
+    of the namespaces; root-namespace interfaces whose veth peer is in one of them; the
+    namespaces; the state dirs."""
+    if cluster_id is None:
+        dirs = state.all_state_dirs()
+        prefix = PREFIX
+    else:
+        dirs = [StateDir.of(cluster_id).root]
+        prefix = ClusterNames(cluster_id).prefix
+    for d in dirs:
+        servers.kill_tracked(d / "servers")
+        proc = servers._children.pop(d / "servers", None)
+        if proc is not None:
+            with contextlib.suppress(Exception):
+                proc.wait(timeout=5)
+    ours = [n for n in list_ours() if n.startswith(prefix)]
+    killed = kill_processes_in(ours)
+    root_links = remove_root_peers(ours)
+    for n in ours:
+        nsenter.remove_netns(n)
+    removed_dirs = []
+    for d in dirs:
+        if d.exists():
+            shutil.rmtree(d, ignore_errors=True)
+            removed_dirs.append(str(d))
+    return Removed(tuple(ours), tuple(killed), tuple(root_links), tuple(removed_dirs))
+
+
+def kill_processes_in(namespaces: Iterable[str], *, timeout: float = 5) -> list[int]:
+    """SIGKILL every process (except this one) whose network namespace is one of
+    ``namespaces``; wait until they are gone. Returns their pids."""
+    inodes = {i for i in (nsenter.inode(n) for n in namespaces) if i is not None}
+    if not inodes:
+        return []
+    victims = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            if os.stat(f"/proc/{entry}/ns/net").st_ino in inodes:
+                os.kill(int(entry), signal.SIGKILL)
+                victims.append(int(entry))
+        except (FileNotFoundError, ProcessLookupError, PermissionError):
+            continue
+    deadline = time.monotonic() + timeout
+    pending = list(victims)
+    while pending and time.monotonic() < deadline:
+        pending = [p for p in pending if _running(p)]
+        if pending:
+            time.sleep(0.01)
+    return victims
+
+
+def _running(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+
+
+def remove_root_peers(namespaces: Sequence[str]) -> list[str]:
+    """Delete the interfaces of *this* process's namespace whose veth peer lives in one
+    of ``namespaces`` (svclab never creates such a thing; a crashed tool might have).
+    Returns their names."""
+    if not namespaces:
+        return []
+    gone = []
+    with IPRoute() as ipr:
+        nsids = set()
+        for n in namespaces:
+            try:
+                fd = os.open(nsenter.netns_path(n), os.O_RDONLY)
+            except FileNotFoundError:
+                continue
+            try:
+                info = ipr.get_netnsid(fd=fd)
+            finally:
+                os.close(fd)
+            if info and info.get("nsid") is not None and info["nsid"] >= 0:
+                nsids.add(info["nsid"])
+        if not nsids:
+            return []
+        for lk in ipr.get_links():
+            if lk.get_attr("IFLA_LINK_NETNSID") in nsids:
+                with tolerate(errno.ENODEV, errno.ENOENT):
+                    ipr.link("del", index=lk["index"])
+                gone.append(str(lk.get_attr("IFLA_IFNAME")))
+    return gone

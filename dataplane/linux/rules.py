@@ -1,0 +1,204 @@
+"""Load kube-proxy's rules into a node namespace and read them back with counters.
+
+Back end, one per namespace: **iptables-nft** (the ``iptables``, ``iptables-restore``
+and ``iptables-save`` binaries here are ``iptables v1.8 (nf_tables)``) for kube-proxy's
+iptables mode, and **nft** (``nft -f -``) for its nftables mode, which uses its own
+``ip kube-proxy`` table and so coexists with iptables-nft's tables in the same kernel
+back end. The legacy (xtables/libiptc, python-iptables) back end is never used: rules in
+the legacy and the nft back end of one namespace would both apply, in an order that
+kube-proxy does not expect.
+
+Loading follows kube-proxy's sync: first ensure the jump rules from built-in chains
+(``iptables -C`` then ``iptables -I CHAIN 1``, in :data:`JUMP_RULES` order, so the last
+one ends up on top); here the check is one ``iptables-save`` and the inserts one
+``iptables-restore --noflush`` of ``-N``/``-I`` lines, which gives the same result with
+two processes instead of two per rule. Then the payload goes to
+``iptables-restore --noflush`` unchanged (the exact bytes the emulator evaluates).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import re
+import shlex
+import socket
+import struct
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from dataplane.linux import nsenter
+from dataplane.linux.netns import run_in
+from dataplane.proxy.iptables import JUMP_RULES, JumpRule
+from netmodel.errors import BackendError
+
+_COUNTED = re.compile(r"^\[(\d+):(\d+)\] (-A (\S+) .*)$")
+_COUNTER_PREFIX = re.compile(r"^\[\d+:\d+\] ")
+_NFACCT_USE = re.compile(r"--nfacct-name (\S+)")
+_NETLINK_NETFILTER = 12
+_NFACCT_NEW = 7 << 8  # NFNL_SUBSYS_ACCT << 8 | NFNL_MSG_ACCT_NEW
+_NFACCT_NAME = 1
+_POLICY = re.compile(r"^:(\S+) (\S+) \[(\d+):(\d+)\]$")
+
+
+@dataclass(frozen=True, slots=True)
+class RuleCounter:
+    """One rule of ``iptables-save -c`` with its counters. ``rule`` is the ``-A ...``
+    line without the counter prefix (the form the emulator's dumps use)."""
+
+    table: str
+    chain: str
+    rule: str
+    packets: int
+    bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class ChainPolicy:
+    table: str
+    chain: str
+    policy: str  # ACCEPT/DROP for built-ins, "-" for user chains
+    packets: int
+    bytes: int
+
+
+def _target(args: str) -> str:
+    words = shlex.split(args)
+    if "-j" not in words:
+        raise BackendError(f"jump rule without -j: {args}")
+    return words[words.index("-j") + 1]
+
+
+def _save_lines(table: str, save: str) -> dict[str, list[str]]:
+    """chain -> its ``-A`` lines (counters stripped) in ``table`` of an iptables-save dump."""
+    chains: dict[str, list[str]] = {}
+    current = None
+    for raw in save.splitlines():
+        line = _COUNTER_PREFIX.sub("", raw)
+        if line.startswith("*"):
+            current = line[1:].strip()
+        elif current != table:
+            continue
+        elif line.startswith(":"):
+            chains.setdefault(line[1:].split()[0], [])
+        elif line.startswith("-A "):
+            chains.setdefault(line.split()[1], []).append(line)
+    return chains
+
+
+def missing_jumps(save: str, jumps: Sequence[JumpRule]) -> list[JumpRule]:
+    """The jump rules ``save`` (an iptables-save dump) does not contain yet."""
+    missing = []
+    tables: dict[str, dict[str, list[str]]] = {}
+    for j in jumps:
+        chains = tables.setdefault(j.table, _save_lines(j.table, save))
+        if f"-A {j.chain} {j.args}" not in chains.get(j.chain, []):
+            missing.append(j)
+    return missing
+
+
+def ensure_jumps(netns: str, jumps: Sequence[JumpRule] = JUMP_RULES) -> list[JumpRule]:
+    """Ensure kube-proxy's built-in-chain jumps (and their target chains) exist in
+    ``netns``; returns the ones that had to be inserted. Idempotent."""
+    save = iptables_save(netns, counters=False)
+    todo = missing_jumps(save, jumps)
+    if not todo:
+        return []
+    lines: list[str] = []
+    for table in dict.fromkeys(j.table for j in todo):
+        existing = _save_lines(table, save)
+        lines.append(f"*{table}")
+        for target in dict.fromkeys(_target(j.args) for j in todo if j.table == table):
+            if target not in existing:
+                lines.append(f"-N {target}")
+        lines += [f"-I {j.chain} 1 {j.args}" for j in todo if j.table == table]
+        lines.append("COMMIT")
+    run_in(netns, ["iptables-restore", "--noflush"], input="\n".join(lines) + "\n")
+    return todo
+
+
+def ensure_nfacct(netns: str, names: Iterable[str]) -> None:
+    """Create nfacct counter objects (``nfacct add NAME``), as kube-proxy does at start-up
+    so that its ``-m nfacct --nfacct-name`` rules load. Raw nfnetlink from a socket opened
+    inside ``netns``; an existing object is kept (EEXIST/EBUSY tolerated)."""
+    with contextlib.closing(
+        nsenter.socket_in(netns, socket.AF_NETLINK, socket.SOCK_RAW, _NETLINK_NETFILTER)
+    ) as sock:
+        for seq, name in enumerate(sorted(set(names)), start=1):
+            raw = name.encode() + b"\0"
+            attr = struct.pack("HH", 4 + len(raw), _NFACCT_NAME) + raw
+            attr += b"\0" * (-len(attr) % 4)
+            body = struct.pack("BBH", socket.AF_UNSPEC, 0, 0) + attr
+            flags = 0x1 | 0x4 | 0x400  # NLM_F_REQUEST | NLM_F_ACK | NLM_F_CREATE
+            sock.send(struct.pack("IHHII", 16 + len(body), _NFACCT_NEW, flags, seq, 0) + body)
+            err = -struct.unpack("i", sock.recv(4096)[16:20])[0]
+            if err not in (0, errno.EEXIST, errno.EBUSY):
+                raise BackendError(f"netns {netns}: nfacct add {name}: {os.strerror(err)}")
+
+
+def load_iptables(
+    netns: str, payload: str, *, jumps: Sequence[JumpRule] | None = JUMP_RULES
+) -> None:
+    """Apply kube-proxy's ``iptables-restore`` payload to ``netns`` after ensuring the
+    jump rules (``jumps=None`` skips that, for payloads that are not kube-proxy's) and
+    the nfacct objects the payload names. Raises BackendError with iptables-restore's
+    first error line."""
+    if jumps:
+        ensure_jumps(netns, jumps)
+    if counters := set(_NFACCT_USE.findall(payload)):
+        ensure_nfacct(netns, counters)
+    run_in(netns, ["iptables-restore", "--noflush"], input=payload)
+
+
+def iptables_save(netns: str, *, counters: bool = True, table: str | None = None) -> str:
+    """``iptables-save [-c] [-t TABLE]`` of ``netns`` (iptables-nft back end)."""
+    argv = ["iptables-save"]
+    if counters:
+        argv.append("-c")
+    if table:
+        argv += ["-t", table]
+    return run_in(netns, argv).stdout
+
+
+def parse_counters(save: str) -> tuple[list[RuleCounter], list[ChainPolicy]]:
+    """Rules and chain policies with their counters from ``iptables-save -c`` text."""
+    rules: list[RuleCounter] = []
+    policies: list[ChainPolicy] = []
+    table = ""
+    for line in save.splitlines():
+        if line.startswith("*"):
+            table = line[1:].strip()
+        elif m := _POLICY.match(line):
+            policies.append(
+                ChainPolicy(table, m.group(1), m.group(2), int(m.group(3)), int(m.group(4)))
+            )
+        elif m := _COUNTED.match(line):
+            rules.append(
+                RuleCounter(table, m.group(4), m.group(3), int(m.group(1)), int(m.group(2)))
+            )
+    return rules, policies
+
+
+def rule_counters(netns: str, *, table: str | None = None) -> list[RuleCounter]:
+    """Every rule of ``netns`` with its packet and byte counters, in dump order."""
+    return parse_counters(iptables_save(netns, counters=True, table=table))[0]
+
+
+def flush_iptables(netns: str) -> None:
+    """Remove every iptables-nft rule and user chain of ``netns`` (filter and nat)."""
+    run_in(
+        netns,
+        ["iptables-restore"],
+        input="*filter\nCOMMIT\n*nat\nCOMMIT\n",
+    )
+
+
+def load_nft(netns: str, text: str) -> None:
+    """``nft -f -`` in ``netns`` (kube-proxy's nftables mode payload)."""
+    run_in(netns, ["nft", "-f", "-"], input=text)
+
+
+def nft_ruleset(netns: str) -> str:
+    """``nft list ruleset`` of ``netns`` (rules with ``counter`` show their counts)."""
+    return run_in(netns, ["nft", "list", "ruleset"]).stdout
