@@ -1,0 +1,601 @@
+"""kube-proxy's nftables mode, rendered as a pure function (STRUCTURE.md §2).
+
+:func:`render_nftables` returns an :class:`NftablesRender`:
+
+* ``restore_input`` — one ``nft -f`` transaction, loadable on a fresh node and on a node
+  that already has the table: ``add`` the table, sets, maps and chains, ``flush`` the
+  maps, fixed sets and every chain it rewrites, add rules and elements, then ``delete``
+  stale service chains and affinity sets (upstream deletes them a second later; here
+  they go in the same transaction). Dynamic affinity sets are never flushed, so
+  ClientIP affinity survives a sync. ``changed`` works as in iptables mode: chains of
+  unchanged Services are neither flushed nor rewritten.
+* ``save_text`` — the ruleset as ``nft list ruleset`` prints it (priorities by name,
+  ``meta mark ... | 0x00004000``, one-element anonymous sets unwrapped, timeouts as
+  ``3h``). nft lists the elements of hash sets in hash order and wraps long element
+  lists; compare with :func:`normalize_listing`, which sorts elements and ignores
+  layout.
+
+Names follow NAMING.md (``service-<hash>-ns/svc/tcp/port`` ...). Output is deterministic
+(service ports in snapshot order).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Collection, Iterable
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+from dataplane.proxy import naming
+from dataplane.proxy.model import (
+    EndpointInfo,
+    IPFamily,
+    NodeProxyConfig,
+    ProxySnapshot,
+    ServicePortName,
+    ServicePortState,
+)
+
+TABLE = "kube-proxy"
+
+
+@dataclass
+class NftSet:
+    """A set or verdict map: ``kind`` is ``set`` or ``map``; ``elements`` as written."""
+
+    name: str
+    kind: str
+    type: str
+    comment: str | None = None
+    flags: str | None = None
+    timeout: int | None = None
+    elements: list[str] = field(default_factory=list)
+
+    def declaration(self) -> str:
+        parts = [f"type {self.type}"]
+        if self.flags:
+            parts.append(f"flags {self.flags}")
+        if self.timeout:
+            parts.append(f"timeout {self.timeout}s")
+        if self.comment:
+            parts.append(f'comment "{self.comment}"')
+        return "{ " + " ; ".join(parts) + " ; }"
+
+
+@dataclass
+class NftChain:
+    """A chain; ``hook`` is ``(type, hook, priority)`` for base chains."""
+
+    name: str
+    hook: tuple[str, str, int] | None = None
+    comment: str | None = None
+    rules: list[str] = field(default_factory=list)
+
+    def declaration(self) -> str:
+        if self.hook:
+            t, h, p = self.hook
+            return f" {{ type {t} hook {h} priority {p} ; }}"
+        if self.comment:
+            return f' {{ comment "{self.comment}" ; }}'
+        return ""
+
+
+class _ServiceObjects(NamedTuple):
+    chains: tuple[NftChain, ...]
+    sets: tuple[NftSet, ...]
+    elements: tuple[tuple[str, str], ...]  # (set or map name, element text)
+
+
+def _fam(family: IPFamily) -> tuple[str, str]:
+    """(nft table family / address keyword, address type)."""
+    return ("ip", "ipv4_addr") if family is IPFamily.IPV4 else ("ip6", "ipv6_addr")
+
+
+def _ep_base(st: ServicePortState, ep: EndpointInfo) -> str:
+    n = st.info.name
+    return naming.nft_endpoint_base(n.namespace, n.name, n.protocol, n.port, ep.ip, ep.port)
+
+
+def _svc_base(name: ServicePortName) -> str:
+    return naming.nft_service_base(name.namespace, name.name, name.protocol, name.port)
+
+
+class _Ctx(NamedTuple):
+    family: IPFamily
+    masquerade_all: bool
+    not_local: str | None
+    local: str | None
+    primary_ip: str
+
+
+def _verdict(target: str) -> str:
+    return "goto reject-chain" if target == "REJECT" else "drop"
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _service_objects(st: ServicePortState, ctx: _Ctx) -> _ServiceObjects:
+    info = st.info
+    ipx, addr_type = _fam(ctx.family)
+    p = info.proto
+    base = _svc_base(info.name)
+    svc_chain, local_chain = f"service-{base}", f"local-{base}"
+    ext_chain, fw_chain = f"external-{base}", f"firewall-{base}"
+    internal = local_chain if info.internal_policy_local else svc_chain
+    external_policy = local_chain if info.external_policy_local else svc_chain
+    chains: list[NftChain] = []
+    sets: list[NftSet] = []
+    elems: list[tuple[str, str]] = []
+    spn = info.name.text
+
+    def endpoint_chain_rules(chain: NftChain, eps: tuple[EndpointInfo, ...]) -> None:
+        if info.affinity_timeout:
+            for ep in eps:
+                b = _ep_base(st, ep)
+                chain.rules.append(f"{ipx} saddr @affinity-{b} goto endpoint-{b}")
+        vmap = " , ".join(f"{i} : goto endpoint-{_ep_base(st, ep)}" for i, ep in enumerate(eps))
+        chain.rules.append(f"numgen random mod {len(eps)} vmap {{ {vmap} }}")
+
+    masq_rule: str | None = None
+    if st.has_internal_endpoints:
+        if ctx.masquerade_all:
+            masq_rule = f"{ipx} daddr {info.cluster_ip} jump mark-for-masquerade"
+        elif ctx.not_local is not None:
+            masq_rule = f"{ipx} daddr {info.cluster_ip} {ctx.not_local} jump mark-for-masquerade"
+
+    if st.uses_cluster_chain:
+        c = NftChain(svc_chain)
+        if masq_rule and internal == svc_chain:
+            c.rules.append(masq_rule)
+        endpoint_chain_rules(c, st.cluster_endpoints)
+        chains.append(c)
+    if st.uses_local_chain:
+        c = NftChain(local_chain)
+        if masq_rule and internal == local_chain:
+            c.rules.append(masq_rule)
+        endpoint_chain_rules(c, st.local_endpoints)
+        chains.append(c)
+    if st.uses_external_chain:
+        c = NftChain(ext_chain)
+        if not info.external_policy_local:
+            c.rules.append("jump mark-for-masquerade")
+        else:
+            if ctx.local is not None:
+                c.rules.append(f'{ctx.local} goto {svc_chain} comment "short-circuit pod traffic"')
+            c.rules.append(
+                'fib saddr type local jump mark-for-masquerade comment "masquerade local traffic"'
+            )
+            c.rules.append(
+                f'fib saddr type local goto {svc_chain} comment "short-circuit local traffic"'
+            )
+        if st.has_external_endpoints:
+            c.rules.append(f"goto {external_policy}")
+        chains.append(c)
+    for ep in st.reachable_endpoints:
+        b = _ep_base(st, ep)
+        c = NftChain(f"endpoint-{b}")
+        c.rules.append(f"{ipx} saddr {ep.ip} jump mark-for-masquerade")
+        if info.affinity_timeout:
+            sets.append(
+                NftSet(
+                    f"affinity-{b}",
+                    "set",
+                    addr_type,
+                    flags="dynamic,timeout",
+                    timeout=info.affinity_timeout,
+                )
+            )
+            c.rules.append(f"update @affinity-{b} {{ {ipx} saddr }}")
+        c.rules.append(f"meta l4proto {p} dnat to {ep.endpoint}")
+        chains.append(c)
+    if st.uses_fw_chain:
+        sources = list(info.load_balancer_source_ranges)
+        if any(_contains(c, ctx.primary_ip) for c in sources):
+            sources.extend(info.load_balancer_vips)
+        chains.append(NftChain(fw_chain, rules=[f"{ipx} saddr != {{ {', '.join(sources)} }} drop"]))
+
+    # elements
+    cip, port = info.cluster_ip, info.port
+    elems.append(("cluster-ips", cip))
+    if st.has_internal_endpoints:
+        elems.append(("service-ips", f"{cip} . {p} . {port} : goto {internal}"))
+    elif st.internal_filter:
+        elems.append(
+            (
+                "no-endpoint-services",
+                f'{cip} . {p} . {port} comment "{spn}" : {_verdict(st.internal_filter[0])}',
+            )
+        )
+    for ip in (*info.external_ips, *info.load_balancer_vips):
+        if st.has_endpoints:
+            elems.append(("service-ips", f"{ip} . {p} . {port} : goto {ext_chain}"))
+        if st.external_filter:
+            elems.append(
+                (
+                    "no-endpoint-services",
+                    f'{ip} . {p} . {port} comment "{spn}" : {_verdict(st.external_filter[0])}',
+                )
+            )
+    if st.uses_fw_chain:
+        for ip in info.load_balancer_vips:
+            elems.append(("firewall-ips", f"{ip} . {p} . {port} : goto {fw_chain}"))
+    if info.node_port:
+        if st.has_endpoints:
+            elems.append(("service-nodeports", f"{p} . {info.node_port} : goto {ext_chain}"))
+        if st.external_filter:
+            elems.append(
+                (
+                    "no-endpoint-nodeports",
+                    f'{p} . {info.node_port} comment "{spn}" : {_verdict(st.external_filter[0])}',
+                )
+            )
+    return _ServiceObjects(tuple(chains), tuple(sets), tuple(elems))
+
+
+@functools.lru_cache(maxsize=4096)
+def _contains(cidr: str, ip: str) -> bool:
+    import ipaddress
+
+    try:
+        return ipaddress.ip_address(ip) in ipaddress.ip_network(cidr, strict=False)
+    except ValueError:
+        return False
+
+
+# --------------------------------------------------------------------------- fixed part
+
+
+def _fixed(cfg: NodeProxyConfig) -> tuple[list[NftSet], list[NftChain]]:
+    ipx, addr = _fam(cfg.ip_family)
+    mark = hex(cfg.mark_value)
+    sets = [
+        NftSet("cluster-ips", "set", addr, "Active ClusterIPs"),
+        NftSet("nodeport-ips", "set", addr, "IPs that accept NodePort traffic"),
+        NftSet(
+            "firewall-ips",
+            "map",
+            f"{addr} . inet_proto . inet_service : verdict",
+            "destinations that are subject to LoadBalancerSourceRanges",
+        ),
+        NftSet(
+            "no-endpoint-nodeports",
+            "map",
+            "inet_proto . inet_service : verdict",
+            "vmap to drop or reject packets to service nodeports with no endpoints",
+        ),
+        NftSet(
+            "no-endpoint-services",
+            "map",
+            f"{addr} . inet_proto . inet_service : verdict",
+            "vmap to drop or reject packets to services with no endpoints",
+        ),
+        NftSet(
+            "service-ips",
+            "map",
+            f"{addr} . inet_proto . inet_service : verdict",
+            "ClusterIP, ExternalIP and LoadBalancer IP traffic",
+        ),
+        NftSet(
+            "service-nodeports", "map", "inet_proto . inet_service : verdict", "NodePort traffic"
+        ),
+    ]
+    cidrs = [c for c in cfg.service_cidrs if (":" in c) == (cfg.ip_family is IPFamily.IPV6)]
+    cluster_check = [
+        f'{ipx} daddr @cluster-ips reject comment "Reject traffic to invalid ports of ClusterIPs"'
+    ]
+    if cidrs:
+        cluster_check.append(
+            f"{ipx} daddr {{ {', '.join(cidrs)} }} drop comment "
+            '"Drop traffic to unallocated ClusterIPs"'
+        )
+    if cfg.node_ports_match_all:
+        no_lo = f"{ipx} daddr != {'127.0.0.0/8' if ipx == 'ip' else '::1'}"
+        np_check = (
+            f"fib daddr type local {no_lo} meta l4proto . th dport vmap @no-endpoint-nodeports"
+        )
+        np_services = (
+            f"fib daddr type local {no_lo} meta l4proto . th dport vmap @service-nodeports"
+        )
+    else:
+        np_check = f"{ipx} daddr @nodeport-ips meta l4proto . th dport vmap @no-endpoint-nodeports"
+        np_services = f"{ipx} daddr @nodeport-ips meta l4proto . th dport vmap @service-nodeports"
+        sets[1].elements = list(cfg.node_port_ips())
+    masq = "masquerade fully-random"
+    chains = [
+        NftChain("cluster-ips-check", rules=cluster_check),
+        NftChain(
+            "filter-prerouting-pre-dnat",
+            ("filter", "prerouting", -110),
+            rules=["ct state new jump firewall-check"],
+        ),
+        NftChain(
+            "filter-output-pre-dnat",
+            ("filter", "output", -110),
+            rules=["ct state new jump firewall-check"],
+        ),
+        NftChain(
+            "filter-forward",
+            ("filter", "forward", 0),
+            rules=[
+                "ct state new jump service-endpoints-check",
+                "ct state new jump cluster-ips-check",
+            ],
+        ),
+        NftChain(
+            "filter-input",
+            ("filter", "input", 0),
+            rules=[
+                "ct state new jump nodeport-endpoints-check",
+                "ct state new jump service-endpoints-check",
+            ],
+        ),
+        NftChain(
+            "filter-output",
+            ("filter", "output", 0),
+            rules=[
+                "ct state new jump service-endpoints-check",
+                "ct state new jump cluster-ips-check",
+            ],
+        ),
+        NftChain(
+            "firewall-check", rules=[f"{ipx} daddr . meta l4proto . th dport vmap @firewall-ips"]
+        ),
+        NftChain("mark-for-masquerade", rules=[f"mark set mark or {mark}"]),
+        NftChain(
+            "masquerading",
+            rules=[f"mark and {mark} == 0 return", f"mark set mark xor {mark}", masq],
+        ),
+        NftChain("nat-output", ("nat", "output", -100), rules=["jump services"]),
+        NftChain("nat-postrouting", ("nat", "postrouting", 100), rules=["jump masquerading"]),
+        NftChain("nat-prerouting", ("nat", "prerouting", -100), rules=["jump services"]),
+        NftChain("nodeport-endpoints-check", rules=[np_check]),
+        NftChain(
+            "reject-chain",
+            comment="helper for @no-endpoint-services / @no-endpoint-nodeports",
+            rules=["reject"],
+        ),
+        NftChain(
+            "services",
+            rules=[f"{ipx} daddr . meta l4proto . th dport vmap @service-ips", np_services],
+        ),
+        NftChain(
+            "service-endpoints-check",
+            rules=[f"{ipx} daddr . meta l4proto . th dport vmap @no-endpoint-services"],
+        ),
+    ]
+    return sets, chains
+
+
+# --------------------------------------------------------------------------- render
+
+
+class NftablesRender:
+    """The result of one nftables-mode sync (see the module docstring).
+
+    ``sets`` and ``chains`` describe the whole table after the sync (fixed objects
+    first, then per service port in snapshot order), for emulators to evaluate.
+    """
+
+    __slots__ = ("chains", "family", "partial", "restore_input", "sets", "stale")
+
+    def __init__(
+        self,
+        restore_input: str,
+        family: IPFamily,
+        sets: list[NftSet],
+        chains: list[NftChain],
+        stale: tuple[str, ...],
+        partial: bool,
+    ) -> None:
+        self.restore_input = restore_input
+        self.family = family
+        self.sets = sets
+        self.chains = chains
+        self.stale = stale
+        self.partial = partial
+
+    @property
+    def save_text(self) -> str:
+        """``nft list ruleset`` after the sync (layout and element order aside)."""
+        return listing(self.family, self.sets, self.chains)
+
+
+def render_nftables(
+    snapshot: ProxySnapshot,
+    node_config: NodeProxyConfig,
+    *,
+    changed: Collection[ServicePortName | str] | None = None,
+    existing_chains: Iterable[str] = (),
+) -> NftablesRender:
+    """Render one sync of kube-proxy's nftables mode (pure).
+
+    ``changed`` as in :func:`~dataplane.proxy.iptables.render_iptables`;
+    ``existing_chains``: chain and set names currently in the table — per-service ones
+    (names containing ``/``) that are no longer used are flushed and deleted.
+    """
+    cfg = node_config
+    ipx, _ = _fam(cfg.ip_family)
+    det = cfg.local_detector
+    ctx = _Ctx(
+        cfg.ip_family,
+        cfg.masquerade_all,
+        det.nft_not_local(cfg.ip_family) if det else None,
+        det.nft_local(cfg.ip_family) if det else None,
+        cfg.primary_ip,
+    )
+    changed_keys: set[str] | None = None
+    if changed is not None:
+        changed_keys = {c.service_key if isinstance(c, ServicePortName) else c for c in changed}
+    sets, chains = _fixed(cfg)
+    by_name = {s.name: s for s in sets}
+    svc_sets: list[NftSet] = []
+    svc_chains: list[tuple[NftChain, bool]] = []  # (chain, rewritten in this sync)
+    cluster_ips: set[str] = set()
+    for st in snapshot:
+        objs = _service_objects(st, ctx)
+        write = changed_keys is None or st.info.name.service_key in changed_keys
+        svc_chains.extend((c, write) for c in objs.chains)
+        svc_sets.extend(objs.sets)
+        for set_name, elem in objs.elements:
+            if set_name == "cluster-ips":
+                if elem in cluster_ips:
+                    continue
+                cluster_ips.add(elem)
+            by_name[set_name].elements.append(elem)
+    active = {c.name for c, _ in svc_chains} | {s.name for s in svc_sets}
+    stale = tuple(sorted(n for n in set(existing_chains) if "/" in n and n not in active))
+
+    t = f"{ipx} {TABLE}"
+    out: list[str] = [f'add table {t} {{ comment "rules for kube-proxy" ; }}']
+    for s in sets:
+        out.append(f"add {s.kind} {t} {s.name} {s.declaration()}")
+        out.append(f"flush {s.kind} {t} {s.name}")
+    out.extend(f"add set {t} {s.name} {s.declaration()}" for s in svc_sets)
+    written = [*chains, *(c for c, w in svc_chains if w)]
+    for c in written:
+        out.append(f"add chain {t} {c.name}{c.declaration()}")
+        out.append(f"flush chain {t} {c.name}")
+    out.extend(f"flush chain {t} {n}" for n in stale if not n.startswith("affinity-"))
+    for c in written:
+        out.extend(f"add rule {t} {c.name} {r}" for r in c.rules)
+    for s in sets:
+        out.extend(f"add element {t} {s.name} {{ {e} }}" for e in s.elements)
+    for n in stale:
+        kind = "set" if n.startswith("affinity-") else "chain"
+        out.append(f"delete {kind} {t} {n}")
+    return NftablesRender(
+        "\n".join(out) + "\n",
+        cfg.ip_family,
+        [*sets, *svc_sets],
+        [*chains, *(c for c, _ in svc_chains)],
+        stale,
+        changed_keys is not None,
+    )
+
+
+# --------------------------------------------------------------------------- listing
+
+_PRIORITIES = (
+    ("raw", -300),
+    ("mangle", -150),
+    ("dstnat", -100),
+    ("filter", 0),
+    ("security", 50),
+    ("srcnat", 100),
+)
+_PRIO_HOOKS = {"dstnat": {"prerouting"}, "srcnat": {"postrouting"}}
+
+
+def _priority_name(hook: str, value: int) -> str:
+    for name, base in _PRIORITIES:
+        if name in _PRIO_HOOKS and hook not in _PRIO_HOOKS[name]:
+            continue
+        off = value - base
+        if off == 0:
+            return name
+        if abs(off) <= 10:
+            return f"{name} {'+' if off > 0 else '-'} {abs(off)}"
+    return str(value)
+
+
+def _duration(seconds: int) -> str:
+    out = ""
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
+        if seconds >= size:
+            out += f"{seconds // size}{unit}"
+            seconds %= size
+    return out or "0s"
+
+
+def _list_rule(rule: str) -> str:
+    import re
+
+    rule = re.sub(
+        r"\bmark set mark or (0x[0-9a-f]+)",
+        lambda m: f"meta mark set meta mark | 0x{int(m[1], 16):08x}",
+        rule,
+    )
+    rule = re.sub(
+        r"\bmark set mark xor (0x[0-9a-f]+)",
+        lambda m: f"meta mark set meta mark ^ 0x{int(m[1], 16):08x}",
+        rule,
+    )
+    rule = re.sub(
+        r"\bmark and (0x[0-9a-f]+) == 0\b",
+        lambda m: f"meta mark & 0x{int(m[1], 16):08x} == 0x00000000",
+        rule,
+    )
+    rule = re.sub(r"(saddr|daddr)( != | )\{ ([^,{}]+) \}", r"\1\2\3", rule)
+    return rule.replace(" , ", ", ")
+
+
+def listing(family: IPFamily, sets: Iterable[NftSet], chains: Iterable[NftChain]) -> str:
+    """The table as ``nft list ruleset`` prints it (elements on one line each block)."""
+    ipx, _ = _fam(family)
+    blocks: list[str] = []
+    for s in sets:
+        lines = [f"\t{s.kind} {s.name} {{", f"\t\ttype {s.type}"]
+        if s.flags and "dynamic" in s.flags:
+            lines.append("\t\tsize 65535")
+        if s.flags:
+            lines.append(f"\t\tflags {s.flags}")
+        if s.timeout:
+            lines.append(f"\t\ttimeout {_duration(s.timeout)}")
+        if s.comment:
+            lines.append(f'\t\tcomment "{s.comment}"')
+        if s.elements:
+            lines.append(f"\t\telements = {{ {', '.join(s.elements)} }}")
+        lines.append("\t}")
+        blocks.append("\n".join(lines))
+    for c in chains:
+        lines = [f"\tchain {c.name} {{"]
+        if c.hook:
+            t, h, p = c.hook
+            lines.append(f"\t\ttype {t} hook {h} priority {_priority_name(h, p)}; policy accept;")
+        if c.comment:
+            lines.append(f'\t\tcomment "{c.comment}"')
+        lines.extend(f"\t\t{_list_rule(r)}" for r in c.rules)
+        lines.append("\t}")
+        blocks.append("\n".join(lines))
+    head = f'table {ipx} {TABLE} {{\n\tcomment "rules for kube-proxy"\n'
+    return head + "\n\n".join(blocks) + "\n}\n"
+
+
+def normalize_listing(text: str) -> str:
+    """``nft list ruleset`` text with layout dropped and set elements sorted, so that a
+    kernel listing and :attr:`NftablesRender.save_text` compare equal."""
+    lines: list[str] = []
+    pending: list[str] | None = None
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line:
+            continue
+        if pending is not None:
+            pending.append(line)
+        elif line.startswith("elements = {"):
+            pending = [line]
+        else:
+            lines.append(line)
+            continue
+        if pending is not None and line.endswith("}"):
+            body = " ".join(pending)[len("elements = {") : -1]
+            elems = sorted(e.strip() for e in body.split(","))
+            lines.append("elements = { " + ", ".join(elems) + " }")
+            pending = None
+    return "\n".join(lines) + "\n"
+
+
+def normalize_transaction(text: str) -> str:
+    """Upstream's nftables test comparison: ``add`` lines only (no ``#`` or blanks),
+    stable-sorted by object type (table, chain, rule, set, map, element), then object
+    name; rules keep their order, other lines sort by full text."""
+    order = {"table": 0, "chain": 1, "rule": 2, "set": 3, "map": 4, "element": 5}
+    lines = [ln for ln in text.splitlines() if ln.startswith("add ")]
+
+    def key(line: str) -> tuple[int, str, str]:
+        w = line.split(" ")
+        kind = w[1]
+        if kind == "table":
+            return (0, "", "")
+        return (order[kind], w[4], "" if kind == "rule" else line)
+
+    return "\n".join(sorted(lines, key=key)) + "\n"
