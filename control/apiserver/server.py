@@ -337,7 +337,11 @@ class APIServer:
         journal = Journal()
         notes: list[str] = []
         if isinstance(obj, Service):
-            obj, notes = self.services.admit(obj, None, journal)
+            try:
+                obj, notes = self.services.admit(obj, None, journal)
+            except BaseException:
+                journal.rollback()
+                raise
         return _Admitted("created", obj, None, notes, journal)
 
     def _admit_update(self, obj: KubeObject, current: KubeObject) -> _Admitted:

@@ -1,0 +1,185 @@
+"""apply: all-or-nothing batches; delete and the two-step deletion of bound Pods; Events."""
+
+from __future__ import annotations
+
+import pytest
+from api_helpers import make_api, obj, service
+
+from control.events import timeline
+from netmodel.errors import InputError, InvalidError, NotFoundError
+from netmodel.manifests import load_text
+from netmodel.objects import Pod, Service
+
+GOOD = """
+apiVersion: v1
+kind: Namespace
+metadata: {name: shop}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: web, namespace: shop}
+spec:
+  type: NodePort
+  selector: {app: web}
+  ports: [{port: 80, targetPort: 8080}]
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: web, namespace: shop}
+spec:
+  replicas: 2
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata: {labels: {app: web}}
+    spec: {containers: [{name: web, ports: [{containerPort: 8080}]}]}
+"""
+
+BAD_LAST = (
+    GOOD
+    + """
+---
+apiVersion: v1
+kind: Service
+metadata: {name: api, namespace: shop}
+spec:
+  ports: [{port: 80, protocol: HTTP}]
+"""
+)
+
+
+def test_apply_creates_then_reports_unchanged_and_configured() -> None:
+    api = make_api()
+    objs = list(load_text(GOOD).objects)
+    first = api.apply(objs, source="shop.yaml")
+    assert [(a, o.ref) for a, o in first] == [
+        ("created", "Namespace/shop"),
+        ("created", "Service/shop/web"),
+        ("created", "Deployment/shop/web"),
+    ]
+    assert all(o.resource_version > 0 for _, o in first)
+    rev = api.store.revision
+    again = api.apply(objs, source="shop.yaml")
+    assert [a for a, _ in again] == ["unchanged"] * 3
+    assert [o for _, o in again] == [o for _, o in first]
+    assert api.store.revision == rev
+    changed = list(load_text(GOOD.replace("replicas: 2", "replicas: 3")).objects)
+    third = api.apply(changed)
+    assert [a for a, _ in third] == ["unchanged", "unchanged", "configured"]
+    assert third[2][1].metadata.generation == 2
+
+
+def test_apply_with_one_bad_object_stores_nothing() -> None:
+    api = make_api()
+    rev = api.store.revision
+    events = len(timeline(api.store))
+    free_ips, free_ports = api.services.cluster_ips.free, api.services.node_ports.free
+    objs = list(load_text(BAD_LAST).objects)
+    with pytest.raises(InputError) as out:
+        api.apply(objs, source="shop.yaml")
+    assert str(out.value) == (
+        "shop.yaml (document 4): Service/shop/api: spec.ports[0].protocol: Unsupported value: "
+        '"HTTP": supported values: "SCTP", "TCP", "UDP"'
+    )
+    err = out.value
+    assert (err.file, err.document, err.obj, err.field) == (
+        "shop.yaml",
+        4,
+        "Service/shop/api",
+        "spec.ports[0].protocol",
+    )
+    assert api.store.revision == rev
+    assert len(timeline(api.store)) == events
+    with pytest.raises(NotFoundError):
+        api.store.get("Namespace", "shop")
+    # allocations made while admitting the good objects were given back
+    assert (api.services.cluster_ips.free, api.services.node_ports.free) == (free_ips, free_ports)
+    web = api.apply(list(load_text(GOOD).objects))[1][1]
+    assert isinstance(web, Service)
+    assert (web.spec.cluster_ip, web.spec.ports[0].node_port) == ("10.96.0.2", 30000)
+
+
+def test_apply_allocation_conflict_inside_the_batch_is_refused() -> None:
+    api = make_api()
+    a = service("a", type="NodePort", ports=[{"port": 80, "nodePort": 30080}])
+    b = service("b", type="NodePort", ports=[{"port": 80, "nodePort": 30080}])
+    with pytest.raises(
+        InputError, match=r"^document 2: Service/default/b: spec.ports\[0\].nodePort: "
+    ):
+        api.apply([a, b], documents=[1, 2])
+    assert api.services.node_ports.owner(30080) is None
+
+
+def test_apply_uses_given_document_numbers_and_ignores_resource_version() -> None:
+    api = make_api()
+    s = api.create(service("a"))
+    replayed = service("a", selector={"app": "x"}).with_meta(resource_version="1")
+    ((action, out),) = api.apply([replayed], source="dump.yaml", documents=[7])
+    assert action == "configured" and out.metadata.uid == s.metadata.uid
+    with pytest.raises(InputError, match=r"^dump.yaml \(document 7\): Service/default/b: "):
+        api.apply([service("b", type="Bogus")], source="dump.yaml", documents=[7])
+
+
+def test_every_write_records_an_event() -> None:
+    api = make_api()
+    s = api.create(service("web", type="NodePort"), component="tester")
+    api.update(service("web", type="NodePort", selector={"app": "w"}), component="tester")
+    api.delete("Service", "default/web", component="tester")
+    evs = [e for e in timeline(api.store) if e.involved_object.name == "web"]
+    assert [(e.source_component, e.reason, e.message) for e in evs] == [
+        ("tester", "Created", "allocated clusterIP 10.96.0.2, nodePort 30000"),
+        ("tester", "Updated", "updated"),
+        ("tester", "Deleted", "released clusterIP 10.96.0.2, nodePort 30000"),
+    ]
+    assert evs[0].involved_object.uid == s.metadata.uid
+    assert [e.revision for e in evs] == sorted(e.revision for e in evs)
+
+
+def pod(name: str, node: str | None = None) -> Pod:
+    p = obj(
+        f"{{apiVersion: v1, kind: Pod, metadata: {{name: {name}}}, spec: {{containers: [{{name: c}}]}}}}"
+    )
+    assert isinstance(p, Pod)
+    return p.evolve(spec=p.spec.evolve(node_name=node)) if node else p
+
+
+def test_bound_pod_deletion_is_two_steps() -> None:
+    api = make_api()
+    api.create(pod("a", node="node-1"))
+    marked = api.delete("Pod", "default/a")
+    assert isinstance(marked, Pod) and marked.is_terminating
+    assert marked.metadata.deletion_timestamp == "2026-01-01T00:00:00Z"
+    stored = api.store.get("Pod", "default/a")
+    assert stored == marked
+    rev = api.store.revision
+    assert api.delete("Pod", "default/a") == marked  # marking again is a no-op
+    assert api.store.revision == rev
+    api.finalize_pod_deletion("default/a")
+    with pytest.raises(NotFoundError):
+        api.store.get("Pod", "default/a")
+    api.finalize_pod_deletion("default/a")  # idempotent
+    reasons = [e.reason for e in timeline(api.store) if e.involved_object.name == "a"]
+    assert reasons == ["Created", "Deleting", "Deleted"]
+
+
+def test_unbound_pod_is_deleted_at_once() -> None:
+    api = make_api()
+    api.create(pod("a"))
+    api.delete("Pod", "default/a")
+    with pytest.raises(NotFoundError):
+        api.store.get("Pod", "default/a")
+
+
+def test_pod_node_name_is_set_once() -> None:
+    api = make_api()
+    p = api.create(pod("a"))
+    assert isinstance(p, Pod)
+    bound = api.update(p.evolve(spec=p.spec.evolve(node_name="node-1")))
+    assert isinstance(bound, Pod) and bound.spec.node_name == "node-1"
+    with pytest.raises(InvalidError, match=r"spec\.nodeName: Forbidden"):
+        api.update(bound.evolve(spec=bound.spec.evolve(node_name="node-2")))
+
+
+def test_system_namespaces_cannot_be_deleted() -> None:
+    api = make_api()
+    with pytest.raises(InvalidError, match="Namespace/default: Forbidden"):
+        api.delete("Namespace", "default")
