@@ -1,0 +1,50 @@
+"""The netfilter engine of the packet emulator: parse iptables-save/restore and nftables
+text into typed rules, evaluate packets with the kernel's hook order, conntrack, NAT and
+random choices, and explain every step (trace records).
+
+Public entry points (stable for the emulator, the CLI and the Linux backend):
+
+* :func:`parse_save`, :func:`apply_restore`, :func:`format_save` — iptables text.
+* :class:`Netfilter` — one host: :meth:`~Netfilter.run_hook`, :meth:`~Netfilter.traverse`,
+  :meth:`~Netfilter.enumerate`.
+* :class:`ConntrackTable`, :func:`format_conntrack_l`, :class:`SimClock`.
+* :class:`FlowTracer`, :class:`Flow`, :func:`trace_flow` — ``trace --at``.
+* :class:`TraceRecord` — the trace format.
+"""
+
+from .choice import Branch, Explorer, RandomChooser, explore
+from .conntrack import Connection, ConntrackTable, SimClock, format_conntrack_l
+from .evaluate import HOOKS, HookResult, Netfilter, Skb, Traversal
+from .flowtrace import Flow, FlowResult, FlowTracer, trace_flow
+from .ipset import IpSet, parse_ipset_save
+from .parse import RestoreError, apply_restore, format_save, parse_save
+from .rules import Ruleset
+from .trace import TraceRecord
+
+__all__ = [
+    "HOOKS",
+    "Branch",
+    "Connection",
+    "ConntrackTable",
+    "Explorer",
+    "Flow",
+    "FlowResult",
+    "FlowTracer",
+    "HookResult",
+    "IpSet",
+    "Netfilter",
+    "RandomChooser",
+    "RestoreError",
+    "Ruleset",
+    "SimClock",
+    "Skb",
+    "TraceRecord",
+    "Traversal",
+    "apply_restore",
+    "explore",
+    "format_conntrack_l",
+    "format_save",
+    "parse_ipset_save",
+    "parse_save",
+    "trace_flow",
+]

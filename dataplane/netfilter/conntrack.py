@@ -1,0 +1,511 @@
+"""Connection tracking for one host (one network namespace).
+
+Contract:
+
+* A connection has an *original* tuple (as its first packet was seen when it entered
+  conntrack, before any NAT) and a *reply* tuple (what an answer looks like after NAT:
+  DNAT rewrites the reply's source, SNAT/MASQUERADE its destination). Both tuples index
+  the table, so a packet's direction is the tuple it matches.
+* Tuples are ``(proto, src, dst, sport, dport)`` with addresses as integers (see
+  :func:`addr_int`); ICMP query messages use the identifier as both ports.
+* Packet states (``ctstate``): NEW (original direction, no reply seen yet), ESTABLISHED
+  (reply seen, or a reply-direction packet), RELATED (an ICMP error about a tracked
+  connection), INVALID (no sane transition), UNTRACKED (NOTRACK in raw).
+* Status bits are the kernel's (SEEN_REPLY, ASSURED, CONFIRMED, SRC_NAT, DST_NAT and the
+  *_DONE bits that say a NAT decision — possibly a null binding — was taken, so the nat
+  table is consulted once per connection and direction).
+* The TCP state machine covers SYN_SENT, SYN_SENT2, SYN_RECV, ESTABLISHED, FIN_WAIT,
+  CLOSE_WAIT, LAST_ACK, TIME_WAIT, CLOSE; timeouts are the kernel's defaults in seconds,
+  on an injectable clock. Expired entries disappear lazily.
+* An entry enters the table only when *confirmed* (end of POSTROUTING or INPUT); until
+  then it belongs to the packet that created it.
+"""
+
+from __future__ import annotations
+
+import random
+import zlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from ipaddress import IPv4Address, IPv6Address
+from typing import NamedTuple, Protocol
+
+from netmodel.ip import IPAddress
+
+__all__ = [
+    "ASSURED",
+    "CONFIRMED",
+    "DST_NAT",
+    "DST_NAT_DONE",
+    "SEEN_REPLY",
+    "SRC_NAT",
+    "SRC_NAT_DONE",
+    "Clock",
+    "Connection",
+    "ConntrackTable",
+    "CtTuple",
+    "SimClock",
+    "addr_int",
+    "format_conntrack_l",
+    "int_addr",
+]
+
+# status bits (values as in the kernel's enum ip_conntrack_status)
+EXPECTED = 1 << 0
+SEEN_REPLY = 1 << 1
+ASSURED = 1 << 2
+CONFIRMED = 1 << 3
+SRC_NAT = 1 << 4
+DST_NAT = 1 << 5
+SRC_NAT_DONE = 1 << 7
+DST_NAT_DONE = 1 << 8
+
+STATUS_NAMES = {"EXPECTED": EXPECTED, "SEEN_REPLY": SEEN_REPLY, "ASSURED": ASSURED,
+                "CONFIRMED": CONFIRMED}
+
+ORIGINAL = 0
+REPLY = 1
+
+_V6 = 1 << 128
+
+
+def addr_int(addr: IPAddress) -> int:
+    """An address as one integer: IPv4 as is, IPv6 with bit 128 set, so the two families
+    never collide in a tuple."""
+    return int(addr) if addr.version == 4 else int(addr) | _V6
+
+
+def int_addr(value: int) -> IPAddress:
+    """Inverse of :func:`addr_int`."""
+    return IPv6Address(value & (_V6 - 1)) if value & _V6 else IPv4Address(value)
+
+
+class CtTuple(NamedTuple):
+    """A direction of a connection. ICMP queries: ``sport == dport == identifier``."""
+
+    proto: str
+    src: int
+    dst: int
+    sport: int
+    dport: int
+
+    def inverted(self) -> CtTuple:
+        return CtTuple(self.proto, self.dst, self.src, self.dport, self.sport)
+
+
+class Clock(Protocol):
+    """Where conntrack (and ``-m recent``) read the time, in seconds."""
+
+    def now(self) -> float: ...
+
+
+class SimClock:
+    """A simulated clock that only moves when told (``advance``)."""
+
+    __slots__ = ("t",)
+
+    def __init__(self, start: float = 0.0) -> None:
+        self.t = start
+
+    def now(self) -> float:
+        return self.t
+
+    def advance(self, seconds: float) -> None:
+        self.t += seconds
+
+
+# Kernel default timeouts (seconds), net.netfilter.nf_conntrack_*_timeout*
+TCP_TIMEOUTS: dict[str, int] = {
+    "SYN_SENT": 120, "SYN_SENT2": 120, "SYN_RECV": 60, "ESTABLISHED": 432000,
+    "FIN_WAIT": 120, "CLOSE_WAIT": 60, "LAST_ACK": 30, "TIME_WAIT": 120, "CLOSE": 10,
+}
+UDP_TIMEOUT = 30
+UDP_STREAM_TIMEOUT = 120
+ICMP_TIMEOUT = 30
+GENERIC_TIMEOUT = 600
+
+PROTO_NUMBERS = {"icmp": 1, "tcp": 6, "udp": 17, "sctp": 132, "ipv6-icmp": 58}
+
+ICMP_QUERY_REPLY = {8: 0, 13: 14, 15: 16, 17: 18, 0: 8, 14: 13, 16: 15, 18: 17}
+ICMP_REQUESTS = {8, 13, 15, 17}
+ICMP_ERRORS = {3, 4, 5, 11, 12}
+
+
+class Connection:
+    """One tracked connection (mutable: its state, timeout and marks change)."""
+
+    __slots__ = ("closer", "expires", "icmp_type", "id", "mark", "orig", "reply",
+                 "status", "tcp_state", "zone")
+
+    def __init__(self, orig: CtTuple, *, icmp_type: int = 0, conn_id: int = 0) -> None:
+        self.orig = orig
+        self.reply = orig.inverted()
+        self.status = 0
+        self.tcp_state: str | None = None
+        self.expires = 0.0
+        self.mark = 0
+        self.zone = 0
+        self.id = conn_id
+        self.icmp_type = icmp_type
+        self.closer = -1
+
+    @property
+    def seen_reply(self) -> bool:
+        return bool(self.status & SEEN_REPLY)
+
+    def copy(self) -> Connection:
+        c = Connection.__new__(Connection)
+        for s in Connection.__slots__:
+            setattr(c, s, getattr(self, s))
+        return c
+
+    def __repr__(self) -> str:
+        return f"<Connection {self.orig} -> {self.reply} status={self.status:#x} {self.tcp_state}>"
+
+
+@dataclass(frozen=True, slots=True)
+class PacketState:
+    """What conntrack concluded about one packet: its connection (None when INVALID or
+    UNTRACKED), the direction (0 original, 1 reply) and the ctstate name."""
+
+    conn: Connection | None
+    direction: int
+    state: str
+
+
+def _tcp_event(flags: frozenset[str]) -> str:
+    if "RST" in flags:
+        return "rst"
+    if "SYN" in flags:
+        return "synack" if "ACK" in flags else "syn"
+    if "FIN" in flags:
+        return "fin"
+    if "ACK" in flags:
+        return "ack"
+    return "none"
+
+
+def tcp_next(state: str | None, direction: int, event: str, closer: int) -> str | None:
+    """The TCP conntrack state after a packet; None means INVALID (state unchanged).
+
+    ``closer`` is the direction that sent the first FIN (-1 if none yet)."""
+    s = state or "NONE"
+    if event == "rst":
+        return None if s == "NONE" else "CLOSE"
+    if event == "syn":
+        if direction == ORIGINAL:
+            if s in ("NONE", "SYN_SENT", "TIME_WAIT", "CLOSE"):
+                return "SYN_SENT"
+            return s
+        return "SYN_SENT2" if s == "SYN_SENT" else s
+    if event == "synack":
+        if s == "NONE":
+            return None
+        if direction == REPLY and s in ("SYN_SENT", "SYN_RECV"):
+            return "SYN_RECV"
+        if direction == ORIGINAL and s == "SYN_SENT2":
+            return "SYN_RECV"
+        return s
+    if event == "fin":
+        if s == "NONE":
+            return None
+        if s in ("ESTABLISHED", "SYN_RECV"):
+            return "FIN_WAIT"
+        if s in ("FIN_WAIT", "CLOSE_WAIT") and direction != closer:
+            return "LAST_ACK"
+        return s
+    if event == "ack":
+        if s == "NONE":
+            return "ESTABLISHED"  # mid-stream pickup (nf_conntrack_tcp_loose=1)
+        if s == "SYN_RECV" and direction == ORIGINAL:
+            return "ESTABLISHED"
+        if s == "FIN_WAIT" and direction != closer:
+            return "CLOSE_WAIT"
+        if s == "LAST_ACK" and direction == closer:
+            return "TIME_WAIT"
+        return s
+    return None if s == "NONE" else s
+
+
+class ConntrackTable:
+    """The conntrack table of one host. ``clock`` drives timeouts."""
+
+    def __init__(self, clock: Clock | None = None) -> None:
+        self.clock: Clock = clock or SimClock()
+        self._by_tuple: dict[CtTuple, tuple[Connection, int]] = {}
+        self._next_id = 1
+
+    # ---- lookup and lifetime
+
+    def lookup(self, t: CtTuple) -> tuple[Connection, int] | None:
+        """The live connection a tuple belongs to and the direction it is, or None."""
+        hit = self._by_tuple.get(t)
+        if hit is None:
+            return None
+        if hit[0].expires <= self.clock.now():
+            self._remove(hit[0])
+            return None
+        return hit
+
+    def new(self, orig: CtTuple, icmp_type: int = 0) -> Connection:
+        """An unconfirmed connection for a first packet (not yet in the table)."""
+        c = Connection(orig, icmp_type=icmp_type, conn_id=self._next_id)
+        self._next_id += 1
+        return c
+
+    def confirm(self, conn: Connection) -> bool:
+        """Insert an unconfirmed connection. False (and nothing inserted) when either of
+        its tuples is already taken by another live connection: the kernel drops such a
+        packet."""
+        if conn.status & CONFIRMED:
+            return True
+        for t in (conn.orig, conn.reply):
+            if self.lookup(t) is not None:
+                return False
+        conn.status |= CONFIRMED
+        self._by_tuple[conn.orig] = (conn, ORIGINAL)
+        self._by_tuple[conn.reply] = (conn, REPLY)
+        return True
+
+    def taken(self, t: CtTuple) -> bool:
+        """Whether a live connection already uses this tuple (either direction)."""
+        return self.lookup(t) is not None
+
+    def _remove(self, conn: Connection) -> None:
+        for t in (conn.orig, conn.reply):
+            if self._by_tuple.get(t, (None,))[0] is conn:
+                del self._by_tuple[t]
+
+    def delete(self, conn: Connection) -> None:
+        """Remove a connection (``conntrack -D``)."""
+        self._remove(conn)
+
+    def delete_where(self, pred: Callable[[Connection], bool]) -> int:
+        """Delete every live connection for which ``pred`` is true; returns how many
+        (what kube-proxy's stale-UDP cleanup does with ``conntrack -D``)."""
+        victims = [c for c in self.entries() if pred(c)]
+        for c in victims:
+            self._remove(c)
+        return len(victims)
+
+    def flush(self) -> None:
+        self._by_tuple.clear()
+
+    def entries(self) -> list[Connection]:
+        """Live connections in insertion order (expired ones are removed first)."""
+        now = self.clock.now()
+        seen: dict[int, Connection] = {}
+        dead: list[Connection] = []
+        for conn, _ in self._by_tuple.values():
+            if conn.expires <= now:
+                dead.append(conn)
+            else:
+                seen.setdefault(id(conn), conn)
+        for c in dead:
+            self._remove(c)
+        return list(seen.values())
+
+    def __len__(self) -> int:
+        return len(self.entries())
+
+    def __iter__(self) -> Iterator[Connection]:
+        return iter(self.entries())
+
+    def copy(self) -> ConntrackTable:
+        """A deep copy (for exploring alternatives without touching this table)."""
+        other = ConntrackTable(self.clock)
+        other._next_id = self._next_id
+        clones: dict[int, Connection] = {}
+        for t, (conn, d) in self._by_tuple.items():
+            c = clones.get(id(conn))
+            if c is None:
+                c = clones[id(conn)] = conn.copy()
+            other._by_tuple[t] = (c, d)
+        return other
+
+    # ---- per-packet state
+
+    def classify(
+        self,
+        t: CtTuple,
+        flags: frozenset[str],
+        icmp_type: int | None,
+        inner: CtTuple | None,
+        *,
+        commit: bool = True,
+    ) -> PacketState:
+        """Find or create the connection of a packet (conntrack's PREROUTING/OUTPUT step)
+        and apply the protocol state machine. A new connection is returned unconfirmed.
+
+        ``inner`` is the tuple of the packet quoted inside an ICMP error. With ``commit``
+        False an existing connection is not changed: the state machine runs on a copy."""
+        proto = t.proto
+        if proto in ("icmp", "ipv6-icmp") and icmp_type is not None and icmp_type in ICMP_ERRORS:
+            if inner is None:
+                return PacketState(None, ORIGINAL, "INVALID")
+            hit = self.lookup(inner.inverted())
+            if hit is None:
+                return PacketState(None, ORIGINAL, "INVALID")
+            return PacketState(hit[0], hit[1], "RELATED")
+        hit = self.lookup(t)
+        now = self.clock.now()
+        if hit is None:
+            if proto in ("icmp", "ipv6-icmp") and icmp_type not in ICMP_REQUESTS:
+                return PacketState(None, ORIGINAL, "INVALID")
+            conn = self.new(t, icmp_type or 0)
+            if proto == "tcp":
+                ev = _tcp_event(flags)
+                st = tcp_next(None, ORIGINAL, ev, -1)
+                if st is None:
+                    return PacketState(None, ORIGINAL, "INVALID")
+                conn.tcp_state = st
+                conn.expires = now + TCP_TIMEOUTS[st]
+            elif proto == "udp":
+                conn.expires = now + UDP_TIMEOUT
+            elif proto in ("icmp", "ipv6-icmp"):
+                conn.expires = now + ICMP_TIMEOUT
+            else:
+                conn.expires = now + GENERIC_TIMEOUT
+            return PacketState(conn, ORIGINAL, "NEW")
+        conn, direction = hit
+        if not commit:
+            conn = conn.copy()
+        if not self._update(conn, direction, flags, now):
+            return PacketState(None, direction, "INVALID")
+        if direction == REPLY:
+            return PacketState(conn, REPLY, "ESTABLISHED")
+        return PacketState(conn, ORIGINAL, "ESTABLISHED" if conn.status & SEEN_REPLY else "NEW")
+
+    def _update(self, conn: Connection, direction: int, flags: frozenset[str], now: float) -> bool:
+        first_reply = direction == REPLY and not conn.status & SEEN_REPLY
+        if direction == REPLY:
+            conn.status |= SEEN_REPLY
+        proto = conn.orig.proto
+        if proto == "tcp":
+            ev = _tcp_event(flags)
+            old = conn.tcp_state
+            st = tcp_next(old, direction, ev, conn.closer)
+            if st is None:
+                return False
+            if ev == "fin" and conn.closer < 0:
+                conn.closer = direction
+            if st == "ESTABLISHED" and old in ("SYN_RECV", "ESTABLISHED") and conn.status & SEEN_REPLY:
+                conn.status |= ASSURED
+            if st == "SYN_SENT" and old in ("TIME_WAIT", "CLOSE"):
+                conn.closer = -1
+                conn.status &= ~(SEEN_REPLY | ASSURED)
+            conn.tcp_state = st
+            conn.expires = now + TCP_TIMEOUTS[st]
+        elif proto == "udp":
+            if conn.status & SEEN_REPLY:
+                if not first_reply:
+                    conn.status |= ASSURED
+                conn.expires = now + (UDP_STREAM_TIMEOUT if conn.status & ASSURED else UDP_TIMEOUT)
+            else:
+                conn.expires = now + UDP_TIMEOUT
+        elif proto in ("icmp", "ipv6-icmp"):
+            conn.expires = now + ICMP_TIMEOUT
+        else:
+            conn.expires = now + GENERIC_TIMEOUT
+        return True
+
+    # ---- NAT bindings (only on unconfirmed connections)
+
+    def bind_dnat(self, conn: Connection, dst: int, dport: int) -> None:
+        """Record a destination NAT: replies come from ``dst:dport``."""
+        conn.reply = conn.reply._replace(src=dst, sport=dport)
+        conn.status |= DST_NAT | DST_NAT_DONE
+
+    def bind_snat(
+        self,
+        conn: Connection,
+        src: int,
+        ports: tuple[int, int] | None,
+        *,
+        random_fully: bool = False,
+        rng: random.Random | None = None,
+    ) -> int | None:
+        """Record a source NAT to ``src`` and pick the source port: the original one if
+        it is in ``ports`` (or no range was given) and the resulting reply tuple is free,
+        otherwise another port from the range (random start with ``random_fully``,
+        else a start derived from the tuple). Returns the port, or None when every port
+        is taken (the kernel then drops the packet)."""
+        orig = conn.orig
+        proto = orig.proto
+        port = orig.sport
+        if proto in ("tcp", "udp", "sctp", "icmp", "ipv6-icmp"):
+            lo, hi = ports if ports else _default_port_range(port, proto)
+        else:
+            lo = hi = port
+        keep_ok = not random_fully and (ports is None or lo <= port <= hi)
+        cand = conn.reply._replace(dst=src, dport=port)
+        if proto in ("icmp", "ipv6-icmp"):
+            cand = cand._replace(sport=port, dport=port)
+        if keep_ok and not self.taken(cand):
+            chosen = port
+        else:
+            size = hi - lo + 1
+            if random_fully:
+                start = (rng or random).randrange(size)
+            else:
+                start = zlib.crc32(f"{orig.src}/{orig.dst}/{orig.dport}".encode()) % size
+            chosen = -1
+            for k in range(size):
+                p = lo + (start + k) % size
+                c2 = cand._replace(dport=p) if proto not in ("icmp", "ipv6-icmp") else cand._replace(sport=p, dport=p)
+                if not self.taken(c2):
+                    chosen, cand = p, c2
+                    break
+            if chosen < 0:
+                return None
+        conn.reply = cand
+        conn.status |= SRC_NAT | SRC_NAT_DONE
+        return chosen
+
+
+def _default_port_range(port: int, proto: str) -> tuple[int, int]:
+    if proto in ("icmp", "ipv6-icmp"):
+        return (0, 65535)
+    if port < 512:
+        return (1, 511)
+    if port < 1024:
+        return (600, 1023)
+    return (1024, 65535)
+
+
+# --------------------------------------------------------------------------- conntrack -L
+
+
+def _tuple_text(t: CtTuple, icmp_type: int) -> str:
+    src, dst = int_addr(t.src), int_addr(t.dst)
+    if t.proto in ("icmp", "ipv6-icmp"):
+        return f"src={src} dst={dst} type={icmp_type} code=0 id={t.sport}"
+    return f"src={src} dst={dst} sport={t.sport} dport={t.dport}"
+
+
+def format_entry(conn: Connection, now: float) -> str:
+    """One line of ``conntrack -L``."""
+    proto = conn.orig.proto
+    remaining = max(0, int(conn.expires - now))
+    parts = [f"{proto:<8} {PROTO_NUMBERS.get(proto, 0)} {remaining}"]
+    if conn.tcp_state is not None:
+        parts.append(conn.tcp_state)
+    parts.append(_tuple_text(conn.orig, conn.icmp_type))
+    if not conn.status & SEEN_REPLY:
+        parts.append("[UNREPLIED]")
+    parts.append(_tuple_text(conn.reply, ICMP_QUERY_REPLY.get(conn.icmp_type, 0)))
+    if conn.status & ASSURED:
+        parts.append("[ASSURED]")
+    parts.append(f"mark={conn.mark}")
+    if conn.zone:
+        parts.append(f"zone={conn.zone}")
+    parts.append("use=1")
+    return " ".join(parts)
+
+
+def format_conntrack_l(table: ConntrackTable) -> str:
+    """The table printed exactly like ``conntrack -L`` prints it on stdout, one entry per
+    line (the tool's closing ``N flow entries have been shown.`` goes to stderr and is
+    not included)."""
+    now = table.clock.now()
+    return "".join(format_entry(c, now) + "\n" for c in table.entries())

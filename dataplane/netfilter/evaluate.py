@@ -1,0 +1,838 @@
+"""Evaluate a packet through one host's netfilter with the kernel's semantics.
+
+**Hooks and order.** Each hook runs its stages by priority (IPv4 values):
+
+====================  =================================================================
+PREROUTING            raw (-300), conntrack (-200), mangle (-150), nat DNAT (-100)
+INPUT                 mangle (-150), filter (0), security (50), nat SNAT (100), confirm
+FORWARD               mangle (-150), filter (0), security (50)
+OUTPUT                raw (-300), conntrack (-200), mangle (-150), nat DNAT (-100),
+                      filter (0), security (50)
+POSTROUTING           mangle (-150), nat SNAT (100), confirm
+====================  =================================================================
+
+nftables base chains (:mod:`.nft`) join at their own priority; their ``type nat``
+chains run inside the nat stage after the iptables nat table. IPVS (:mod:`.ipvs`) runs
+in INPUT at priority 98 and OUTPUT at -99.
+
+Paths (:meth:`Netfilter.traverse`): a packet that arrives runs PREROUTING, then — after
+routing on the possibly DNATed destination — INPUT when it is local, else FORWARD and
+POSTROUTING. A packet the host sends runs OUTPUT and POSTROUTING; if it is addressed to
+the host itself it then comes back through PREROUTING and INPUT on ``lo`` (conntrack and
+nat are not consulted again for it, as in the kernel).
+
+**Tables.** First match wins; ``-j CHAIN`` returns to the next rule when CHAIN ends or
+``RETURN``s; ``-g CHAIN`` does not return to the chain that jumped (a RETURN from it goes
+to the chain that called *that* one); a built-in chain that ends or RETURNs applies its
+policy. ACCEPT ends the table for this hook (later tables still run), DROP and REJECT
+end the packet, DNAT/SNAT/MASQUERADE accept. MARK, CONNMARK, LOG, NFLOG, TRACE and
+NOTRACK continue with the next rule.
+
+**NAT and conntrack.** The nat chains are consulted only while a connection has no NAT
+decision for that manipulation (the first packet); later packets, and replies, are
+rewritten from the binding stored in the connection (:mod:`.conntrack`). A connection
+enters the table at the end of POSTROUTING or INPUT.
+
+**Indexing.** Chains with many rules are searched through :class:`~.compile.ChainIndex`;
+``linear=True`` walks every rule instead. Both give the same results (a property test
+checks it); ``visited`` counts the rules examined.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from ipaddress import IPv4Address
+from random import Random
+from typing import NamedTuple
+
+from netmodel.ip import IPAddress
+from netmodel.packet import Packet
+
+from . import rules as R
+from .choice import Branch, Chooser, Explorer, RandomChooser, explore
+from .compile import (
+    ST_ESTABLISHED,
+    ST_INVALID,
+    ST_NEW,
+    ST_RELATED,
+    ST_UNTRACKED,
+    ChainIndex,
+    Work,
+    compile_test,
+    index_key,
+)
+from .conntrack import (
+    CONFIRMED,
+    DST_NAT,
+    DST_NAT_DONE,
+    REPLY,
+    SRC_NAT,
+    SRC_NAT_DONE,
+    Clock,
+    ConntrackTable,
+    CtTuple,
+    SimClock,
+    addr_int,
+    int_addr,
+)
+from .ipset import IpSet
+from .recent import RecentTable
+from .trace import TraceRecord
+
+__all__ = [
+    "HOOKS",
+    "CompiledRuleset",
+    "HookResult",
+    "Netfilter",
+    "Skb",
+    "Traversal",
+]
+
+HOOKS = ("PREROUTING", "INPUT", "FORWARD", "OUTPUT", "POSTROUTING")
+
+# verdict codes inside the engine
+CONTINUE = 0
+ACCEPT = 1
+DROP = 2
+REJECT = 3
+VERDICT_NAMES = {ACCEPT: "ACCEPT", DROP: "DROP", REJECT: "REJECT", CONTINUE: "ACCEPT"}
+
+# rule kinds
+K_NONE, K_ACCEPT, K_DROP, K_RETURN, K_REJECT, K_JUMP, K_GOTO = range(7)
+K_MARK, K_DNAT, K_SNAT, K_MASQ, K_CONNMARK, K_LOG, K_NOTRACK, K_TRACE = range(7, 15)
+
+INDEX_MIN_RULES = 12
+
+_STATE_BITS = {"NEW": ST_NEW, "ESTABLISHED": ST_ESTABLISHED, "RELATED": ST_RELATED,
+               "INVALID": ST_INVALID, "UNTRACKED": ST_UNTRACKED}
+
+
+def _hostport(addr: int, port: int) -> str:
+    a = int_addr(addr)
+    return f"[{a}]:{port}" if a.version == 6 else f"{a}:{port}"
+
+
+# --------------------------------------------------------------------------- compiled form
+
+
+class CRule:
+    """A compiled rule."""
+
+    __slots__ = ("dest", "effect", "kind", "number", "target", "test", "text")
+
+    def __init__(self, rule: R.Rule, number: int, sets: Mapping[str, IpSet]) -> None:
+        self.number = number
+        self.text = rule.text
+        self.test = compile_test(rule, sets)
+        self.target = rule.target
+        self.dest: CChain | None = None
+        t = rule.target
+        if t is None:
+            self.kind, self.effect = K_NONE, "match"
+        elif isinstance(t, R.Verdict):
+            self.kind = {"ACCEPT": K_ACCEPT, "DROP": K_DROP, "RETURN": K_RETURN}[t.name]
+            self.effect = t.name if t.name != "RETURN" else "return"
+        elif isinstance(t, R.Reject):
+            self.kind, self.effect = K_REJECT, f"REJECT {t.reject_with}"
+        elif isinstance(t, R.Jump):
+            self.kind = K_GOTO if t.goto else K_JUMP
+            self.effect = f"{'goto' if t.goto else 'jump'} {t.chain}"
+        elif isinstance(t, R.SetMark):
+            self.kind, self.effect = K_MARK, f"MARK {t.op} {t.value:#x}" + (
+                f"/{t.mask:#x}" if t.op in ("set-xmark", "set-mark") else "")
+        elif isinstance(t, R.Dnat):
+            self.kind, self.effect = K_DNAT, "DNAT"
+        elif isinstance(t, R.Snat):
+            self.kind, self.effect = K_SNAT, "SNAT"
+        elif isinstance(t, R.Masquerade):
+            self.kind, self.effect = K_MASQ, "MASQUERADE"
+        elif isinstance(t, R.Connmark):
+            self.kind, self.effect = K_CONNMARK, f"CONNMARK {t.mode}"
+        elif isinstance(t, R.Log):
+            self.kind, self.effect = K_LOG, f"{t.kind} {t.prefix!r}"
+        elif isinstance(t, R.Notrack):
+            self.kind, self.effect = K_NOTRACK, "NOTRACK" if t.notrack else f"CT zone {t.zone}"
+        else:
+            self.kind, self.effect = K_TRACE, "TRACE"
+
+
+class CChain:
+    """A compiled chain: rules, policy, optional index."""
+
+    __slots__ = ("index", "name", "policy", "rules")
+
+    def __init__(self, name: str, policy: str | None, rules: list[CRule],
+                 index: ChainIndex[CRule] | None) -> None:
+        self.name = name
+        self.policy = policy
+        self.rules = rules
+        self.index = index
+
+
+class CompiledRuleset:
+    """A :class:`~.rules.Ruleset` compiled for evaluation (tests and indexes built once).
+    ``linear`` disables the indexes."""
+
+    def __init__(self, ruleset: R.Ruleset, *, sets: Mapping[str, IpSet] | None = None,
+                 linear: bool = False) -> None:
+        self.ruleset = ruleset
+        self.family = ruleset.family
+        self.tables: dict[str, dict[str, CChain]] = {}
+        for tname, table in ruleset.tables.items():
+            chains: dict[str, CChain] = {}
+            for chain in table:
+                crules = [CRule(r, i, sets or {}) for i, r in enumerate(chain.rules, 1)]
+                idx = None
+                if not linear and len(crules) >= INDEX_MIN_RULES:
+                    idx = ChainIndex([index_key(r) for r in chain.rules], crules)
+                chains[chain.name] = CChain(chain.name, chain.policy, crules, idx)
+            for c in chains.values():
+                for cr in c.rules:
+                    if isinstance(cr.target, R.Jump):
+                        cr.dest = chains[cr.target.chain]
+            self.tables[tname] = chains
+
+    def builtin(self, table: str, hook: str) -> CChain | None:
+        t = self.tables.get(table)
+        return None if t is None else t.get(hook)
+
+
+# --------------------------------------------------------------------------- values out
+
+
+class Skb:
+    """A packet inside one host, with the conntrack state it carries between hooks
+    (the kernel's skb->_nfct). Immutable by convention; hooks return a new one."""
+
+    __slots__ = ("conn", "direction", "masq", "packet", "state", "untracked")
+
+    def __init__(self, packet: Packet, conn: object = None, direction: int = 0,
+                 state: str = "", untracked: bool = False, masq: bool = False) -> None:
+        self.packet = packet
+        self.conn = conn
+        self.direction = direction
+        self.state = state
+        self.untracked = untracked
+        self.masq = masq
+
+    def __repr__(self) -> str:
+        return f"Skb({self.packet.summary()}, state={self.state or '-'})"
+
+
+class HookResult(NamedTuple):
+    """What one hook did: the packet after it (None when dropped), the verdict
+    (``ACCEPT``/``DROP``/``REJECT``), the ICMP/TCP reply type for REJECT, the trace
+    records, and how many rules were examined."""
+
+    skb: Skb | None
+    verdict: str
+    reject_with: str | None
+    records: tuple[TraceRecord, ...]
+    visited: int
+
+
+@dataclass(frozen=True, slots=True)
+class Traversal:
+    """A packet's whole way through one host (:meth:`Netfilter.traverse`).
+
+    ``packet`` is the packet as it leaves (or is delivered), after NAT; ``verdict`` is
+    ``ACCEPT``, ``DROP`` or ``REJECT``; ``delivery`` is ``local`` (INPUT), ``forward`` or
+    ``out`` (left the host), or None when dropped; ``hooks`` the hooks run in order;
+    ``masquerade`` whether the masquerade mark was set or a source NAT applied;
+    ``dnat`` the ``(address, port)`` a DNAT rewrote the destination to, if any;
+    ``records`` the trace; ``visited`` the number of rules examined; ``skb`` carries the
+    connection for a follow-up hook call."""
+
+    packet: Packet
+    verdict: str
+    reject_with: str | None
+    delivery: str | None
+    hooks: tuple[str, ...]
+    masquerade: bool
+    dnat: tuple[IPAddress, int] | None
+    snat: tuple[IPAddress, int] | None
+    ctstate: str
+    records: tuple[TraceRecord, ...]
+    visited: int
+    skb: Skb | None = None
+
+
+# --------------------------------------------------------------------------- the host
+
+
+Stage = Callable[[Work, "list[TraceRecord] | None"], int]
+NatChain = Callable[[Work, "list[TraceRecord] | None", str], int]
+
+
+class Netfilter:
+    """One host's netfilter: iptables rules, optional nftables/IPVS, conntrack, the
+    ``-m recent`` lists and counters.
+
+    ``local_addrs`` are the host's addresses (``addrtype LOCAL``, local delivery);
+    ``iface_addrs`` the addresses per interface (MASQUERADE's source, ``--limit-iface``);
+    ``ipsets`` the sets ``-m set`` refers to; ``rng`` seeds the random decisions;
+    ``clock`` drives conntrack and ``recent``; ``masq_mark`` is the bit reported as
+    "masquerade mark set" (kube-proxy's 0x4000)."""
+
+    def __init__(
+        self,
+        iptables: R.Ruleset | None = None,
+        *,
+        local_addrs: Iterable[IPAddress] = (),
+        iface_addrs: Mapping[str, Sequence[IPAddress]] | None = None,
+        ipsets: Mapping[str, IpSet] | None = None,
+        nft: object | None = None,
+        ipvs: object | None = None,
+        conntrack: ConntrackTable | None = None,
+        clock: Clock | None = None,
+        rng: Random | None = None,
+        linear: bool = False,
+        masq_mark: int = 0x4000,
+        trace: bool = True,
+        compiled: CompiledRuleset | None = None,
+    ) -> None:
+        self.clock: Clock = clock or (conntrack.clock if conntrack else SimClock())
+        self.conntrack = conntrack or ConntrackTable(self.clock)
+        self.recent = RecentTable()
+        self.counters: dict[str, int] = {}
+        self.ipsets = dict(ipsets or {})
+        self.chooser: Chooser = RandomChooser(rng or Random(0))
+        self.masq_mark = masq_mark
+        self.trace = trace
+        self.linear = linear
+        self.local_addrs = frozenset(addr_int(a) for a in local_addrs)
+        self.iface_addrs: dict[str, frozenset[int]] = {
+            k: frozenset(addr_int(a) for a in v) for k, v in (iface_addrs or {}).items()
+        }
+        self._iface_first: dict[str, list[IPAddress]] = {
+            k: list(v) for k, v in (iface_addrs or {}).items()
+        }
+        if compiled is None and iptables is not None:
+            compiled = CompiledRuleset(iptables, sets=self.ipsets, linear=linear)
+        self.compiled = compiled
+        self.nft = nft
+        self.ipvs = ipvs
+        self._stages: dict[str, list[tuple[int, str, Stage]]] = {}
+        self._build_stages()
+
+    # ---- stage plan
+
+    def _build_stages(self) -> None:
+        plan: dict[str, list[tuple[int, str, Stage]]] = {h: [] for h in HOOKS}
+        cr = self.compiled
+        prios = {"raw": -300, "mangle": -150, "filter": 0, "security": 50}
+        for hook in HOOKS:
+            if cr is not None:
+                for table, prio in prios.items():
+                    chain = cr.builtin(table, hook)
+                    if chain is not None:
+                        plan[hook].append((prio, f"iptables {table}", self._table_stage(table, chain)))
+            if hook in ("PREROUTING", "OUTPUT"):
+                plan[hook].append((-200, "conntrack", self._conntrack_in))
+            if hook != "FORWARD":
+                manip = "DST" if hook in ("PREROUTING", "OUTPUT") else "SRC"
+                plan[hook].append((-100 if manip == "DST" else 100, "nat", self._nat_stage(hook, manip)))
+            if hook in ("INPUT", "POSTROUTING"):
+                plan[hook].append((2**31 - 1, "confirm", self._confirm))
+        for hook, prio, name, stage in self._extra_stages():
+            plan[hook].append((prio, name, stage))
+        for hook in HOOKS:
+            plan[hook].sort(key=lambda s: s[0])
+        self._stages = plan
+
+    def _extra_stages(self) -> list[tuple[str, int, str, Stage]]:
+        out: list[tuple[str, int, str, Stage]] = []
+        for provider in (self.nft, self.ipvs):
+            if provider is not None:
+                out.extend(provider.stages(self))  # type: ignore[attr-defined]
+        return out
+
+    def _nat_chains(self, hook: str) -> list[NatChain]:
+        chains: list[NatChain] = []
+        cr = self.compiled
+        if cr is not None:
+            chain = cr.builtin("nat", hook)
+            if chain is not None:
+                nat_chain = chain
+
+                def run_nat(w: Work, rec: list[TraceRecord] | None, h: str) -> int:
+                    return self._run_builtin(nat_chain, "nat", w, rec)
+
+                chains.append(run_nat)
+        if self.nft is not None:
+            chains.extend(self.nft.nat_chains(self, hook))  # type: ignore[attr-defined]
+        return chains
+
+    # ---- table walking
+
+    def _table_stage(self, table: str, chain: CChain) -> Stage:
+        def stage(w: Work, rec: list[TraceRecord] | None) -> int:
+            return self._run_builtin(chain, table, w, rec)
+
+        return stage
+
+    def _run_builtin(self, chain: CChain, table: str, w: Work, rec: list[TraceRecord] | None) -> int:
+        w.table = table
+        v = self._walk(chain, w, rec)
+        if v == CONTINUE:
+            pol = ACCEPT if chain.policy != "DROP" else DROP
+            if rec is not None:
+                rec.append(TraceRecord(w.hook, table, chain.name, 0, f":{chain.name} {chain.policy}",
+                                       f"policy {chain.policy}", None, w.ctname, w.mark))
+            return pol
+        return v
+
+    def _walk(self, chain: CChain, w: Work, rec: list[TraceRecord] | None) -> int:
+        idx = chain.index
+        rules = chain.rules if idx is None else idx.candidates(w.dst, w.proto, w.dport)
+        for r in rules:
+            w.visited += 1
+            t = r.test
+            if t is not None and not t(w):
+                continue
+            k = r.kind
+            if k == K_JUMP:
+                if rec is not None:
+                    rec.append(TraceRecord(w.hook, w.table, chain.name, r.number, r.text, r.effect,
+                                           None, w.ctname, w.mark))
+                v = self._walk(r.dest, w, rec)  # type: ignore[arg-type]
+                if v:
+                    return v
+                continue
+            if k == K_MARK:
+                tg: R.SetMark = r.target  # type: ignore[assignment]
+                w.mark = (w.mark & ~tg.mask & 0xFFFFFFFF) ^ tg.value
+                if w.mark & w.masq_bit:
+                    w.masq_seen = True
+                if rec is not None:
+                    rec.append(TraceRecord(w.hook, w.table, chain.name, r.number, r.text, r.effect,
+                                           None, w.ctname, w.mark))
+                continue
+            if k == K_GOTO:
+                if rec is not None:
+                    rec.append(TraceRecord(w.hook, w.table, chain.name, r.number, r.text, r.effect,
+                                           None, w.ctname, w.mark))
+                return self._walk(r.dest, w, rec)  # type: ignore[arg-type]
+            nat: str | None = None
+            if k == K_ACCEPT:
+                v = ACCEPT
+            elif k == K_DROP:
+                v = DROP
+            elif k == K_RETURN:
+                v = -1
+            elif k == K_REJECT:
+                v = REJECT
+                w.reject_with = r.target.reject_with  # type: ignore[union-attr]
+            elif k == K_DNAT:
+                v, nat = self._dnat(w, r.target)  # type: ignore[arg-type]
+            elif k in (K_SNAT, K_MASQ):
+                v, nat = self._snat(w, r.target)  # type: ignore[arg-type]
+            elif k == K_CONNMARK:
+                self._connmark(w, r.target)  # type: ignore[arg-type]
+                v = CONTINUE
+            elif k == K_NOTRACK:
+                if r.target.notrack:  # type: ignore[union-attr]
+                    w.untracked = True
+                v = CONTINUE
+            else:  # K_NONE, K_LOG, K_TRACE
+                v = CONTINUE
+            if rec is not None:
+                rec.append(TraceRecord(w.hook, w.table, chain.name, r.number, r.text, r.effect,
+                                       nat, w.ctname, w.mark))
+            if v == -1:
+                return CONTINUE
+            if v:
+                return v
+        if rec is not None and chain.policy is None:
+            rec.append(TraceRecord(w.hook, w.table, chain.name, 0, "", "return", None,
+                                   w.ctname, w.mark))
+        return CONTINUE
+
+    # ---- targets with state
+
+    def _dnat(self, w: Work, t: R.Dnat) -> tuple[int, str | None]:
+        ct = w.ct
+        if ct is None or ct.status & DST_NAT_DONE:
+            return ACCEPT, None
+        rng = t.ranges[0]
+        before = _hostport(w.dst, w.dport)
+        dst = w.dst
+        if rng.addr_lo is not None:
+            lo, hi = addr_int(rng.addr_lo), addr_int(rng.addr_hi or rng.addr_lo)
+            dst = lo if lo == hi else lo + (w.src % (hi - lo + 1))
+        dport = w.dport if w.proto != "icmp" else w.icmp_id
+        if rng.port_lo is not None and w.proto in ("tcp", "udp", "sctp"):
+            plo, phi = rng.port_lo, rng.port_hi or rng.port_lo
+            if not plo <= dport <= phi:
+                dport = plo
+        self.conntrack.bind_dnat(ct, dst, dport)
+        return ACCEPT, f"{before} -> {_hostport(dst, dport)}"
+
+    def _snat(self, w: Work, t: R.Snat | R.Masquerade) -> tuple[int, str | None]:
+        ct = w.ct
+        if ct is None or ct.status & SRC_NAT_DONE:
+            return ACCEPT, None
+        ports: tuple[int, int] | None = None
+        if isinstance(t, R.Masquerade):
+            src_addr = self._masq_source(w)
+            if src_addr is None:
+                return DROP, "no address to masquerade to"
+            src = addr_int(src_addr)
+            ports = t.ports
+            random_fully = t.random_fully
+        else:
+            rng = t.ranges[0]
+            if rng.addr_lo is None:
+                src = w.src
+            else:
+                lo, hi = addr_int(rng.addr_lo), addr_int(rng.addr_hi or rng.addr_lo)
+                src = lo if lo == hi else lo + (w.dst % (hi - lo + 1))
+            if rng.port_lo is not None:
+                ports = (rng.port_lo, rng.port_hi or rng.port_lo)
+            random_fully = t.random_fully
+        before = _hostport(w.src, w.sport if w.proto != "icmp" else w.icmp_id)
+        rnd = self.chooser.rng if isinstance(self.chooser, RandomChooser) else None
+        port = self.conntrack.bind_snat(ct, src, ports, random_fully=random_fully, rng=rnd)
+        if port is None:
+            return DROP, "no free source port"
+        w.masq_seen = True
+        return ACCEPT, f"{before} -> {_hostport(src, port)}"
+
+    def _masq_source(self, w: Work) -> IPAddress | None:
+        want6 = bool(w.src & (1 << 128))
+        for a in self._iface_first.get(w.oif, ()):
+            if (a.version == 6) == want6:
+                return a
+        for v in sorted(self.local_addrs):
+            a = int_addr(v)
+            if (a.version == 6) == want6 and not a.is_loopback:
+                return a
+        return None
+
+    def _connmark(self, w: Work, t: R.Connmark) -> None:
+        ct = w.ct
+        if ct is None:
+            return
+        if t.mode == "set":
+            ct.mark = (ct.mark & ~t.mask & 0xFFFFFFFF) ^ t.value
+        elif t.mode == "save":
+            ct.mark = (ct.mark & ~t.ctmask & 0xFFFFFFFF) ^ (w.mark & t.nfmask)
+        else:
+            w.mark = (w.mark & ~t.nfmask & 0xFFFFFFFF) ^ (ct.mark & t.ctmask)
+
+    # ---- conntrack and nat stages
+
+    def _conntrack_in(self, w: Work, rec: list[TraceRecord] | None) -> int:
+        if w.ct is not None or w.ctname:
+            return CONTINUE
+        if w.untracked:
+            w.ctbits, w.ctname = ST_UNTRACKED, "UNTRACKED"
+            return CONTINUE
+        proto = w.proto
+        icmp = proto in ("icmp", "ipv6-icmp")
+        if icmp:
+            t = CtTuple(proto, w.src, w.dst, w.icmp_id, w.icmp_id)
+        else:
+            t = CtTuple(proto, w.src, w.dst, w.sport, w.dport)
+        inner = None
+        if icmp and w.inner is not None:
+            p: Packet = w.inner
+            ip_ = p.icmp_id if p.proto in ("icmp", "ipv6-icmp") else None
+            inner = CtTuple(p.proto, addr_int(p.src), addr_int(p.dst),
+                            p.sport if ip_ is None else ip_, p.dport if ip_ is None else ip_)
+        ps = self.conntrack.classify(t, w.flags, w.itype, inner, commit=w.commit)
+        w.ct = ps.conn
+        w.ctdir = ps.direction
+        w.ctname = ps.state
+        w.ctbits = _STATE_BITS[ps.state]
+        if rec is not None:
+            rec.append(TraceRecord(w.hook, "conntrack", "", 0, "", f"state {ps.state}"
+                                   + (" reply" if ps.direction == REPLY else ""),
+                                   None, ps.state, w.mark))
+        return CONTINUE
+
+    def _nat_stage(self, hook: str, manip: str) -> Stage:
+        done_bit = DST_NAT_DONE if manip == "DST" else SRC_NAT_DONE
+        chains: list[NatChain] | None = None
+
+        def stage(w: Work, rec: list[TraceRecord] | None) -> int:
+            nonlocal chains
+            ct = w.ct
+            if ct is None:
+                return CONTINUE
+            if chains is None:
+                chains = self._nat_chains(hook)
+            if not ct.status & done_bit:
+                if w.ctbits & (ST_NEW | ST_RELATED):
+                    for ch in chains:
+                        v = ch(w, rec, hook)
+                        if v in (DROP, REJECT):
+                            return v
+                        if ct.status & done_bit:
+                            break
+                ct.status |= done_bit
+            elif rec is not None and chains:
+                rec.append(TraceRecord(hook, "nat", "", 0, "",
+                                       "skipped: connection already has its NAT decision",
+                                       None, w.ctname, w.mark))
+            self._apply_binding(w, manip, rec, hook)
+            return CONTINUE
+
+        return stage
+
+    def _apply_binding(self, w: Work, manip: str, rec: list[TraceRecord] | None, hook: str) -> None:
+        ct = w.ct
+        assert ct is not None
+        bit = SRC_NAT if manip == "SRC" else DST_NAT
+        reply_dir = w.ctdir == REPLY
+        if reply_dir:
+            bit = DST_NAT if bit == SRC_NAT else SRC_NAT
+        if not ct.status & bit:
+            return
+        target = ct.orig.inverted() if reply_dir else ct.reply.inverted()
+        icmp = w.proto in ("icmp", "ipv6-icmp")
+        related = bool(w.ctbits & ST_RELATED)
+        if related:
+            # ICMP error: rewrite the quoted packet back/forward and the outer address
+            # that belongs to the connection.
+            inner: Packet | None = w.inner
+            if inner is not None:
+                quoted = ct.orig if reply_dir else ct.reply
+                w.inner = inner.evolve(src=int_addr(quoted.src), dst=int_addr(quoted.dst),
+                                       sport=quoted.sport if inner.proto != "icmp" else inner.sport,
+                                       dport=quoted.dport if inner.proto != "icmp" else inner.dport)
+            if manip == "DST":
+                w.dst = target.dst
+            elif w.src == (ct.reply.src if reply_dir else ct.orig.src):
+                w.src = target.src
+            return
+        if manip == "DST":
+            before = _hostport(w.dst, w.icmp_id if icmp else w.dport)
+            w.dst = target.dst
+            if icmp:
+                w.icmp_id = target.dport
+            else:
+                w.dport = target.dport
+            after = _hostport(w.dst, w.icmp_id if icmp else w.dport)
+        else:
+            before = _hostport(w.src, w.icmp_id if icmp else w.sport)
+            w.src = target.src
+            if icmp:
+                w.icmp_id = target.sport
+            else:
+                w.sport = target.sport
+            after = _hostport(w.src, w.icmp_id if icmp else w.sport)
+        if rec is not None and before != after:
+            what = "destination" if manip == "DST" else "source"
+            rec.append(TraceRecord(hook, "nat", "", 0, "", f"rewrite {what}",
+                                   f"{before} -> {after}", w.ctname, w.mark))
+
+    def _confirm(self, w: Work, rec: list[TraceRecord] | None) -> int:
+        ct = w.ct
+        if ct is None or ct.status & CONFIRMED or not w.commit:
+            return CONTINUE
+        if not self.conntrack.confirm(ct):
+            if rec is not None:
+                rec.append(TraceRecord(w.hook, "conntrack", "", 0, "", "DROP: tuple clash on confirm",
+                                       None, w.ctname, w.mark))
+            return DROP
+        if rec is not None:
+            rec.append(TraceRecord(w.hook, "conntrack", "", 0, "", "confirmed", None, w.ctname, w.mark))
+        return CONTINUE
+
+    # ---- running hooks
+
+    def _work(self, skb: Skb, chooser: Chooser | None, commit: bool) -> Work:
+        p = skb.packet
+        w = Work()
+        w.src = int(p.src) if p.src.version == 4 else addr_int(p.src)
+        w.dst = int(p.dst) if p.dst.version == 4 else addr_int(p.dst)
+        w.proto = p.proto
+        w.sport = p.sport
+        w.dport = p.dport
+        w.flags = p.flags
+        w.itype = p.icmp_type
+        w.icode = p.icmp_code
+        w.icmp_id = p.icmp_id
+        w.length = p.length
+        w.ttl = p.ttl
+        w.mark = p.mark
+        w.inner = p.inner
+        w.locals = self.local_addrs
+        w.iface_addrs = self.iface_addrs
+        w.chooser = chooser or self.chooser
+        w.commit = commit
+        w.now = self.clock.now()
+        w.recent = self.recent
+        w.sets = self.ipsets
+        w.counters = self.counters
+        w.masq_bit = self.masq_mark
+        w.masq_seen = skb.masq
+        w.untracked = skb.untracked
+        if skb.state:
+            w.ct = skb.conn  # type: ignore[assignment]
+            w.ctdir = skb.direction
+            w.ctname = skb.state
+            w.ctbits = _STATE_BITS[skb.state]
+        return w
+
+    def _run(self, hook: str, w: Work, rec: list[TraceRecord] | None) -> int:
+        w.hook = hook
+        w.reject_with = ""
+        for _prio, _name, stage in self._stages[hook]:
+            v = stage(w, rec)
+            if v in (DROP, REJECT):
+                return v
+        return ACCEPT
+
+    def run_hook(
+        self,
+        hook: str,
+        skb: Skb | Packet,
+        *,
+        in_iface: str | None = None,
+        out_iface: str | None = None,
+        chooser: Chooser | None = None,
+        commit: bool = True,
+    ) -> HookResult:
+        """Run one hook (``PREROUTING``, ``INPUT``, ``FORWARD``, ``OUTPUT``,
+        ``POSTROUTING``) on a packet, for a packet walk that routes between hooks itself.
+        Pass the returned ``skb`` to the next hook; pass a bare Packet only to the first
+        hook of a path. ``commit`` False evaluates without changing any state."""
+        if hook not in HOOKS:
+            raise ValueError(f"unknown hook {hook!r}")
+        if isinstance(skb, Packet):
+            skb = Skb(skb)
+        w = self._work(skb, chooser, commit)
+        w.iif = in_iface or ""
+        w.oif = out_iface or ""
+        rec: list[TraceRecord] | None = [] if self.trace else None
+        v = self._run(hook, w, rec)
+        out = None if v != ACCEPT else self._skb_out(skb, w)
+        return HookResult(out, VERDICT_NAMES[v], w.reject_with or None,
+                          tuple(rec or ()), w.visited)
+
+    def _skb_out(self, skb: Skb, w: Work) -> Skb:
+        return Skb(_rebuild(skb.packet, w), w.ct, w.ctdir, w.ctname, w.untracked, w.masq_seen)
+
+    def traverse(
+        self,
+        packet: Packet | Skb,
+        *,
+        origin: str = "in",
+        in_iface: str | None = None,
+        out_iface: str | None = None,
+        route: Callable[[Packet], str | None] | None = None,
+        chooser: Chooser | None = None,
+        commit: bool = True,
+    ) -> Traversal:
+        """Walk a packet through this host.
+
+        ``origin`` ``"in"``: it arrives on ``in_iface`` (PREROUTING first);
+        ``"out"``: the host sends it (OUTPUT first). ``route(packet)`` returns the
+        outgoing interface, or None for local delivery; by default a destination in
+        ``local_addrs`` is local and anything else leaves through ``out_iface``
+        (``eth0`` if not given)."""
+        skb = packet if isinstance(packet, Skb) else Skb(packet)
+        w = self._work(skb, chooser, commit)
+        rec: list[TraceRecord] | None = [] if self.trace else None
+        hooks: list[str] = []
+        orig_dst = (w.dst, w.dport)
+        orig_src = (w.src, w.sport)
+        default_out = out_iface or "eth0"
+
+        def where() -> str | None:
+            if route is None:
+                return None if w.dst in self.local_addrs else default_out
+            return route(_rebuild(skb.packet, w))
+
+        def run(hook: str, iif: str, oif: str) -> int:
+            hooks.append(hook)
+            w.iif, w.oif = iif, oif
+            return self._run(hook, w, rec)
+
+        delivery: str | None
+        if origin == "out":
+            oif = where()
+            v = run("OUTPUT", "", oif or "lo")
+            if v == ACCEPT:
+                oif = where()
+                v = run("POSTROUTING", "", oif or "lo")
+                if v == ACCEPT and oif is None:
+                    v = run("PREROUTING", "lo", "")
+                    if v == ACCEPT:
+                        v = run("INPUT", "lo", "")
+                delivery = ("local" if oif is None else "out") if v == ACCEPT else None
+            else:
+                delivery = None
+        elif origin == "in":
+            iif = in_iface or "eth0"
+            v = run("PREROUTING", iif, "")
+            delivery = None
+            if v == ACCEPT:
+                oif = where()
+                if oif is None:
+                    v = run("INPUT", iif, "")
+                    delivery = "local" if v == ACCEPT else None
+                else:
+                    v = run("FORWARD", iif, oif)
+                    if v == ACCEPT:
+                        v = run("POSTROUTING", "", oif)
+                    delivery = "forward" if v == ACCEPT else None
+        else:
+            raise ValueError(f"origin must be 'in' or 'out', not {origin!r}")
+        final = _rebuild(skb.packet, w)
+        dnat = None
+        if (w.dst, w.dport) != orig_dst and w.ctdir == 0:
+            dnat = (int_addr(w.dst), w.dport)
+        snat = None
+        if (w.src, w.sport) != orig_src and w.ctdir == 0:
+            snat = (int_addr(w.src), w.sport)
+        return Traversal(
+            final, VERDICT_NAMES[v], w.reject_with or None, delivery, tuple(hooks),
+            w.masq_seen, dnat, snat, w.ctname, tuple(rec or ()), w.visited,
+            self._skb_out(skb, w) if v == ACCEPT else None,
+        )
+
+    def enumerate(
+        self,
+        packet: Packet,
+        *,
+        origin: str = "in",
+        in_iface: str | None = None,
+        out_iface: str | None = None,
+        route: Callable[[Packet], str | None] | None = None,
+        limit: int = 100_000,
+    ) -> list[Branch[Traversal]]:
+        """``--all``: every reachable traversal of ``packet`` with its probability,
+        following both outcomes of each random decision (nothing is committed)."""
+
+        def once(ex: Explorer) -> Traversal:
+            return self.traverse(packet, origin=origin, in_iface=in_iface, out_iface=out_iface,
+                                 route=route, chooser=ex, commit=False)
+
+        return explore(once, limit=limit)
+
+    def snapshot(self) -> tuple[ConntrackTable, RecentTable, dict[str, int]]:
+        """Copies of the mutable state (for exploring and then restoring)."""
+        return self.conntrack.copy(), self.recent.copy(), dict(self.counters)
+
+    def restore(self, state: tuple[ConntrackTable, RecentTable, dict[str, int]]) -> None:
+        self.conntrack, self.recent, self.counters = state
+
+
+def _rebuild(p: Packet, w: Work) -> Packet:
+    """The packet with the fields NAT and MARK may have changed."""
+    src = w.src
+    dst = w.dst
+    psrc = int(p.src) if p.src.version == 4 else addr_int(p.src)
+    pdst = int(p.dst) if p.dst.version == 4 else addr_int(p.dst)
+    if (src == psrc and dst == pdst and w.sport == p.sport and w.dport == p.dport
+            and w.mark == p.mark and w.icmp_id == p.icmp_id and w.inner is p.inner):
+        return p
+    return p.evolve(
+        src=p.src if src == psrc else (IPv4Address(src) if src < (1 << 32) else int_addr(src)),
+        dst=p.dst if dst == pdst else (IPv4Address(dst) if dst < (1 << 32) else int_addr(dst)),
+        sport=w.sport, dport=w.dport, mark=w.mark, icmp_id=w.icmp_id, inner=w.inner,
+    )
