@@ -1,0 +1,588 @@
+"""kube-proxy's IPVS mode, rendered as a pure function (STRUCTURE.md §3).
+
+:func:`render_ipvs` returns an :class:`IpvsRender` with
+
+* ``virtual_servers`` — the IPVS state as data: one :class:`VirtualServer` per (IP,
+  protocol, port) for ClusterIPs, external IPs, LoadBalancer IPs and NodePorts on every
+  NodePort address, each with its :class:`RealServer` list, scheduler and persistence
+  (ClientIP affinity → persistent with ``timeoutSeconds``), for emulators to evaluate;
+* ``ipvsadm_text`` — ``ipvsadm-save -n``; ``ipset_text`` — ``ipset save`` of
+  kube-proxy's sets (:data:`IPSETS`), loadable with ``ipset restore``;
+* ``restore_input`` — the iptables glue (``iptables-restore --noflush`` payload), with
+  ``jump_rules`` / ``ensure_input()`` as in iptables mode;
+* ``addresses`` — what kube-proxy binds to the dummy interface ``kube-ipvs0``;
+* ``save_text`` — ipvsadm-save, ipset save and iptables-save of the glue, each section
+  headed by a ``#`` line.
+
+The kernel here has no IPVS: this mode is checked against its rendered text and its
+ipsets/iptables glue load for real (``tests/kernel``). Graceful termination of removed
+real servers (weight 0 until drained) is an apply-time concern and not modelled.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from dataplane.proxy.iptables import JumpRule
+from dataplane.proxy.model import (
+    EndpointInfo,
+    NodeProxyConfig,
+    ProxySnapshot,
+    ServicePortName,
+    ServicePortState,
+)
+from dataplane.proxy.normalize import parse_tables
+from dataplane.proxy.savefmt import save_form
+
+
+class IpsetSpec(NamedTuple):
+    """One of kube-proxy's ipsets: name (IPv4 form), type, and its purpose."""
+
+    name: str
+    type: str
+    comment: str
+
+
+#: kube-proxy's ipsets; IPv6 proxiers use the prefix ``KUBE-6-`` instead of ``KUBE-``.
+IPSETS: tuple[IpsetSpec, ...] = (
+    IpsetSpec(
+        "KUBE-LOOP-BACK",
+        "hash:ip,port,ip",
+        "Kubernetes endpoints dst ip:port, source ip for solving hairpin purpose",
+    ),
+    IpsetSpec(
+        "KUBE-CLUSTER-IP",
+        "hash:ip,port",
+        "Kubernetes service cluster ip + port for masquerade purpose",
+    ),
+    IpsetSpec(
+        "KUBE-EXTERNAL-IP",
+        "hash:ip,port",
+        "Kubernetes service external ip + port for masquerade and filter purpose",
+    ),
+    IpsetSpec(
+        "KUBE-EXTERNAL-IP-LOCAL",
+        "hash:ip,port",
+        "Kubernetes service external ip + port with externalTrafficPolicy=local",
+    ),
+    IpsetSpec("KUBE-LOAD-BALANCER", "hash:ip,port", "Kubernetes service lb portal"),
+    IpsetSpec(
+        "KUBE-LOAD-BALANCER-FW",
+        "hash:ip,port",
+        "Kubernetes service load balancer ip + port for load balancer with sourceRange",
+    ),
+    IpsetSpec(
+        "KUBE-LOAD-BALANCER-LOCAL",
+        "hash:ip,port",
+        "Kubernetes service load balancer ip + port with externalTrafficPolicy=local",
+    ),
+    IpsetSpec(
+        "KUBE-LOAD-BALANCER-SOURCE-IP",
+        "hash:ip,port,ip",
+        "Kubernetes service load balancer ip + port + source IP for packet filter purpose",
+    ),
+    IpsetSpec(
+        "KUBE-LOAD-BALANCER-SOURCE-CIDR",
+        "hash:ip,port,net",
+        "Kubernetes service load balancer ip + port + source cidr for packet filter purpose",
+    ),
+    IpsetSpec(
+        "KUBE-NODE-PORT-TCP", "bitmap:port", "Kubernetes nodeport TCP port for masquerade purpose"
+    ),
+    IpsetSpec(
+        "KUBE-NODE-PORT-LOCAL-TCP",
+        "bitmap:port",
+        "Kubernetes nodeport TCP port with externalTrafficPolicy=local",
+    ),
+    IpsetSpec(
+        "KUBE-NODE-PORT-UDP", "bitmap:port", "Kubernetes nodeport UDP port for masquerade purpose"
+    ),
+    IpsetSpec(
+        "KUBE-NODE-PORT-LOCAL-UDP",
+        "bitmap:port",
+        "Kubernetes nodeport UDP port with externalTrafficPolicy=local",
+    ),
+    IpsetSpec(
+        "KUBE-NODE-PORT-SCTP-HASH",
+        "hash:ip,port",
+        "Kubernetes nodeport SCTP port for masquerade purpose with type 'hash ip:port'",
+    ),
+    IpsetSpec(
+        "KUBE-NODE-PORT-LOCAL-SCTP-HASH",
+        "hash:ip,port",
+        "Kubernetes nodeport SCTP port with externalTrafficPolicy=local with type 'hash ip:port'",
+    ),
+    IpsetSpec("KUBE-HEALTH-CHECK-NODE-PORT", "bitmap:port", "Kubernetes health check node port"),
+    IpsetSpec("KUBE-IPVS-IPS", "hash:ip", "Kubernetes service IPs"),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class RealServer:
+    """An IPVS real server (always masquerading, weight 1)."""
+
+    ip: str
+    port: int
+    weight: int = 1
+
+    @property
+    def address(self) -> str:
+        return f"[{self.ip}]:{self.port}" if ":" in self.ip else f"{self.ip}:{self.port}"
+
+
+@dataclass(frozen=True, slots=True)
+class VirtualServer:
+    """An IPVS virtual service. ``persistence`` is 0 without ClientIP affinity.
+
+    ``kind``: ClusterIP, ExternalIP, LoadBalancer or NodePort; ``local_only`` means the
+    real servers are this node's endpoints only (Local traffic policy).
+    """
+
+    ip: str
+    port: int
+    protocol: str
+    scheduler: str
+    persistence: int
+    real_servers: tuple[RealServer, ...]
+    service: ServicePortName
+    kind: str
+    local_only: bool = False
+
+    @property
+    def address(self) -> str:
+        return f"[{self.ip}]:{self.port}" if ":" in self.ip else f"{self.ip}:{self.port}"
+
+    @property
+    def proto_flag(self) -> str:
+        return {"TCP": "-t", "UDP": "-u", "SCTP": "--sctp-service"}[self.protocol]
+
+    def save_lines(self) -> list[str]:
+        """This virtual server and its real servers as ``ipvsadm-save -n`` lines."""
+        head = f"-A {self.proto_flag} {self.address} -s {self.scheduler}"
+        if self.persistence:
+            head += f" -p {self.persistence}"
+        return [head] + [
+            f"-a {self.proto_flag} {self.address} -r {rs.address} -m -w {rs.weight}"
+            for rs in self.real_servers
+        ]
+
+
+class IpvsRender:
+    """The result of one IPVS-mode sync (see the module docstring)."""
+
+    __slots__ = (
+        "addresses",
+        "config",
+        "ipsets",
+        "restore_input",
+        "virtual_servers",
+    )
+
+    def __init__(
+        self,
+        restore_input: str,
+        config: NodeProxyConfig,
+        virtual_servers: tuple[VirtualServer, ...],
+        ipsets: dict[str, tuple[str, list[str]]],
+        addresses: tuple[str, ...],
+    ) -> None:
+        self.restore_input = restore_input
+        self.config = config
+        self.virtual_servers = virtual_servers
+        self.ipsets = ipsets
+        self.addresses = addresses
+
+    @property
+    def ipvsadm_text(self) -> str:
+        """``ipvsadm-save -n`` (virtual servers sorted by protocol, address, port)."""
+        lines: list[str] = []
+        for vs in self.virtual_servers:
+            lines.extend(vs.save_lines())
+        return "".join(line + "\n" for line in lines)
+
+    @property
+    def ipset_text(self) -> str:
+        """``ipset save`` of kube-proxy's sets (``ipset restore`` loads it)."""
+        fam = "inet6" if self.config.is_ipv6 else "inet"
+        lines: list[str] = []
+        for name, (stype, entries) in self.ipsets.items():
+            if stype.startswith("bitmap:"):
+                lines.append(f"create {name} {stype} range 0-65535")
+            else:
+                lines.append(f"create {name} {stype} family {fam} hashsize 1024 maxelem 65536")
+            lines.extend(f"add {name} {e}" for e in entries)
+        return "".join(line + "\n" for line in lines)
+
+    @property
+    def jump_rules(self) -> tuple[JumpRule, ...]:
+        return IPVS_JUMP_RULES
+
+    def ensure_input(self) -> str:
+        """iptables-restore payload creating the glue chains and the built-in jumps."""
+        out: list[str] = []
+        for table in ("filter", "nat"):
+            out.append(f"*{table}")
+            out.extend(f":{c} - [0:0]" for c in _CHAINS[table])
+            out.extend(f"-I {r.chain} 1 {r.args}" for r in IPVS_JUMP_RULES if r.table == table)
+            out.append("COMMIT")
+        return "\n".join(out) + "\n"
+
+    @property
+    def iptables_save_text(self) -> str:
+        """``iptables-save -t filter`` + ``-t nat`` of the glue after the sync."""
+        tables = parse_tables(self.restore_input)
+        out: list[str] = []
+        builtins = {
+            "filter": ("INPUT", "FORWARD", "OUTPUT"),
+            "nat": ("PREROUTING", "INPUT", "OUTPUT", "POSTROUTING"),
+        }
+        v6 = self.config.is_ipv6
+        for tname, chains in builtins.items():
+            t = tables[tname]
+            out.append(f"*{tname}")
+            out.extend(f":{c} ACCEPT [0:0]" for c in chains)
+            names = sorted(t.chain_order())
+            out.extend(f":{c} - [0:0]" for c in names)
+            for c in chains:
+                rules = [
+                    f"-A {r.chain} {r.args}"
+                    for r in IPVS_JUMP_RULES
+                    if r.table == tname and r.chain == c
+                ]
+                out.extend(save_form(r, v6) for r in reversed(rules))
+            for c in names:
+                out.extend(save_form(r, v6) for r in t.rules.get(c, []))
+            out.append("COMMIT")
+        return "\n".join(out) + "\n"
+
+    @property
+    def save_text(self) -> str:
+        """ipvsadm-save -n, ipset save and iptables-save, each headed by a ``#`` line."""
+        return (
+            "# ipvsadm-save -n\n"
+            + self.ipvsadm_text
+            + "# ipset save\n"
+            + self.ipset_text
+            + "# iptables-save\n"
+            + self.iptables_save_text
+        )
+
+
+_CHAINS = {
+    "nat": (
+        "KUBE-SERVICES",
+        "KUBE-POSTROUTING",
+        "KUBE-NODE-PORT",
+        "KUBE-LOAD-BALANCER",
+        "KUBE-MARK-MASQ",
+    ),
+    "filter": (
+        "KUBE-FORWARD",
+        "KUBE-NODE-PORT",
+        "KUBE-PROXY-FIREWALL",
+        "KUBE-SOURCE-RANGES-FIREWALL",
+        "KUBE-IPVS-FILTER",
+        "KUBE-IPVS-OUT-FILTER",
+    ),
+}
+
+_SVC = '"kubernetes service portals"'
+IPVS_JUMP_RULES: tuple[JumpRule, ...] = (
+    JumpRule("nat", "OUTPUT", f"-m comment --comment {_SVC} -j KUBE-SERVICES"),
+    JumpRule("nat", "PREROUTING", f"-m comment --comment {_SVC} -j KUBE-SERVICES"),
+    JumpRule(
+        "nat",
+        "POSTROUTING",
+        '-m comment --comment "kubernetes postrouting rules" -j KUBE-POSTROUTING',
+    ),
+    JumpRule(
+        "filter", "FORWARD", '-m comment --comment "kubernetes forwarding rules" -j KUBE-FORWARD'
+    ),
+    JumpRule(
+        "filter", "INPUT", '-m comment --comment "kubernetes health check rules" -j KUBE-NODE-PORT'
+    ),
+    JumpRule(
+        "filter", "INPUT", '-m comment --comment "kube-proxy firewall rules" -j KUBE-PROXY-FIREWALL'
+    ),
+    JumpRule(
+        "filter",
+        "FORWARD",
+        '-m comment --comment "kube-proxy firewall rules" -j KUBE-PROXY-FIREWALL',
+    ),
+    JumpRule(
+        "filter",
+        "INPUT",
+        '-m comment --comment "kubernetes ipvs access filter" -j KUBE-IPVS-FILTER',
+    ),
+    JumpRule(
+        "filter",
+        "OUTPUT",
+        '-m comment --comment "kubernetes ipvs access filter" -j KUBE-IPVS-OUT-FILTER',
+    ),
+)
+
+
+def _set_name(name: str, ipv6: bool) -> str:
+    return "KUBE-6-" + name[len("KUBE-") :] if ipv6 else name
+
+
+def _rs(eps: Iterable[EndpointInfo]) -> tuple[RealServer, ...]:
+    return tuple(RealServer(e.ip, e.port) for e in eps)
+
+
+def _contains(cidr: str, ip: str) -> bool:
+    try:
+        return ipaddress.ip_address(ip) in ipaddress.ip_network(cidr, strict=False)
+    except ValueError:
+        return False
+
+
+def _glue(cfg: NodeProxyConfig, sets: dict[str, tuple[str, list[str]]]) -> str:
+    v6 = cfg.is_ipv6
+    mark = cfg.masquerade_mark
+    comment = {s.name: s.comment for s in IPSETS}
+
+    def match(name: str, flags: str) -> str:
+        return (
+            f'-m comment --comment "{comment[name]}" '
+            f"-m set --match-set {_set_name(name, v6)} {flags}"
+        )
+
+    def has(name: str) -> bool:
+        return bool(sets[_set_name(name, v6)][1])
+
+    nat: list[str] = []
+    flt: list[str] = []
+    if has("KUBE-LOOP-BACK"):
+        nat.append(f"-A KUBE-POSTROUTING {match('KUBE-LOOP-BACK', 'dst,dst,src')} -j MASQUERADE")
+    masq = '-A KUBE-POSTROUTING -m comment --comment "kubernetes service traffic requiring SNAT" '
+    masq += "-j MASQUERADE" + (" --random-fully" if cfg.random_fully else "")
+    nat += [
+        f"-A KUBE-POSTROUTING -m mark ! --mark {mark}/{mark} -j RETURN",
+        f"-A KUBE-POSTROUTING -j MARK --xor-mark {mark}",
+        masq,
+        f"-A KUBE-MARK-MASQ -j MARK --or-mark {mark}",
+    ]
+    if has("KUBE-CLUSTER-IP"):
+        if cfg.masquerade_all:
+            nat.append(f"-A KUBE-SERVICES {match('KUBE-CLUSTER-IP', 'dst,dst')} -j KUBE-MARK-MASQ")
+        elif cfg.local_detector is not None:
+            nat.append(
+                f"-A KUBE-SERVICES {match('KUBE-CLUSTER-IP', 'dst,dst')} "
+                f"{cfg.local_detector.iptables_not_local} -j KUBE-MARK-MASQ"
+            )
+    if has("KUBE-EXTERNAL-IP"):
+        nat.append(f"-A KUBE-SERVICES {match('KUBE-EXTERNAL-IP', 'dst,dst')} -j KUBE-MARK-MASQ")
+    if has("KUBE-LOAD-BALANCER"):
+        nat.append(
+            f"-A KUBE-SERVICES {match('KUBE-LOAD-BALANCER', 'dst,dst')} -j KUBE-LOAD-BALANCER"
+        )
+        if has("KUBE-LOAD-BALANCER-LOCAL"):
+            nat.append(
+                f"-A KUBE-LOAD-BALANCER {match('KUBE-LOAD-BALANCER-LOCAL', 'dst,dst')} -j RETURN"
+            )
+        nat.append("-A KUBE-LOAD-BALANCER -j KUBE-MARK-MASQ")
+    for proto in ("TCP", "UDP"):
+        local, plain = f"KUBE-NODE-PORT-LOCAL-{proto}", f"KUBE-NODE-PORT-{proto}"
+        p = proto.lower()
+        if has(local):
+            nat.append(f"-A KUBE-NODE-PORT -p {p} {match(local, 'dst')} -j RETURN")
+        if has(plain):
+            nat.append(f"-A KUBE-NODE-PORT -p {p} {match(plain, 'dst')} -j KUBE-MARK-MASQ")
+    if has("KUBE-NODE-PORT-LOCAL-SCTP-HASH"):
+        nat.append(
+            f"-A KUBE-NODE-PORT -p sctp {match('KUBE-NODE-PORT-LOCAL-SCTP-HASH', 'dst,dst')}"
+            " -j RETURN"
+        )
+    if has("KUBE-NODE-PORT-SCTP-HASH"):
+        nat.append(
+            f"-A KUBE-NODE-PORT -p sctp {match('KUBE-NODE-PORT-SCTP-HASH', 'dst,dst')}"
+            " -j KUBE-MARK-MASQ"
+        )
+    if any(
+        has(n) for n in ("KUBE-NODE-PORT-TCP", "KUBE-NODE-PORT-UDP", "KUBE-NODE-PORT-SCTP-HASH")
+    ):
+        lo = " ! -d ::1/128" if v6 else ""
+        nat.append(
+            '-A KUBE-SERVICES -m comment --comment "kubernetes service nodeports; NOTE: '
+            'this must be the last rule in this chain" -m addrtype --dst-type LOCAL'
+            f"{lo} -j KUBE-NODE-PORT"
+        )
+    for name in ("KUBE-CLUSTER-IP", "KUBE-LOAD-BALANCER", "KUBE-EXTERNAL-IP"):
+        if has(name):
+            nat.append(f"-A KUBE-SERVICES {match(name, 'dst,dst')} -j ACCEPT")
+
+    if has("KUBE-LOAD-BALANCER-FW"):
+        flt.append(
+            f"-A KUBE-PROXY-FIREWALL {match('KUBE-LOAD-BALANCER-FW', 'dst,dst')} "
+            "-j KUBE-SOURCE-RANGES-FIREWALL"
+        )
+        for name in ("KUBE-LOAD-BALANCER-SOURCE-CIDR", "KUBE-LOAD-BALANCER-SOURCE-IP"):
+            if has(name):
+                flt.append(f"-A KUBE-SOURCE-RANGES-FIREWALL {match(name, 'dst,dst,src')} -j RETURN")
+        flt.append("-A KUBE-SOURCE-RANGES-FIREWALL -j DROP")
+    if has("KUBE-HEALTH-CHECK-NODE-PORT"):
+        flt.append(f"-A KUBE-NODE-PORT {match('KUBE-HEALTH-CHECK-NODE-PORT', 'dst')} -j ACCEPT")
+    for name, flags in (
+        ("KUBE-LOAD-BALANCER", "dst,dst"),
+        ("KUBE-CLUSTER-IP", "dst,dst"),
+        ("KUBE-EXTERNAL-IP", "dst,dst"),
+        ("KUBE-EXTERNAL-IP-LOCAL", "dst,dst"),
+        ("KUBE-HEALTH-CHECK-NODE-PORT", "dst"),
+    ):
+        if has(name):
+            flt.append(f"-A KUBE-IPVS-FILTER {match(name, flags)} -j RETURN")
+    if has("KUBE-IPVS-IPS"):
+        flt.append(
+            "-A KUBE-IPVS-FILTER -m conntrack --ctstate NEW "
+            f"{match('KUBE-IPVS-IPS', 'dst')} -j REJECT"
+        )
+    if not cfg.conntrack_tcp_be_liberal:
+        flt.append("-A KUBE-FORWARD -m conntrack --ctstate INVALID -j DROP")
+    flt += [
+        f'-A KUBE-FORWARD -m comment --comment "kubernetes forwarding rules" '
+        f"-m mark --mark {mark}/{mark} -j ACCEPT",
+        '-A KUBE-FORWARD -m comment --comment "kubernetes forwarding conntrack rule" '
+        "-m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT",
+    ]
+    lines = ["*filter"] + [f":{c} - [0:0]" for c in _CHAINS["filter"]] + flt + ["COMMIT"]
+    lines += ["*nat"] + [f":{c} - [0:0]" for c in _CHAINS["nat"]] + nat + ["COMMIT"]
+    return "\n".join(lines) + "\n"
+
+
+def _virtual_servers(st: ServicePortState, cfg: NodeProxyConfig) -> list[VirtualServer]:
+    info = st.info
+    sched = cfg.ipvs_scheduler
+    pers = info.affinity_timeout
+    internal = _rs(st.local_endpoints if info.internal_policy_local else st.cluster_endpoints)
+    external = _rs(st.local_endpoints if info.external_policy_local else st.cluster_endpoints)
+    out = [
+        VirtualServer(
+            info.cluster_ip,
+            info.port,
+            info.protocol,
+            sched,
+            pers,
+            internal,
+            info.name,
+            "ClusterIP",
+            info.internal_policy_local,
+        )
+    ]
+    for ip in info.external_ips:
+        out.append(
+            VirtualServer(
+                ip,
+                info.port,
+                info.protocol,
+                sched,
+                pers,
+                external,
+                info.name,
+                "ExternalIP",
+                info.external_policy_local,
+            )
+        )
+    for ip in info.load_balancer_vips:
+        out.append(
+            VirtualServer(
+                ip,
+                info.port,
+                info.protocol,
+                sched,
+                pers,
+                external,
+                info.name,
+                "LoadBalancer",
+                info.external_policy_local,
+            )
+        )
+    if info.node_port:
+        for ip in _node_port_ips(cfg):
+            out.append(
+                VirtualServer(
+                    ip,
+                    info.node_port,
+                    info.protocol,
+                    sched,
+                    pers,
+                    external,
+                    info.name,
+                    "NodePort",
+                    info.external_policy_local,
+                )
+            )
+    return out
+
+
+def _node_port_ips(cfg: NodeProxyConfig) -> tuple[str, ...]:
+    ips = cfg.family_node_ips if cfg.node_ports_match_all else cfg.node_port_ips()
+    return tuple(ip for ip in ips if not ipaddress.ip_address(ip).is_loopback)
+
+
+def render_ipvs(snapshot: ProxySnapshot, node_config: NodeProxyConfig) -> IpvsRender:
+    """Render kube-proxy's IPVS mode for one node (always a full sync)."""
+    cfg = node_config
+    v6 = cfg.is_ipv6
+    sets: dict[str, tuple[str, list[str]]] = {_set_name(s.name, v6): (s.type, []) for s in IPSETS}
+
+    def add(name: str, entry: str) -> None:
+        entries = sets[_set_name(name, v6)][1]
+        if entry not in entries:
+            entries.append(entry)
+
+    vss: list[VirtualServer] = []
+    addresses: dict[str, None] = {}
+    for st in snapshot:
+        info = st.info
+        p = info.proto
+        vss.extend(_virtual_servers(st, cfg))
+        entry = f"{info.cluster_ip},{p}:{info.port}"
+        add("KUBE-CLUSTER-IP", entry)
+        addresses[info.cluster_ip] = None
+        for ep in st.endpoints:
+            if ep.is_local:
+                add("KUBE-LOOP-BACK", f"{ep.ip},{p}:{ep.port},{ep.ip}")
+        for ip in info.external_ips:
+            addresses[ip] = None
+            add(
+                "KUBE-EXTERNAL-IP-LOCAL" if info.external_policy_local else "KUBE-EXTERNAL-IP",
+                f"{ip},{p}:{info.port}",
+            )
+        for ip in info.load_balancer_vips:
+            addresses[ip] = None
+            e = f"{ip},{p}:{info.port}"
+            add("KUBE-LOAD-BALANCER", e)
+            if info.external_policy_local:
+                add("KUBE-LOAD-BALANCER-LOCAL", e)
+            if info.load_balancer_source_ranges:
+                add("KUBE-LOAD-BALANCER-FW", e)
+                for cidr in info.load_balancer_source_ranges:
+                    add("KUBE-LOAD-BALANCER-SOURCE-CIDR", f"{e},{cidr}")
+                if any(_contains(c, cfg.primary_ip) for c in info.load_balancer_source_ranges):
+                    add("KUBE-LOAD-BALANCER-SOURCE-IP", f"{e},{ip}")
+        if info.node_port:
+            local = "LOCAL-" if info.external_policy_local else ""
+            if info.protocol == "SCTP":
+                for ip in _node_port_ips(cfg):
+                    add(f"KUBE-NODE-PORT-{local}SCTP-HASH", f"{ip},sctp:{info.node_port}")
+            else:
+                add(f"KUBE-NODE-PORT-{local}{info.protocol}", str(info.node_port))
+                if local:
+                    add(f"KUBE-NODE-PORT-{info.protocol}", str(info.node_port))
+        if info.health_check_node_port:
+            add("KUBE-HEALTH-CHECK-NODE-PORT", str(info.health_check_node_port))
+    for ip in addresses:
+        add("KUBE-IPVS-IPS", ip)
+    vss.sort(key=lambda v: (v.protocol, ipaddress.ip_address(v.ip), v.port))
+    prefix = 128 if v6 else 32
+    return IpvsRender(
+        _glue(cfg, sets),
+        cfg,
+        tuple(vss),
+        sets,
+        tuple(f"{ip}/{prefix}" for ip in addresses),
+    )
