@@ -25,8 +25,7 @@ from netmodel.errors import BackendError
 
 PREFIX = "svclab-"
 IFNAMSIZ = 15
-_CLUSTER_ID = re.compile(r"^[a-z0-9]{1,12}$")
-_ROLES = {"router": "router", "node": "node", "pod": "pod", "ext": "ext"}
+CLUSTER_ID_RE = re.compile(r"^[a-z0-9]{1,12}$")
 
 
 def check_ifname(name: str) -> str:
@@ -41,17 +40,20 @@ def check_ifname(name: str) -> str:
 
 def check_cluster_id(cluster_id: str) -> str:
     """Cluster ids are 1-12 lowercase letters or digits (they go into every name)."""
-    if not _CLUSTER_ID.match(cluster_id):
+    if not CLUSTER_ID_RE.match(cluster_id):
         raise BackendError(f"cluster id {cluster_id!r}: use 1-12 characters [a-z0-9]")
     return cluster_id
 
 
 def role_of(logical: str) -> str:
-    """``node/n1`` -> ``node``; ``router`` -> ``router``. Raises on an unknown form."""
-    head = logical.split("/", 1)[0]
-    if head not in _ROLES or (head == "router") != (logical == "router"):
+    """``node/n1`` -> ``node``; ``router`` -> ``router``. Raises on any other form
+    (``node`` alone, ``pod/x`` without a namespace, unknown roles)."""
+    head, _, rest = logical.partition("/")
+    parts = rest.split("/") if rest else []
+    arity = {"router": 0, "node": 1, "ext": 1, "pod": 2}.get(head)
+    if arity is None or len(parts) != arity or not all(parts):
         raise BackendError(f"namespace {logical!r}: not router, node/N, pod/NS/N or ext/IP")
-    return _ROLES[head]
+    return head
 
 
 def short_hash(text: str) -> str:

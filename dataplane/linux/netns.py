@@ -1,7 +1,10 @@
 """Network namespaces: create, remove, run a tool inside one. The kernel edge.
 
 Every namespace svclab makes carries the prefix :data:`PREFIX` (``svclab-``), so that
-:func:`cleanup` can find and remove whatever a crashed run left behind.
+:func:`cleanup` can find and remove whatever a crashed run left behind. Each also
+records the process that created it (:func:`dataplane.linux.nsenter.owner`): several
+svclab processes share a machine, and one's leak check or cleanup must not take the
+namespaces of another that is still running.
 """
 
 from __future__ import annotations
@@ -48,12 +51,20 @@ def remove(name: str) -> None:
             raise BackendError(f"netns {name}: remove failed: {e}") from e
 
 
-def list_ours() -> list[str]:
-    return sorted(n for n in _netns.listnetns() if n.startswith(PREFIX))
+def list_ours(*, include_held: bool = False) -> list[str]:
+    """svclab's namespaces (prefix :data:`PREFIX`), except those another *live* process
+    created and presumably still uses (another test session, a dev cluster): those are
+    not this process's to judge or remove. ``include_held`` lists them too."""
+    names = sorted(n for n in _netns.listnetns() if n.startswith(PREFIX))
+    if include_held:
+        return names
+    return [n for n in names if not nsenter.held_elsewhere(n)]
 
 
 def cleanup() -> list[str]:
-    """Remove every namespace carrying svclab's prefix; returns their names."""
+    """Remove every svclab namespace not held by another live process (see
+    :func:`list_ours`); returns their names. For servers, state dirs and a forced
+    removal see :func:`dataplane.linux.realize.cleanup`."""
     gone = list_ours()
     for n in gone:
         remove(n)

@@ -22,6 +22,7 @@ import socket
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from dataplane.linux.state import OWNERS_DIR
 from netmodel.errors import BackendError
 
 CLONE_NEWNET = 0x40000000
@@ -118,7 +119,45 @@ def create_netns(name: str) -> bool:
             raise
     finally:
         os.close(own)
+    _record_owner(name)
     return True
+
+
+# ---------------------------------------------------------------------- owners
+# Several svclab processes (test sessions, a dev cluster, a lab) may share one machine.
+# Each namespace records the process that created it, so a global cleanup or a leak check
+# can leave alone the namespaces a *live* process is still using.
+
+
+def _start_time(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return None if fields[0] == "Z" else int(fields[19])
+
+
+def _record_owner(name: str) -> None:
+    OWNERS_DIR.mkdir(parents=True, exist_ok=True)
+    (OWNERS_DIR / name).write_text(f"{os.getpid()} {_start_time(os.getpid())}\n")
+
+
+def owner(name: str) -> int | None:
+    """Pid of the live process that created namespace ``name``; None if that process is
+    gone (or unknown: a namespace created by another tool)."""
+    try:
+        pid_text, start_text = (OWNERS_DIR / name).read_text().split()
+        pid, start = int(pid_text), int(start_text)
+    except (OSError, ValueError):
+        return None
+    return pid if _start_time(pid) == start else None
+
+
+def held_elsewhere(name: str) -> bool:
+    """Was ``name`` created by another process that is still alive?"""
+    pid = owner(name)
+    return pid is not None and pid != os.getpid()
 
 
 def remove_netns(name: str) -> bool:
@@ -126,6 +165,7 @@ def remove_netns(name: str) -> bool:
     The kernel frees the namespace once no process and no socket uses it any more."""
     path = netns_path(name)
     _libc.umount2(path.encode(), MNT_DETACH)
+    (OWNERS_DIR / name).unlink(missing_ok=True)
     try:
         os.unlink(path)
     except FileNotFoundError:

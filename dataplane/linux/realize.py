@@ -42,7 +42,6 @@ changes nothing, and a half-realised cluster (crash, Ctrl-C) is completed.
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import os
 import shutil
@@ -408,25 +407,29 @@ def teardown(cluster: RealCluster | str) -> Removed:
     return cleanup(cid)
 
 
-def cleanup(cluster_id: str | None = None) -> Removed:
+def cleanup(cluster_id: str | None = None, *, force: bool = False) -> Removed:
     """Remove everything svclab left in the kernel and under ``/run/svclab``: for one
     cluster, or (``None``) for every cluster and every ``svclab-`` namespace (also test
     namespaces). In order: pod servers by pid file; any other process still inside one
     of the namespaces; root-namespace interfaces whose veth peer is in one of them; the
-    namespaces; the state dirs."""
+    namespaces; the state dirs.
+
+    Without a cluster id and without ``force``, clusters and namespaces created by
+    another process that is still alive (a parallel test session, a running lab) are
+    left alone; a named cluster is always removed."""
+    explicit = cluster_id is not None or force
     if cluster_id is None:
-        dirs = state.all_state_dirs()
         prefix = PREFIX
+        dirs = state.all_state_dirs()
     else:
-        dirs = [StateDir.of(cluster_id).root]
         prefix = ClusterNames(cluster_id).prefix
+        dirs = [StateDir.of(cluster_id).root]
+    ours = [n for n in list_ours(include_held=explicit) if n.startswith(prefix)]
+    if not explicit:
+        held = {n for n in list_ours(include_held=True) if nsenter.held_elsewhere(n)}
+        dirs = [d for d in dirs if not any(n.startswith(f"{PREFIX}{d.name}-") for n in held)]
     for d in dirs:
-        servers.kill_tracked(d / "servers")
-        proc = servers._children.pop(d / "servers", None)
-        if proc is not None:
-            with contextlib.suppress(Exception):
-                proc.wait(timeout=5)
-    ours = [n for n in list_ours() if n.startswith(prefix)]
+        servers.shutdown_dir(d / "servers")
     killed = kill_processes_in(ours)
     root_links = remove_root_peers(ours)
     for n in ours:

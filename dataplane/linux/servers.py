@@ -138,11 +138,16 @@ class PodServers:
     def shutdown(self) -> None:
         """Stop every server and the supervisor; works also if the supervisor is gone
         (then the pid files are used)."""
-        kill_tracked(self.dir)
-        proc = _children.pop(self.dir, None)
-        if proc is not None:
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(timeout=5)
+        shutdown_dir(self.dir)
+
+
+def shutdown_dir(servers_dir: Path) -> None:
+    """:func:`kill_tracked`, then reap the supervisor if this process started it."""
+    kill_tracked(servers_dir)
+    proc = _children.pop(servers_dir, None)
+    if proc is not None:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=5)
 
 
 def read_pid(path: Path) -> int | None:

@@ -8,6 +8,7 @@ it, like the namespaces themselves)::
         servers/supervisor.pid  the pod-server supervisor
         servers/supervisor.sock its control socket
         servers/<pod-hash>.pid  one per pod server process
+    /run/svclab/_owners/<netns>  "<pid> <start time>" of the process that created it
 
 :func:`cleanup` in :mod:`dataplane.linux.realize` walks every directory here.
 """
@@ -20,9 +21,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dataplane.linux.names import check_cluster_id, short_hash
+from dataplane.linux.names import CLUSTER_ID_RE, check_cluster_id, short_hash
 
 RUN_DIR = Path(os.environ.get("SVCLAB_RUN_DIR", "/run/svclab"))
+OWNERS_DIR = RUN_DIR / "_owners"  # not a valid cluster id: never taken for a state dir
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,4 +89,4 @@ def all_state_dirs() -> list[Path]:
     """Every cluster state directory present (for cleanup)."""
     if not RUN_DIR.is_dir():
         return []
-    return sorted(p for p in RUN_DIR.iterdir() if p.is_dir())
+    return sorted(p for p in RUN_DIR.iterdir() if p.is_dir() and CLUSTER_ID_RE.match(p.name))
