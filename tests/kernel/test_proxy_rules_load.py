@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import shutil
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -30,6 +31,7 @@ from dataplane.linux.netns import run_in
 from dataplane.proxy import render
 from dataplane.proxy.cases import load_case
 from dataplane.proxy.iptables import IptablesRender, render_iptables
+from dataplane.proxy.ipvs import IpvsRender
 from dataplane.proxy.model import NodeProxyConfig
 from dataplane.proxy.normalize import normalize, parse_tables
 from dataplane.proxy.savefmt import save_form
@@ -208,3 +210,21 @@ def test_generated_rule_sets_load(data) -> None:  # type: ignore[no-untyped-def]
         assert load(name, out) == out.save_text
     with ns.temporary("t") as name:
         run_in(name, ["nft", "-f", "-"], input=nft.restore_input)
+
+
+def test_ipvs_ipsets_and_glue_load(netns: str) -> None:
+    if shutil.which("ipset") is None:
+        pytest.skip("needs ipset")
+    case = load_case(CASES / "TestOverallIPTablesRules.yaml")
+    cfg = replace(case.node_config, node_port_addresses=(), random_fully=True)
+    out = render("ipvs", build_snapshot(case.services, case.endpointslices, cfg), cfg)
+    assert isinstance(out, IpvsRender)
+    run_in(netns, ["ipset", "restore"], input=out.ipset_text)
+    run_in(netns, ["iptables-restore", "--noflush"], input=out.ensure_input())
+    run_in(netns, ["iptables-restore", "--noflush"], input=out.restore_input)
+    text = "".join(run_in(netns, ["iptables-save", "-t", t]).stdout for t in ("filter", "nat"))
+    got = "".join(line + "\n" for line in text.splitlines() if not line.startswith("#"))
+    assert got == out.iptables_save_text
+    saved = run_in(netns, ["ipset", "save"]).stdout
+    kernel = {ln for ln in saved.splitlines() if ln.startswith("add ")}
+    assert kernel == {ln for ln in out.ipset_text.splitlines() if ln.startswith("add ")}
