@@ -1,0 +1,692 @@
+"""The emulated cluster: every namespace of a :class:`~netmodel.network.ClusterNetwork`
+with its devices, its netfilter and its sockets, and the operations the CLI offers.
+
+Operations (each returns frozen values from :mod:`.trace` or this module):
+
+* :meth:`EmulatedCluster.trace` — one packet and its answer, hop by hop;
+* :meth:`EmulatedCluster.trace_all` — the same for every branch of every random choice
+  (``--all``): each reachable endpoint with its probability, in rule order; the cluster's
+  state is left as it was;
+* :meth:`EmulatedCluster.ping` — ICMP echo requests and their replies (TTL, path);
+* :meth:`EmulatedCluster.connect` — N connections opened far enough that conntrack
+  reaches ESTABLISHED/ASSURED (TCP: SYN, SYN-ACK, ACK, data both ways);
+* :meth:`EmulatedCluster.conntrack` — a node's conntrack table;
+* :meth:`EmulatedCluster.pcap` — a trace's frames as a pcap file.
+
+Addresses: ``src``/``dst`` are a logical namespace name (``pod/NS/NAME``,
+``node/NAME``, ``router``, ``ext/IP``) or an IP. A source IP must belong to a namespace
+(an IP no namespace owns is an external client, which the topology builder must have
+added). A destination IP may be anything (a ClusterIP, a NodePort address, ...);
+``IP:PORT`` sets the port too.
+
+Determinism: one seed drives source ports, ICMP identifiers and every random rule
+decision; time comes from ``clock`` (a :class:`~dataplane.netfilter.conntrack.SimClock`
+unless one is given).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from ipaddress import IPv4Interface, ip_address
+from pathlib import Path
+from random import Random
+from typing import Any, Literal
+
+from dataplane.emulator.devices import Bridge
+from dataplane.emulator.filters import (
+    EngineFilter,
+    IptablesRules,
+    IpvsRules,
+    NftRules,
+    RulesetInput,
+)
+from dataplane.emulator.host import Host
+from dataplane.emulator.trace import DeliveredTo, EndpointChance, Trace
+from dataplane.emulator.traffic import Endpoints
+from dataplane.emulator.walk import EPHEMERAL_PORTS, Walker, WalkResult
+from dataplane.netfilter.choice import Chooser, RandomChooser, explore
+from dataplane.netfilter.conntrack import (
+    ASSURED,
+    SEEN_REPLY,
+    Clock,
+    Connection,
+    SimClock,
+    format_entry,
+    int_addr,
+)
+from netmodel.errors import InputError
+from netmodel.ip import IPAddress
+from netmodel.network import ClusterNetwork, Interface, Netns, stable_mac
+from netmodel.packet import ICMP_ECHO_REQUEST, Packet
+
+Proto = Literal["tcp", "udp", "icmp"]
+_P31 = 2**31
+
+__all__ = [
+    "ConnResult",
+    "ConntrackEntry",
+    "EmulatedCluster",
+    "IptablesRules",
+    "IpvsRules",
+    "NftRules",
+    "PingResult",
+    "RulesetInput",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class PingResult:
+    """One echo request: ``ok`` when its echo reply reached the sender; ``ttl`` is the
+    reply's TTL as received; ``path``/``reply_path`` the namespaces each crossed."""
+
+    seq: int
+    ok: bool
+    verdict: str
+    ttl: int | None
+    reply_from: str | None
+    path: tuple[str, ...]
+    reply_path: tuple[str, ...]
+    trace: Trace
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "seq": self.seq,
+            "ok": self.ok,
+            "verdict": self.verdict,
+            "ttl": self.ttl,
+            "reply_from": self.reply_from,
+            "path": list(self.path),
+            "reply_path": list(self.reply_path),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class ConnResult:
+    """One connection: the client's source port, the endpoint that accepted it (``ip:port``,
+    its pod and node), the rule that chose it, what the endpoint saw as source, and whether
+    it got established (the answer reached the client)."""
+
+    index: int
+    sport: int
+    source: str
+    verdict: str
+    endpoint: str | None
+    pod: str | None
+    node: str | None
+    chosen_by: str | None
+    source_seen: str | None
+    established: bool
+    trace: Trace | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "index": self.index,
+            "sport": self.sport,
+            "source": self.source,
+            "verdict": self.verdict,
+            "endpoint": self.endpoint,
+            "pod": self.pod,
+            "node": self.node,
+            "chosen_by": self.chosen_by,
+            "source_seen": self.source_seen,
+            "established": self.established,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class ConntrackEntry:
+    """One conntrack entry: tuples as (src, dst, sport, dport) text, TCP state, status
+    flags, seconds left, and ``text`` (the ``conntrack -L`` line)."""
+
+    proto: str
+    tcp_state: str | None
+    orig: tuple[str, str, int, int]
+    reply: tuple[str, str, int, int]
+    assured: bool
+    seen_reply: bool
+    timeout: int
+    mark: int
+    text: str
+
+    @staticmethod
+    def of(conn: Connection, now: float) -> ConntrackEntry:
+        o, r = conn.orig, conn.reply
+        return ConntrackEntry(
+            proto=o.proto,
+            tcp_state=conn.tcp_state,
+            orig=(str(int_addr(o.src)), str(int_addr(o.dst)), o.sport, o.dport),
+            reply=(str(int_addr(r.src)), str(int_addr(r.dst)), r.sport, r.dport),
+            assured=bool(conn.status & ASSURED),
+            seen_reply=bool(conn.status & SEEN_REPLY),
+            timeout=max(0, int(conn.expires - now)),
+            mark=conn.mark,
+            text=format_entry(conn, now),
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "proto": self.proto,
+            "state": self.tcp_state,
+            "orig": list(self.orig),
+            "reply": list(self.reply),
+            "assured": self.assured,
+            "seen_reply": self.seen_reply,
+            "timeout": self.timeout,
+            "mark": self.mark,
+            "text": self.text,
+        }
+
+
+class _ProbChooser:
+    """A seeded chooser that also multiplies the probabilities of the decisions it took
+    (the chance of the branch a single trace followed)."""
+
+    __slots__ = ("inner", "p")
+
+    def __init__(self, inner: Chooser) -> None:
+        self.inner = inner
+        self.p = 1.0
+
+    def bernoulli(self, threshold: int) -> bool:
+        hit = self.inner.bernoulli(threshold)
+        q = threshold / _P31
+        self.p *= q if hit else 1.0 - q
+        return hit
+
+    def nth(self, counter: Any, every: int, packet: int, commit: bool) -> bool:
+        hit = self.inner.nth(counter, every, packet, commit)
+        q = 1.0 / every
+        self.p *= q if hit else 1.0 - q
+        return hit
+
+    def uniform(self, n: int) -> int:
+        self.p *= 1.0 / n
+        return self.inner.uniform(n)
+
+
+@dataclass(slots=True)
+class _Snapshot:
+    filters: dict[str, Any]
+    neighbors: dict[str, dict[Any, Any]]
+    fdbs: dict[tuple[str, str], dict[str, Any]]
+    endpoints: Endpoints
+    rng: Any
+    ports: dict[str, set[int]] = field(default_factory=dict)
+
+
+class EmulatedCluster:
+    """The whole emulated network (see the module docstring).
+
+    ``rulesets``: per node name, that node's rules (:data:`RulesetInput`); nodes without
+    an entry, pods, the router and external clients accept everything (conntrack still
+    tracks their connections). ``listeners``: per namespace name, the ``(proto, port)``
+    pairs its sockets listen on. ``local_addresses``: per node name, extra addresses
+    that are LOCAL on that node (IPVS binds Service IPs to a ``kube-ipvs0`` dummy device:
+    they are added as such a device).
+    """
+
+    def __init__(
+        self,
+        network: ClusterNetwork,
+        rulesets: Mapping[str, RulesetInput] | None = None,
+        listeners: Mapping[str, Iterable[tuple[str, int]]] | None = None,
+        local_addresses: Mapping[str, Iterable[str]] | None = None,
+        *,
+        seed: int = 0,
+        clock: Clock | None = None,
+    ) -> None:
+        self.network = network
+        self.clock: Clock = clock or SimClock()
+        self.seed = seed
+        self._rng = Random(seed)
+        self._base_chooser: Chooser = RandomChooser(Random(seed * 7919 + 1))
+        self._chooser_box: list[Chooser] = [self._base_chooser]
+        rulesets = {_node_key(k): v for k, v in (rulesets or {}).items()}
+        extra = {_node_key(k): [ip_address(a) for a in v] for k, v in (local_addresses or {}).items()}
+        self.hosts: dict[str, Host] = {}
+        for name, ns in network.namespaces.items():
+            node_extra = extra.get(ns.node or "", []) if ns.role == "node" else []
+            self.hosts[name] = Host(_with_dummy(ns, node_extra))
+        for pair in network.veths:
+            a = self.hosts[pair.a[0]].device(pair.a[1])
+            b = self.hosts[pair.b[0]].device(pair.b[1])
+            a.peer, b.peer = b, a
+        unknown = set(rulesets) - {h.node for h in self.hosts.values() if h.role == "node"}
+        if unknown:
+            raise InputError(f"no such node(s): {sorted(unknown)}", field="rulesets")
+        self.filters: dict[str, EngineFilter] = {}
+        for name, host in self.hosts.items():
+            rules = rulesets.get(host.node or "") if host.role == "node" else None
+            self.filters[name] = EngineFilter.build(
+                name,
+                rules,
+                local_addrs=host.local_addresses,
+                iface_addrs={d.name: [a.ip for a in d.addresses] for d in host.devices.values()},
+                clock=self.clock,
+                chooser_box=self._chooser_box,
+            )
+        self.endpoints = Endpoints.from_listeners(listeners or {})
+        self.walker = Walker(self.hosts, self.filters, self.endpoints)
+        self._ports: dict[str, set[int]] = {}
+
+    # ------------------------------------------------------------------ addresses
+
+    def resolve_source(self, src: str) -> tuple[Host, IPAddress | None]:
+        """The namespace a source names and, when it was given as an IP, that address."""
+        name = src.strip()
+        if name in self.hosts:
+            return self.hosts[name], None
+        try:
+            addr = ip_address(name)
+        except ValueError:
+            raise InputError(f"unknown source {src!r} (want pod/NS/NAME, node/NAME or an IP)",
+                             field="--from") from None
+        owner = self.network.owner_of(addr)
+        if owner is None:
+            raise InputError(
+                f"{addr} is no address of the cluster network; an external client must be "
+                f"added to the network (topology.build(external_clients=...))",
+                field="--from",
+            )
+        return self.hosts[owner.name], addr
+
+    def resolve_destination(self, dst: str) -> tuple[IPAddress, int | None]:
+        """The address (and port, for ``IP:PORT``) a destination names."""
+        name = dst.strip()
+        if name in self.hosts:
+            host = self.hosts[name]
+            addr = host.primary_address()
+            if addr is None:
+                raise InputError(f"{name} has no address", field="--to")
+            return addr, None
+        text, port = name, None
+        if name.count(":") == 1:
+            text, _, p = name.partition(":")
+            if not p.isdigit():
+                raise InputError(f"bad port in {dst!r}", field="--to")
+            port = int(p)
+        try:
+            return ip_address(text), port
+        except ValueError:
+            raise InputError(f"unknown destination {dst!r} (want pod/NS/NAME, node/NAME, "
+                             f"IP or IP:PORT)", field="--to") from None
+
+    def _ephemeral(self, netns: str) -> int:
+        used = self._ports.setdefault(netns, set())
+        lo, hi = EPHEMERAL_PORTS
+        while True:
+            port = self._rng.randint(lo, hi)
+            if port not in used:
+                used.add(port)
+                return port
+
+    # ------------------------------------------------------------------ packets
+
+    def _request(
+        self,
+        src: str,
+        dst: str,
+        proto: str,
+        dport: int | None,
+        sport: int | None,
+        *,
+        ttl: int = 64,
+        length: int | None = None,
+        df: bool = True,
+    ) -> tuple[Host, Packet]:
+        if proto not in ("tcp", "udp", "icmp"):
+            raise InputError(f"unsupported protocol {proto!r} (tcp, udp, icmp)", field="--proto")
+        host, src_ip = self.resolve_source(src)
+        daddr, dst_port = self.resolve_destination(dst)
+        if dport is None:
+            dport = dst_port
+        if proto != "icmp" and dport is None:
+            raise InputError("a destination port is needed for tcp/udp", field="--to")
+        if src_ip is None:
+            src_ip = host.fib.lookup(daddr).src or host.primary_address()
+            if src_ip is None:
+                raise InputError(f"{host.name} has no address to send from", field="--from")
+        if proto == "icmp":
+            ident = self._rng.randint(1, 65535)
+            pkt = Packet(src=src_ip, dst=daddr, proto="icmp", icmp_type=ICMP_ECHO_REQUEST,
+                         icmp_code=0, icmp_id=ident, ttl=ttl, length=length or 84, df=df)
+            return host, pkt
+        port = sport if sport is not None else self._ephemeral(host.name)
+        flags = frozenset({"SYN"}) if proto == "tcp" else frozenset()
+        pkt = Packet(src=src_ip, dst=daddr, proto=proto, sport=port, dport=dport or 0,  # type: ignore[arg-type]
+                     ttl=ttl, length=length or 60, flags=flags, df=df)
+        return host, pkt
+
+    def _open(self, host: Host, pkt: Packet) -> None:
+        if pkt.proto == "icmp":
+            self.endpoints.open_ping(host.name, pkt.icmp_id)
+        else:
+            self.endpoints.open_client(host.name, pkt.proto, pkt.src, pkt.sport, pkt.dst, pkt.dport)
+
+    def _close(self, host: Host, pkt: Packet) -> None:
+        if pkt.proto == "icmp":
+            self.endpoints.close_ping(host.name, pkt.icmp_id)
+        else:
+            self.endpoints.close_client(host.name, pkt.proto, pkt.src, pkt.sport, pkt.dst, pkt.dport)
+
+    def _exchange(
+        self, host: Host, pkt: Packet, *, record: bool
+    ) -> tuple[WalkResult, WalkResult | None]:
+        """Walk ``pkt`` and, if anything answered, the answer."""
+        res = self.walker.send(host.name, pkt, record=record)
+        reply = None
+        if res.answer is not None:
+            ans = res.answer
+            reply = self.walker.send(ans.host, ans.packet, related=ans.related, record=record)
+        return res, reply
+
+    # ------------------------------------------------------------------ trace
+
+    def trace(
+        self,
+        src: str,
+        dst: str,
+        proto: Proto = "tcp",
+        dport: int | None = None,
+        sport: int | None = None,
+        *,
+        ttl: int = 64,
+        length: int | None = None,
+        df: bool = True,
+    ) -> Trace:
+        """Walk one packet (TCP SYN, UDP datagram or ICMP echo request) from ``src`` to
+        ``dst`` and its answer back. ``endpoints`` holds the endpoint reached with the
+        probability of the random branch taken (see :meth:`trace_all` for all)."""
+        host, pkt = self._request(src, dst, proto, dport, sport, ttl=ttl, length=length, df=df)
+        chooser = _ProbChooser(self._base_chooser)
+        self._chooser_box[0] = chooser
+        try:
+            self._open(host, pkt)
+            res, reply = self._exchange(host, pkt, record=True)
+            self._close(host, pkt)
+        finally:
+            self._chooser_box[0] = self._base_chooser
+        trace = self._trace_value(src, dst, pkt, res, reply)
+        if trace.delivered_to is not None:
+            d = trace.delivered_to
+            chance = EndpointChance(f"{d.ip}:{d.port}", chooser.p)
+        else:
+            chance = EndpointChance(trace.verdict, chooser.p)
+        return _replace_trace(trace, endpoints=(chance,))
+
+    def trace_all(
+        self,
+        src: str,
+        dst: str,
+        proto: Proto = "tcp",
+        dport: int | None = None,
+        sport: int | None = None,
+        *,
+        ttl: int = 64,
+        length: int | None = None,
+        df: bool = True,
+        limit: int = 10_000,
+    ) -> Trace:
+        """Follow every branch of every random choice. Returns the first branch's trace
+        with ``endpoints`` (each reachable endpoint — or verdict, for branches that reach
+        none — with its total probability, in rule order) and ``branches`` (each branch's
+        probability and trace). The cluster's state afterwards is as before the call."""
+        saved = self._snapshot()
+        if sport is None and proto != "icmp":
+            host, _ = self.resolve_source(src)
+            sport = self._ephemeral(host.name)
+            saved.rng = self._rng.getstate()
+            saved.ports = {k: set(v) for k, v in self._ports.items()}
+
+        def run(explorer: Any) -> Trace:
+            self._restore(saved)
+            self._chooser_box[0] = explorer
+            host, pkt = self._request(src, dst, proto, dport, sport, ttl=ttl, length=length, df=df)
+            self._open(host, pkt)
+            res, reply = self._exchange(host, pkt, record=True)
+            return self._trace_value(src, dst, pkt, res, reply)
+
+        try:
+            branches = explore(run, limit=limit)
+        finally:
+            self._chooser_box[0] = self._base_chooser
+            self._restore(saved)
+        totals: dict[str, float] = {}
+        for b in branches:
+            t = b.result
+            key = f"{t.delivered_to.ip}:{t.delivered_to.port}" if t.delivered_to else t.verdict
+            totals[key] = totals.get(key, 0.0) + b.probability
+        endpoints = tuple(EndpointChance(k, p) for k, p in totals.items())
+        first = branches[0].result
+        return _replace_trace(
+            first,
+            endpoints=endpoints,
+            branches=tuple((b.probability, b.result) for b in branches),
+        )
+
+    def _trace_value(
+        self, src: str, dst: str, pkt: Packet, res: WalkResult, reply: WalkResult | None
+    ) -> Trace:
+        reply_trace = None
+        if reply is not None and res.answer is not None:
+            ans = res.answer
+            reply_trace = self._single(ans.host, str(pkt.src), ans.packet, reply)
+        return self._single(src, dst, pkt, res, reply_trace)
+
+    def _single(
+        self, src: str, dst: str, pkt: Packet, res: WalkResult, reply: Trace | None = None
+    ) -> Trace:
+        delivered = None
+        seen = None
+        if res.delivered is not None:
+            d = res.delivered
+            h = self.hosts[d.host]
+            delivered = DeliveredTo(str(d.packet.dst), d.reception.port, h.pod, h.node, h.name)
+            seen = str(d.packet.src)
+        reason = res.reason
+        if res.mtu is not None and "MTU" not in reason:
+            reason += f" (MTU {res.mtu})"
+        return Trace(
+            verdict=res.verdict,
+            packet=pkt,
+            src=src,
+            dst=dst,
+            hops=tuple(res.hops),
+            delivered_to=delivered,
+            source_seen=seen,
+            masquerade=res.src_rewritten,
+            reply=reply,
+            reason=reason,
+            chosen_by=res.chosen_by,
+        )
+
+    # ------------------------------------------------------------------ ping / connect
+
+    def ping(self, src: str, dst: str, count: int = 1, *, ttl: int = 64,
+             length: int = 84) -> list[PingResult]:
+        """``count`` echo requests with one identifier; each result says whether the
+        reply came back, its TTL on arrival and the namespaces crossed both ways."""
+        host, first = self._request(src, dst, "icmp", None, None, ttl=ttl, length=length)
+        self._open(host, first)
+        out: list[PingResult] = []
+        try:
+            for seq in range(1, count + 1):
+                res, reply = self._exchange(host, first, record=True)
+                trace = self._trace_value(src, dst, first, res, reply)
+                ok = (
+                    reply is not None
+                    and reply.delivered is not None
+                    and reply.delivered.reception.kind == "client"
+                    and reply.delivered.packet.icmp_type == 0
+                )
+                rt = trace.reply
+                out.append(
+                    PingResult(
+                        seq=seq,
+                        ok=ok,
+                        verdict=trace.verdict,
+                        ttl=reply.delivered.packet.ttl if ok and reply and reply.delivered else None,
+                        reply_from=str(rt.packet.src) if rt is not None else None,
+                        path=_path(trace),
+                        reply_path=_path(rt) if rt is not None else (),
+                        trace=trace,
+                    )
+                )
+        finally:
+            self._close(host, first)
+        return out
+
+    def connect(
+        self,
+        src: str,
+        dst: str,
+        proto: Proto = "tcp",
+        dport: int | None = None,
+        n: int = 1,
+        *,
+        close: bool = False,
+        record: bool = True,
+    ) -> list[ConnResult]:
+        """Open ``n`` connections. TCP: SYN, SYN-ACK, ACK, then a data segment each way
+        (conntrack ESTABLISHED and ASSURED); with ``close`` also FIN, FIN-ACK, ACK. UDP:
+        two datagrams each way. ICMP: one echo exchange. ``record`` False keeps no hops
+        (faster; ``trace`` and ``chosen_by`` are then None)."""
+        out: list[ConnResult] = []
+        for i in range(n):
+            host, pkt = self._request(src, dst, proto, dport, None)
+            self._open(host, pkt)
+            res, reply = self._exchange(host, pkt, record=record)
+            established = (
+                reply is not None
+                and reply.delivered is not None
+                and reply.delivered.reception.kind == "client"
+                and (proto != "tcp" or "SYN" in reply.delivered.packet.flags)
+            )
+            if established and proto == "tcp":
+                self._tcp_follow_up(host, pkt, close=close, record=record)
+            elif established and proto == "udp":
+                self._exchange(host, pkt.evolve(length=pkt.length), record=False)
+            trace = self._trace_value(src, dst, pkt, res, reply) if record else None
+            d = res.delivered
+            endpoint = pod = node = seen = None
+            if d is not None and d.reception.kind in ("listener", "kernel"):
+                h = self.hosts[d.host]
+                endpoint = f"{d.packet.dst}:{d.reception.port}"
+                pod, node, seen = h.pod, h.node, str(d.packet.src)
+            out.append(
+                ConnResult(
+                    index=i,
+                    sport=pkt.sport if proto != "icmp" else pkt.icmp_id,
+                    source=str(pkt.src),
+                    verdict=res.verdict,
+                    endpoint=endpoint,
+                    pod=pod,
+                    node=node,
+                    chosen_by=res.chosen_by,
+                    source_seen=seen,
+                    established=established,
+                    trace=trace,
+                )
+            )
+            if close or proto != "tcp":
+                self._close(host, pkt)
+        return out
+
+    def _tcp_follow_up(self, host: Host, syn: Packet, *, close: bool, record: bool) -> None:
+        ack = syn.evolve(flags=frozenset({"ACK"}), length=40)
+        self._exchange(host, ack, record=False)
+        data = syn.evolve(flags=frozenset({"PSH", "ACK"}), length=100)
+        self._exchange(host, data, record=False)
+        if close:
+            fin = syn.evolve(flags=frozenset({"FIN", "ACK"}), length=40)
+            self._exchange(host, fin, record=False)
+            self._exchange(host, ack, record=False)
+
+    def send(self, src: str, pkt: Packet, *, record: bool = True) -> WalkResult:
+        """Walk an arbitrary packet from namespace ``src`` (no answer is walked)."""
+        return self.walker.send(self.resolve_source(src)[0].name, pkt, record=record)
+
+    # ------------------------------------------------------------------ state
+
+    def conntrack(self, node: str) -> list[ConntrackEntry]:
+        """The live conntrack entries of a node (``node/NAME`` or ``NAME``), in insertion
+        order."""
+        name = node if node.startswith("node/") or node in self.hosts else f"node/{node}"
+        f = self.filters.get(name)
+        if f is None:
+            raise InputError(f"no such node {node!r}", field="--node")
+        now = self.clock.now()
+        return [ConntrackEntry.of(c, now) for c in f.conntrack.entries()]
+
+    def pcap(self, trace: Trace, path: str | Path) -> int:
+        """Write every frame of ``trace`` (and its reply) to a pcap file; returns the
+        number of frames written."""
+        from dataplane.emulator.pcap import write_pcap
+
+        return write_pcap(trace, path, start=self.clock.now())
+
+    def _snapshot(self) -> _Snapshot:
+        return _Snapshot(
+            filters={n: f.nf.snapshot() for n, f in self.filters.items()},
+            neighbors={n: dict(h.neighbors) for n, h in self.hosts.items()},
+            fdbs={
+                (n, d.name): dict(d.fdb)
+                for n, h in self.hosts.items()
+                for d in h.devices.values()
+                if isinstance(d, Bridge)
+            },
+            endpoints=self.endpoints.copy(),
+            rng=self._rng.getstate(),
+            ports={k: set(v) for k, v in self._ports.items()},
+        )
+
+    def _restore(self, s: _Snapshot) -> None:
+        for n, f in self.filters.items():
+            ct, recent, counters = s.filters[n]
+            f.nf.restore((ct.copy(), recent.copy(), dict(counters)))
+        for n, h in self.hosts.items():
+            h.neighbors = dict(s.neighbors[n])
+        for (n, dev), fdb in s.fdbs.items():
+            br = self.hosts[n].devices[dev]
+            assert isinstance(br, Bridge)
+            br.fdb = dict(fdb)
+        eps = s.endpoints.copy()
+        self.endpoints = eps
+        self.walker.endpoints = eps
+        self._rng.setstate(s.rng)
+        self._ports = {k: set(v) for k, v in s.ports.items()}
+
+
+def _node_key(name: str) -> str:
+    return name.removeprefix("node/")
+
+
+def _with_dummy(ns: Netns, extra: list[IPAddress]) -> Netns:
+    """``ns`` with the extra LOCAL addresses on a ``kube-ipvs0`` dummy device."""
+    have = set(ns.addresses())
+    missing = [a for a in extra if a not in have and a.version == 4]
+    if not missing:
+        return ns
+    dummy = Interface(
+        "kube-ipvs0",
+        "dummy",
+        stable_mac(ns.name, "kube-ipvs0"),
+        tuple(IPv4Interface(f"{a}/32") for a in missing),
+        up=False,
+    )
+    return ns.with_(interfaces=(*ns.interfaces, dummy))
+
+
+def _path(trace: Trace) -> tuple[str, ...]:
+    out: list[str] = []
+    for h in trace.hops:
+        if not out or out[-1] != h.netns:
+            out.append(h.netns)
+    return tuple(out)
+
+
+def _replace_trace(trace: Trace, **changes: Any) -> Trace:
+    from dataclasses import replace
+
+    return replace(trace, **changes)

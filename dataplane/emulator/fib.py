@@ -1,0 +1,144 @@
+"""A namespace's forwarding information base: the ``local`` table, then ``main``.
+
+Contract (IPv4, what ``ip route get`` answers):
+
+* The local table holds every address configured on the namespace's interfaces (type
+  ``local``) and the whole of ``127.0.0.0/8`` on ``lo``. It is consulted first; a hit
+  means "deliver to this host".
+* The main table is a longest-prefix match over the namespace's routes; among equal
+  prefixes the first listed wins. A route with ``via`` forwards to that gateway (``onlink``
+  skips the check that the gateway is on a connected network); without ``via`` the
+  destination itself is the next hop.
+* The preferred source is the route's ``src`` when set; otherwise the first address of the
+  egress device that contains the next hop, else the device's first address, else the
+  first global address of any other device (``inet_select_addr``).
+
+Lookups are cached per destination: the tables never change after construction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from ipaddress import IPv4Address, IPv4Interface, IPv4Network
+from typing import Literal
+
+from netmodel.ip import IPAddress
+from netmodel.network import Route
+
+LOOPBACK_NET = IPv4Network("127.0.0.0/8")
+
+
+@dataclass(frozen=True, slots=True)
+class RouteResult:
+    """The answer to a route lookup.
+
+    ``type`` is ``local`` (deliver here), ``unicast`` (send out ``dev`` to ``nexthop``)
+    or ``unreachable`` (no route). ``description`` is what ``ip route get`` would show.
+    """
+
+    type: Literal["local", "unicast", "unreachable"]
+    dev: str | None
+    nexthop: IPAddress | None
+    src: IPAddress | None
+    route: Route | None
+    description: str
+
+
+class Fib:
+    """The local and main tables of one namespace (see the module docstring)."""
+
+    __slots__ = ("_addrs", "_cache", "_local", "_main")
+
+    def __init__(
+        self,
+        addresses: Mapping[str, Sequence[IPv4Interface]],
+        routes: Iterable[Route],
+    ) -> None:
+        """``addresses``: per device name, its addresses in configuration order."""
+        self._addrs: dict[str, tuple[IPv4Interface, ...]] = {
+            dev: tuple(a) for dev, a in addresses.items()
+        }
+        self._local: dict[int, str] = {}
+        for dev, addrs in self._addrs.items():
+            for a in addrs:
+                self._local.setdefault(int(a.ip), dev)
+        main: list[tuple[int, int, int, Route]] = []
+        for r in routes:
+            if r.dst.version != 4:
+                continue
+            net = r.dst
+            main.append((net.prefixlen, int(net.network_address), int(net.netmask), r))
+        # longest prefix first; stable so that the first listed wins among equals
+        main.sort(key=lambda t: -t[0])
+        self._main = main
+        self._cache: dict[IPAddress, RouteResult] = {}
+
+    def is_local(self, addr: IPAddress) -> bool:
+        """Whether ``addr`` is in the local table (own address or 127/8)."""
+        value = int(addr)
+        return value in self._local or (value >> 24) == 127
+
+    def local_addresses(self) -> frozenset[IPAddress]:
+        return frozenset(IPv4Address(v) for v in self._local)
+
+    def lookup(self, dst: IPAddress) -> RouteResult:
+        """The route for ``dst`` (cached)."""
+        hit = self._cache.get(dst)
+        if hit is None:
+            hit = self._lookup(dst)
+            self._cache[dst] = hit
+        return hit
+
+    def _lookup(self, dst: IPAddress) -> RouteResult:
+        value = int(dst)
+        dev = self._local.get(value)
+        if dev is not None or (value >> 24) == 127:
+            return RouteResult(
+                type="local",
+                dev="lo",
+                nexthop=dst,
+                src=dst,
+                route=None,
+                description=f"local {dst} dev lo table local src {dst}",
+            )
+        for _plen, net, mask, r in self._main:
+            if value & mask == net:
+                nexthop = r.via if r.via is not None else dst
+                src = r.src if r.src is not None else self.select_source(r.dev, nexthop)
+                text = f"{dst} " + ("via " + str(r.via) + " " if r.via else "") + f"dev {r.dev}"
+                if src is not None:
+                    text += f" src {src}"
+                return RouteResult(
+                    type="unicast",
+                    dev=r.dev,
+                    nexthop=nexthop,
+                    src=src,
+                    route=r,
+                    description=f"{text}  (route: {r.describe()})",
+                )
+        return RouteResult(
+            type="unreachable",
+            dev=None,
+            nexthop=None,
+            src=None,
+            route=None,
+            description=f"{dst}: no route (Network is unreachable)",
+        )
+
+    def select_source(self, dev: str, target: IPAddress | None) -> IPAddress | None:
+        """``inet_select_addr``: an address of ``dev`` on ``target``'s subnet, else its
+        first address, else the first non-loopback address of the namespace."""
+        addrs = self._addrs.get(dev, ())
+        if target is not None:
+            for a in addrs:
+                if target in a.network:
+                    return a.ip
+        if addrs:
+            return addrs[0].ip
+        for other, others in self._addrs.items():
+            for a in others:
+                if other != "lo" and a.ip not in LOOPBACK_NET:
+                    return a.ip
+        return None
+

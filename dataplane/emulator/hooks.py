@@ -1,0 +1,80 @@
+"""What the packet walk needs from netfilter, as a narrow protocol.
+
+The walk calls :meth:`PacketFilter.run` at each of the five IPv4 hooks with the packet,
+the devices involved and the packet's per-namespace :class:`Skb` state (its conntrack
+attachment, which the filter reads and writes). The filter answers with a
+:class:`HookOutcome`: the verdict, the packet after the hook (NAT, mark), and the trace
+steps it wants shown. :mod:`dataplane.emulator.netfilter_adapter` implements the protocol
+over :mod:`dataplane.netfilter`.
+
+Contract of ``run``:
+
+* ``hook`` is ``PREROUTING``, ``INPUT``, ``FORWARD``, ``OUTPUT`` or ``POSTROUTING``.
+* The first hook a packet meets in a namespace (PREROUTING or OUTPUT) attaches its
+  conntrack state to ``skb``; the last one (INPUT or POSTROUTING) confirms a new entry.
+  A packet crossing into another namespace gets a fresh :class:`Skb`.
+* Replies and ICMP errors about tracked connections are un-NATed through the
+  connection's bindings; packets of known connections skip the ``nat`` table.
+* ``verdict`` is ``ACCEPT``, ``DROP`` or ``REJECT`` (``reject_with`` then names the
+  answer: ``icmp-port-unreachable``, ``tcp-reset``, ...).
+* ``record`` False asks for no trace steps (the fast path of benchmarks).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal, Protocol
+
+from dataplane.emulator.trace import Hop
+from netmodel.packet import Frame, Packet
+
+HookName = Literal["PREROUTING", "INPUT", "FORWARD", "OUTPUT", "POSTROUTING"]
+FilterVerdict = Literal["ACCEPT", "DROP", "REJECT"]
+
+
+@dataclass(frozen=True, slots=True)
+class HookIO:
+    """The devices a hook sees: ``-i``/``-o`` names and, for bridged frames under
+    ``br_netfilter``, the bridge ports (``--physdev-in``/``--physdev-out``)."""
+
+    indev: str | None = None
+    outdev: str | None = None
+    physin: str | None = None
+    physout: str | None = None
+
+
+@dataclass(slots=True)
+class Skb:
+    """Per-namespace metadata of one packet in flight.
+
+    ``ct`` is the filter's conntrack attachment (opaque to the walk); ``tunnel`` is the
+    inner Ethernet frame an outer VXLAN packet carries; ``bridged`` says br_netfilter has
+    already run PREROUTING for it (so the IP layer must not run it again); ``related`` is
+    the attachment of the packet a kernel-generated error answers (``nf_ct_attach``): the
+    error is RELATED to that connection even before it is confirmed."""
+
+    ct: object | None = None
+    tunnel: Frame | None = None
+    bridged: bool = False
+    related: object | None = None
+
+
+@dataclass(slots=True)
+class HookOutcome:
+    """The result of one hook (see the module docstring)."""
+
+    verdict: FilterVerdict
+    packet: Packet
+    hops: list[Hop] = field(default_factory=list)
+    reject_with: str | None = None
+    chosen_by: str | None = None
+
+
+class PacketFilter(Protocol):
+    """Netfilter for one namespace: its ruleset, conntrack table and LOCAL addresses."""
+
+    def run(
+        self, hook: HookName, pkt: Packet, io: HookIO, skb: Skb, *, record: bool
+    ) -> HookOutcome:
+        """Run ``hook`` for ``pkt`` (see the module docstring)."""
+        ...

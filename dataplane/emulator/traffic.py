@@ -1,0 +1,241 @@
+"""What the endpoints of a namespace do with a packet delivered to them (the socket layer).
+
+Contract, per namespace:
+
+* **Listeners** are ``(proto, port)`` pairs (pods answer on every containerPort they
+  declare). **Client sockets** are opened by the emulated cluster for each flow it starts
+  and are matched on the full 4-tuple (local ip, local port, remote ip, remote port), so
+  an answer from an unexpected address (a broken NAT) finds no socket.
+* ICMP: an echo request is answered by the kernel with an echo reply (any namespace);
+  echo replies and ICMP errors go to the client socket they quote.
+* TCP: a SYN to a listener is answered with SYN-ACK and creates a server connection;
+  data (a segment with ``PSH``) to a connection is acknowledged with a data answer; a FIN is answered
+  with FIN-ACK; a bare ACK or RST is consumed. A segment that finds neither a connection
+  nor (for a SYN) a listener is answered with RST,ACK — unless it is itself an RST.
+* UDP: a datagram to a listener is answered by a datagram back; to a client socket it is
+  consumed; otherwise the kernel answers ICMP port unreachable.
+* Every listener that accepts a new connection or datagram records a :class:`Seen`
+  (which source address it saw, for "source_seen").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+from netmodel.ip import IPAddress
+from netmodel.packet import (
+    ICMP_DEST_UNREACH,
+    ICMP_ECHO_REPLY,
+    ICMP_ECHO_REQUEST,
+    ICMP_PORT_UNREACH,
+    Packet,
+)
+
+ReceptionKind = Literal["listener", "client", "kernel", "refused", "consumed"]
+FourTuple = tuple[str, IPAddress, int, IPAddress, int]  # proto, local ip/port, remote ip/port
+
+
+@dataclass(frozen=True, slots=True)
+class Seen:
+    """A listener accepted a connection/datagram: who it saw and where it answered."""
+
+    netns: str
+    proto: str
+    source: IPAddress
+    sport: int
+    dest: IPAddress
+    dport: int
+
+
+@dataclass(frozen=True, slots=True)
+class Reception:
+    """What happened to a locally delivered packet.
+
+    ``kind``: ``listener`` (a server socket took it), ``client`` (an answer reached the
+    socket that started the flow), ``kernel`` (an echo request answered by the kernel),
+    ``refused`` (no socket: the kernel answered RST / port unreachable), ``consumed``
+    (no answer needed, e.g. a stray RST). ``answer`` is the packet to send back, if any.
+    ``port`` is the local port the packet was delivered to (0 for ICMP)."""
+
+    kind: ReceptionKind
+    answer: Packet | None
+    port: int
+    note: str = ""
+
+
+@dataclass(slots=True)
+class _ServerConn:
+    state: Literal["established", "closed"] = "established"
+
+
+@dataclass(slots=True)
+class Endpoints:
+    """The socket state of every namespace (see the module docstring)."""
+
+    listeners: dict[str, set[tuple[str, int]]] = field(default_factory=dict)
+    clients: dict[str, set[FourTuple]] = field(default_factory=dict)
+    server_conns: dict[str, dict[FourTuple, _ServerConn]] = field(default_factory=dict)
+    seen: list[Seen] = field(default_factory=list)
+    pings: dict[str, set[int]] = field(default_factory=dict)
+
+    @classmethod
+    def from_listeners(cls, listeners: Mapping[str, Iterable[tuple[str, int]]]) -> Endpoints:
+        return cls(
+            listeners={ns: {(p.lower(), int(port)) for p, port in ls} for ns, ls in listeners.items()}
+        )
+
+    def copy(self) -> Endpoints:
+        """An independent copy of the socket state (listeners are shared: read-only)."""
+        return Endpoints(
+            listeners=self.listeners,
+            clients={k: set(v) for k, v in self.clients.items()},
+            server_conns={k: {t: _ServerConn(c.state) for t, c in v.items()}
+                          for k, v in self.server_conns.items()},
+            seen=list(self.seen),
+            pings={k: set(v) for k, v in self.pings.items()},
+        )
+
+    def listening(self, netns: str, proto: str, port: int) -> bool:
+        return (proto, port) in self.listeners.get(netns, ())
+
+    # ---- client side
+
+    def open_client(
+        self, netns: str, proto: str, local: IPAddress, lport: int, remote: IPAddress, rport: int
+    ) -> None:
+        """Register a client socket (TCP/UDP) so that answers to it are recognised."""
+        self.clients.setdefault(netns, set()).add((proto, local, lport, remote, rport))
+
+    def close_client(
+        self, netns: str, proto: str, local: IPAddress, lport: int, remote: IPAddress, rport: int
+    ) -> None:
+        self.clients.get(netns, set()).discard((proto, local, lport, remote, rport))
+
+    def open_ping(self, netns: str, ident: int) -> None:
+        self.pings.setdefault(netns, set()).add(ident)
+
+    def close_ping(self, netns: str, ident: int) -> None:
+        self.pings.get(netns, set()).discard(ident)
+
+    # ---- delivery
+
+    def receive(self, netns: str, pkt: Packet) -> Reception:
+        """Deliver ``pkt`` (already routed to this namespace) and decide the answer."""
+        if pkt.proto == "icmp":
+            return self._icmp(netns, pkt)
+        if pkt.proto == "tcp":
+            return self._tcp(netns, pkt)
+        if pkt.proto == "udp":
+            return self._udp(netns, pkt)
+        return Reception("refused", _port_unreachable(pkt), pkt.dport, "protocol unreachable")
+
+    def _icmp(self, netns: str, pkt: Packet) -> Reception:
+        if pkt.icmp_type == ICMP_ECHO_REQUEST:
+            answer = Packet(
+                src=pkt.dst,
+                dst=pkt.src,
+                proto="icmp",
+                icmp_type=ICMP_ECHO_REPLY,
+                icmp_code=0,
+                icmp_id=pkt.icmp_id,
+                length=pkt.length,
+                df=pkt.df,
+            )
+            self.seen.append(Seen(netns, "icmp", pkt.src, pkt.icmp_id, pkt.dst, 0))
+            return Reception("kernel", answer, 0, "echo request answered")
+        if pkt.icmp_type == ICMP_ECHO_REPLY:
+            if pkt.icmp_id in self.pings.get(netns, ()):
+                return Reception("client", None, 0, "echo reply to ping")
+            return Reception("consumed", None, 0, "echo reply without a ping socket")
+        inner = pkt.inner
+        if inner is not None:
+            key = (inner.proto, inner.src, inner.sport, inner.dst, inner.dport)
+            if key in self.clients.get(netns, ()) or (
+                inner.proto == "icmp" and inner.icmp_id in self.pings.get(netns, ())
+            ):
+                return Reception("client", None, inner.sport, "ICMP error to the socket")
+        return Reception("consumed", None, 0, "ICMP error without a socket")
+
+    def _tcp(self, netns: str, pkt: Packet) -> Reception:
+        key: FourTuple = ("tcp", pkt.dst, pkt.dport, pkt.src, pkt.sport)
+        flags = pkt.flags
+        if key in self.clients.get(netns, ()):
+            return Reception("client", None, pkt.dport, "answer to the client socket")
+        conns = self.server_conns.setdefault(netns, {})
+        conn = conns.get(key)
+        if "SYN" in flags and "ACK" not in flags:
+            if not self.listening(netns, "tcp", pkt.dport):
+                return Reception("refused", _rst(pkt), pkt.dport, f"no listener on tcp/{pkt.dport}")
+            conns[key] = _ServerConn()
+            self.seen.append(Seen(netns, "tcp", pkt.src, pkt.sport, pkt.dst, pkt.dport))
+            return Reception("listener", _tcp_answer(pkt, {"SYN", "ACK"}), pkt.dport, "SYN-ACK")
+        if conn is None:
+            if "RST" in flags:
+                return Reception("consumed", None, pkt.dport, "RST without a socket")
+            return Reception("refused", _rst(pkt), pkt.dport, "no socket for this segment")
+        if "RST" in flags:
+            del conns[key]
+            return Reception("listener", None, pkt.dport, "connection reset by peer")
+        if "FIN" in flags:
+            del conns[key]
+            return Reception("listener", _tcp_answer(pkt, {"FIN", "ACK"}), pkt.dport, "FIN-ACK")
+        if "PSH" in flags:
+            return Reception(
+                "listener", _tcp_answer(pkt, {"PSH", "ACK"}, length=pkt.length), pkt.dport, "data"
+            )
+        return Reception("listener", None, pkt.dport, "ACK")
+
+    def _udp(self, netns: str, pkt: Packet) -> Reception:
+        key: FourTuple = ("udp", pkt.dst, pkt.dport, pkt.src, pkt.sport)
+        if key in self.clients.get(netns, ()):
+            return Reception("client", None, pkt.dport, "answer to the client socket")
+        if not self.listening(netns, "udp", pkt.dport):
+            return Reception(
+                "refused", _port_unreachable(pkt), pkt.dport, f"no listener on udp/{pkt.dport}"
+            )
+        self.seen.append(Seen(netns, "udp", pkt.src, pkt.sport, pkt.dst, pkt.dport))
+        answer = Packet(
+            src=pkt.dst, dst=pkt.src, proto="udp", sport=pkt.dport, dport=pkt.sport, length=pkt.length
+        )
+        return Reception("listener", answer, pkt.dport, "datagram answered")
+
+
+def _tcp_answer(pkt: Packet, flags: set[str], length: int = 40) -> Packet:
+    return Packet(
+        src=pkt.dst,
+        dst=pkt.src,
+        proto="tcp",
+        sport=pkt.dport,
+        dport=pkt.sport,
+        flags=frozenset(flags),
+        length=length,
+    )
+
+
+def _rst(pkt: Packet) -> Packet:
+    """The kernel's answer to a segment without a socket: RST (ACK set when the segment
+    had no ACK, as ``tcp_v4_send_reset`` does)."""
+    flags = {"RST"} if "ACK" in pkt.flags else {"RST", "ACK"}
+    return _tcp_answer(pkt, flags)
+
+
+def _port_unreachable(pkt: Packet) -> Packet:
+    return icmp_error(pkt, ICMP_DEST_UNREACH, ICMP_PORT_UNREACH, src=pkt.dst)
+
+
+def icmp_error(pkt: Packet, icmp_type: int, code: int, *, src: IPAddress) -> Packet:
+    """An ICMP error about ``pkt`` sent from ``src`` back to ``pkt.src``: it quotes the
+    offending header (``inner``); its length is 20 + 8 + the quoted header and 8 bytes."""
+    quoted = pkt.evolve(payload=b"", inner=None)
+    return Packet(
+        src=src,
+        dst=pkt.src,
+        proto="icmp",
+        icmp_type=icmp_type,
+        icmp_code=code,
+        inner=quoted,
+        length=20 + 8 + min(pkt.length, 548),
+        df=False,
+    )
