@@ -14,12 +14,13 @@ stored (the store's revision is unchanged) and no file in DIR changes.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from control.agents.kubeproxy import EmulatedRules, KubeProxy
 from control.clock import Clock, FakeClock, WallClock
 from control.runner import ControlPlane
 from control.store.base import Store
@@ -45,6 +46,8 @@ class Session:
     clock: Clock
     state_dir: Path | None = None
     _plane: ControlPlane | None = None
+    rules: EmulatedRules = field(default_factory=EmulatedRules)
+    proxies: dict[str, KubeProxy] = field(default_factory=dict)
 
     # ---- construction
 
@@ -57,7 +60,6 @@ class Session:
             proxy_config=manifests.proxy_config,
             clock=clock or FakeClock(),
         )
-        s.plane.start()
         s._apply_objects(manifests.objects, source=",".join(manifests.sources) or None)
         return s
 
@@ -103,11 +105,33 @@ class Session:
 
     @property
     def plane(self) -> ControlPlane:
+        """The control plane over this session's store (started: nodes bootstrapped), with
+        one kube-proxy per node feeding :attr:`rules`."""
         if self._plane is None:
             self._plane = ControlPlane(
                 self.store, self.cluster.spec, seed=self.cluster.spec.seed, clock=self.clock
             )
+            self._plane.start()
+            self._add_proxies()
         return self._plane
+
+    def _add_proxies(self) -> None:
+        assert self._plane is not None
+        for node in self.store.list("Node"):
+            if node.name not in self.proxies:
+                proxy = KubeProxy(
+                    node.name,
+                    self.cluster.spec,
+                    self.proxy_config,
+                    self.rules,
+                    self._plane.recorder,
+                )
+                self.proxies[node.name] = proxy
+                self._plane.add_agent(proxy)
+
+    def converge(self) -> None:
+        """Run every control loop (kube-proxies included) until nothing is left to do."""
+        self.plane.run_until_idle()
 
     def _apply_objects(
         self, objs: Sequence[KubeObject], *, source: str | None
@@ -140,8 +164,6 @@ class Session:
         if manifests.proxy_config is not None:
             self.proxy_config = manifests.proxy_config
         try:
-            if fresh:
-                self.plane.start()
             results = self._apply_objects(manifests.objects, source=",".join(manifests.sources))
         except BaseException:
             if fresh:

@@ -1,0 +1,229 @@
+"""kube-proxy, one per node: watch → change tracker → snapshot → pure render → one apply.
+
+Shape follows upstream's proxier: Service and EndpointSlice watch events feed a
+:class:`dataplane.proxy.ChangeTracker` that keeps (previous, current) per key and drops
+no-op updates; ``sync`` applies the pending changes, renders, and hands the result to
+a :class:`RuleSink` (the node's dataplane). The first sync and any change of the node's
+own configuration (its Node object's addresses or podCIDR) are full syncs; later ones
+in iptables mode are partial: only the changed services' chains are in the payload,
+which the sink applies with ``--noflush`` semantics on top of what the node holds.
+nftables and IPVS modes render the full state on every sync (documented
+simplification: upstream's nftables partial sync writes the same end state).
+
+Every sync leaves an Event on the node (reason ``SyncProxyRules``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from control.events import Recorder
+from dataplane.netfilter import Ruleset, apply_restore, format_save
+from dataplane.proxy import (
+    ChangeTracker,
+    IptablesRender,
+    Mode,
+    NodeProxyConfig,
+    build_node_config,
+    render,
+)
+from dataplane.proxy.ipvs import IpvsRender
+from dataplane.proxy.nftables import NftablesRender
+from netmodel.cluster import ClusterSpec
+from netmodel.objects import EndpointSlice, KubeObject, Node, Service
+from netmodel.proxyconfig import KubeProxyConfiguration
+
+Rendered = IptablesRender | IpvsRender | NftablesRender
+
+KUBE_CHAIN_PREFIXES = ("KUBE-SVC-", "KUBE-SVL-", "KUBE-EXT-", "KUBE-FW-", "KUBE-SEP-")
+
+
+class RuleSink(Protocol):
+    """Where a node's kube-proxy puts its rules (emulated node, or a real namespace)."""
+
+    def load(self, node: str, mode: Mode, rendered: Rendered, *, full: bool) -> None: ...
+
+    def existing_chains(self, node: str) -> Sequence[str]: ...
+
+
+@dataclass
+class NodeRules:
+    """What one emulated node holds: the iptables ruleset as the kernel would after every
+    ``iptables-restore --noflush`` so far, or the latest nft / IPVS text."""
+
+    mode: Mode = "iptables"
+    ruleset: Ruleset = field(default_factory=lambda: Ruleset(family=4))
+    rendered: Rendered | None = None
+    syncs: int = 0
+
+    @property
+    def save_text(self) -> str:
+        """``iptables-save`` of filter and nat (iptables mode), else the mode's listing."""
+        if self.mode == "iptables":
+            return format_save(self.ruleset, tables=("filter", "nat"))
+        return self.rendered.save_text if self.rendered is not None else ""
+
+
+class EmulatedRules:
+    """The default sink: keeps per-node state in memory (used by the emulator)."""
+
+    def __init__(self) -> None:
+        self.nodes: dict[str, NodeRules] = {}
+
+    def load(self, node: str, mode: Mode, rendered: Rendered, *, full: bool) -> None:
+        state = self.nodes.setdefault(node, NodeRules(mode=mode))
+        state.mode = mode
+        if isinstance(rendered, IptablesRender):
+            base = state.ruleset
+            if state.syncs == 0:
+                base = apply_restore(base, rendered.ensure_input(), source=f"{node} ensure")
+            state.ruleset = apply_restore(base, rendered.restore_input, source=f"{node} sync")
+        state.rendered = rendered
+        state.syncs += 1
+
+    def existing_chains(self, node: str) -> Sequence[str]:
+        state = self.nodes.get(node)
+        if state is None or "nat" not in state.ruleset.tables:
+            return ()
+        return [c for c in state.ruleset.tables["nat"].chains if c.startswith(KUBE_CHAIN_PREFIXES)]
+
+
+class KubeProxy:
+    """The kube-proxy of ``node_name`` (the runner's Agent protocol: kinds/handle/sync)."""
+
+    kinds = ("Service", "EndpointSlice", "Node")
+
+    def __init__(
+        self,
+        node_name: str,
+        cluster: ClusterSpec,
+        proxy_config: KubeProxyConfiguration | None,
+        sink: RuleSink,
+        recorder: Recorder | None = None,
+        *,
+        mode: Mode | None = None,
+    ) -> None:
+        self.node_name = node_name
+        self.name = f"kube-proxy/{node_name}"
+        self.cluster = cluster
+        self.proxy_config = proxy_config
+        self.mode: Mode = mode or (
+            proxy_config.effective_mode
+            if proxy_config and proxy_config.mode
+            else cluster.proxy_mode
+        )  # type: ignore[assignment]
+        self.sink = sink
+        self.recorder = recorder
+        self._node: Node | None = None
+        self._config: NodeProxyConfig | None = None
+        self._tracker: ChangeTracker | None = None
+        self._services: dict[str, Service] = {}
+        self._slices: dict[str, EndpointSlice] = {}
+        self._need_full = True
+        self.last: Rendered | None = None
+
+    # ---- configuration
+
+    def _node_config(self) -> NodeProxyConfig | None:
+        if self._node is None:
+            return None
+        return build_node_config(
+            self.proxy_config,
+            self.cluster,
+            self.node_name,
+            [a.address for a in self._node.status.addresses],
+            self._node.spec.pod_cidr,
+        )
+
+    def _reset_tracker(self) -> None:
+        """A new node configuration: rebuild the tracker from the objects seen so far."""
+        self._config = self._node_config()
+        if self._config is None:
+            self._tracker = None
+            return
+        t = ChangeTracker(self._config)
+        for svc in self._services.values():
+            t.update_service(None, svc)
+        for sl in self._slices.values():
+            t.update_endpoint_slice(None, sl)
+        self._tracker = t
+        self._need_full = True
+
+    # ---- Agent protocol
+
+    def resync(self, objs: Iterable[KubeObject]) -> None:
+        self._services.clear()
+        self._slices.clear()
+        for o in objs:
+            if isinstance(o, Service):
+                self._services[o.key] = o
+            elif isinstance(o, EndpointSlice):
+                self._slices[o.key] = o
+            elif isinstance(o, Node) and o.name == self.node_name:
+                self._node = o
+        self._reset_tracker()
+
+    def handle(self, events: Sequence[object]) -> None:
+        for ev in events:
+            obj: KubeObject = ev.object  # type: ignore[attr-defined]
+            deleted = ev.type == "DELETED"  # type: ignore[attr-defined]
+            if isinstance(obj, Node):
+                if obj.name != self.node_name:
+                    continue
+                before = self._node
+                self._node = None if deleted else obj
+                if before is None or self._node is None or _node_view(before) != _node_view(obj):
+                    self._reset_tracker()
+            elif isinstance(obj, Service):
+                prev = self._services.pop(obj.key, None)
+                if not deleted:
+                    self._services[obj.key] = obj
+                if self._tracker is not None:
+                    self._tracker.update_service(prev, None if deleted else obj)
+            elif isinstance(obj, EndpointSlice):
+                prev_sl = self._slices.pop(obj.key, None)
+                if not deleted:
+                    self._slices[obj.key] = obj
+                if self._tracker is not None:
+                    self._tracker.update_endpoint_slice(prev_sl, None if deleted else obj)
+
+    def sync(self) -> int:
+        """One sync if anything changed (or none was done yet): returns 1, else 0."""
+        t, cfg = self._tracker, self._config
+        if t is None or cfg is None:
+            return 0
+        if not self._need_full and not t.pending():
+            return 0
+        changed = t.apply()
+        full = self._need_full or self.mode != "iptables"
+        rendered = render(
+            self.mode,
+            t.snapshot,
+            cfg,
+            changed=None if full else changed,
+            existing_chains=self.sink.existing_chains(self.node_name),
+        )
+        self.sink.load(self.node_name, self.mode, rendered, full=full)
+        self.last = rendered
+        self._need_full = False
+        if self.recorder is not None and self._node is not None:
+            snap = t.snapshot
+            what = "full sync" if full else f"partial sync of {len(changed)} service port(s)"
+            self.recorder.record(
+                "kube-proxy",
+                self._node,
+                "SyncProxyRules",
+                f"{self.mode}: {what}; {len(snap.ports)} service ports, "
+                f"{snap.total_endpoints} endpoints",
+            )
+        return 1
+
+    @property
+    def node_config(self) -> NodeProxyConfig | None:
+        return self._config
+
+
+def _node_view(node: Node) -> tuple[tuple[str, ...], str | None]:
+    return tuple(a.address for a in node.status.addresses), node.spec.pod_cidr

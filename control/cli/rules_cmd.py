@@ -1,0 +1,77 @@
+"""``svclab rules``: what a node's kube-proxy loads, in the form the node's tools print."""
+
+from __future__ import annotations
+
+import click
+
+from control.cli.main import Context, handle_errors
+from control.session import Session
+from dataplane.proxy import MODES, Mode, build_node_config, render_objects
+from dataplane.proxy.iptables import IptablesRender
+from netmodel.errors import NotFoundError
+from netmodel.objects import EndpointSlice, Node, Service
+
+
+def node_rules(session: Session, node_name: str, mode: Mode | None = None):  # type: ignore[no-untyped-def]
+    """A full render for ``node_name`` from the session's current state: exactly what a
+    freshly started kube-proxy on that node hands to the kernel."""
+    try:
+        node = session.store.get("Node", node_name)
+    except NotFoundError:
+        names = ", ".join(n.name for n in session.store.list("Node"))
+        raise NotFoundError(f'node "{node_name}" not found (nodes: {names or "none"})') from None
+    assert isinstance(node, Node)
+    cfg = build_node_config(
+        session.proxy_config,
+        session.cluster.spec,
+        node.name,
+        [a.address for a in node.status.addresses],
+        node.spec.pod_cidr,
+    )
+    if mode is None:
+        pc = session.proxy_config
+        mode = pc.effective_mode if pc is not None and pc.mode else session.cluster.spec.proxy_mode  # type: ignore[assignment]
+    services = [s for s in session.store.list("Service") if isinstance(s, Service)]
+    slices = [s for s in session.store.list("EndpointSlice") if isinstance(s, EndpointSlice)]
+    return render_objects(mode, services, slices, cfg)  # type: ignore[arg-type]
+
+
+@click.command()
+@click.option("--node", "node_name", required=True, help="Node whose rules to print")
+@click.option(
+    "--mode", type=click.Choice(MODES), default=None, help="Default: the cluster's proxyMode"
+)
+@click.option(
+    "-f",
+    "--filename",
+    "files",
+    multiple=True,
+    help="Build a throw-away cluster from these manifests",
+)
+@click.option(
+    "--restore-input",
+    is_flag=True,
+    help="Print exactly the payload handed to iptables-restore / nft -f",
+)
+@click.pass_obj
+@handle_errors
+def rules(
+    ctx: Context, node_name: str, mode: str | None, files: tuple[str, ...], restore_input: bool
+) -> None:
+    """Print what NODE's kube-proxy would load: iptables-save text (filter, nat), or
+    ipvsadm-save + ipset save + the iptables glue, or nft list ruleset text."""
+    session = ctx.session(files)
+    try:
+        out = node_rules(session, node_name, mode)  # type: ignore[arg-type]
+        if restore_input:
+            text = out.restore_input
+        else:
+            text = out.save_text
+            if isinstance(out, IptablesRender) and not text.endswith("\n"):
+                text += "\n"
+        click.echo(text, nl=not text.endswith("\n"))
+    finally:
+        session.close()
+
+
+COMMANDS = [rules]
