@@ -267,8 +267,9 @@ class CniRunner:
     def add_many(self, pods: Sequence[PodAttach], *, workers: int = 8) -> list[CniResult]:
         """:meth:`add` for many pods concurrently (plugin execs dominate; host-local
         serialises its own allocations with a file lock). Results in input order; the
-        first error is raised after all calls finished."""
-        with ThreadPoolExecutor(max_workers=workers) as pool:
+        first error (or a KeyboardInterrupt) cancels the calls not yet started."""
+        pool = ThreadPoolExecutor(max_workers=workers)
+        try:
             futures = [
                 pool.submit(
                     self.add, p.node, p.pod_key, p.pod_cidr, requested_ip=p.requested_ip, mac=p.mac
@@ -276,6 +277,8 @@ class CniRunner:
                 for p in pods
             ]
             return [f.result() for f in futures]
+        finally:  # on error or Ctrl-C: drop what has not started, let running calls end
+            pool.shutdown(wait=True, cancel_futures=True)
 
     def delete(self, node: str, pod_key: str, pod_cidr: IPv4Network) -> None:
         """Detach pod ``pod_key``: ``bridge`` DEL (releases the address in host-local,

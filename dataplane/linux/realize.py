@@ -50,6 +50,7 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from ipaddress import IPv4Address, IPv4Interface, IPv4Network
+from pathlib import Path
 from typing import Any, Literal
 
 from pyroute2 import IPRoute
@@ -407,39 +408,52 @@ def teardown(cluster: RealCluster | str) -> Removed:
     return cleanup(cid)
 
 
-def cleanup(cluster_id: str | None = None, *, force: bool = False) -> Removed:
-    """Remove everything svclab left in the kernel and under ``/run/svclab``: for one
-    cluster, or (``None``) for every cluster and every ``svclab-`` namespace (also test
-    namespaces). In order: pod servers by pid file; any other process still inside one
-    of the namespaces; root-namespace interfaces whose veth peer is in one of them; the
-    namespaces; the state dirs.
+@dataclass(frozen=True, slots=True)
+class CleanupPlan:
+    """What :func:`cleanup` would remove: namespaces and cluster state dirs."""
 
-    Without a cluster id and without ``force``, clusters and namespaces created by
-    another process that is still alive (a parallel test session, a running lab) are
-    left alone; a named cluster is always removed."""
-    explicit = cluster_id is not None or force
-    if cluster_id is None:
-        prefix = PREFIX
-        dirs = state.all_state_dirs()
-    else:
+    namespaces: tuple[str, ...]
+    state_dirs: tuple[Path, ...]
+
+
+def cleanup_plan(cluster_id: str | None = None, *, force: bool = False) -> CleanupPlan:
+    """Decide what :func:`cleanup` removes, without removing anything.
+
+    A named cluster: all its namespaces and its state dir. Every cluster (``None``):
+    every ``svclab-`` namespace and state dir, except (unless ``force``) those created
+    by another process that is still alive (a parallel test session, a running lab)."""
+    if cluster_id is not None:
         prefix = ClusterNames(cluster_id).prefix
-        dirs = [StateDir.of(cluster_id).root]
-    ours = [n for n in list_ours(include_held=explicit) if n.startswith(prefix)]
-    if not explicit:
-        held = {n for n in list_ours(include_held=True) if nsenter.held_elsewhere(n)}
-        dirs = [d for d in dirs if not any(n.startswith(f"{PREFIX}{d.name}-") for n in held)]
-    for d in dirs:
+        names = [n for n in list_ours(include_held=True) if n.startswith(prefix)]
+        return CleanupPlan(tuple(names), (StateDir.of(cluster_id).root,))
+    names = list_ours(include_held=force)
+    held = set() if force else set(list_ours(include_held=True)) - set(names)
+    dirs = [
+        d
+        for d in state.all_state_dirs()
+        if not any(n.startswith(f"{PREFIX}{d.name}-") for n in held)
+    ]
+    return CleanupPlan(tuple(names), tuple(dirs))
+
+
+def cleanup(cluster_id: str | None = None, *, force: bool = False) -> Removed:
+    """Remove what :func:`cleanup_plan` lists, in this order: pod servers (by pid file);
+    any other process still inside one of the namespaces; interfaces of this process's
+    namespace whose veth peer is in one of them; the namespaces; the state dirs (CNI
+    results, host-local's IPAM data). Tolerates anything already gone."""
+    plan = cleanup_plan(cluster_id, force=force)
+    for d in plan.state_dirs:
         servers.shutdown_dir(d / "servers")
-    killed = kill_processes_in(ours)
-    root_links = remove_root_peers(ours)
-    for n in ours:
+    killed = kill_processes_in(plan.namespaces)
+    root_links = remove_root_peers(plan.namespaces)
+    for n in plan.namespaces:
         nsenter.remove_netns(n)
     removed_dirs = []
-    for d in dirs:
+    for d in plan.state_dirs:
         if d.exists():
             shutil.rmtree(d, ignore_errors=True)
             removed_dirs.append(str(d))
-    return Removed(tuple(ours), tuple(killed), tuple(root_links), tuple(removed_dirs))
+    return Removed(plan.namespaces, tuple(killed), tuple(root_links), tuple(removed_dirs))
 
 
 def kill_processes_in(namespaces: Iterable[str], *, timeout: float = 5) -> list[int]:
