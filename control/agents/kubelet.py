@@ -1,0 +1,304 @@
+"""The kubelet: one per node, runs the pods bound to it (as far as networking cares).
+
+For a pod bound to its node (``spec.nodeName``), :meth:`Kubelet.reconcile`:
+
+1. creates the pod sandbox: calls the network plugin with CNI ADD semantics (pods with
+   ``hostNetwork`` share the node's address instead) and records an Event
+   ``SandboxCreated`` naming the address, the veth and the bridge;
+2. writes the status: phase Running, ``podIP``/``podIPs``, ``hostIP`` = the node's
+   InternalIP, conditions Initialized, Ready, ContainersReady and PodScheduled True,
+   and one ``containerStatuses`` entry per container; then an Event ``Started`` per
+   container;
+3. when the pod is marked for deletion (``deletionTimestamp``): Event ``Killing`` per
+   container, CNI DEL (the address becomes reusable), then
+   ``finalize_pod_deletion`` removes the pod from the store.
+
+Pods are ready as soon as they run (no probes). A pod whose node has no podCIDR yet is
+retried when the Node object changes. :class:`KubeletPool` is how the runner drives all
+kubelets as one component: it creates a kubelet per Node object and routes each watch
+event to the kubelet of the node it concerns.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+from control.agents.network import NetworkPlugin, PodNetworkResult
+from control.clock import Clock, rfc3339
+from control.controllers.base import APIClient, WorkQueue
+from control.events import Recorder
+from control.store.base import WatchEvent
+from netmodel.errors import NotFoundError, SvclabError
+from netmodel.objects import Condition, KubeObject, Node, Pod, PodIP, PodStatus
+
+COMPONENT = "kubelet"
+
+
+@dataclass(frozen=True, slots=True)
+class Sandbox:
+    """A running pod sandbox: the pod's uid and its network attachment (None: host network)."""
+
+    uid: str | None
+    pod: Pod
+    ip: str
+    network: PodNetworkResult | None
+
+
+def _needs_work(pod: Pod) -> bool:
+    s = pod.status
+    return pod.is_terminating or s.phase != "Running" or not s.pod_ip or not pod.is_ready
+
+
+class Kubelet:
+    """The kubelet of one node; ``kinds``/``handle``/``sync`` like every component, but
+    usually driven through :class:`KubeletPool`."""
+
+    name = COMPONENT
+    kinds = frozenset({"Pod", "Node"})
+    max_retries = 5
+
+    def __init__(
+        self,
+        node_name: str,
+        api: APIClient,
+        recorder: Recorder,
+        clock: Clock,
+        plugin: NetworkPlugin,
+    ) -> None:
+        self.node_name = node_name
+        self.api = api
+        self.store = api.store
+        self.recorder = recorder
+        self.clock = clock
+        self.plugin: NetworkPlugin = plugin
+        self.node: Node | None = None
+        self.queue = WorkQueue()
+        self.sandboxes: dict[str, Sandbox] = {}
+        self._waiting: set[str] = set()  # pods that need the node to change (no podCIDR)
+
+    # ---- informer side
+
+    def handle(self, events: Sequence[WatchEvent]) -> None:
+        for ev in events:
+            obj = ev.object
+            if isinstance(obj, Node):
+                if obj.name != self.node_name:
+                    continue
+                before = self.node
+                self.node = None if ev.type == "DELETED" else obj
+                if self.node is not None and (
+                    before is None or before.spec.pod_cidr != self.node.spec.pod_cidr
+                ):
+                    for key in sorted(self._waiting):
+                        self.queue.add(key)
+                    self._waiting.clear()
+            elif isinstance(obj, Pod):
+                if ev.type == "DELETED":
+                    if obj.key in self.sandboxes:
+                        self.queue.add(obj.key)
+                    self._waiting.discard(obj.key)
+                    for key in sorted(self._waiting):  # an address may have been freed
+                        self.queue.add(key)
+                    self._waiting.clear()
+                elif obj.spec.node_name == self.node_name:
+                    sb = self.sandboxes.get(obj.key)
+                    if _needs_work(obj) or sb is None or sb.uid != obj.metadata.uid:
+                        self.queue.add(obj.key)
+
+    def resync(self, node: Node | None, pods: Iterable[Pod]) -> None:
+        """Start from a listing: re-learn running sandboxes, queue what needs work."""
+        self.node = node
+        self.queue.clear()
+        self._waiting.clear()
+        mine = [p for p in pods if p.spec.node_name == self.node_name]
+        running = [p for p in mine if p.status.pod_ip and not p.is_terminating]
+        if node is not None and node.spec.pod_cidr:
+            self.plugin.restore(node, running)
+        for p in running:
+            self.sandboxes[p.key] = Sandbox(p.metadata.uid, p, p.status.pod_ip or "", None)
+        for p in mine:
+            if _needs_work(p):
+                self.queue.add(p.key)
+
+    def pending(self) -> int:
+        return len(self.queue)
+
+    def sync(self) -> int:
+        n = len(self.queue)
+        for _ in range(n):
+            key = self.queue.get()
+            failed = False
+            try:
+                self.reconcile(key)
+            except SvclabError:
+                failed = True
+            finally:
+                self.queue.done(key)
+            if not failed:
+                self.queue.forget(key)
+            elif self.queue.num_requeues(key) < self.max_retries:
+                self.queue.requeue(key)
+            else:
+                self.queue.forget(key)
+                self._waiting.add(key)  # try again when the node changes
+        return n
+
+    # ---- reconcile
+
+    def _node(self) -> Node:
+        if self.node is None:
+            node = self.store.get("Node", self.node_name)
+            assert isinstance(node, Node)
+            self.node = node
+        return self.node
+
+    def reconcile(self, key: str) -> None:
+        try:
+            pod = self.store.get("Pod", key)
+        except NotFoundError:
+            pod = None
+        if not isinstance(pod, Pod) or pod.spec.node_name != self.node_name:
+            sb = self.sandboxes.pop(key, None)
+            if sb is not None and sb.network is not None and self.node is not None:
+                self.plugin.delete(self.node, sb.pod)
+            return
+        sb = self.sandboxes.get(key)
+        if sb is not None and sb.uid != pod.metadata.uid:  # a new pod with the same name
+            if sb.network is not None:
+                self.plugin.delete(self._node(), sb.pod)
+            del self.sandboxes[key]
+            sb = None
+        if pod.is_terminating:
+            self._kill(pod, sb)
+            return
+        if sb is None:
+            sb = self._create_sandbox(pod)
+        if _needs_work(pod) or pod.status.pod_ip != sb.ip:
+            self._start(pod, sb)
+
+    def _create_sandbox(self, pod: Pod) -> Sandbox:
+        node = self._node()
+        if pod.spec.host_network:
+            ip = (node.internal_ips or [""])[0]
+            sb = Sandbox(pod.metadata.uid, pod, ip, None)
+            msg = f"Created pod sandbox in the host network namespace ({ip})"
+        else:
+            res = self.plugin.add(node, pod)
+            sb = Sandbox(pod.metadata.uid, pod, res.ip, res)
+            msg = (
+                f"Created pod sandbox: {res.interface} {res.ip}/{res.prefixlen} "
+                f"gateway {res.gateway}, veth {res.host_veth} on {res.bridge}"
+            )
+        self.sandboxes[pod.key] = sb
+        self.recorder.record(COMPONENT, pod, "SandboxCreated", msg)
+        return sb
+
+    def _start(self, pod: Pod, sb: Sandbox) -> None:
+        node = self._node()
+        now = rfc3339(self.clock.now())
+        conds = [
+            Condition(type=t, status="True", last_transition_time=now)
+            for t in ("Initialized", "Ready", "ContainersReady", "PodScheduled")
+        ]
+        host_ip = node.internal_ips[0] if node.internal_ips else None
+        status = PodStatus.model_validate(
+            {
+                "phase": "Running",
+                "podIP": sb.ip,
+                "podIPs": [PodIP(ip=sb.ip)],
+                "hostIP": host_ip,
+                "hostIPs": [{"ip": host_ip}] if host_ip else [],
+                "startTime": now,
+                "conditions": conds,
+                "containerStatuses": [
+                    {
+                        "name": c.name,
+                        "image": c.image or "",
+                        "containerID": "svclab://"
+                        + hashlib.sha256(f"{pod.metadata.uid}/{c.name}".encode()).hexdigest()[:16],
+                        "ready": True,
+                        "started": True,
+                        "restartCount": 0,
+                        "state": {"running": {"startedAt": now}},
+                    }
+                    for c in pod.spec.containers
+                ],
+            }
+        )
+        updated = self.api.update_status(pod.evolve(status=status), component=COMPONENT)
+        for c in pod.spec.containers:
+            self.recorder.record(COMPONENT, updated, "Started", f"Started container {c.name}")
+
+    def _kill(self, pod: Pod, sb: Sandbox | None) -> None:
+        for c in pod.spec.containers:
+            self.recorder.record(COMPONENT, pod, "Killing", f"Stopping container {c.name}")
+        if sb is not None and sb.network is not None:
+            self.plugin.delete(self._node(), sb.pod)
+        elif sb is None and pod.status.pod_ip and not pod.spec.host_network:
+            self.plugin.delete(self._node(), pod)  # attached before a restart
+        self.sandboxes.pop(pod.key, None)
+        self.api.finalize_pod_deletion(pod.key)
+
+
+class KubeletPool:
+    """All kubelets as one component: a :class:`Kubelet` per Node object, each fed only
+    the events of its node's pods (routing by ``spec.nodeName``)."""
+
+    name = COMPONENT
+    kinds = frozenset({"Pod", "Node"})
+
+    def __init__(self, factory: Callable[[str], Kubelet]) -> None:
+        self._factory = factory
+        self.kubelets: dict[str, Kubelet] = {}
+        self._busy: set[str] = set()
+
+    def kubelet(self, node_name: str) -> Kubelet:
+        k = self.kubelets.get(node_name)
+        if k is None:
+            k = self.kubelets[node_name] = self._factory(node_name)
+        return k
+
+    def handle(self, events: Sequence[WatchEvent]) -> None:
+        routed: dict[str, list[WatchEvent]] = {}
+        for ev in events:
+            obj = ev.object
+            if isinstance(obj, Node):
+                routed.setdefault(obj.name, []).append(ev)
+            elif isinstance(obj, Pod) and obj.spec.node_name:
+                routed.setdefault(obj.spec.node_name, []).append(ev)
+        for name, evs in routed.items():
+            if name not in self.kubelets and not any(isinstance(e.object, Node) for e in evs):
+                continue  # pods bound to a node that does not exist: nobody runs them
+            k = self.kubelet(name)
+            k.handle(evs)
+            if k.pending():
+                self._busy.add(name)
+
+    def resync(self, objects: Iterable[KubeObject]) -> None:
+        objs = list(objects)
+        nodes = {o.name: o for o in objs if isinstance(o, Node)}
+        pods: dict[str, list[Pod]] = {}
+        for o in objs:
+            if isinstance(o, Pod) and o.spec.node_name:
+                pods.setdefault(o.spec.node_name, []).append(o)
+        self.kubelets.clear()
+        self._busy.clear()
+        for name in sorted(nodes):
+            k = self.kubelet(name)
+            k.resync(nodes[name], pods.get(name, []))
+            if k.pending():
+                self._busy.add(name)
+
+    def pending(self) -> int:
+        return sum(self.kubelets[n].pending() for n in self._busy if n in self.kubelets)
+
+    def sync(self) -> int:
+        steps = 0
+        for name in sorted(self._busy):
+            k = self.kubelets.get(name)
+            if k is not None:
+                steps += k.sync()
+        self._busy = {n for n in self._busy if n in self.kubelets and self.kubelets[n].pending()}
+        return steps

@@ -1,0 +1,445 @@
+"""The EndpointSlice controller: one set of slices per Service with a selector.
+
+Contract (upstream's ``pkg/controller/endpointslice`` behaviour, simplified placement):
+
+* Services without a selector, and ExternalName Services, are left alone: their slices
+  (written by users) are never touched. Headless Services get slices, labelled
+  ``service.kubernetes.io/headless``.
+* Endpoints are the pods of the Service's namespace matching its selector that have a
+  pod IP and have not finished (Succeeded/Failed). Conditions: ``serving`` = pod Ready,
+  ``terminating`` = deletionTimestamp set, ``ready`` = serving and not terminating
+  (or always, with publishNotReadyAddresses). ``nodeName``, ``zone`` (the node's
+  ``topology.kubernetes.io/zone``) and ``targetRef`` are filled in.
+* Ports: each Service port's targetPort is resolved per pod (a number, or a container
+  port of that name and protocol; unset means the port). A pod lacking a named port is
+  left out of that port. Pods are grouped by their resolved port list; each group gets
+  its own slices (different numbers → separate slices), at most :data:`MAX_ENDPOINTS`
+  endpoints each.
+* Slices are named ``<svc>-<5 chars>`` (seeded), labelled ``kubernetes.io/service-name``
+  and ``endpointslice.kubernetes.io/managed-by: endpointslice-controller.k8s.io`` plus
+  the Service's own labels, owned by the Service (deleting it collects them).
+* Placement keeps endpoints in the slice they are in, fills slices that change anyway
+  first, and creates slices only for the rest; a Service with no endpoints keeps one
+  empty placeholder slice. Nothing is written when nothing changed.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+
+from control.controllers.base import APIClient, Controller, Indexer, controller_ref
+from control.controllers.deployment import SAFE_ALPHABET
+from control.events import Recorder
+from control.store.base import WatchEvent
+from netmodel.errors import NotFoundError
+from netmodel.objects import (
+    Endpoint,
+    EndpointConditions,
+    EndpointPort,
+    EndpointSlice,
+    KubeObject,
+    ObjectMeta,
+    ObjectReference,
+    Pod,
+    Service,
+    ServicePort,
+)
+
+MAX_ENDPOINTS = 100
+SERVICE_NAME_LABEL = "kubernetes.io/service-name"
+MANAGED_BY_LABEL = "endpointslice.kubernetes.io/managed-by"
+MANAGED_BY = "endpointslice-controller.k8s.io"
+HEADLESS_LABEL = "service.kubernetes.io/headless"
+ZONE_LABEL = "topology.kubernetes.io/zone"
+_RESERVED = {SERVICE_NAME_LABEL, MANAGED_BY_LABEL, HEADLESS_LABEL}
+
+PortKey = tuple[tuple[str, int, str, str | None], ...]
+
+
+def _extra(model: object, name: str) -> object:
+    extra = getattr(model, "model_extra", None) or {}
+    return extra.get(name)
+
+
+def resolve_port(pod: Pod, port: ServicePort) -> int | None:
+    """Kubernetes' FindPort: the pod port a Service port targets, or None."""
+    target = port.target_port
+    if target is None:
+        return port.port
+    if isinstance(target, int):
+        return target
+    proto = port.protocol or "TCP"
+    for c in pod.spec.containers:
+        for cp in c.ports:
+            if cp.name == target and (cp.protocol or "TCP") == proto:
+                return cp.container_port
+    return None
+
+
+def endpoint_ports(svc: Service, pod: Pod) -> PortKey:
+    """The resolved (name, port, protocol, appProtocol) list of one pod for ``svc``."""
+    out = []
+    for p in svc.spec.ports:
+        n = resolve_port(pod, p)
+        if n is not None:
+            out.append((p.name or "", n, p.protocol or "TCP", p.app_protocol))
+    return tuple(out)
+
+
+def slice_port_key(sl: EndpointSlice) -> PortKey:
+    return tuple((p.name or "", p.port or 0, p.protocol or "TCP", p.app_protocol) for p in sl.ports)
+
+
+def pod_endpoint(svc: Service, pod: Pod, zone: str | None) -> Endpoint:
+    serving = pod.is_ready
+    terminating = pod.metadata.deletion_timestamp is not None
+    publish = bool(_extra(svc.spec, "publishNotReadyAddresses"))
+    ready = publish or (serving and not terminating)
+    hostname = _extra(pod.spec, "hostname")
+    subdomain = _extra(pod.spec, "subdomain")
+    ips = [i.ip for i in pod.status.pod_ips] or [pod.status.pod_ip or ""]
+    return Endpoint(
+        addresses=[ips[0]],
+        conditions=EndpointConditions(ready=ready, serving=serving, terminating=terminating),
+        node_name=pod.spec.node_name,
+        zone=zone,
+        hostname=str(hostname) if hostname and subdomain == svc.name else None,
+        target_ref=ObjectReference(
+            kind="Pod", namespace=pod.namespace, name=pod.name, uid=pod.metadata.uid
+        ),
+    )
+
+
+def _ep_key(ep: Endpoint) -> str:
+    if ep.target_ref is not None and ep.target_ref.name:
+        return ep.target_ref.name
+    return ep.addresses[0] if ep.addresses else ""
+
+
+@dataclass
+class _Plan:
+    create: list[EndpointSlice] = field(default_factory=list)
+    update: list[EndpointSlice] = field(default_factory=list)
+    delete: list[EndpointSlice] = field(default_factory=list)
+
+
+class EndpointSliceController(Controller):
+    """Writes the EndpointSlices of selector Services; see the module docstring."""
+
+    name = "endpointslice-controller"
+    kinds = frozenset({"Service", "Pod", "EndpointSlice", "Node"})
+
+    def __init__(self, api: APIClient, recorder: Recorder, *, seed: int = 0) -> None:
+        super().__init__(api, recorder)
+        self.seed = seed
+        self._rngs: dict[str, random.Random] = {}
+        self._zones: dict[str, str] = {}
+        # slices as this controller last wrote them (upstream's endpointSliceTracker):
+        # their watch events need no reconcile
+        self._written: dict[str, str | None] = {}
+        self._deleted: set[str] = set()
+        # pod key -> (pod, variant, endpoint): one Endpoint per pod state, shared by services
+        self._endpoints: dict[str, tuple[Pod, tuple[object, ...], Endpoint]] = {}
+
+    def _own_write(self, event: WatchEvent) -> bool:
+        key = event.object.key
+        if event.type == "DELETED":
+            self._written.pop(key, None)
+            if key in self._deleted:
+                self._deleted.discard(key)
+                return True
+            return False
+        return self._written.get(key) == event.object.metadata.resource_version
+
+    def indexers(self) -> dict[str, Indexer]:
+        def index(obj: KubeObject) -> Iterator[str]:
+            ns = obj.namespace
+            if obj.kind == "Pod":
+                yield f"pod:{ns}"
+                for k, v in obj.labels.items():
+                    yield f"pod:{ns}:{k}={v}"
+            elif obj.kind == "Service":
+                sel = obj.spec.selector if isinstance(obj, Service) else None
+                if sel is None:
+                    return
+                if not sel:
+                    yield f"svc-all:{ns}"
+                else:  # index by one pair; candidates are then checked in full
+                    k, v = min(sel.items())
+                    yield f"svc:{ns}:{k}={v}"
+            elif obj.kind == "EndpointSlice" and obj.labels.get(MANAGED_BY_LABEL) == MANAGED_BY:
+                svc = obj.labels.get(SERVICE_NAME_LABEL)
+                if svc:
+                    yield f"slice:{ns}/{svc}"
+
+        return {"by": index}
+
+    # ---- event → keys
+
+    def _services_for(self, pod: KubeObject) -> Iterator[str]:
+        ns = pod.namespace
+        cands: list[KubeObject] = list(self.cache.by_index("by", f"svc-all:{ns}"))
+        for k, v in pod.labels.items():
+            cands += self.cache.by_index("by", f"svc:{ns}:{k}={v}")
+        for svc in cands:
+            assert isinstance(svc, Service)
+            sel = svc.spec.selector or {}
+            if all(pod.labels.get(k) == v for k, v in sel.items()):
+                yield svc.key
+
+    def keys_for(self, event: WatchEvent, old: KubeObject | None) -> Iterable[str]:
+        obj = event.object
+        if obj.kind == "Service":
+            return [obj.key]
+        if obj.kind == "Pod":
+            if event.type == "DELETED":
+                self._endpoints.pop(obj.key, None)
+            if (
+                old is not None
+                and event.type != "DELETED"
+                and old.labels == obj.labels
+                and _endpoint_view(old) == _endpoint_view(obj)
+            ):
+                return []
+            keys = set(self._services_for(obj))
+            if old is not None and old.labels != obj.labels:
+                keys |= set(self._services_for(old))
+            return sorted(keys)
+        if obj.kind == "EndpointSlice":
+            if self._own_write(event):
+                return []
+            svc = obj.labels.get(SERVICE_NAME_LABEL)
+            if obj.labels.get(MANAGED_BY_LABEL) == MANAGED_BY and svc:
+                return [f"{obj.namespace}/{svc}"]
+            return []
+        if obj.kind == "Node":
+            zone = obj.labels.get(ZONE_LABEL)
+            before = self._zones.get(obj.name)
+            if event.type == "DELETED" or zone is None:
+                self._zones.pop(obj.name, None)
+            else:
+                self._zones[obj.name] = zone
+            if before == (None if event.type == "DELETED" else zone):
+                return []
+            return [
+                s.key
+                for s in self.cache.list("Service")
+                if isinstance(s, Service) and s.spec.selector is not None
+            ]
+        return []
+
+    def subject(self, key: str) -> KubeObject | None:
+        return self.cache.get("Service", key)
+
+    # ---- reconcile
+
+    def _selected_pods(self, svc: Service) -> list[Pod]:
+        ns = svc.namespace
+        sel = svc.spec.selector or {}
+        if not sel:
+            pool = self.cache.by_index("by", f"pod:{ns}")
+        else:
+            best = min(
+                sel.items(), key=lambda kv: self.cache.index_size("by", f"pod:{ns}:{kv[0]}={kv[1]}")
+            )
+            pool = self.cache.by_index("by", f"pod:{ns}:{best[0]}={best[1]}")
+        return [
+            p
+            for p in pool
+            if isinstance(p, Pod) and all(p.labels.get(k) == v for k, v in sel.items())
+        ]
+
+    def desired(self, svc: Service) -> dict[PortKey, dict[str, Endpoint]]:
+        """Endpoints by resolved port list (the groups that get their own slices)."""
+        groups: dict[PortKey, dict[str, Endpoint]] = {}
+        headless_no_ports = not svc.spec.ports and svc.is_headless
+        for pod in self._selected_pods(svc):
+            if not pod.status.pod_ip or pod.status.phase in ("Succeeded", "Failed"):
+                continue
+            ports: PortKey = () if headless_no_ports else endpoint_ports(svc, pod)
+            ep = self._endpoint(svc, pod)
+            groups.setdefault(ports, {})[_ep_key(ep)] = ep
+        return groups
+
+    def _endpoint(self, svc: Service, pod: Pod) -> Endpoint:
+        zone = self._zones.get(pod.spec.node_name or "")
+        variant = (
+            zone,
+            bool(_extra(svc.spec, "publishNotReadyAddresses")),
+            _extra(pod.spec, "subdomain") == svc.name,
+        )
+        hit = self._endpoints.get(pod.key)
+        if hit is not None and hit[0] is pod and hit[1] == variant:
+            return hit[2]
+        ep = pod_endpoint(svc, pod, zone)
+        self._endpoints[pod.key] = (pod, variant, ep)
+        return ep
+
+    def reconcile(self, key: str) -> None:
+        try:
+            svc = self.store.get("Service", key)
+        except NotFoundError:
+            self._rngs.pop(key, None)
+            return  # its slices are owned by it: the garbage collector removes them
+        if not isinstance(svc, Service) or svc.spec.selector is None:
+            return
+        if svc.service_type == "ExternalName" or svc.metadata.deletion_timestamp is not None:
+            return
+        existing = [
+            s
+            for s in self.cache.by_index("by", f"slice:{svc.namespace}/{svc.name}")
+            if isinstance(s, EndpointSlice)
+        ]
+        plan = self.plan(svc, existing)
+        for sl in plan.create:
+            stored = self.api.create(sl, component=self.name)
+            self._written[stored.key] = stored.metadata.resource_version
+        for sl in plan.update:
+            stored = self.api.update(sl, component=self.name)
+            self._written[stored.key] = stored.metadata.resource_version
+        for sl in plan.delete:
+            self._written.pop(sl.key, None)
+            self.api.delete("EndpointSlice", sl.key, component=self.name)
+            self._deleted.add(sl.key)
+
+    # ---- placement
+
+    def _labels(self, svc: Service) -> dict[str, str]:
+        labels = {k: v for k, v in svc.labels.items() if k not in _RESERVED}
+        labels[SERVICE_NAME_LABEL] = svc.name
+        labels[MANAGED_BY_LABEL] = MANAGED_BY
+        if svc.is_headless:
+            labels[HEADLESS_LABEL] = ""
+        return labels
+
+    def _new_name(self, svc: Service, taken: set[str]) -> str:
+        rng = self._rngs.get(svc.key)
+        if rng is None:
+            rng = self._rngs[svc.key] = random.Random(f"{self.seed}/slices/{svc.key}")
+        base = f"{svc.name[:57]}-"
+        while True:
+            name = base + "".join(rng.choice(SAFE_ALPHABET) for _ in range(5))
+            if name in taken or self.cache.get("EndpointSlice", f"{svc.namespace}/{name}"):
+                continue
+            try:
+                self.store.get("EndpointSlice", f"{svc.namespace}/{name}")
+            except NotFoundError:
+                taken.add(name)
+                return name
+
+    def plan(self, svc: Service, existing: list[EndpointSlice]) -> _Plan:
+        """What to create, update and delete so the slices match the desired endpoints."""
+        groups = self.desired(svc)
+        labels = self._labels(svc)
+        owner = [controller_ref(svc)]
+        taken = {s.name for s in existing}
+        plan = _Plan()
+
+        def finish(sl: EndpointSlice, eps: list[Endpoint], ports: list[EndpointPort]) -> None:
+            new = sl.evolve(endpoints=eps, ports=ports, address_type="IPv4").with_meta(
+                labels=labels, owner_references=owner
+            )
+            if not _same(new, sl):
+                plan.update.append(new)
+
+        spare: list[EndpointSlice] = []
+
+        def make(eps: list[Endpoint], ports: list[EndpointPort]) -> None:
+            if spare:  # reuse a slice that would be deleted (e.g. the placeholder)
+                finish(spare.pop(0), eps, ports)
+                return
+            plan.create.append(
+                EndpointSlice(
+                    metadata=ObjectMeta(
+                        name=self._new_name(svc, taken),
+                        generate_name=f"{svc.name[:57]}-",
+                        namespace=svc.namespace,
+                        labels=labels,
+                        owner_references=owner,
+                    ),
+                    address_type="IPv4",
+                    endpoints=eps,
+                    ports=ports,
+                )
+            )
+
+        by_ports: dict[PortKey, list[EndpointSlice]] = {}
+        for sl in sorted(existing, key=lambda s: s.name):
+            by_ports.setdefault(slice_port_key(sl), []).append(sl)
+
+        if not groups:  # one empty placeholder slice, as upstream keeps
+            keep = next(iter(by_ports.get((), [])), None) or next(iter(existing), None)
+            if keep is None:
+                make([], [])
+            else:
+                finish(keep, [], [])
+            plan.delete += [s for s in existing if s is not keep]
+            return plan
+
+        for pk in sorted(by_ports):
+            if pk not in groups:
+                spare += by_ports[pk]
+        for pk in sorted(groups, key=repr):
+            want = groups[pk]
+            ports = [
+                EndpointPort(name=n, port=num, protocol=proto, app_protocol=app)
+                for n, num, proto, app in pk
+            ]
+            placed: set[str] = set()
+            changed: list[tuple[EndpointSlice, list[Endpoint]]] = []
+            unchanged: list[tuple[EndpointSlice, list[Endpoint]]] = []
+            for sl in by_ports.get(pk, []):
+                keep_eps: list[Endpoint] = []
+                dirty = False
+                for ep in sl.endpoints:
+                    k = _ep_key(ep)
+                    d = want.get(k)
+                    if d is None or k in placed:
+                        dirty = True
+                        continue
+                    dirty = dirty or d != ep
+                    keep_eps.append(d)
+                    placed.add(k)
+                (changed if dirty else unchanged).append((sl, keep_eps))
+            rest = [want[k] for k in sorted(want) if k not in placed]
+            for sl, eps in [*changed, *unchanged]:
+                room = MAX_ENDPOINTS - len(eps)
+                if rest and room > 0:
+                    eps.extend(rest[:room])
+                    del rest[:room]
+                if eps:
+                    finish(sl, eps, ports)
+                else:
+                    spare.append(sl)
+            for i in range(0, len(rest), MAX_ENDPOINTS):
+                make(rest[i : i + MAX_ENDPOINTS], ports)
+        plan.delete += spare
+        return plan
+
+
+def _same(a: EndpointSlice, b: EndpointSlice) -> bool:
+    return (
+        a.endpoints == b.endpoints
+        and a.ports == b.ports
+        and a.address_type == b.address_type
+        and a.labels == b.labels
+        and a.metadata.owner_references == b.metadata.owner_references
+    )
+
+
+def _endpoint_view(pod: KubeObject) -> tuple[object, ...]:
+    """What of a pod an endpoint depends on (other changes need no reconcile)."""
+    if not isinstance(pod, Pod):
+        return ()
+    return (
+        pod.status.pod_ip,
+        tuple(i.ip for i in pod.status.pod_ips),
+        pod.status.phase,
+        pod.is_ready,
+        pod.metadata.deletion_timestamp,
+        pod.spec.node_name,
+        pod.metadata.uid,
+        tuple((c.name, tuple(c.ports)) for c in pod.spec.containers),
+    )

@@ -1,0 +1,88 @@
+"""The record of one scheduling attempt, as kept in the pod's ``svclab.dev/scheduling``
+annotation (read by ``svclab describe pod``).
+
+JSON shape::
+
+    {"result": "Scheduled to node-2" | "<kube-scheduler's FitError message>",
+     "node": "node-2" | null,
+     "nodesTotal": 3, "evaluated": 3, "feasible": 2,
+     "weights": {"NodeResourcesLeastAllocated": 1, ...},
+     "nodes": [{"node": "node-2", "filter": null, "scores": {...}, "total": 400},
+               {"node": "node-1", "filter": "NodeResourcesFit: Insufficient cpu"}, ...],
+     "omitted": 0}
+
+``filter`` is null for a node that passed every filter, else ``"Plugin: reason; ..."``.
+``scores`` are per plugin (0..100, before weights); ``total`` is the weighted sum. At
+most ``limit`` rows are kept (the chosen node, then the best-scored, then rejected
+nodes); ``omitted`` counts the rest, so large clusters stay cheap to record.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+SCHEDULING_ANNOTATION = "svclab.dev/scheduling"
+
+
+@dataclass(frozen=True, slots=True)
+class NodeRow:
+    node: str
+    filter: str | None = None
+    scores: dict[str, int] | None = None
+    total: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"node": self.node, "filter": self.filter}
+        if self.scores is not None:
+            out["scores"] = self.scores
+            out["total"] = self.total
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    pod: str
+    node: str | None
+    result: str
+    nodes_total: int
+    evaluated: int
+    feasible: int
+    weights: dict[str, int]
+    rows: tuple[NodeRow, ...] = field(default=())
+    omitted: int = 0
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {
+                "result": self.result,
+                "node": self.node,
+                "nodesTotal": self.nodes_total,
+                "evaluated": self.evaluated,
+                "feasible": self.feasible,
+                "weights": self.weights,
+                "nodes": [r.to_json() for r in self.rows],
+                "omitted": self.omitted,
+            },
+            separators=(",", ":"),
+        )
+
+    @classmethod
+    def from_json(cls, pod: str, text: str) -> Decision:
+        d = json.loads(text)
+        rows = tuple(
+            NodeRow(r["node"], r.get("filter"), r.get("scores"), r.get("total"))
+            for r in d.get("nodes", [])
+        )
+        return cls(
+            pod=pod,
+            node=d.get("node"),
+            result=d.get("result", ""),
+            nodes_total=d.get("nodesTotal", 0),
+            evaluated=d.get("evaluated", 0),
+            feasible=d.get("feasible", 0),
+            weights=d.get("weights", {}),
+            rows=rows,
+            omitted=d.get("omitted", 0),
+        )

@@ -1,0 +1,356 @@
+"""kube-scheduler's filter and score plugins, vectorised over the node table.
+
+A filter plugin returns the mask of nodes it rejects (or None: rejects none) and, for a
+rejected node, kube-scheduler's reason strings. ``unresolvable`` marks plugins whose
+rejection preemption cannot fix (UnschedulableAndUnresolvable upstream). Plugins run
+in upstream's order; a node's status is the first plugin that rejects it.
+
+A score plugin returns, for the feasible nodes given, integer scores already
+normalised to 0..100; the framework multiplies by the plugin's weight and sums.
+Plugins cache what depends only on static node data by (table generation, signature).
+"""
+
+from __future__ import annotations
+
+import json
+from abc import ABC, abstractmethod
+
+import numpy as np
+
+from control.scheduler.table import BoolArray, IntArray, NodeTable, PodInfo, Term
+from netmodel.objects import NodeSelectorRequirement, Pod, Taint, Toleration
+
+MAX_SCORE = 100
+UNSCHEDULABLE_TAINT = Taint(key="node.kubernetes.io/unschedulable", effect="NoSchedule")
+
+
+class Filter(ABC):
+    name: str = ""
+    unresolvable: bool = True
+
+    @abstractmethod
+    def fails(self, pod: Pod, info: PodInfo, table: NodeTable) -> BoolArray | None:
+        """The nodes this plugin rejects for ``pod`` (None: none)."""
+
+    @abstractmethod
+    def reasons(self, pod: Pod, info: PodInfo, table: NodeTable, i: int) -> list[str]:
+        """kube-scheduler's reason strings for rejecting node ``i``."""
+
+
+class Score(ABC):
+    name: str = ""
+    weight: int = 1
+
+    @abstractmethod
+    def score(self, pod: Pod, info: PodInfo, table: NodeTable, nodes: IntArray) -> IntArray:
+        """Scores 0..100 for the node indexes ``nodes``."""
+
+
+class _SignatureCache:
+    def __init__(self) -> None:
+        self._gen = -1
+        self._data: dict[str, object] = {}
+
+    def get(self, table: NodeTable, sig: str) -> object | None:
+        if self._gen != table.generation:
+            self._gen = table.generation
+            self._data = {}
+        return self._data.get(sig)
+
+    def put(self, sig: str, value: object) -> None:
+        if len(self._data) > 4096:
+            self._data.clear()
+        self._data[sig] = value
+
+
+# --------------------------------------------------------------------------- filters
+
+
+class NodeUnschedulable(Filter):
+    name = "NodeUnschedulable"
+
+    def fails(self, pod: Pod, info: PodInfo, table: NodeTable) -> BoolArray | None:
+        if not table.unschedulable.any():
+            return None
+        if any(t.tolerates(UNSCHEDULABLE_TAINT) for t in pod.spec.tolerations):
+            return None
+        return table.unschedulable
+
+    def reasons(self, pod: Pod, info: PodInfo, table: NodeTable, i: int) -> list[str]:
+        return ["node(s) were unschedulable"]
+
+
+class NodeName(Filter):
+    name = "NodeName"
+
+    def fails(self, pod: Pod, info: PodInfo, table: NodeTable) -> BoolArray | None:
+        want = pod.spec.node_name
+        if not want:
+            return None
+        mask = np.ones(len(table.names), dtype=bool)
+        i = table.index.get(want)
+        if i is not None:
+            mask[i] = False
+        return mask
+
+    def reasons(self, pod: Pod, info: PodInfo, table: NodeTable, i: int) -> list[str]:
+        return ["node(s) didn't match the requested node name"]
+
+
+def untolerated(taints: list[Taint], tolerations: list[Toleration]) -> Taint | None:
+    """The first NoSchedule/NoExecute taint no toleration tolerates."""
+    for taint in taints:
+        if not any(t.tolerates(taint) for t in tolerations):
+            return taint
+    return None
+
+
+class TaintToleration(Filter):
+    name = "TaintToleration"
+
+    def __init__(self) -> None:
+        self._cache = _SignatureCache()
+
+    def _table(self, pod: Pod, table: NodeTable) -> tuple[BoolArray | None, list[Taint | None]]:
+        tols = pod.spec.tolerations
+        sig = repr(tols)
+        hit = self._cache.get(table, sig)
+        if hit is None:
+            per_node = [untolerated(ts, tols) if ts else None for ts in table.taints]
+            mask = np.array([t is not None for t in per_node], dtype=bool)
+            hit = (mask if mask.any() else None, per_node)
+            self._cache.put(sig, hit)
+        return hit  # type: ignore[return-value]
+
+    def fails(self, pod: Pod, info: PodInfo, table: NodeTable) -> BoolArray | None:
+        return self._table(pod, table)[0]
+
+    def reasons(self, pod: Pod, info: PodInfo, table: NodeTable, i: int) -> list[str]:
+        t = self._table(pod, table)[1][i]
+        assert t is not None
+        return [f"node(s) had untolerated taint {{{t.key}: {t.value or ''}}}"]
+
+
+def requirement_matches(req: NodeSelectorRequirement, labels: dict[str, str]) -> bool:
+    op, key, values = req.operator, req.key, req.values
+    if op == "In":
+        return key in labels and labels[key] in values
+    if op == "NotIn":
+        return key not in labels or labels[key] not in values
+    if op == "Exists":
+        return key in labels
+    if op == "DoesNotExist":
+        return key not in labels
+    if op in ("Gt", "Lt"):
+        if key not in labels or len(values) != 1:
+            return False
+        try:
+            have, want = int(labels[key]), int(values[0])
+        except ValueError:
+            return False
+        return have > want if op == "Gt" else have < want
+    return False
+
+
+class NodeAffinity(Filter):
+    """nodeSelector and requiredDuringSchedulingIgnoredDuringExecution node affinity."""
+
+    name = "NodeAffinity"
+
+    def __init__(self) -> None:
+        self._cache = _SignatureCache()
+
+    def fails(self, pod: Pod, info: PodInfo, table: NodeTable) -> BoolArray | None:
+        sel = pod.spec.node_selector
+        aff = pod.spec.affinity.node_affinity if pod.spec.affinity else None
+        req = aff.required_during_scheduling_ignored_during_execution if aff else None
+        if not sel and req is None:
+            return None
+        sig = json.dumps([sel, req.model_dump(mode="json") if req else None], sort_keys=True)
+        hit = self._cache.get(table, sig)
+        if hit is None:
+            ok = []
+            for name, labels in zip(table.names, table.labels, strict=True):
+                good = all(labels.get(k) == v for k, v in sel.items())
+                if good and req is not None:
+                    good = any(
+                        (term.match_expressions or term.match_fields)
+                        and all(requirement_matches(r, labels) for r in term.match_expressions)
+                        and all(
+                            requirement_matches(r, {"metadata.name": name})
+                            for r in term.match_fields
+                        )
+                        for term in req.node_selector_terms
+                    )
+                ok.append(good)
+            mask = ~np.array(ok, dtype=bool)
+            hit = mask if mask.any() else False
+            self._cache.put(sig, hit)
+        return None if hit is False else hit  # type: ignore[return-value]
+
+    def reasons(self, pod: Pod, info: PodInfo, table: NodeTable, i: int) -> list[str]:
+        return ["node(s) didn't match Pod's node affinity/selector"]
+
+
+class NodeResourcesFit(Filter):
+    name = "NodeResourcesFit"
+    unresolvable = False
+
+    def fails(self, pod: Pod, info: PodInfo, table: NodeTable) -> BoolArray | None:
+        mask: BoolArray = table.req_pods + 1 > table.alloc_pods
+        if info.cpu > 0:
+            mask = mask | (info.cpu > table.alloc_cpu - table.req_cpu)
+        if info.memory > 0:
+            mask = mask | (info.memory > table.alloc_mem - table.req_mem)
+        return mask if mask.any() else None
+
+    def reasons(self, pod: Pod, info: PodInfo, table: NodeTable, i: int) -> list[str]:
+        out = []
+        if table.req_pods[i] + 1 > table.alloc_pods[i]:
+            out.append("Too many pods")
+        if info.cpu > 0 and info.cpu > table.alloc_cpu[i] - table.req_cpu[i]:
+            out.append("Insufficient cpu")
+        if info.memory > 0 and info.memory > table.alloc_mem[i] - table.req_mem[i]:
+            out.append("Insufficient memory")
+        return out
+
+
+class InterPodAntiAffinity(Filter):
+    """Required pod anti-affinity: the pod's own terms, and existing pods' terms."""
+
+    name = "InterPodAffinity"
+    unresolvable = False
+    EXISTING = "node(s) didn't satisfy existing pods anti-affinity rules"
+    OWN = "node(s) didn't match pod anti-affinity rules"
+
+    def _domain_mask(self, table: NodeTable, key: str, per_node: IntArray) -> BoolArray:
+        dom, n = table.domains(key)
+        has = dom >= 0
+        if n == 0:
+            return np.zeros(len(table.names), dtype=bool)
+        per_domain = np.bincount(dom[has], weights=per_node[has], minlength=n)
+        return has & (per_domain[np.where(has, dom, 0)] > 0)
+
+    def _existing(self, info: PodInfo, table: NodeTable) -> BoolArray | None:
+        mask: BoolArray | None = None
+        for other in table.anti_pods.values():
+            i = table.index.get(other.node or "")
+            if i is None:
+                continue
+            for term in other.anti_terms:
+                if term.matches(info.namespace, info.labels):
+                    one = np.zeros(len(table.names), dtype=np.int64)
+                    one[i] = 1
+                    m = self._domain_mask(table, term.topology_key, one)
+                    mask = m if mask is None else (mask | m)
+        return mask
+
+    def _own(self, info: PodInfo, table: NodeTable) -> BoolArray | None:
+        mask: BoolArray | None = None
+        for term in info.anti_terms:
+            m = self._domain_mask(table, term.topology_key, table.term_counts(term))
+            mask = m if mask is None else (mask | m)
+        return mask
+
+    def fails(self, pod: Pod, info: PodInfo, table: NodeTable) -> BoolArray | None:
+        if not info.anti_terms and not table.anti_pods:
+            return None
+        a, b = self._existing(info, table), self._own(info, table)
+        mask = a if b is None else (b if a is None else a | b)
+        return mask if mask is not None and mask.any() else None
+
+    def reasons(self, pod: Pod, info: PodInfo, table: NodeTable, i: int) -> list[str]:
+        existing = self._existing(info, table)
+        if existing is not None and existing[i]:
+            return [self.EXISTING]
+        return [self.OWN]
+
+
+def default_filters() -> list[Filter]:
+    """Upstream's default filter order."""
+    return [
+        NodeUnschedulable(),
+        NodeName(),
+        TaintToleration(),
+        NodeAffinity(),
+        NodeResourcesFit(),
+        InterPodAntiAffinity(),
+    ]
+
+
+# --------------------------------------------------------------------------- scores
+
+
+class LeastAllocated(Score):
+    """NodeResourcesFit's LeastAllocated strategy: free share after placing the pod,
+    cpu and memory weighted equally (non-zero requests, as upstream)."""
+
+    name = "NodeResourcesLeastAllocated"
+    weight = 1
+
+    def score(self, pod: Pod, info: PodInfo, table: NodeTable, nodes: IntArray) -> IntArray:
+        total = np.zeros(len(nodes), dtype=np.int64)
+        for cap, used, req in (
+            (table.alloc_cpu[nodes], table.nz_cpu[nodes], info.nz_cpu),
+            (table.alloc_mem[nodes], table.nz_mem[nodes], info.nz_memory),
+        ):
+            want = used + req
+            safe = np.where(cap > 0, cap, 1)
+            s = np.where((cap == 0) | (want > cap), 0, (cap - want) * MAX_SCORE // safe)
+            total += s
+        return total // 2
+
+
+class BalancedAllocation(Score):
+    """NodeResourcesBalancedAllocation: 100 * (1 - std of the cpu and memory fractions)."""
+
+    name = "NodeResourcesBalancedAllocation"
+    weight = 1
+
+    def score(self, pod: Pod, info: PodInfo, table: NodeTable, nodes: IntArray) -> IntArray:
+        cap_c, cap_m = table.alloc_cpu[nodes], table.alloc_mem[nodes]
+        fc = np.minimum(1.0, (table.req_cpu[nodes] + info.cpu) / np.where(cap_c > 0, cap_c, 1))
+        fm = np.minimum(1.0, (table.req_mem[nodes] + info.memory) / np.where(cap_m > 0, cap_m, 1))
+        both = (cap_c > 0) & (cap_m > 0)
+        std = np.where(both, np.abs(fc - fm) / 2, 0.0)
+        return ((1.0 - std) * MAX_SCORE).astype(np.int64)
+
+
+class SelectorSpread(Score):
+    """Spreads one owner's pods over nodes: 100 * (max - count) / max over the feasible
+    nodes, where count is how many pods of the same controller a node runs."""
+
+    name = "SelectorSpread"
+    weight = 2
+
+    def score(self, pod: Pod, info: PodInfo, table: NodeTable, nodes: IntArray) -> IntArray:
+        counts = table.owner_counts(info.owner) if info.owner else None
+        if counts is None:
+            return np.full(len(nodes), MAX_SCORE if info.owner else 0, dtype=np.int64)
+        c = counts[nodes]
+        top = int(c.max()) if len(c) else 0
+        if top == 0:
+            return np.full(len(nodes), MAX_SCORE, dtype=np.int64)
+        return (MAX_SCORE * (top - c)) // top
+
+
+def default_scores() -> list[Score]:
+    return [LeastAllocated(), BalancedAllocation(), SelectorSpread()]
+
+
+__all__ = [
+    "BalancedAllocation",
+    "Filter",
+    "InterPodAntiAffinity",
+    "LeastAllocated",
+    "NodeAffinity",
+    "NodeName",
+    "NodeResourcesFit",
+    "NodeUnschedulable",
+    "Score",
+    "SelectorSpread",
+    "TaintToleration",
+    "Term",
+    "default_filters",
+    "default_scores",
+]

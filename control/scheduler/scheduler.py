@@ -1,0 +1,405 @@
+"""The scheduler: places unbound pods on nodes, as kube-scheduler's default profile does.
+
+One attempt (:meth:`Scheduler.schedule`):
+
+1. **Filter** every node with the filter plugins in upstream order (a node's status is
+   the first plugin that rejects it). Like kube-scheduler, the search stops once
+   :func:`num_feasible_nodes_to_find` feasible nodes are found, walking the nodes from
+   a start index that rotates from one attempt to the next.
+2. **Score** the feasible nodes (0..100 per plugin, times its weight, summed); with a
+   single feasible node there is nothing to score.
+3. **Select** the highest total; ties are broken by a random generator seeded from the
+   control plane's seed (deterministic).
+4. **Bind**: ``spec.nodeName`` is set through the apiserver, with the decision in the
+   ``svclab.dev/scheduling`` annotation, and an Event ``Scheduled``
+   ("Successfully assigned ns/pod to node"). The pod is *assumed* on the node in the
+   cache at once, so the next attempt sees its requests.
+
+A pod that fits nowhere gets ``PodScheduled=False`` reason ``Unschedulable`` with
+kube-scheduler's message (``0/3 nodes are available: 1 Insufficient cpu, ...
+preemption: 0/3 nodes are available: ...``), a Warning Event ``FailedScheduling``, and
+is parked until something that could make it fit happens: a node is added or changes
+its labels, taints, schedulability or allocatable, or an assigned pod is deleted.
+Preemption is not performed: pods have no priorities in svclab, so where preemption
+could help upstream reports "No preemption victims found for incoming pod".
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections import Counter, OrderedDict, deque
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from control.clock import Clock, rfc3339
+from control.controllers.base import APIClient
+from control.events import Recorder
+from control.scheduler.decision import SCHEDULING_ANNOTATION, Decision, NodeRow
+from control.scheduler.plugins import Filter, Score, default_filters, default_scores
+from control.scheduler.table import IntArray, NodeTable, PodInfo, pod_info
+from control.store.base import WatchEvent
+from netmodel.errors import NotFoundError, SvclabError
+from netmodel.objects import Condition, KubeObject, Node, Pod
+
+SCHEDULER_NAME = "default-scheduler"
+MIN_FEASIBLE_NODES_TO_FIND = 100
+MIN_FEASIBLE_NODES_PERCENTAGE_TO_FIND = 5
+NO_PREEMPTION_HELP = "Preemption is not helpful for scheduling"
+NO_VICTIMS = "No preemption victims found for incoming pod"
+
+
+def num_feasible_nodes_to_find(num_all: int, percentage: int = 0) -> int:
+    """kube-scheduler's numFeasibleNodesToFind: every node below 100 nodes, else
+    ``percentage`` of them (adaptive when 0: 50 - nodes/125, at least 5) but >= 100."""
+    if num_all < MIN_FEASIBLE_NODES_TO_FIND:
+        return num_all
+    if percentage <= 0:
+        percentage = max(MIN_FEASIBLE_NODES_PERCENTAGE_TO_FIND, 50 - num_all // 125)
+    return max(MIN_FEASIBLE_NODES_TO_FIND, num_all * percentage // 100)
+
+
+def _histogram(reasons: Iterable[str]) -> str:
+    return ", ".join(sorted(f"{n} {r}" for r, n in Counter(reasons).items()))
+
+
+@dataclass
+class SchedulerStats:
+    scheduled: int = 0
+    failed: int = 0
+    seconds: float = 0.0
+
+    @property
+    def pods_per_second(self) -> float:
+        return self.scheduled / self.seconds if self.seconds else 0.0
+
+
+class Scheduler:
+    """The scheduling agent: ``kinds``/``handle``/``sync`` like every component."""
+
+    name = SCHEDULER_NAME
+    kinds = frozenset({"Pod", "Node"})
+    max_retries = 5
+
+    def __init__(
+        self,
+        api: APIClient,
+        recorder: Recorder,
+        clock: Clock,
+        *,
+        seed: int = 0,
+        filters: Sequence[Filter] | None = None,
+        scores: Sequence[Score] | None = None,
+        percentage_of_nodes_to_score: int = 0,
+        record_limit: int = 20,
+    ) -> None:
+        self.api = api
+        self.store = api.store
+        self.recorder = recorder
+        self.clock = clock
+        self.filters = list(filters) if filters is not None else default_filters()
+        self.scores = list(scores) if scores is not None else default_scores()
+        self.percentage = percentage_of_nodes_to_score
+        self.record_limit = record_limit
+        self.table = NodeTable()
+        self.stats = SchedulerStats()
+        self.decisions: OrderedDict[str, Decision] = OrderedDict()
+        self._seed = seed
+        self._rng = random.Random(f"{seed}/scheduler")
+        self._active: deque[str] = deque()
+        self._active_set: set[str] = set()
+        self._parked: dict[str, tuple[object, object]] = {}
+        self._failures: dict[str, int] = {}
+        self._next_start = 0
+
+    # ---- queue
+
+    def _activate(self, key: str) -> None:
+        if key not in self._active_set:
+            self._active_set.add(key)
+            self._active.append(key)
+
+    def _forget(self, key: str) -> None:
+        self._active_set.discard(key)  # a stale deque entry is skipped when popped
+        self._parked.pop(key, None)
+        self._failures.pop(key, None)
+
+    def _unpark_all(self) -> None:
+        for key in list(self._parked):
+            self._activate(key)
+        self._parked.clear()
+
+    @staticmethod
+    def responsible_for(pod: Pod) -> bool:
+        return (pod.spec.scheduler_name or SCHEDULER_NAME) == SCHEDULER_NAME
+
+    # ---- informer side
+
+    def handle(self, events: Sequence[WatchEvent]) -> None:
+        for ev in events:
+            obj = ev.object
+            if isinstance(obj, Pod):
+                self._on_pod(ev.type, obj)
+            elif isinstance(obj, Node):
+                if ev.type == "DELETED":
+                    self.table.remove_node(obj.name)
+                elif self.table.set_node(obj):
+                    self._unpark_all()
+
+    def _on_pod(self, type_: str, pod: Pod) -> None:
+        key = pod.key
+        if type_ == "DELETED":
+            self._forget(key)
+            self.decisions.pop(key, None)
+            if self.table.remove_pod(key) is not None:
+                self._unpark_all()
+            return
+        if pod.spec.node_name:
+            self._forget(key)
+            cur = self.table.pods.get(key)
+            if cur is None or cur.node != pod.spec.node_name or cur.labels != pod.labels:
+                self.table.add_pod(pod_info(pod))
+            return
+        if pod.metadata.deletion_timestamp is not None or not self.responsible_for(pod):
+            self._forget(key)
+            return
+        parked = self._parked.get(key)
+        if parked is not None:
+            if parked == (pod.spec, pod.labels):
+                return  # only our own status/annotation write: nothing new to try
+            del self._parked[key]
+        self._activate(key)
+
+    def resync(self, objects: Iterable[KubeObject]) -> None:
+        """Rebuild the cache and queues from a full listing (start, relist)."""
+        self.table = NodeTable()
+        self._active.clear()
+        self._active_set.clear()
+        self._parked.clear()
+        objs = list(objects)
+        self.handle([WatchEvent("ADDED", o, 0) for o in objs if isinstance(o, Node)])
+        self.handle([WatchEvent("ADDED", o, 0) for o in objs if isinstance(o, Pod)])
+
+    def pending(self) -> int:
+        return len(self._active_set)
+
+    # ---- the loop
+
+    def sync(self) -> int:
+        """Attempt every pod queued when called; returns the number of attempts."""
+        t0 = time.perf_counter()
+        done = 0
+        for _ in range(len(self._active)):
+            key = self._active.popleft()
+            if key not in self._active_set:
+                continue
+            self._active_set.discard(key)
+            done += 1
+            try:
+                self._attempt(key)
+                self._failures.pop(key, None)
+            except SvclabError:
+                n = self._failures.get(key, 0) + 1
+                self._failures[key] = n
+                if n <= self.max_retries:
+                    self._activate(key)
+        self.stats.seconds += time.perf_counter() - t0
+        return done
+
+    def _attempt(self, key: str) -> None:
+        try:
+            pod = self.store.get("Pod", key)
+        except NotFoundError:
+            return
+        if not isinstance(pod, Pod) or pod.spec.node_name or pod.is_terminating:
+            return
+        if not self.responsible_for(pod):
+            return
+        info = pod_info(pod)
+        decision = self.schedule(pod, info)
+        self._remember(decision)
+        if decision.node is not None:
+            self._bind(pod, info, decision)
+        else:
+            self._fail(pod, decision)
+
+    def _remember(self, d: Decision) -> None:
+        self.decisions[d.pod] = d
+        self.decisions.move_to_end(d.pod)
+        while len(self.decisions) > 4096:
+            self.decisions.popitem(last=False)
+
+    # ---- one decision (pure with respect to the store)
+
+    def schedule(self, pod: Pod, info: PodInfo) -> Decision:
+        """Filter, score and select a node for ``pod`` against the cache; no writes."""
+        t = self.table
+        t.refresh()
+        n = len(t.names)
+        weights = {s.name: s.weight for s in self.scores}
+        if n == 0:
+            return Decision(pod.key, None, "no nodes available to schedule pods", 0, 0, 0, weights)
+        status = np.zeros(n, dtype=np.int64)  # 0 = feasible, else 1 + filter index
+        alive = np.ones(n, dtype=bool)
+        for pi, plugin in enumerate(self.filters, 1):
+            mask = plugin.fails(pod, info, t)
+            if mask is not None:
+                status[mask & alive] = pi
+                alive &= ~mask
+        start = self._next_start % n
+        want = num_feasible_nodes_to_find(n, self.percentage)
+        processed = n
+        if want < n:
+            rotated = np.concatenate((alive[start:], alive[:start]))
+            cums = np.cumsum(rotated)
+            if cums[-1] >= want:
+                processed = int(np.searchsorted(cums, want)) + 1
+        self._next_start = (start + processed) % n
+        evaluated = (start + np.arange(processed)) % n
+        feasible = evaluated[alive[evaluated]]
+        if len(feasible) == 0:
+            msg = self._fit_error(pod, info, status)
+            failed_rows, left_out = self._rows(pod, info, evaluated, status, feasible, None, None)
+            return Decision(
+                pod.key, None, msg, n, processed, 0, weights, failed_rows, omitted=left_out
+            )
+        per_plugin: dict[str, IntArray] | None = None
+        totals: IntArray | None = None
+        if len(feasible) == 1:
+            chosen = int(feasible[0])
+        else:
+            per_plugin = {s.name: s.score(pod, info, t, feasible) for s in self.scores}
+            totals = sum(
+                (per_plugin[s.name] * s.weight for s in self.scores),
+                np.zeros(len(feasible), dtype=np.int64),
+            )
+            best = np.flatnonzero(totals == totals.max())
+            pick = best[self._rng.randrange(len(best))] if len(best) > 1 else best[0]
+            chosen = int(feasible[pick])
+        node = t.names[chosen]
+        rows, omitted = self._rows(
+            pod, info, evaluated, status, feasible, per_plugin, totals, chosen
+        )
+        return Decision(
+            pod.key,
+            node,
+            f"Scheduled to {node}",
+            n,
+            processed,
+            len(feasible),
+            weights,
+            rows,
+            omitted=omitted,
+        )
+
+    def _fit_error(self, pod: Pod, info: PodInfo, status: IntArray) -> str:
+        n = len(status)
+        reasons: list[str] = []
+        preemption: list[str] = []
+        for i in np.flatnonzero(status):
+            plugin = self.filters[int(status[i]) - 1]
+            reasons += plugin.reasons(pod, info, self.table, int(i))
+            preemption.append(NO_PREEMPTION_HELP if plugin.unresolvable else NO_VICTIMS)
+        return (
+            f"0/{n} nodes are available: {_histogram(reasons)}. "
+            f"preemption: 0/{n} nodes are available: {_histogram(preemption)}."
+        )
+
+    def _rows(
+        self,
+        pod: Pod,
+        info: PodInfo,
+        evaluated: IntArray,
+        status: IntArray,
+        feasible: IntArray,
+        per_plugin: dict[str, IntArray] | None,
+        totals: IntArray | None,
+        chosen: int | None = None,
+    ) -> tuple[tuple[NodeRow, ...], int]:
+        """The table rows worth keeping (at most ``record_limit``: the chosen node, the
+        best totals, then rejected nodes by name) and how many were left out."""
+        t = self.table
+        limit = self.record_limit
+        rows: list[NodeRow] = []
+        if len(feasible):
+            if totals is not None and per_plugin is not None:
+                # best total first, ties by name (node indexes are in name order)
+                order = np.lexsort((feasible, -totals))[: limit + 1]
+                picked = [int(j) for j in order]
+                first = int(np.flatnonzero(feasible == chosen)[0])
+                picked = [first] + [j for j in picked if j != first]
+                for j in picked[:limit]:
+                    scores = {name: int(arr[j]) for name, arr in per_plugin.items()}
+                    rows.append(NodeRow(t.names[int(feasible[j])], None, scores, int(totals[j])))
+            else:
+                for i in np.sort(feasible)[:limit]:
+                    rows.append(NodeRow(t.names[int(i)]))
+        rejected = np.sort(evaluated[status[evaluated] > 0])
+        for i in rejected[: max(0, limit - len(rows))]:
+            plugin = self.filters[int(status[i]) - 1]
+            why = "; ".join(plugin.reasons(pod, info, t, int(i)))
+            rows.append(NodeRow(t.names[int(i)], f"{plugin.name}: {why}"))
+        return tuple(rows), len(feasible) + len(rejected) - len(rows)
+
+    # ---- writes
+
+    def _bind(self, pod: Pod, info: PodInfo, decision: Decision) -> None:
+        node = decision.node
+        assert node is not None
+        ann = {**pod.metadata.annotations, SCHEDULING_ANNOTATION: decision.to_json()}
+        bound = pod.evolve(spec=pod.spec.evolve(node_name=node)).with_meta(annotations=ann)
+        updated = self.api.update(bound, component=self.name)
+        info.node = node
+        self.table.add_pod(info)  # assume: visible to the next attempt at once
+        self.stats.scheduled += 1
+        self.recorder.record(
+            self.name,
+            updated,
+            "Scheduled",
+            f"Successfully assigned {pod.namespace}/{pod.name} to {node}",
+        )
+
+    def _fail(self, pod: Pod, decision: Decision) -> None:
+        self.stats.failed += 1
+        raw = decision.to_json()
+        if pod.metadata.annotations.get(SCHEDULING_ANNOTATION) != raw:
+            ann = {**pod.metadata.annotations, SCHEDULING_ANNOTATION: raw}
+            updated = self.api.update(pod.with_meta(annotations=ann), component=self.name)
+            assert isinstance(updated, Pod)
+            pod = updated
+        cur = pod.condition("PodScheduled")
+        if cur is None or (cur.status, cur.reason, cur.message) != (
+            "False",
+            "Unschedulable",
+            decision.result,
+        ):
+            cond = Condition(
+                type="PodScheduled",
+                status="False",
+                reason="Unschedulable",
+                message=decision.result,
+                last_transition_time=rfc3339(self.clock.now()),
+            )
+            others = [c for c in pod.status.conditions if c.type != "PodScheduled"]
+            status = pod.status.evolve(
+                phase=pod.status.phase or "Pending", conditions=[*others, cond]
+            )
+            updated = self.api.update_status(pod.evolve(status=status), component=self.name)
+            assert isinstance(updated, Pod)
+            pod = updated
+        self.recorder.record(self.name, pod, "FailedScheduling", decision.result, type_="Warning")
+        self._parked[pod.key] = (pod.spec, pod.labels)
+
+    def last_decision(self, pod_key: str) -> Decision | None:
+        """The last decision for a pod: from memory, else from its annotation."""
+        d = self.decisions.get(pod_key)
+        if d is not None:
+            return d
+        try:
+            pod = self.store.get("Pod", pod_key)
+        except NotFoundError:
+            return None
+        raw = pod.metadata.annotations.get(SCHEDULING_ANNOTATION)
+        return Decision.from_json(pod_key, raw) if raw else None
