@@ -1,0 +1,129 @@
+#!/usr/bin/env python3
+"""Benchmark the real-kernel backend: bring a cluster up, connect through it, tear it
+down; compare the connection time with the emulator's. Prints one JSON object.
+
+    python3 scripts/bench_realize.py [--nodes 4] [--pods-per-node 25]
+                                     [--cni bridge-plugin|netlink] [--overlay vxlan|host-gw]
+                                     [--connections 200] [--repeat 1]
+
+Fields: ``up_seconds`` (realize + every pod server listening; ``realize_seconds`` and
+``serve_seconds`` split it), ``down_seconds`` (teardown), ``real_connection_seconds_median``
+(one TCP connection from a pod to another pod's server: connect, read the answer,
+close; pods on all nodes as targets), ``emulated_connection_seconds_median`` (the same
+connections through :class:`dataplane.emulator.cluster.EmulatedCluster`, as ``svclab
+connect`` runs them, with traces; ``..._untraced`` without), or null with the reason in
+``emulated_note``. With ``--repeat`` the up/down figures are medians over the runs.
+Needs root.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from typing import Any
+
+from dataplane.linux.realize import realize, teardown
+from dataplane.linux.testing import Sample, leftovers, sample_network, unique_cluster_id
+
+PORT = 8080
+
+
+def _targets(sample: Sample, n: int) -> list[tuple[str, str]]:
+    """``n`` (source pod, destination IP) pairs cycling over every other pod."""
+    src = sample.pods[0]
+    others = [p for p in sample.pods if p.key != src.key]
+    return [(f"pod/{src.key}", str(others[i % len(others)].ip)) for i in range(n)]
+
+
+def run_real(sample: Sample, cni: str, connections: int) -> dict[str, float]:
+    cid = unique_cluster_id("b")
+    t0 = time.perf_counter()
+    try:
+        cluster = realize(sample.network, cluster_id=cid, cni=cni)  # type: ignore[arg-type]
+        t1 = time.perf_counter()
+        cluster.serve({p.key: [(PORT, "tcp")] for p in sample.pods})
+        t2 = time.perf_counter()
+        times = []
+        for src, dst in _targets(sample, connections):
+            times.append(cluster.connect(src, dst, PORT).seconds)
+    finally:
+        t3 = time.perf_counter()
+        teardown(cid)
+        t4 = time.perf_counter()
+    left = leftovers(cid)
+    if left:
+        raise SystemExit(f"teardown left {left}")
+    return {
+        "realize_seconds": t1 - t0,
+        "serve_seconds": t2 - t1,
+        "up_seconds": t2 - t0,
+        "down_seconds": t4 - t3,
+        "real_connection_seconds_median": statistics.median(times),
+    }
+
+
+def run_emulated(sample: Sample, connections: int) -> dict[str, Any]:
+    try:
+        from dataplane.emulator.cluster import EmulatedCluster
+    except ImportError as e:
+        return {"emulated_connection_seconds_median": None, "emulated_note": f"no emulator: {e}"}
+    emu = EmulatedCluster(
+        sample.network, listeners={f"pod/{p.key}": [("tcp", PORT)] for p in sample.pods}
+    )
+    out: dict[str, Any] = {}
+    for record, key in ((True, ""), (False, "_untraced")):
+        times = []
+        for src, dst in _targets(sample, connections):
+            start = time.perf_counter()
+            [res] = emu.connect(src, dst, "tcp", PORT, close=True, record=record)
+            times.append(time.perf_counter() - start)
+            if not res.established:
+                return {
+                    "emulated_connection_seconds_median": None,
+                    "emulated_note": f"emulated connection {src} -> {dst} not established",
+                }
+        out[f"emulated_connection_seconds_median{key}"] = statistics.median(times)
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--nodes", type=int, default=4)
+    ap.add_argument("--pods-per-node", type=int, default=25)
+    ap.add_argument("--cni", choices=["bridge-plugin", "netlink"], default="bridge-plugin")
+    ap.add_argument("--overlay", choices=["vxlan", "host-gw"], default="vxlan")
+    ap.add_argument("--connections", type=int, default=200)
+    ap.add_argument("--repeat", type=int, default=1)
+    args = ap.parse_args()
+    if os.geteuid() != 0:
+        print("bench_realize: needs root", file=sys.stderr)
+        return 2
+    sample = sample_network(args.nodes, args.pods_per_node, overlay=args.overlay)
+    runs = [run_real(sample, args.cni, args.connections) for _ in range(args.repeat)]
+    result: dict[str, Any] = {
+        "nodes": args.nodes,
+        "pods": len(sample.pods),
+        "cni": args.cni,
+        "overlay": args.overlay,
+        "cpus": os.cpu_count(),
+        "connections": args.connections,
+        "repeat": args.repeat,
+    }
+    for key in runs[0]:
+        result[key] = round(statistics.median(r[key] for r in runs), 6)
+    result.update(
+        {
+            k: (round(v, 6) if isinstance(v, float) else v)
+            for k, v in run_emulated(sample, args.connections).items()
+        }
+    )
+    print(json.dumps(result, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
