@@ -160,14 +160,20 @@ class _Fragment(NamedTuple):
     chain_lines: str  # ":KUBE-SVC-… - [0:0]" lines of its own chains
     chain_rules: str  # rules of its own chains (skipped on partial syncs if unchanged)
     active: tuple[str, ...]
+    service_key: str  # namespace/name: what partial syncs compare against
 
 
 def _endpoint_rules(
-    st: ServicePortState, chain: str, eps: tuple[EndpointInfo, ...], large: bool, out: list[str]
+    st: ServicePortState,
+    chain: str,
+    eps: tuple[EndpointInfo, ...],
+    large: bool,
+    out: list[str],
+    sep_of: dict[str, str],
 ) -> None:
     spn = st.info.name.text
     timeout = st.info.affinity_timeout
-    seps = [st.sep_chain(ep) for ep in eps]
+    seps = [sep_of[ep.endpoint] for ep in eps]
     if timeout:
         for ep, sep in zip(eps, seps, strict=True):
             cm = "" if large else f'-m comment --comment "{spn} -> {ep.endpoint}" '
@@ -187,9 +193,9 @@ def _endpoint_rules(
             out.append(f"-A {chain} {cm}-j {sep}")
 
 
-@functools.lru_cache(maxsize=1 << 17)
 def _fragment(st: ServicePortState, ctx: _Ctx) -> _Fragment:
     info = st.info
+    sep_of = {ep.endpoint: st.sep_chain(ep) for ep in st.endpoints}
     spn = info.name.text
     p = info.proto
     pm = f"-m {p} -p {p}"
@@ -321,14 +327,14 @@ def _fragment(st: ServicePortState, ctx: _Ctx) -> _Fragment:
     # [9] service chains
     if st.uses_cluster_chain:
         chains.append(st.svc_chain)
-        _endpoint_rules(st, st.svc_chain, st.cluster_endpoints, ctx.large, rules)
+        _endpoint_rules(st, st.svc_chain, st.cluster_endpoints, ctx.large, rules, sep_of)
     if st.uses_local_chain:
         chains.append(st.svl_chain)
-        _endpoint_rules(st, st.svl_chain, st.local_endpoints, ctx.large, rules)
+        _endpoint_rules(st, st.svl_chain, st.local_endpoints, ctx.large, rules, sep_of)
     # [10] endpoint chains
     cm = "" if ctx.large else f"-m comment --comment {spn} "
     for ep in st.reachable_endpoints:
-        sep = st.sep_chain(ep)
+        sep = sep_of[ep.endpoint]
         chains.append(sep)
         rules.append(f"-A {sep} {cm}-s {ep.ip} -j KUBE-MARK-MASQ")
         recent = f"-m recent --name {sep} --set " if info.affinity_timeout else ""
@@ -340,7 +346,44 @@ def _fragment(st: ServicePortState, ctx: _Ctx) -> _Fragment:
         chain_lines="".join(f":{c} - [0:0]\n" for c in chains),
         chain_rules=_lines(rules),
         active=tuple(chains),
+        service_key=info.name.service_key,
     )
+
+
+#: Memo of per-port text: one dict per node context, keyed by the (hash-cached) state.
+_CACHE: dict[_Ctx, dict[ServicePortState, _Fragment]] = {}
+
+
+def _fragments(snapshot: ProxySnapshot, ctx: _Ctx) -> list[_Fragment]:
+    """Every port's fragment, reusing text rendered for an equal state before.
+
+    The memo is trimmed to the current snapshot when it grows past twice its size, and
+    only a few node contexts are kept, so memory stays proportional to one snapshot.
+    """
+    cache = _CACHE.get(ctx)
+    if cache is None:
+        if len(_CACHE) >= 4:
+            _CACHE.clear()
+        cache = _CACHE[ctx] = {}
+    get = cache.get
+    out: list[_Fragment] = []
+    for st in snapshot:
+        fr = get(st)
+        if fr is None:
+            fr = cache[st] = _fragment(st, ctx)
+        out.append(fr)
+    if len(cache) > 2 * len(out) + 1024:
+        _CACHE[ctx] = dict(zip(snapshot, out, strict=True))
+    return out
+
+
+def _active(frags: list[_Fragment]) -> frozenset[str]:
+    return frozenset().union(*[fr.active for fr in frags])
+
+
+def clear_cache() -> None:
+    """Forget all memoised per-port text (benchmarks start cold with it)."""
+    _CACHE.clear()
 
 
 def _lines(lines: list[str]) -> str:
@@ -449,9 +492,10 @@ class IptablesRender:
     """
 
     __slots__ = (
+        "_active",
+        "_frags",
         "_save",
         "_snapshot",
-        "active_chains",
         "config",
         "large_cluster",
         "partial",
@@ -465,7 +509,8 @@ class IptablesRender:
         *,
         snapshot: ProxySnapshot,
         config: NodeProxyConfig,
-        active_chains: frozenset[str],
+        frags: list[_Fragment],
+        active_chains: frozenset[str] | None,
         stale_chains: tuple[str, ...],
         large_cluster: bool,
         partial: bool,
@@ -473,11 +518,19 @@ class IptablesRender:
         self.restore_input = restore_input
         self._snapshot = snapshot
         self.config = config
-        self.active_chains = active_chains
+        self._frags = frags
+        self._active = active_chains
         self.stale_chains = stale_chains
         self.large_cluster = large_cluster
         self.partial = partial
         self._save: str | None = None
+
+    @property
+    def active_chains(self) -> frozenset[str]:
+        """Every per-service nat chain that exists after this sync."""
+        if self._active is None:
+            self._active = _active(self._frags)
+        return self._active
 
     @property
     def jump_rules(self) -> tuple[JumpRule, ...]:
@@ -568,10 +621,7 @@ def render_iptables(
     if changed is not None:
         changed_keys = {c.service_key if isinstance(c, ServicePortName) else c for c in changed}
 
-    frags = [_fragment(st, ctx) for st in snapshot]
-    active: set[str] = set()
-    for fr in frags:
-        active.update(fr.active)
+    frags = _fragments(snapshot, ctx)
 
     ipv4_localhost = not cfg.is_ipv6 and cfg.localhost_node_ports
     filt: list[str] = ["*filter\n"]
@@ -584,12 +634,16 @@ def render_iptables(
     filt.append("COMMIT\n")
 
     stale: tuple[str, ...] = ()
+    active: frozenset[str] | None = None
     if delete_stale:
-        stale = tuple(
-            sorted(
-                c for c in set(existing_chains) if naming.is_service_chain(c) and c not in active
-            )
+        existing = (
+            existing_chains
+            if isinstance(existing_chains, set | frozenset)
+            else set(existing_chains)
         )
+        if existing:
+            active = _active(frags)
+            stale = tuple(sorted(c for c in existing - active if naming.is_service_chain(c)))
     nat_chains: list[str] = ["*nat\n"]
     nat_chains.extend(f":{c} - [0:0]\n" for c in NAT_TOP_CHAINS)
     nat_rules: list[str] = [_lines(_postrouting_rules(cfg))]
@@ -599,11 +653,14 @@ def render_iptables(
             nat_rules.append(fr.nat_top_rules)
             nat_rules.append(fr.chain_rules)
     else:
-        for st, fr in zip(snapshot, frags, strict=True):
-            nat_rules.append(fr.nat_top_rules)
-            if st.info.name.service_key in changed_keys:
-                nat_chains.append(fr.chain_lines)
-                nat_rules.append(fr.chain_rules)
+        keys = changed_keys
+        nat_chains.extend([fr.chain_lines for fr in frags if fr.service_key in keys])
+        nat_rules.extend(
+            [
+                fr.nat_top_rules + fr.chain_rules if fr.service_key in keys else fr.nat_top_rules
+                for fr in frags
+            ]
+        )
     nat_chains.extend(f":{c} - [0:0]\n" for c in stale)
     nat_rules.extend(f"-X {c}\n" for c in stale)
     nat_rules.append(_lines(_nodeports_jumps(cfg)))
@@ -613,7 +670,8 @@ def render_iptables(
         "".join(filt) + "".join(nat_chains) + "".join(nat_rules),
         snapshot=snapshot,
         config=cfg,
-        active_chains=frozenset(active),
+        frags=frags,
+        active_chains=active,
         stale_chains=stale,
         large_cluster=large,
         partial=changed_keys is not None,

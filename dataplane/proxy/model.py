@@ -179,18 +179,16 @@ class ServicePortName:
     port: str
     protocol: str
     text: str = field(init=False, compare=False, repr=False)
+    #: ``namespace/name`` of the Service (the granularity of partial syncs).
+    service_key: str = field(init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         base = f"{self.namespace}/{self.name}"
+        object.__setattr__(self, "service_key", base)
         object.__setattr__(self, "text", f"{base}:{self.port}" if self.port else base)
 
     def __str__(self) -> str:
         return self.text
-
-    @property
-    def service_key(self) -> str:
-        """``namespace/name`` of the Service (the granularity of partial syncs)."""
-        return f"{self.namespace}/{self.name}"
 
     def sort_key(self) -> tuple[str, str, str, str]:
         return (self.namespace, self.name, self.port, self.protocol)
