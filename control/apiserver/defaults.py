@@ -127,10 +127,11 @@ def _default_container(c: Container) -> Container:
     return c.evolve(ports=ports)
 
 
-_POD_SPEC_EXTRA_DEFAULTS: dict[str, Any] = {
-    "restartPolicy": "Always",
-    "dnsPolicy": "ClusterFirst",
-    "terminationGracePeriodSeconds": 30,
+#: wire name -> (snake_case name, default) of PodSpec fields svclab does not model
+_POD_SPEC_EXTRA_DEFAULTS: dict[str, tuple[str, Any]] = {
+    "restartPolicy": ("restart_policy", "Always"),
+    "dnsPolicy": ("dns_policy", "ClusterFirst"),
+    "terminationGracePeriodSeconds": ("termination_grace_period_seconds", 30),
 }
 
 
@@ -144,14 +145,10 @@ def default_pod_spec(spec: PodSpec) -> PodSpec:
     if spec.scheduler_name is None:
         ch["scheduler_name"] = "default-scheduler"
     extra = spec.model_extra or {}
-    for wire, value in _POD_SPEC_EXTRA_DEFAULTS.items():
-        if wire not in extra and _snake(wire) not in extra:
+    for wire, (snake, value) in _POD_SPEC_EXTRA_DEFAULTS.items():
+        if wire not in extra and snake not in extra:
             ch[wire] = value
     return spec.evolve(**ch) if ch else spec
-
-
-def _snake(name: str) -> str:
-    return "".join("_" + c.lower() if c.isupper() else c for c in name)
 
 
 def default_pod(pod: Pod) -> Pod:
@@ -172,13 +169,13 @@ def _default_template(t: PodTemplateSpec) -> PodTemplateSpec:
 
 # --------------------------------------------------------------------------- apps/v1
 
-_DEPLOYMENT_EXTRA_DEFAULTS: dict[str, Any] = {
-    "strategy": {
-        "type": "RollingUpdate",
-        "rollingUpdate": {"maxUnavailable": "25%", "maxSurge": "25%"},
-    },
-    "revisionHistoryLimit": 10,
-    "progressDeadlineSeconds": 600,
+_DEPLOYMENT_EXTRA_DEFAULTS: dict[str, tuple[str, Any]] = {
+    "strategy": (
+        "strategy",
+        {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": "25%", "maxSurge": "25%"}},
+    ),
+    "revisionHistoryLimit": ("revision_history_limit", 10),
+    "progressDeadlineSeconds": ("progress_deadline_seconds", 600),
 }
 
 
@@ -193,8 +190,8 @@ def default_deployment(dep: Deployment) -> Deployment:
     if template is not spec.template:
         ch["template"] = template
     extra = spec.model_extra or {}
-    for wire, value in _DEPLOYMENT_EXTRA_DEFAULTS.items():
-        if wire not in extra and _snake(wire) not in extra:
+    for wire, (snake, value) in _DEPLOYMENT_EXTRA_DEFAULTS.items():
+        if wire not in extra and snake not in extra:
             ch[wire] = value
         elif wire == "strategy":
             strategy = extra.get(wire) or {}

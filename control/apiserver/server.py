@@ -87,13 +87,24 @@ def _status_fields(obj: KubeObject) -> bool:
     return "status" in type(obj).model_fields
 
 
-def _spec_view(obj: KubeObject) -> dict[str, Any]:
-    """Everything but apiVersion/kind/metadata/status: what a generation counts."""
-    skip = ("api_version", "kind", "metadata", "status")
-    out = {k: v for k, v in obj.__dict__.items() if k not in skip}
-    if obj.model_extra:
-        out.update({k: v for k, v in obj.model_extra.items() if k != "status"})
-    return out
+_NOT_SPEC = frozenset({"api_version", "kind", "metadata", "status"})
+
+
+def _spec_changed(a: KubeObject, b: KubeObject) -> bool:
+    """Whether anything but apiVersion/kind/metadata/status differs: what a generation
+    counts (``spec``, or the top-level fields of spec-less kinds like EndpointSlice)."""
+    for name in type(a).model_fields:
+        if name not in _NOT_SPEC and getattr(a, name) != getattr(b, name):
+            return True
+    ea, eb = a.model_extra or {}, b.model_extra or {}
+    return {k: v for k, v in ea.items() if k != "status"} != {
+        k: v for k, v in eb.items() if k != "status"
+    }
+
+
+def _uid(kind: str, key: str, revision: int) -> str:
+    """Deterministic uid: uuid5 of ``kind/key/revision`` (revision = the creating write)."""
+    return str(uuid.uuid5(_UID_NAMESPACE, f"{kind}/{key}/{revision}"))
 
 
 def _message(verb: str, notes: Sequence[str]) -> str:
@@ -117,6 +128,7 @@ class APIServer:
         self.cluster = cluster
         self.clock = clock
         self.recorder = recorder
+        self._now_cache: tuple[int, str] = (-1, "")
         self.services = ServiceAllocators(cluster)
         self.services.rebuild([s for s in store.list("Service") if isinstance(s, Service)])
 
@@ -159,7 +171,7 @@ class APIServer:
     def create(self, obj: KubeObject, *, component: str = "apiserver") -> KubeObject:
         """Admit and store a new object. ConflictError if it exists; InvalidError /
         AllocationError if refused (nothing stored, nothing allocated)."""
-        adm = self._admit_create(obj, reserved=set())
+        adm = self._admit_create(obj, reserved=set(), uid_revision=self.store.revision + 1)
         try:
             stored = self._write(adm)
         except BaseException:
@@ -331,8 +343,12 @@ class APIServer:
         batch[(adm.obj.kind, adm.obj.key)] = adm.obj
         return adm
 
-    def _admit_create(self, obj: KubeObject, *, reserved: set[str]) -> _Admitted:
-        obj = default_object(self._new_metadata(obj, reserved), self.cluster)
+    def _admit_create(
+        self, obj: KubeObject, *, reserved: set[str], uid_revision: int | None = None
+    ) -> _Admitted:
+        """``uid_revision``: the revision the write will get, when known (then the uid is
+        set here; otherwise at write time)."""
+        obj = default_object(self._new_metadata(obj, reserved, uid_revision), self.cluster)
         validate(obj, self.cluster)
         journal = Journal()
         notes: list[str] = []
@@ -358,11 +374,13 @@ class APIServer:
                 raise
         if merged == current:
             return _Admitted("unchanged", current, current.resource_version, [], journal)
-        if _spec_view(merged) != _spec_view(current):
+        if _spec_changed(merged, current):
             merged = merged.with_meta(generation=(current.metadata.generation or 1) + 1)
         return _Admitted("configured", merged, current.resource_version, notes, journal)
 
-    def _new_metadata(self, obj: KubeObject, reserved: set[str]) -> KubeObject:
+    def _new_metadata(
+        self, obj: KubeObject, reserved: set[str], uid_revision: int | None
+    ) -> KubeObject:
         meta = obj.metadata
         ch: dict[str, Any] = {
             "creation_timestamp": self._now(),
@@ -386,6 +404,11 @@ class APIServer:
                 )
             ns = ch.get("namespace", meta.namespace) or ""
             ch["name"] = self._generate_name(obj.kind, ns, meta.generate_name, reserved)
+        if uid_revision is not None:
+            ns = ch.get("namespace", meta.namespace) or ""
+            name = ch.get("name", meta.name)
+            key = f"{ns}/{name}" if obj.NAMESPACED else name
+            ch["uid"] = _uid(obj.kind, key, uid_revision)
         return obj.with_meta(**ch)
 
     def _generate_name(self, kind: str, namespace: str, base: str, reserved: set[str]) -> str:
@@ -404,32 +427,34 @@ class APIServer:
         """The object an update stores: ``obj``'s metadata (labels, annotations, owners,
         ...) and spec, the stored identity fields, and the stored status (Service
         status.loadBalancer.ingress may be given, as in a replayed manifest)."""
-        cm = current.metadata
-        meta = obj.metadata.evolve(
-            name=cm.name,
-            namespace=cm.namespace,
-            generate_name=cm.generate_name,
-            uid=cm.uid,
-            resource_version=cm.resource_version,
-            generation=cm.generation,
-            creation_timestamp=cm.creation_timestamp,
-            deletion_timestamp=cm.deletion_timestamp,
-        )
-        ch: dict[str, Any] = {"metadata": meta}
+        cm, om = current.metadata, obj.metadata
+        identity = {
+            "name": cm.name,
+            "namespace": cm.namespace,
+            "generate_name": cm.generate_name,
+            "uid": cm.uid,
+            "resource_version": cm.resource_version,
+            "generation": cm.generation,
+            "creation_timestamp": cm.creation_timestamp,
+            "deletion_timestamp": cm.deletion_timestamp,
+        }
+        ch: dict[str, Any] = {}
+        if any(getattr(om, k) != v for k, v in identity.items()):
+            ch["metadata"] = om.evolve(**identity)
         if _status_fields(current):
             keep_given = isinstance(obj, Service) and obj.status.load_balancer.ingress
-            if not keep_given:
-                ch["status"] = current.status  # type: ignore[attr-defined]
-        return obj.evolve(**ch)
+            status = current.status  # type: ignore[attr-defined]
+            if not keep_given and obj.status is not status:  # type: ignore[attr-defined]
+                ch["status"] = status
+        return obj.evolve(**ch) if ch else obj
 
     # ------------------------------------------------------------------ writes
 
     def _write(self, adm: _Admitted) -> KubeObject:
         if adm.action == "created":
-            rev = self.store.revision + 1
-            obj = adm.obj.with_meta(
-                uid=str(uuid.uuid5(_UID_NAMESPACE, f"{adm.obj.kind}/{adm.obj.key}/{rev}"))
-            )
+            obj = adm.obj
+            if obj.metadata.uid is None:  # apply: the revision is known only now
+                obj = obj.with_meta(uid=_uid(obj.kind, obj.key, self.store.revision + 1))
             return self.store.create(obj)
         obj = adm.obj
         if obj.metadata.uid is None:  # created earlier in the same apply batch
@@ -450,4 +475,7 @@ class APIServer:
             return None
 
     def _now(self) -> str:
-        return rfc3339(self.clock.now())
+        t = int(self.clock.now())
+        if t != self._now_cache[0]:
+            self._now_cache = (t, rfc3339(t))
+        return self._now_cache[1]
