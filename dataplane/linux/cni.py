@@ -146,9 +146,6 @@ class CniRunner:
         self.mtu = mtu
         self.plugin_dir = plugin_dir
         self.timeout = timeout
-        for plugin in ("bridge", "host-local", "loopback"):
-            if not (plugin_dir / plugin).exists():
-                raise CniError(f"CNI plugin {plugin} not found in {plugin_dir}")
 
     # ------------------------------------------------------------------ config
     def netconf(self, pod_cidr: IPv4Network) -> dict[str, Any]:
@@ -185,6 +182,8 @@ class CniRunner:
         conf: dict[str, Any],
         args: str = "",
     ) -> dict[str, Any]:
+        if not (self.plugin_dir / plugin).exists():
+            raise CniError(f"CNI plugin {plugin} not found in {self.plugin_dir}")
         env = {
             "PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"),
             "CNI_COMMAND": command,
@@ -260,7 +259,14 @@ class CniRunner:
             raise
         result = parse_result(raw)
         self.state.ensure().write_json(
-            self.state.cni_result(pod_key), {"raw": raw, **result.to_json()}
+            self.state.cni_result(pod_key),
+            {
+                "raw": raw,
+                "node": node,
+                "pod": pod_key,
+                "pod_cidr": str(pod_cidr),
+                **result.to_json(),
+            },
         )
         return result
 
@@ -298,6 +304,15 @@ class CniRunner:
         self._exec(node, "bridge", "DEL", pod_key, "eth0", conf)
         if nsenter.inode(self.names.netns(f"pod/{pod_key}")) is not None:
             self._exec(node, "loopback", "DEL", pod_key, "lo", self.loopback_conf())
+
+    def attached(self) -> dict[str, tuple[str, IPv4Network]]:
+        """Every pod with a cached ADD result: pod key -> (node, podCIDR)."""
+        out: dict[str, tuple[str, IPv4Network]] = {}
+        for path in sorted(self.state.cni_dir.glob("*.json")):
+            d = self.state.read_json(path)
+            if d and "pod" in d:
+                out[str(d["pod"])] = (str(d["node"]), IPv4Network(d["pod_cidr"]))
+        return out
 
     def cached(self, pod_key: str) -> CniResult | None:
         """The cached ADD result of a pod, None if it was never attached (or deleted)."""

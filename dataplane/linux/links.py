@@ -2,7 +2,8 @@
 
 Every ``ensure_*`` makes the kernel match the model value and is idempotent: "already
 exists" (EEXIST) and "not found" (ENOENT/ESRCH/ENODEV on delete) are tolerated by
-errno; an object that exists with a different kind raises BackendError. Routes and
+errno; an object that exists with a different kind raises BackendError, and so does
+any other netlink error (naming the namespace, the operation and the errno). Routes and
 neighbours use ``replace`` (atomic create-or-update). The netlink socket is opened
 inside the namespace through :func:`dataplane.linux.nsenter.entered` (no fork).
 """
@@ -56,8 +57,15 @@ class NsLink:
     def close(self) -> None:
         self.ipr.close()
 
-    def _fail(self, what: str, e: Exception) -> BackendError:
-        return BackendError(f"netns {self.netns}: {what}: {e}")
+    @contextmanager
+    def _op(self, what: str) -> Iterator[None]:
+        """Report a netlink failure as BackendError naming namespace and operation."""
+        try:
+            yield
+        except NetlinkError as e:
+            raise BackendError(
+                f"netns {self.netns}: {what}: {errno.errorcode.get(e.code, e.code)} {e.args[-1]}"
+            ) from e
 
     # ------------------------------------------------------------------ queries
     def index(self, ifname: str) -> int | None:
@@ -104,7 +112,7 @@ class NsLink:
         check_ifname(itf.name)
         idx = self._created(itf.name, "bridge")
         if idx is None:
-            with tolerate(errno.EEXIST):
+            with self._op(f"bridge {itf.name}"), tolerate(errno.EEXIST):
                 self.ipr.link("add", ifname=itf.name, kind="bridge", address=itf.mac, mtu=itf.mtu)
             idx = self.must_index(itf.name)
         return idx
@@ -113,7 +121,7 @@ class NsLink:
         check_ifname(itf.name)
         idx = self._created(itf.name, "dummy")
         if idx is None:
-            with tolerate(errno.EEXIST):
+            with self._op(f"dummy {itf.name}"), tolerate(errno.EEXIST):
                 self.ipr.link("add", ifname=itf.name, kind="dummy", address=itf.mac, mtu=itf.mtu)
             idx = self.must_index(itf.name)
         return idx
@@ -131,12 +139,10 @@ class NsLink:
                 "address": peer.mac,
                 "mtu": peer.mtu,
             }
-            try:
+            with self._op(f"veth {itf.name} <-> {peer_netns}/{peer.name}"):
                 self.ipr.link(
                     "add", ifname=itf.name, kind="veth", address=itf.mac, mtu=itf.mtu, peer=spec
                 )
-            except NetlinkError as e:
-                raise self._fail(f"veth {itf.name} <-> {peer_netns}/{peer.name}", e) from e
             idx = self.must_index(itf.name)
         return idx
 
@@ -147,7 +153,7 @@ class NsLink:
             raise BackendError(f"netns {self.netns}: {itf.name} has no VXLAN parameters")
         idx = self._created(itf.name, "vxlan")
         if idx is None:
-            try:
+            with self._op(f"vxlan {itf.name}"):
                 self.ipr.link(
                     "add",
                     ifname=itf.name,
@@ -160,8 +166,6 @@ class NsLink:
                     vxlan_port=vx.port,
                     vxlan_learning=int(vx.learning),
                 )
-            except NetlinkError as e:
-                raise self._fail(f"vxlan {itf.name}", e) from e
             idx = self.must_index(itf.name)
         return idx
 
@@ -169,26 +173,28 @@ class NsLink:
         """Apply the attributes that may drift on an existing link: MAC, MTU, master,
         hairpin, addresses, up. Setting a value to what it already is is a no-op."""
         idx = self.must_index(itf.name)
-        if itf.kind != "loopback":
-            attrs: dict[str, Any] = {"address": itf.mac, "mtu": itf.mtu}
-            if itf.master is not None:
-                attrs["master"] = self.must_index(itf.master)
-            self.ipr.link("set", index=idx, **attrs)
-            if itf.master is not None and itf.hairpin:
-                self.ipr.brport("set", index=idx, mode=BRIDGE_MODE_HAIRPIN)
-        for addr in itf.addresses:
-            self.ensure_addr(idx, addr)
-        if itf.up:
-            self.ipr.link("set", index=idx, state="up")
+        with self._op(f"configure {itf.name}"):
+            if itf.kind != "loopback":
+                attrs: dict[str, Any] = {"address": itf.mac, "mtu": itf.mtu}
+                if itf.master is not None:
+                    attrs["master"] = self.must_index(itf.master)
+                self.ipr.link("set", index=idx, **attrs)
+                if itf.master is not None and itf.hairpin:
+                    self.ipr.brport("set", index=idx, mode=BRIDGE_MODE_HAIRPIN)
+            for addr in itf.addresses:
+                self.ensure_addr(idx, addr)
+            if itf.up:
+                self.ipr.link("set", index=idx, state="up")
 
     def ensure_addr(self, index: int, addr: IPv4Interface) -> None:
-        with tolerate(errno.EEXIST):
+        with self._op(f"address {addr}"), tolerate(errno.EEXIST):
             self.ipr.addr(
                 "add", index=index, address=str(addr.ip), prefixlen=addr.network.prefixlen
             )
 
     def set_up(self, ifname: str) -> None:
-        self.ipr.link("set", index=self.must_index(ifname), state="up")
+        with self._op(f"set {ifname} up"):
+            self.ipr.link("set", index=self.must_index(ifname), state="up")
 
     def delete_link(self, ifname: str) -> None:
         idx = self.index(ifname)
@@ -212,25 +218,24 @@ class NsLink:
             spec["flags"] = RTNH_F_ONLINK
         if route.src is not None:
             spec["prefsrc"] = str(route.src)
-        try:
+        with self._op(f"route {route.describe()}"):
             self.ipr.route("replace", **spec)
-        except NetlinkError as e:
-            raise self._fail(f"route {route.describe()}", e) from e
 
     def ensure_neigh(self, n: Neighbor) -> None:
         """``ip neigh replace IP lladdr MAC dev DEV nud permanent``."""
-        self.ipr.neigh(
-            "replace",
-            dst=str(n.ip),
-            lladdr=n.mac,
-            ifindex=self.must_index(n.dev),
-            state=NUD_PERMANENT,
-        )
+        with self._op(f"neighbour {n.ip}"):
+            self.ipr.neigh(
+                "replace",
+                dst=str(n.ip),
+                lladdr=n.mac,
+                ifindex=self.must_index(n.dev),
+                state=NUD_PERMANENT,
+            )
 
     def ensure_fdb(self, f: FdbEntry) -> None:
         """``bridge fdb append MAC dev DEV dst IP`` (the kernel ignores an exact duplicate)."""
         spec: dict[str, Any] = {"ifindex": self.must_index(f.dev), "lladdr": f.mac}
         if f.dst is not None:
             spec["dst"] = str(f.dst)
-        with tolerate(errno.EEXIST):
+        with self._op(f"fdb {f.mac}"), tolerate(errno.EEXIST):
             self.ipr.fdb("append", **spec)

@@ -37,7 +37,10 @@ both modes: kube-proxy masquerades that case itself and the CNI sets ``hairpin``
 every bridge port.
 
 Everything is ensure-style, so calling :func:`realize` again on a realised cluster
-changes nothing, and a half-realised cluster (crash, Ctrl-C) is completed.
+changes nothing, and a half-realised cluster (crash, Ctrl-C) is completed. Realising a
+changed model converges: new namespaces and pods are added; pods the model dropped are
+CNI-DELeted and namespaces it no longer names are removed. (Changed attributes of an
+existing interface are re-applied; an interface dropped from a kept namespace stays.)
 """
 
 from __future__ import annotations
@@ -231,6 +234,7 @@ def realize(
         (i.mtu for ns in nss.values() for i in ns.interfaces if i.name == "cni0"), default=1500
     )
 
+    _remove_stale(cluster_id, set(kernel.values()), {str(ns.pod) for ns in pods.values()})
     for logical, ns in nss.items():
         if not (by_plugin and ns.role == "pod"):
             nsenter.create_netns(kernel[logical])
@@ -320,6 +324,25 @@ def realize(
     )
     cluster.save()
     return cluster
+
+
+def _remove_stale(cluster_id: str, wanted: set[str], pods: set[str]) -> None:
+    """Make a re-realise converge: pods the model no longer has are CNI-DELeted (their
+    servers stopped), then namespaces of the cluster the model does not name are removed."""
+    names = ClusterNames(cluster_id)
+    runner = CniRunner(cluster_id)
+    gone = {k: v for k, v in runner.attached().items() if k not in pods}
+    if gone:
+        PodServers(cluster_id).stop(gone)
+        for pod_key, (node, cidr) in gone.items():
+            if nsenter.inode(names.netns(f"node/{node}")) is not None:
+                runner.delete(node, pod_key, cidr)
+    stale = [n for n in list_ours(include_held=True) if names.owns(n) and n not in wanted]
+    kill_processes_in(stale)
+    for n in stale:
+        nsenter.remove_netns(n)
+    for pod_key in gone:
+        StateDir.of(cluster_id).cni_result(pod_key).unlink(missing_ok=True)
 
 
 def _ensure_device(lk: NsLink, itf: Interface) -> None:

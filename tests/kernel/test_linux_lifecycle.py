@@ -50,14 +50,29 @@ def test_realize_twice_changes_nothing() -> None:
         assert _dumps(again) == before
 
 
-def test_realize_completes_a_partial_cluster() -> None:
+def test_realize_converges_to_a_grown_then_shrunk_model() -> None:
     small = sample_network(2, 1)
     full = sample_network(2, 3)
     with realized(small.network) as c:
         bigger = realize(full.network, cluster_id=c.cluster_id)
         assert sorted(bigger.pods) == sorted(p.key for p in full.pods)
-        c.serve({"default/p1-2": [(8080, "tcp")]})
+        pids = c.serve({p.key: [(8080, "tcp")] for p in full.pods})
         assert bigger.connect("pod/default/p0-0", "10.244.1.4", 8080).pod == "default/p1-2"
+
+        shrunk = realize(small.network, cluster_id=c.cluster_id)
+        assert sorted(shrunk.pods) == sorted(p.key for p in small.pods)
+        gone = [p.key for p in full.pods if p not in small.pods]
+        assert all(nsenter.inode(c.pod_netns(k)) is None for k in gone)
+        assert not any(is_ours(pids[k]) for k in gone)
+        assert set(c.servers.running()) == {p.key for p in small.pods}
+        assert sorted(c.cni_runner().attached()) == sorted(p.key for p in small.pods)
+        present = [n for n in list_ours(include_held=True) if c.names.owns(n)]
+        assert sorted(present) == sorted(shrunk.namespaces.values())
+        # the released address is free again for host-local
+        again = c.cni_runner().add(
+            "n1", "default/new", full.nodes[1].pod_cidr, requested_ip=full.pod("default/p1-2").ip
+        )  # type: ignore[arg-type]
+        assert again.ip == full.pod("default/p1-2").ip
 
 
 def test_teardown_removes_namespaces_servers_and_state() -> None:
