@@ -1,0 +1,294 @@
+"""The deterministic runner: the whole control plane in one thread, driven to a fixed point.
+
+:class:`ControlPlane` wires the apiserver, the node IPAM controller, the Deployment,
+ReplicaSet, garbage-collector and EndpointSlice controllers, the scheduler and one
+kubelet per node, plus any agents added with :meth:`ControlPlane.add_agent` (per-node
+kube-proxies, ...). Every component keeps the :class:`control.agents.Agent` protocol.
+
+:meth:`ControlPlane.run_until_idle` repeats rounds until a round does no work:
+
+* before each component's ``sync`` the runner reads the store's watch once, from the
+  revision it last read, and hands every component the new events of its kinds
+  (``handle``), in revision order; so each component sees every write made before it
+  runs, including those of components earlier in the same round;
+* components run in a fixed order (node IPAM, deployment, replicaset, garbage
+  collector, scheduler, kubelets, endpointslice, then added agents in the order added);
+* all randomness (pod names, slice names, scheduler tie-breaks) comes from generators
+  seeded by ``seed``. Same store, same seed, same calls → same objects, same Events.
+
+The first run (or :meth:`ControlPlane.start`) lists the store and gives each component
+its initial state (``resync``), so a control plane opened on a persistent store picks
+up where the previous one stopped. If the store compacted past the runner's revision,
+the runner lists again. Every step leaves an Event: writes through the apiserver record
+one, and the controllers add the Kubernetes ones (ScalingReplicaSet, SuccessfulCreate,
+Scheduled, SandboxCreated, Started, ...).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from control.agents import Agent
+from control.agents.kubelet import Kubelet, KubeletPool
+from control.agents.network import EmulatedCNI, NetworkPlugin
+from control.apiserver.server import APIServer
+from control.clock import Clock, FakeClock
+from control.controllers.base import GarbageCollector
+from control.controllers.deployment import DeploymentController
+from control.controllers.endpointslice import EndpointSliceController
+from control.controllers.nodeipam import NodeIPAM, natural_key
+from control.controllers.replicaset import ReplicaSetController
+from control.events import Recorder
+from control.scheduler import Scheduler
+from control.store.base import Store, WatchEvent
+from netmodel.cluster import ClusterSpec
+from netmodel.errors import CompactedError, SvclabError
+from netmodel.objects import KubeObject, Node
+
+
+class ConvergenceError(SvclabError):
+    """run_until_idle did not reach a fixed point within max_steps (components keep
+    undoing each other's writes, or a reconcile keeps failing)."""
+
+
+@dataclass
+class Timing:
+    """Where the time went, per component (seconds in handle + sync, steps)."""
+
+    seconds: dict[str, float] = field(default_factory=dict)
+    steps: dict[str, int] = field(default_factory=dict)
+    dispatch_seconds: float = 0.0
+    rounds: int = 0
+
+    def add(self, name: str, seconds: float, steps: int = 0) -> None:
+        self.seconds[name] = self.seconds.get(name, 0.0) + seconds
+        self.steps[name] = self.steps.get(name, 0) + steps
+
+
+class NodeIPAMAgent:
+    """The node IPAM controller as an agent. Reconciles (in natural name order) every Node
+    that appears, loses or changes its podCIDR, or is deleted; a deletion may free a
+    subnet, so Nodes still waiting for one are tried again."""
+
+    name = "nodeipam-controller"
+    kinds = frozenset({"Node"})
+    max_retries = 5
+
+    def __init__(self, ipam: NodeIPAM) -> None:
+        self.ipam = ipam
+        self._queue: dict[str, None] = {}
+        self._seen: dict[str, str | None] = {}
+        self._failures: dict[str, int] = {}
+
+    def handle(self, events: Sequence[WatchEvent]) -> None:
+        for ev in events:
+            node = ev.object
+            if not isinstance(node, Node):
+                continue
+            key = node.key
+            if ev.type == "DELETED":
+                self._seen.pop(key, None)
+                self._queue[key] = None
+                for other, cidr in self._seen.items():
+                    if not cidr:
+                        self._queue[other] = None
+                continue
+            cidr = node.spec.pod_cidr
+            if key not in self._seen or not cidr or self._seen[key] != cidr:
+                self._queue[key] = None
+            self._seen[key] = cidr
+
+    def resync(self, objects: Iterable[KubeObject]) -> None:
+        self._queue.clear()
+        self._seen.clear()
+        self.handle([WatchEvent("ADDED", o, o.resource_version) for o in objects])
+
+    def pending(self) -> int:
+        return len(self._queue)
+
+    def sync(self) -> int:
+        keys, self._queue = sorted(self._queue, key=natural_key), {}
+        for key in keys:
+            try:
+                self.ipam.reconcile(key)
+                self._failures.pop(key, None)
+            except SvclabError:
+                n = self._failures[key] = self._failures.get(key, 0) + 1
+                if n <= self.max_retries:
+                    self._queue[key] = None
+        return len(keys)
+
+
+class ControlPlane:
+    """The control plane of one cluster over ``store``; see the module docstring."""
+
+    def __init__(
+        self,
+        store: Store,
+        cluster: ClusterSpec,
+        *,
+        seed: int = 0,
+        clock: Clock | None = None,
+        network_plugin: NetworkPlugin | None = None,
+    ) -> None:
+        self.store = store
+        self.cluster = cluster
+        self.seed = seed
+        self.clock: Clock = clock or FakeClock()
+        self.recorder = Recorder(store, self.clock)
+        self.apiserver = APIServer(store, cluster, clock=self.clock, recorder=self.recorder)
+        self.network_plugin: NetworkPlugin = network_plugin or EmulatedCNI()
+        api, rec = self.apiserver, self.recorder
+        self.nodeipam = NodeIPAMAgent(NodeIPAM(api, cluster))
+        self.deployments = DeploymentController(api, rec)
+        self.replicasets = ReplicaSetController(api, rec, seed=seed)
+        self.garbage_collector = GarbageCollector(api, rec)
+        self.scheduler = Scheduler(api, rec, self.clock, seed=seed)
+        self.kubelets = KubeletPool(self._new_kubelet)
+        self.endpointslices = EndpointSliceController(api, rec, seed=seed)
+        self.components: list[Agent] = [
+            self.nodeipam,
+            self.deployments,
+            self.replicasets,
+            self.garbage_collector,
+            self.scheduler,
+            self.kubelets,
+            self.endpointslices,
+        ]
+        self.timing = Timing()
+        self._rev: int | None = None
+        self._started = False
+
+    def _new_kubelet(self, node_name: str) -> Kubelet:
+        return Kubelet(node_name, self.apiserver, self.recorder, self.clock, self.network_plugin)
+
+    # ---- lifecycle and writes
+
+    def start(self) -> None:
+        """Bootstrap the cluster (namespaces, the kubernetes Service, the Nodes) and list
+        the store into every component. Idempotent."""
+        if self._started:
+            return
+        self.apiserver.bootstrap()
+        self.apiserver.bootstrap_nodes()
+        self._started = True
+        if self._rev is None:
+            self._list()
+
+    def apply(
+        self, objs: Sequence[KubeObject], source: str | None = None
+    ) -> list[tuple[str, KubeObject]]:
+        """Apply manifests through the apiserver (all-or-nothing); run_until_idle converges."""
+        return self.apiserver.apply(objs, source=source)
+
+    def delete(self, kind: str, key: str) -> KubeObject:
+        """Delete through the apiserver, as ``kubectl delete`` (cascade by the GC)."""
+        return self.apiserver.delete(kind, key)
+
+    def add_agent(self, agent: Agent) -> None:
+        """Add a component (e.g. a node's kube-proxy). It runs after the built-in ones,
+        and starts from a listing of its kinds at its first round."""
+        self.components.append(agent)
+        if self._rev is not None:
+            self._start_component(agent, self._listing(agent.kinds))
+
+    def kubelet(self, node_name: str) -> Kubelet:
+        return self.kubelets.kubelet(node_name)
+
+    # ---- the loop
+
+    def run_until_idle(self, max_steps: int = 1_000_000) -> int:
+        """Run rounds until none does any work; returns the number of steps (reconciles,
+        scheduling attempts, kubelet syncs, agent steps). Raises ConvergenceError when
+        ``max_steps`` is exceeded."""
+        if self._rev is None:
+            self._list()
+        steps = 0
+        while True:
+            self.timing.rounds += 1
+            worked = 0
+            for comp in self.components:
+                self._pump()
+                t0 = time.perf_counter()
+                n = comp.sync()
+                self.timing.add(_name(comp), time.perf_counter() - t0, n)
+                worked += n
+            steps += worked
+            if worked == 0:  # no component wrote anything: every event has been seen
+                return steps
+            if steps > max_steps:
+                raise ConvergenceError(
+                    f"control plane not idle after {steps} steps (max_steps={max_steps})"
+                )
+
+    # ---- watch plumbing
+
+    def _listing(self, kinds: Iterable[str]) -> list[KubeObject]:
+        out: list[KubeObject] = []
+        for kind in sorted(set(kinds)):
+            out += self.store.list(kind)
+        return out
+
+    def _start_component(self, comp: Agent, objs: list[KubeObject]) -> None:
+        t0 = time.perf_counter()
+        resync = getattr(comp, "resync", None)
+        if resync is not None:
+            resync(objs)
+        else:
+            comp.handle([WatchEvent("ADDED", o, o.resource_version) for o in objs])
+        self.timing.add(_name(comp), time.perf_counter() - t0)
+
+    def _list(self) -> None:
+        """Give every component the current state (initial list, or after compaction)."""
+        rev = self.store.revision
+        cache: dict[str, list[KubeObject]] = {}
+        for comp in self.components:
+            objs: list[KubeObject] = []
+            for kind in sorted(set(comp.kinds)):
+                if kind not in cache:
+                    cache[kind] = self.store.list(kind)
+                objs += cache[kind]
+            self._start_component(comp, objs)
+        self._rev = rev
+
+    def _pump(self) -> None:
+        """Deliver the watch events since the last read to every component."""
+        assert self._rev is not None
+        t0 = time.perf_counter()
+        rev = self.store.revision
+        if rev == self._rev:
+            return
+        kinds: set[str] = set()
+        for c in self.components:
+            kinds |= set(c.kinds)
+        try:
+            events = self.store.watch(self._rev, kinds)
+        except CompactedError:
+            self._list()
+            return
+        self._rev = max(rev, events[-1].revision) if events else rev
+        if not events:
+            return
+        by_kinds: dict[frozenset[str], list[WatchEvent]] = {}
+        handling = 0.0
+        for comp in self.components:
+            ks = frozenset(comp.kinds)
+            evs = by_kinds.get(ks)
+            if evs is None:
+                evs = by_kinds[ks] = [e for e in events if e.object.kind in ks]
+            if evs:
+                t1 = time.perf_counter()
+                comp.handle(evs)
+                spent = time.perf_counter() - t1
+                handling += spent
+                self.timing.add(_name(comp), spent)
+        self.timing.dispatch_seconds += time.perf_counter() - t0 - handling
+
+
+def _name(comp: object) -> str:
+    return str(getattr(comp, "name", type(comp).__name__))
+
+
+__all__ = ["Agent", "ControlPlane", "ConvergenceError", "NodeIPAMAgent", "Timing"]
