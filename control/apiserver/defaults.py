@@ -78,7 +78,8 @@ def _default_service_port(p: ServicePort) -> ServicePort:
 def default_service(svc: Service, cluster: ClusterSpec) -> Service:
     """type ClusterIP; port protocol TCP and targetPort = port; sessionAffinity None (ClientIP
     gets timeoutSeconds 10800); internalTrafficPolicy Cluster; externalTrafficPolicy Cluster
-    for NodePort/LoadBalancer; allocateLoadBalancerNodePorts true for LoadBalancer;
+    for externally accessible Services (NodePort, LoadBalancer, ClusterIP with
+    externalIPs); allocateLoadBalancerNodePorts true for LoadBalancer;
     ipFamilies / ipFamilyPolicy from the cluster's service range (not for ExternalName).
     clusterIP(s) and nodePorts are filled in by admission, not here."""
     spec = svc.spec
@@ -105,7 +106,10 @@ def default_service(svc: Service, cluster: ClusterSpec) -> Service:
             ch["ip_families"] = [ip_family(cluster)]
         if spec.ip_family_policy is None:
             ch["ip_family_policy"] = "SingleStack"
-    if type_ in NODE_PORT_TYPES and spec.external_traffic_policy is None:
+    externally_accessible = type_ in NODE_PORT_TYPES or (
+        type_ == "ClusterIP" and bool(spec.external_ips)
+    )
+    if externally_accessible and spec.external_traffic_policy is None:
         ch["external_traffic_policy"] = "Cluster"
     if type_ == "LoadBalancer" and spec.allocate_load_balancer_node_ports is None:
         ch["allocate_load_balancer_node_ports"] = True

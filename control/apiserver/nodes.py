@@ -8,7 +8,10 @@ address, and a Ready condition. spec.podCIDR is left to the node IPAM controller
 
 from __future__ import annotations
 
+from pydantic import ValidationError
+
 from netmodel.cluster import DEFAULT_CAPACITY, ClusterSpec, NodeSpecEntry
+from netmodel.errors import InputError
 from netmodel.objects import (
     Condition,
     Node,
@@ -20,8 +23,25 @@ from netmodel.objects import (
 )
 
 
-def node_from_entry(entry: NodeSpecEntry, *, now: str) -> Node:
-    """The Node object for one Cluster node entry (timestamps = ``now``)."""
+def _taints(entry: NodeSpecEntry, index: int) -> list[Taint]:
+    out = []
+    for j, raw in enumerate(entry.taints):
+        try:
+            out.append(Taint.model_validate(raw))
+        except ValidationError as e:
+            err = e.errors()[0]
+            where = ".".join(str(p) for p in err["loc"])
+            raise InputError(
+                err["msg"],
+                obj="Cluster",
+                field=f"spec.nodes[{index}].taints[{j}]" + (f".{where}" if where else ""),
+            ) from None
+    return out
+
+
+def node_from_entry(entry: NodeSpecEntry, *, now: str, index: int = 0) -> Node:
+    """The Node object for one Cluster node entry (timestamps = ``now``). A malformed
+    taint is an :class:`InputError` naming ``spec.nodes[index].taints[j]``."""
     labels = {
         "kubernetes.io/hostname": entry.name,
         "kubernetes.io/os": "linux",
@@ -31,7 +51,7 @@ def node_from_entry(entry: NodeSpecEntry, *, now: str) -> Node:
     capacity = {**DEFAULT_CAPACITY, **entry.capacity}
     addresses = [NodeAddress(type="InternalIP", address=a) for a in entry.addresses]
     addresses.append(NodeAddress(type="Hostname", address=entry.name))
-    taints = [Taint.model_validate(t) for t in entry.taints]
+    taints = _taints(entry, index)
     ready = Condition(
         type="Ready",
         status="True",
@@ -53,4 +73,4 @@ def node_from_entry(entry: NodeSpecEntry, *, now: str) -> Node:
 
 def nodes_for(cluster: ClusterSpec, *, now: str) -> list[Node]:
     """The Node objects of every node of the Cluster, in declaration order."""
-    return [node_from_entry(e, now=now) for e in cluster.node_entries()]
+    return [node_from_entry(e, now=now, index=i) for i, e in enumerate(cluster.node_entries())]

@@ -102,6 +102,26 @@ def _spec_changed(a: KubeObject, b: KubeObject) -> bool:
     }
 
 
+def _keep_assigned(obj: KubeObject, current: KubeObject) -> KubeObject:
+    """Fields the control plane filled in that a re-applied manifest does not mention stay
+    as stored: a Node's podCIDR(s) (node IPAM), a Pod's nodeName (the scheduler). A
+    Service's clusterIP and nodePorts are kept by its admission."""
+    if isinstance(obj, Node) and isinstance(current, Node):
+        if not obj.spec.pod_cidr and not obj.spec.pod_cidrs and current.spec.pod_cidr:
+            spec = obj.spec.evolve(
+                pod_cidr=current.spec.pod_cidr, pod_cidrs=list(current.spec.pod_cidrs)
+            )
+            return obj.evolve(spec=spec)
+    elif (
+        isinstance(obj, Pod)
+        and isinstance(current, Pod)
+        and not obj.spec.node_name
+        and current.spec.node_name
+    ):
+        return obj.evolve(spec=obj.spec.evolve(node_name=current.spec.node_name))
+    return obj
+
+
 def _uid(kind: str, key: str, revision: int) -> str:
     """Deterministic uid: uuid5 of ``kind/key/revision`` (revision = the creating write)."""
     return str(uuid.uuid5(_UID_NAMESPACE, f"{kind}/{key}/{revision}"))
@@ -426,7 +446,9 @@ class APIServer:
     def _merge(self, obj: KubeObject, current: KubeObject) -> KubeObject:
         """The object an update stores: ``obj``'s metadata (labels, annotations, owners,
         ...) and spec, the stored identity fields, and the stored status (Service
-        status.loadBalancer.ingress may be given, as in a replayed manifest)."""
+        status.loadBalancer.ingress may be given, as in a replayed manifest). Values the
+        control plane assigned and ``obj`` leaves unset are kept (see _keep_assigned)."""
+        obj = _keep_assigned(obj, current)
         cm, om = current.metadata, obj.metadata
         identity = {
             "name": cm.name,

@@ -50,10 +50,10 @@ def test_each_node_gets_a_disjoint_subnet_in_natural_order() -> None:
     assert got["node-1"] == "10.244.0.0/24"
     assert got["node-2"] == "10.244.1.0/24"
     assert got["node-10"] == "10.244.9.0/24"
-    nets = [ipaddress.ip_network(c) for c in got.values() if c]
+    nets = [ipaddress.IPv4Network(c) for c in got.values() if c]
     assert len(nets) == 12
-    pod_net = ipaddress.ip_network("10.244.0.0/16")
-    assert all(n.subnet_of(pod_net) and n.prefixlen == 24 for n in nets)  # type: ignore[arg-type]
+    pod_net = ipaddress.IPv4Network("10.244.0.0/16")
+    assert all(n.prefixlen == 24 and n.subnet_of(pod_net) for n in nets)
     assert all(not a.overlaps(b) for i, a in enumerate(nets) for b in nets[i + 1 :])
     for n in nodes(api).values():
         assert n.spec.pod_cidrs == [n.spec.pod_cidr]

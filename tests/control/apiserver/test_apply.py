@@ -8,7 +8,7 @@ from api_helpers import make_api, obj, service
 from control.events import timeline
 from netmodel.errors import InputError, InvalidError, NotFoundError
 from netmodel.manifests import load_text
-from netmodel.objects import Pod, Service
+from netmodel.objects import Node, Pod, Service
 
 GOOD = """
 apiVersion: v1
@@ -183,3 +183,57 @@ def test_system_namespaces_cannot_be_deleted() -> None:
     api = make_api()
     with pytest.raises(InvalidError, match="Namespace/default: Forbidden"):
         api.delete("Namespace", "default")
+
+
+def test_reapplying_a_manifest_keeps_what_the_control_plane_assigned() -> None:
+    api = make_api()
+    node_yaml = "{apiVersion: v1, kind: Node, metadata: {name: extra, labels: {zone: a}}}"
+    pod_yaml = "{apiVersion: v1, kind: Pod, metadata: {name: p}, spec: {containers: [{name: c}]}}"
+    api.apply([obj(node_yaml), obj(pod_yaml)])
+    n = api.store.get("Node", "extra")
+    assert isinstance(n, Node)
+    cidr = "10.244.9.0/24"
+    api.update(n.evolve(spec=n.spec.evolve(pod_cidr=cidr, pod_cidrs=[cidr])))
+    p = api.store.get("Pod", "default/p")
+    assert isinstance(p, Pod)
+    api.update(p.evolve(spec=p.spec.evolve(node_name="node-1")))
+    results = api.apply([obj(node_yaml), obj(pod_yaml)])
+    assert [a for a, _ in results] == ["unchanged", "unchanged"]
+    node, pod_ = (o for _, o in results)
+    assert isinstance(node, Node) and node.spec.pod_cidr == cidr
+    assert isinstance(pod_, Pod) and pod_.spec.node_name == "node-1"
+
+
+def test_bootstrap_nodes_from_the_cluster() -> None:
+    api = make_api(
+        nodes=[
+            {
+                "name": "cp",
+                "labels": {"node-role.kubernetes.io/control-plane": ""},
+                "taints": [
+                    {"key": "node-role.kubernetes.io/control-plane", "effect": "NoSchedule"}
+                ],
+            },
+            {"name": "w1", "capacity": {"cpu": "8"}},
+        ]
+    )
+    made = api.bootstrap_nodes()
+    assert [n.name for n in made] == ["cp", "w1"]
+    cp, w1 = made
+    assert cp.labels["kubernetes.io/hostname"] == "cp" and cp.labels["kubernetes.io/os"] == "linux"
+    assert [(t.key, t.effect) for t in cp.spec.taints] == [
+        ("node-role.kubernetes.io/control-plane", "NoSchedule")
+    ]
+    assert cp.internal_ips == ["172.18.0.2"] and w1.internal_ips == ["172.18.0.3"]
+    assert w1.status.capacity == {"cpu": "8", "memory": "16Gi", "pods": "110"}
+    assert w1.status.allocatable == w1.status.capacity
+    assert [(c.type, c.status) for c in w1.status.conditions] == [("Ready", "True")]
+    rev = api.store.revision
+    assert api.bootstrap_nodes() == made  # idempotent
+    assert api.store.revision == rev
+
+
+def test_bad_taint_in_the_cluster_is_an_input_error() -> None:
+    api = make_api(nodes=[{"name": "n", "taints": [{"key": "k", "effect": "Sometimes"}]}])
+    with pytest.raises(InputError, match=r"^Cluster: spec\.nodes\[0\]\.taints\[0\]\.effect: "):
+        api.bootstrap_nodes()

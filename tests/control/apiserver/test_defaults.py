@@ -181,3 +181,11 @@ def test_update_keeps_status_and_update_status_keeps_spec() -> None:
         "Started",
         s4.name,
     )
+
+
+def test_external_ips_make_a_cluster_ip_service_externally_accessible() -> None:
+    api = make_api()
+    s = api.create(service("ext", externalIPs=["203.0.113.10"], externalTrafficPolicy="Local"))
+    assert isinstance(s, Service) and s.spec.external_traffic_policy == "Local"
+    d = api.create(service("ext2", externalIPs=["203.0.113.11"]))
+    assert isinstance(d, Service) and d.spec.external_traffic_policy == "Cluster"
