@@ -47,6 +47,9 @@ STATE_BITS = {"INVALID": ST_INVALID, "NEW": ST_NEW, "ESTABLISHED": ST_ESTABLISHE
               "DNAT": ST_DNAT}
 
 
+_NO_CHOOSER: Chooser = RandomChooser.__new__(RandomChooser)
+
+
 class Work:
     """Everything a rule can look at while one packet crosses one host's netfilter.
 
@@ -91,7 +94,7 @@ class Work:
         self.table = ""
         self.locals: frozenset[int] = frozenset()
         self.iface_addrs: Mapping[str, frozenset[int]] = {}
-        self.chooser: Chooser = RandomChooser()
+        self.chooser: Chooser = _NO_CHOOSER
         self.commit = True
         self.now = 0.0
         self.recent: RecentTable | None = None

@@ -41,7 +41,6 @@ checks it); ``visited`` counts the rules examined.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from ipaddress import IPv4Address
 from random import Random
 from typing import NamedTuple
@@ -108,9 +107,82 @@ _STATE_BITS = {"NEW": ST_NEW, "ESTABLISHED": ST_ESTABLISHED, "RELATED": ST_RELAT
                "INVALID": ST_INVALID, "UNTRACKED": ST_UNTRACKED}
 
 
+_IPSTR: dict[int, str] = {}
+
+
 def _hostport(addr: int, port: int) -> str:
-    a = int_addr(addr)
-    return f"[{a}]:{port}" if a.version == 6 else f"{a}:{port}"
+    text = _IPSTR.get(addr)
+    if text is None:
+        a = int_addr(addr)
+        text = f"[{a}]" if a.version == 6 else str(a)
+        if len(_IPSTR) > 100_000:
+            _IPSTR.clear()
+        _IPSTR[addr] = text
+    return f"{text}:{port}"
+
+
+# A NAT note is ((addr, port) before, (addr, port) after), or a reason text.
+NatNote = tuple[tuple[int, int], tuple[int, int]] | str | None
+# The hot path records cheap tuples; :func:`materialize` turns them into TraceRecords:
+#   (CRule, mark, NatNote)            a rule matched
+#   (CChain, mark)                    a chain ended: return, or the policy of a built-in
+#   ("H", hook)                       a hook starts
+#   ("S", state, shown, dir, mark)    conntrack state (a record when ``shown``)
+#   ("N", mark)                       nat table skipped: the connection has its binding
+#   ("R", manip, before, after, mark) rewrite from the conntrack binding
+#   ("C", ok, mark)                   confirmation (ok False: dropped on a tuple clash)
+#   TraceRecord                       anything else, already built
+RawTrace = list[tuple[object, ...]]
+
+
+def _nat_text(note: NatNote) -> str | None:
+    if note is None or isinstance(note, str):
+        return note
+    (ba, bp), (aa, ap) = note
+    return f"{_hostport(ba, bp)} -> {_hostport(aa, ap)}"
+
+
+def materialize(raw: RawTrace | None) -> tuple[TraceRecord, ...]:
+    """Turn the engine's raw trace into :class:`~.trace.TraceRecord` values."""
+    out: list[TraceRecord] = []
+    hook = ""
+    state = ""
+    for e in raw or ():
+        if isinstance(e, TraceRecord):
+            out.append(e)
+            continue
+        head = e[0]
+        if isinstance(head, CRule):
+            out.append(TraceRecord(hook, head.table, head.chain, head.number, head.text,
+                                   head.effect, _nat_text(e[2]), state, e[1]))  # type: ignore[arg-type]
+        elif isinstance(head, CChain):
+            if head.policy is None:
+                out.append(TraceRecord(hook, head.table, head.name, 0, "", "return", None,
+                                       state, e[1]))  # type: ignore[arg-type]
+            else:
+                out.append(TraceRecord(hook, head.table, head.name, 0,
+                                       f":{head.name} {head.policy}", f"policy {head.policy}",
+                                       None, state, e[1]))  # type: ignore[arg-type]
+        elif head == "H":
+            hook = e[1]  # type: ignore[assignment]
+        elif head == "S":
+            state = e[1]  # type: ignore[assignment]
+            if e[2]:
+                out.append(TraceRecord(hook, "conntrack", "", 0, "", f"state {state}"
+                                       + (" reply" if e[3] == REPLY else ""), None, state, e[4]))  # type: ignore[arg-type]
+        elif head == "N":
+            out.append(TraceRecord(hook, "nat", "", 0, "",
+                                   "skipped: connection already has its NAT decision",
+                                   None, state, e[1]))  # type: ignore[arg-type]
+        elif head == "R":
+            what = "destination" if e[1] == "DST" else "source"
+            out.append(TraceRecord(hook, "nat", "", 0, "", f"rewrite {what}",
+                                   _nat_text((e[2], e[3])), state, e[4]))  # type: ignore[arg-type]
+        elif head == "C":
+            out.append(TraceRecord(hook, "conntrack", "", 0, "",
+                                   "confirmed" if e[1] else "DROP: tuple clash on confirm",
+                                   None, state, e[2]))  # type: ignore[arg-type]
+    return tuple(out)
 
 
 # --------------------------------------------------------------------------- compiled form
@@ -119,10 +191,12 @@ def _hostport(addr: int, port: int) -> str:
 class CRule:
     """A compiled rule."""
 
-    __slots__ = ("dest", "effect", "kind", "number", "target", "test", "text")
+    __slots__ = ("chain", "dest", "effect", "kind", "number", "table", "target", "test", "text")
 
-    def __init__(self, rule: R.Rule, number: int, sets: Mapping[str, IpSet]) -> None:
+    def __init__(self, rule: R.Rule, number: int, sets: Mapping[str, IpSet], table: str) -> None:
         self.number = number
+        self.table = table
+        self.chain = rule.chain
         self.text = rule.text
         self.test = compile_test(rule, sets)
         self.target = rule.target
@@ -160,11 +234,12 @@ class CRule:
 class CChain:
     """A compiled chain: rules, policy, optional index."""
 
-    __slots__ = ("index", "name", "policy", "rules")
+    __slots__ = ("index", "name", "policy", "rules", "table")
 
     def __init__(self, name: str, policy: str | None, rules: list[CRule],
-                 index: ChainIndex[CRule] | None) -> None:
+                 index: ChainIndex[CRule] | None, table: str) -> None:
         self.name = name
+        self.table = table
         self.policy = policy
         self.rules = rules
         self.index = index
@@ -182,11 +257,11 @@ class CompiledRuleset:
         for tname, table in ruleset.tables.items():
             chains: dict[str, CChain] = {}
             for chain in table:
-                crules = [CRule(r, i, sets or {}) for i, r in enumerate(chain.rules, 1)]
+                crules = [CRule(r, i, sets or {}, tname) for i, r in enumerate(chain.rules, 1)]
                 idx = None
                 if not linear and len(crules) >= INDEX_MIN_RULES:
                     idx = ChainIndex([index_key(r) for r in chain.rules], crules)
-                chains[chain.name] = CChain(chain.name, chain.policy, crules, idx)
+                chains[chain.name] = CChain(chain.name, chain.policy, crules, idx, tname)
             for c in chains.values():
                 for cr in c.rules:
                     if isinstance(cr.target, R.Jump):
@@ -232,37 +307,56 @@ class HookResult(NamedTuple):
     visited: int
 
 
-@dataclass(frozen=True, slots=True)
 class Traversal:
-    """A packet's whole way through one host (:meth:`Netfilter.traverse`).
+    """A packet's whole way through one host (:meth:`Netfilter.traverse`). Immutable.
 
     ``packet`` is the packet as it leaves (or is delivered), after NAT; ``verdict`` is
     ``ACCEPT``, ``DROP`` or ``REJECT``; ``delivery`` is ``local`` (INPUT), ``forward`` or
     ``out`` (left the host), or None when dropped; ``hooks`` the hooks run in order;
     ``masquerade`` whether the masquerade mark was set or a source NAT applied;
-    ``dnat`` the ``(address, port)`` a DNAT rewrote the destination to, if any;
-    ``records`` the trace; ``visited`` the number of rules examined; ``skb`` carries the
-    connection for a follow-up hook call."""
+    ``dnat``/``snat`` the ``(address, port)`` the destination/source was rewritten to;
+    ``ctstate`` the conntrack state; ``records`` the trace (built on first access);
+    ``visited`` the number of rules examined; ``skb`` carries the connection for a
+    follow-up hook call (None when dropped)."""
 
-    packet: Packet
-    verdict: str
-    reject_with: str | None
-    delivery: str | None
-    hooks: tuple[str, ...]
-    masquerade: bool
-    dnat: tuple[IPAddress, int] | None
-    snat: tuple[IPAddress, int] | None
-    ctstate: str
-    records: tuple[TraceRecord, ...]
-    visited: int
-    skb: Skb | None = None
+    __slots__ = ("_raw", "_records", "ctstate", "delivery", "dnat", "hooks", "masquerade",
+                 "packet", "reject_with", "skb", "snat", "verdict", "visited")
+
+    def __init__(self, packet: Packet, verdict: str, reject_with: str | None,
+                 delivery: str | None, hooks: tuple[str, ...], masquerade: bool,
+                 dnat: tuple[IPAddress, int] | None, snat: tuple[IPAddress, int] | None,
+                 ctstate: str, raw: RawTrace | None, visited: int, skb: Skb | None) -> None:
+        self.packet = packet
+        self.verdict = verdict
+        self.reject_with = reject_with
+        self.delivery = delivery
+        self.hooks = hooks
+        self.masquerade = masquerade
+        self.dnat = dnat
+        self.snat = snat
+        self.ctstate = ctstate
+        self._raw = raw
+        self._records: tuple[TraceRecord, ...] | None = None
+        self.visited = visited
+        self.skb = skb
+
+    @property
+    def records(self) -> tuple[TraceRecord, ...]:
+        if self._records is None:
+            self._records = materialize(self._raw)
+            self._raw = None
+        return self._records
+
+    def __repr__(self) -> str:
+        return (f"Traversal({self.packet.summary()}, {self.verdict}, delivery={self.delivery}, "
+                f"dnat={self.dnat}, masquerade={self.masquerade})")
 
 
 # --------------------------------------------------------------------------- the host
 
 
-Stage = Callable[[Work, "list[TraceRecord] | None"], int]
-NatChain = Callable[[Work, "list[TraceRecord] | None", str], int]
+Stage = Callable[[Work, "RawTrace | None"], int]
+NatChain = Callable[[Work, "RawTrace | None", str], int]
 
 
 class Netfilter:
@@ -356,7 +450,7 @@ class Netfilter:
             if chain is not None:
                 nat_chain = chain
 
-                def run_nat(w: Work, rec: list[TraceRecord] | None, h: str) -> int:
+                def run_nat(w: Work, rec: RawTrace | None, h: str) -> int:
                     return self._run_builtin(nat_chain, "nat", w, rec)
 
                 chains.append(run_nat)
@@ -367,23 +461,22 @@ class Netfilter:
     # ---- table walking
 
     def _table_stage(self, table: str, chain: CChain) -> Stage:
-        def stage(w: Work, rec: list[TraceRecord] | None) -> int:
+        def stage(w: Work, rec: RawTrace | None) -> int:
             return self._run_builtin(chain, table, w, rec)
 
         return stage
 
-    def _run_builtin(self, chain: CChain, table: str, w: Work, rec: list[TraceRecord] | None) -> int:
+    def _run_builtin(self, chain: CChain, table: str, w: Work, rec: RawTrace | None) -> int:
         w.table = table
         v = self._walk(chain, w, rec)
         if v == CONTINUE:
             pol = ACCEPT if chain.policy != "DROP" else DROP
             if rec is not None:
-                rec.append(TraceRecord(w.hook, table, chain.name, 0, f":{chain.name} {chain.policy}",
-                                       f"policy {chain.policy}", None, w.ctname, w.mark))
+                rec.append((chain, w.mark))
             return pol
         return v
 
-    def _walk(self, chain: CChain, w: Work, rec: list[TraceRecord] | None) -> int:
+    def _walk(self, chain: CChain, w: Work, rec: RawTrace | None) -> int:
         idx = chain.index
         rules = chain.rules if idx is None else idx.candidates(w.dst, w.proto, w.dport)
         for r in rules:
@@ -394,8 +487,7 @@ class Netfilter:
             k = r.kind
             if k == K_JUMP:
                 if rec is not None:
-                    rec.append(TraceRecord(w.hook, w.table, chain.name, r.number, r.text, r.effect,
-                                           None, w.ctname, w.mark))
+                    rec.append((r, w.mark, None))
                 v = self._walk(r.dest, w, rec)  # type: ignore[arg-type]
                 if v:
                     return v
@@ -406,15 +498,13 @@ class Netfilter:
                 if w.mark & w.masq_bit:
                     w.masq_seen = True
                 if rec is not None:
-                    rec.append(TraceRecord(w.hook, w.table, chain.name, r.number, r.text, r.effect,
-                                           None, w.ctname, w.mark))
+                    rec.append((r, w.mark, None))
                 continue
             if k == K_GOTO:
                 if rec is not None:
-                    rec.append(TraceRecord(w.hook, w.table, chain.name, r.number, r.text, r.effect,
-                                           None, w.ctname, w.mark))
+                    rec.append((r, w.mark, None))
                 return self._walk(r.dest, w, rec)  # type: ignore[arg-type]
-            nat: str | None = None
+            nat: NatNote = None
             if k == K_ACCEPT:
                 v = ACCEPT
             elif k == K_DROP:
@@ -438,25 +528,23 @@ class Netfilter:
             else:  # K_NONE, K_LOG, K_TRACE
                 v = CONTINUE
             if rec is not None:
-                rec.append(TraceRecord(w.hook, w.table, chain.name, r.number, r.text, r.effect,
-                                       nat, w.ctname, w.mark))
+                rec.append((r, w.mark, nat))
             if v == -1:
                 return CONTINUE
             if v:
                 return v
         if rec is not None and chain.policy is None:
-            rec.append(TraceRecord(w.hook, w.table, chain.name, 0, "", "return", None,
-                                   w.ctname, w.mark))
+            rec.append((chain, w.mark))
         return CONTINUE
 
     # ---- targets with state
 
-    def _dnat(self, w: Work, t: R.Dnat) -> tuple[int, str | None]:
+    def _dnat(self, w: Work, t: R.Dnat) -> tuple[int, NatNote]:
         ct = w.ct
         if ct is None or ct.status & DST_NAT_DONE:
             return ACCEPT, None
         rng = t.ranges[0]
-        before = _hostport(w.dst, w.dport)
+        before = (w.dst, w.dport)
         dst = w.dst
         if rng.addr_lo is not None:
             lo, hi = addr_int(rng.addr_lo), addr_int(rng.addr_hi or rng.addr_lo)
@@ -467,9 +555,9 @@ class Netfilter:
             if not plo <= dport <= phi:
                 dport = plo
         self.conntrack.bind_dnat(ct, dst, dport)
-        return ACCEPT, f"{before} -> {_hostport(dst, dport)}"
+        return ACCEPT, (before, (dst, dport))
 
-    def _snat(self, w: Work, t: R.Snat | R.Masquerade) -> tuple[int, str | None]:
+    def _snat(self, w: Work, t: R.Snat | R.Masquerade) -> tuple[int, NatNote]:
         ct = w.ct
         if ct is None or ct.status & SRC_NAT_DONE:
             return ACCEPT, None
@@ -491,13 +579,13 @@ class Netfilter:
             if rng.port_lo is not None:
                 ports = (rng.port_lo, rng.port_hi or rng.port_lo)
             random_fully = t.random_fully
-        before = _hostport(w.src, w.sport if w.proto != "icmp" else w.icmp_id)
+        before = (w.src, w.sport if w.proto != "icmp" else w.icmp_id)
         rnd = self.chooser.rng if isinstance(self.chooser, RandomChooser) else None
         port = self.conntrack.bind_snat(ct, src, ports, random_fully=random_fully, rng=rnd)
         if port is None:
             return DROP, "no free source port"
         w.masq_seen = True
-        return ACCEPT, f"{before} -> {_hostport(src, port)}"
+        return ACCEPT, (before, (src, port))
 
     def _masq_source(self, w: Work) -> IPAddress | None:
         want6 = bool(w.src & (1 << 128))
@@ -523,7 +611,7 @@ class Netfilter:
 
     # ---- conntrack and nat stages
 
-    def _conntrack_in(self, w: Work, rec: list[TraceRecord] | None) -> int:
+    def _conntrack_in(self, w: Work, rec: RawTrace | None) -> int:
         if w.ct is not None or w.ctname:
             return CONTINUE
         if w.untracked:
@@ -547,16 +635,14 @@ class Netfilter:
         w.ctname = ps.state
         w.ctbits = _STATE_BITS[ps.state]
         if rec is not None:
-            rec.append(TraceRecord(w.hook, "conntrack", "", 0, "", f"state {ps.state}"
-                                   + (" reply" if ps.direction == REPLY else ""),
-                                   None, ps.state, w.mark))
+            rec.append(("S", ps.state, True, ps.direction, w.mark))
         return CONTINUE
 
     def _nat_stage(self, hook: str, manip: str) -> Stage:
         done_bit = DST_NAT_DONE if manip == "DST" else SRC_NAT_DONE
         chains: list[NatChain] | None = None
 
-        def stage(w: Work, rec: list[TraceRecord] | None) -> int:
+        def stage(w: Work, rec: RawTrace | None) -> int:
             nonlocal chains
             ct = w.ct
             if ct is None:
@@ -573,15 +659,13 @@ class Netfilter:
                             break
                 ct.status |= done_bit
             elif rec is not None and chains:
-                rec.append(TraceRecord(hook, "nat", "", 0, "",
-                                       "skipped: connection already has its NAT decision",
-                                       None, w.ctname, w.mark))
+                rec.append(("N", w.mark))
             self._apply_binding(w, manip, rec, hook)
             return CONTINUE
 
         return stage
 
-    def _apply_binding(self, w: Work, manip: str, rec: list[TraceRecord] | None, hook: str) -> None:
+    def _apply_binding(self, w: Work, manip: str, rec: RawTrace | None, hook: str) -> None:
         ct = w.ct
         assert ct is not None
         bit = SRC_NAT if manip == "SRC" else DST_NAT
@@ -608,37 +692,34 @@ class Netfilter:
                 w.src = target.src
             return
         if manip == "DST":
-            before = _hostport(w.dst, w.icmp_id if icmp else w.dport)
+            before = (w.dst, w.icmp_id if icmp else w.dport)
             w.dst = target.dst
             if icmp:
                 w.icmp_id = target.dport
             else:
                 w.dport = target.dport
-            after = _hostport(w.dst, w.icmp_id if icmp else w.dport)
+            after = (w.dst, w.icmp_id if icmp else w.dport)
         else:
-            before = _hostport(w.src, w.icmp_id if icmp else w.sport)
+            before = (w.src, w.icmp_id if icmp else w.sport)
             w.src = target.src
             if icmp:
                 w.icmp_id = target.sport
             else:
                 w.sport = target.sport
-            after = _hostport(w.src, w.icmp_id if icmp else w.sport)
+            after = (w.src, w.icmp_id if icmp else w.sport)
         if rec is not None and before != after:
-            what = "destination" if manip == "DST" else "source"
-            rec.append(TraceRecord(hook, "nat", "", 0, "", f"rewrite {what}",
-                                   f"{before} -> {after}", w.ctname, w.mark))
+            rec.append(("R", manip, before, after, w.mark))
 
-    def _confirm(self, w: Work, rec: list[TraceRecord] | None) -> int:
+    def _confirm(self, w: Work, rec: RawTrace | None) -> int:
         ct = w.ct
         if ct is None or ct.status & CONFIRMED or not w.commit:
             return CONTINUE
         if not self.conntrack.confirm(ct):
             if rec is not None:
-                rec.append(TraceRecord(w.hook, "conntrack", "", 0, "", "DROP: tuple clash on confirm",
-                                       None, w.ctname, w.mark))
+                rec.append(("C", False, w.mark))
             return DROP
         if rec is not None:
-            rec.append(TraceRecord(w.hook, "conntrack", "", 0, "", "confirmed", None, w.ctname, w.mark))
+            rec.append(("C", True, w.mark))
         return CONTINUE
 
     # ---- running hooks
@@ -677,9 +758,11 @@ class Netfilter:
             w.ctbits = _STATE_BITS[skb.state]
         return w
 
-    def _run(self, hook: str, w: Work, rec: list[TraceRecord] | None) -> int:
+    def _run(self, hook: str, w: Work, rec: RawTrace | None) -> int:
         w.hook = hook
         w.reject_with = ""
+        if rec is not None:
+            rec.append(("H", hook))
         for _prio, _name, stage in self._stages[hook]:
             v = stage(w, rec)
             if v in (DROP, REJECT):
@@ -707,14 +790,15 @@ class Netfilter:
         w = self._work(skb, chooser, commit)
         w.iif = in_iface or ""
         w.oif = out_iface or ""
-        rec: list[TraceRecord] | None = [] if self.trace else None
+        rec: RawTrace | None = [] if self.trace else None
+        if rec is not None and skb.state:
+            rec.append(("S", skb.state, False, skb.direction, w.mark))
         v = self._run(hook, w, rec)
-        out = None if v != ACCEPT else self._skb_out(skb, w)
-        return HookResult(out, VERDICT_NAMES[v], w.reject_with or None,
-                          tuple(rec or ()), w.visited)
-
-    def _skb_out(self, skb: Skb, w: Work) -> Skb:
-        return Skb(_rebuild(skb.packet, w), w.ct, w.ctdir, w.ctname, w.untracked, w.masq_seen)
+        out = None
+        if v == ACCEPT:
+            out = Skb(_rebuild(skb.packet, w), w.ct, w.ctdir, w.ctname, w.untracked, w.masq_seen)
+        return HookResult(out, VERDICT_NAMES[v], w.reject_with or None, materialize(rec),
+                          w.visited)
 
     def traverse(
         self,
@@ -736,7 +820,7 @@ class Netfilter:
         (``eth0`` if not given)."""
         skb = packet if isinstance(packet, Skb) else Skb(packet)
         w = self._work(skb, chooser, commit)
-        rec: list[TraceRecord] | None = [] if self.trace else None
+        rec: RawTrace | None = [] if self.trace else None
         hooks: list[str] = []
         orig_dst = (w.dst, w.dport)
         orig_src = (w.src, w.sport)
@@ -783,17 +867,19 @@ class Netfilter:
         else:
             raise ValueError(f"origin must be 'in' or 'out', not {origin!r}")
         final = _rebuild(skb.packet, w)
+        if rec is not None and skb.state:
+            rec.insert(0, ("S", skb.state, False, skb.direction, 0))
         dnat = None
         if (w.dst, w.dport) != orig_dst and w.ctdir == 0:
             dnat = (int_addr(w.dst), w.dport)
         snat = None
         if (w.src, w.sport) != orig_src and w.ctdir == 0:
             snat = (int_addr(w.src), w.sport)
-        return Traversal(
-            final, VERDICT_NAMES[v], w.reject_with or None, delivery, tuple(hooks),
-            w.masq_seen, dnat, snat, w.ctname, tuple(rec or ()), w.visited,
-            self._skb_out(skb, w) if v == ACCEPT else None,
-        )
+        out_skb = None
+        if v == ACCEPT:
+            out_skb = Skb(final, w.ct, w.ctdir, w.ctname, w.untracked, w.masq_seen)
+        return Traversal(final, VERDICT_NAMES[v], w.reject_with or None, delivery, tuple(hooks),
+                         w.masq_seen, dnat, snat, w.ctname, rec, w.visited, out_skb)
 
     def enumerate(
         self,
@@ -822,8 +908,13 @@ class Netfilter:
         self.conntrack, self.recent, self.counters = state
 
 
+def _addr(v: int) -> IPAddress:
+    return IPv4Address(v) if v < (1 << 32) else int_addr(v)
+
+
 def _rebuild(p: Packet, w: Work) -> Packet:
-    """The packet with the fields NAT and MARK may have changed."""
+    """The packet with the fields NAT and MARK may have changed (a new value; the
+    dataclass constructor is called directly, ``replace`` is much slower)."""
     src = w.src
     dst = w.dst
     psrc = int(p.src) if p.src.version == 4 else addr_int(p.src)
@@ -831,8 +922,8 @@ def _rebuild(p: Packet, w: Work) -> Packet:
     if (src == psrc and dst == pdst and w.sport == p.sport and w.dport == p.dport
             and w.mark == p.mark and w.icmp_id == p.icmp_id and w.inner is p.inner):
         return p
-    return p.evolve(
-        src=p.src if src == psrc else (IPv4Address(src) if src < (1 << 32) else int_addr(src)),
-        dst=p.dst if dst == pdst else (IPv4Address(dst) if dst < (1 << 32) else int_addr(dst)),
-        sport=w.sport, dport=w.dport, mark=w.mark, icmp_id=w.icmp_id, inner=w.inner,
+    return Packet(
+        p.src if src == psrc else _addr(src), p.dst if dst == pdst else _addr(dst),
+        p.proto, w.sport, w.dport, p.ttl, p.length, p.flags, p.icmp_type, p.icmp_code,
+        w.icmp_id, p.payload, w.mark, w.inner, p.df,
     )

@@ -132,9 +132,13 @@ class FlowTracer:
         addrs: list[IPAddress] = [ip_address(str(a)) for a in local_addrs]
         primary: list[IPAddress]
         if node_ip is not None:
-            primary = [ip_address(node_ip)]  # type: ignore[list-item]
+            primary = [ip_address(node_ip)]
         else:
-            primary = [a for a in addrs if a.version == 4 and not a.is_loopback][:1]
+            primary = []
+            for a in addrs:
+                if a.version == 4 and not a.is_loopback:
+                    primary.append(a)
+                    break
         self.local = frozenset(addrs)
         self.netfilter = Netfilter(
             ruleset, local_addrs=addrs,

@@ -23,6 +23,7 @@ Contract:
 from __future__ import annotations
 
 import ipaddress
+import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -57,45 +58,33 @@ def _unsupported(source: str, line: int, text: str, why: str) -> UnsupportedRule
 # --------------------------------------------------------------------------- tokens
 
 
+_TOKEN = re.compile(r"""\s*(?:"((?:[^"\\]|\\.)*)"|'([^']*)'|([^\s"']+))(?=\s|$)""")
+
+
 def tokenize(line: str) -> list[str]:
     """Split a rule line like iptables-restore: whitespace separated, double or single
-    quotes group words, backslash escapes the next character inside quotes."""
+    quotes group words, backslash escapes the next character inside double quotes."""
     if '"' not in line and "'" not in line:
         return line.split()
     out: list[str] = []
-    cur: list[str] = []
-    have = False
-    quote = ""
-    i = 0
-    n = len(line)
-    while i < n:
-        c = line[i]
-        if quote:
-            if c == "\\" and i + 1 < n:
-                cur.append(line[i + 1])
-                i += 2
-                continue
-            if c == quote:
-                quote = ""
-            else:
-                cur.append(c)
-        elif c in "\"'":
-            quote = c
-            have = True
-        elif c.isspace():
-            if have or cur:
-                out.append("".join(cur))
-                cur = []
-                have = False
+    pos = 0
+    n = len(line.rstrip())
+    while pos < n:
+        m = _TOKEN.match(line, pos)
+        if m is None:
+            raise ValueError(f"cannot split {line[pos:].strip()!r} (unbalanced quote?)")
+        dq, sq, bare = m.groups()
+        if dq is not None:
+            out.append(_UNESCAPE.sub(r"\1", dq) if "\\" in dq else dq)
+        elif sq is not None:
+            out.append(sq)
         else:
-            cur.append(c)
-            have = True
-        i += 1
-    if quote:
-        raise ValueError("unterminated quote")
-    if have or cur:
-        out.append("".join(cur))
+            out.append(bare)
+        pos = m.end()
     return out
+
+
+_UNESCAPE = re.compile(r"\\(.)")
 
 
 # --------------------------------------------------------------------------- values
@@ -413,6 +402,8 @@ def _parse_rule(
                 raise _RuleError("more than one target")
             (target_name,), _ = take(1)
             goto = tok in ("-g", "--goto")
+            if not goto and target_name in _KNOWN_UNSUPPORTED_TARGETS:
+                raise _RuleError(f"unsupported target {target_name}", unsupported=True)
             continue
         if tok in ("-c", "--set-counters"):
             args, _ = take(2)

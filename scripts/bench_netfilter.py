@@ -1,0 +1,222 @@
+#!/usr/bin/env python3
+"""Benchmark the netfilter engine; prints one JSON object.
+
+Generates iptables-save text in kube-proxy's layout (ClusterIP services with N endpoints,
+every 10th also a NodePort; built-in chains and kube-proxy's jump rules included) for
+10,000 and for 100 services, then measures on one core:
+
+* ``new_conn_per_s``: first packets of new TCP connections from pods to random services,
+  evaluated like ``svclab trace --at`` (PREROUTING, FORWARD, POSTROUTING; one random
+  choice per statistic rule; conntrack entries created and confirmed; trace on);
+* ``all_flows_per_s``: the same flows with ``--all`` (every endpoint branch enumerated);
+* ``established_pkt_per_s``: later packets of connections that have seen a reply
+  (conntrack lookup, NAT binding reuse, filter chains; trace on);
+* ``ratio_10k_vs_100``: cost per new connection with 10,000 services over 100 services.
+
+Targets: >= 50,000 new connections/s, >= 100,000 established packets/s, ratio <= 1.5.
+Usage: ``python3 scripts/bench_netfilter.py [--services N] [--endpoints E] [--seconds S]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import hashlib
+import json
+import random
+import sys
+import time
+from collections.abc import Callable
+from ipaddress import IPv4Address
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from dataplane.netfilter import Netfilter, parse_save
+from netmodel.packet import Packet
+
+NODE_IP = "192.168.0.2"
+LOCALS = ["127.0.0.1", NODE_IP]
+
+
+def _h16(s: str) -> str:
+    return base64.b32encode(hashlib.sha256(s.encode()).digest()).decode()[:16]
+
+
+def cluster_ip(i: int) -> str:
+    return str(IPv4Address("10.96.0.1") + i)
+
+
+def endpoint_ip(i: int, j: int) -> str:
+    return str(IPv4Address("10.244.0.2") + i * 8 + j)
+
+
+def generate(services: int, endpoints: int) -> str:
+    """iptables-save text of a node running kube-proxy with ``services`` ClusterIP
+    services of ``endpoints`` endpoints each (every 10th also NodePort 30000+i)."""
+    f_chains = ["KUBE-SERVICES", "KUBE-EXTERNAL-SERVICES", "KUBE-FORWARD", "KUBE-NODEPORTS",
+                "KUBE-PROXY-FIREWALL", "KUBE-FIREWALL"]
+    filt = ["*filter", ":INPUT ACCEPT [0:0]", ":FORWARD ACCEPT [0:0]", ":OUTPUT ACCEPT [0:0]"]
+    filt += [f":{c} - [0:0]" for c in f_chains]
+    filt += [
+        "-A INPUT -j KUBE-FIREWALL",
+        '-A INPUT -m conntrack --ctstate NEW -m comment --comment "kubernetes load balancer firewall" -j KUBE-PROXY-FIREWALL',
+        '-A INPUT -m comment --comment "kubernetes health check service ports" -j KUBE-NODEPORTS',
+        '-A INPUT -m conntrack --ctstate NEW -m comment --comment "kubernetes externally-visible service portals" -j KUBE-EXTERNAL-SERVICES',
+        '-A FORWARD -m conntrack --ctstate NEW -m comment --comment "kubernetes load balancer firewall" -j KUBE-PROXY-FIREWALL',
+        '-A FORWARD -m comment --comment "kubernetes forwarding rules" -j KUBE-FORWARD',
+        '-A FORWARD -m conntrack --ctstate NEW -m comment --comment "kubernetes service portals" -j KUBE-SERVICES',
+        '-A FORWARD -m conntrack --ctstate NEW -m comment --comment "kubernetes externally-visible service portals" -j KUBE-EXTERNAL-SERVICES',
+        "-A OUTPUT -j KUBE-FIREWALL",
+        '-A OUTPUT -m conntrack --ctstate NEW -m comment --comment "kubernetes load balancer firewall" -j KUBE-PROXY-FIREWALL',
+        '-A OUTPUT -m conntrack --ctstate NEW -m comment --comment "kubernetes service portals" -j KUBE-SERVICES',
+        '-A KUBE-FIREWALL -m comment --comment "block incoming localnet connections" -d 127.0.0.0/8 ! -s 127.0.0.0/8 -m conntrack ! --ctstate RELATED,ESTABLISHED,DNAT -j DROP',
+        "-A KUBE-FORWARD -m conntrack --ctstate INVALID -j DROP",
+        '-A KUBE-FORWARD -m comment --comment "kubernetes forwarding rules" -m mark --mark 0x4000/0x4000 -j ACCEPT',
+        '-A KUBE-FORWARD -m comment --comment "kubernetes forwarding conntrack rule" -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT',
+    ]
+    nat_head = ["*nat", ":PREROUTING ACCEPT [0:0]", ":INPUT ACCEPT [0:0]", ":OUTPUT ACCEPT [0:0]",
+                ":POSTROUTING ACCEPT [0:0]", ":KUBE-SERVICES - [0:0]", ":KUBE-NODEPORTS - [0:0]",
+                ":KUBE-POSTROUTING - [0:0]", ":KUBE-MARK-MASQ - [0:0]"]
+    chain_lines: list[str] = []
+    rules = [
+        '-A PREROUTING -m comment --comment "kubernetes service portals" -j KUBE-SERVICES',
+        '-A OUTPUT -m comment --comment "kubernetes service portals" -j KUBE-SERVICES',
+        '-A POSTROUTING -m comment --comment "kubernetes postrouting rules" -j KUBE-POSTROUTING',
+        "-A KUBE-POSTROUTING -m mark ! --mark 0x4000/0x4000 -j RETURN",
+        "-A KUBE-POSTROUTING -j MARK --xor-mark 0x4000",
+        '-A KUBE-POSTROUTING -m comment --comment "kubernetes service traffic requiring SNAT" -j MASQUERADE',
+        "-A KUBE-MARK-MASQ -j MARK --or-mark 0x4000",
+    ]
+    svc_rules: list[str] = []
+    np_rules: list[str] = []
+    for i in range(services):
+        spn = f"ns{i}/svc{i}:p80"
+        h = _h16(spn + "tcp")
+        svc, ext = f"KUBE-SVC-{h}", f"KUBE-EXT-{h}"
+        cip = cluster_ip(i)
+        chain_lines.append(f":{svc} - [0:0]")
+        svc_rules.append(f'-A KUBE-SERVICES -m comment --comment "{spn} cluster IP" -m tcp -p tcp '
+                         f"-d {cip} --dport 80 -j {svc}")
+        rules.append(f'-A {svc} -m comment --comment "{spn} cluster IP" -m tcp -p tcp -d {cip} '
+                     f"--dport 80 ! -s 10.244.0.0/16 -j KUBE-MARK-MASQ")
+        if i % 10 == 0:
+            chain_lines.append(f":{ext} - [0:0]")
+            np_rules.append(f"-A KUBE-NODEPORTS -m comment --comment {spn} -m tcp -p tcp "
+                            f"--dport {30000 + i // 10} -j {ext}")
+            rules.append(f'-A {ext} -m comment --comment "masquerade traffic for {spn} external '
+                         f'destinations" -j KUBE-MARK-MASQ')
+            rules.append(f"-A {ext} -j {svc}")
+        for j in range(endpoints):
+            ep = f"{endpoint_ip(i, j)}:80"
+            sep = f"KUBE-SEP-{_h16(spn + 'tcp' + ep)}"
+            chain_lines.append(f":{sep} - [0:0]")
+            if j < endpoints - 1:
+                prob = f"{1.0 / (endpoints - j):0.10f}"
+                rules.append(f'-A {svc} -m comment --comment "{spn} -> {ep}" -m statistic '
+                             f"--mode random --probability {prob} -j {sep}")
+            else:
+                rules.append(f'-A {svc} -m comment --comment "{spn} -> {ep}" -j {sep}')
+            rules.append(f"-A {sep} -m comment --comment {spn} -s {endpoint_ip(i, j)} -j KUBE-MARK-MASQ")
+            rules.append(f"-A {sep} -m comment --comment {spn} -m tcp -p tcp -j DNAT "
+                         f"--to-destination {ep}")
+    svc_rules.append('-A KUBE-SERVICES -m comment --comment "kubernetes service nodeports; NOTE: '
+                     'this must be the last rule in this chain" -m addrtype --dst-type LOCAL '
+                     "-j KUBE-NODEPORTS")
+    text = [*filt, "COMMIT", *nat_head, *chain_lines, *svc_rules, *np_rules, *rules, "COMMIT"]
+    return "\n".join(text) + "\n"
+
+
+def _rate(fn: Callable[[int], None], items: int, seconds: float) -> float:
+    """Calls per second of ``fn(k)`` for k = 0, 1, ... over about ``seconds``."""
+    fn(0)
+    done = 0
+    start = time.perf_counter()
+    while True:
+        for k in range(1000):
+            fn((done + k) % items)
+        done += 1000
+        el = time.perf_counter() - start
+        if el >= seconds:
+            return done / el
+
+
+def measure(services: int, endpoints: int, seconds: float) -> dict[str, float]:
+    t0 = time.perf_counter()
+    text = generate(services, endpoints)
+    ruleset = parse_save(text)
+    parse_s = time.perf_counter() - t0
+    rnd = random.Random(1)
+    n_flows = 20000
+    flows = [
+        Packet.make(endpoint_ip(rnd.randrange(services), rnd.randrange(endpoints)),
+                    cluster_ip(rnd.randrange(services)), "tcp", 1024 + k % 60000, 80,
+                    flags=frozenset({"SYN"}))
+        for k in range(n_flows)
+    ]
+    nf = Netfilter(ruleset, local_addrs=[IPv4Address(a) for a in LOCALS],
+                   iface_addrs={"eth0": [IPv4Address(NODE_IP)]}, rng=random.Random(7))
+
+    def new_conn(k: int) -> None:
+        nf.conntrack.flush() if k == 0 else None
+        nf.traverse(flows[k], origin="in")
+
+    new_rate = _rate(new_conn, n_flows, seconds)
+
+    def all_flows(k: int) -> None:
+        nf.enumerate(flows[k], origin="in")
+
+    all_rate = _rate(all_flows, n_flows, seconds / 2)
+
+    # established: open connections, answer them, then time later packets
+    nf.conntrack.flush()
+    est: list[Packet] = []
+    for p in flows[:5000]:
+        tr = nf.traverse(p, origin="in")
+        out = tr.packet
+        reply = Packet.make(out.dst, out.src, "tcp", out.dport, out.sport,
+                            flags=frozenset({"SYN", "ACK"}))
+        nf.traverse(reply, origin="in")
+        est.append(p.evolve(flags=frozenset({"ACK"})))
+    nf.traverse(est[0], origin="in")
+
+    def established(k: int) -> None:
+        nf.traverse(est[k], origin="in")
+
+    est_rate = _rate(established, len(est), seconds)
+    states = {e.tcp_state for e in nf.conntrack.entries()}
+    return {
+        "services": services,
+        "endpoints_per_service": endpoints,
+        "rules": sum(len(c.rules) for t in ruleset.tables.values() for c in t),
+        "parse_seconds": round(parse_s, 3),
+        "new_conn_per_s": round(new_rate),
+        "all_flows_per_s": round(all_rate),
+        "established_pkt_per_s": round(est_rate),
+        "conntrack_states": sorted(s or "-" for s in states),  # type: ignore[dict-item]
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--services", type=int, default=10000)
+    ap.add_argument("--small", type=int, default=100)
+    ap.add_argument("--endpoints", type=int, default=5)
+    ap.add_argument("--seconds", type=float, default=3.0)
+    args = ap.parse_args()
+    big = measure(args.services, args.endpoints, args.seconds)
+    small = measure(args.small, args.endpoints, args.seconds)
+    result = {
+        "big": big,
+        "small": small,
+        "new_conn_per_s": big["new_conn_per_s"],
+        "established_pkt_per_s": big["established_pkt_per_s"],
+        "ratio_10k_vs_100": round(small["new_conn_per_s"] / big["new_conn_per_s"], 3),
+        "targets": {"new_conn_per_s": 50000, "established_pkt_per_s": 100000,
+                    "ratio_10k_vs_100": 1.5},
+    }
+    print(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()
