@@ -22,6 +22,8 @@ Names follow NAMING.md (``service-<hash>-ns/svc/tcp/port`` ...). Output is deter
 from __future__ import annotations
 
 import functools
+import ipaddress
+import re
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 from typing import NamedTuple
@@ -233,8 +235,6 @@ def _service_objects(st: ServicePortState, ctx: _Ctx) -> _ServiceObjects:
 
 @functools.lru_cache(maxsize=4096)
 def _contains(cidr: str, ip: str) -> bool:
-    import ipaddress
-
     try:
         return ipaddress.ip_address(ip) in ipaddress.ip_network(cidr, strict=False)
     except ValueError:
@@ -507,8 +507,6 @@ def _duration(seconds: int) -> str:
 
 
 def _list_rule(rule: str) -> str:
-    import re
-
     rule = re.sub(
         r"\bmark set mark or (0x[0-9a-f]+)",
         lambda m: f"meta mark set meta mark | 0x{int(m[1], 16):08x}",
@@ -524,8 +522,21 @@ def _list_rule(rule: str) -> str:
         lambda m: f"meta mark & 0x{int(m[1], 16):08x} == 0x00000000",
         rule,
     )
-    rule = re.sub(r"(saddr|daddr)( != | )\{ ([^,{}]+) \}", r"\1\2\3", rule)
+    rule = re.sub(r"(saddr|daddr)( != | )\{ ([^{}]+) \}", _list_anonymous_set, rule)
     return rule.replace(" , ", ", ")
+
+
+def _list_anonymous_set(m: re.Match[str]) -> str:
+    """nft merges overlapping prefixes of an anonymous set and lists them in address
+    order; a single remaining element loses its braces."""
+    nets = [ipaddress.ip_network(x.strip(), strict=False) for x in m[3].split(",")]
+    merged = sorted(
+        ipaddress.collapse_addresses(nets),  # type: ignore[type-var]
+        key=lambda n: (n.network_address, n.prefixlen),
+    )
+    texts = [str(n.network_address) if n.prefixlen == n.max_prefixlen else str(n) for n in merged]
+    body = texts[0] if len(texts) == 1 else "{ " + ", ".join(texts) + " }"
+    return f"{m[1]}{m[2]}{body}"
 
 
 def listing(family: IPFamily, sets: Iterable[NftSet], chains: Iterable[NftChain]) -> str:

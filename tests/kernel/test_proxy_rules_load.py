@@ -33,6 +33,7 @@ from dataplane.proxy.cases import load_case
 from dataplane.proxy.iptables import IptablesRender, render_iptables
 from dataplane.proxy.ipvs import IpvsRender
 from dataplane.proxy.model import NodeProxyConfig
+from dataplane.proxy.nftables import normalize_listing
 from dataplane.proxy.normalize import normalize, parse_tables
 from dataplane.proxy.savefmt import save_form
 from dataplane.proxy.snapshot import build_snapshot
@@ -194,8 +195,6 @@ def test_nftables_text_loads_and_reads_back(netns: str) -> None:
     out = render("nftables", build_snapshot(case.services, case.endpointslices, cfg), cfg)
     run_in(netns, ["nft", "-f", "-"], input=out.restore_input)
     listed = run_in(netns, ["nft", "list", "ruleset"]).stdout
-    from dataplane.proxy.nftables import normalize_listing
-
     assert normalize_listing(listed) == normalize_listing(out.save_text)
 
 
@@ -210,6 +209,39 @@ def test_generated_rule_sets_load(data) -> None:  # type: ignore[no-untyped-def]
         assert load(name, out) == out.save_text
     with ns.temporary("t") as name:
         run_in(name, ["nft", "-f", "-"], input=nft.restore_input)
+        listed = run_in(name, ["nft", "list", "ruleset"]).stdout
+        assert normalize_listing(listed) == normalize_listing(nft.save_text)
+
+
+def test_nftables_ipv6_and_resync(netns: str) -> None:
+    cfg = fake_config_v6()
+    svcs = [
+        service(
+            "ns1",
+            "a",
+            "fd00:172:30::41",
+            type="LoadBalancer",
+            etp="Local",
+            ports=[("p80", "TCP", 80, 3001)],
+            lb_ips=["2001:db8:99::1"],
+            source_ranges=["2001:db8::/32", "fd00:1::/64"],
+            affinity=90,
+        ),
+        service("ns1", "b", "fd00:172:30::42", itp="Local"),
+    ]
+    eps = [
+        slice_(
+            "ns1",
+            "a",
+            [endpoint("fd00:10::1", "test-node"), endpoint("fd00:10::2")],
+            address_type="IPv6",
+        )
+    ]
+    out = render("nftables", build_snapshot(svcs, eps, cfg), cfg)
+    run_in(netns, ["nft", "-f", "-"], input=out.restore_input)
+    run_in(netns, ["nft", "-f", "-"], input=out.restore_input)  # a re-sync is idempotent
+    listed = run_in(netns, ["nft", "list", "ruleset"]).stdout
+    assert normalize_listing(listed) == normalize_listing(out.save_text)
 
 
 def test_ipvs_ipsets_and_glue_load(netns: str) -> None:

@@ -316,3 +316,35 @@ def service_sets(
                 )
             )
     return services, slices
+
+
+# --------------------------------------------------------------------------- fake kernel
+
+
+def apply_noflush(state: dict[str, dict[str, list[str]]], payload: str) -> None:
+    """Apply an ``iptables-restore --noflush`` payload to ``{table: {chain: rules}}`` as
+    the kernel would: a ``:CHAIN`` line creates or flushes, ``-A`` appends (the chain
+    must exist), ``-X`` deletes (the chain must exist and be unreferenced)."""
+    table: dict[str, list[str]] | None = None
+    for line in payload.splitlines():
+        if line.startswith("*"):
+            table = state.setdefault(line[1:], {})
+        elif line == "COMMIT":
+            table = None
+        elif line.startswith(":"):
+            assert table is not None
+            table[line[1:].split(" ", 1)[0]] = []
+        elif line.startswith("-A "):
+            assert table is not None
+            chain = line.split(" ", 2)[1]
+            assert chain in table, f"append to missing chain {chain}"
+            target = rule_target(line)
+            assert target is None or not target.startswith("KUBE-") or target in table, line
+            table[chain].append(line)
+        elif line.startswith("-X "):
+            assert table is not None
+            chain = line[3:]
+            assert chain in table, f"delete of missing chain {chain}"
+            refs = [r for rules in table.values() for r in rules if rule_target(r) == chain]
+            assert not refs, f"delete of referenced chain {chain}: {refs[:1]}"
+            del table[chain]

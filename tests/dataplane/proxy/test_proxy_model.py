@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import base64
+import hashlib
+
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from proxy_builders import endpoint, fake_config, service, slice_
 
 from dataplane.proxy import naming
@@ -234,3 +239,13 @@ def test_tracker_snapshot_equals_a_fresh_build() -> None:
     tr.apply()
     fresh = build_snapshot(svcs, slices, cfg)
     assert list(tr.snapshot.ports.items()) == list(fresh.ports.items())
+
+
+@given(st.text(max_size=300))
+def test_fast_base32_equals_the_standard_encoding(text: str) -> None:
+    full = base64.b32encode(hashlib.sha256(text.encode()).digest()).decode()
+    assert naming.hash16(text) == full[:16]
+    expected = f"{full[:8]}-{text}"
+    if len(expected) > 240:
+        expected = expected[:237] + "..."
+    assert naming.hash_and_truncate(text) == expected
