@@ -499,6 +499,7 @@ class EmulatedCluster:
             reply=reply,
             reason=reason,
             chosen_by=res.chosen_by,
+            received=res.delivered.packet if res.delivered else None,
         )
 
     # ------------------------------------------------------------------ ping / connect
@@ -679,8 +680,11 @@ def _with_dummy(ns: Netns, extra: list[IPAddress]) -> Netns:
 
 
 def _path(trace: Trace) -> tuple[str, ...]:
+    """The namespaces the packet itself crossed (ARP exchanges left out)."""
     out: list[str] = []
     for h in trace.hops:
+        if h.kind == "arp":
+            continue
         if not out or out[-1] != h.netns:
             out.append(h.netns)
     return tuple(out)

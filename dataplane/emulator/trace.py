@@ -43,7 +43,7 @@ HopKind = Literal[
     "conntrack",  # conntrack looked the packet up (``conntrack`` holds the state)
     "nat",  # a NAT rewrite happened (``nat`` holds before -> after)
     "bridge",  # a bridge decision (``bridge``: learned/forwarded/flooded/hairpin/local)
-    "arp",  # an ARP request or reply on the wire, or a neighbour decision
+    "arp",  # an ARP request or reply, a neighbour learnt, a bridge flooding ARP
     "vxlan",  # VXLAN encapsulation or decapsulation
     "xmit",  # a frame left a device onto a link (``frame`` is what a capture sees)
     "forward",  # ip_forward: TTL decremented
@@ -120,7 +120,7 @@ class Hop:
         """A one-line human description (used by :meth:`Trace.render_text`)."""
         parts: list[str] = []
         if self.kind in ("rule", "policy"):
-            where = f"{self.table}/{self.chain}"
+            where = f"{self.table}/{self.chain}" if self.chain else f"{self.table}"
             if self.rule_number is not None:
                 where += f" #{self.rule_number}"
             parts.append(f"{self.hook} {where}")
@@ -205,7 +205,8 @@ class Trace:
 
     ``verdict`` is :data:`VERDICTS`; ``reason`` says in words what ended the walk.
     ``chosen_by`` is the rule text that picked the endpoint (a DNAT's jump into a
-    ``KUBE-SEP-`` chain, or the IPVS scheduler), when one did.
+    ``KUBE-SEP-`` chain, or the IPVS scheduler), when one did. ``packet`` is the packet
+    as sent, ``received`` as the receiving socket saw it (after every NAT).
     """
 
     verdict: str
@@ -220,6 +221,7 @@ class Trace:
     reply: Trace | None = None
     reason: str = ""
     chosen_by: str | None = None
+    received: Packet | None = None
     branches: tuple[tuple[float, Trace], ...] = field(default=())
 
     def to_json(self) -> dict[str, Any]:
@@ -230,6 +232,7 @@ class Trace:
             "from": self.src,
             "to": self.dst,
             "packet": packet_json(self.packet),
+            "received": packet_json(self.received) if self.received else None,
             "delivered_to": self.delivered_to.to_json() if self.delivered_to else None,
             "endpoints": [e.to_json() for e in self.endpoints],
             "masquerade": self.masquerade,

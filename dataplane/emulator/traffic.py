@@ -9,9 +9,10 @@ Contract, per namespace:
 * ICMP: an echo request is answered by the kernel with an echo reply (any namespace);
   echo replies and ICMP errors go to the client socket they quote.
 * TCP: a SYN to a listener is answered with SYN-ACK and creates a server connection;
-  data (a segment with ``PSH``) to a connection is acknowledged with a data answer; a FIN is answered
-  with FIN-ACK; a bare ACK or RST is consumed. A segment that finds neither a connection
-  nor (for a SYN) a listener is answered with RST,ACK — unless it is itself an RST.
+  data (a segment with ``PSH``) to a connection is acknowledged with a data answer; a FIN is
+  answered with FIN-ACK and the next segment closes the connection; a bare ACK or RST is
+  consumed. A segment that finds neither a connection nor (for a SYN) a listener is
+  answered with RST,ACK — unless it is itself an RST.
 * UDP: a datagram to a listener is answered by a datagram back; to a client socket it is
   consumed; otherwise the kernel answers ICMP port unreachable.
 * Every listener that accepts a new connection or datagram records a :class:`Seen`
@@ -67,7 +68,7 @@ class Reception:
 
 @dataclass(slots=True)
 class _ServerConn:
-    state: Literal["established", "closed"] = "established"
+    state: Literal["established", "last-ack"] = "established"
 
 
 @dataclass(slots=True)
@@ -178,8 +179,11 @@ class Endpoints:
         if "RST" in flags:
             del conns[key]
             return Reception("listener", None, pkt.dport, "connection reset by peer")
-        if "FIN" in flags:
+        if conn.state == "last-ack":
             del conns[key]
+            return Reception("listener", None, pkt.dport, "last ACK: connection closed")
+        if "FIN" in flags:
+            conn.state = "last-ack"
             return Reception("listener", _tcp_answer(pkt, {"FIN", "ACK"}), pkt.dport, "FIN-ACK")
         if "PSH" in flags:
             return Reception(

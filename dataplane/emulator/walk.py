@@ -394,7 +394,7 @@ class Walker:
         learned = bridge.learn(frame.src_mac, peer)
         if rx.owns_on(bridge, target):
             if w.record and learned:
-                w.hops.append(Hop("bridge", rx.name, dev_in=peer.name,
+                w.hops.append(Hop("arp", rx.name, dev_in=peer.name,
                                   bridge=f"{bridge.name}: learned {frame.src_mac} on {peer.name}"))
             return rx, bridge, path
         ports = [p for p in bridge.ports.values() if p is not peer]
@@ -402,7 +402,7 @@ class Walker:
             text = f"{bridge.name}: ARP broadcast flooded to {', '.join(p.name for p in ports)}"
             if learned:
                 text = f"{bridge.name}: learned {frame.src_mac} on {peer.name}; " + text.split(": ", 1)[1]
-            w.hops.append(Hop("bridge", rx.name, dev_in=peer.name, bridge=text))
+            w.hops.append(Hop("arp", rx.name, dev_in=peer.name, bridge=text))
         for p in ports:
             hit = self._arp_link(w, p, frame, target, [*path, (bridge, p)])
             if hit is not None:
