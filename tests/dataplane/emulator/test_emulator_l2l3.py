@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from emu_helpers import A, B, C, EXT, N1, N2, cluster
+from emu_helpers import EXT, N1, N2, A, B, C, cluster
 
 from dataplane.emulator import Trace
 from netmodel.errors import InputError

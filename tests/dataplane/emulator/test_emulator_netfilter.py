@@ -4,7 +4,7 @@ through the same conntrack entry, hairpin, NodePort, ICMP errors about NATed pac
 from __future__ import annotations
 
 import pytest
-from emu_helpers import A, B, C, EXT, N1, RULES_NO_HAIRPIN_MASQ, both, cluster
+from emu_helpers import EXT, N1, RULES_NO_HAIRPIN_MASQ, A, B, C, both, cluster
 
 CIP, REJECTED, DROPPED, SPLIT = "10.96.0.10", "10.96.0.11", "10.96.0.12", "10.96.0.20"
 
