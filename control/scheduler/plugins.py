@@ -260,10 +260,11 @@ class InterPodAntiAffinity(Filter):
         return mask if mask is not None and mask.any() else None
 
     def reasons(self, pod: Pod, info: PodInfo, table: NodeTable, i: int) -> list[str]:
-        existing = self._existing(info, table)
-        if existing is not None and existing[i]:
-            return [self.EXISTING]
-        return [self.OWN]
+        # upstream checks the pod's own terms before existing pods' terms
+        own = self._own(info, table)
+        if own is not None and own[i]:
+            return [self.OWN]
+        return [self.EXISTING]
 
 
 def default_filters() -> list[Filter]:
