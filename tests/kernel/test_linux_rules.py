@@ -173,12 +173,6 @@ def test_hairpin_needs_bridge_netfilter_or_the_masquerade_fallback() -> None:
         assert rules.iptables_save(node, table="nat").count("-j MASQUERADE") == 1
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="emulator: dataplane/emulator/traffic.py drops the server connection on the "
-    "client's FIN, so the client's last ACK is answered with RST and conntrack ends in CLOSE; "
-    "the kernel's LAST_ACK socket takes that ACK and conntrack ends in TIME_WAIT",
-)
 def test_conntrack_matches_the_emulators_for_the_same_connection(
     cluster: tuple[Sample, RealCluster],
 ) -> None:
