@@ -265,6 +265,7 @@ class EmulatedCluster:
                 iface_addrs={d.name: [a.ip for a in d.addresses] for d in host.devices.values()},
                 clock=self.clock,
                 chooser_box=self._chooser_box,
+                seed=seed,
             )
         self.endpoints = Endpoints.from_listeners(listeners or {})
         self.walker = Walker(self.hosts, self.filters, self.endpoints)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from random import Random
 
 from dataplane.emulator.hooks import FilterVerdict, HookIO, HookName, HookOutcome, Skb
 from dataplane.emulator.trace import Hop, HopKind
@@ -92,8 +93,10 @@ class EngineFilter:
         iface_addrs: Mapping[str, Sequence[IPAddress]],
         clock: Clock,
         chooser_box: list[Chooser],
+        seed: int = 0,
     ) -> EngineFilter:
-        """A filter for namespace ``name`` with ``rules`` (None: no tables)."""
+        """A filter for namespace ``name`` with ``rules`` (None: no tables). ``seed``
+        seeds the engine's own generator (``--random-fully`` source ports)."""
         ruleset: Ruleset | None = None
         if isinstance(rules, IptablesRules):
             ruleset = parse_iptables(rules)
@@ -105,6 +108,7 @@ class EngineFilter:
             iface_addrs=iface_addrs,
             conntrack=ConntrackTable(clock),
             clock=clock,
+            rng=Random(f"{seed}/{name}"),
         )
         return cls(name, nf, chooser_box)
 
