@@ -185,7 +185,18 @@ class Kubelet:
             sb = Sandbox(pod.metadata.uid, pod, ip, None)
             msg = f"Created pod sandbox in the host network namespace ({ip})"
         else:
-            res = self.plugin.add(node, pod)
+            try:
+                res = self.plugin.add(node, pod)
+            except SvclabError as e:
+                if self.queue.num_requeues(pod.key) == 0:
+                    self.recorder.record(
+                        COMPONENT,
+                        pod,
+                        "FailedCreatePodSandBox",
+                        f"Failed to create pod sandbox: plugin type=bridge failed (add): {e}",
+                        type_="Warning",
+                    )
+                raise
             sb = Sandbox(pod.metadata.uid, pod, res.ip, res)
             msg = (
                 f"Created pod sandbox: {res.interface} {res.ip}/{res.prefixlen} "
