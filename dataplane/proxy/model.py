@@ -130,6 +130,7 @@ class NodeProxyConfig:
     ipvs_scheduler: str = "rr"
     service_cidrs: tuple[str, ...] = ()
     load_balancer_ip_mode: bool = True
+    zone: str = ""
 
     @property
     def is_ipv6(self) -> bool:
@@ -200,7 +201,8 @@ class ServicePortInfo:
 
     IP texts are normalised (sloppy-parsed); ``load_balancer_source_ranges`` are masked
     CIDRs; ``affinity_timeout`` is 0 without ClientIP affinity; ``node_port`` and
-    ``health_check_node_port`` are 0 when unset or unused.
+    ``health_check_node_port`` are 0 when unset or unused; ``topology_aware`` is set by
+    the topology-mode annotation (``Auto``) or ``spec.trafficDistribution``.
     """
 
     name: ServicePortName
@@ -215,6 +217,7 @@ class ServicePortInfo:
     internal_policy_local: bool = False
     health_check_node_port: int = 0
     service_type: str = "ClusterIP"
+    topology_aware: bool = False
 
     @property
     def protocol(self) -> str:
@@ -245,7 +248,8 @@ class EndpointInfo:
     """One endpoint of a service port: ``ip:port`` with its conditions.
 
     ``endpoint`` is ``ip:port`` (``[ip]:port`` for IPv6), the string kube-proxy sorts and
-    hashes. ``is_local`` means the endpoint's nodeName is this node.
+    hashes. ``is_local`` means the endpoint's nodeName is this node; ``zone_hints`` are
+    the zones of ``hints.forZones``.
     """
 
     ip: str
@@ -254,6 +258,7 @@ class EndpointInfo:
     ready: bool = True
     serving: bool = True
     terminating: bool = False
+    zone_hints: frozenset[str] = frozenset()
     endpoint: str = field(init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:

@@ -5,8 +5,8 @@
 * :func:`service_port_infos` / :func:`endpoints_by_port` — Services and EndpointSlices
   read as kube-proxy reads them: sloppy IP parsing (leading zeros normalised, unparsable
   addresses skipped), family filtering, endpoint dedupe and ``ip:port`` text sort.
-* :func:`categorize_endpoints` — upstream's CategorizeEndpoints (topology hints are not
-  modelled: svclab nodes carry no zone hints, so every ready endpoint is usable).
+* :func:`categorize_endpoints` — upstream's CategorizeEndpoints, topology-aware routing
+  included (zone hints on endpoints, the node's zone label).
 * :func:`make_state` / :func:`build_snapshot` — the derived flags and the snapshot.
 
 Pure functions: same objects in, equal values out.
@@ -15,7 +15,9 @@ Pure functions: same objects in, equal values out.
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Iterable, Sequence
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 from dataplane.proxy.model import (
     DEFAULT_AFFINITY_TIMEOUT,
@@ -33,6 +35,10 @@ from netmodel.cluster import ClusterSpec
 from netmodel.ip import parse_cidr_sloppy, parse_ip_sloppy
 from netmodel.objects import EndpointSlice, Service
 from netmodel.proxyconfig import KubeProxyConfiguration
+
+TOPOLOGY_MODE_ANNOTATION = "service.kubernetes.io/topology-mode"
+TOPOLOGY_HINTS_ANNOTATION = "service.kubernetes.io/topology-aware-hints"
+ZONE_LABEL = "topology.kubernetes.io/zone"
 
 # --------------------------------------------------------------------------- node config
 
@@ -60,6 +66,7 @@ def build_node_config(
     node_pod_cidr: str | None,
     *,
     ip_family: IPFamily | None = None,
+    node_labels: Mapping[str, str] | None = None,
 ) -> NodeProxyConfig:
     """The proxier configuration of one node, following upstream defaults.
 
@@ -68,6 +75,7 @@ def build_node_config(
     ClusterCIDR with ``clusterCIDR`` = the Cluster's podCIDR; an explicitly empty
     ``clusterCIDR: ""`` turns detection off; NodeCIDR uses ``node_pod_cidr``. The
     masquerade mark is written as real kube-proxy writes it (``0x00004000``).
+    ``node_labels`` give the node's zone for topology-aware routing.
     """
     pc = proxy_config or KubeProxyConfiguration()
     spec = cluster_spec or ClusterSpec()
@@ -130,6 +138,7 @@ def build_node_config(
             str(n) for n in map(parse_cidr_sloppy, spec.service_cidr.split(",")) if n
         ),
         load_balancer_ip_mode=pc.feature_gates.get("LoadBalancerIPMode", True),
+        zone=(node_labels or {}).get(ZONE_LABEL, ""),
     )
 
 
@@ -191,6 +200,14 @@ def service_port_infos(service: Service, config: NodeProxyConfig) -> list[Servic
         cfg = spec.session_affinity_config
         timeout = cfg.client_ip.timeout_seconds if cfg and cfg.client_ip else None
         affinity = timeout or DEFAULT_AFFINITY_TIMEOUT
+    annotations = service.metadata.annotations
+    hints = annotations.get(TOPOLOGY_MODE_ANNOTATION) or annotations.get(
+        TOPOLOGY_HINTS_ANNOTATION, ""
+    )
+    topology = bool((spec.model_extra or {}).get("trafficDistribution")) or hints in (
+        "Auto",
+        "auto",
+    )
     out = []
     for port in spec.ports:
         protocol = (port.protocol or "TCP").upper()
@@ -211,12 +228,32 @@ def service_port_infos(service: Service, config: NodeProxyConfig) -> list[Servic
                 internal_policy_local=itp_local,
                 health_check_node_port=hcnp,
                 service_type=stype,
+                topology_aware=topology,
             )
         )
     return out
 
 
 # --------------------------------------------------------------------------- endpoints
+
+_CANONICAL_V4 = re.compile(
+    r"(?:(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)\.){3}(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)"
+)
+
+
+def _normal_ip(text: str, version: int) -> str | None:
+    """The normalised IP text if ``text`` parses sloppily to ``version``, else None.
+    Canonical dotted quads (the common case) skip the full parser."""
+    if version == 4 and _CANONICAL_V4.fullmatch(text):
+        return text
+    ip = parse_ip_sloppy(text)
+    return str(ip) if ip is not None and ip.version == version else None
+
+
+def _zone_hints(extra: dict[str, Any] | None) -> frozenset[str]:
+    hints = (extra or {}).get("hints")
+    zones = (hints.get("forZones") or []) if isinstance(hints, dict) else []
+    return frozenset(z["name"] for z in zones if isinstance(z, dict) and z.get("name"))
 
 
 def slice_endpoints(
@@ -232,21 +269,22 @@ def slice_endpoints(
     family = config.ip_family
     if not svc or eps.address_type != family.value:
         return {}
-    infos: list[tuple[str, bool, bool, bool, bool]] = []
+    infos: list[tuple[str, bool, bool, bool, bool, frozenset[str]]] = []
     for ep in eps.endpoints:
         if not ep.addresses:
             continue
-        ip = parse_ip_sloppy(ep.addresses[0])
-        if ip is None or ip.version != family.version:
+        ip = _normal_ip(ep.addresses[0], family.version)
+        if ip is None:
             continue
         c = ep.conditions
         infos.append(
             (
-                str(ip),
+                ip,
                 ep.node_name is not None and ep.node_name == config.node_name,
                 c.ready is None or c.ready,
                 c.serving is None or c.serving,
                 c.terminating is not None and c.terminating,
+                _zone_hints(ep.model_extra),
             )
         )
     out: dict[ServicePortName, list[EndpointInfo]] = {}
@@ -255,8 +293,10 @@ def slice_endpoints(
             continue
         spn = ServicePortName(eps.namespace, svc, port.name or "", (port.protocol or "TCP").upper())
         out.setdefault(spn, []).extend(
-            EndpointInfo(ip, port.port, is_local=local, ready=r, serving=s, terminating=t)
-            for ip, local, r, s, t in infos
+            EndpointInfo(
+                ip, port.port, is_local=local, ready=r, serving=s, terminating=t, zone_hints=z
+            )
+            for ip, local, r, s, t, z in infos
         )
     return out
 
@@ -286,20 +326,38 @@ def endpoints_by_port(
 # --------------------------------------------------------------------------- categorize
 
 
+def can_use_topology(endpoints: Sequence[EndpointInfo], info: ServicePortInfo, zone: str) -> bool:
+    """Topology-aware routing applies: the Service asks for it, the node has a zone,
+    every ready endpoint carries zone hints and one of them is for this zone."""
+    if not info.topology_aware or not zone:
+        return False
+    for_zone = False
+    for e in endpoints:
+        if not e.ready:
+            continue
+        if not e.zone_hints:
+            return False
+        for_zone = for_zone or zone in e.zone_hints
+    return for_zone
+
+
 def categorize_endpoints(
-    endpoints: Sequence[EndpointInfo], info: ServicePortInfo
+    endpoints: Sequence[EndpointInfo], info: ServicePortInfo, zone: str = ""
 ) -> tuple[tuple[EndpointInfo, ...], tuple[EndpointInfo, ...], tuple[EndpointInfo, ...], bool]:
     """Upstream CategorizeEndpoints: ``(cluster, local, reachable, has_any)``.
 
-    cluster = ready endpoints, or the serving-and-terminating ones when none is ready
-    (only if the port uses cluster endpoints); local = local ready endpoints, or local
+    cluster = ready endpoints (only those hinted for ``zone`` under topology-aware
+    routing), or the serving-and-terminating ones when none is ready (only if the port
+    uses cluster endpoints); local = local ready endpoints, or local
     serving-and-terminating ones; reachable = the endpoints some chain sends traffic to.
     """
     cluster: tuple[EndpointInfo, ...] = ()
     local: tuple[EndpointInfo, ...] = ()
     has_any = False
+    topology = False
     if info.uses_cluster_endpoints:
-        cluster = tuple(e for e in endpoints if e.ready)
+        topology = can_use_topology(endpoints, info, zone)
+        cluster = tuple(e for e in endpoints if e.ready and (not topology or zone in e.zone_hints))
         if not cluster:
             cluster = tuple(e for e in endpoints if e.serving and e.terminating)
         has_any = bool(cluster)
@@ -321,16 +379,18 @@ def categorize_endpoints(
         local = tuple(e for e in endpoints if e.is_local and e.serving and e.terminating)
     if not info.uses_cluster_endpoints:
         return cluster, local, local, has_any
-    if not fallback:
+    if not fallback and not topology:
         return cluster, local, cluster, has_any
     merged = {e.endpoint: e for e in cluster}
     merged.update((e.endpoint, e) for e in local)
     return cluster, local, tuple(merged[k] for k in sorted(merged)), has_any
 
 
-def make_state(info: ServicePortInfo, endpoints: tuple[EndpointInfo, ...]) -> ServicePortState:
+def make_state(
+    info: ServicePortInfo, endpoints: tuple[EndpointInfo, ...], zone: str = ""
+) -> ServicePortState:
     """A service port with its categorised endpoints and derived flags (§1.1)."""
-    cluster, local, reachable, has_any = categorize_endpoints(endpoints, info)
+    cluster, local, reachable, has_any = categorize_endpoints(endpoints, info, zone)
     has_internal = has_any and not (info.internal_policy_local and not local)
     has_external = has_any and not (info.external_policy_local and not local)
     spn = info.name.text
@@ -369,7 +429,10 @@ def service_states(
     config: NodeProxyConfig,
 ) -> list[ServicePortState]:
     """The states of one Service's ports, given endpoints per service port."""
-    return [make_state(i, endpoints.get(i.name, ())) for i in service_port_infos(service, config)]
+    return [
+        make_state(i, endpoints.get(i.name, ()), config.zone)
+        for i in service_port_infos(service, config)
+    ]
 
 
 def snapshot_from_states(

@@ -249,3 +249,46 @@ def test_fast_base32_equals_the_standard_encoding(text: str) -> None:
     if len(expected) > 240:
         expected = expected[:237] + "..."
     assert naming.hash_and_truncate(text) == expected
+
+
+def test_topology_aware_routing_uses_zone_hints() -> None:
+    from netmodel.manifests import load_text
+
+    docs = """
+apiVersion: v1
+kind: Service
+metadata:
+  name: web
+  namespace: ns1
+  annotations: {service.kubernetes.io/topology-mode: Auto}
+spec:
+  clusterIP: 172.30.0.9
+  ports: [{name: http, port: 80, protocol: TCP}]
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: web-1
+  namespace: ns1
+  labels: {kubernetes.io/service-name: web}
+addressType: IPv4
+endpoints:
+- addresses: [10.0.0.1]
+  hints: {forZones: [{name: zone-a}]}
+- addresses: [10.0.0.2]
+  hints: {forZones: [{name: zone-b}]}
+ports: [{name: http, port: 8080, protocol: TCP}]
+"""
+    objs = load_text(docs).objects
+    svcs = [o for o in objs if o.kind == "Service"]
+    slices = [o for o in objs if o.kind == "EndpointSlice"]
+    in_a = next(iter(build_snapshot(svcs, slices, fake_config(zone="zone-a"))))  # type: ignore[arg-type]
+    assert [e.endpoint for e in in_a.reachable_endpoints] == ["10.0.0.1:8080"]
+    assert [e.endpoint for e in in_a.endpoints] == ["10.0.0.1:8080", "10.0.0.2:8080"]
+    # a node without a zone, or a zone no endpoint is hinted for, uses every endpoint
+    for zone in ("", "zone-c"):
+        st = next(iter(build_snapshot(svcs, slices, fake_config(zone=zone))))  # type: ignore[arg-type]
+        assert len(st.reachable_endpoints) == 2
+    labels = {"topology.kubernetes.io/zone": "zone-b"}
+    cfg = build_node_config(None, None, "n", ["172.18.0.2"], None, node_labels=labels)
+    assert cfg.zone == "zone-b"
