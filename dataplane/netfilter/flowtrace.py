@@ -101,7 +101,7 @@ def _deciding_rule_verdict(t: Traversal) -> str:
     for r in reversed(t.records):
         if r.rule == 0 or r.table in ("conntrack", "nat"):
             continue
-        eff = r.effect.split(" ")[0]
+        eff = r.effect.split(" ")[0].upper()
         if eff in ("ACCEPT", "DROP", "REJECT"):
             if eff == "ACCEPT" and t.verdict == "ACCEPT" and r.chain == "KUBE-FORWARD":
                 return ""
