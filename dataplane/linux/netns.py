@@ -19,7 +19,8 @@ from pyroute2 import netns as _netns
 
 from dataplane.linux import nsenter
 from dataplane.linux.links import NsLink
-from dataplane.linux.names import PREFIX
+from dataplane.linux.names import CLUSTER_ID_RE, PREFIX
+from dataplane.linux.state import StateDir
 from netmodel.errors import BackendError
 
 NETNS_DIR = nsenter.NETNS_DIR
@@ -51,19 +52,29 @@ def remove(name: str) -> None:
             raise BackendError(f"netns {name}: remove failed: {e}") from e
 
 
+def held(name: str) -> bool:
+    """Is namespace ``name`` someone else's to remove: created by another live process,
+    or part of a cluster realised as persistent (a dev cluster)?"""
+    if nsenter.held_elsewhere(name):
+        return True
+    cluster = name[len(PREFIX) :].split("-", 1)[0]
+    return CLUSTER_ID_RE.match(cluster) is not None and (
+        StateDir.of(cluster).persistent_marker.exists()
+    )
+
+
 def list_ours(*, include_held: bool = False) -> list[str]:
-    """svclab's namespaces (prefix :data:`PREFIX`), except those another *live* process
-    created and presumably still uses (another test session, a dev cluster): those are
-    not this process's to judge or remove. ``include_held`` lists them too."""
+    """svclab's namespaces (prefix :data:`PREFIX`), except :func:`held` ones (another
+    live process's, a persistent cluster's): those are not this process's to judge as
+    leaks or to remove. ``include_held`` lists them too."""
     names = sorted(n for n in _netns.listnetns() if n.startswith(PREFIX))
     if include_held:
         return names
-    return [n for n in names if not nsenter.held_elsewhere(n)]
+    return [n for n in names if not held(n)]
 
 
 def cleanup() -> list[str]:
-    """Remove every svclab namespace not held by another live process (see
-    :func:`list_ours`); returns their names. For servers, state dirs and a forced
+    """Remove every svclab namespace that is not :func:`held`; returns their names. For servers, state dirs and a forced
     removal see :func:`dataplane.linux.realize.cleanup`."""
     gone = list_ours()
     for n in gone:

@@ -97,6 +97,10 @@ def create_netns(name: str) -> bool:
         _share_run_dir()
         _run_dir_ready = True
     path = netns_path(name)
+    if os.path.exists(path):
+        return False
+    # Owner first: a concurrent lister must never see the name without its owner.
+    _record_owner(name)
     try:
         os.close(os.open(path, os.O_RDONLY | os.O_CREAT | os.O_EXCL, 0))
     except FileExistsError:
@@ -116,10 +120,10 @@ def create_netns(name: str) -> bool:
                     raise BackendError(f"netns {name}: could not return to the original netns")
         except OSError:
             os.unlink(path)
+            (OWNERS_DIR / name).unlink(missing_ok=True)
             raise
     finally:
         os.close(own)
-    _record_owner(name)
     return True
 
 

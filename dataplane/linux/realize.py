@@ -102,6 +102,10 @@ class RealCluster:
     def state(self) -> StateDir:
         return StateDir.of(self.cluster_id)
 
+    @property
+    def persistent(self) -> bool:
+        return self.state.persistent_marker.exists()
+
     def netns(self, logical: str) -> str:
         """Kernel namespace of a logical one (``router``, ``node/N``, ``pod/NS/N``,
         ``ext/IP``); a kernel name (``svclab-...``) is returned unchanged."""
@@ -216,8 +220,17 @@ def realize(
     cni: CniMode = "bridge-plugin",
     hairpin: HairpinMode = "auto",
     workers: int = 8,
+    persistent: bool = False,
 ) -> RealCluster:
     """Create ``network`` in the kernel under ``cluster_id`` and return its handle.
+
+    ``cni``: pods through the real plugins (``bridge-plugin``) or by svclab itself
+    (``netlink``). ``hairpin``: see the module docstring; ``masquerade`` also turns
+    ``bridge-nf-call-iptables`` off so that the fallback is what is exercised.
+    ``workers``: concurrent CNI plugin calls. ``persistent``: a kept cluster (a dev
+    cluster): global cleanups and other sessions' leak checks leave it alone; only
+    :func:`teardown` / ``cleanup(cluster_id)`` (or ``force``) remove it; the mark stays
+    until then.
 
     Idempotent (a second call changes nothing) and resumable (a call after an interrupted
     one completes the cluster). On error the partial cluster stays for inspection;
@@ -225,7 +238,9 @@ def realize(
     model has no containerPorts): call :meth:`RealCluster.serve`."""
     validate(network)
     names = ClusterNames(cluster_id)
-    StateDir.of(cluster_id).ensure()
+    st = StateDir.of(cluster_id).ensure()
+    if persistent:
+        st.persistent_marker.touch()
     kernel = {logical: names.netns(logical) for logical in network.namespaces}
     nss = network.namespaces
     pods = {k: ns for k, ns in nss.items() if ns.role == "pod"}
@@ -443,8 +458,9 @@ def cleanup_plan(cluster_id: str | None = None, *, force: bool = False) -> Clean
     """Decide what :func:`cleanup` removes, without removing anything.
 
     A named cluster: all its namespaces and its state dir. Every cluster (``None``):
-    every ``svclab-`` namespace and state dir, except (unless ``force``) those created
-    by another process that is still alive (a parallel test session, a running lab)."""
+    every ``svclab-`` namespace and state dir, except (unless ``force``) persistent
+    clusters and what another process that is still alive created (a parallel test
+    session, a running lab): see :func:`dataplane.linux.netns.held`."""
     if cluster_id is not None:
         prefix = ClusterNames(cluster_id).prefix
         names = [n for n in list_ours(include_held=True) if n.startswith(prefix)]
@@ -454,7 +470,11 @@ def cleanup_plan(cluster_id: str | None = None, *, force: bool = False) -> Clean
     dirs = [
         d
         for d in state.all_state_dirs()
-        if not any(n.startswith(f"{PREFIX}{d.name}-") for n in held)
+        if force
+        or not (
+            StateDir(d).persistent_marker.exists()
+            or any(n.startswith(f"{PREFIX}{d.name}-") for n in held)
+        )
     ]
     return CleanupPlan(tuple(names), tuple(dirs))
 

@@ -3,6 +3,7 @@ it, like the namespaces themselves)::
 
     /run/svclab/<cluster-id>/
         cluster.json            logical -> kernel namespace names, overlay, CNI mode
+        persistent              marker: a kept cluster (a dev cluster), see cleanup
         ipam/                   host-local's dataDir (per cluster: IPAM state never leaks)
         cni/<pod-hash>.json     each pod's CNI ADD result (libcni's result cache)
         servers/supervisor.pid  the pod-server supervisor
@@ -58,6 +59,12 @@ class StateDir:
 
     def server_pid(self, pod_key: str) -> Path:
         return self.servers_dir / f"{short_hash(pod_key)}.pid"
+
+    @property
+    def persistent_marker(self) -> Path:
+        """Present for a cluster realised with ``persistent=True``: only a cleanup that
+        names it (or a forced one) removes it."""
+        return self.root / "persistent"
 
     @property
     def supervisor_pid(self) -> Path:

@@ -215,3 +215,21 @@ sys.stdin.readline()
             child.wait()
         cleanup(cid)
     assert leftovers(cid) == []
+
+
+def test_a_persistent_cluster_survives_global_cleanups_until_named() -> None:
+    cid = unique_cluster_id("p")
+    c = realize(sample_network(1, 1).network, cluster_id=cid, persistent=True)
+    try:
+        assert c.persistent
+        mine = sorted(c.namespaces.values())
+        assert not set(mine) & set(list_ours())  # not a leak, even for its creator
+        plan = cleanup_plan()
+        assert not set(mine) & set(plan.namespaces) and c.state.root not in plan.state_dirs
+        assert set(mine) <= set(cleanup_plan(force=True).namespaces)
+        again = realize(sample_network(1, 1).network, cluster_id=cid)
+        assert again.persistent  # the mark stays until teardown
+    finally:
+        removed = teardown(cid)
+    assert sorted(removed.namespaces) == mine
+    assert leftovers(cid) == []
