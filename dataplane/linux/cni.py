@@ -234,7 +234,8 @@ class CniRunner:
         ``requested_ip`` None lets host-local choose (in order from ``.2``); otherwise
         that address is used or CniError says why not (taken, outside the range). ``mac``
         defaults to the model's MAC for the pod. Idempotent: a pod already attached with
-        the cached result is returned as is."""
+        the cached result is returned as is; one whose sandbox lost its address (or that
+        asks for another address) is DELeted and attached again."""
         cached = self.cached(pod_key)
         pod_ns = self.names.netns(f"pod/{pod_key}")
         if (
@@ -243,6 +244,10 @@ class CniRunner:
             and _has_address(pod_ns, cached.interface)
         ):
             return cached
+        if cached is not None:  # attached once, gone or changed since: release first
+            stale = self.state.read_json(self.state.cni_result(pod_key)) or {}
+            self._release(node, pod_key, pod_cidr, stale.get("raw"))
+            self.state.cni_result(pod_key).unlink(missing_ok=True)
         mac = mac or stable_mac("pod", pod_key)
         created = nsenter.create_netns(pod_ns)
         try:

@@ -72,3 +72,14 @@ def test_many_pods_attach_concurrently(empty_node: RealCluster) -> None:
     results = cni.add_many(pods, workers=6)
     ips = sorted(int(r.ip) for r in results)
     assert ips == list(range(int(IPv4Address("10.244.0.2")), int(IPv4Address("10.244.0.14"))))
+
+
+def test_a_pod_whose_sandbox_vanished_is_attached_again_with_its_address(
+    empty_node: RealCluster,
+) -> None:
+    cni = CniRunner(empty_node.cluster_id)
+    first = cni.add("n0", "default/a", CIDR)
+    nsenter.remove_netns(empty_node.pod_netns("default/a"))  # e.g. the runtime restarted
+    again = cni.add("n0", "default/a", CIDR, requested_ip=first.ip)
+    assert again.ip == first.ip and again.host_veth != first.host_veth
+    assert cni.add("n0", "default/b", CIDR).ip == IPv4Address("10.244.0.3")  # nothing leaked
