@@ -321,11 +321,12 @@ class APIServer:
         ``unchanged``."""
         plan: list[_Admitted] = []
         batch: dict[tuple[str, str], KubeObject] = {}
+        reserved: set[str] = set()  # keys taken in this batch (for generateName)
         try:
             for i, obj in enumerate(objs):
                 doc = documents[i] if documents is not None else i + 1
                 try:
-                    plan.append(self._admit_apply(obj, batch))
+                    plan.append(self._admit_apply(obj, batch, reserved))
                 except InputError as e:
                     raise e.located(file=source, document=doc) from None
                 except SvclabError as e:
@@ -350,17 +351,20 @@ class APIServer:
 
     # ------------------------------------------------------------------ admission
 
-    def _admit_apply(self, obj: KubeObject, batch: dict[tuple[str, str], KubeObject]) -> _Admitted:
+    def _admit_apply(
+        self, obj: KubeObject, batch: dict[tuple[str, str], KubeObject], reserved: set[str]
+    ) -> _Admitted:
         obj = obj.with_meta(resource_version=None) if obj.metadata.resource_version else obj
         ident = (obj.kind, obj.key)
         current = batch.get(ident) or (self._get(obj.kind, obj.key) if obj.name else None)
         if current is None:
-            adm = self._admit_create(obj, reserved={k for _, k in batch})
+            adm = self._admit_create(obj, reserved=reserved)
         else:
             adm = self._admit_update(obj, current)
             if ident in batch:
                 adm.expected_version = None  # written earlier in this batch
         batch[(adm.obj.kind, adm.obj.key)] = adm.obj
+        reserved.add(adm.obj.key)
         return adm
 
     def _admit_create(
