@@ -14,7 +14,7 @@ nft ``numgen``, IPVS schedulers that pick at random) goes through a :class:`Choo
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from random import Random
 from typing import Generic, Protocol, TypeVar
@@ -50,6 +50,10 @@ class Chooser(Protocol):
         IPVS when enumerating)."""
         ...
 
+    def weighted(self, probs: Sequence[float]) -> int:
+        """An index chosen with the given probabilities (IPVS wrr when enumerating)."""
+        ...
+
 
 class RandomChooser:
     """Decisions from a seeded generator; ``nth`` counters advance when ``commit``."""
@@ -70,6 +74,15 @@ class RandomChooser:
 
     def uniform(self, n: int) -> int:
         return self.rng.randrange(n) if n > 1 else 0
+
+    def weighted(self, probs: Sequence[float]) -> int:
+        x = self.rng.random()
+        acc = 0.0
+        for i, p in enumerate(probs):
+            acc += p
+            if x < acc:
+                return i
+        return len(probs) - 1
 
 
 class Explorer:
@@ -105,6 +118,9 @@ class Explorer:
 
     def uniform(self, n: int) -> int:
         return self._decide((1.0 / n,) * n)
+
+    def weighted(self, probs: Sequence[float]) -> int:
+        return self._decide(tuple(probs))
 
     def next_script(self) -> list[int] | None:
         """The script of the next unexplored branch, or None when all were explored."""

@@ -95,6 +95,7 @@ CONTINUE = 0
 ACCEPT = 1
 DROP = 2
 REJECT = 3
+STOLEN = 4  # IPVS took the packet in INPUT and sends it on through OUTPUT/POSTROUTING
 VERDICT_NAMES = {ACCEPT: "ACCEPT", DROP: "DROP", REJECT: "REJECT", CONTINUE: "ACCEPT"}
 
 # rule kinds
@@ -765,7 +766,7 @@ class Netfilter:
             rec.append(("H", hook))
         for _prio, _name, stage in self._stages[hook]:
             v = stage(w, rec)
-            if v in (DROP, REJECT):
+            if v >= DROP:
                 return v
         return ACCEPT
 
@@ -795,6 +796,8 @@ class Netfilter:
             rec.append(("S", skb.state, False, skb.direction, w.mark))
         v = self._run(hook, w, rec)
         out = None
+        if v == STOLEN:
+            v = ACCEPT
         if v == ACCEPT:
             out = Skb(_rebuild(skb.packet, w), w.ct, w.ctdir, w.ctname, w.untracked, w.masq_seen)
         return HookResult(out, VERDICT_NAMES[v], w.reject_with or None, materialize(rec),
@@ -859,6 +862,12 @@ class Netfilter:
                 if oif is None:
                     v = run("INPUT", iif, "")
                     delivery = "local" if v == ACCEPT else None
+                    if v == STOLEN:  # IPVS forwards it: out through OUTPUT, POSTROUTING
+                        oif = where() or default_out
+                        v = run("OUTPUT", "", oif)
+                        if v == ACCEPT:
+                            v = run("POSTROUTING", "", oif)
+                        delivery = "forward" if v == ACCEPT else None
                 else:
                     v = run("FORWARD", iif, oif)
                     if v == ACCEPT:
