@@ -118,3 +118,19 @@ def test_the_cluster_reloads_from_its_state_dir(cluster: tuple[Sample, RealClust
     _, c = cluster
     again = RealCluster.load(c.cluster_id)
     assert again == c
+
+
+def test_netlink_mode_builds_the_model_exactly_and_carries_traffic() -> None:
+    sample = sample_network(2, 2, overlay="vxlan")
+    with realized(sample.network, cni="netlink") as c:
+        for p in sample.pods:
+            model = sample.network.namespaces[f"pod/{p.key}"].interface("eth0")
+            assert model.peer is not None and c.pods[p.key].host_veth == model.peer[1]
+            node = sample.network.namespaces[f"node/{p.node}"]
+            port = node.interface(model.peer[1])
+            assert inspect.dump(c.node_netns(p.node)).link(port.name) == (
+                f"{port.name} veth {port.mac} {port.mtu} cni0 up peer hairpin"
+            )
+        c.serve({p.key: [(8080, "tcp")] for p in sample.pods})
+        r = c.connect("pod/default/p0-1", sample.pod("default/p1-1").ip, 8080)
+        assert r.pod == "default/p1-1" and r.seen_src[0] == sample.pod("default/p0-1").ip
