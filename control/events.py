@@ -6,8 +6,6 @@ persists them and ``svclab get events`` / ``svclab events`` read them back in or
 
 from __future__ import annotations
 
-import itertools
-
 from control.clock import Clock, rfc3339
 from control.store.base import Store
 from netmodel.objects import Event, KubeObject, ObjectMeta, ObjectReference
@@ -18,16 +16,13 @@ SYSTEM_NAMESPACE = "svclab-system"
 class Recorder:
     """Writes Events straight into the store (events are not admitted by the apiserver).
 
-    ``sequence`` orders events recorded at the same revision; the pair
-    (revision, sequence) is the timeline order."""
+    ``revision`` is the store revision the event describes (the write it follows);
+    ``sequence`` is the revision of the Event's own write, so it is unique, increasing,
+    and the timeline order, without any bookkeeping across restarts."""
 
     def __init__(self, store: Store, clock: Clock) -> None:
         self._store = store
         self._clock = clock
-        start = 0
-        for ev in store.list("Event"):
-            start = max(start, getattr(ev, "sequence", 0))
-        self._seq = itertools.count(start + 1)
 
     def record(
         self,
@@ -38,7 +33,7 @@ class Recorder:
         *,
         type_: str = "Normal",
     ) -> Event:
-        seq = next(self._seq)
+        seq = self._store.revision + 1
         ns = subject.namespace or SYSTEM_NAMESPACE
         ev = Event(
             metadata=ObjectMeta(

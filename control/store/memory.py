@@ -23,6 +23,8 @@ class MemoryStore:
         self._revision = 0
         self._compacted = 0
         self._txn_depth = 0
+        # while a transaction is open: (kind, key, object before the write or None)
+        self._undo: list[tuple[str, str, KubeObject | None]] = []
 
     # ---- reads
 
@@ -76,6 +78,7 @@ class MemoryStore:
         if obj.key in bucket:
             raise ConflictError(f"{obj.kind} {obj.key!r} already exists")
         stored = self._stamp(obj)
+        self._remember(obj.kind, obj.key, None)
         bucket[obj.key] = stored
         self._emit("ADDED", stored)
         return stored
@@ -91,6 +94,7 @@ class MemoryStore:
                 f"(stored: {current.resource_version})"
             )
         stored = self._stamp(obj)
+        self._remember(obj.kind, obj.key, current)
         bucket[obj.key] = stored
         self._emit("MODIFIED", stored)
         return stored
@@ -105,6 +109,7 @@ class MemoryStore:
                 f"{kind} {key!r}: resourceVersion {expected_version} is stale "
                 f"(stored: {current.resource_version})"
             )
+        self._remember(kind, key, current)
         del bucket[key]
         self._revision += 1
         self._emit("DELETED", current)
@@ -119,29 +124,35 @@ class MemoryStore:
         del self._log_revs[:cut]
         self._compacted = revision
 
+    def _remember(self, kind: str, key: str, before: KubeObject | None) -> None:
+        if self._txn_depth:
+            self._undo.append((kind, key, before))
+
     @contextmanager
     def transaction(self) -> Iterator[None]:
-        """All-or-nothing: on error, objects, log and revision are restored."""
-        if self._txn_depth:
-            self._txn_depth += 1
-            try:
-                yield
-            finally:
-                self._txn_depth -= 1
-            return
-        saved_objects = {k: dict(v) for k, v in self._objects.items()}
-        saved_len, saved_rev = len(self._log), self._revision
-        self._txn_depth = 1
+        """All-or-nothing, nestable (a nested block is a savepoint): if the block raises,
+        its writes are undone in reverse order, and the log and revision rewound. Costs
+        O(writes in the block), not O(store)."""
+        mark_undo, mark_log, mark_rev = len(self._undo), len(self._log), self._revision
+        self._txn_depth += 1
         try:
             yield
         except BaseException:
-            self._objects = saved_objects
-            del self._log[saved_len:]
-            del self._log_revs[saved_len:]
-            self._revision = saved_rev
+            for kind, key, before in reversed(self._undo[mark_undo:]):
+                bucket = self._objects.setdefault(kind, {})
+                if before is None:
+                    bucket.pop(key, None)
+                else:
+                    bucket[key] = before
+            del self._undo[mark_undo:]
+            del self._log[mark_log:]
+            del self._log_revs[mark_log:]
+            self._revision = mark_rev
             raise
         finally:
-            self._txn_depth = 0
+            self._txn_depth -= 1
+            if self._txn_depth == 0:
+                self._undo.clear()
 
     def close(self) -> None:
         pass

@@ -177,15 +177,7 @@ def test_failed_write_inside_transaction_rolls_back_the_batch(store: Store) -> N
     assert [p.name for p in store.list("Pod")] == ["a"]
 
 
-def test_nested_transaction_rollback_is_local(store: Store, request: pytest.FixtureRequest) -> None:
-    if request.node.callspec.params["backend"] == "memory":
-        request.applymarker(
-            pytest.mark.xfail(
-                strict=True,
-                reason="MemoryStore nests flat: an inner rollback caught inside the outer "
-                "block keeps the inner writes",
-            )
-        )
+def test_nested_transaction_rollback_is_local(store: Store) -> None:
     with store.transaction():
         store.create(pod("outer"))
         with pytest.raises(Boom), store.transaction():
