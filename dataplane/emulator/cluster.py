@@ -26,7 +26,7 @@ unless one is given).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from ipaddress import IPv4Interface, ip_address
 from pathlib import Path
@@ -40,12 +40,13 @@ from dataplane.emulator.filters import (
     IpvsRules,
     NftRules,
     RulesetInput,
+    TrackingFilter,
 )
 from dataplane.emulator.host import Host
 from dataplane.emulator.trace import DeliveredTo, EndpointChance, Trace
 from dataplane.emulator.traffic import Endpoints
 from dataplane.emulator.walk import EPHEMERAL_PORTS, Walker, WalkResult
-from dataplane.netfilter.choice import Chooser, RandomChooser, explore
+from dataplane.netfilter.choice import Chooser, NthCounter, RandomChooser, explore
 from dataplane.netfilter.conntrack import (
     ASSURED,
     SEEN_REPLY,
@@ -194,7 +195,7 @@ class _ProbChooser:
         self.p *= q if hit else 1.0 - q
         return hit
 
-    def nth(self, counter: Any, every: int, packet: int, commit: bool) -> bool:
+    def nth(self, counter: NthCounter, every: int, packet: int, commit: bool) -> bool:
         hit = self.inner.nth(counter, every, packet, commit)
         q = 1.0 / every
         self.p *= q if hit else 1.0 - q
@@ -203,6 +204,11 @@ class _ProbChooser:
     def uniform(self, n: int) -> int:
         self.p *= 1.0 / n
         return self.inner.uniform(n)
+
+    def weighted(self, probs: Sequence[float]) -> int:
+        k = self.inner.weighted(probs)
+        self.p *= probs[k]
+        return k
 
 
 @dataclass(slots=True)
@@ -255,9 +261,12 @@ class EmulatedCluster:
         unknown = set(rulesets) - {h.node for h in self.hosts.values() if h.role == "node"}
         if unknown:
             raise InputError(f"no such node(s): {sorted(unknown)}", field="rulesets")
-        self.filters: dict[str, EngineFilter] = {}
+        self.filters: dict[str, EngineFilter | TrackingFilter] = {}
         for name, host in self.hosts.items():
             rules = rulesets.get(host.node or "") if host.role == "node" else None
+            if rules is None:
+                self.filters[name] = TrackingFilter(name, self.clock)
+                continue
             self.filters[name] = EngineFilter.build(
                 name,
                 rules,
@@ -630,7 +639,7 @@ class EmulatedCluster:
 
     def _snapshot(self) -> _Snapshot:
         return _Snapshot(
-            filters={n: f.nf.snapshot() for n, f in self.filters.items()},
+            filters={n: f.snapshot() for n, f in self.filters.items()},
             neighbors={n: dict(h.neighbors) for n, h in self.hosts.items()},
             fdbs={
                 (n, d.name): dict(d.fdb)
@@ -644,9 +653,9 @@ class EmulatedCluster:
         )
 
     def _restore(self, s: _Snapshot) -> None:
+        self.walker.forget_flows()
         for n, f in self.filters.items():
-            ct, recent, counters = s.filters[n]
-            f.nf.restore((ct.copy(), recent.copy(), dict(counters)))
+            f.restore(s.filters[n])
         for n, h in self.hosts.items():
             h.neighbors = dict(s.neighbors[n])
         for (n, dev), fdb in s.fdbs.items():

@@ -9,9 +9,11 @@
   iptables glue (``iptables-save`` text).
 
 :class:`EngineFilter` implements :class:`~dataplane.emulator.hooks.PacketFilter` with a
-:class:`dataplane.netfilter.evaluate.Netfilter`; a namespace without rules gets one with
-no tables, so its connections are still tracked. Trace records become
-:class:`~dataplane.emulator.trace.Hop` values.
+:class:`dataplane.netfilter.evaluate.Netfilter`; a namespace without rules gets a
+:class:`TrackingFilter`, which accepts everything but still tracks connections in the
+engine's conntrack table (so replies find their entries). Trace records become
+:class:`~dataplane.emulator.trace.Hop` values. :func:`replay_safe` decides whether the
+flow cache may replay a ruleset's verdicts for packets of known connections.
 """
 
 from __future__ import annotations
@@ -20,11 +22,21 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from random import Random
 
-from dataplane.emulator.hooks import FilterVerdict, HookIO, HookName, HookOutcome, Skb
+from dataplane.emulator.hooks import FilterVerdict, HookName, HookOutcome, ReplayStep, Skb
 from dataplane.emulator.trace import Hop, HopKind
 from dataplane.netfilter import evaluate as nf_eval
+from dataplane.netfilter import rules as R
 from dataplane.netfilter.choice import Chooser
-from dataplane.netfilter.conntrack import CONFIRMED, REPLY, Clock, Connection, ConntrackTable
+from dataplane.netfilter.conntrack import (
+    CONFIRMED,
+    REPLY,
+    Clock,
+    Connection,
+    ConntrackTable,
+    CtTuple,
+    PacketState,
+    addr_int,
+)
 from dataplane.netfilter.parse import apply_restore, parse_save
 from dataplane.netfilter.rules import Ruleset
 from dataplane.netfilter.trace import TraceRecord
@@ -70,24 +82,129 @@ def parse_iptables(rules: IptablesRules) -> Ruleset:
     return parse_save(rules.text, source=rules.source)
 
 
+def ct_tuple(pkt: Packet) -> CtTuple:
+    """The conntrack tuple of a packet (ICMP: the identifier as both ports)."""
+    if pkt.proto == "icmp":
+        return CtTuple("icmp", addr_int(pkt.src), addr_int(pkt.dst), pkt.icmp_id, pkt.icmp_id)
+    return CtTuple(pkt.proto, addr_int(pkt.src), addr_int(pkt.dst), pkt.sport, pkt.dport)
+
+
+def _inner_tuple(pkt: Packet) -> CtTuple | None:
+    inner = pkt.inner
+    if pkt.proto != "icmp" or inner is None:
+        return None
+    return ct_tuple(inner)
+
+
+def _log_step(
+    log: list[ReplayStep | None],
+    table: ConntrackTable,
+    t: CtTuple,
+    before: tuple[Connection, int] | None,
+    tcp_before: str | None,
+    conn: object,
+    direction: int,
+    state: str,
+    replayable: bool,
+) -> None:
+    if (
+        replayable
+        and before is not None
+        and isinstance(conn, Connection)
+        and before[0] is conn
+        and state in ("NEW", "ESTABLISHED")
+    ):
+        log.append(ReplayStep(table, t, conn, direction, state, tcp_before))
+    else:
+        log.append(None)
+
+
+class TrackingFilter:
+    """A namespace without rules: every packet is accepted, its connection tracked
+    (conntrack's PREROUTING/OUTPUT step and the confirmation at INPUT/POSTROUTING; a
+    confirmation clash drops the packet, as in the kernel)."""
+
+    __slots__ = ("name", "table")
+
+    def __init__(self, name: str, clock: Clock) -> None:
+        self.name = name
+        self.table = ConntrackTable(clock)
+
+    @property
+    def conntrack(self) -> ConntrackTable:
+        return self.table
+
+    def run(
+        self,
+        hook: HookName,
+        pkt: Packet,
+        indev: str | None,
+        outdev: str | None,
+        skb: Skb,
+        *,
+        record: bool,
+        log: list[ReplayStep | None] | None = None,
+    ) -> HookOutcome:
+        hops: list[Hop] = []
+        if hook == "PREROUTING" or hook == "OUTPUT":
+            if skb.ct is None:
+                t = ct_tuple(pkt)
+                before = self.table.lookup(t) if log is not None else None
+                tcp_before = before[0].tcp_state if before is not None else None
+                ps = self.table.classify(t, pkt.flags, pkt.icmp_type, _inner_tuple(pkt))
+                skb.ct = ps
+                if log is not None:
+                    _log_step(log, self.table, t, before, tcp_before, ps.conn, ps.direction,
+                              ps.state, True)
+                if record:
+                    note = f"state {ps.state}" + (" reply" if ps.direction == REPLY else "")
+                    hops.append(Hop("conntrack", self.name, dev_in=indev, dev_out=outdev,
+                                    hook=hook, conntrack=ps.state, note=note))
+        elif hook == "INPUT" or hook == "POSTROUTING":
+            att = skb.ct
+            if isinstance(att, PacketState) and att.conn is not None and not (
+                att.conn.status & CONFIRMED
+            ):
+                if not self.table.confirm(att.conn):
+                    if record:
+                        hops.append(Hop("conntrack", self.name, dev_in=indev, dev_out=outdev,
+                                        hook=hook, conntrack=att.state,
+                                        note="DROP: tuple clash on confirm"))
+                    return HookOutcome("DROP", pkt, hops)
+                if record:
+                    hops.append(Hop("conntrack", self.name, dev_in=indev, dev_out=outdev,
+                                    hook=hook, conntrack=att.state, note="confirmed"))
+        return HookOutcome("ACCEPT", pkt, hops)
+
+    def snapshot(self) -> object:
+        return self.table.copy()
+
+    def restore(self, state: object) -> None:
+        assert isinstance(state, ConntrackTable)
+        self.table = state.copy()
+
+
 class EngineFilter:
-    """One namespace's netfilter (see the module docstring).
+    """A namespace with rules, evaluated by :class:`dataplane.netfilter.evaluate.Netfilter`.
 
-    ``chooser`` is read at every hook call from ``chooser_source`` so that the cluster
-    can swap a seeded chooser for an explorer (``--all``)."""
+    The chooser is read at every hook call from ``chooser_box`` so that the cluster can
+    swap a seeded chooser for an explorer (``--all``)."""
 
-    __slots__ = ("chooser_box", "name", "nf")
+    __slots__ = ("chooser_box", "name", "nf", "replayable")
 
-    def __init__(self, name: str, nf: nf_eval.Netfilter, chooser_box: list[Chooser]) -> None:
+    def __init__(
+        self, name: str, nf: nf_eval.Netfilter, chooser_box: list[Chooser], replayable: bool
+    ) -> None:
         self.name = name
         self.nf = nf
         self.chooser_box = chooser_box
+        self.replayable = replayable
 
     @classmethod
     def build(
         cls,
         name: str,
-        rules: RulesetInput | None,
+        rules: RulesetInput,
         *,
         local_addrs: Iterable[IPAddress],
         iface_addrs: Mapping[str, Sequence[IPAddress]],
@@ -95,13 +212,11 @@ class EngineFilter:
         chooser_box: list[Chooser],
         seed: int = 0,
     ) -> EngineFilter:
-        """A filter for namespace ``name`` with ``rules`` (None: no tables). ``seed``
-        seeds the engine's own generator (``--random-fully`` source ports)."""
-        ruleset: Ruleset | None = None
-        if isinstance(rules, IptablesRules):
-            ruleset = parse_iptables(rules)
-        elif rules is not None:
+        """A filter for namespace ``name`` with ``rules``. ``seed`` seeds the engine's own
+        generator (``--random-fully`` source ports)."""
+        if not isinstance(rules, IptablesRules):
             raise _unsupported(rules)
+        ruleset = parse_iptables(rules)
         nf = nf_eval.Netfilter(
             ruleset,
             local_addrs=local_addrs,
@@ -110,41 +225,135 @@ class EngineFilter:
             clock=clock,
             rng=Random(f"{seed}/{name}"),
         )
-        return cls(name, nf, chooser_box)
-
-    # ---- PacketFilter
-
-    def run(
-        self, hook: HookName, pkt: Packet, io: HookIO, skb: Skb, *, record: bool
-    ) -> HookOutcome:
-        prev = skb.ct
-        if isinstance(prev, nf_eval.Skb):
-            eskb = nf_eval.Skb(pkt, prev.conn, prev.direction, prev.state, prev.untracked, prev.masq)
-        elif skb.related is not None and isinstance(skb.related, nf_eval.Skb):
-            eskb = _related(pkt, skb.related)
-        else:
-            eskb = nf_eval.Skb(pkt)
-        nf = self.nf
-        nf.trace = record
-        res = nf.run_hook(
-            hook,
-            eskb,
-            in_iface=io.indev,
-            out_iface=io.outdev,
-            chooser=self.chooser_box[0],
-        )
-        hops = [_hop(self.name, io, r) for r in res.records] if record else []
-        if res.skb is None:
-            verdict: FilterVerdict = "REJECT" if res.verdict == "REJECT" else "DROP"
-            return HookOutcome(verdict, pkt, hops, res.reject_with, None)
-        skb.ct = res.skb
-        return HookOutcome("ACCEPT", res.skb.packet, hops, None, _chosen_by(res.records))
-
-    # ---- state
+        return cls(name, nf, chooser_box, replay_safe(ruleset))
 
     @property
     def conntrack(self) -> ConntrackTable:
         return self.nf.conntrack
+
+    def run(
+        self,
+        hook: HookName,
+        pkt: Packet,
+        indev: str | None,
+        outdev: str | None,
+        skb: Skb,
+        *,
+        record: bool,
+        log: list[ReplayStep | None] | None = None,
+    ) -> HookOutcome:
+        prev = skb.ct
+        first = False
+        if isinstance(prev, nf_eval.Skb):
+            if prev.packet is pkt:
+                eskb = prev
+            else:
+                eskb = nf_eval.Skb(pkt, prev.conn, prev.direction, prev.state, prev.untracked,
+                                   prev.masq)
+        elif skb.related is not None and isinstance(skb.related, nf_eval.Skb):
+            eskb = _related(pkt, skb.related)
+        else:
+            eskb = nf_eval.Skb(pkt)
+            first = True
+        nf = self.nf
+        table = nf.conntrack
+        before = None
+        tcp_before = None
+        t = None
+        if log is not None and first:
+            t = ct_tuple(pkt)
+            before = table.lookup(t)
+            tcp_before = before[0].tcp_state if before is not None else None
+        nf.trace = record
+        res = nf.run_hook(hook, eskb, in_iface=indev, out_iface=outdev,
+                          chooser=self.chooser_box[0])
+        hops = [_hop(self.name, indev, outdev, r) for r in res.records] if record else []
+        out = res.skb
+        if log is not None:
+            if t is not None:
+                if out is None:
+                    log.append(None)
+                else:
+                    _log_step(log, table, t, before, tcp_before, out.conn, out.direction,
+                              out.state, self.replayable)
+            elif out is None:
+                log.append(None)
+        if out is None:
+            verdict: FilterVerdict = "REJECT" if res.verdict == "REJECT" else "DROP"
+            return HookOutcome(verdict, pkt, hops, res.reject_with, None)
+        skb.ct = out
+        return HookOutcome("ACCEPT", out.packet, hops, None,
+                           _chosen_by(res.records) if record else None)
+
+    def snapshot(self) -> object:
+        return self.nf.snapshot()
+
+    def restore(self, state: object) -> None:
+        assert isinstance(state, tuple)
+        ct, recent, counters = state
+        self.nf.restore((ct.copy(), recent.copy(), dict(counters)))
+
+
+PacketFilterImpl = TrackingFilter | EngineFilter
+
+
+def replay_safe(ruleset: Ruleset) -> bool:
+    """Whether a packet of a known connection (ctstate NEW-but-confirmed or
+    ESTABLISHED; the nat table is then skipped) meets, in the raw, mangle, filter and
+    security tables, only rules whose outcome depends on nothing but the packet, its
+    interfaces and its connection — no random draw, no ``recent`` list, no counter, no
+    connection status bits, no target that changes the connection. Then a recorded walk
+    of such a packet can be replayed for the next identical packet."""
+    for tname in ("raw", "mangle", "filter", "security"):
+        table = ruleset.tables.get(tname)
+        if table is None:
+            continue
+        seen: set[str] = set()
+        for chain in table:
+            if chain.builtin and not _chain_safe(table, chain.name, seen):
+                return False
+    return True
+
+
+_REPLAY_STATES = frozenset({"NEW", "ESTABLISHED", "SNAT", "DNAT"})
+
+
+def _blocks_replayed(m: object) -> bool:
+    """A match that is false for every replayed packet (``--ctstate`` without NEW,
+    ESTABLISHED or the NAT states)."""
+    if isinstance(m, R.ConntrackMatch) and m.states and not m.states_invert:
+        return not (_REPLAY_STATES & set(m.states))
+    if isinstance(m, R.StateMatch) and not m.invert:
+        return not (_REPLAY_STATES & set(m.states))
+    return False
+
+
+def _chain_safe(table: R.Table, name: str, seen: set[str]) -> bool:
+    if name in seen:
+        return True
+    seen.add(name)
+    chain = table.chains.get(name)
+    if chain is None:
+        return True
+    for rule in chain.rules:
+        blocked = False
+        for m in rule.matches:
+            if _blocks_replayed(m):
+                blocked = True
+                break
+            if isinstance(m, R.StatisticMatch | R.RecentMatch | R.NfacctMatch | R.SetMatch):
+                return False
+            if isinstance(m, R.ConntrackMatch) and m.statuses:
+                return False
+        if blocked:
+            continue
+        target = rule.target
+        if isinstance(target, R.Jump):
+            if not _chain_safe(table, target.chain, seen):
+                return False
+        elif isinstance(target, R.Connmark | R.Notrack | R.Dnat | R.Snat | R.Masquerade):
+            return False
+    return True
 
 
 def _related(pkt: Packet, orig: nf_eval.Skb) -> nf_eval.Skb:
@@ -163,8 +372,7 @@ def _related(pkt: Packet, orig: nf_eval.Skb) -> nf_eval.Skb:
     return nf_eval.Skb(pkt, conn, direction, "RELATED", False, False)
 
 
-def _hop(netns: str, io: HookIO, r: TraceRecord) -> Hop:
-    din, dout = io.indev, io.outdev
+def _hop(netns: str, din: str | None, dout: str | None, r: TraceRecord) -> Hop:
     if r.table == "conntrack":
         return Hop("conntrack", netns, dev_in=din, dev_out=dout, hook=r.hook,
                    conntrack=r.ctstate, note=r.effect)

@@ -4,12 +4,14 @@ The walk calls :meth:`PacketFilter.run` at each of the five IPv4 hooks with the 
 the devices involved and the packet's per-namespace :class:`Skb` state (its conntrack
 attachment, which the filter reads and writes). The filter answers with a
 :class:`HookOutcome`: the verdict, the packet after the hook (NAT, mark), and the trace
-steps it wants shown. :mod:`dataplane.emulator.netfilter_adapter` implements the protocol
-over :mod:`dataplane.netfilter`.
+steps it wants shown. :mod:`dataplane.emulator.filters` implements the protocol over
+:mod:`dataplane.netfilter`.
 
 Contract of ``run``:
 
-* ``hook`` is ``PREROUTING``, ``INPUT``, ``FORWARD``, ``OUTPUT`` or ``POSTROUTING``.
+* ``hook`` is ``PREROUTING``, ``INPUT``, ``FORWARD``, ``OUTPUT`` or ``POSTROUTING``;
+  ``indev``/``outdev`` are the ``-i``/``-o`` names (for bridged frames under
+  br_netfilter: the bridge).
 * The first hook a packet meets in a namespace (PREROUTING or OUTPUT) attaches its
   conntrack state to ``skb``; the last one (INPUT or POSTROUTING) confirms a new entry.
   A packet crossing into another namespace gets a fresh :class:`Skb`.
@@ -18,6 +20,10 @@ Contract of ``run``:
 * ``verdict`` is ``ACCEPT``, ``DROP`` or ``REJECT`` (``reject_with`` then names the
   answer: ``icmp-port-unreachable``, ``tcp-reset``, ...).
 * ``record`` False asks for no trace steps (the fast path of benchmarks).
+* ``log``, when given, receives one :class:`ReplayStep` for the hook that attached the
+  conntrack state, if the packet belongs to an existing connection whose later packets
+  the flow cache may replay (see :mod:`dataplane.emulator.flowcache`); otherwise it
+  receives ``None``, which marks the flow as not replayable.
 """
 
 from __future__ import annotations
@@ -26,21 +32,11 @@ from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
 from dataplane.emulator.trace import Hop
+from dataplane.netfilter.conntrack import Connection, ConntrackTable, CtTuple
 from netmodel.packet import Frame, Packet
 
 HookName = Literal["PREROUTING", "INPUT", "FORWARD", "OUTPUT", "POSTROUTING"]
 FilterVerdict = Literal["ACCEPT", "DROP", "REJECT"]
-
-
-@dataclass(frozen=True, slots=True)
-class HookIO:
-    """The devices a hook sees: ``-i``/``-o`` names and, for bridged frames under
-    ``br_netfilter``, the bridge ports (``--physdev-in``/``--physdev-out``)."""
-
-    indev: str | None = None
-    outdev: str | None = None
-    physin: str | None = None
-    physout: str | None = None
 
 
 @dataclass(slots=True)
@@ -70,11 +66,38 @@ class HookOutcome:
     chosen_by: str | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class ReplayStep:
+    """One namespace's conntrack step of a recorded flow: the table, the tuple looked
+    up, the connection and direction found, the ctstate it gave and the TCP state the
+    connection had before this packet updated it."""
+
+    table: ConntrackTable
+    tuple: CtTuple
+    conn: Connection
+    direction: int
+    state: str
+    tcp_before: str | None
+
+
 class PacketFilter(Protocol):
     """Netfilter for one namespace: its ruleset, conntrack table and LOCAL addresses."""
 
+    @property
+    def conntrack(self) -> ConntrackTable:
+        """The namespace's conntrack table."""
+        ...
+
     def run(
-        self, hook: HookName, pkt: Packet, io: HookIO, skb: Skb, *, record: bool
+        self,
+        hook: HookName,
+        pkt: Packet,
+        indev: str | None,
+        outdev: str | None,
+        skb: Skb,
+        *,
+        record: bool,
+        log: list[ReplayStep | None] | None = None,
     ) -> HookOutcome:
         """Run ``hook`` for ``pkt`` (see the module docstring)."""
         ...

@@ -38,13 +38,15 @@ from __future__ import annotations
 import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from dataplane.emulator.devices import BROADCAST_MAC, Bridge, Device, VxlanDevice
 from dataplane.emulator.fib import RouteResult
-from dataplane.emulator.hooks import HookIO, HookName, PacketFilter, Skb
+from dataplane.emulator.hooks import HookName, PacketFilter, ReplayStep, Skb
 from dataplane.emulator.host import Host
 from dataplane.emulator.trace import Hop
 from dataplane.emulator.traffic import Endpoints, Reception, icmp_error
+from dataplane.netfilter.conntrack import SEEN_REPLY
 from netmodel.ip import IPAddress
 from netmodel.packet import (
     ICMP_DEST_UNREACH,
@@ -90,6 +92,7 @@ class Delivery:
     host: str
     packet: Packet
     reception: Reception
+    dev: str = ""
 
 
 @dataclass(slots=True)
@@ -106,6 +109,24 @@ class WalkResult:
     mtu: int | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class _Flow:
+    """A recorded walk of a packet of known connections that ended in delivery: what
+    must still hold for the next identical packet to take the same way (``checks``:
+    FDB and neighbour entries; ``steps``: each namespace's conntrack entry and state),
+    and where it was delivered, as what."""
+
+    checks: tuple[tuple[dict[Any, Any], object, object], ...]
+    steps: tuple[ReplayStep, ...]
+    host: str
+    dev: str
+    delivered: Packet
+    src_rewritten: bool
+
+
+FLOW_CACHE_LIMIT = 100_000
+
+
 @dataclass(slots=True)
 class _Walk:
     record: bool
@@ -118,6 +139,17 @@ class _Walk:
     src_rewritten: bool = False
     mtu: int | None = None
     steps: int = 0
+    log: list[ReplayStep | None] | None = None
+    checks: list[tuple[dict[Any, Any], object, object]] | None = None
+
+    def check(self, mapping: dict[Any, Any], key: object) -> None:
+        """Remember that the walk relied on ``mapping[key]`` (flow cache validation)."""
+        if self.checks is not None:
+            self.checks.append((mapping, key, mapping.get(key)))
+
+    def unreplayable(self) -> None:
+        if self.log is not None:
+            self.log.append(None)
 
     def end(self, verdict: str, reason: str) -> None:
         if not self.verdict:
@@ -147,6 +179,11 @@ class Walker:
         self.hosts = hosts
         self.filters = filters
         self.endpoints = endpoints
+        self.flows: dict[tuple[str, Packet], _Flow] = {}
+        self._filter_of: dict[Host, PacketFilter] = {
+            h: filters[name] for name, h in hosts.items() if name in filters
+        }
+        self._walked: set[tuple[str, Packet]] = set()
 
     # ------------------------------------------------------------------ entry point
 
@@ -154,14 +191,40 @@ class Walker:
         self, host: str, pkt: Packet, *, related: object | None = None, record: bool = True
     ) -> WalkResult:
         """Send ``pkt`` from a socket (or the kernel) of ``host`` and follow it to its
-        end. ``related`` attaches the conntrack entry of the packet an error answers."""
-        w = _Walk(record)
+        end. ``related`` attaches the conntrack entry of the packet an error answers.
+
+        Fast path: without ``record``, a packet identical to one whose recorded walk
+        crossed only known connections and ended in delivery is replayed from the flow
+        cache — every conntrack entry on the way is looked up and updated as the full
+        walk would, the nat table and the rule, route, neighbour and FDB lookups are
+        skipped (valid while the entries the walk relied on are unchanged; see
+        :func:`~dataplane.emulator.filters.replay_safe` for which rulesets qualify)."""
+        key = (host, pkt)
+        if not record and related is None:
+            flow = self.flows.get(key)
+            if flow is not None:
+                replayed = self._replay(flow, pkt)
+                if replayed is not None:
+                    return replayed
+            if key in self._walked:
+                w = _Walk(record, log=[], checks=[])
+            else:
+                # only a packet seen before is recorded: first packets of new flows
+                # (a SYN with a fresh port) would never be replayed
+                if len(self._walked) >= FLOW_CACHE_LIMIT:
+                    self._walked.clear()
+                self._walked.add(key)
+                w = _Walk(record)
+        else:
+            w = _Walk(record)
         h = self.hosts[host]
         if record:
             w.hops.append(Hop("send", h.name, packet=pkt))
         self._local_out(w, h, pkt, Skb(related=related))
         if not w.verdict:
             w.end("DROP", "the walk ended without a decision")
+        if w.log is not None and w.checks is not None:
+            self._remember(key, w)
         return WalkResult(
             verdict=w.verdict,
             reason=w.reason,
@@ -171,6 +234,62 @@ class Walker:
             chosen_by=w.chosen_by,
             src_rewritten=w.src_rewritten,
             mtu=w.mtu,
+        )
+
+    def forget_flows(self) -> None:
+        """Drop the flow cache (needed whenever state is replaced rather than updated:
+        a restored snapshot)."""
+        self.flows.clear()
+        self._walked.clear()
+
+    def _remember(self, key: tuple[str, Packet], w: _Walk) -> None:
+        d = w.delivered
+        assert w.log is not None and w.checks is not None
+        if (
+            w.verdict != "delivered"
+            or d is None
+            or (w.answer is not None and w.answer.related is not None)
+            or not w.log
+            or any(step is None for step in w.log)
+        ):
+            self.flows.pop(key, None)
+            return
+        if len(self.flows) >= FLOW_CACHE_LIMIT:
+            self.flows.clear()
+        self.flows[key] = _Flow(
+            checks=tuple(w.checks),
+            steps=tuple(s for s in w.log if s is not None),
+            host=d.host,
+            dev=d.dev,
+            delivered=d.packet,
+            src_rewritten=w.src_rewritten,
+        )
+
+    def _replay(self, flow: _Flow, pkt: Packet) -> WalkResult | None:
+        for mapping, k, value in flow.checks:
+            if mapping.get(k) is not value:
+                return None
+        for st in flow.steps:
+            hit = st.table.lookup(st.tuple)
+            if hit is None or hit[0] is not st.conn or hit[1] != st.direction:
+                return None
+            conn = st.conn
+            if conn.tcp_state != st.tcp_before:
+                return None
+            if st.direction == 0 and bool(conn.status & SEEN_REPLY) != (st.state == "ESTABLISHED"):
+                return None
+        flags, itype = pkt.flags, pkt.icmp_type
+        for st in flow.steps:
+            st.table.classify(st.tuple, flags, itype, None)
+        w = _Walk(False)
+        self._receive(w, self.hosts[flow.host], flow.dev, flow.delivered)
+        return WalkResult(
+            verdict=w.verdict,
+            reason=w.reason,
+            hops=[],
+            delivered=w.delivered,
+            answer=w.answer,
+            src_rewritten=flow.src_rewritten,
         )
 
     # ------------------------------------------------------------------ helpers
@@ -188,21 +307,29 @@ class Walker:
         return True
 
     def _hook(
-        self, w: _Walk, host: Host, hook: HookName, pkt: Packet, io: HookIO, skb: Skb
+        self,
+        w: _Walk,
+        host: Host,
+        hook: HookName,
+        pkt: Packet,
+        indev: str | None,
+        outdev: str | None,
+        skb: Skb,
     ) -> Packet | None:
         """Run one netfilter hook; None when the packet did not survive it (the walk has
         then ended: DROP, or REJECT with its answer)."""
-        f = self.filters.get(host.name)
+        f = self._filter_of.get(host)
         if f is None:
             return pkt
-        out = f.run(hook, pkt, io, skb, record=w.record)
-        if w.record and out.hops:
-            w.hops.extend(out.hops)
-        if out.chosen_by is not None and w.chosen_by is None:
-            w.chosen_by = out.chosen_by
+        out = f.run(hook, pkt, indev, outdev, skb, record=w.record, log=w.log)
+        if w.record:
+            if out.hops:
+                w.hops.extend(out.hops)
+            if out.chosen_by is not None and w.chosen_by is None:
+                w.chosen_by = out.chosen_by
         if out.verdict == "ACCEPT":
             new = out.packet
-            if new.src != pkt.src and skb.tunnel is None:
+            if new is not pkt and new.src != pkt.src and skb.tunnel is None:
                 w.src_rewritten = True
             return new
         if out.verdict == "REJECT":
@@ -266,7 +393,7 @@ class Walker:
             return
         if w.record:
             w.hops.append(Hop("route", host.name, dev_out=rt.dev, route=rt.description))
-        out = self._hook(w, host, "OUTPUT", pkt, HookIO(outdev=rt.dev), skb)
+        out = self._hook(w, host, "OUTPUT", pkt, None, rt.dev, skb)
         if out is None:
             return
         if out.dst != pkt.dst:
@@ -294,7 +421,7 @@ class Walker:
     def _ip_output(self, w: _Walk, host: Host, pkt: Packet, rt: RouteResult, skb: Skb) -> None:
         assert rt.dev is not None and rt.nexthop is not None
         dev = host.devices[rt.dev]
-        out = self._hook(w, host, "POSTROUTING", pkt, HookIO(outdev=dev.name), skb)
+        out = self._hook(w, host, "POSTROUTING", pkt, None, dev.name, skb)
         if out is None:
             return
         if rt.type == "local":
@@ -315,8 +442,10 @@ class Walker:
         """The MAC of ``nexthop`` on ``dev``: from the neighbour table, else by ARP."""
         if dev.kind == "loopback":
             return dev.mac
-        entry = host.neighbors.get((dev.name, nexthop))
+        key = (dev.name, nexthop)
+        entry = host.neighbors.get(key)
         if entry is not None:
+            w.check(host.neighbors, key)
             return entry.mac
         if dev.noarp:
             self._drop(
@@ -347,6 +476,7 @@ class Walker:
             bridge.learn(rx_dev.mac, port)
         reply = Frame(rx_dev.mac, dev.mac, arp=("is-at", str(nexthop), str(sender)))
         host.learn_neighbor(dev.name, nexthop, rx_dev.mac)
+        w.check(host.neighbors, key)
         if w.record:
             w.hops.append(
                 Hop("arp", rx_host.name, dev_out=rx_dev.name, frame=reply,
@@ -426,7 +556,9 @@ class Walker:
             return
         if isinstance(dev, Bridge):
             port = dev.fdb.get(dst_mac)
+            w.check(dev.fdb, dst_mac)
             if port is None:
+                w.unreplayable()
                 port = self._port_toward(dev, dst_mac, None)
                 if port is None:
                     self._drop(w, host, f"{dev.name}: unknown unicast {dst_mac}, flooded, nobody took it")
@@ -523,6 +655,7 @@ class Walker:
         if br.learn(src_mac, port) and w.record:
             w.hops.append(Hop("bridge", host.name, dev_in=port.name,
                               bridge=f"{br.name}: learned {src_mac} on {port.name}"))
+        w.check(br.fdb, src_mac)
         if not (host.bridge_nf_call_iptables and host.name in self.filters):
             if dst_mac == br.mac:
                 if w.record:
@@ -534,7 +667,7 @@ class Walker:
             return
         # br_netfilter: PREROUTING at the bridge, the IP layer will not repeat it
         skb = Skb(tunnel=tunnel, bridged=True)
-        out = self._hook(w, host, "PREROUTING", pkt, HookIO(indev=br.name, physin=port.name), skb)
+        out = self._hook(w, host, "PREROUTING", pkt, br.name, None, skb)
         if out is None:
             return
         if out.dst != pkt.dst:
@@ -575,8 +708,10 @@ class Walker:
         tunnel: Frame | None,
     ) -> None:
         out = br.fdb.get(dst_mac)
+        w.check(br.fdb, dst_mac)
         how = "fdb"
         if out is None:
+            w.unreplayable()
             out = self._port_toward(br, dst_mac, None)
             how = "flooded"
             if out is None:
@@ -595,12 +730,10 @@ class Walker:
         if w.record:
             w.hops.append(Hop("bridge", host.name, dev_in=inport.name, dev_out=out.name, bridge=text))
         if skb is not None:
-            io = HookIO(indev=br.name, outdev=br.name, physin=inport.name, physout=out.name)
-            fwd = self._hook(w, host, "FORWARD", pkt, io, skb)
+            fwd = self._hook(w, host, "FORWARD", pkt, br.name, br.name, skb)
             if fwd is None:
                 return
-            post = self._hook(w, host, "POSTROUTING", fwd,
-                              HookIO(outdev=br.name, physout=out.name), skb)
+            post = self._hook(w, host, "POSTROUTING", fwd, None, br.name, skb)
             if post is None:
                 return
             pkt = post
@@ -612,7 +745,7 @@ class Walker:
         if not self._step(w, host):
             return
         if not skb.bridged:
-            out = self._hook(w, host, "PREROUTING", pkt, HookIO(indev=dev.name), skb)
+            out = self._hook(w, host, "PREROUTING", pkt, dev.name, None, skb)
             if out is None:
                 return
             pkt = out
@@ -621,7 +754,7 @@ class Walker:
                        dev_in=dev.name)
             return
         if host.is_local(pkt.dst):
-            out = self._hook(w, host, "INPUT", pkt, HookIO(indev=dev.name), skb)
+            out = self._hook(w, host, "INPUT", pkt, dev.name, None, skb)
             if out is None:
                 return
             self._local_deliver(w, host, dev, out, skb)
@@ -657,11 +790,11 @@ class Walker:
                 "frag-needed", dev_in=indev.name, dev_out=outdev.name,
             )
             return
-        pkt = pkt.evolve(ttl=pkt.ttl - 1)
+        pkt = _with_ttl(pkt, pkt.ttl - 1)
         if w.record:
             w.hops.append(Hop("forward", host.name, dev_in=indev.name, dev_out=outdev.name,
                               packet=pkt, note=f"ip_forward: TTL decremented to {pkt.ttl}"))
-        out = self._hook(w, host, "FORWARD", pkt, HookIO(indev=indev.name, outdev=outdev.name), skb)
+        out = self._hook(w, host, "FORWARD", pkt, indev.name, outdev.name, skb)
         if out is None:
             return
         self._ip_output(w, host, out, rt, skb)
@@ -674,20 +807,18 @@ class Walker:
             if vx is not None:
                 self._vxlan_rcv(w, host, vx, pkt, skb.tunnel)
                 return
+        self._receive(w, host, dev.name, pkt)
+
+    def _receive(self, w: _Walk, host: Host, dev: str, pkt: Packet) -> None:
+        """Hand ``pkt`` to the socket layer; an answer it produces is the walk's."""
         rec = self.endpoints.receive(host.name, pkt)
         if w.record:
-            w.hops.append(Hop("deliver", host.name, dev_in=dev.name, packet=pkt,
+            w.hops.append(Hop("deliver", host.name, dev_in=dev, packet=pkt,
                               note=f"{rec.kind}: {rec.note}"))
-        if rec.kind == "refused":
-            w.delivered = Delivery(host.name, pkt, rec)
-            if rec.answer is not None:
-                w.answer = Answer(host.name, rec.answer)
-            w.end("unreachable", rec.note)
-            return
-        w.delivered = Delivery(host.name, pkt, rec)
+        w.delivered = Delivery(host.name, pkt, rec, dev)
         if rec.answer is not None:
             w.answer = Answer(host.name, rec.answer)
-        w.end("delivered", rec.note)
+        w.end("unreachable" if rec.kind == "refused" else "delivered", rec.note)
 
     # ------------------------------------------------------------------ VXLAN
 
@@ -742,6 +873,12 @@ class Walker:
                     vxlan=f"decap VNI {vx.vni} from {outer.src}:{outer.sport}")
             )
         self._l2_rcv(w, host, vx, inner.src_mac, inner.dst_mac, inner.packet, None)
+
+
+def _with_ttl(p: Packet, ttl: int) -> Packet:
+    """``p`` with another TTL (the constructor called directly: ``replace`` is slow)."""
+    return Packet(p.src, p.dst, p.proto, p.sport, p.dport, ttl, p.length, p.flags,
+                  p.icmp_type, p.icmp_code, p.icmp_id, p.payload, p.mark, p.inner, p.df)
 
 
 def _wire_frame(src_mac: str, dst_mac: str, pkt: Packet, tunnel: Frame | None) -> Frame:
