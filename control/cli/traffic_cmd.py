@@ -1,0 +1,438 @@
+"""Traffic commands on the emulator: ``trace``, ``ping``, ``connect``, ``pcap``, ``conntrack``.
+
+``trace --at node/NAME`` evaluates only that node's netfilter (kube-proxy's packet-flow
+tests' question); without ``--at`` the packet walks the whole emulated cluster.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import click
+import yaml
+
+from control import emulation
+from control.cli.main import Context, handle_errors
+from control.cli.printers import format_table
+from control.session import Session
+from dataplane.emulator.cluster import EmulatedCluster
+from dataplane.emulator.filters import IptablesRules, RulesetInput
+from dataplane.netfilter import Flow, FlowResult, FlowTracer
+from netmodel.errors import InputError, NotFoundError
+from netmodel.ip import split_host_port
+from netmodel.objects import Node, Pod
+
+PROTOS = ["tcp", "udp", "icmp", "sctp"]
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _ip_of(session: Session, text: str) -> tuple[str, int | None]:
+    """An endpoint spec as (IP, port or None) for ``--at`` mode."""
+    text = emulation.resolve_endpoint(session, text)
+    if text.startswith("node/"):
+        try:
+            node = session.store.get("Node", text[5:])
+        except NotFoundError:
+            raise InputError(f"node {text[5:]} not found", field=text) from None
+        assert isinstance(node, Node)
+        return node.internal_ips[0], None
+    if text.startswith("pod/"):
+        try:
+            pod = session.store.get("Pod", text[4:])
+        except NotFoundError:
+            raise InputError(f"pod {text[4:]} not found", field=text) from None
+        assert isinstance(pod, Pod)
+        if not pod.status.pod_ip:
+            raise InputError(f"pod {text[4:]} has no IP yet", field=text)
+        return pod.status.pod_ip, None
+    if text.count(":") == 1 or text.startswith("["):
+        host, port = split_host_port(text)
+        return host, port
+    return text, None
+
+
+def _load_override(path: str | None, node: str | None) -> dict[str, RulesetInput]:
+    if not path:
+        return {}
+    if node is None:
+        raise click.UsageError("--iptables-save needs --at node/NAME (whose rules it replaces)")
+    try:
+        text = Path(path).read_text()
+    except OSError as e:
+        raise InputError(f"cannot read: {e.strerror}", file=path) from None
+    return {node: IptablesRules(text, source=path)}
+
+
+def at_trace(
+    session: Session,
+    node_name: str,
+    src: str,
+    dst: str,
+    proto: str,
+    *,
+    all_branches: bool,
+    rules_text: str | None = None,
+    linear: bool = False,
+) -> dict[str, Any]:
+    """``--at node/NAME``: the node's netfilter alone, as upstream's flow tests."""
+    from control.cli.rules_cmd import node_rules
+
+    try:
+        node = session.store.get("Node", node_name)
+    except NotFoundError:
+        raise InputError(f"node {node_name} not found", field="--at") from None
+    assert isinstance(node, Node)
+    sip, _ = _ip_of(session, src)
+    dip, dport = _ip_of(session, dst)
+    if dport is None and proto != "icmp":
+        raise click.UsageError(f"--to {dst}: give a port (IP:PORT or svc/NS/NAME:PORT)")
+    if rules_text is None:
+        rendered = node_rules(session, node_name, "iptables")
+        rules_text = rendered.save_text
+    local = ["127.0.0.1", "::1", *node.internal_ips]
+    tracer = FlowTracer(rules_text, local, linear=linear)
+    flow = Flow(sip, dip, dport or 0, proto)
+    result: FlowResult = tracer.trace(flow)
+    if all_branches:
+        endpoints = [
+            {"endpoint": e.endpoint, "probability": round(e.probability, 10)}
+            for e in result.endpoints
+        ]
+        verdict = result.verdict
+        masq = result.masquerade
+        records = result.branches[0].result.records if result.branches else []
+        visited = result.branches[0].result.visited if result.branches else 0
+    else:
+        import random
+
+        t = tracer.sample(flow, random.Random(session.cluster.spec.seed))
+        p = next((b.probability for b in result.branches if b.result.dnat == t.dnat), 1.0)
+        endpoints = (
+            [{"endpoint": f"{t.dnat[0]}:{t.dnat[1]}", "probability": round(p, 10)}]
+            if t.dnat
+            else []
+        )
+        verdict, masq, records, visited = t.verdict, t.masquerade, t.records, t.visited
+    return {
+        "at": f"node/{node_name}",
+        "flow": {"from": sip, "to": dip, "port": dport, "proto": proto},
+        "verdict": verdict,
+        "output": result.upstream_output(),
+        "endpoints": endpoints,
+        "masquerade": masq,
+        "origin": result.origin,
+        "rules_visited": visited,
+        "hops": [r.to_dict() for r in records],
+    }
+
+
+def _render_at(res: dict[str, Any]) -> str:
+    f = res["flow"]
+    head = f"{f['proto']} {f['from']} -> {f['to']}:{f['port']} at {res['at']}: {res['verdict']}" + (
+        " (masquerade)" if res["masquerade"] else ""
+    )
+    rows = [["HOOK", "TABLE", "CHAIN", "RULE", "EFFECT", "NAT", "CTSTATE", "MARK"]]
+    rows += [
+        [
+            h["hook"],
+            h["table"],
+            h["chain"],
+            str(h["rule"] or "-"),
+            h["effect"],
+            h["nat"] or "",
+            h["ctstate"],
+            h["mark"],
+        ]
+        for h in res["hops"]
+    ]
+    eps = "\n".join(f"  {e['endpoint']}  p={e['probability']:.4f}" for e in res["endpoints"])
+    return head + "\n" + format_table(rows) + ("\nendpoints:\n" + eps if eps else "")
+
+
+def _emulator_for(
+    session: Session, *specs: str, override: dict[str, RulesetInput]
+) -> EmulatedCluster:
+    resolved = [emulation.resolve_endpoint(session, s) for s in specs]
+    clients = emulation.external_sources(session, *resolved[:1])
+    return emulation.emulator(session, external_clients=clients, rules_override=override)
+
+
+def _split_dst(text: str) -> tuple[str, int | None]:
+    if text.count(":") == 1 and not text.startswith(("pod/", "node/")):
+        host, port = split_host_port(text)
+        return host, port
+    return text, None
+
+
+def full_trace(
+    session: Session,
+    src: str,
+    dst: str,
+    proto: str,
+    *,
+    sport: int | None,
+    all_branches: bool,
+    override: dict[str, RulesetInput] | None = None,
+) -> Any:
+    emu = _emulator_for(session, src, dst, override=override or {})
+    s = emulation.resolve_endpoint(session, src)
+    d, port = _split_dst(emulation.resolve_endpoint(session, dst))
+    fn = emu.trace_all if all_branches else emu.trace
+    return fn(s, d, proto, port, sport)  # type: ignore[arg-type]
+
+
+# --------------------------------------------------------------------------- trace
+
+
+@click.command()
+@click.option("--from", "src", help="pod/NS/NAME, node/NAME, an IP")
+@click.option("--to", "dst", help="pod/NS/NAME, node/NAME, IP, IP:PORT, svc/NS/NAME:PORT")
+@click.option("--proto", type=click.Choice(PROTOS), default="tcp", show_default=True)
+@click.option("--sport", type=int, default=None, help="Source port (default: ephemeral)")
+@click.option("--all", "all_branches", is_flag=True, help="Follow every branch of random choices")
+@click.option("--at", "at", default=None, help="node/NAME: evaluate only that node's netfilter")
+@click.option("--flows", "flows_file", default=None, help="YAML/JSON list of {from, to, proto}")
+@click.option(
+    "--iptables-save", "iptables_save", default=None, help="Replace the node's rules by a dump"
+)
+@click.option(
+    "--linear", is_flag=True, help="--at: walk rules one by one, report how many were visited"
+)
+@click.option("-o", "--output", type=click.Choice(["text", "json"]), default="text")
+@click.option("-f", "--filename", "files", multiple=True, help="Throw-away cluster from manifests")
+@click.pass_obj
+@handle_errors
+def trace(
+    ctx: Context,
+    src: str | None,
+    dst: str | None,
+    proto: str,
+    sport: int | None,
+    all_branches: bool,
+    at: str | None,
+    flows_file: str | None,
+    iptables_save: str | None,
+    linear: bool,
+    output: str,
+    files: tuple[str, ...],
+) -> None:
+    """Walk one packet and its reply, and explain every hop and rule."""
+    flows: list[dict[str, Any]]
+    if flows_file:
+        try:
+            data = yaml.safe_load(Path(flows_file).read_text())
+        except (OSError, yaml.YAMLError) as e:
+            raise InputError(f"cannot read flows: {e}", file=flows_file) from None
+        if not isinstance(data, list):
+            raise InputError("expected a list of {from, to, proto}", file=flows_file)
+        flows = data
+    else:
+        if not src or not dst:
+            raise click.UsageError("--from and --to are required (or --flows FILE)")
+        flows = [{"from": src, "to": dst, "proto": proto}]
+    node = at[5:] if at and at.startswith("node/") else None
+    if at and node is None:
+        raise click.UsageError("--at takes node/NAME")
+    session = ctx.session(files)
+    try:
+        rules_text = Path(iptables_save).read_text() if (iptables_save and node) else None
+        override = {} if node else _load_override(iptables_save, None) if iptables_save else {}
+        for i, f in enumerate(flows):
+            if not isinstance(f, dict) or "from" not in f or "to" not in f:
+                raise InputError("each flow needs 'from' and 'to'", file=flows_file, field=f"[{i}]")
+            p = str(f.get("proto", "tcp")).lower()
+            if node:
+                res = at_trace(
+                    session,
+                    node,
+                    str(f["from"]),
+                    str(f["to"]),
+                    p,
+                    all_branches=all_branches,
+                    rules_text=rules_text,
+                    linear=linear,
+                )
+                if f.get("name"):
+                    res["name"] = f["name"]
+                click.echo(json.dumps(res) if output == "json" or flows_file else _render_at(res))
+            else:
+                t = full_trace(
+                    session,
+                    str(f["from"]),
+                    str(f["to"]),
+                    p,
+                    sport=sport,
+                    all_branches=all_branches,
+                    override=override,
+                )
+                if output == "json" or flows_file:
+                    click.echo(json.dumps(t.to_json(), indent=None if flows_file else 2))
+                else:
+                    click.echo(t.render_text())
+    finally:
+        session.close()
+
+
+# --------------------------------------------------------------------------- ping
+
+
+@click.command()
+@click.argument("src")
+@click.argument("dst")
+@click.option("-c", "--count", type=int, default=3, show_default=True)
+@click.option("-f", "--filename", "files", multiple=True)
+@click.pass_obj
+@handle_errors
+def ping(ctx: Context, src: str, dst: str, count: int, files: tuple[str, ...]) -> None:
+    """ICMP echo from SRC to DST, ping-like output (TTL and path per reply)."""
+    session = ctx.session(files)
+    try:
+        emu = _emulator_for(session, src, dst, override={})
+        s, d = emulation.resolve_endpoint(session, src), emulation.resolve_endpoint(session, dst)
+        results = emu.ping(s, d, count)
+        target = results[0].trace.packet.dst if results else d
+        click.echo(f"PING {dst} ({target}): 56 data bytes")
+        ok = 0
+        for r in results:
+            if r.ok:
+                ok += 1
+                click.echo(
+                    f"64 bytes from {r.reply_from}: icmp_seq={r.seq} ttl={r.ttl}   path: {' > '.join(r.path)}"
+                )
+            else:
+                click.echo(f"icmp_seq={r.seq}: {r.verdict}   path: {' > '.join(r.path)}")
+        loss = 100 * (count - ok) // max(count, 1)
+        click.echo(f"--- {dst} ping statistics ---")
+        click.echo(f"{count} packets transmitted, {ok} received, {loss}% packet loss")
+        if ok < count:
+            raise SystemExit(1)
+    finally:
+        session.close()
+
+
+# --------------------------------------------------------------------------- connect
+
+
+def chi_square(counts: list[int]) -> tuple[float, float]:
+    """Pearson's chi-square statistic against equal shares, and its p-value."""
+    n, k = sum(counts), len(counts)
+    if k < 2 or n == 0:
+        return 0.0, 1.0
+    from scipy.stats import chisquare
+
+    res = chisquare(counts)
+    return float(res.statistic), float(res.pvalue)
+
+
+@click.command()
+@click.argument("src")
+@click.argument("dst")
+@click.option("-n", "count", type=int, default=100, show_default=True)
+@click.option("--proto", type=click.Choice(["tcp", "udp"]), default="tcp", show_default=True)
+@click.option("-o", "--output", type=click.Choice(["text", "json"]), default="text")
+@click.option("-f", "--filename", "files", multiple=True)
+@click.pass_obj
+@handle_errors
+def connect(
+    ctx: Context, src: str, dst: str, count: int, proto: str, output: str, files: tuple[str, ...]
+) -> None:
+    """Open N connections SRC -> DST; per connection the endpoint and the rule that chose
+    it; then per-endpoint counts and a chi-square test of equal shares."""
+    session = ctx.session(files)
+    try:
+        emu = _emulator_for(session, src, dst, override={})
+        s = emulation.resolve_endpoint(session, src)
+        d, port = _split_dst(emulation.resolve_endpoint(session, dst))
+        if port is None:
+            raise click.UsageError(f"{dst}: give a port (IP:PORT or svc/NS/NAME:PORT)")
+        conns = emu.connect(s, d, proto, port, count)  # type: ignore[arg-type]
+        counts = Counter(c.endpoint or c.verdict for c in conns)
+        stat, p = chi_square(list(counts.values()))
+        if output == "json":
+            click.echo(
+                json.dumps(
+                    {
+                        "connections": [c.to_json() for c in conns],
+                        "counts": dict(counts),
+                        "chi_square": {
+                            "statistic": stat,
+                            "dof": max(len(counts) - 1, 0),
+                            "p_value": p,
+                        },
+                    },
+                    indent=2,
+                )
+            )
+            return
+        rows = [["#", "SPORT", "ENDPOINT", "POD", "CHOSEN BY"]]
+        for i, c in enumerate(conns, 1):
+            rows.append(
+                [str(i), str(c.sport), c.endpoint or c.verdict, c.pod or "-", c.chosen_by or "-"]
+            )
+        click.echo(format_table(rows))
+        click.echo("")
+        total = sum(counts.values())
+        summary = [["ENDPOINT", "COUNT", "SHARE"]]
+        summary += [[k, str(v), f"{v / total:.3f}"] for k, v in counts.most_common()]
+        click.echo(format_table(summary))
+        click.echo(
+            f"\nchi-square vs equal shares: {stat:.3f} (dof {max(len(counts) - 1, 0)}), p = {p:.4f}"
+        )
+    finally:
+        session.close()
+
+
+# --------------------------------------------------------------------------- pcap, conntrack
+
+
+@click.command()
+@click.option("--from", "src", required=True)
+@click.option("--to", "dst", required=True)
+@click.option("--proto", type=click.Choice(PROTOS), default="tcp")
+@click.option("-w", "write", required=True, help="pcap file to write")
+@click.option("-f", "--filename", "files", multiple=True)
+@click.pass_obj
+@handle_errors
+def pcap(ctx: Context, src: str, dst: str, proto: str, write: str, files: tuple[str, ...]) -> None:
+    """Trace one packet and write its frames on every hop as a pcap (Wireshark opens it)."""
+    session = ctx.session(files)
+    try:
+        emu = _emulator_for(session, src, dst, override={})
+        s = emulation.resolve_endpoint(session, src)
+        d, port = _split_dst(emulation.resolve_endpoint(session, dst))
+        t = emu.trace(s, d, proto, port)  # type: ignore[arg-type]
+        n = emu.pcap(t, write)
+        click.echo(f"{n} frames written to {write} ({t.verdict})")
+    finally:
+        session.close()
+
+
+@click.command()
+@click.option("--node", "node_name", required=True)
+@click.option("--from", "src", default=None, help="First open a connection from here...")
+@click.option("--to", "dst", default=None, help="...to here")
+@click.option("-f", "--filename", "files", multiple=True)
+@click.pass_obj
+@handle_errors
+def conntrack(
+    ctx: Context, node_name: str, src: str | None, dst: str | None, files: tuple[str, ...]
+) -> None:
+    """Print a node's conntrack table like `conntrack -L` (optionally after a connection)."""
+    session = ctx.session(files)
+    try:
+        emu = _emulator_for(session, *(x for x in (src, dst) if x), override={})
+        if src and dst:
+            d, port = _split_dst(emulation.resolve_endpoint(session, dst))
+            emu.connect(emulation.resolve_endpoint(session, src), d, "tcp", port or 80, 1)
+        for entry in emu.conntrack(node_name):
+            click.echo(entry.text)
+    finally:
+        session.close()
+
+
+COMMANDS = [trace, ping, connect, pcap, conntrack]

@@ -1,0 +1,160 @@
+"""From the control plane's state to the dataplane's inputs: the cluster network
+(:func:`netmodel.topology.build`), each node's kube-proxy rules, and each pod's
+listening ports. Both backends are fed from here, so they see the same cluster.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from ipaddress import IPv4Address, IPv4Network, ip_address
+
+from control.agents.kubeproxy import NodeRules
+from control.session import Session
+from dataplane.emulator.cluster import EmulatedCluster
+from dataplane.emulator.filters import IptablesRules, IpvsRules, NftRules, RulesetInput
+from dataplane.netfilter import format_save
+from dataplane.proxy.ipvs import IpvsRender
+from netmodel.errors import InputError, NotFoundError
+from netmodel.network import ClusterNetwork
+from netmodel.objects import Node, Pod, Service
+from netmodel.topology import PodInfo, build, node_info, pod_ns
+
+
+@dataclass(frozen=True)
+class ClusterView:
+    """Everything a backend needs to realise the cluster."""
+
+    network: ClusterNetwork
+    rulesets: Mapping[str, RulesetInput]
+    listeners: Mapping[str, frozenset[tuple[str, int]]]
+    local_addresses: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    node_ips: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+
+
+def running_pods(session: Session) -> list[Pod]:
+    """Pods with an IP on a node (host-network pods are the node itself)."""
+    return [
+        p
+        for p in session.store.list("Pod")
+        if isinstance(p, Pod) and p.status.pod_ip and p.spec.node_name and not p.spec.host_network
+    ]
+
+
+def ruleset_input(state: NodeRules) -> RulesetInput | None:
+    """What the emulator evaluates for one node, from its kube-proxy's applied state."""
+    if state.rendered is None:
+        return None
+    if state.mode == "iptables":
+        return IptablesRules(format_save(state.ruleset), source=f"kube-proxy {state.mode}")
+    if state.mode == "nftables":
+        return NftRules(state.rendered.restore_input, source="kube-proxy nftables")
+    assert isinstance(state.rendered, IpvsRender)
+    r = state.rendered
+    return IpvsRules(ipvsadm=r.ipvsadm_text, ipset=r.ipset_text, iptables=r.iptables_save_text)
+
+
+def view(
+    session: Session,
+    *,
+    external_clients: Iterable[str] = (),
+    rules_override: Mapping[str, RulesetInput] | None = None,
+) -> ClusterView:
+    """The cluster as both backends realise it (converges the control plane first)."""
+    session.converge()
+    spec = session.cluster.spec
+    nodes = []
+    node_ips: dict[str, tuple[str, ...]] = {}
+    for n in session.store.list("Node"):
+        assert isinstance(n, Node)
+        ips = n.internal_ips
+        if not ips:
+            continue
+        node_ips[n.name] = tuple(ips)
+        nodes.append(node_info(n.name, ips[0], n.spec.pod_cidr))
+    pods = [
+        PodInfo(p.key, p.spec.node_name or "", IPv4Address(p.status.pod_ip or ""))
+        for p in running_pods(session)
+    ]
+    listeners = {
+        pod_ns(p.key): frozenset(
+            (port.protocol.lower(), port.container_port)
+            for c in p.spec.containers
+            for port in c.ports
+        )
+        for p in running_pods(session)
+    }
+    owned = {str(a) for n in nodes for a in [n.ip]} | {str(p.ip) for p in pods}
+    clients = sorted({c for c in external_clients if c not in owned})
+    node_net = spec.node_net
+    assert isinstance(node_net, IPv4Network)
+    network = build(node_net, nodes, pods, overlay=spec.overlay, external_clients=clients)
+    rulesets: dict[str, RulesetInput] = {}
+    local: dict[str, tuple[str, ...]] = {}
+    for name, state in session.rules.nodes.items():
+        ri = ruleset_input(state)
+        if ri is not None:
+            rulesets[name] = ri
+        if isinstance(state.rendered, IpvsRender):
+            local[name] = tuple(state.rendered.addresses)
+    rulesets.update(rules_override or {})
+    return ClusterView(network, rulesets, listeners, local, node_ips)
+
+
+def emulator(
+    session: Session,
+    *,
+    external_clients: Iterable[str] = (),
+    rules_override: Mapping[str, RulesetInput] | None = None,
+    seed: int | None = None,
+) -> EmulatedCluster:
+    v = view(session, external_clients=external_clients, rules_override=rules_override)
+    return EmulatedCluster(
+        v.network,
+        v.rulesets,
+        v.listeners,
+        v.local_addresses,
+        seed=session.cluster.spec.seed if seed is None else seed,
+    )
+
+
+def resolve_endpoint(session: Session, text: str) -> str:
+    """Turn the CLI's ``svc/NS/NAME:PORT`` (port number or name) into ``IP:PORT`` and
+    ``pod/NAME`` into ``pod/default/NAME``; other forms pass through (the emulator
+    understands ``pod/NS/NAME``, ``node/NAME``, ``IP`` and ``IP:PORT``)."""
+    if text.startswith(("svc/", "service/")):
+        rest = text.split("/", 1)[1]
+        path, _, port = rest.partition(":")
+        ns, _, name = path.rpartition("/")
+        ns = ns or "default"
+        try:
+            svc = session.store.get("Service", f"{ns}/{name}")
+        except NotFoundError:
+            raise InputError(f"service {ns}/{name} not found", field=text) from None
+        assert isinstance(svc, Service)
+        if not svc.spec.cluster_ip or svc.is_headless:
+            raise InputError(f"service {ns}/{name} has no ClusterIP", field=text)
+        if not port:
+            if len(svc.spec.ports) != 1:
+                raise InputError(f"service {ns}/{name} has several ports: give :PORT", field=text)
+            return f"{svc.spec.cluster_ip}:{svc.spec.ports[0].port}"
+        for p in svc.spec.ports:
+            if port in (str(p.port), p.name):
+                return f"{svc.spec.cluster_ip}:{p.port}"
+        raise InputError(f"service {ns}/{name} has no port {port}", field=text)
+    if text.startswith("pod/") and text.count("/") == 1:
+        return "pod/default/" + text[4:]
+    return text
+
+
+def external_sources(session: Session, *texts: str) -> list[str]:
+    """Plain IPs among ``texts`` that no node or pod owns: external clients to attach."""
+    out = []
+    for t in texts:
+        host = t.rsplit(":", 1)[0] if t.count(":") == 1 else t
+        try:
+            ip_address(host)
+        except ValueError:
+            continue
+        out.append(host)
+    return out
