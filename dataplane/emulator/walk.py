@@ -180,6 +180,8 @@ class Walker:
         self.filters = filters
         self.endpoints = endpoints
         self.flows: dict[tuple[str, Packet], _Flow] = {}
+        #: how many sends the flow cache answered (statistics for benchmarks and tests)
+        self.replayed = 0
         self._filter_of: dict[Host, PacketFilter] = {
             h: filters[name] for name, h in hosts.items() if name in filters
         }
@@ -281,6 +283,7 @@ class Walker:
         flags, itype = pkt.flags, pkt.icmp_type
         for st in flow.steps:
             st.table.classify(st.tuple, flags, itype, None)
+        self.replayed += 1
         w = _Walk(False)
         self._receive(w, self.hosts[flow.host], flow.dev, flow.delivered)
         return WalkResult(
