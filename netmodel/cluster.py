@@ -47,6 +47,29 @@ class NodeSpecEntry(_Strict):
 DEFAULT_CAPACITY = {"cpu": "4", "memory": "16Gi", "pods": "110"}
 
 
+class NodeEnvironment(_Strict):
+    """Facts about the nodes' tools that change what kube-proxy writes but are not
+    KubeProxyConfiguration settings. Field names follow the ``node:`` block of upstream's
+    test cases (../shared/kube-proxy/README.md), so a case's environment can be stated:
+
+    * ``masqueradeMark``: the mark text kube-proxy writes; real kube-proxy writes
+      ``0x00004000`` (default, from masqueradeBit), upstream's test fake ``0x4000``;
+    * ``iptablesHasRandomFully``: the iptables binary supports ``--random-fully``;
+    * ``nfacctCounters``: which nfacct counters exist (rules use them only then);
+    * ``largeClusterEndpointsThreshold``: endpoints above which comments are dropped.
+    """
+
+    masquerade_mark: str | None = None
+    iptables_has_random_fully: bool = True
+    nfacct_counters: dict[str, bool] = Field(
+        default_factory=lambda: {
+            "ct_state_invalid_dropped_pkts": True,
+            "localhost_nps_accepted_pkts": True,
+        }
+    )
+    large_cluster_endpoints_threshold: int = 1000
+
+
 class ClusterSpec(_Strict):
     service_cidr: str = Field(default="10.96.0.0/12", alias="serviceCIDR")
     pod_cidr: str = Field(default="10.244.0.0/16", alias="podCIDR")
@@ -57,6 +80,16 @@ class ClusterSpec(_Strict):
     overlay: Literal["vxlan", "host-gw"] = "vxlan"
     proxy_mode: Literal["iptables", "ipvs", "nftables"] = "iptables"
     nodes: int | list[NodeSpecEntry] = 1
+    node_environment: NodeEnvironment = Field(default_factory=NodeEnvironment)
+    #: ``auto``: the apiserver allocates NodePorts, healthCheckNodePorts and LoadBalancer
+    #: IPs as Kubernetes does. ``recorded``: Services are replayed as recorded (from a
+    #: real cluster or an upstream test): NodePorts, healthCheckNodePorts and ingress IPs
+    #: are kept exactly as given (empty stays empty; nothing is allocated, so nothing is
+    #: checked for conflicts). ClusterIPs are allocated and checked in both modes.
+    allocation: Literal["auto", "recorded"] = "auto"
+    #: create the ``default/kubernetes`` Service as kube-apiserver does; false to replay
+    #: a state that has none (upstream's kube-proxy tests).
+    kubernetes_service: bool = True
     seed: int = 0
 
     @field_validator("service_cidr", "pod_cidr", "node_network", "load_balancer_cidr")

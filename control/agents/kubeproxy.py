@@ -20,13 +20,13 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from control.events import Recorder
+from control.proxyenv import node_proxy_config
 from dataplane.netfilter import Ruleset, apply_restore, format_save
 from dataplane.proxy import (
     ChangeTracker,
     IptablesRender,
     Mode,
     NodeProxyConfig,
-    build_node_config,
     render,
 )
 from dataplane.proxy.ipvs import IpvsRender
@@ -129,13 +129,7 @@ class KubeProxy:
     def _node_config(self) -> NodeProxyConfig | None:
         if self._node is None:
             return None
-        return build_node_config(
-            self.proxy_config,
-            self.cluster,
-            self.node_name,
-            [a.address for a in self._node.status.addresses],
-            self._node.spec.pod_cidr,
-        )
+        return node_proxy_config(self.proxy_config, self.cluster, self._node)
 
     def _reset_tracker(self) -> None:
         """A new node configuration: rebuild the tracker from the objects seen so far."""

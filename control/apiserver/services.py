@@ -75,6 +75,11 @@ class ServiceAllocators:
         lo, hi = cluster.port_range
         self.node_ports = PortAllocator(lo, hi, what="nodePort")
         self.lb_ips = IPAllocator(cluster.lb_net, what="loadBalancer IP")
+        #: ``allocation: recorded``: Services are replayed as recorded (a real cluster's
+        #: dump, an upstream test case): empty nodePorts / healthCheckNodePort / LB ingress
+        #: stay empty, given ones are kept as they are (not allocated, so not checked for
+        #: conflicts: upstream's tests give two Services one healthCheckNodePort).
+        self.recorded = cluster.allocation == "recorded"
 
     # ---- restart
 
@@ -251,6 +256,8 @@ class ServiceAllocators:
     ) -> list[ServicePort] | None:
         """New port list (None if unchanged). Mirrors kube-apiserver's initNodePorts and
         patchAllocatedValues."""
+        if self.recorded:
+            return None
         if not needs_node_ports(svc):
             if any(p.node_port for p in svc.spec.ports):
                 return [p.evolve(node_port=None) for p in svc.spec.ports]
@@ -296,9 +303,11 @@ class ServiceAllocators:
         self, svc: Service, current: Service | None, journal: Journal, notes: list[str]
     ) -> int | None:
         field = "spec.healthCheckNodePort"
+        want = svc.spec.health_check_node_port
+        if self.recorded:
+            return want
         if not needs_health_check(svc):
             return None
-        want = svc.spec.health_check_node_port
         have = current.spec.health_check_node_port if current is not None else None
         if want:
             self._take_port(svc, want, journal, field, notes)
@@ -314,6 +323,8 @@ class ServiceAllocators:
         given = svc.status.load_balancer.ingress
         old = current.status.load_balancer.ingress if current is not None else []
         old_ips = {i.ip for i in old if i.ip}
+        if self.recorded and (given or svc.service_type != "LoadBalancer"):
+            return svc.status
         if svc.service_type != "LoadBalancer":
             for ip in sorted(old_ips):
                 if self.lb_ips.owner(ip) == owner:
@@ -336,6 +347,8 @@ class ServiceAllocators:
             return svc.status.evolve(load_balancer=LoadBalancerStatus(ingress=ingress))
         if old:
             return svc.status.evolve(load_balancer=LoadBalancerStatus(ingress=list(old)))
+        if self.recorded:
+            return svc.status
         want = svc.spec.load_balancer_ip
         try:
             if want:

@@ -5,8 +5,9 @@ from __future__ import annotations
 import click
 
 from control.cli.main import Context, handle_errors
+from control.proxyenv import node_proxy_config, proxy_mode
 from control.session import Session
-from dataplane.proxy import MODES, Mode, build_node_config, render_objects
+from dataplane.proxy import MODES, Mode, render_objects
 from dataplane.proxy.iptables import IptablesRender
 from netmodel.errors import NotFoundError
 from netmodel.objects import EndpointSlice, Node, Service
@@ -21,16 +22,9 @@ def node_rules(session: Session, node_name: str, mode: Mode | None = None):  # t
         names = ", ".join(n.name for n in session.store.list("Node"))
         raise NotFoundError(f'node "{node_name}" not found (nodes: {names or "none"})') from None
     assert isinstance(node, Node)
-    cfg = build_node_config(
-        session.proxy_config,
-        session.cluster.spec,
-        node.name,
-        [a.address for a in node.status.addresses],
-        node.spec.pod_cidr,
-    )
+    cfg = node_proxy_config(session.proxy_config, session.cluster.spec, node)
     if mode is None:
-        pc = session.proxy_config
-        mode = pc.effective_mode if pc is not None and pc.mode else session.cluster.spec.proxy_mode  # type: ignore[assignment]
+        mode = proxy_mode(session.proxy_config, session.cluster.spec)  # type: ignore[assignment]
     services = [s for s in session.store.list("Service") if isinstance(s, Service)]
     slices = [s for s in session.store.list("EndpointSlice") if isinstance(s, EndpointSlice)]
     return render_objects(mode, services, slices, cfg)  # type: ignore[arg-type]
