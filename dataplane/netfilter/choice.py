@@ -50,10 +50,6 @@ class Chooser(Protocol):
         IPVS when enumerating)."""
         ...
 
-    def weighted(self, probs: Sequence[float]) -> int:
-        """An index chosen with the given probabilities (IPVS wrr when enumerating)."""
-        ...
-
 
 class RandomChooser:
     """Decisions from a seeded generator; ``nth`` counters advance when ``commit``."""

@@ -59,7 +59,7 @@ class Work:
 
     __slots__ = (
         "bridged", "chooser", "commit", "counters", "ct", "ctbits", "ctdir", "ctname",
-        "dport", "dst", "flags", "hook", "icmp_id", "icode", "iface_addrs", "iif", "inner",
+        "dport", "dst", "flags", "hook", "host", "icmp_id", "icode", "iface_addrs", "iif", "inner",
         "itype", "length", "locals", "mark", "masq_bit", "masq_seen", "now", "oif",
         "phys_in", "phys_out", "proto", "recent", "reject_with", "sets", "smac", "sport",
         "src", "table", "ttl", "untracked", "visited",
@@ -101,47 +101,54 @@ class Work:
         self.sets: Mapping[str, IpSet] = {}
         self.counters: dict[str, int] = {}
         self.visited = 0
+        self.host: Any = None
         self.masq_bit = 0x4000
         self.masq_seen = False
         self.reject_with = ""
 
 
-def _net_expr(var: str, net: Any, invert: bool) -> str:
+class Ns:
+    """Names bound into generated code. Every constant is bound (never written as a
+    literal), so that structurally equal rules generate equal source text and can share
+    one compiled code object (see :mod:`.codegen`)."""
+
+    def __init__(self, prefix: str = "_v") -> None:
+        self.values: dict[str, object] = {}
+        self.prefix = prefix
+
+    def bind(self, value: object) -> str:
+        name = f"{self.prefix}{len(self.values)}"
+        self.values[name] = value
+        return name
+
+    lit = bind
+
+
+def _net_expr(var: str, net: Any, invert: bool, ns: Ns) -> str:
     width = net.max_prefixlen
-    base = addr_int(net.network_address)
+    base = ns.lit(addr_int(net.network_address))
     if net.prefixlen == width:
         return f"({var} {'!=' if invert else '=='} {base})"
-    mask = ((1 << width) - 1) ^ ((1 << (width - net.prefixlen)) - 1)
+    m = ((1 << width) - 1) ^ ((1 << (width - net.prefixlen)) - 1)
     if width == 128:
-        mask |= _V6
-    return f"(({var} & {mask}) {'!=' if invert else '=='} {base})"
+        m |= _V6
+    return f"(({var} & {ns.lit(m)}) {'!=' if invert else '=='} {base})"
 
 
-def _range_expr(var: str, lo: int, hi: int, invert: bool) -> str:
-    e = f"({var} == {lo})" if lo == hi else f"({lo} <= {var} <= {hi})"
+def _range_expr(var: str, lo: int, hi: int, invert: bool, ns: Ns) -> str:
+    e = f"({var} == {ns.lit(lo)})" if lo == hi else f"({ns.lit(lo)} <= {var} <= {ns.lit(hi)})"
     return f"(not {e})" if invert else e
 
 
-def _ports_expr(var: str, ports: tuple[R.PortRange, ...]) -> str:
+def _ports_expr(var: str, ports: tuple[R.PortRange, ...], ns: Ns) -> str:
     singles = sorted({lo for lo, hi in ports if lo == hi})
     ranges = [(lo, hi) for lo, hi in ports if lo != hi]
     parts = []
     if singles:
-        parts.append(f"({var} in {set(singles)!r})" if len(singles) > 1 else f"({var} == {singles[0]})")
-    parts += [f"({lo} <= {var} <= {hi})" for lo, hi in ranges]
+        parts.append(f"({var} in {ns.lit(frozenset(singles))})" if len(singles) > 1
+                     else f"({var} == {ns.lit(singles[0])})")
+    parts += [f"({ns.lit(lo)} <= {var} <= {ns.lit(hi)})" for lo, hi in ranges]
     return "(" + " or ".join(parts) + ")"
-
-
-class _Ns:
-    """Names bound into the compiled lambdas."""
-
-    def __init__(self) -> None:
-        self.values: dict[str, object] = {}
-
-    def bind(self, value: object) -> str:
-        name = f"_v{len(self.values)}"
-        self.values[name] = value
-        return name
 
 
 ADDRTYPE_UNICAST = "UNICAST"
@@ -282,28 +289,29 @@ def _make_physdev(m: R.PhysdevMatch) -> Callable[[Work], bool]:
     return test
 
 
-def _match_expr(m: R.Match, ns: _Ns, sets: Mapping[str, IpSet]) -> str | None:
+def match_expr(m: R.Match, ns: Ns, sets: Mapping[str, IpSet]) -> str | None:
+    """One match as a Python expression over ``w`` (None: always true)."""
     if isinstance(m, R.AddrMatch):
-        return _net_expr("w.src" if m.field == "src" else "w.dst", m.net, m.invert)
+        return _net_expr("w.src" if m.field == "src" else "w.dst", m.net, m.invert, ns)
     if isinstance(m, R.IfaceMatch):
         var = "w.iif" if m.field == "in" else "w.oif"
-        e = f"{var}.startswith({m.name!r})" if m.prefix else f"({var} == {m.name!r})"
+        e = f"{var}.startswith({ns.lit(m.name)})" if m.prefix else f"({var} == {ns.lit(m.name)})"
         return f"(not {e})" if m.invert else e
     if isinstance(m, R.ProtoMatch):
-        return f"(w.proto {'!=' if m.invert else '=='} {m.proto!r})"
+        return f"(w.proto {'!=' if m.invert else '=='} {ns.lit(m.proto)})"
     if isinstance(m, R.FragmentMatch):
         return "True" if m.invert else "False"
     if isinstance(m, R.PortMatch):
-        return _range_expr(f"w.{m.field}", m.ports[0], m.ports[1], m.invert)
+        return _range_expr(f"w.{m.field}", m.ports[0], m.ports[1], m.invert, ns)
     if isinstance(m, R.TcpFlagsMatch):
         mask = ns.bind(m.mask)
         comp = ns.bind(m.comp)
         return f"((w.flags & {mask}) {'!=' if m.invert else '=='} {comp})"
     if isinstance(m, R.MultiportMatch):
         if m.field == "either":
-            e = f"({_ports_expr('w.sport', m.ports)} or {_ports_expr('w.dport', m.ports)})"
+            e = f"({_ports_expr('w.sport', m.ports, ns)} or {_ports_expr('w.dport', m.ports, ns)})"
         else:
-            e = _ports_expr(f"w.{m.field}", m.ports)
+            e = _ports_expr(f"w.{m.field}", m.ports, ns)
         return f"(not {e})" if m.invert else e
     if isinstance(m, R.AddrTypeMatch):
         if (m.src_types in ((), ("LOCAL",)) and m.dst_types in ((), ("LOCAL",))
@@ -319,34 +327,35 @@ def _match_expr(m: R.Match, ns: _Ns, sets: Mapping[str, IpSet]) -> str | None:
         return None
     if isinstance(m, R.StatisticMatch):
         if m.mode == "random":
-            e = f"w.chooser.bernoulli({m.threshold})"
+            e = f"w.chooser.bernoulli({ns.lit(m.threshold)})"
         else:
-            e = f"w.chooser.nth({ns.bind(NthCounter())}, {m.every}, {m.packet}, w.commit)"
+            e = (f"w.chooser.nth({ns.bind(NthCounter())}, {ns.lit(m.every)}, {ns.lit(m.packet)}, "
+                 "w.commit)")
         return f"(not {e})" if m.invert else e
     if isinstance(m, R.RecentMatch):
         var = "w.src" if m.side == "src" else "w.dst"
         return f"w.recent.match({ns.bind(m)}, {var}, w.ttl, w.now, w.commit)"
     if isinstance(m, R.MarkMatch):
-        return f"((w.mark & {m.mask}) {'!=' if m.invert else '=='} {m.value})"
+        return f"((w.mark & {ns.lit(m.mask)}) {'!=' if m.invert else '=='} {ns.lit(m.value)})"
     if isinstance(m, R.ConnmarkMatch):
-        return (f"(w.ct is not None and ((w.ct.mark & {m.mask}) {'!=' if m.invert else '=='} "
-                f"{m.value}))")
+        return (f"(w.ct is not None and ((w.ct.mark & {ns.lit(m.mask)}) "
+                f"{'!=' if m.invert else '=='} {ns.lit(m.value)}))")
     if isinstance(m, R.ConntrackMatch):
         if m.states and not (m.statuses or m.proto or m.addrs or m.ports or m.direction):
             bits = sum(STATE_BITS[s] for s in m.states)
             if not bits & (ST_SNAT | ST_DNAT):
-                return f"((w.ctbits & {bits}) {'==' if m.states_invert else '!='} 0)"
+                return f"((w.ctbits & {ns.lit(bits)}) {'==' if m.states_invert else '!='} 0)"
         return f"{ns.bind(_make_conntrack(m))}(w)"
     if isinstance(m, R.StateMatch):
         bits = sum(STATE_BITS[s] for s in m.states)
-        return f"((w.ctbits & {bits}) {'==' if m.invert else '!='} 0)"
+        return f"((w.ctbits & {ns.lit(bits)}) {'==' if m.invert else '!='} 0)"
     if isinstance(m, R.IcmpMatch):
         if m.type is None:
             e = "True"
         elif m.code is None:
-            e = f"(w.itype == {m.type})"
+            e = f"(w.itype == {ns.lit(m.type)})"
         else:
-            e = f"(w.itype == {m.type} and w.icode == {m.code})"
+            e = f"(w.itype == {ns.lit(m.type)} and w.icode == {ns.lit(m.code)})"
         return f"(not {e})" if m.invert else e
     if isinstance(m, R.PhysdevMatch):
         return f"{ns.bind(_make_physdev(m))}(w)"
@@ -355,18 +364,18 @@ def _match_expr(m: R.Match, ns: _Ns, sets: Mapping[str, IpSet]) -> str | None:
     if isinstance(m, R.NfacctMatch):
         return f"{ns.bind(_nfacct(m.name))}(w)"
     if isinstance(m, R.MacMatch):
-        return f"(w.smac {'!=' if m.invert else '=='} {m.mac!r})"
+        return f"(w.smac {'!=' if m.invert else '=='} {ns.lit(m.mac)})"
     if isinstance(m, R.IpRangeMatch):
         parts = []
         for rng, var, inv in ((m.src, "w.src", m.src_invert), (m.dst, "w.dst", m.dst_invert)):
             if rng is not None:
-                parts.append(_range_expr(var, addr_int(rng[0]), addr_int(rng[1]), inv))
+                parts.append(_range_expr(var, addr_int(rng[0]), addr_int(rng[1]), inv, ns))
         return " and ".join(parts) if parts else None
     if isinstance(m, R.LengthMatch):
-        return _range_expr("w.length", m.lo, m.hi, m.invert)
+        return _range_expr("w.length", m.lo, m.hi, m.invert, ns)
     if isinstance(m, R.TtlMatch):
         op = {"eq": "!=" if m.invert else "==", "lt": "<", "gt": ">"}[m.op]
-        return f"(w.ttl {op} {m.value})"
+        return f"(w.ttl {op} {ns.lit(m.value)})"
     raise TypeError(f"no compiler for {type(m).__name__}")  # pragma: no cover
 
 
@@ -381,8 +390,8 @@ def _nfacct(name: str) -> Callable[[Work], bool]:
 
 def compile_test(rule: R.Rule, sets: Mapping[str, IpSet] | None = None) -> Callable[[Work], bool] | None:
     """The rule's matches as one callable (None when the rule matches every packet)."""
-    ns = _Ns()
-    parts = [e for e in (_match_expr(m, ns, sets or {}) for m in rule.matches) if e is not None]
+    ns = Ns()
+    parts = [e for e in (match_expr(m, ns, sets or {}) for m in rule.matches) if e is not None]
     if not parts:
         return None
     src = "lambda w: " + " and ".join(parts)

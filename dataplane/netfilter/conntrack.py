@@ -26,7 +26,6 @@ from __future__ import annotations
 import random
 import zlib
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from ipaddress import IPv4Address, IPv6Address
 from typing import NamedTuple, Protocol
 
@@ -90,7 +89,15 @@ class CtTuple(NamedTuple):
     dport: int
 
     def inverted(self) -> CtTuple:
-        return CtTuple(self.proto, self.dst, self.src, self.dport, self.sport)
+        return _new_tuple(CtTuple, (self[0], self[2], self[1], self[4], self[3]))
+
+
+_new_tuple = tuple.__new__
+
+
+def make_tuple(proto: str, src: int, dst: int, sport: int, dport: int) -> CtTuple:
+    """A :class:`CtTuple` (fast path: skips the named tuple's Python-level ``__new__``)."""
+    return _new_tuple(CtTuple, (proto, src, dst, sport, dport))
 
 
 class Clock(Protocol):
@@ -163,14 +170,20 @@ class Connection:
         return f"<Connection {self.orig} -> {self.reply} status={self.status:#x} {self.tcp_state}>"
 
 
-@dataclass(frozen=True, slots=True)
-class PacketState:
+class PacketState(NamedTuple):
     """What conntrack concluded about one packet: its connection (None when INVALID or
     UNTRACKED), the direction (0 original, 1 reply) and the ctstate name."""
 
     conn: Connection | None
     direction: int
     state: str
+
+
+def _ps(conn: Connection | None, direction: int, state: str) -> PacketState:
+    return _new_tuple(PacketState, (conn, direction, state))
+
+
+_ACK = frozenset({"ACK"})
 
 
 def _tcp_event(flags: frozenset[str]) -> str:
@@ -259,9 +272,10 @@ class ConntrackTable:
         packet."""
         if conn.status & CONFIRMED:
             return True
-        for t in (conn.orig, conn.reply):
-            if self.lookup(t) is not None:
-                return False
+        by = self._by_tuple
+        if (conn.orig in by and self.lookup(conn.orig) is not None) or (
+                conn.reply in by and self.lookup(conn.reply) is not None):
+            return False
         conn.status |= CONFIRMED
         self._by_tuple[conn.orig] = (conn, ORIGINAL)
         self._by_tuple[conn.reply] = (conn, REPLY)
@@ -342,22 +356,22 @@ class ConntrackTable:
         proto = t.proto
         if proto in ("icmp", "ipv6-icmp") and icmp_type is not None and icmp_type in ICMP_ERRORS:
             if inner is None:
-                return PacketState(None, ORIGINAL, "INVALID")
+                return _ps(None, ORIGINAL, "INVALID")
             hit = self.lookup(inner.inverted())
             if hit is None:
-                return PacketState(None, ORIGINAL, "INVALID")
-            return PacketState(hit[0], hit[1], "RELATED")
+                return _ps(None, ORIGINAL, "INVALID")
+            return _ps(hit[0], hit[1], "RELATED")
         hit = self.lookup(t)
         now = self.clock.now()
         if hit is None:
             if proto in ("icmp", "ipv6-icmp") and icmp_type not in ICMP_REQUESTS:
-                return PacketState(None, ORIGINAL, "INVALID")
+                return _ps(None, ORIGINAL, "INVALID")
             conn = self.new(t, icmp_type or 0)
             if proto == "tcp":
                 ev = _tcp_event(flags)
                 st = tcp_next(None, ORIGINAL, ev, -1)
                 if st is None:
-                    return PacketState(None, ORIGINAL, "INVALID")
+                    return _ps(None, ORIGINAL, "INVALID")
                 conn.tcp_state = st
                 conn.expires = now + TCP_TIMEOUTS[st]
             elif proto == "udp":
@@ -366,22 +380,25 @@ class ConntrackTable:
                 conn.expires = now + ICMP_TIMEOUT
             else:
                 conn.expires = now + GENERIC_TIMEOUT
-            return PacketState(conn, ORIGINAL, "NEW")
+            return _ps(conn, ORIGINAL, "NEW")
         conn, direction = hit
         if not commit:
             conn = conn.copy()
         if not self._update(conn, direction, flags, now):
-            return PacketState(None, direction, "INVALID")
+            return _ps(None, direction, "INVALID")
         if direction == REPLY:
-            return PacketState(conn, REPLY, "ESTABLISHED")
-        return PacketState(conn, ORIGINAL, "ESTABLISHED" if conn.status & SEEN_REPLY else "NEW")
+            return _ps(conn, REPLY, "ESTABLISHED")
+        return _ps(conn, ORIGINAL, "ESTABLISHED" if conn.status & SEEN_REPLY else "NEW")
 
     def _update(self, conn: Connection, direction: int, flags: frozenset[str], now: float) -> bool:
         first_reply = direction == REPLY and not conn.status & SEEN_REPLY
         if direction == REPLY:
             conn.status |= SEEN_REPLY
-        proto = conn.orig.proto
+        proto = conn.orig[0]
         if proto == "tcp":
+            if conn.tcp_state == "ESTABLISHED" and flags == _ACK:
+                conn.expires = now + TCP_TIMEOUTS["ESTABLISHED"]
+                return True
             ev = _tcp_event(flags)
             old = conn.tcp_state
             st = tcp_next(old, direction, ev, conn.closer)
@@ -413,7 +430,8 @@ class ConntrackTable:
 
     def bind_dnat(self, conn: Connection, dst: int, dport: int) -> None:
         """Record a destination NAT: replies come from ``dst:dport``."""
-        conn.reply = conn.reply._replace(src=dst, sport=dport)
+        r = conn.reply
+        conn.reply = _new_tuple(CtTuple, (r[0], dst, r[2], dport, r[4]))
         conn.status |= DST_NAT | DST_NAT_DONE
 
     def bind_snat(

@@ -50,6 +50,7 @@ from netmodel.packet import Packet
 
 from . import rules as R
 from .choice import Branch, Chooser, Explorer, RandomChooser, explore
+from .codegen import chain_function
 from .compile import (
     ST_ESTABLISHED,
     ST_INVALID,
@@ -74,6 +75,7 @@ from .conntrack import (
     SimClock,
     addr_int,
     int_addr,
+    make_tuple,
 )
 from .ipset import IpSet
 from .recent import RecentTable
@@ -192,14 +194,18 @@ def materialize(raw: RawTrace | None) -> tuple[TraceRecord, ...]:
 class CRule:
     """A compiled rule."""
 
-    __slots__ = ("chain", "dest", "effect", "kind", "number", "table", "target", "test", "text")
+    __slots__ = ("chain", "dest", "effect", "kind", "number", "rule", "sets", "table", "target",
+                 "test", "text")
 
     def __init__(self, rule: R.Rule, number: int, sets: Mapping[str, IpSet], table: str) -> None:
         self.number = number
         self.table = table
         self.chain = rule.chain
         self.text = rule.text
-        self.test = compile_test(rule, sets)
+        self.rule = rule
+        self.sets = sets
+        trivial = all(isinstance(m, (R.CommentMatch, R.LimitMatch)) for m in rule.matches)
+        self.test: Callable[[Work], bool] | None = None if trivial else self._first_test
         self.target = rule.target
         self.dest: CChain | None = None
         t = rule.target
@@ -231,19 +237,40 @@ class CRule:
         else:
             self.kind, self.effect = K_TRACE, "TRACE"
 
+    def _first_test(self, w: Work) -> bool:
+        """Compile the test on first use (indexed chains only need it)."""
+        self.test = compile_test(self.rule, self.sets)
+        return True if self.test is None else self.test(w)
+
 
 class CChain:
     """A compiled chain: rules, policy, optional index."""
 
-    __slots__ = ("index", "name", "policy", "rules", "table")
+    __slots__ = ("fn", "index", "name", "policy", "rules", "sets", "table")
 
     def __init__(self, name: str, policy: str | None, rules: list[CRule],
-                 index: ChainIndex[CRule] | None, table: str) -> None:
+                 index: ChainIndex[CRule] | None, table: str, sets: Mapping[str, IpSet]) -> None:
         self.name = name
         self.table = table
+        self.sets = sets
+        self.fn: Callable[[Work, RawTrace | None], int] = self._first_call
         self.policy = policy
         self.rules = rules
         self.index = index
+
+    def _first_call(self, w: Work, rec: RawTrace | None) -> int:
+        """Build the chain's function on first use: generated code (:mod:`.codegen`),
+        or the index-driven walker for big chains."""
+        if self.index is None:
+            self.fn = chain_function(self, self.sets)
+        else:
+            chain = self
+
+            def indexed(w: Work, rec: RawTrace | None) -> int:
+                return walk_indexed(chain, w, rec)
+
+            self.fn = indexed
+        return self.fn(w, rec)
 
 
 class CompiledRuleset:
@@ -262,7 +289,8 @@ class CompiledRuleset:
                 idx = None
                 if not linear and len(crules) >= INDEX_MIN_RULES:
                     idx = ChainIndex([index_key(r) for r in chain.rules], crules)
-                chains[chain.name] = CChain(chain.name, chain.policy, crules, idx, tname)
+                chains[chain.name] = CChain(chain.name, chain.policy, crules, idx, tname,
+                                            sets or {})
             for c in chains.values():
                 for cr in c.rules:
                     if isinstance(cr.target, R.Jump):
@@ -272,6 +300,69 @@ class CompiledRuleset:
     def builtin(self, table: str, hook: str) -> CChain | None:
         t = self.tables.get(table)
         return None if t is None else t.get(hook)
+
+
+def walk_indexed(chain: CChain, w: Work, rec: RawTrace | None) -> int:
+    """The generic first-match loop over the index's candidates (big chains)."""
+    idx = chain.index
+    rules = chain.rules if idx is None else idx.candidates(w.dst, w.proto, w.dport)
+    for r in rules:
+        w.visited += 1
+        t = r.test
+        if t is not None and not t(w):
+            continue
+        k = r.kind
+        if k == K_JUMP:
+            if rec is not None:
+                rec.append((r, w.mark, None))
+            v = r.dest.fn(w, rec)  # type: ignore[union-attr]
+            if v:
+                return v
+            continue
+        if k == K_MARK:
+            tg: R.SetMark = r.target  # type: ignore[assignment]
+            w.mark = (w.mark & ~tg.mask & 0xFFFFFFFF) ^ tg.value
+            if w.mark & w.masq_bit:
+                w.masq_seen = True
+            if rec is not None:
+                rec.append((r, w.mark, None))
+            continue
+        if k == K_GOTO:
+            if rec is not None:
+                rec.append((r, w.mark, None))
+            return r.dest.fn(w, rec)  # type: ignore[union-attr]
+        nat: NatNote = None
+        if k == K_ACCEPT:
+            v = ACCEPT
+        elif k == K_DROP:
+            v = DROP
+        elif k == K_RETURN:
+            v = -1
+        elif k == K_REJECT:
+            v = REJECT
+            w.reject_with = r.target.reject_with  # type: ignore[union-attr]
+        elif k == K_DNAT:
+            v, nat = w.host._dnat(w, r.target)
+        elif k in (K_SNAT, K_MASQ):
+            v, nat = w.host._snat(w, r.target)
+        elif k == K_CONNMARK:
+            w.host._connmark(w, r.target)
+            v = CONTINUE
+        elif k == K_NOTRACK:
+            if r.target.notrack:  # type: ignore[union-attr]
+                w.untracked = True
+            v = CONTINUE
+        else:  # K_NONE, K_LOG, K_TRACE
+            v = CONTINUE
+        if rec is not None:
+            rec.append((r, w.mark, nat))
+        if v == -1:
+            return CONTINUE
+        if v:
+            return v
+    if rec is not None and chain.policy is None:
+        rec.append((chain, w.mark))
+    return CONTINUE
 
 
 # --------------------------------------------------------------------------- values out
@@ -320,13 +411,14 @@ class Traversal:
     ``visited`` the number of rules examined; ``skb`` carries the connection for a
     follow-up hook call (None when dropped)."""
 
-    __slots__ = ("_raw", "_records", "ctstate", "delivery", "dnat", "hooks", "masquerade",
-                 "packet", "reject_with", "skb", "snat", "verdict", "visited")
+    __slots__ = ("_ctinfo", "_raw", "_records", "ctstate", "delivery", "dnat", "hooks",
+                 "masquerade", "packet", "reject_with", "snat", "verdict", "visited")
 
     def __init__(self, packet: Packet, verdict: str, reject_with: str | None,
                  delivery: str | None, hooks: tuple[str, ...], masquerade: bool,
                  dnat: tuple[IPAddress, int] | None, snat: tuple[IPAddress, int] | None,
-                 ctstate: str, raw: RawTrace | None, visited: int, skb: Skb | None) -> None:
+                 ctstate: str, raw: RawTrace | None, visited: int,
+                 ctinfo: tuple[object, int, bool] | None) -> None:
         self.packet = packet
         self.verdict = verdict
         self.reject_with = reject_with
@@ -339,7 +431,15 @@ class Traversal:
         self._raw = raw
         self._records: tuple[TraceRecord, ...] | None = None
         self.visited = visited
-        self.skb = skb
+        self._ctinfo = ctinfo
+
+    @property
+    def skb(self) -> Skb | None:
+        """The packet with its connection, for a follow-up :meth:`Netfilter.run_hook`."""
+        if self._ctinfo is None:
+            return None
+        conn, direction, untracked = self._ctinfo
+        return Skb(self.packet, conn, direction, self.ctstate, untracked, self.masquerade)
 
     @property
     def records(self) -> tuple[TraceRecord, ...]:
@@ -358,6 +458,24 @@ class Traversal:
 
 Stage = Callable[[Work, "RawTrace | None"], int]
 NatChain = Callable[[Work, "RawTrace | None", str], int]
+
+
+_NAT_INTS: dict[int, tuple[object, int | None, int, int | None, int]] = {}
+
+
+def _nat_ints(t: R.Dnat) -> tuple[object, int | None, int, int | None, int]:
+    """A DNAT target's first range as integers (cached by identity)."""
+    rng = t.ranges[0]
+    lo = hi = None
+    if rng.addr_lo is not None:
+        lo, hi = addr_int(rng.addr_lo), addr_int(rng.addr_hi or rng.addr_lo)
+    plo = rng.port_lo
+    phi = rng.port_hi or rng.port_lo or 0
+    ent = (t, lo, hi if hi is not None else 0, plo, phi)
+    if len(_NAT_INTS) > 200_000:
+        _NAT_INTS.clear()
+    _NAT_INTS[id(t)] = ent
+    return ent
 
 
 class Netfilter:
@@ -409,6 +527,7 @@ class Netfilter:
         self.nft = nft
         self.ipvs = ipvs
         self._stages: dict[str, list[tuple[int, str, Stage]]] = {}
+        self._spare: Work | None = None
         self._build_stages()
 
     # ---- stage plan
@@ -469,7 +588,7 @@ class Netfilter:
 
     def _run_builtin(self, chain: CChain, table: str, w: Work, rec: RawTrace | None) -> int:
         w.table = table
-        v = self._walk(chain, w, rec)
+        v = chain.fn(w, rec)
         if v == CONTINUE:
             pol = ACCEPT if chain.policy != "DROP" else DROP
             if rec is not None:
@@ -477,84 +596,23 @@ class Netfilter:
             return pol
         return v
 
-    def _walk(self, chain: CChain, w: Work, rec: RawTrace | None) -> int:
-        idx = chain.index
-        rules = chain.rules if idx is None else idx.candidates(w.dst, w.proto, w.dport)
-        for r in rules:
-            w.visited += 1
-            t = r.test
-            if t is not None and not t(w):
-                continue
-            k = r.kind
-            if k == K_JUMP:
-                if rec is not None:
-                    rec.append((r, w.mark, None))
-                v = self._walk(r.dest, w, rec)  # type: ignore[arg-type]
-                if v:
-                    return v
-                continue
-            if k == K_MARK:
-                tg: R.SetMark = r.target  # type: ignore[assignment]
-                w.mark = (w.mark & ~tg.mask & 0xFFFFFFFF) ^ tg.value
-                if w.mark & w.masq_bit:
-                    w.masq_seen = True
-                if rec is not None:
-                    rec.append((r, w.mark, None))
-                continue
-            if k == K_GOTO:
-                if rec is not None:
-                    rec.append((r, w.mark, None))
-                return self._walk(r.dest, w, rec)  # type: ignore[arg-type]
-            nat: NatNote = None
-            if k == K_ACCEPT:
-                v = ACCEPT
-            elif k == K_DROP:
-                v = DROP
-            elif k == K_RETURN:
-                v = -1
-            elif k == K_REJECT:
-                v = REJECT
-                w.reject_with = r.target.reject_with  # type: ignore[union-attr]
-            elif k == K_DNAT:
-                v, nat = self._dnat(w, r.target)  # type: ignore[arg-type]
-            elif k in (K_SNAT, K_MASQ):
-                v, nat = self._snat(w, r.target)  # type: ignore[arg-type]
-            elif k == K_CONNMARK:
-                self._connmark(w, r.target)  # type: ignore[arg-type]
-                v = CONTINUE
-            elif k == K_NOTRACK:
-                if r.target.notrack:  # type: ignore[union-attr]
-                    w.untracked = True
-                v = CONTINUE
-            else:  # K_NONE, K_LOG, K_TRACE
-                v = CONTINUE
-            if rec is not None:
-                rec.append((r, w.mark, nat))
-            if v == -1:
-                return CONTINUE
-            if v:
-                return v
-        if rec is not None and chain.policy is None:
-            rec.append((chain, w.mark))
-        return CONTINUE
-
     # ---- targets with state
 
     def _dnat(self, w: Work, t: R.Dnat) -> tuple[int, NatNote]:
         ct = w.ct
         if ct is None or ct.status & DST_NAT_DONE:
             return ACCEPT, None
-        rng = t.ranges[0]
+        ent = _NAT_INTS.get(id(t))
+        if ent is None or ent[0] is not t:
+            ent = _nat_ints(t)
+        _, lo, hi, plo, phi = ent
         before = (w.dst, w.dport)
         dst = w.dst
-        if rng.addr_lo is not None:
-            lo, hi = addr_int(rng.addr_lo), addr_int(rng.addr_hi or rng.addr_lo)
+        if lo is not None:
             dst = lo if lo == hi else lo + (w.src % (hi - lo + 1))
         dport = w.dport if w.proto != "icmp" else w.icmp_id
-        if rng.port_lo is not None and w.proto in ("tcp", "udp", "sctp"):
-            plo, phi = rng.port_lo, rng.port_hi or rng.port_lo
-            if not plo <= dport <= phi:
-                dport = plo
+        if plo is not None and w.proto in ("tcp", "udp", "sctp") and not plo <= dport <= phi:
+            dport = plo
         self.conntrack.bind_dnat(ct, dst, dport)
         return ACCEPT, (before, (dst, dport))
 
@@ -621,9 +679,9 @@ class Netfilter:
         proto = w.proto
         icmp = proto in ("icmp", "ipv6-icmp")
         if icmp:
-            t = CtTuple(proto, w.src, w.dst, w.icmp_id, w.icmp_id)
+            t = make_tuple(proto, w.src, w.dst, w.icmp_id, w.icmp_id)
         else:
-            t = CtTuple(proto, w.src, w.dst, w.sport, w.dport)
+            t = make_tuple(proto, w.src, w.dst, w.sport, w.dport)
         inner = None
         if icmp and w.inner is not None:
             p: Packet = w.inner
@@ -725,11 +783,24 @@ class Netfilter:
 
     # ---- running hooks
 
-    def _work(self, skb: Skb, chooser: Chooser | None, commit: bool) -> Work:
-        p = skb.packet
-        w = Work()
-        w.src = int(p.src) if p.src.version == 4 else addr_int(p.src)
-        w.dst = int(p.dst) if p.dst.version == 4 else addr_int(p.dst)
+    def _work(self, p: Packet, skb: Skb | None, chooser: Chooser | None, commit: bool) -> Work:
+        """A working context for one packet (recycled: the engine is not re-entrant per
+        host, and a nested call simply gets a fresh one)."""
+        w = self._spare
+        if w is None:
+            w = Work()
+            w.locals = self.local_addrs
+            w.iface_addrs = self.iface_addrs
+            w.recent = self.recent
+            w.sets = self.ipsets
+            w.counters = self.counters
+            w.masq_bit = self.masq_mark
+            w.host = self
+        else:
+            self._spare = None
+        src, dst = p.src, p.dst
+        w.src = int(src) if src.version == 4 else addr_int(src)
+        w.dst = int(dst) if dst.version == 4 else addr_int(dst)
         w.proto = p.proto
         w.sport = p.sport
         w.dport = p.dport
@@ -741,23 +812,32 @@ class Netfilter:
         w.ttl = p.ttl
         w.mark = p.mark
         w.inner = p.inner
-        w.locals = self.local_addrs
-        w.iface_addrs = self.iface_addrs
         w.chooser = chooser or self.chooser
         w.commit = commit
         w.now = self.clock.now()
-        w.recent = self.recent
-        w.sets = self.ipsets
-        w.counters = self.counters
-        w.masq_bit = self.masq_mark
-        w.masq_seen = skb.masq
-        w.untracked = skb.untracked
-        if skb.state:
+        w.visited = 0
+        w.reject_with = ""
+        if skb is not None and skb.state:
             w.ct = skb.conn  # type: ignore[assignment]
             w.ctdir = skb.direction
             w.ctname = skb.state
             w.ctbits = _STATE_BITS[skb.state]
+            w.masq_seen = skb.masq
+            w.untracked = skb.untracked
+        else:
+            w.ct = None
+            w.ctdir = 0
+            w.ctname = ""
+            w.ctbits = ST_INVALID
+            w.masq_seen = skb.masq if skb is not None else False
+            w.untracked = skb.untracked if skb is not None else False
         return w
+
+    def _release(self, w: Work) -> None:
+        w.ct = None
+        w.inner = None
+        w.chooser = self.chooser
+        self._spare = w
 
     def _run(self, hook: str, w: Work, rec: RawTrace | None) -> int:
         w.hook = hook
@@ -788,7 +868,7 @@ class Netfilter:
             raise ValueError(f"unknown hook {hook!r}")
         if isinstance(skb, Packet):
             skb = Skb(skb)
-        w = self._work(skb, chooser, commit)
+        w = self._work(skb.packet, skb, chooser, commit)
         w.iif = in_iface or ""
         w.oif = out_iface or ""
         rec: RawTrace | None = [] if self.trace else None
@@ -800,8 +880,10 @@ class Netfilter:
             v = ACCEPT
         if v == ACCEPT:
             out = Skb(_rebuild(skb.packet, w), w.ct, w.ctdir, w.ctname, w.untracked, w.masq_seen)
-        return HookResult(out, VERDICT_NAMES[v], w.reject_with or None, materialize(rec),
-                          w.visited)
+        result = HookResult(out, VERDICT_NAMES[v], w.reject_with or None, materialize(rec),
+                            w.visited)
+        self._release(w)
+        return result
 
     def traverse(
         self,
@@ -821,74 +903,89 @@ class Netfilter:
         outgoing interface, or None for local delivery; by default a destination in
         ``local_addrs`` is local and anything else leaves through ``out_iface``
         (``eth0`` if not given)."""
-        skb = packet if isinstance(packet, Skb) else Skb(packet)
-        w = self._work(skb, chooser, commit)
+        if isinstance(packet, Skb):
+            skb: Skb | None = packet
+            pkt = packet.packet
+        else:
+            skb, pkt = None, packet
+        w = self._work(pkt, skb, chooser, commit)
         rec: RawTrace | None = [] if self.trace else None
         hooks: list[str] = []
-        orig_dst = (w.dst, w.dport)
-        orig_src = (w.src, w.sport)
+        odst, odport, osrc, osport = w.dst, w.dport, w.src, w.sport
         default_out = out_iface or "eth0"
+        local = self.local_addrs
+        run = self._run
 
         def where() -> str | None:
             if route is None:
-                return None if w.dst in self.local_addrs else default_out
-            return route(_rebuild(skb.packet, w))
+                return None if w.dst in local else default_out
+            return route(_rebuild(pkt, w))
 
-        def run(hook: str, iif: str, oif: str) -> int:
-            hooks.append(hook)
-            w.iif, w.oif = iif, oif
-            return self._run(hook, w, rec)
-
-        delivery: str | None
-        if origin == "out":
-            oif = where()
-            v = run("OUTPUT", "", oif or "lo")
-            if v == ACCEPT:
-                oif = where()
-                v = run("POSTROUTING", "", oif or "lo")
-                if v == ACCEPT and oif is None:
-                    v = run("PREROUTING", "lo", "")
-                    if v == ACCEPT:
-                        v = run("INPUT", "lo", "")
-                delivery = ("local" if oif is None else "out") if v == ACCEPT else None
-            else:
-                delivery = None
-        elif origin == "in":
+        delivery: str | None = None
+        if origin == "in":
             iif = in_iface or "eth0"
-            v = run("PREROUTING", iif, "")
-            delivery = None
+            hooks.append("PREROUTING")
+            w.iif, w.oif = iif, ""
+            v = run("PREROUTING", w, rec)
             if v == ACCEPT:
-                oif = where()
+                oif = None if route is None and w.dst in local else where()
                 if oif is None:
-                    v = run("INPUT", iif, "")
+                    hooks.append("INPUT")
+                    v = run("INPUT", w, rec)
                     delivery = "local" if v == ACCEPT else None
                     if v == STOLEN:  # IPVS forwards it: out through OUTPUT, POSTROUTING
                         oif = where() or default_out
-                        v = run("OUTPUT", "", oif)
+                        hooks.append("OUTPUT")
+                        w.iif, w.oif = "", oif
+                        v = run("OUTPUT", w, rec)
                         if v == ACCEPT:
-                            v = run("POSTROUTING", "", oif)
+                            hooks.append("POSTROUTING")
+                            v = run("POSTROUTING", w, rec)
                         delivery = "forward" if v == ACCEPT else None
                 else:
-                    v = run("FORWARD", iif, oif)
+                    hooks.append("FORWARD")
+                    w.oif = oif
+                    v = run("FORWARD", w, rec)
                     if v == ACCEPT:
-                        v = run("POSTROUTING", "", oif)
+                        hooks.append("POSTROUTING")
+                        w.iif = ""
+                        v = run("POSTROUTING", w, rec)
                     delivery = "forward" if v == ACCEPT else None
+        elif origin == "out":
+            oif = where()
+            hooks.append("OUTPUT")
+            w.iif, w.oif = "", oif or "lo"
+            v = run("OUTPUT", w, rec)
+            if v == ACCEPT:
+                oif = where()
+                hooks.append("POSTROUTING")
+                w.oif = oif or "lo"
+                v = run("POSTROUTING", w, rec)
+                if v == ACCEPT and oif is None:
+                    hooks.append("PREROUTING")
+                    w.iif, w.oif = "lo", ""
+                    v = run("PREROUTING", w, rec)
+                    if v == ACCEPT:
+                        hooks.append("INPUT")
+                        v = run("INPUT", w, rec)
+                delivery = ("local" if oif is None else "out") if v == ACCEPT else None
         else:
+            self._release(w)
             raise ValueError(f"origin must be 'in' or 'out', not {origin!r}")
-        final = _rebuild(skb.packet, w)
-        if rec is not None and skb.state:
+        final = _rebuild(pkt, w)
+        if rec is not None and skb is not None and skb.state:
             rec.insert(0, ("S", skb.state, False, skb.direction, 0))
-        dnat = None
-        if (w.dst, w.dport) != orig_dst and w.ctdir == 0:
-            dnat = (int_addr(w.dst), w.dport)
-        snat = None
-        if (w.src, w.sport) != orig_src and w.ctdir == 0:
-            snat = (int_addr(w.src), w.sport)
-        out_skb = None
-        if v == ACCEPT:
-            out_skb = Skb(final, w.ct, w.ctdir, w.ctname, w.untracked, w.masq_seen)
-        return Traversal(final, VERDICT_NAMES[v], w.reject_with or None, delivery, tuple(hooks),
-                         w.masq_seen, dnat, snat, w.ctname, rec, w.visited, out_skb)
+        dnat = snat = None
+        if w.ctdir == 0:
+            if w.dst != odst or w.dport != odport:
+                dnat = (_addr(w.dst), w.dport)
+            if w.src != osrc or w.sport != osport:
+                snat = (_addr(w.src), w.sport)
+        t = Traversal(final, VERDICT_NAMES[v], w.reject_with or None, delivery, tuple(hooks),
+                      w.masq_seen, dnat, snat, w.ctname, rec, w.visited,
+                      (w.ct, w.ctdir, w.untracked) if v == ACCEPT else None)
+        self._release(w)
+        return t
 
     def enumerate(
         self,

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import pytest
-from nf_cases import jump_payload, load_case
 
 from dataplane.netfilter import Flow, FlowTracer, Ruleset, apply_restore, parse_save
 
@@ -123,11 +123,13 @@ COMMIT
 """
 
 
-def test_external_traffic_policy_local_case_flows() -> None:
-    case = load_case("TestExternalTrafficPolicyLocal")
-    rs = apply_restore(parse_save(ETP_LOCAL), jump_payload())
-    tracer = FlowTracer(rs, case["node"]["localIPs"])
-    assert case["flows"]
-    for f in case["flows"]:
+def test_external_traffic_policy_local_case_flows(
+    case: Callable[[str], dict[str, Any]], jumps: str
+) -> None:
+    data = case("TestExternalTrafficPolicyLocal")
+    rs = apply_restore(parse_save(ETP_LOCAL), jumps)
+    tracer = FlowTracer(rs, data["node"]["localIPs"])
+    assert data["flows"]
+    for f in data["flows"]:
         r = tracer.trace(Flow(f["sourceIP"], f["destIP"], f["destPort"], f["protocol"]))
         assert (r.upstream_output(), r.masquerade) == (f["output"], f["masq"]), f["name"]
