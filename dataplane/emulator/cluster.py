@@ -26,15 +26,16 @@ unless one is given).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from ipaddress import IPv4Interface, ip_address
 from pathlib import Path
 from random import Random
 from typing import Any, Literal
 
-from dataplane.emulator.devices import Bridge
+from dataplane.emulator.devices import Bridge, Epoch
 from dataplane.emulator.filters import (
+    CompiledRules,
     EngineFilter,
     IptablesRules,
     IpvsRules,
@@ -205,10 +206,6 @@ class _ProbChooser:
         self.p *= 1.0 / n
         return self.inner.uniform(n)
 
-    def weighted(self, probs: Sequence[float]) -> int:
-        k = self.inner.weighted(probs)
-        self.p *= probs[k]
-        return k
 
 
 @dataclass(slots=True)
@@ -228,8 +225,8 @@ class EmulatedCluster:
     an entry, pods, the router and external clients accept everything (conntrack still
     tracks their connections). ``listeners``: per namespace name, the ``(proto, port)``
     pairs its sockets listen on. ``local_addresses``: per node name, extra addresses
-    that are LOCAL on that node (IPVS binds Service IPs to a ``kube-ipvs0`` dummy device:
-    they are added as such a device).
+    (``IP`` or ``IP/32``) that are LOCAL on that node (IPVS binds Service IPs to a
+    ``kube-ipvs0`` dummy device: they are added as such a device).
     """
 
     def __init__(
@@ -249,11 +246,15 @@ class EmulatedCluster:
         self._base_chooser: Chooser = RandomChooser(Random(seed * 7919 + 1))
         self._chooser_box: list[Chooser] = [self._base_chooser]
         rulesets = {_node_key(k): v for k, v in (rulesets or {}).items()}
-        extra = {_node_key(k): [ip_address(a) for a in v] for k, v in (local_addresses or {}).items()}
+        extra = {
+            _node_key(k): [ip_address(a.split("/", 1)[0]) for a in v]
+            for k, v in (local_addresses or {}).items()
+        }
+        self.epoch = Epoch()
         self.hosts: dict[str, Host] = {}
         for name, ns in network.namespaces.items():
             node_extra = extra.get(ns.node or "", []) if ns.role == "node" else []
-            self.hosts[name] = Host(_with_dummy(ns, node_extra))
+            self.hosts[name] = Host(_with_dummy(ns, node_extra), self.epoch)
         for pair in network.veths:
             a = self.hosts[pair.a[0]].device(pair.a[1])
             b = self.hosts[pair.b[0]].device(pair.b[1])
@@ -262,6 +263,7 @@ class EmulatedCluster:
         if unknown:
             raise InputError(f"no such node(s): {sorted(unknown)}", field="rulesets")
         self.filters: dict[str, EngineFilter | TrackingFilter] = {}
+        compiled: dict[RulesetInput, CompiledRules] = {}
         for name, host in self.hosts.items():
             rules = rulesets.get(host.node or "") if host.role == "node" else None
             if rules is None:
@@ -275,9 +277,10 @@ class EmulatedCluster:
                 clock=self.clock,
                 chooser_box=self._chooser_box,
                 seed=seed,
+                cache=compiled,
             )
         self.endpoints = Endpoints.from_listeners(listeners or {})
-        self.walker = Walker(self.hosts, self.filters, self.endpoints)
+        self.walker = Walker(self.hosts, self.filters, self.endpoints, self.epoch)
         self._ports: dict[str, set[int]] = {}
 
     # ------------------------------------------------------------------ addresses
@@ -390,6 +393,14 @@ class EmulatedCluster:
             ans = res.answer
             reply = self.walker.send(ans.host, ans.packet, related=ans.related, record=record)
         return res, reply
+
+    def exchange(
+        self, src: str, pkt: Packet, *, record: bool = True
+    ) -> tuple[WalkResult, WalkResult | None]:
+        """Walk an arbitrary packet from namespace ``src`` and, if anything answered
+        (an endpoint or the kernel), the answer back. Client sockets are not opened:
+        open one with :meth:`connect` first when the answer must find it."""
+        return self._exchange(self.resolve_source(src)[0], pkt, record=record)
 
     # ------------------------------------------------------------------ trace
 
@@ -558,11 +569,13 @@ class EmulatedCluster:
         *,
         close: bool = False,
         record: bool = True,
+        complete: bool = True,
     ) -> list[ConnResult]:
         """Open ``n`` connections. TCP: SYN, SYN-ACK, ACK, then a data segment each way
         (conntrack ESTABLISHED and ASSURED); with ``close`` also FIN, FIN-ACK, ACK. UDP:
-        two datagrams each way. ICMP: one echo exchange. ``record`` False keeps no hops
-        (faster; ``trace`` and ``chosen_by`` are then None)."""
+        two datagrams each way. ICMP: one echo exchange. ``complete`` False stops after
+        the first packet and its answer (SYN and SYN-ACK). ``record`` False keeps no
+        hops (faster; ``trace`` and ``chosen_by`` are then None)."""
         out: list[ConnResult] = []
         for i in range(n):
             host, pkt = self._request(src, dst, proto, dport, None)
@@ -574,7 +587,9 @@ class EmulatedCluster:
                 and reply.delivered.reception.kind == "client"
                 and (proto != "tcp" or "SYN" in reply.delivered.packet.flags)
             )
-            if established and proto == "tcp":
+            if not complete:
+                pass
+            elif established and proto == "tcp":
                 self._tcp_follow_up(host, pkt, close=close, record=record)
             elif established and proto == "udp":
                 self._exchange(host, pkt.evolve(length=pkt.length), record=False)
@@ -613,10 +628,6 @@ class EmulatedCluster:
             fin = syn.evolve(flags=frozenset({"FIN", "ACK"}), length=40)
             self._exchange(host, fin, record=False)
             self._exchange(host, ack, record=False)
-
-    def send(self, src: str, pkt: Packet, *, record: bool = True) -> WalkResult:
-        """Walk an arbitrary packet from namespace ``src`` (no answer is walked)."""
-        return self.walker.send(self.resolve_source(src)[0].name, pkt, record=record)
 
     # ------------------------------------------------------------------ state
 

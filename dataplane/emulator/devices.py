@@ -24,6 +24,17 @@ from netmodel.network import Interface, InterfaceKind, VxlanParams
 BROADCAST_MAC = "ff:ff:ff:ff:ff:ff"
 
 
+class Epoch:
+    """A counter bumped whenever a learned L2 entry (a bridge FDB entry, a neighbour)
+    changes; the flow cache compares it to know that the entries a recorded walk relied
+    on still hold. One instance is shared by all hosts of a cluster."""
+
+    __slots__ = ("value",)
+
+    def __init__(self) -> None:
+        self.value = 0
+
+
 @dataclass(eq=False, slots=True)
 class Device:
     """One device of one host. ``peer`` is set for connected veths; ``master`` for bridge
@@ -51,10 +62,12 @@ class Device:
 
 @dataclass(eq=False, slots=True)
 class Bridge(Device):
-    """A Linux bridge. ``fdb`` maps a MAC to the port it was learned on."""
+    """A Linux bridge. ``fdb`` maps a MAC to the port it was learned on; change it only
+    through :meth:`learn` (which bumps ``epoch``)."""
 
     ports: dict[str, Device] = field(default_factory=dict)
     fdb: dict[str, Device] = field(default_factory=dict)
+    epoch: Epoch = field(default_factory=Epoch)
 
     def learn(self, mac: str, port: Device) -> bool:
         """Record that ``mac`` lives behind ``port``; True if this was new or moved."""
@@ -63,6 +76,7 @@ class Bridge(Device):
         if self.fdb.get(mac) is port:
             return False
         self.fdb[mac] = port
+        self.epoch.value += 1
         return True
 
 

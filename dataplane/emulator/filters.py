@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from ipaddress import ip_address
 from random import Random
 
 from dataplane.emulator.hooks import FilterVerdict, HookName, HookOutcome, ReplayStep, Skb
@@ -37,10 +38,13 @@ from dataplane.netfilter.conntrack import (
     PacketState,
     addr_int,
 )
+from dataplane.netfilter.ipset import IpSet, parse_ipset_save
+from dataplane.netfilter.ipvs import IpvsEngine, IpvsState, RealServer, VirtualServer
+from dataplane.netfilter.nft import NftEngine, NftRuleset, parse_nft
 from dataplane.netfilter.parse import apply_restore, parse_save
 from dataplane.netfilter.rules import Ruleset
 from dataplane.netfilter.trace import TraceRecord
-from netmodel.errors import UnsupportedRuleError
+from netmodel.errors import InputError
 from netmodel.ip import IPAddress
 from netmodel.packet import Packet
 
@@ -74,6 +78,117 @@ class IpvsRules:
 
 
 RulesetInput = IptablesRules | NftRules | IpvsRules
+
+
+@dataclass(frozen=True, slots=True)
+class CompiledRules:
+    """Parsed rules, their compiled form when it can be shared, and whether the flow
+    cache may replay their verdicts (:func:`replay_safe`). ``nft``/``ipvs``/``ipsets``
+    hold the parsed nftables ruleset, IPVS state and ipsets (immutable; each namespace
+    wraps them in its own engine, which keeps the mutable part)."""
+
+    ruleset: Ruleset | None
+    compiled: nf_eval.CompiledRuleset | None
+    replayable: bool
+    nft: NftRuleset | None = None
+    ipvs: IpvsState | None = None
+    ipsets: Mapping[str, IpSet] | None = None
+
+
+def compile_rules(rules: RulesetInput) -> CompiledRules:
+    """Parse (and, when shareable, compile) one ruleset input."""
+    if isinstance(rules, NftRules):
+        # nft rules are evaluated by their own engine; the flow cache does not replay them
+        return CompiledRules(None, None, False, nft=parse_nft(rules.text, source=rules.source))
+    if isinstance(rules, IpvsRules):
+        glue = parse_save(rules.iptables, source=rules.source)
+        sets = parse_ipset_save(rules.ipset, source=rules.source)
+        state = IpvsState.of(parse_ipvsadm(rules.ipvsadm, source=rules.source))
+        compiled = None if _uses_nth(glue) else nf_eval.CompiledRuleset(glue, sets=sets)
+        # IPVS only schedules NEW connections without a NAT binding, which a replayed
+        # packet never is: the glue decides
+        return CompiledRules(glue, compiled, replay_safe(glue), ipvs=state, ipsets=sets)
+    ruleset = parse_iptables(rules)
+    compiled = None if _uses_nth(ruleset) else nf_eval.CompiledRuleset(ruleset)
+    return CompiledRules(ruleset, compiled, replay_safe(ruleset))
+
+
+def parse_ipvsadm(text: str, *, source: str = "<ipvsadm-save>") -> list[VirtualServer]:
+    """Virtual servers from ``ipvsadm-save -n`` text: ``-A -t|-u|--sctp-service ADDR:PORT
+    -s SCHED [-p TIMEOUT]`` and ``-a -t|-u|--sctp-service ADDR:PORT -r ADDR:PORT [-m]
+    [-w WEIGHT]`` lines (IPv6 as ``[ADDR]:PORT``)."""
+    order: list[tuple[str, str]] = []
+    heads: dict[tuple[str, str], tuple[str, int]] = {}
+    reals: dict[tuple[str, str], list[RealServer]] = {}
+    for n, raw in enumerate(text.splitlines(), 1):
+        words = raw.split()
+        if not words or words[0].startswith("#"):
+            continue
+        where = f"{source}:{n}: {raw.strip()}"
+        try:
+            opts = _ipvs_options(words)
+            proto, addr = opts["proto"], opts["service"]
+            key = (proto, addr)
+            if words[0] == "-A":
+                order.append(key)
+                heads[key] = (opts.get("-s", "wlc"), int(opts.get("-p", "0")))
+            elif words[0] == "-a":
+                if key not in heads:
+                    raise ValueError("real server of an undefined virtual service")
+                ip, port = _host_port(opts["-r"])
+                reals.setdefault(key, []).append(
+                    RealServer(ip_address(ip), port, int(opts.get("-w", "1")))
+                )
+            else:
+                raise ValueError(f"unknown command {words[0]}")
+        except (KeyError, ValueError) as e:
+            raise InputError(f"{where}: {e}") from None
+    out = []
+    for key in order:
+        proto, addr = key
+        ip, port = _host_port(addr)
+        sched, persistence = heads[key]
+        out.append(VirtualServer(ip_address(ip), proto, port, sched, persistence,
+                                 tuple(reals.get(key, ()))))
+    return out
+
+
+_IPVS_PROTOS = {"-t": "tcp", "--tcp-service": "tcp", "-u": "udp", "--udp-service": "udp",
+                "--sctp-service": "sctp"}
+
+
+def _ipvs_options(words: list[str]) -> dict[str, str]:
+    opts: dict[str, str] = {}
+    i = 1
+    while i < len(words):
+        w = words[i]
+        if w in _IPVS_PROTOS:
+            opts["proto"] = _IPVS_PROTOS[w]
+            opts["service"] = words[i + 1]
+            i += 2
+        elif w in ("-s", "-p", "-r", "-w"):
+            opts[w] = words[i + 1]
+            i += 2
+        elif w in ("-m", "-g", "-i"):
+            i += 1
+        else:
+            raise ValueError(f"unknown option {w}")
+    if "proto" not in opts:
+        raise ValueError("no -t/-u/--sctp-service")
+    return opts
+
+
+def _host_port(text: str) -> tuple[str, int]:
+    host, _, port = text.rpartition(":")
+    return host.strip("[]"), int(port)
+
+
+def _uses_nth(ruleset: Ruleset) -> bool:
+    return any(
+        isinstance(m, R.StatisticMatch) and m.mode == "nth"
+        for _, rule in ruleset.rules()
+        for m in rule.matches
+    )
 
 
 def parse_iptables(rules: IptablesRules) -> Ruleset:
@@ -211,21 +326,38 @@ class EngineFilter:
         clock: Clock,
         chooser_box: list[Chooser],
         seed: int = 0,
+        cache: dict[RulesetInput, CompiledRules] | None = None,
     ) -> EngineFilter:
         """A filter for namespace ``name`` with ``rules``. ``seed`` seeds the engine's own
-        generator (``--random-fully`` source ports)."""
-        if not isinstance(rules, IptablesRules):
-            raise _unsupported(rules)
-        ruleset = parse_iptables(rules)
+        generator (``--random-fully`` source ports). ``cache`` shares the parsed and
+        compiled form between namespaces given the same rules (compiled rules keep no
+        per-namespace state unless they use ``-m statistic --mode nth``, whose counters
+        they hold: such rules are compiled per namespace; nft and IPVS engines, which
+        keep set elements and scheduler positions, are always per namespace)."""
+        compiled = cache.get(rules) if cache is not None else None
+        if compiled is None:
+            compiled = compile_rules(rules)
+            if cache is not None:
+                cache[rules] = compiled
+        extra: dict[str, object] = {}
+        if isinstance(rules, NftRules):
+            assert compiled.nft is not None
+            extra["nft"] = NftEngine(compiled.nft)
+        elif isinstance(rules, IpvsRules):
+            assert compiled.ipvs is not None
+            extra["ipvs"] = IpvsEngine(compiled.ipvs)
+            extra["ipsets"] = compiled.ipsets
         nf = nf_eval.Netfilter(
-            ruleset,
+            compiled.ruleset,
             local_addrs=local_addrs,
             iface_addrs=iface_addrs,
             conntrack=ConntrackTable(clock),
             clock=clock,
             rng=Random(f"{seed}/{name}"),
+            compiled=compiled.compiled,
+            **extra,  # type: ignore[arg-type]
         )
-        return cls(name, nf, chooser_box, replay_safe(ruleset))
+        return cls(name, nf, chooser_box, compiled.replayable)
 
     @property
     def conntrack(self) -> ConntrackTable:
@@ -341,7 +473,7 @@ def _chain_safe(table: R.Table, name: str, seen: set[str]) -> bool:
             if _blocks_replayed(m):
                 blocked = True
                 break
-            if isinstance(m, R.StatisticMatch | R.RecentMatch | R.NfacctMatch | R.SetMatch):
+            if isinstance(m, R.StatisticMatch | R.RecentMatch | R.NfacctMatch):
                 return False
             if isinstance(m, R.ConntrackMatch) and m.statuses:
                 return False
@@ -411,10 +543,3 @@ def _chosen_by(records: Sequence[TraceRecord]) -> str | None:
                     return prev.text
             return r.text
     return None
-
-
-def _unsupported(rules: NftRules | IpvsRules) -> UnsupportedRuleError:
-    kind = "nftables" if isinstance(rules, NftRules) else "IPVS"
-    return UnsupportedRuleError(
-        f"{rules.source}: the netfilter engine does not evaluate {kind} rules yet"
-    )

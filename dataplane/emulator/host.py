@@ -9,7 +9,8 @@ Contracts:
 * Every namespace has ``lo`` with 127.0.0.1/8 (added if the value lacks it).
 * The FIB's local table holds every configured address and 127/8 (:mod:`.fib`).
 * Neighbour entries are ``PERMANENT`` (configured, never replaced) or ``REACHABLE``
-  (learned from ARP). Entries never expire in the emulator's time scale.
+  (learned from ARP). Entries never expire in the emulator's time scale. Change them
+  only through :meth:`Host.learn_neighbor` (which bumps the shared ``epoch``).
 * ``ip_forward`` is ``net.ipv4.ip_forward`` (default off), ``bridge_nf_call_iptables`` is
   ``net.bridge.bridge-nf-call-iptables`` (default off, as without ``br_netfilter``).
 """
@@ -20,7 +21,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from ipaddress import IPv4Interface
 
-from dataplane.emulator.devices import Bridge, Device, VxlanDevice, make_device
+from dataplane.emulator.devices import Bridge, Device, Epoch, VxlanDevice, make_device
 from dataplane.emulator.fib import Fib
 from netmodel.ip import IPAddress
 from netmodel.network import Interface, Netns
@@ -37,7 +38,10 @@ class NeighEntry:
 class Host:
     """A namespace's devices, routes, neighbours and sysctls (see the module docstring)."""
 
-    def __init__(self, ns: Netns) -> None:
+    def __init__(self, ns: Netns, epoch: Epoch | None = None) -> None:
+        """``epoch`` is bumped on every learned change of a neighbour or FDB entry (shared
+        by the hosts of one cluster)."""
+        self.epoch = epoch or Epoch()
         self.name = ns.name
         self.role = ns.role
         self.node = ns.node
@@ -59,6 +63,7 @@ class Host:
                 if not isinstance(bridge, Bridge):
                     raise ValueError(f"{ns.name}: {itf.name}'s master {itf.master} is no bridge")
                 port = self.devices[itf.name]
+                bridge.epoch = self.epoch
                 port.master = bridge
                 bridge.ports[port.name] = port
         for entry in ns.fdb:
@@ -120,6 +125,7 @@ class Host:
         if old is not None and (old.permanent or old.mac == mac):
             return False
         self.neighbors[key] = NeighEntry(mac, False)
+        self.epoch.value += 1
         return True
 
     def __repr__(self) -> str:

@@ -23,7 +23,9 @@ The steps follow the kernel's IPv4 path (names in brackets):
   POSTROUTING hooks under br_netfilter; never back out the ingress port unless hairpin).
 * **IP input** [ip_rcv]: PREROUTING → local table: a local destination crosses INPUT and
   is delivered (a UDP packet to a VXLAN port is decapsulated and re-enters on the VXLAN
-  device); a source address that is local on a non-loopback device is a martian (dropped).
+  device; a packet IPVS scheduled in INPUT to a remote real server leaves through
+  OUTPUT and **output**); a source address that is local on a non-loopback device is a
+  martian (dropped).
   Otherwise **forward** [ip_forward] when ``ip_forward`` is on: route (no route → ICMP net
   unreachable), TTL ≤ 1 → ICMP time exceeded, DF and larger than the egress MTU → ICMP
   fragmentation needed with the next-hop MTU, TTL decremented, FORWARD hook, **output**.
@@ -38,9 +40,8 @@ from __future__ import annotations
 import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
-from dataplane.emulator.devices import BROADCAST_MAC, Bridge, Device, VxlanDevice
+from dataplane.emulator.devices import BROADCAST_MAC, Bridge, Device, Epoch, VxlanDevice
 from dataplane.emulator.fib import RouteResult
 from dataplane.emulator.hooks import HookName, PacketFilter, ReplayStep, Skb
 from dataplane.emulator.host import Host
@@ -112,12 +113,13 @@ class WalkResult:
 @dataclass(frozen=True, slots=True)
 class _Flow:
     """A recorded walk of a packet of known connections that ended in delivery: what
-    must still hold for the next identical packet to take the same way (``checks``:
-    FDB and neighbour entries; ``steps``: each namespace's conntrack entry and state),
-    and where it was delivered, as what."""
+    must still hold for the next identical packet to take the same way (``epoch``: no
+    FDB or neighbour entry changed since; ``steps``: each namespace's conntrack entry
+    and state), and where it was delivered, as what."""
 
-    checks: tuple[tuple[dict[Any, Any], object, object], ...]
+    epoch: int
     steps: tuple[ReplayStep, ...]
+    src: str
     host: str
     dev: str
     delivered: Packet
@@ -140,12 +142,6 @@ class _Walk:
     mtu: int | None = None
     steps: int = 0
     log: list[ReplayStep | None] | None = None
-    checks: list[tuple[dict[Any, Any], object, object]] | None = None
-
-    def check(self, mapping: dict[Any, Any], key: object) -> None:
-        """Remember that the walk relied on ``mapping[key]`` (flow cache validation)."""
-        if self.checks is not None:
-            self.checks.append((mapping, key, mapping.get(key)))
 
     def unreplayable(self) -> None:
         if self.log is not None:
@@ -175,8 +171,12 @@ class Walker:
         hosts: Mapping[str, Host],
         filters: Mapping[str, PacketFilter],
         endpoints: Endpoints,
+        epoch: Epoch | None = None,
     ) -> None:
+        """``epoch`` is the L2 change counter the hosts share (see
+        :class:`~dataplane.emulator.devices.Epoch`); by default the first host's."""
         self.hosts = hosts
+        self.epoch = epoch or next(iter(hosts.values())).epoch if hosts else Epoch()
         self.filters = filters
         self.endpoints = endpoints
         self.flows: dict[tuple[str, Packet], _Flow] = {}
@@ -209,7 +209,7 @@ class Walker:
                 if replayed is not None:
                     return replayed
             if key in self._walked:
-                w = _Walk(record, log=[], checks=[])
+                w = _Walk(record, log=[])
             else:
                 # only a packet seen before is recorded: first packets of new flows
                 # (a SYN with a fresh port) would never be replayed
@@ -225,7 +225,7 @@ class Walker:
         self._local_out(w, h, pkt, Skb(related=related))
         if not w.verdict:
             w.end("DROP", "the walk ended without a decision")
-        if w.log is not None and w.checks is not None:
+        if w.log is not None:
             self._remember(key, w)
         return WalkResult(
             verdict=w.verdict,
@@ -246,7 +246,7 @@ class Walker:
 
     def _remember(self, key: tuple[str, Packet], w: _Walk) -> None:
         d = w.delivered
-        assert w.log is not None and w.checks is not None
+        assert w.log is not None
         if (
             w.verdict != "delivered"
             or d is None
@@ -259,8 +259,9 @@ class Walker:
         if len(self.flows) >= FLOW_CACHE_LIMIT:
             self.flows.clear()
         self.flows[key] = _Flow(
-            checks=tuple(w.checks),
+            epoch=self.epoch.value,
             steps=tuple(s for s in w.log if s is not None),
+            src=key[0],
             host=d.host,
             dev=d.dev,
             delivered=d.packet,
@@ -268,30 +269,42 @@ class Walker:
         )
 
     def _replay(self, flow: _Flow, pkt: Packet) -> WalkResult | None:
-        for mapping, k, value in flow.checks:
-            if mapping.get(k) is not value:
-                return None
-        for st in flow.steps:
-            hit = st.table.lookup(st.tuple)
-            if hit is None or hit[0] is not st.conn or hit[1] != st.direction:
-                return None
+        """Replay a recorded walk, or None when it no longer applies. The recorded
+        connections must still be live, in the TCP state the recorded packet found them
+        in (replays only happen for packets that leave that state unchanged) and in the
+        same ctstate; conntrack then updates each exactly as the full walk would."""
+        if flow.epoch != self.epoch.value:
+            return None
+        steps = flow.steps
+        now = steps[0].table.clock.now() if steps else 0.0
+        for st in steps:
             conn = st.conn
-            if conn.tcp_state != st.tcp_before:
-                return None
-            if st.direction == 0 and bool(conn.status & SEEN_REPLY) != (st.state == "ESTABLISHED"):
+            if (
+                conn.expires <= now
+                or conn.tcp_state != st.tcp_before
+                or (st.direction == 0
+                    and bool(conn.status & SEEN_REPLY) != (st.state == "ESTABLISHED"))
+            ):
                 return None
         flags, itype = pkt.flags, pkt.icmp_type
-        for st in flow.steps:
-            st.table.classify(st.tuple, flags, itype, None)
+        for st in steps:
+            ps = st.table.classify(st.tuple, flags, itype, None)
+            if ps.conn is not st.conn or ps.state != st.state:
+                # deleted by hand since: the namespaces before saw the same packet twice
+                # at the same instant, which leaves their (fixpoint) state unchanged
+                self.flows.pop((flow.src, pkt), None)
+                return None
         self.replayed += 1
-        w = _Walk(False)
-        self._receive(w, self.hosts[flow.host], flow.dev, flow.delivered)
+        host = flow.host
+        delivered = flow.delivered
+        rec = self.endpoints.receive(host, delivered)
+        answer = Answer(host, rec.answer) if rec.answer is not None else None
         return WalkResult(
-            verdict=w.verdict,
-            reason=w.reason,
+            verdict="unreachable" if rec.kind == "refused" else "delivered",
+            reason=rec.note,
             hops=[],
-            delivered=w.delivered,
-            answer=w.answer,
+            delivered=Delivery(host, delivered, rec, flow.dev),
+            answer=answer,
             src_rewritten=flow.src_rewritten,
         )
 
@@ -445,10 +458,8 @@ class Walker:
         """The MAC of ``nexthop`` on ``dev``: from the neighbour table, else by ARP."""
         if dev.kind == "loopback":
             return dev.mac
-        key = (dev.name, nexthop)
-        entry = host.neighbors.get(key)
+        entry = host.neighbors.get((dev.name, nexthop))
         if entry is not None:
-            w.check(host.neighbors, key)
             return entry.mac
         if dev.noarp:
             self._drop(
@@ -479,7 +490,6 @@ class Walker:
             bridge.learn(rx_dev.mac, port)
         reply = Frame(rx_dev.mac, dev.mac, arp=("is-at", str(nexthop), str(sender)))
         host.learn_neighbor(dev.name, nexthop, rx_dev.mac)
-        w.check(host.neighbors, key)
         if w.record:
             w.hops.append(
                 Hop("arp", rx_host.name, dev_out=rx_dev.name, frame=reply,
@@ -559,7 +569,6 @@ class Walker:
             return
         if isinstance(dev, Bridge):
             port = dev.fdb.get(dst_mac)
-            w.check(dev.fdb, dst_mac)
             if port is None:
                 w.unreplayable()
                 port = self._port_toward(dev, dst_mac, None)
@@ -658,7 +667,6 @@ class Walker:
         if br.learn(src_mac, port) and w.record:
             w.hops.append(Hop("bridge", host.name, dev_in=port.name,
                               bridge=f"{br.name}: learned {src_mac} on {port.name}"))
-        w.check(br.fdb, src_mac)
         if not (host.bridge_nf_call_iptables and host.name in self.filters):
             if dst_mac == br.mac:
                 if w.record:
@@ -711,7 +719,6 @@ class Walker:
         tunnel: Frame | None,
     ) -> None:
         out = br.fdb.get(dst_mac)
-        w.check(br.fdb, dst_mac)
         how = "fdb"
         if out is None:
             w.unreplayable()
@@ -760,9 +767,33 @@ class Walker:
             out = self._hook(w, host, "INPUT", pkt, dev.name, None, skb)
             if out is None:
                 return
+            if out.dst != pkt.dst and not host.is_local(out.dst):
+                self._ipvs_forward(w, host, out, skb)
+                return
             self._local_deliver(w, host, dev, out, skb)
             return
         self._forward(w, host, dev, pkt, skb)
+
+    def _ipvs_forward(self, w: _Walk, host: Host, pkt: Packet, skb: Skb) -> None:
+        """IPVS (NAT forwarding) scheduled the connection in INPUT and rewrote the
+        destination to a real server: the packet leaves through OUTPUT and POSTROUTING
+        (its TTL is left as it arrived)."""
+        rt = host.fib.lookup(pkt.dst)
+        if rt.type != "unicast":
+            self._drop(w, host, f"IPVS: no route to the real server {pkt.dst}", "no-route")
+            return
+        if w.record:
+            w.hops.append(Hop("route", host.name, dev_out=rt.dev, route=rt.description,
+                              note="IPVS: sent on to the real server through OUTPUT"))
+        out = self._hook(w, host, "OUTPUT", pkt, None, rt.dev, skb)
+        if out is None:
+            return
+        if out.dst != pkt.dst:
+            rt = host.fib.lookup(out.dst)
+            if rt.type == "unreachable":
+                self._drop(w, host, f"no route to {out.dst} after NAT", "no-route")
+                return
+        self._ip_output(w, host, out, rt, skb)
 
     def _forward(self, w: _Walk, host: Host, indev: Device, pkt: Packet, skb: Skb) -> None:
         if not host.ip_forward:

@@ -66,7 +66,7 @@ def test_no_replay_after_an_fdb_entry_moved() -> None:
     br = c.hosts["node/n1"].devices["cni0"]
     a_mac = c.hosts["pod/default/a"].devices["eth0"].mac
     other = next(port for port in br.ports.values() if port is not br.fdb[a_mac])  # type: ignore[attr-defined]
-    br.fdb[a_mac] = other  # type: ignore[attr-defined]
+    assert br.learn(a_mac, other)  # type: ignore[attr-defined]
     c.walker.send("pod/default/a", p, record=False)
     assert c.walker.replayed == 1
 

@@ -8,8 +8,10 @@ from typing import Any, Literal
 import pytest
 from emu_helpers import EXT, LISTENERS, N1, N2, A, B, C, network
 
-from dataplane.emulator import EmulatedCluster, IptablesRules
+from dataplane.emulator import EmulatedCluster, IptablesRules, IpvsRules, NftRules, RulesetInput
 from dataplane.proxy.iptables import render_iptables
+from dataplane.proxy.ipvs import render_ipvs
+from dataplane.proxy.nftables import render_nftables
 from dataplane.proxy.snapshot import build_node_config, build_snapshot
 from netmodel.cluster import ClusterSpec
 from netmodel.objects import EndpointSlice, Service
@@ -46,18 +48,29 @@ def kube_cluster(
     endpoints: Sequence[tuple[str, str]],
     overlay: Literal["vxlan", "host-gw"] = "vxlan",
     seed: int = 1,
+    mode: Literal["iptables", "nftables", "ipvs"] = "iptables",
 ) -> EmulatedCluster:
     """Service default/web (ClusterIP 10.96.0.10, NodePort 30080) with ``endpoints``
-    (ip, node) on port 8080, and default/empty without endpoints; rules per node."""
+    (ip, node) on port 8080, and default/empty without endpoints; rules per node as
+    kube-proxy renders them in ``mode``."""
     services = [_service("web", CIP, 30080), _service("empty", EMPTY_CIP)]
     slices = [_slice("web", endpoints), _slice("empty", [])]
     spec = ClusterSpec(pod_cidr="10.244.0.0/16")
-    rules = {}
+    rules: dict[str, RulesetInput] = {}
+    local: dict[str, tuple[str, ...]] = {}
     for name, (ip, pod_cidr) in NODES.items():
         cfg = build_node_config(None, spec, name, [ip], pod_cidr)
         snap = build_snapshot(services, slices, cfg)
-        rules[name] = IptablesRules(render_iptables(snap, cfg).save_text)
-    return EmulatedCluster(network(overlay), rulesets=rules, listeners=LISTENERS, seed=seed)
+        if mode == "iptables":
+            rules[name] = IptablesRules(render_iptables(snap, cfg).save_text)
+        elif mode == "nftables":
+            rules[name] = NftRules(render_nftables(snap, cfg).restore_input)
+        else:
+            r = render_ipvs(snap, cfg)
+            rules[name] = IpvsRules(r.ipvsadm_text, r.ipset_text, r.iptables_save_text)
+            local[name] = tuple(r.addresses)
+    return EmulatedCluster(network(overlay), rulesets=rules, listeners=LISTENERS,
+                           local_addresses=local, seed=seed)
 
 
 @pytest.mark.parametrize("overlay", ["vxlan", "host-gw"])
@@ -146,3 +159,38 @@ def test_connections_spread_and_get_assured() -> None:
     assert {r.endpoint for r in res} == {f"{B}:8080", f"{C}:8080"}
     tcp = [e for e in c.conntrack("n1") if e.proto == "tcp"]
     assert len(tcp) == 20 and all(e.assured and e.tcp_state == "ESTABLISHED" for e in tcp)
+
+
+@pytest.mark.parametrize("mode", ["nftables", "ipvs"])
+def test_other_proxy_modes_reach_the_pod_on_another_node_and_back(mode: str) -> None:
+    c = kube_cluster([(C, "n2")], mode=mode)  # type: ignore[arg-type]
+    t = c.trace("pod/default/a", CIP, "tcp", 80)
+    assert t.verdict == "delivered", t.reason
+    assert t.delivered_to is not None and t.delivered_to.pod == "default/c"
+    assert t.source_seen == A and not t.masquerade
+    assert t.reply is not None and t.reply.verdict == "delivered"
+    assert t.reply.source_seen == CIP
+    entries = [e for e in c.conntrack("n1") if e.proto == "tcp"]
+    assert len(entries) == 1 and entries[0].reply[0] == C
+
+
+@pytest.mark.parametrize("mode", ["nftables", "ipvs"])
+def test_other_proxy_modes_hairpin(mode: str) -> None:
+    c = kube_cluster([(C, "n2")], mode=mode)  # type: ignore[arg-type]
+    t = c.trace("pod/default/c", CIP, "tcp", 80)
+    assert t.verdict == "delivered", t.reason
+    assert t.delivered_to is not None and t.delivered_to.pod == "default/c"
+    assert t.masquerade and t.source_seen != C
+    assert t.reply is not None and t.reply.verdict == "delivered"
+
+
+def test_ipvs_schedules_round_robin_and_all_lists_both() -> None:
+    c = kube_cluster([(C, "n2"), (B, "n1")], mode="ipvs")
+    res = c.connect("pod/default/a", CIP, "tcp", 80, n=4)
+    assert all(r.established for r in res)
+    eps = [r.endpoint for r in res]
+    assert eps[0] != eps[1] and eps[:2] == eps[2:]
+    assert all(r.chosen_by and "rr" in r.chosen_by for r in res)
+    t = c.trace_all("pod/default/a", CIP, "tcp", 80)
+    assert sorted(e.endpoint for e in t.endpoints) == [f"{B}:8080", f"{C}:8080"]
+    assert all(e.probability == 0.5 for e in t.endpoints)

@@ -188,7 +188,7 @@ def test_hairpin_off_drops_a_frame_that_would_go_back_out_its_ingress_port() -> 
     a_port.hairpin = False
     b_mac = c.hosts["pod/default/b"].devices["eth0"].mac
     c.trace("pod/default/a", "pod/default/b", "tcp", 8080)
-    br.fdb[b_mac] = a_port  # type: ignore[attr-defined]
+    assert br.learn(b_mac, a_port)  # type: ignore[attr-defined]
     t = c.trace("pod/default/a", "pod/default/b", "tcp", 8080)
     assert t.verdict == "DROP"
     assert "hairpin mode is off" in t.reason

@@ -1,0 +1,240 @@
+#!/usr/bin/env python3
+"""Benchmark the packet emulator; prints one JSON object.
+
+A 10-node cluster (flannel VXLAN, 10 pods per node) runs kube-proxy's iptables rules
+for 10,000 ClusterIP Services of 5 endpoints each, rendered by ``dataplane.proxy``
+(every Service has Cluster traffic policies, so the render is the same on every node and
+is done once). Every endpoint is a pod on nodes 2-10; clients are the pods of node 1, so
+each connection crosses: client pod → node-1 (br_netfilter PREROUTING, DNAT, FORWARD,
+POSTROUTING) → VXLAN over the router → node-k (decap, forward) → endpoint pod, and the
+answer back the same way through the same conntrack entries. Measured on one core
+(CPU time of this process):
+
+* ``full_path_connections_per_second`` — new TCP connections: the SYN and its SYN-ACK,
+  both walked end to end (no trace recorded);
+* ``established_packets_per_second`` — data segments of established connections and
+  their answers (the flow-cache fast path: conntrack looked up and updated in every
+  namespace on the way, nat table and lookups skipped);
+* ``at_new_connections_per_second`` — ``svclab trace --at node/NAME`` on node 1: one
+  random traversal of the node's netfilter per new flow, trace records on;
+* ``cost_ratio_10k_vs_100`` — CPU time per full-path connection with 10,000 Services
+  over the same with 100.
+
+Targets: >= 5,000 full-path connections/s, >= 100,000 established packets/s, ratio
+<= 1.5. Usage: ``python3 scripts/bench_packets.py [--services N] [--seconds S]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Callable
+from ipaddress import IPv4Address, ip_network
+from pathlib import Path
+from random import Random
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from dataplane.emulator import EmulatedCluster, IptablesRules  # noqa: E402
+from dataplane.proxy.iptables import render_iptables  # noqa: E402
+from dataplane.proxy.snapshot import build_node_config, build_snapshot  # noqa: E402
+from netmodel.cluster import ClusterSpec  # noqa: E402
+from netmodel.objects import EndpointSlice, Service  # noqa: E402
+from netmodel.packet import Packet  # noqa: E402
+from netmodel.topology import PodInfo, build, node_info  # noqa: E402
+
+NODE_NETWORK = "172.18.0.0/16"
+POD_CIDR = "10.244.0.0/16"
+
+
+def node_ip(i: int) -> str:
+    return f"172.18.0.{i + 1}"
+
+
+def pod_ip(node: int, j: int) -> str:
+    return f"10.244.{node}.{j + 2}"
+
+
+def cluster_ip(i: int) -> str:
+    return str(IPv4Address("10.96.0.10") + i)
+
+
+def objects(services: int, endpoints: int, nodes: int, pods: int) -> tuple[list[Service],
+                                                                          list[EndpointSlice]]:
+    """Services s0..sN-1 (ClusterIP, port 80) whose endpoints (port 8080) are pods of
+    nodes 2..nodes, spread round robin."""
+    svcs: list[Service] = []
+    slices: list[EndpointSlice] = []
+    targets = [(n, j) for n in range(2, nodes + 1) for j in range(pods)]
+    for i in range(services):
+        name = f"s{i}"
+        svcs.append(Service.model_validate({
+            "metadata": {"name": name, "namespace": "default"},
+            "spec": {"type": "ClusterIP", "clusterIP": cluster_ip(i),
+                     "ports": [{"name": "http", "protocol": "TCP", "port": 80}]},
+        }))
+        eps = []
+        for k in range(endpoints):
+            n, j = targets[(i * endpoints + k) % len(targets)]
+            eps.append({"addresses": [pod_ip(n, j)], "nodeName": f"n{n}",
+                        "conditions": {"ready": True}})
+        slices.append(EndpointSlice.model_validate({
+            "metadata": {"name": f"{name}-1", "namespace": "default",
+                         "labels": {"kubernetes.io/service-name": name}},
+            "addressType": "IPv4",
+            "endpoints": eps,
+            "ports": [{"name": "http", "protocol": "TCP", "port": 8080}],
+        }))
+    return svcs, slices
+
+
+def rules_text(services: int, endpoints: int, nodes: int, pods: int) -> str:
+    svcs, slices = objects(services, endpoints, nodes, pods)
+    cfg = build_node_config(None, ClusterSpec(pod_cidr=POD_CIDR), "n1", [node_ip(1)],
+                            "10.244.1.0/24")
+    return render_iptables(build_snapshot(svcs, slices, cfg), cfg).save_text
+
+
+def emulated(text: str, nodes: int, pods: int, seed: int) -> EmulatedCluster:
+    infos = [node_info(f"n{i}", node_ip(i), f"10.244.{i}.0/24") for i in range(1, nodes + 1)]
+    pod_infos = [PodInfo(f"default/p{i}-{j}", f"n{i}", IPv4Address(pod_ip(i, j)))
+                 for i in range(1, nodes + 1) for j in range(pods)]
+    net = build(ip_network(NODE_NETWORK), infos, pod_infos, overlay="vxlan")  # type: ignore[arg-type]
+    rules = IptablesRules(text)
+    listeners = {f"pod/{p.key}": {("tcp", 8080)} for p in pod_infos}
+    return EmulatedCluster(net, rulesets={f"n{i}": rules for i in range(1, nodes + 1)},
+                           listeners=listeners, seed=seed)
+
+
+def timed(seconds: float, step: Callable[[int], int]) -> tuple[float, int]:
+    """Run ``step(i)`` (returning units done) until ``seconds`` of CPU time; returns
+    (units per CPU second, units)."""
+    start = time.process_time()
+    done = 0
+    i = 0
+    while True:
+        for _ in range(50):
+            done += step(i)
+            i += 1
+        spent = time.process_time() - start
+        if spent >= seconds:
+            return done / spent, done
+
+
+def full_path(c: EmulatedCluster, services: int, pods: int, seconds: float) -> dict[str, Any]:
+    clients = [f"pod/default/p1-{j}" for j in range(pods)]
+    failures = 0
+
+    def step(i: int) -> int:
+        nonlocal failures
+        (r,) = c.connect(clients[i % len(clients)], cluster_ip((i * 7919) % services), "tcp",
+                         80, n=1, record=False, complete=False)
+        if not r.established or r.node in (None, "n1"):
+            failures += 1
+        return 1
+
+    for i in range(200):  # warm up: ARP and FDB entries, first VXLAN flows
+        step(i)
+    failures = 0
+    rate, n = timed(seconds, step)
+    return {"rate": rate, "connections": n, "failures": failures}
+
+
+def established(c: EmulatedCluster, services: int, pods: int, seconds: float,
+                flows: int = 200) -> dict[str, Any]:
+    conns: list[tuple[str, Packet]] = []
+    for i in range(flows):
+        src = f"pod/default/p1-{i % pods}"
+        cip = cluster_ip((i * 104729) % services)
+        (r,) = c.connect(src, cip, "tcp", 80, n=1, record=False)
+        assert r.established, r
+        data = Packet.make(r.source, cip, "tcp", r.sport, 80, flags=frozenset({"PSH", "ACK"}),
+                           length=100)
+        conns.append((src, data))
+    failures = 0
+
+    def step(i: int) -> int:
+        nonlocal failures
+        src, pkt = conns[i % len(conns)]
+        req, reply = c.exchange(src, pkt, record=False)
+        if req.verdict != "delivered" or reply is None or reply.verdict != "delivered":
+            failures += 1
+        return 2
+
+    for i in range(3 * flows):  # the 2nd packet of each flow is recorded, later ones replay
+        step(i)
+    before = c.walker.replayed
+    failures = 0
+    rate, n = timed(seconds, step)
+    return {"rate": rate, "packets": n, "failures": failures,
+            "replayed_share": (c.walker.replayed - before) / max(1, n)}
+
+
+def at_mode(text: str, services: int, pods: int, seconds: float) -> dict[str, Any]:
+    try:
+        from dataplane.netfilter.flowtrace import Flow, FlowTracer
+    except ImportError:  # the engine has no --at tracer
+        return {"rate": None}
+    tracer = FlowTracer(text, ["127.0.0.1", node_ip(1)])
+    rng = Random(1)
+
+    def step(i: int) -> int:
+        flow = Flow(pod_ip(1, i % pods), cluster_ip((i * 7919) % services), 80)
+        t = tracer.sample(flow, rng)
+        assert t.verdict == "ACCEPT"
+        return 1
+
+    rate, n = timed(seconds, step)
+    return {"rate": rate, "connections": n}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--services", type=int, default=10_000)
+    ap.add_argument("--small", type=int, default=100, help="Services of the ratio baseline")
+    ap.add_argument("--endpoints", type=int, default=5)
+    ap.add_argument("--nodes", type=int, default=10)
+    ap.add_argument("--pods", type=int, default=10, help="pods per node")
+    ap.add_argument("--seconds", type=float, default=3.0, help="CPU seconds per measurement")
+    ap.add_argument("--seed", type=int, default=1)
+    args = ap.parse_args()
+
+    t0 = time.perf_counter()
+    big_text = rules_text(args.services, args.endpoints, args.nodes, args.pods)
+    big = emulated(big_text, args.nodes, args.pods, args.seed)
+    setup = time.perf_counter() - t0
+    small = emulated(rules_text(args.small, args.endpoints, args.nodes, args.pods),
+                     args.nodes, args.pods, args.seed)
+
+    fp_big = full_path(big, args.services, args.pods, args.seconds)
+    fp_small = full_path(small, args.small, args.pods, args.seconds)
+    est = established(big, args.services, args.pods, args.seconds)
+    at = at_mode(big_text, args.services, args.pods, args.seconds)
+
+    out = {
+        "at_new_connections_per_second": round(at["rate"]) if at["rate"] else None,
+        "full_path_connections_per_second": round(fp_big["rate"]),
+        "established_packets_per_second": round(est["rate"]),
+        "cost_ratio_10k_vs_100": round(fp_small["rate"] / fp_big["rate"], 3),
+        "details": {
+            "services": args.services,
+            "endpoints_per_service": args.endpoints,
+            "nodes": args.nodes,
+            "pods_per_node": args.pods,
+            "rule_lines": big_text.count("\n"),
+            "setup_seconds": round(setup, 1),
+            "full_path_small_per_second": round(fp_small["rate"]),
+            "full_path_failures": fp_big["failures"] + fp_small["failures"],
+            "established_failures": est["failures"],
+            "established_replayed_share": round(est["replayed_share"], 3),
+            "targets": {"full_path": 5000, "established": 100_000, "ratio": 1.5},
+        },
+    }
+    print(json.dumps(out, indent=2))
+
+
+if __name__ == "__main__":
+    main()
