@@ -29,3 +29,23 @@ class Checks:
         total = self.passed + len(self.failed)
         print(f"\n{self.lab}: {self.passed}/{total} checks passed")
         sys.exit(1 if self.failed else 0)
+
+
+def backend(session, *, real: bool, external_clients=(), seed: int = 0):  # type: ignore[no-untyped-def]
+    """A context manager yielding the emulator (default) or the real kernel (``--real``)
+    for ``session``'s converged cluster: both realise the same ClusterView."""
+    from control import backends, emulation
+
+    view = emulation.view(session, external_clients=external_clients)
+    if real:
+        return backends.real_backend(view)  # type: ignore[attr-defined]
+    return backends.emulator_backend(view, seed=seed)
+
+
+def parse_real_flag(doc: str) -> bool:
+    """``--real`` on the command line: run on real network namespaces (root needed)."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0] if doc else None)
+    parser.add_argument("--real", action="store_true", help="use real network namespaces")
+    return bool(parser.parse_args().real)
