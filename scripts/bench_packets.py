@@ -38,13 +38,13 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from dataplane.emulator import EmulatedCluster, IptablesRules  # noqa: E402
-from dataplane.proxy.iptables import render_iptables  # noqa: E402
-from dataplane.proxy.snapshot import build_node_config, build_snapshot  # noqa: E402
-from netmodel.cluster import ClusterSpec  # noqa: E402
-from netmodel.objects import EndpointSlice, Service  # noqa: E402
-from netmodel.packet import Packet  # noqa: E402
-from netmodel.topology import PodInfo, build, node_info  # noqa: E402
+from dataplane.emulator import EmulatedCluster, IptablesRules
+from dataplane.proxy.iptables import render_iptables
+from dataplane.proxy.snapshot import build_node_config, build_snapshot
+from netmodel.cluster import ClusterSpec
+from netmodel.objects import EndpointSlice, Service
+from netmodel.packet import Packet
+from netmodel.topology import PodInfo, build, node_info
 
 NODE_NETWORK = "172.18.0.0/16"
 POD_CIDR = "10.244.0.0/16"
