@@ -127,6 +127,22 @@ def _uid(kind: str, key: str, revision: int) -> str:
     return str(uuid.uuid5(_UID_NAMESPACE, f"{kind}/{key}/{revision}"))
 
 
+def _spec_changes(before: KubeObject, after: KubeObject) -> str:
+    """``updated spec.nodeName=node-2, spec.podCIDR=10.244.1.0/24`` (scalars shown with
+    their new value, other changed fields by name): what the timeline says of an update."""
+    old, new = getattr(before, "spec", None), getattr(after, "spec", None)
+    if old is None or new is None or old == new:
+        return "updated"
+    parts = []
+    for name, info in type(new).model_fields.items():
+        a, b = getattr(old, name), getattr(new, name)
+        if a == b:
+            continue
+        wire = info.alias or name
+        parts.append(f"spec.{wire}={b}" if isinstance(b, str | int | bool) else f"spec.{wire}")
+    return "updated " + ", ".join(parts) if parts else "updated"
+
+
 def _message(verb: str, notes: Sequence[str]) -> str:
     allocated = [n for n in notes if not n.startswith("released ")]
     released = [n.removeprefix("released ") for n in notes if n.startswith("released ")]
@@ -221,7 +237,9 @@ class APIServer:
             adm.journal.rollback()
             raise
         adm.journal.commit()
-        self._record(component, stored, "Updated", _message("updated", adm.notes))
+        self._record(
+            component, stored, "Updated", _message(_spec_changes(current, stored), adm.notes)
+        )
         return stored
 
     def update_status(
