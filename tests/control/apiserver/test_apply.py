@@ -127,7 +127,7 @@ def test_every_write_records_an_event() -> None:
     evs = [e for e in timeline(api.store) if e.involved_object.name == "web"]
     assert [(e.source_component, e.reason, e.message) for e in evs] == [
         ("tester", "Created", "allocated clusterIP 10.96.0.2, nodePort 30000"),
-        ("tester", "Updated", "updated"),
+        ("tester", "Updated", "updated spec.selector"),
         ("tester", "Deleted", "released clusterIP 10.96.0.2, nodePort 30000"),
     ]
     assert evs[0].involved_object.uid == s.metadata.uid
