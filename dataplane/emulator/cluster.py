@@ -282,6 +282,7 @@ class EmulatedCluster:
         self.endpoints = Endpoints.from_listeners(listeners or {})
         self.walker = Walker(self.hosts, self.filters, self.endpoints, self.epoch)
         self._ports: dict[str, set[int]] = {}
+        self._destinations: dict[str, tuple[IPAddress, int | None]] = {}
 
     # ------------------------------------------------------------------ addresses
 
@@ -306,6 +307,12 @@ class EmulatedCluster:
 
     def resolve_destination(self, dst: str) -> tuple[IPAddress, int | None]:
         """The address (and port, for ``IP:PORT``) a destination names."""
+        hit = self._destinations.get(dst)
+        if hit is None:
+            hit = self._destinations[dst] = self._resolve_destination(dst)
+        return hit
+
+    def _resolve_destination(self, dst: str) -> tuple[IPAddress, int | None]:
         name = dst.strip()
         if name in self.hosts:
             host = self.hosts[name]

@@ -375,47 +375,52 @@ class EngineFilter:
         log: list[ReplayStep | None] | None = None,
     ) -> HookOutcome:
         prev = skb.ct
-        first = False
-        if isinstance(prev, nf_eval.Skb):
-            if prev.packet is pkt:
-                eskb = prev
-            else:
-                eskb = nf_eval.Skb(pkt, prev.conn, prev.direction, prev.state, prev.untracked,
-                                   prev.masq)
+        eskb: nf_eval.Skb | Packet
+        if prev is not None:
+            assert isinstance(prev, nf_eval.Skb)
+            eskb = prev if prev.packet is pkt else nf_eval.Skb(
+                pkt, prev.conn, prev.direction, prev.state, prev.untracked, prev.masq)
+            first = False
         elif skb.related is not None and isinstance(skb.related, nf_eval.Skb):
             eskb = _related(pkt, skb.related)
+            first = False
         else:
-            eskb = nf_eval.Skb(pkt)
+            eskb = pkt
             first = True
         nf = self.nf
-        table = nf.conntrack
-        before = None
-        tcp_before = None
-        t = None
-        if log is not None and first:
+        if nf.trace is not record:
+            nf.trace = record
+        if log is None or not first:
+            res = nf.run_hook(hook, eskb, in_iface=indev, out_iface=outdev,
+                              chooser=self.chooser_box[0])
+            out = res.skb
+            if log is not None and out is None:
+                log.append(None)
+        else:
+            table = nf.conntrack
             t = ct_tuple(pkt)
             before = table.lookup(t)
             tcp_before = before[0].tcp_state if before is not None else None
-        nf.trace = record
-        res = nf.run_hook(hook, eskb, in_iface=indev, out_iface=outdev,
-                          chooser=self.chooser_box[0])
-        hops = [_hop(self.name, indev, outdev, r) for r in res.records] if record else []
-        out = res.skb
-        if log is not None:
-            if t is not None:
-                if out is None:
-                    log.append(None)
-                else:
-                    _log_step(log, table, t, before, tcp_before, out.conn, out.direction,
-                              out.state, self.replayable)
-            elif out is None:
+            res = nf.run_hook(hook, eskb, in_iface=indev, out_iface=outdev,
+                              chooser=self.chooser_box[0])
+            out = res.skb
+            if out is None:
                 log.append(None)
+            else:
+                _log_step(log, table, t, before, tcp_before, out.conn, out.direction,
+                          out.state, self.replayable)
+        if not record:
+            if out is None:
+                return HookOutcome("REJECT" if res.verdict == "REJECT" else "DROP", pkt, (),
+                                   res.reject_with)
+            skb.ct = out
+            return HookOutcome("ACCEPT", out.packet)
+        hops = [_hop(self.name, indev, outdev, r) for r in res.records]
         if out is None:
             verdict: FilterVerdict = "REJECT" if res.verdict == "REJECT" else "DROP"
             return HookOutcome(verdict, pkt, hops, res.reject_with, None)
         skb.ct = out
-        return HookOutcome("ACCEPT", out.packet, hops, None,
-                           _chosen_by(res.records) if record else None)
+        return HookOutcome("ACCEPT", out.packet, hops, None, _chosen_by(res.records))
 
     def snapshot(self) -> object:
         return self.nf.snapshot()

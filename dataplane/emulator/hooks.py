@@ -28,8 +28,9 @@ Contract of ``run``:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal, NamedTuple, Protocol
 
 from dataplane.emulator.trace import Hop
 from dataplane.netfilter.conntrack import Connection, ConntrackTable, CtTuple
@@ -55,13 +56,13 @@ class Skb:
     related: object | None = None
 
 
-@dataclass(slots=True)
-class HookOutcome:
-    """The result of one hook (see the module docstring)."""
+class HookOutcome(NamedTuple):
+    """The result of one hook (see the module docstring). A named tuple: one is made per
+    hook call, on the hot path."""
 
     verdict: FilterVerdict
     packet: Packet
-    hops: list[Hop] = field(default_factory=list)
+    hops: Sequence[Hop] = ()
     reject_with: str | None = None
     chosen_by: str | None = None
 

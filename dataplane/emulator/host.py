@@ -17,7 +17,7 @@ Contracts:
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from ipaddress import IPv4Interface
 
@@ -77,8 +77,13 @@ class Host:
         }
         self.fib = Fib({d.name: d.addresses for d in self.devices.values()}, ns.routes)
         self.local_addresses: frozenset[IPAddress] = self.fib.local_addresses()
+        self.is_local = self.fib.is_local
+        self._vxlan_ports: dict[tuple[int, IPAddress], VxlanDevice | None] = {}
 
     # ---- queries
+
+    #: whether an address is in the local table (own address or 127/8): ``Fib.is_local``
+    is_local: Callable[[IPAddress], bool]
 
     def device(self, name: str) -> Device:
         try:
@@ -97,9 +102,6 @@ class Host:
     def primary_address(self) -> IPAddress | None:
         return next(self.addresses(), None)
 
-    def is_local(self, addr: IPAddress) -> bool:
-        return self.fib.is_local(addr)
-
     def owns_on(self, dev: Device, addr: IPAddress) -> bool:
         """Whether the host answers ARP for ``addr`` arriving on ``dev``: Linux's default
         (``arp_ignore=0``) answers for any local address, whichever device holds it."""
@@ -107,10 +109,16 @@ class Host:
 
     def vxlan_for_port(self, port: int, dst: IPAddress) -> VxlanDevice | None:
         """The VXLAN device bound to UDP ``port`` on local address ``dst``."""
+        key = (port, dst)
+        if key in self._vxlan_ports:
+            return self._vxlan_ports[key]
+        found = None
         for d in self.devices.values():
             if isinstance(d, VxlanDevice) and d.port == port and d.local in (None, dst):
-                return d
-        return None
+                found = d
+                break
+        self._vxlan_ports[key] = found
+        return found
 
     # ---- neighbours
 

@@ -16,11 +16,12 @@ Contract, per namespace:
 * UDP: a datagram to a listener is answered by a datagram back; to a client socket it is
   consumed; otherwise the kernel answers ICMP port unreachable.
 * Every listener that accepts a new connection or datagram records a :class:`Seen`
-  (which source address it saw, for "source_seen").
+  (which source address it saw, for "source_seen"); the last :data:`SEEN_KEPT` are kept.
 """
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
@@ -34,8 +35,13 @@ from netmodel.packet import (
     Packet,
 )
 
+#: how many :class:`Seen` records are kept (the most recent ones)
+SEEN_KEPT = 10_000
+
 ReceptionKind = Literal["listener", "client", "kernel", "refused", "consumed"]
-FourTuple = tuple[str, IPAddress, int, IPAddress, int]  # proto, local ip/port, remote ip/port
+#: proto, local address, local port, remote address, remote port (addresses as integers:
+#: hashing ipaddress objects is slow on the hot path)
+FourTuple = tuple[str, int, int, int, int]
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,7 +84,7 @@ class Endpoints:
     listeners: dict[str, set[tuple[str, int]]] = field(default_factory=dict)
     clients: dict[str, set[FourTuple]] = field(default_factory=dict)
     server_conns: dict[str, dict[FourTuple, _ServerConn]] = field(default_factory=dict)
-    seen: list[Seen] = field(default_factory=list)
+    seen: deque[Seen] = field(default_factory=lambda: deque(maxlen=SEEN_KEPT))
     pings: dict[str, set[int]] = field(default_factory=dict)
 
     @classmethod
@@ -94,7 +100,7 @@ class Endpoints:
             clients={k: set(v) for k, v in self.clients.items()},
             server_conns={k: {t: _ServerConn(c.state) for t, c in v.items()}
                           for k, v in self.server_conns.items()},
-            seen=list(self.seen),
+            seen=deque(self.seen, maxlen=SEEN_KEPT),
             pings={k: set(v) for k, v in self.pings.items()},
         )
 
@@ -107,12 +113,12 @@ class Endpoints:
         self, netns: str, proto: str, local: IPAddress, lport: int, remote: IPAddress, rport: int
     ) -> None:
         """Register a client socket (TCP/UDP) so that answers to it are recognised."""
-        self.clients.setdefault(netns, set()).add((proto, local, lport, remote, rport))
+        self.clients.setdefault(netns, set()).add((proto, int(local), lport, int(remote), rport))
 
     def close_client(
         self, netns: str, proto: str, local: IPAddress, lport: int, remote: IPAddress, rport: int
     ) -> None:
-        self.clients.get(netns, set()).discard((proto, local, lport, remote, rport))
+        self.clients.get(netns, set()).discard((proto, int(local), lport, int(remote), rport))
 
     def open_ping(self, netns: str, ident: int) -> None:
         self.pings.setdefault(netns, set()).add(ident)
@@ -152,7 +158,7 @@ class Endpoints:
             return Reception("consumed", None, 0, "echo reply without a ping socket")
         inner = pkt.inner
         if inner is not None:
-            key = (inner.proto, inner.src, inner.sport, inner.dst, inner.dport)
+            key = (inner.proto, int(inner.src), inner.sport, int(inner.dst), inner.dport)
             if key in self.clients.get(netns, ()) or (
                 inner.proto == "icmp" and inner.icmp_id in self.pings.get(netns, ())
             ):
@@ -160,11 +166,13 @@ class Endpoints:
         return Reception("consumed", None, 0, "ICMP error without a socket")
 
     def _tcp(self, netns: str, pkt: Packet) -> Reception:
-        key: FourTuple = ("tcp", pkt.dst, pkt.dport, pkt.src, pkt.sport)
+        key: FourTuple = ("tcp", int(pkt.dst), pkt.dport, int(pkt.src), pkt.sport)
         flags = pkt.flags
         if key in self.clients.get(netns, ()):
             return Reception("client", None, pkt.dport, "answer to the client socket")
-        conns = self.server_conns.setdefault(netns, {})
+        conns = self.server_conns.get(netns)
+        if conns is None:
+            conns = self.server_conns[netns] = {}
         conn = conns.get(key)
         if "SYN" in flags and "ACK" not in flags:
             if not self.listening(netns, "tcp", pkt.dport):
@@ -192,7 +200,7 @@ class Endpoints:
         return Reception("listener", None, pkt.dport, "ACK")
 
     def _udp(self, netns: str, pkt: Packet) -> Reception:
-        key: FourTuple = ("udp", pkt.dst, pkt.dport, pkt.src, pkt.sport)
+        key: FourTuple = ("udp", int(pkt.dst), pkt.dport, int(pkt.src), pkt.sport)
         if key in self.clients.get(netns, ()):
             return Reception("client", None, pkt.dport, "answer to the client socket")
         if not self.listening(netns, "udp", pkt.dport):

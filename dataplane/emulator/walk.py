@@ -153,12 +153,18 @@ class _Walk:
             self.reason = reason
 
 
+_PROTO_SALT = {"tcp": 6, "udp": 17, "icmp": 1, "sctp": 132}
+
+
 def vxlan_source_port(pkt: Packet) -> int:
     """The outer UDP source port: a hash of the inner flow inside the ephemeral range
-    (so one flow keeps one port, as ``udp_flow_src_port`` does)."""
-    key = f"{pkt.proto}/{pkt.src}/{pkt.dst}/{pkt.sport}/{pkt.dport}/{pkt.icmp_id}".encode()
+    (so one flow keeps one port, as ``udp_flow_src_port`` does). Deterministic across
+    runs (no string hashing)."""
+    ports = (pkt.sport << 16 | pkt.dport) if pkt.proto != "icmp" else pkt.icmp_id
+    key = (int(pkt.src) * 0x9E3779B1 ^ int(pkt.dst) * 0x85EBCA77 ^ ports * 0xC2B2AE3D
+           ^ _PROTO_SALT.get(pkt.proto, 0)) & 0xFFFFFFFFFFFF
     lo, hi = EPHEMERAL_PORTS
-    return lo + zlib.crc32(key) % (hi - lo + 1)
+    return lo + zlib.crc32(key.to_bytes(6, "little")) % (hi - lo + 1)
 
 
 class Walker:
@@ -202,7 +208,7 @@ class Walker:
         skipped (valid while the entries the walk relied on are unchanged; see
         :func:`~dataplane.emulator.filters.replay_safe` for which rulesets qualify)."""
         key = (host, pkt)
-        if not record and related is None:
+        if not record and related is None and "SYN" not in pkt.flags:
             flow = self.flows.get(key)
             if flow is not None:
                 replayed = self._replay(flow, pkt)
@@ -211,8 +217,8 @@ class Walker:
             if key in self._walked:
                 w = _Walk(record, log=[])
             else:
-                # only a packet seen before is recorded: first packets of new flows
-                # (a SYN with a fresh port) would never be replayed
+                # only a packet seen before is recorded (a first packet may be the only
+                # one of its kind); SYNs open connections and are never replayed
                 if len(self._walked) >= FLOW_CACHE_LIMIT:
                     self._walked.clear()
                 self._walked.add(key)
@@ -316,11 +322,12 @@ class Walker:
         w.end(verdict, why)
 
     def _step(self, w: _Walk, host: Host) -> bool:
+        """Count a step; False (and the walk ended) past :data:`MAX_STEPS`."""
         w.steps += 1
-        if w.steps > MAX_STEPS:
-            self._drop(w, host, f"more than {MAX_STEPS} steps: forwarding loop")
-            return False
-        return True
+        if w.steps <= MAX_STEPS:
+            return True
+        self._drop(w, host, f"more than {MAX_STEPS} steps: forwarding loop")
+        return False
 
     def _hook(
         self,
