@@ -291,10 +291,11 @@ class Trace:
         table.add_column("out")
         table.add_column("step")
         table.add_column("detail", overflow="fold")
+        from rich.text import Text
+
         for i, h in enumerate(self.hops, 1):
-            table.add_row(
-                str(i), h.netns, h.dev_in or "", h.dev_out or "", h.kind, h.detail()
-            )
+            cells = (str(i), h.netns, h.dev_in or "", h.dev_out or "", h.kind, h.detail())
+            table.add_row(*(Text(c) for c in cells))  # plain text: rules hold "[...]"
         console.print(table)
         if self.reply is not None:
             self.reply._render(console, table_cls, title="reply")

@@ -21,12 +21,16 @@ EMPTY_CIP = "10.96.0.99"
 NODES = {"n1": (N1, "10.244.1.0/24"), "n2": (N2, "10.244.2.0/24")}
 
 
-def _service(name: str, cip: str, node_port: int | None = None) -> Service:
+def _service(name: str, cip: str, node_port: int | None = None,
+             affinity: int | None = None) -> Service:
     port: dict[str, Any] = {"name": "http", "protocol": "TCP", "port": 80}
     spec: dict[str, Any] = {"type": "ClusterIP", "clusterIP": cip, "ports": [port]}
     if node_port:
         spec["type"] = "NodePort"
         port["nodePort"] = node_port
+    if affinity:
+        spec["sessionAffinity"] = "ClientIP"
+        spec["sessionAffinityConfig"] = {"clientIP": {"timeoutSeconds": affinity}}
     return Service.model_validate({"metadata": {"name": name, "namespace": "default"},
                                    "spec": spec})
 
@@ -49,11 +53,12 @@ def kube_cluster(
     overlay: Literal["vxlan", "host-gw"] = "vxlan",
     seed: int = 1,
     mode: Literal["iptables", "nftables", "ipvs"] = "iptables",
+    affinity: int | None = None,
 ) -> EmulatedCluster:
     """Service default/web (ClusterIP 10.96.0.10, NodePort 30080) with ``endpoints``
     (ip, node) on port 8080, and default/empty without endpoints; rules per node as
     kube-proxy renders them in ``mode``."""
-    services = [_service("web", CIP, 30080), _service("empty", EMPTY_CIP)]
+    services = [_service("web", CIP, 30080, affinity), _service("empty", EMPTY_CIP)]
     slices = [_slice("web", endpoints), _slice("empty", [])]
     spec = ClusterSpec(pod_cidr="10.244.0.0/16")
     rules: dict[str, RulesetInput] = {}
@@ -194,3 +199,24 @@ def test_ipvs_schedules_round_robin_and_all_lists_both() -> None:
     t = c.trace_all("pod/default/a", CIP, "tcp", 80)
     assert sorted(e.endpoint for e in t.endpoints) == [f"{B}:8080", f"{C}:8080"]
     assert all(e.probability == 0.5 for e in t.endpoints)
+
+
+def test_client_ip_affinity_keeps_a_client_on_one_endpoint_until_the_timeout() -> None:
+    c = kube_cluster([(C, "n2"), (B, "n1")], seed=5, affinity=60)
+    first = c.connect("pod/default/a", CIP, "tcp", 80, n=8)
+    assert len({r.endpoint for r in first}) == 1
+    assert all(r.chosen_by and "--rcheck" in r.chosen_by for r in first[1:])
+    c.clock.advance(120)  # type: ignore[attr-defined]
+    later = c.connect("pod/default/a", CIP, "tcp", 80, n=30)
+    assert "--rcheck" not in (later[0].chosen_by or "")
+    assert len({r.endpoint for r in later}) == 1
+
+
+def test_node_reaches_its_own_localhost_nodeport() -> None:
+    c = kube_cluster([(C, "n2")])
+    t = c.trace("node/n1", "127.0.0.1:30080", "tcp")
+    assert t.verdict == "delivered", t.reason
+    assert t.delivered_to is not None and t.delivered_to.pod == "default/c"
+    assert t.masquerade and t.source_seen == "10.244.1.0"
+    assert t.reply is not None and t.reply.verdict == "delivered"
+    assert t.reply.source_seen == "127.0.0.1"
