@@ -26,8 +26,10 @@ Scheduled, SandboxCreated, Started, ...).
 
 from __future__ import annotations
 
+import gc
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from control.agents import Agent
@@ -158,6 +160,7 @@ class ControlPlane:
             self.endpointslices,
         ]
         self.timing = Timing()
+        self.pause_gc = True
         self._rev: int | None = None
         self._started = False
 
@@ -202,7 +205,16 @@ class ControlPlane:
     def run_until_idle(self, max_steps: int = 1_000_000) -> int:
         """Run rounds until none does any work; returns the number of steps (reconciles,
         scheduling attempts, kubelet syncs, agent steps). Raises ConvergenceError when
-        ``max_steps`` is exceeded."""
+        ``max_steps`` is exceeded.
+
+        Python's cyclic garbage collector is paused for the run (when :attr:`pause_gc`)
+        and restored after: everything the control plane makes is an immutable, acyclic
+        value that reference counting frees, while each full collection would rescan
+        every stored object (measured: ~40% of the CPU time of a 30,000-pod run)."""
+        with _gc_paused(self.pause_gc):
+            return self._run(max_steps)
+
+    def _run(self, max_steps: int) -> int:
         if self._rev is None:
             self._list()
         steps = 0
@@ -285,6 +297,18 @@ class ControlPlane:
                 handling += spent
                 self.timing.add(_name(comp), spent)
         self.timing.dispatch_seconds += time.perf_counter() - t0 - handling
+
+
+@contextmanager
+def _gc_paused(pause: bool) -> Iterator[None]:
+    was = gc.isenabled()
+    if pause:
+        gc.disable()
+    try:
+        yield
+    finally:
+        if pause and was:
+            gc.enable()
 
 
 def _name(comp: object) -> str:

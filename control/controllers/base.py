@@ -154,20 +154,24 @@ class ObjectCache:
         return self.put(obj)
 
     def put(self, obj: KubeObject) -> KubeObject | None:
+        key = obj.key
         bucket = self._objects.setdefault(obj.kind, {})
-        ident = (obj.kind, obj.key)
-        old = bucket.get(obj.key)
-        bucket[obj.key] = obj
+        old = bucket.get(key)
+        bucket[key] = obj
         if self._indexers:
-            self._unindex(ident)
+            ident = (obj.kind, key)
             values: dict[str, tuple[str, ...]] = {}
             for name, fn in self._indexers.items():
                 vals = tuple(fn(obj))
                 if vals:
                     values[name] = vals
-                    index = self._indexes[name]
-                    for v in vals:
-                        index.setdefault(v, {})[ident] = None
+            if old is not None and self._values.get(ident, {}) == values:
+                return old  # same index values: the object was replaced in place
+            self._unindex(ident)
+            for name, vals in values.items():
+                index = self._indexes[name]
+                for v in vals:
+                    index.setdefault(v, {})[ident] = None
             if values:
                 self._values[ident] = values
         return old

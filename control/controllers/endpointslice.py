@@ -194,15 +194,13 @@ class EndpointSliceController(Controller):
         if obj.kind == "Service":
             return [obj.key]
         if obj.kind == "Pod":
-            if event.type == "DELETED":
+            deleted = event.type == "DELETED"
+            if deleted:
                 self._endpoints.pop(obj.key, None)
-            if (
-                old is not None
-                and event.type != "DELETED"
-                and old.labels == obj.labels
-                and _endpoint_view(old) == _endpoint_view(obj)
-            ):
-                return []
+            now = None if deleted else _endpoint_view(obj)
+            before = _endpoint_view(old) if old is not None else None
+            if now == before and (now is None or (old is not None and old.labels == obj.labels)):
+                return []  # not an endpoint before or after, or nothing an endpoint shows
             keys = set(self._services_for(obj))
             if old is not None and old.labels != obj.labels:
                 keys |= set(self._services_for(old))
@@ -215,13 +213,13 @@ class EndpointSliceController(Controller):
                 return [f"{obj.namespace}/{svc}"]
             return []
         if obj.kind == "Node":
-            zone = obj.labels.get(ZONE_LABEL)
-            before = self._zones.get(obj.name)
-            if event.type == "DELETED" or zone is None:
+            zone = None if event.type == "DELETED" else obj.labels.get(ZONE_LABEL)
+            had = self._zones.get(obj.name)
+            if zone is None:
                 self._zones.pop(obj.name, None)
             else:
                 self._zones[obj.name] = zone
-            if before == (None if event.type == "DELETED" else zone):
+            if had == zone:
                 return []
             return [
                 s.key
@@ -429,10 +427,13 @@ def _same(a: EndpointSlice, b: EndpointSlice) -> bool:
     )
 
 
-def _endpoint_view(pod: KubeObject) -> tuple[object, ...]:
-    """What of a pod an endpoint depends on (other changes need no reconcile)."""
-    if not isinstance(pod, Pod):
-        return ()
+def _endpoint_view(pod: KubeObject) -> tuple[object, ...] | None:
+    """What of a pod an endpoint depends on (other changes need no reconcile); None for
+    a pod that is no endpoint of any Service (no IP yet, or finished)."""
+    if not isinstance(pod, Pod) or not pod.status.pod_ip:
+        return None
+    if pod.status.phase in ("Succeeded", "Failed"):
+        return None
     return (
         pod.status.pod_ip,
         tuple(i.ip for i in pod.status.pod_ips),

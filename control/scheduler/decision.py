@@ -19,6 +19,7 @@ nodes); ``omitted`` counts the rest, so large clusters stay cheap to record.
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass, field
 from typing import Any
@@ -40,6 +41,19 @@ class NodeRow:
             out["total"] = self.total
         return out
 
+    def json_text(self) -> str:
+        """``json.dumps(self.to_json())``, compact, built directly (it runs per pod)."""
+        head = f'{{"node":{_q(self.node)},"filter":{_q(self.filter)}'
+        if self.scores is None:
+            return head + "}"
+        scores = ",".join(f"{_q(k)}:{int(v)}" for k, v in self.scores.items())
+        return f'{head},"scores":{{{scores}}},"total":{int(self.total or 0)}}}'
+
+
+@functools.lru_cache(maxsize=8192)
+def _q(text: str | None) -> str:
+    return json.dumps(text)
+
 
 @dataclass(frozen=True, slots=True)
 class Decision:
@@ -54,18 +68,13 @@ class Decision:
     omitted: int = 0
 
     def to_json(self) -> str:
-        return json.dumps(
-            {
-                "result": self.result,
-                "node": self.node,
-                "nodesTotal": self.nodes_total,
-                "evaluated": self.evaluated,
-                "feasible": self.feasible,
-                "weights": self.weights,
-                "nodes": [r.to_json() for r in self.rows],
-                "omitted": self.omitted,
-            },
-            separators=(",", ":"),
+        weights = ",".join(f"{_q(k)}:{int(v)}" for k, v in self.weights.items())
+        rows = ",".join(r.json_text() for r in self.rows)
+        return (
+            f'{{"result":{json.dumps(self.result)},"node":{_q(self.node)},'
+            f'"nodesTotal":{self.nodes_total},"evaluated":{self.evaluated},'
+            f'"feasible":{self.feasible},"weights":{{{weights}}},"nodes":[{rows}],'
+            f'"omitted":{self.omitted}}}'
         )
 
     @classmethod

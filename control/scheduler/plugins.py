@@ -290,16 +290,13 @@ class LeastAllocated(Score):
     weight = 1
 
     def score(self, pod: Pod, info: PodInfo, table: NodeTable, nodes: IntArray) -> IntArray:
-        total = np.zeros(len(nodes), dtype=np.int64)
-        for cap, used, req in (
-            (table.alloc_cpu[nodes], table.nz_cpu[nodes], info.nz_cpu),
-            (table.alloc_mem[nodes], table.nz_mem[nodes], info.nz_memory),
-        ):
-            want = used + req
-            safe = np.where(cap > 0, cap, 1)
-            s = np.where((cap == 0) | (want > cap), 0, (cap - want) * MAX_SCORE // safe)
-            total += s
-        return total // 2
+        # (capacity - requested) * 100 / capacity, 0 when over capacity or capacity is 0
+        # (a zero capacity is stored as 1 in safe_*: its free share is negative too)
+        free_cpu = table.alloc_cpu[nodes] - (table.nz_cpu[nodes] + info.nz_cpu)
+        free_mem = table.alloc_mem[nodes] - (table.nz_mem[nodes] + info.nz_memory)
+        cpu = np.maximum(free_cpu * MAX_SCORE // table.safe_cpu[nodes], 0)
+        mem = np.maximum(free_mem * MAX_SCORE // table.safe_mem[nodes], 0)
+        return (cpu + mem) // 2
 
 
 class BalancedAllocation(Score):
@@ -309,11 +306,11 @@ class BalancedAllocation(Score):
     weight = 1
 
     def score(self, pod: Pod, info: PodInfo, table: NodeTable, nodes: IntArray) -> IntArray:
-        cap_c, cap_m = table.alloc_cpu[nodes], table.alloc_mem[nodes]
-        fc = np.minimum(1.0, (table.req_cpu[nodes] + info.cpu) / np.where(cap_c > 0, cap_c, 1))
-        fm = np.minimum(1.0, (table.req_mem[nodes] + info.memory) / np.where(cap_m > 0, cap_m, 1))
-        both = (cap_c > 0) & (cap_m > 0)
-        std = np.where(both, np.abs(fc - fm) / 2, 0.0)
+        fc = np.minimum(1.0, (table.req_cpu[nodes] + info.cpu) / table.safe_cpu[nodes])
+        fm = np.minimum(1.0, (table.req_mem[nodes] + info.memory) / table.safe_mem[nodes])
+        std = np.abs(fc - fm) / 2
+        if not table.all_sized:  # a resource without capacity leaves one fraction: std 0
+            std = np.where(table.sized[nodes], std, 0.0)
         return ((1.0 - std) * MAX_SCORE).astype(np.int64)
 
 

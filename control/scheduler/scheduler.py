@@ -39,7 +39,7 @@ from control.controllers.base import APIClient
 from control.events import Recorder
 from control.scheduler.decision import SCHEDULING_ANNOTATION, Decision, NodeRow
 from control.scheduler.plugins import Filter, Score, default_filters, default_scores
-from control.scheduler.table import IntArray, NodeTable, PodInfo, pod_info
+from control.scheduler.table import BoolArray, IntArray, NodeTable, PodInfo, pod_info
 from control.store.base import WatchEvent
 from netmodel.errors import NotFoundError, SvclabError
 from netmodel.objects import Condition, KubeObject, Node, Pod
@@ -113,6 +113,7 @@ class Scheduler:
         self._parked: dict[str, tuple[object, object]] = {}
         self._failures: dict[str, int] = {}
         self._next_start = 0
+        self._walk_cache: IntArray = np.zeros(0, dtype=np.int64)
 
     # ---- queue
 
@@ -241,24 +242,29 @@ class Scheduler:
         weights = {s.name: s.weight for s in self.scores}
         if n == 0:
             return Decision(pod.key, None, "no nodes available to schedule pods", 0, 0, 0, weights)
-        status = np.zeros(n, dtype=np.int64)  # 0 = feasible, else 1 + filter index
-        alive = np.ones(n, dtype=bool)
+        status = self._status_buf(n)  # 0 = feasible, else 1 + filter index
+        alive: BoolArray | None = None  # None: every node passed so far
         for pi, plugin in enumerate(self.filters, 1):
             mask = plugin.fails(pod, info, t)
             if mask is not None:
-                status[mask & alive] = pi
-                alive &= ~mask
+                if alive is None:
+                    status[mask] = pi
+                    alive = ~mask
+                else:
+                    status[mask & alive] = pi
+                    alive &= ~mask
         start = self._next_start % n
         want = num_feasible_nodes_to_find(n, self.percentage)
         processed = n
-        if want < n:
-            rotated = np.concatenate((alive[start:], alive[:start]))
-            cums = np.cumsum(rotated)
+        if alive is None:
+            processed = want  # every node is feasible: the first `want` of the walk
+        elif want < n:
+            cums = np.cumsum(np.concatenate((alive[start:], alive[:start])))
             if cums[-1] >= want:
                 processed = int(np.searchsorted(cums, want)) + 1
         self._next_start = (start + processed) % n
-        evaluated = (start + np.arange(processed)) % n
-        feasible = evaluated[alive[evaluated]]
+        evaluated = self._walk(n)[start : start + processed]
+        feasible = evaluated if alive is None else evaluated[alive[evaluated]]
         if len(feasible) == 0:
             msg = self._fit_error(pod, info, status)
             failed_rows, left_out = self._rows(pod, info, evaluated, status, feasible, None, None)
@@ -294,6 +300,15 @@ class Scheduler:
             omitted=omitted,
         )
 
+    def _status_buf(self, n: int) -> IntArray:
+        return np.zeros(n, dtype=np.int64)
+
+    def _walk(self, n: int) -> IntArray:
+        """0..n-1 twice over: a walk of any length from any start is one slice."""
+        if len(self._walk_cache) != 2 * n:
+            self._walk_cache = np.concatenate((np.arange(n), np.arange(n)))
+        return self._walk_cache
+
     def _fit_error(self, pod: Pod, info: PodInfo, status: IntArray) -> str:
         n = len(status)
         reasons: list[str] = []
@@ -326,13 +341,19 @@ class Scheduler:
         if len(feasible):
             if totals is not None and per_plugin is not None:
                 # best total first, ties by name (node indexes are in name order)
-                order = np.lexsort((feasible, -totals))[: limit + 1]
-                picked = [int(j) for j in order]
+                top = np.arange(len(totals))
+                if len(top) > limit + 1:  # the limit best candidates, then sort those
+                    cut = np.partition(totals, len(totals) - limit - 1)[len(totals) - limit - 1]
+                    top = np.flatnonzero(totals >= cut)
+                order = top[np.lexsort((feasible[top], -totals[top]))][: limit + 1].tolist()
                 first = int(np.flatnonzero(feasible == chosen)[0])
-                picked = [first] + [j for j in picked if j != first]
-                for j in picked[:limit]:
-                    scores = {name: int(arr[j]) for name, arr in per_plugin.items()}
-                    rows.append(NodeRow(t.names[int(feasible[j])], None, scores, int(totals[j])))
+                picked = np.array([first, *[j for j in order if j != first][: limit - 1]])
+                names = [t.names[i] for i in feasible[picked].tolist()]
+                cols = {name: arr[picked].tolist() for name, arr in per_plugin.items()}
+                tots = totals[picked].tolist()
+                for r, name in enumerate(names):
+                    scores = {p: col[r] for p, col in cols.items()}
+                    rows.append(NodeRow(name, None, scores, tots[r]))
             else:
                 for i in np.sort(feasible)[:limit]:
                     rows.append(NodeRow(t.names[int(i)]))

@@ -130,6 +130,9 @@ class NodeTable:
         self.alloc_cpu = self.alloc_mem = self.alloc_pods = empty
         self.req_cpu = self.req_mem = self.req_pods = empty
         self.nz_cpu = self.nz_mem = empty
+        self.safe_cpu = self.safe_mem = empty
+        self.sized: BoolArray = np.zeros(0, dtype=bool)
+        self.all_sized = True
         self.unschedulable: BoolArray = np.zeros(0, dtype=bool)
         self.taints: list[list[Taint]] = []
         self.labels: list[dict[str, str]] = []
@@ -175,6 +178,10 @@ class NodeTable:
         self.alloc_cpu = np.array([milli_value(a.get("cpu", "0")) for a in alloc], dtype=np.int64)
         self.alloc_mem = np.array([int_value(a.get("memory", "0")) for a in alloc], dtype=np.int64)
         self.alloc_pods = np.array([int_value(a.get("pods", "110")) for a in alloc], dtype=np.int64)
+        self.safe_cpu = np.maximum(self.alloc_cpu, 1)
+        self.safe_mem = np.maximum(self.alloc_mem, 1)
+        self.sized = (self.alloc_cpu > 0) & (self.alloc_mem > 0)
+        self.all_sized = bool(self.sized.all())
         self.unschedulable = np.array([nd.spec.unschedulable for nd in self.nodes], dtype=bool)
         self.taints = [
             [t for t in nd.spec.taints if t.effect in ("NoSchedule", "NoExecute")]

@@ -227,3 +227,34 @@ def test_unfit_nodes_do_not_count_towards_the_sample() -> None:
     d = decide(s, pod("p", cpu="2"))
     # 300 nodes: 50 - 2 = 48% -> 144 feasible wanted; half the nodes fit
     assert d.feasible == 144 and d.evaluated == 287
+
+
+def test_decision_json_round_trips_and_matches_json_dumps() -> None:
+    from control.scheduler.decision import Decision, NodeRow
+
+    d = Decision(
+        "default/p",
+        "n1",
+        'Scheduled to n1 "quoted"',
+        3,
+        3,
+        2,
+        {"A": 1, "B": 2},
+        (NodeRow("n1", None, {"A": 90, "B": 50}, 190), NodeRow("n2", "Taint: {k: v}")),
+        omitted=1,
+    )
+    text = d.to_json()
+    assert json.loads(text) == {
+        "result": 'Scheduled to n1 "quoted"',
+        "node": "n1",
+        "nodesTotal": 3,
+        "evaluated": 3,
+        "feasible": 2,
+        "weights": {"A": 1, "B": 2},
+        "nodes": [
+            {"node": "n1", "filter": None, "scores": {"A": 90, "B": 50}, "total": 190},
+            {"node": "n2", "filter": "Taint: {k: v}"},
+        ],
+        "omitted": 1,
+    }
+    assert Decision.from_json("default/p", text) == d
