@@ -22,13 +22,14 @@ from __future__ import annotations
 import functools
 import json
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 SCHEDULING_ANNOTATION = "svclab.dev/scheduling"
 
 
-@dataclass(frozen=True, slots=True)
-class NodeRow:
+class NodeRow(NamedTuple):
+    """One node's line: its filter verdict and, if it was scored, its scores."""
+
     node: str
     filter: str | None = None
     scores: dict[str, int] | None = None
@@ -46,7 +47,7 @@ class NodeRow:
         head = f'{{"node":{_q(self.node)},"filter":{_q(self.filter)}'
         if self.scores is None:
             return head + "}"
-        scores = ",".join(f"{_q(k)}:{int(v)}" for k, v in self.scores.items())
+        scores = ",".join([f"{_q(k)}:{v}" for k, v in self.scores.items()])
         return f'{head},"scores":{{{scores}}},"total":{int(self.total or 0)}}}'
 
 
@@ -69,7 +70,7 @@ class Decision:
 
     def to_json(self) -> str:
         weights = ",".join(f"{_q(k)}:{int(v)}" for k, v in self.weights.items())
-        rows = ",".join(r.json_text() for r in self.rows)
+        rows = ",".join([r.json_text() for r in self.rows])
         return (
             f'{{"result":{json.dumps(self.result)},"node":{_q(self.node)},'
             f'"nodesTotal":{self.nodes_total},"evaluated":{self.evaluated},'

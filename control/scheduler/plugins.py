@@ -70,7 +70,7 @@ class NodeUnschedulable(Filter):
     name = "NodeUnschedulable"
 
     def fails(self, pod: Pod, info: PodInfo, table: NodeTable) -> BoolArray | None:
-        if not table.unschedulable.any():
+        if not table.any_unschedulable:
             return None
         if any(t.tolerates(UNSCHEDULABLE_TAINT) for t in pod.spec.tolerations):
             return None

@@ -93,7 +93,7 @@ class Scheduler:
         filters: Sequence[Filter] | None = None,
         scores: Sequence[Score] | None = None,
         percentage_of_nodes_to_score: int = 0,
-        record_limit: int = 20,
+        record_limit: int = 10,
     ) -> None:
         self.api = api
         self.store = api.store
@@ -114,6 +114,8 @@ class Scheduler:
         self._failures: dict[str, int] = {}
         self._next_start = 0
         self._walk_cache: IntArray = np.zeros(0, dtype=np.int64)
+        self._weights = {sp.name: sp.weight for sp in self.scores}
+        self._no_status: IntArray = np.zeros(0, dtype=np.int64)
 
     # ---- queue
 
@@ -239,15 +241,16 @@ class Scheduler:
         t = self.table
         t.refresh()
         n = len(t.names)
-        weights = {s.name: s.weight for s in self.scores}
+        weights = self._weights
         if n == 0:
             return Decision(pod.key, None, "no nodes available to schedule pods", 0, 0, 0, weights)
-        status = self._status_buf(n)  # 0 = feasible, else 1 + filter index
+        status = self._no_status  # 0 = feasible, else 1 + filter index
         alive: BoolArray | None = None  # None: every node passed so far
         for pi, plugin in enumerate(self.filters, 1):
             mask = plugin.fails(pod, info, t)
             if mask is not None:
                 if alive is None:
+                    status = np.zeros(n, dtype=np.int64)
                     status[mask] = pi
                     alive = ~mask
                 else:
@@ -276,17 +279,25 @@ class Scheduler:
         if len(feasible) == 1:
             chosen = int(feasible[0])
         else:
-            per_plugin = {s.name: s.score(pod, info, t, feasible) for s in self.scores}
-            totals = sum(
-                (per_plugin[s.name] * s.weight for s in self.scores),
-                np.zeros(len(feasible), dtype=np.int64),
-            )
+            per_plugin = {}
+            for sp in self.scores:
+                score = per_plugin[sp.name] = sp.score(pod, info, t, feasible)
+                weighted = score * sp.weight if sp.weight != 1 else score
+                totals = weighted.copy() if totals is None else totals + weighted
+            assert totals is not None
             best = np.flatnonzero(totals == totals.max())
             pick = best[self._rng.randrange(len(best))] if len(best) > 1 else best[0]
             chosen = int(feasible[pick])
         node = t.names[chosen]
         rows, omitted = self._rows(
-            pod, info, evaluated, status, feasible, per_plugin, totals, chosen
+            pod,
+            info,
+            evaluated,
+            None if alive is None else status,
+            feasible,
+            per_plugin,
+            totals,
+            chosen,
         )
         return Decision(
             pod.key,
@@ -299,9 +310,6 @@ class Scheduler:
             rows,
             omitted=omitted,
         )
-
-    def _status_buf(self, n: int) -> IntArray:
-        return np.zeros(n, dtype=np.int64)
 
     def _walk(self, n: int) -> IntArray:
         """0..n-1 twice over: a walk of any length from any start is one slice."""
@@ -327,41 +335,40 @@ class Scheduler:
         pod: Pod,
         info: PodInfo,
         evaluated: IntArray,
-        status: IntArray,
+        status: IntArray | None,
         feasible: IntArray,
         per_plugin: dict[str, IntArray] | None,
         totals: IntArray | None,
         chosen: int | None = None,
     ) -> tuple[tuple[NodeRow, ...], int]:
         """The table rows worth keeping (at most ``record_limit``: the chosen node, the
-        best totals, then rejected nodes by name) and how many were left out."""
+        best totals, then rejected nodes by name) and how many were left out.
+        ``status`` None means no evaluated node was rejected."""
         t = self.table
         limit = self.record_limit
         rows: list[NodeRow] = []
-        if len(feasible):
-            if totals is not None and per_plugin is not None:
-                # best total first, ties by name (node indexes are in name order)
-                top = np.arange(len(totals))
-                if len(top) > limit + 1:  # the limit best candidates, then sort those
-                    cut = np.partition(totals, len(totals) - limit - 1)[len(totals) - limit - 1]
-                    top = np.flatnonzero(totals >= cut)
-                order = top[np.lexsort((feasible[top], -totals[top]))][: limit + 1].tolist()
-                first = int(np.flatnonzero(feasible == chosen)[0])
-                picked = np.array([first, *[j for j in order if j != first][: limit - 1]])
-                names = [t.names[i] for i in feasible[picked].tolist()]
-                cols = {name: arr[picked].tolist() for name, arr in per_plugin.items()}
-                tots = totals[picked].tolist()
-                for r, name in enumerate(names):
-                    scores = {p: col[r] for p, col in cols.items()}
-                    rows.append(NodeRow(name, None, scores, tots[r]))
-            else:
-                for i in np.sort(feasible)[:limit]:
-                    rows.append(NodeRow(t.names[int(i)]))
-        rejected = np.sort(evaluated[status[evaluated] > 0])
+        if len(feasible) and totals is not None and per_plugin is not None:
+            # best total first, ties by name (node indexes are in name order): one key
+            key = (int(totals.max()) - totals) * len(t.names) + feasible
+            k = min(limit, len(key)) - 1
+            top = np.argpartition(key, k)[: k + 1] if len(key) > limit else np.arange(len(key))
+            order = top[np.argsort(key[top])].tolist()
+            first = int(np.flatnonzero(feasible == chosen)[0])  # a tie may rank it lower
+            picked = np.array([first, *[j for j in order if j != first]][:limit])
+            names = [t.names[i] for i in feasible[picked].tolist()]
+            cols = [(name, arr[picked].tolist()) for name, arr in per_plugin.items()]
+            tots = totals[picked].tolist()
+            for r, name in enumerate(names):
+                rows.append(NodeRow(name, None, {p: col[r] for p, col in cols}, tots[r]))
+        elif len(feasible):
+            rows = [NodeRow(t.names[i]) for i in np.sort(feasible)[:limit].tolist()]
+        if status is None:
+            return tuple(rows), len(feasible) - len(rows)
+        rejected = np.sort(evaluated[status[evaluated] > 0]).tolist()
         for i in rejected[: max(0, limit - len(rows))]:
             plugin = self.filters[int(status[i]) - 1]
-            why = "; ".join(plugin.reasons(pod, info, t, int(i)))
-            rows.append(NodeRow(t.names[int(i)], f"{plugin.name}: {why}"))
+            why = "; ".join(plugin.reasons(pod, info, t, i))
+            rows.append(NodeRow(t.names[i], f"{plugin.name}: {why}"))
         return tuple(rows), len(feasible) + len(rejected) - len(rows)
 
     # ---- writes

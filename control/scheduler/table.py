@@ -133,6 +133,7 @@ class NodeTable:
         self.safe_cpu = self.safe_mem = empty
         self.sized: BoolArray = np.zeros(0, dtype=bool)
         self.all_sized = True
+        self.any_unschedulable = False
         self.unschedulable: BoolArray = np.zeros(0, dtype=bool)
         self.taints: list[list[Taint]] = []
         self.labels: list[dict[str, str]] = []
@@ -183,6 +184,7 @@ class NodeTable:
         self.sized = (self.alloc_cpu > 0) & (self.alloc_mem > 0)
         self.all_sized = bool(self.sized.all())
         self.unschedulable = np.array([nd.spec.unschedulable for nd in self.nodes], dtype=bool)
+        self.any_unschedulable = bool(self.unschedulable.any())
         self.taints = [
             [t for t in nd.spec.taints if t.effect in ("NoSchedule", "NoExecute")]
             for nd in self.nodes
