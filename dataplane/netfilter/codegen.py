@@ -10,7 +10,8 @@ trace entry (see :func:`.evaluate.materialize`).
 
 Every constant is a bound name, so chains of the same shape (every KUBE-SVC-… chain
 with five endpoints, say) generate the same source; it is compiled once and each chain
-gets a function object over its own constants (``types.FunctionType``).
+gets a function object whose constants are its default arguments (fast local loads, and
+far less memory per chain than a dictionary of globals). Equal constants are shared.
 """
 
 from __future__ import annotations
@@ -47,7 +48,12 @@ def _body(chain: CChain, ns: Ns, sets: Mapping[str, IpSet]) -> list[str]:
         K_SNAT,
     )
 
-    out = ["def chain(w, rec):", "    n = 0"]
+    builtin = chain.policy is not None
+    # what "the chain ended" means: RETURN to the caller, or a built-in chain's policy
+    end = "0" if not builtin else ("2" if chain.policy == "DROP" else "1")
+    me = ns.bind(chain)
+    end_rec = f"if rec is not None: rec.append(({me}, w.mark))"
+    out = ["def chain(w, rec, ARGS):", "    n = 0"]
     for cr in chain.rules:
         rule: R.Rule = cr.rule
         parts = [e for e in (match_expr(m, ns, sets) for m in rule.matches) if e is not None]
@@ -60,15 +66,27 @@ def _body(chain: CChain, ns: Ns, sets: Mapping[str, IpSet]) -> list[str]:
         rec_plain = f"{ind}if rec is not None: rec.append(({r}, w.mark, None))"
         k = cr.kind
         t = cr.target
-        if k == K_JUMP:
-            d = ns.bind(cr.dest)
-            out += [rec_plain, f"{ind}v = {d}.fn(w, rec)", f"{ind}if v:",
+        if k == K_JUMP and cr.dest is not None and not cr.dest.rules:
+            # a jump to an empty chain: it returns at once (rulesets do not change)
+            out += [rec_plain, f"{ind}if rec is not None: rec.append(({ns.bind(cr.dest)}, w.mark))"]
+        elif k == K_JUMP:
+            d = ns.bind(_callee(cr.dest))
+            out += [rec_plain, f"{ind}v = {d}(w, rec)", f"{ind}if v:",
                     f"{ind}    w.visited += n", f"{ind}    return v"]
         elif k == K_GOTO:
-            d = ns.bind(cr.dest)
-            out += [rec_plain, f"{ind}w.visited += n", f"{ind}return {d}.fn(w, rec)"]
-        elif k in (K_ACCEPT, K_DROP, K_RETURN):
-            code = {K_ACCEPT: 1, K_DROP: 2, K_RETURN: 0}[k]
+            d = ns.bind(_callee(cr.dest))
+            if builtin:
+                out += [rec_plain, f"{ind}w.visited += n", f"{ind}v = {d}(w, rec)",
+                        f"{ind}if v: return v", f"{ind}{end_rec}", f"{ind}return {end}"]
+            else:
+                out += [rec_plain, f"{ind}w.visited += n", f"{ind}return {d}(w, rec)"]
+        elif k == K_RETURN:
+            out += [rec_plain, f"{ind}w.visited += n"]
+            if builtin:
+                out.append(f"{ind}{end_rec}")
+            out.append(f"{ind}return {end}")
+        elif k in (K_ACCEPT, K_DROP):
+            code = {K_ACCEPT: 1, K_DROP: 2}[k]
             out += [rec_plain, f"{ind}w.visited += n", f"{ind}return {code}"]
         elif k == K_REJECT:
             assert isinstance(t, R.Reject)
@@ -80,9 +98,15 @@ def _body(chain: CChain, ns: Ns, sets: Mapping[str, IpSet]) -> list[str]:
             val = ns.bind(t.value)
             out += [f"{ind}w.mark = (w.mark & {keep}) ^ {val}",
                     f"{ind}if w.mark & w.masq_bit: w.masq_seen = True", rec_plain]
-        elif k in (K_DNAT, K_SNAT, K_MASQ):
-            fn = "_dnat" if k == K_DNAT else "_snat"
-            out += [f"{ind}v, nat = w.host.{fn}(w, {ns.bind(t)})",
+        elif k == K_DNAT:
+            assert isinstance(t, R.Dnat)
+            ints = _dnat_ints(t)
+            args = ", ".join(ns.bind(x) for x in ints)
+            out += [f"{ind}v, nat = w.host._dnat_ints(w, {args})",
+                    f"{ind}if rec is not None: rec.append(({r}, w.mark, nat))",
+                    f"{ind}w.visited += n", f"{ind}return v"]
+        elif k in (K_SNAT, K_MASQ):
+            out += [f"{ind}v, nat = w.host._snat(w, {ns.bind(t)})",
                     f"{ind}if rec is not None: rec.append(({r}, w.mark, nat))",
                     f"{ind}w.visited += n", f"{ind}return v"]
         elif k == K_CONNMARK:
@@ -94,17 +118,37 @@ def _body(chain: CChain, ns: Ns, sets: Mapping[str, IpSet]) -> list[str]:
             out.append(rec_plain)
         else:  # no target, LOG, NFLOG, TRACE
             out.append(rec_plain)
-    out.append("    w.visited += n")
-    if chain.policy is None:
-        out.append(f"    if rec is not None: rec.append(({ns.bind(chain)}, w.mark))")
-    out.append("    return 0")
+    out += ["    w.visited += n", f"    {end_rec}", f"    return {end}"]
     return out
 
 
+def _callee(dest: CChain | None) -> Callable[[Any, Any], int]:
+    """The function to call for a jump: the target chain's own function, built now
+    (chains form a DAG, so this terminates) — no indirection on the hot path."""
+    assert dest is not None
+    if dest.fn == dest._first_call:
+        dest.build()
+    return dest.fn
+
+
+def _dnat_ints(t: R.Dnat) -> tuple[int | None, int, int | None, int]:
+    from .conntrack import addr_int
+
+    rng = t.ranges[0]
+    lo = hi = None
+    if rng.addr_lo is not None:
+        lo, hi = addr_int(rng.addr_lo), addr_int(rng.addr_hi or rng.addr_lo)
+    return (lo, hi if hi is not None else 0, rng.port_lo, rng.port_hi or rng.port_lo or 0)
+
+
 def chain_function(chain: CChain, sets: Mapping[str, IpSet]) -> Callable[[Any, Any], int]:
-    """The generated function of a (non-indexed) chain."""
+    """The generated function of a (non-indexed) chain. A user chain returns 0 when it
+    ends or RETURNs; a built-in chain returns its policy's verdict instead."""
     ns = Ns("_k")
-    src = "\n".join(_body(chain, ns, sets)) + "\n"
+    lines = _body(chain, ns, sets)
+    names = list(ns.values)
+    lines[0] = lines[0].replace(", ARGS", "".join(f", {n}" for n in names))
+    src = "\n".join(lines) + "\n"
     code = _CODE.get(src)
     if code is None:
         module = compile(src, f"<chain {chain.name}>", "exec")
@@ -112,7 +156,23 @@ def chain_function(chain: CChain, sets: Mapping[str, IpSet]) -> Callable[[Any, A
         if len(_CODE) > 50_000:
             _CODE.clear()
         _CODE[src] = code
-    env: dict[str, Any] = {"__builtins__": {}}
-    env.update(ns.values)
-    fn: Callable[[Any, Any], int] = FunctionType(code, env, "chain")
+    defaults = tuple(_intern(ns.values[n]) for n in names)
+    fn: Callable[[Any, Any], int] = FunctionType(code, _GLOBALS, "chain", defaults)
     return fn
+
+
+_GLOBALS: dict[str, Any] = {"__builtins__": {}}
+_INTERNED: dict[tuple[type, object], object] = {}
+
+
+def _intern(v: object) -> object:
+    """One shared object per equal int/str/frozenset constant (fewer cold cache lines)."""
+    if type(v) in (int, str, frozenset):
+        key = (type(v), v)
+        got = _INTERNED.get(key)
+        if got is None:
+            if len(_INTERNED) > 500_000:
+                _INTERNED.clear()
+            _INTERNED[key] = got = v
+        return got
+    return v

@@ -406,6 +406,25 @@ _EFFECTFUL = (R.StatisticMatch, R.RecentMatch, R.NfacctMatch)
 IndexKey = tuple[int | None, str | None, int | None]
 
 
+def index_covers(rule: R.Rule) -> bool:
+    """Whether a rule's matches say nothing beyond its :func:`index_key` (and comments):
+    then an index hit needs no further test."""
+    dst, proto, dport = index_key(rule)
+    for m in rule.matches:
+        if isinstance(m, (R.CommentMatch, R.LimitMatch)):
+            continue
+        if (isinstance(m, R.AddrMatch) and m.field == "dst" and not m.invert and dst is not None
+                and m.net.prefixlen == m.net.max_prefixlen):
+            continue
+        if isinstance(m, R.ProtoMatch) and not m.invert and proto is not None:
+            continue
+        if (isinstance(m, R.PortMatch) and m.field == "dport" and not m.invert
+                and dport is not None and m.ports == (dport, dport)):
+            continue
+        return False
+    return True
+
+
 def index_key(rule: R.Rule) -> IndexKey:
     """``(dst, proto, dport)`` the rule requires, None where it accepts anything; only
     tests evaluated before any side effect or random draw count."""

@@ -184,6 +184,7 @@ def _ps(conn: Connection | None, direction: int, state: str) -> PacketState:
 
 
 _ACK = frozenset({"ACK"})
+_SYN = frozenset({"SYN"})
 
 
 def _tcp_event(flags: frozenset[str]) -> str:
@@ -366,8 +367,13 @@ class ConntrackTable:
         if hit is None:
             if proto in ("icmp", "ipv6-icmp") and icmp_type not in ICMP_REQUESTS:
                 return _ps(None, ORIGINAL, "INVALID")
-            conn = self.new(t, icmp_type or 0)
+            conn = Connection(t, icmp_type=icmp_type or 0, conn_id=self._next_id)
+            self._next_id += 1
             if proto == "tcp":
+                if flags == _SYN:
+                    conn.tcp_state = "SYN_SENT"
+                    conn.expires = now + TCP_TIMEOUTS["SYN_SENT"]
+                    return _ps(conn, ORIGINAL, "NEW")
                 ev = _tcp_event(flags)
                 st = tcp_next(None, ORIGINAL, ev, -1)
                 if st is None:
@@ -384,8 +390,14 @@ class ConntrackTable:
         conn, direction = hit
         if not commit:
             conn = conn.copy()
+        unreplied = not conn.status & SEEN_REPLY
         if not self._update(conn, direction, flags, now):
             return _ps(None, direction, "INVALID")
+        if commit and unreplied and proto == "tcp" and "RST" in flags:
+            # nf_conntrack_tcp_packet: "If only reply is a RST, we can consider ourselves
+            # not to have an established connection [...] delete the conntrack
+            # immediately" (the packet itself still passes with it, NAT undone).
+            self.delete(conn)
         if direction == REPLY:
             return _ps(conn, REPLY, "ESTABLISHED")
         return _ps(conn, ORIGINAL, "ESTABLISHED" if conn.status & SEEN_REPLY else "NEW")

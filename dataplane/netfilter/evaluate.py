@@ -60,6 +60,7 @@ from .compile import (
     ChainIndex,
     Work,
     compile_test,
+    index_covers,
     index_key,
 )
 from .conntrack import (
@@ -91,6 +92,7 @@ __all__ = [
 ]
 
 HOOKS = ("PREROUTING", "INPUT", "FORWARD", "OUTPUT", "POSTROUTING")
+_HOOK_MARKS = {h: ("H", h) for h in HOOKS}
 
 # verdict codes inside the engine
 CONTINUE = 0
@@ -259,18 +261,35 @@ class CChain:
         self.index = index
 
     def _first_call(self, w: Work, rec: RawTrace | None) -> int:
-        """Build the chain's function on first use: generated code (:mod:`.codegen`),
-        or the index-driven walker for big chains."""
+        """Build the chain's function on first use, then run it."""
+        self.build()
+        return self.fn(w, rec)
+
+    def build(self) -> None:
+        """Generated code (:mod:`.codegen`) for the chain, or the index-driven walker
+        for big chains."""
         if self.index is None:
             self.fn = chain_function(self, self.sets)
-        else:
-            chain = self
+            return
+        chain = self
+        if self.policy is None:
 
             def indexed(w: Work, rec: RawTrace | None) -> int:
                 return walk_indexed(chain, w, rec)
 
             self.fn = indexed
-        return self.fn(w, rec)
+            return
+        policy = DROP if self.policy == "DROP" else ACCEPT
+
+        def indexed_builtin(w: Work, rec: RawTrace | None) -> int:
+            v = walk_indexed(chain, w, rec)
+            if v:
+                return v
+            if rec is not None:
+                rec.append((chain, w.mark))
+            return policy
+
+        self.fn = indexed_builtin
 
 
 class CompiledRuleset:
@@ -289,6 +308,9 @@ class CompiledRuleset:
                 idx = None
                 if not linear and len(crules) >= INDEX_MIN_RULES:
                     idx = ChainIndex([index_key(r) for r in chain.rules], crules)
+                    for cr, r in zip(crules, chain.rules, strict=True):
+                        if index_covers(r):
+                            cr.test = None  # an index hit is the whole test
                 chains[chain.name] = CChain(chain.name, chain.policy, crules, idx, tname,
                                             sets or {})
             for c in chains.values():
@@ -298,8 +320,13 @@ class CompiledRuleset:
             self.tables[tname] = chains
 
     def builtin(self, table: str, hook: str) -> CChain | None:
+        """A built-in chain, its function ready (it returns the verdict for the table:
+        the policy when no rule decided)."""
         t = self.tables.get(table)
-        return None if t is None else t.get(hook)
+        chain = None if t is None else t.get(hook)
+        if chain is not None and chain.fn == chain._first_call:
+            chain.build()
+        return chain
 
 
 def walk_indexed(chain: CChain, w: Work, rec: RawTrace | None) -> int:
@@ -457,7 +484,7 @@ class Traversal:
 
 
 Stage = Callable[[Work, "RawTrace | None"], int]
-NatChain = Callable[[Work, "RawTrace | None", str], int]
+NatChain = Callable[[Work, "RawTrace | None"], int]
 
 
 _NAT_INTS: dict[int, tuple[object, int | None, int, int | None, int]] = {}
@@ -541,7 +568,7 @@ class Netfilter:
                 for table, prio in prios.items():
                     chain = cr.builtin(table, hook)
                     if chain is not None:
-                        plan[hook].append((prio, f"iptables {table}", self._table_stage(table, chain)))
+                        plan[hook].append((prio, f"iptables {table}", chain.fn))
             if hook in ("PREROUTING", "OUTPUT"):
                 plan[hook].append((-200, "conntrack", self._conntrack_in))
             if hook != "FORWARD":
@@ -568,33 +595,12 @@ class Netfilter:
         if cr is not None:
             chain = cr.builtin("nat", hook)
             if chain is not None:
-                nat_chain = chain
-
-                def run_nat(w: Work, rec: RawTrace | None, h: str) -> int:
-                    return self._run_builtin(nat_chain, "nat", w, rec)
-
-                chains.append(run_nat)
+                chains.append(chain.fn)
         if self.nft is not None:
             chains.extend(self.nft.nat_chains(self, hook))  # type: ignore[attr-defined]
         return chains
 
     # ---- table walking
-
-    def _table_stage(self, table: str, chain: CChain) -> Stage:
-        def stage(w: Work, rec: RawTrace | None) -> int:
-            return self._run_builtin(chain, table, w, rec)
-
-        return stage
-
-    def _run_builtin(self, chain: CChain, table: str, w: Work, rec: RawTrace | None) -> int:
-        w.table = table
-        v = chain.fn(w, rec)
-        if v == CONTINUE:
-            pol = ACCEPT if chain.policy != "DROP" else DROP
-            if rec is not None:
-                rec.append((chain, w.mark))
-            return pol
-        return v
 
     # ---- targets with state
 
@@ -608,6 +614,22 @@ class Netfilter:
         _, lo, hi, plo, phi = ent
         before = (w.dst, w.dport)
         dst = w.dst
+        if lo is not None:
+            dst = lo if lo == hi else lo + (w.src % (hi - lo + 1))
+        dport = w.dport if w.proto != "icmp" else w.icmp_id
+        if plo is not None and w.proto in ("tcp", "udp", "sctp") and not plo <= dport <= phi:
+            dport = plo
+        self.conntrack.bind_dnat(ct, dst, dport)
+        return ACCEPT, (before, (dst, dport))
+
+    def _dnat_ints(self, w: Work, lo: int | None, hi: int, plo: int | None,
+                   phi: int) -> tuple[int, NatNote]:
+        """DNAT with the target's first range given as integers (generated code)."""
+        ct = w.ct
+        if ct is None or ct.status & DST_NAT_DONE:
+            return ACCEPT, None
+        dst = w.dst
+        before = (dst, w.dport)
         if lo is not None:
             dst = lo if lo == hi else lo + (w.src % (hi - lo + 1))
         dport = w.dport if w.proto != "icmp" else w.icmp_id
@@ -699,6 +721,8 @@ class Netfilter:
 
     def _nat_stage(self, hook: str, manip: str) -> Stage:
         done_bit = DST_NAT_DONE if manip == "DST" else SRC_NAT_DONE
+        # which NAT status bit makes this hook rewrite, per direction (original, reply)
+        need = (DST_NAT, SRC_NAT) if manip == "DST" else (SRC_NAT, DST_NAT)
         chains: list[NatChain] | None = None
 
         def stage(w: Work, rec: RawTrace | None) -> int:
@@ -711,7 +735,7 @@ class Netfilter:
             if not ct.status & done_bit:
                 if w.ctbits & (ST_NEW | ST_RELATED):
                     for ch in chains:
-                        v = ch(w, rec, hook)
+                        v = ch(w, rec)
                         if v in (DROP, REJECT):
                             return v
                         if ct.status & done_bit:
@@ -719,7 +743,8 @@ class Netfilter:
                 ct.status |= done_bit
             elif rec is not None and chains:
                 rec.append(("N", w.mark))
-            self._apply_binding(w, manip, rec, hook)
+            if ct.status & need[w.ctdir]:
+                self._apply_binding(w, manip, rec, hook)
             return CONTINUE
 
         return stage
@@ -733,7 +758,8 @@ class Netfilter:
             bit = DST_NAT if bit == SRC_NAT else SRC_NAT
         if not ct.status & bit:
             return
-        target = ct.orig.inverted() if reply_dir else ct.reply.inverted()
+        # the rewrite makes the packet look like the inverse of the other direction
+        other = ct.orig if reply_dir else ct.reply
         icmp = w.proto in ("icmp", "ipv6-icmp")
         related = bool(w.ctbits & ST_RELATED)
         if related:
@@ -746,25 +772,25 @@ class Netfilter:
                                        sport=quoted.sport if inner.proto != "icmp" else inner.sport,
                                        dport=quoted.dport if inner.proto != "icmp" else inner.dport)
             if manip == "DST":
-                w.dst = target.dst
+                w.dst = other[1]
             elif w.src == (ct.reply.src if reply_dir else ct.orig.src):
-                w.src = target.src
+                w.src = other[2]
             return
         if manip == "DST":
             before = (w.dst, w.icmp_id if icmp else w.dport)
-            w.dst = target.dst
+            w.dst = other[1]
             if icmp:
-                w.icmp_id = target.dport
+                w.icmp_id = other[3]
             else:
-                w.dport = target.dport
+                w.dport = other[3]
             after = (w.dst, w.icmp_id if icmp else w.dport)
         else:
             before = (w.src, w.icmp_id if icmp else w.sport)
-            w.src = target.src
+            w.src = other[2]
             if icmp:
-                w.icmp_id = target.sport
+                w.icmp_id = other[4]
             else:
-                w.sport = target.sport
+                w.sport = other[4]
             after = (w.src, w.icmp_id if icmp else w.sport)
         if rec is not None and before != after:
             rec.append(("R", manip, before, after, w.mark))
@@ -843,7 +869,7 @@ class Netfilter:
         w.hook = hook
         w.reject_with = ""
         if rec is not None:
-            rec.append(("H", hook))
+            rec.append(_HOOK_MARKS[hook])
         for _prio, _name, stage in self._stages[hook]:
             v = stage(w, rec)
             if v >= DROP:
@@ -978,9 +1004,9 @@ class Netfilter:
         dnat = snat = None
         if w.ctdir == 0:
             if w.dst != odst or w.dport != odport:
-                dnat = (_addr(w.dst), w.dport)
+                dnat = (final.dst, w.dport)
             if w.src != osrc or w.sport != osport:
-                snat = (_addr(w.src), w.sport)
+                snat = (final.src, w.sport)
         t = Traversal(final, VERDICT_NAMES[v], w.reject_with or None, delivery, tuple(hooks),
                       w.masq_seen, dnat, snat, w.ctname, rec, w.visited,
                       (w.ct, w.ctdir, w.untracked) if v == ACCEPT else None)
@@ -1012,6 +1038,7 @@ class Netfilter:
 
     def restore(self, state: tuple[ConntrackTable, RecentTable, dict[str, int]]) -> None:
         self.conntrack, self.recent, self.counters = state
+        self._spare = None  # a recycled Work would keep the old recent lists and counters
 
 
 def _addr(v: int) -> IPAddress:

@@ -1036,7 +1036,7 @@ class NftEngine:
         return stage
 
     def _nat_stage(self, nf: Netfilter, table: NftTable, chain: NftChain) -> Callable[..., int]:
-        def stage(w: Work, rec: list[Any] | None, hook: str) -> int:
+        def stage(w: Work, rec: list[Any] | None) -> int:
             if not self._applies(table, w):
                 return CONTINUE
             return self._base(nf, table, chain, w, rec)
