@@ -163,6 +163,7 @@ class ControlPlane:
         self.pause_gc = True
         self._rev: int | None = None
         self._started = False
+        self._kinds_cache: tuple[int, frozenset[str], list[frozenset[str]]] | None = None
 
     def _new_kubelet(self, node_name: str) -> Kubelet:
         return Kubelet(node_name, self.apiserver, self.recorder, self.clock, self.network_plugin)
@@ -265,6 +266,14 @@ class ControlPlane:
             self._start_component(comp, objs)
         self._rev = rev
 
+    def _kinds(self) -> tuple[frozenset[str], list[frozenset[str]]]:
+        """Every watched kind, and each component's kinds (cached per component list)."""
+        if self._kinds_cache is None or self._kinds_cache[0] != len(self.components):
+            per = [frozenset(c.kinds) for c in self.components]
+            union: frozenset[str] = frozenset().union(*per)
+            self._kinds_cache = (len(self.components), union, per)
+        return self._kinds_cache[1], self._kinds_cache[2]
+
     def _pump(self) -> None:
         """Deliver the watch events since the last read to every component."""
         assert self._rev is not None
@@ -272,9 +281,7 @@ class ControlPlane:
         rev = self.store.revision
         if rev == self._rev:
             return
-        kinds: set[str] = set()
-        for c in self.components:
-            kinds |= set(c.kinds)
+        kinds, per_comp = self._kinds()
         try:
             events = self.store.watch(self._rev, kinds)
         except CompactedError:
@@ -285,8 +292,7 @@ class ControlPlane:
             return
         by_kinds: dict[frozenset[str], list[WatchEvent]] = {}
         handling = 0.0
-        for comp in self.components:
-            ks = frozenset(comp.kinds)
+        for comp, ks in zip(self.components, per_comp, strict=True):
             evs = by_kinds.get(ks)
             if evs is None:
                 evs = by_kinds[ks] = [e for e in events if e.object.kind in ks]
