@@ -38,8 +38,9 @@ and the caller walks them back with :meth:`Walker.send`.
 from __future__ import annotations
 
 import zlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from dataplane.emulator.devices import BROADCAST_MAC, Bridge, Device, Epoch, VxlanDevice
 from dataplane.emulator.fib import RouteResult
@@ -47,7 +48,7 @@ from dataplane.emulator.hooks import HookName, PacketFilter, ReplayStep, Skb
 from dataplane.emulator.host import Host
 from dataplane.emulator.trace import Hop
 from dataplane.emulator.traffic import Endpoints, Reception, icmp_error
-from dataplane.netfilter.conntrack import SEEN_REPLY
+from dataplane.netfilter.conntrack import SEEN_REPLY, Connection, CtTuple, PacketState
 from netmodel.ip import IPAddress
 from netmodel.packet import (
     ICMP_DEST_UNREACH,
@@ -74,8 +75,7 @@ _REJECT_CODES = {
 }
 
 
-@dataclass(frozen=True, slots=True)
-class Answer:
+class Answer(NamedTuple):
     """A packet to walk back: sent by ``host``; ``related`` is the conntrack attachment
     of the packet it answers (kernel-generated errors inherit it, as ``nf_ct_attach``
     does), None for endpoint answers."""
@@ -85,8 +85,7 @@ class Answer:
     related: object | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class Delivery:
+class Delivery(NamedTuple):
     """Where the packet was delivered: the host, the packet as the socket saw it, and
     what the socket layer did with it."""
 
@@ -119,6 +118,9 @@ class _Flow:
 
     epoch: int
     steps: tuple[ReplayStep, ...]
+    #: per step, what the replay tests and calls (prepared once: the replay is hot)
+    tests: tuple[tuple[Connection, str | None, bool, bool], ...]
+    calls: tuple[tuple[Callable[..., PacketState], CtTuple, Connection, str], ...]
     src: str
     host: str
     dev: str
@@ -264,9 +266,13 @@ class Walker:
             return
         if len(self.flows) >= FLOW_CACHE_LIMIT:
             self.flows.clear()
+        steps = tuple(s for s in w.log if s is not None)
         self.flows[key] = _Flow(
             epoch=self.epoch.value,
-            steps=tuple(s for s in w.log if s is not None),
+            steps=steps,
+            tests=tuple((st.conn, st.tcp_before, st.direction == 0, st.state == "ESTABLISHED")
+                        for st in steps),
+            calls=tuple((st.table.classify, st.tuple, st.conn, st.state) for st in steps),
             src=key[0],
             host=d.host,
             dev=d.dev,
@@ -279,23 +285,20 @@ class Walker:
         connections must still be live, in the TCP state the recorded packet found them
         in (replays only happen for packets that leave that state unchanged) and in the
         same ctstate; conntrack then updates each exactly as the full walk would."""
-        if flow.epoch != self.epoch.value:
+        if flow.epoch != self.epoch.value or not flow.steps:
             return None
-        steps = flow.steps
-        now = steps[0].table.clock.now() if steps else 0.0
-        for st in steps:
-            conn = st.conn
+        now = flow.steps[0].table.clock.now()
+        for conn, tcp_before, original, established in flow.tests:
             if (
                 conn.expires <= now
-                or conn.tcp_state != st.tcp_before
-                or (st.direction == 0
-                    and bool(conn.status & SEEN_REPLY) != (st.state == "ESTABLISHED"))
+                or conn.tcp_state != tcp_before
+                or (original and bool(conn.status & SEEN_REPLY) != established)
             ):
                 return None
         flags, itype = pkt.flags, pkt.icmp_type
-        for st in steps:
-            ps = st.table.classify(st.tuple, flags, itype, None)
-            if ps.conn is not st.conn or ps.state != st.state:
+        for classify, t, conn, state in flow.calls:
+            ps = classify(t, flags, itype, None)
+            if ps.conn is not conn or ps.state != state:
                 # deleted by hand since: the namespaces before saw the same packet twice
                 # at the same instant, which leaves their (fixpoint) state unchanged
                 self.flows.pop((flow.src, pkt), None)
