@@ -50,9 +50,13 @@ class ConnectResult:
 
 @dataclass(frozen=True, slots=True)
 class PingResult:
+    """Echo requests sent, replies received, each reply's round-trip time and the TTL
+    its IP header carried on arrival (in reply order)."""
+
     sent: int
     received: int
     rtts: tuple[float, ...]
+    ttls: tuple[int, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -154,6 +158,7 @@ def ping(
     ``net.ipv4.ping_group_range``)."""
     ident = (os.getpid() ^ id(object())) & 0xFFFF
     rtts: list[float] = []
+    ttls: list[int] = []
     s = nsenter.socket_in(src_ns, socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP)
     try:
         for seq in range(1, count + 1):
@@ -172,10 +177,11 @@ def ping(
                 icmp_type, _, _, rid, rseq = struct.unpack("!BBHHH", packet[ihl : ihl + 8])
                 if icmp_type == 0 and rid == ident and rseq == seq and addr[0] == str(dst):
                     rtts.append(time.perf_counter() - sent_at)
+                    ttls.append(packet[8])
                     break
             if interval and seq < count:
                 time.sleep(interval)
     finally:
         with contextlib.suppress(OSError):
             s.close()
-    return PingResult(sent=count, received=len(rtts), rtts=tuple(rtts))
+    return PingResult(sent=count, received=len(rtts), rtts=tuple(rtts), ttls=tuple(ttls))
