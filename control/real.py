@@ -1,0 +1,434 @@
+"""A Session's cluster on the real kernel: ``svclab up --real`` / ``down`` / ``cleanup``.
+
+What :func:`up` realises is :func:`control.emulation.view` of the session — the one
+description both backends consume:
+
+* the network (:func:`dataplane.linux.realize.realize`, ``persistent=True``: a dev
+  cluster that global cleanups and other sessions' leak checks leave alone); pods get
+  the control plane's addresses and the model's MACs from the real CNI plugins;
+* each node's kube-proxy rules, the very text the emulator evaluates
+  (:func:`load_rules`): iptables mode — the node's ``iptables-save`` form, loaded with
+  ``iptables-restore`` (filter and nat replaced whole; kube-proxy's jump rules are part of
+  that text); nftables mode — kube-proxy's ``nft -f`` transaction, in a fresh
+  ``ip kube-proxy`` table. IPVS mode is refused (no IPVS in this kernel);
+* a pod server per pod on its containerPorts (TCP and UDP; it answers who it is and
+  the source address it saw).
+
+The state directory keeps which real cluster belongs to it, in ``DIR/real.json``::
+
+    {"cluster_id": "s1a2b3c4d", "cni": "bridge-plugin", "external_clients": [...],
+     "status": "realising" | "up", "fingerprint": "<sha256 of the view>",
+     "nft": {"node-1": "<sha256 of the loaded nft text>"}}
+
+It is written *before* anything is created, so :func:`down` and :func:`cleanup` find a
+cluster whose ``up`` was interrupted (Ctrl-C, crash). The kernel-side state (namespaces,
+CNI results, pod servers) lives under ``/run/svclab/<cluster_id>/``
+(:mod:`dataplane.linux.state`).
+
+Contracts: :func:`up` is idempotent — a second call with an unchanged session changes
+nothing in the kernel (no namespace, address, rule, counter or server is touched: rules
+are compared with what the kernel holds before anything is loaded) — and converges: after
+the session changed, pods, rules and servers follow. :func:`ensure_current` is what
+traffic commands call: the recorded cluster as is when the session's view has not changed
+since ``up``, else ``up`` again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import secrets
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from ipaddress import IPv4Network
+from pathlib import Path
+from typing import Any, Literal
+
+from control import emulation
+from control.emulation import ClusterView
+from control.session import Session
+from dataplane.emulator.filters import IptablesRules, IpvsRules, NftRules
+from dataplane.linux import rules as linux_rules
+from dataplane.linux.cni import CniMode
+from dataplane.linux.nsenter import inode
+from dataplane.linux.realize import (
+    HairpinMode,
+    RealCluster,
+    Removed,
+    cleanup_plan,
+    install_hairpin_masquerade,
+    realize,
+    teardown,
+)
+from dataplane.linux.realize import cleanup as linux_cleanup
+from dataplane.linux.servers import Proto
+from dataplane.proxy.normalize import parse_tables
+from dataplane.proxy.savefmt import save_form
+from netmodel.errors import BackendError, SvclabError
+
+REAL_FILE = "real.json"
+NFT_TABLE = "ip kube-proxy"
+
+
+class NoRealCluster(SvclabError):
+    """The state directory has no real cluster (``svclab up --real`` was not run)."""
+
+
+@dataclass
+class RealRecord:
+    """``DIR/real.json``: the real cluster that belongs to a state directory."""
+
+    cluster_id: str
+    cni: CniMode = "bridge-plugin"
+    external_clients: tuple[str, ...] = ()
+    status: Literal["realising", "up"] = "realising"
+    fingerprint: str = ""
+    nft: dict[str, str] = field(default_factory=dict)
+
+    @staticmethod
+    def path(state_dir: Path) -> Path:
+        return Path(state_dir) / REAL_FILE
+
+    @classmethod
+    def read(cls, state_dir: Path) -> RealRecord | None:
+        """The record, or None when the directory has none (or an unreadable one)."""
+        try:
+            d = json.loads(cls.path(state_dir).read_text())
+        except (FileNotFoundError, json.JSONDecodeError):
+            return None
+        return cls(
+            cluster_id=str(d["cluster_id"]),
+            cni=d.get("cni", "bridge-plugin"),
+            external_clients=tuple(d.get("external_clients", ())),
+            status=d.get("status", "realising"),
+            fingerprint=str(d.get("fingerprint", "")),
+            nft={str(k): str(v) for k, v in d.get("nft", {}).items()},
+        )
+
+    def write(self, state_dir: Path) -> None:
+        """Atomic (temp file + rename): an interrupted write leaves the old record."""
+        p = self.path(state_dir)
+        p.parent.mkdir(parents=True, exist_ok=True)
+        tmp = p.with_suffix(".tmp")
+        tmp.write_text(
+            json.dumps(
+                {
+                    "cluster_id": self.cluster_id,
+                    "cni": self.cni,
+                    "external_clients": list(self.external_clients),
+                    "status": self.status,
+                    "fingerprint": self.fingerprint,
+                    "nft": self.nft,
+                },
+                indent=1,
+                sort_keys=True,
+            )
+        )
+        tmp.replace(p)
+
+    @classmethod
+    def remove(cls, state_dir: Path) -> None:
+        cls.path(state_dir).unlink(missing_ok=True)
+
+
+def new_cluster_id() -> str:
+    """A fresh cluster id for a state directory: ``s`` + 8 hex digits."""
+    return f"s{secrets.token_hex(4)}"
+
+
+def fingerprint(view: ClusterView) -> str:
+    """A digest of everything :func:`realize_view` realises from ``view`` (network,
+    rules, listeners): equal digests, nothing to do. Stable across processes."""
+    h = hashlib.sha256()
+    h.update(repr(view.network).encode())
+    for node, rs in sorted(view.rulesets.items()):
+        h.update(f"\0rules {node} {rs!r}".encode())
+    for ns, ports in sorted(view.listeners.items()):
+        h.update(f"\0listen {ns} {sorted(ports)!r}".encode())
+    for node, addrs in sorted(view.local_addresses.items()):
+        h.update(f"\0local {node} {sorted(addrs)!r}".encode())
+    return h.hexdigest()
+
+
+# ---------------------------------------------------------------------------- rules
+
+
+def check_realisable(view: ClusterView) -> None:
+    """Refuse, before the kernel is touched, what this kernel cannot hold."""
+    for node, rs in view.rulesets.items():
+        if isinstance(rs, IpvsRules):
+            raise BackendError(
+                f"node {node}: kube-proxy's ipvs mode cannot be realised (IPVS is not in "
+                "this kernel); use proxyMode iptables or nftables, or the emulator"
+            )
+
+
+def _kernel_tables(save: str) -> dict[str, dict[str, list[str]]]:
+    """table -> chain -> rules of an iptables-save dump, svclab's own SVCLAB-* chains (and
+    jumps to them) left out."""
+    out: dict[str, dict[str, list[str]]] = {}
+    for name, table in parse_tables(save).items():
+        chains = {
+            c: [r for r in rs if "-j SVCLAB-" not in r]
+            for c, rs in table.rules.items()
+            if not c.startswith("SVCLAB-")
+        }
+        out[name] = chains
+    return out
+
+
+def kernel_holds(netns: str, text: str) -> bool:
+    """Does ``netns`` hold exactly the tables of ``text`` (iptables-save or restore text,
+    kube-proxy's option order accepted) — same chains, same rules in the same order, in
+    ``iptables-save``'s form? False also when ``text`` cannot be put in that form."""
+    try:
+        wanted = {
+            name: {c: [save_form(r) for r in rs] for c, rs in t.rules.items()}
+            for name, t in parse_tables(text).items()
+        }
+    except ValueError:
+        return False
+    have = _kernel_tables(linux_rules.iptables_save(netns, counters=False))
+    return all(have.get(name) == chains for name, chains in wanted.items())
+
+
+def _pod_cidr(view: ClusterView, node: str) -> IPv4Network | None:
+    ns = view.network.namespaces.get(f"node/{node}")
+    if ns is None:
+        return None
+    for itf in ns.interfaces:
+        if itf.name == "cni0" and itf.addresses:
+            return itf.addresses[0].network
+    return None
+
+
+def _drop_nft_table(netns: str) -> None:
+    # "add" first so that "delete" never fails on a namespace without the table
+    linux_rules.load_nft(netns, f"add table {NFT_TABLE}\ndelete table {NFT_TABLE}\n")
+
+
+def load_rules(
+    cluster: RealCluster,
+    view: ClusterView,
+    *,
+    loaded_nft: Mapping[str, str] | None = None,
+) -> dict[str, str]:
+    """Load each node's rules of ``view`` into its namespace, unless it already holds
+    them. Returns node -> sha256 of the nft text loaded (nftables-mode nodes), to pass
+    back as ``loaded_nft`` next time (nft listings are not compared with the text).
+
+    iptables mode: the iptables-save text goes to ``iptables-restore`` (filter and nat
+    replaced whole; nfacct objects created first); a node whose tables read back equal
+    (:func:`kernel_holds`) is left alone. Any ``ip kube-proxy`` nft table is removed.
+    nftables mode: iptables' filter and nat are flushed, the ``ip kube-proxy`` table is
+    deleted and the transaction loaded. Either way, under ``hairpin="masquerade"`` the
+    fallback rule is installed again afterwards."""
+    check_realisable(view)
+    previous = dict(loaded_nft or {})
+    shas: dict[str, str] = {}
+    for node, rs in sorted(view.rulesets.items()):
+        netns = cluster.node_netns(node)
+        cidr = _pod_cidr(view, node)
+        if isinstance(rs, IptablesRules):
+            if kernel_holds(netns, rs.text):
+                continue
+            if previous.get(node):
+                _drop_nft_table(netns)
+            linux_rules.flush_iptables(netns)
+            linux_rules.load_iptables(netns, rs.text, jumps=None)
+        elif isinstance(rs, NftRules):
+            sha = hashlib.sha256(rs.text.encode()).hexdigest()
+            shas[node] = sha
+            if previous.get(node) == sha and NFT_TABLE in linux_rules.nft_ruleset(netns):
+                continue
+            linux_rules.flush_iptables(netns)
+            _drop_nft_table(netns)
+            linux_rules.load_nft(netns, rs.text)
+        else:  # pragma: no cover - check_realisable refused it
+            raise BackendError(f"node {node}: cannot load {type(rs).__name__}")
+        if cluster.hairpin == "masquerade" and cidr is not None:
+            install_hairpin_masquerade(netns, cidr)
+    return shas
+
+
+def server_ports(
+    listeners: Mapping[str, Iterable[tuple[str, int]]],
+) -> dict[str, list[tuple[int, Proto]]]:
+    """pod key -> its (port, proto) TCP and UDP listeners, from the view's per-namespace
+    listeners (``pod/NS/NAME`` -> ``{(proto, port)}``). Other protocols (SCTP) have no
+    real server and are left out; pods without listeners too."""
+    out: dict[str, list[tuple[int, Proto]]] = {}
+    for ns, ports in listeners.items():
+        if not ns.startswith("pod/"):
+            continue
+        real: list[tuple[int, Proto]] = []
+        for proto, port in sorted(ports):
+            if proto == "tcp":
+                real.append((port, "tcp"))
+            elif proto == "udp":
+                real.append((port, "udp"))
+        if real:
+            out[ns[4:]] = real
+    return out
+
+
+def serve(cluster: RealCluster, view: ClusterView) -> dict[str, int]:
+    """Start (or keep) the pod servers the view's listeners call for and stop the ones
+    of pods that no longer listen. Returns pod -> server pid."""
+    wanted = server_ports(view.listeners)
+    running = cluster.servers.running() if cluster.servers.supervisor_pid() else {}
+    idle = [k for k in running if k not in wanted]
+    if idle:
+        cluster.servers.stop(idle)
+    return cluster.serve(wanted)
+
+
+def realize_view(
+    view: ClusterView,
+    *,
+    cluster_id: str,
+    cni: CniMode = "bridge-plugin",
+    hairpin: HairpinMode = "auto",
+    persistent: bool = False,
+    loaded_nft: Mapping[str, str] | None = None,
+) -> tuple[RealCluster, dict[str, str]]:
+    """Realise everything of ``view`` under ``cluster_id``: the network, the rules, the
+    pod servers. Idempotent and convergent like :func:`dataplane.linux.realize.realize`.
+    Returns the cluster and :func:`load_rules`' nft digests. On error the partial
+    cluster stays (``teardown(cluster_id)`` removes it)."""
+    check_realisable(view)
+    cluster = realize(
+        view.network, cluster_id=cluster_id, cni=cni, hairpin=hairpin, persistent=persistent
+    )
+    shas = load_rules(cluster, view, loaded_nft=loaded_nft)
+    serve(cluster, view)
+    return cluster, shas
+
+
+# ---------------------------------------------------------------------------- up / down
+
+
+def _state_dir(session: Session) -> Path:
+    if session.state_dir is None:
+        raise NoRealCluster(
+            "a throw-away cluster (-f FILE) is realised per command; 'up' needs --state DIR"
+        )
+    return session.state_dir
+
+
+def up(
+    session: Session,
+    *,
+    cluster_id: str | None = None,
+    cni: CniMode | None = None,
+    external_clients: Iterable[str] = (),
+) -> RealCluster:
+    """Realise ``session``'s cluster (see the module docstring) and record it in the
+    state directory. ``cluster_id`` defaults to the one recorded, else a new one; asking
+    for another id than the recorded one is an error (``down`` first). ``cni`` defaults
+    to the recorded mode, else ``bridge-plugin``. ``external_clients`` are added to the
+    ones recorded (each gets a namespace hanging off the router)."""
+    state_dir = _state_dir(session)
+    record = RealRecord.read(state_dir)
+    if record is not None and cluster_id is not None and cluster_id != record.cluster_id:
+        raise BackendError(
+            f"{state_dir} is already realised as cluster {record.cluster_id}; "
+            "run 'svclab down' first"
+        )
+    if record is None:
+        record = RealRecord(cluster_id=cluster_id or new_cluster_id(), cni=cni or "bridge-plugin")
+    elif cni is not None and cni != record.cni:
+        raise BackendError(
+            f"cluster {record.cluster_id} was realised with cni={record.cni}; "
+            "run 'svclab down' first to change it"
+        )
+    record.external_clients = tuple(sorted({*record.external_clients, *external_clients}))
+    v = emulation.view(session, external_clients=record.external_clients)
+    check_realisable(v)
+    record.status = "realising"
+    record.write(state_dir)  # before anything exists: down/cleanup can find it
+    cluster, shas = realize_view(
+        v, cluster_id=record.cluster_id, cni=record.cni, persistent=True, loaded_nft=record.nft
+    )
+    record.nft = shas
+    record.fingerprint = fingerprint(v)
+    record.status = "up"
+    record.write(state_dir)
+    return cluster
+
+
+def ensure_current(
+    session: Session, *, external_clients: Iterable[str] = ()
+) -> tuple[ClusterView, RealCluster]:
+    """The session's real cluster, brought up to date: unchanged since ``up`` (and the
+    external clients asked for are realised) → loaded as is; otherwise :func:`up` again.
+    Raises :class:`NoRealCluster` when the state directory was never brought up."""
+    state_dir = _state_dir(session)
+    record = RealRecord.read(state_dir)
+    if record is None:
+        raise NoRealCluster(f"{state_dir}: no real cluster here (run 'svclab up --real' first)")
+    clients = tuple(sorted({*record.external_clients, *external_clients}))
+    v = emulation.view(session, external_clients=clients)
+    current = record.status == "up" and clients == record.external_clients
+    if current and record.fingerprint == fingerprint(v):
+        try:
+            cluster = RealCluster.load(record.cluster_id)
+        except BackendError:
+            cluster = None  # the state is gone (reboot, a foreign cleanup): realise again
+        if cluster is not None and all(inode(n) is not None for n in cluster.namespaces.values()):
+            return v, cluster
+    return v, up(session, external_clients=clients)
+
+
+def down(state_dir: str | Path) -> Removed | None:
+    """Tear down the real cluster of ``state_dir`` (namespaces, pod servers, CNI state)
+    and forget it. None when there was none. Tolerates a half-realised cluster."""
+    d = Path(state_dir)
+    record = RealRecord.read(d)
+    if record is None:
+        return None
+    removed = teardown(record.cluster_id)
+    RealRecord.remove(d)
+    return removed
+
+
+def cleanup(state_dir: str | Path | None = None, *, force: bool = False) -> list[Removed]:
+    """Remove what svclab left in the kernel: the real cluster of ``state_dir`` (even if
+    persistent: it is named), then every ``svclab-`` namespace and state dir that no
+    live process holds and no persistent cluster owns (``force``: those too). Returns
+    what each step removed."""
+    out: list[Removed] = []
+    if state_dir is not None:
+        gone = down(state_dir)
+        if gone is not None:
+            out.append(gone)
+    out.append(linux_cleanup(None, force=force))
+    return out
+
+
+def kept(*, force: bool = False) -> tuple[str, ...]:
+    """Namespaces a :func:`cleanup` without ``force`` leaves (persistent clusters, other
+    live processes' namespaces)."""
+    if force:
+        return ()
+    every = cleanup_plan(None, force=True).namespaces
+    spared = set(every) - set(cleanup_plan(None).namespaces)
+    return tuple(sorted(spared))
+
+
+def summary(cluster: RealCluster) -> dict[str, Any]:
+    """Counts for ``svclab up``'s report."""
+    roles: dict[str, int] = {}
+    for logical in cluster.namespaces:
+        role = logical.split("/", 1)[0]
+        roles[role] = roles.get(role, 0) + 1
+    return {
+        "cluster_id": cluster.cluster_id,
+        "namespaces": len(cluster.namespaces),
+        "nodes": roles.get("node", 0),
+        "pods": roles.get("pod", 0),
+        "external": roles.get("ext", 0),
+        "cni": cluster.cni,
+        "hairpin": cluster.hairpin,
+        "overlay": cluster.overlay,
+    }
