@@ -280,9 +280,19 @@ class KubeletPool:
             elif isinstance(obj, Pod) and obj.spec.node_name:
                 routed.setdefault(obj.spec.node_name, []).append(ev)
         for name, evs in routed.items():
-            if name not in self.kubelets and not any(isinstance(e.object, Node) for e in evs):
-                continue  # pods bound to a node that does not exist: nobody runs them
-            k = self.kubelet(name)
+            k = self.kubelets.get(name)
+            if k is None:
+                node = next((e.object for e in evs if isinstance(e.object, Node)), None)
+                if node is None or not isinstance(node, Node):
+                    continue  # pods bound to a node that does not exist: nobody runs them
+                # a node joined: its kubelet starts from the pods already bound to it
+                k = self.kubelet(name)
+                bound = [
+                    p
+                    for p in k.store.list("Pod")
+                    if isinstance(p, Pod) and p.spec.node_name == name
+                ]
+                k.resync(node, bound)
             k.handle(evs)
             if k.pending():
                 self._busy.add(name)

@@ -175,3 +175,25 @@ def test_cni_result_names_and_mac() -> None:
     plugin.delete(node, _pod("web", "n"))
     plugin.delete(node, _pod("web", "n"))  # DEL is idempotent
     assert plugin.allocated("n") == []
+
+
+def test_pods_bound_to_a_node_before_it_joins_start_when_it_does() -> None:
+    plane = _plane()
+    plane.apply([_pod("early", "node-9")])
+    plane.run_until_idle()
+    assert not _get(plane, "early").status.pod_ip  # no such node: nobody runs it
+    node = object_from_dict(
+        {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {"name": "node-9"},
+            "status": {"addresses": [{"type": "InternalIP", "address": "172.18.0.99"}]},
+        }
+    )
+    plane.apply([node])
+    plane.run_until_idle()
+    p = _get(plane, "early")
+    assert p.status.phase == "Running" and p.status.host_ip == "172.18.0.99"
+    assert ipaddress.ip_address(p.status.pod_ip or "") in ipaddress.ip_network(
+        _node(plane, "node-9").spec.pod_cidr or ""
+    )
