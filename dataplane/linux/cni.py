@@ -15,7 +15,13 @@ Calls per pod, as a runtime does: ``loopback`` ADD for ``lo`` and ``bridge`` ADD
     {"cniVersion": "1.0.0", "name": "svclab", "type": "bridge", "bridge": "cni0",
      "isGateway": true, "ipMasq": false, "hairpinMode": true, "mtu": <mtu>,
      "ipam": {"type": "host-local", "ranges": [[{"subnet": "<podCIDR>"}]],
-              "routes": [{"dst": "0.0.0.0/0"}], "dataDir": "/run/svclab/<id>/ipam"}}
+              "routes": [{"dst": "0.0.0.0/0"}],
+              "dataDir": "/run/svclab/<id>/ipam/<podCIDR with _ for />"}}
+
+One host-local store per node (per podCIDR), as on real nodes: host-local keeps its
+round-robin pointer in ``last_reserved_ip.<range index>``, and nodes sharing one store
+would move each other's pointer out of their range, which resets it (allocation then
+restarts at the lowest free address instead of continuing after the last one).
 
 Addresses: host-local allocates in order from ``.2`` of the podCIDR. To make both
 backends give a pod the same address, :meth:`CniRunner.add` passes the control plane's
@@ -163,7 +169,7 @@ class CniRunner:
                 "type": "host-local",
                 "ranges": [[{"subnet": str(pod_cidr)}]],
                 "routes": [{"dst": "0.0.0.0/0"}],
-                "dataDir": str(self.state.ipam_dir),
+                "dataDir": str(self.state.ipam_dir / str(pod_cidr).replace("/", "_")),
             },
         }
 
