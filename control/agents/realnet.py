@@ -1,0 +1,133 @@
+"""The kubelet's real network plugin: :class:`control.agents.network.NetworkPlugin` over
+the real CNI plugins (``bridge`` + ``host-local`` + ``loopback``, run by
+:class:`dataplane.linux.cni.CniRunner` in a realised node namespace).
+
+Preconditions: the cluster's node namespaces exist (with ``cni0``), i.e. the network was
+realised — with or without pods — by :func:`dataplane.linux.realize.realize` under
+``cluster_id``. A CNI call for a node that is not realised fails with a
+:class:`~netmodel.errors.BackendError`, which the kubelet treats as a failed sandbox and
+retries like any other plugin error.
+
+Addresses (``ipam``), so that the emulated and the real cluster give a pod the same IP:
+
+* ``"host-local"``: the real host-local plugin chooses. :class:`EmulatedCNI` models
+  host-local's allocator (first address after the gateway, round-robin after the last
+  reserved one), so for the same sequence of ADDs and DELs both choose the same address;
+  the choice is checked against the model on every ADD (:class:`IpamMismatch` otherwise),
+  which makes the plugin a running differential test of the IPAM model.
+* ``"emulated"``: :class:`EmulatedCNI` chooses and the address is handed to host-local as
+  ``CNI_ARGS IP=...`` (what :func:`~dataplane.linux.realize.realize` does with the model's
+  addresses). Agreement by construction, for when the real allocator's state cannot be
+  trusted (e.g. its dataDir was wiped).
+
+MAC and host veth. :class:`EmulatedCNI` reports a MAC derived from the IP (``0a:58:...``)
+and a host veth named from the pod's uid; the network model
+(:func:`netmodel.topology.build`) — what both backends realise — gives the pod's ``eth0``
+``stable_mac("pod", key)`` and names the host veth from the pod key. The bridge plugin
+takes a MAC (``CNI_ARGS MAC=``) but always names its host veth itself (``veth`` + random
+hex). So this plugin passes the *model's* MAC to the real plugin (the pod's ``eth0`` in the
+kernel carries exactly the MAC the emulator uses) and reports what the kernel has: that
+MAC and the bridge plugin's host veth name. Only the host veth name differs between the
+backends; nothing routes or filters on it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from ipaddress import IPv4Address, IPv4Network, ip_network
+from typing import Literal
+
+from control.agents.network import EmulatedCNI, PodNetworkResult
+from dataplane.linux.cni import CniResult, CniRunner
+from netmodel.errors import BackendError, InvalidError
+from netmodel.network import stable_mac
+from netmodel.objects import Node, Pod
+
+IpamMode = Literal["host-local", "emulated"]
+
+
+class IpamMismatch(BackendError):
+    """host-local gave a pod another address than the emulated allocator chose: the
+    IPAM model and the real plugin disagree (a bug in :class:`EmulatedCNI`)."""
+
+
+def model_mac(pod: Pod) -> str:
+    """The MAC of the pod's ``eth0`` in the network model (and so in both backends)."""
+    return stable_mac("pod", pod.key)
+
+
+class RealCNI:
+    """bridge + host-local for real, behind the kubelet's NetworkPlugin protocol.
+
+    ``cluster_id``: the realised cluster whose node namespaces the plugins run in.
+    ``ipam``: see the module docstring. ``mtu``: the pods' MTU (the model's: 1450 under
+    VXLAN, 1500 under host-gw). Safe to use from one kubelet thread per node.
+    """
+
+    def __init__(self, cluster_id: str, *, ipam: IpamMode = "host-local", mtu: int = 1500) -> None:
+        self.cluster_id = cluster_id
+        self.ipam: IpamMode = ipam
+        self.runner = CniRunner(cluster_id, mtu=mtu)
+        self.model = EmulatedCNI()
+
+    @staticmethod
+    def _pod_cidr(node: Node) -> IPv4Network:
+        if not node.spec.pod_cidr:
+            raise InvalidError(f"node {node.name} has no podCIDR yet", obj=node.ref)
+        net = ip_network(node.spec.pod_cidr)
+        if not isinstance(net, IPv4Network):
+            raise InvalidError(f"podCIDR {net}: only IPv4 is realised", obj=node.ref)
+        return net
+
+    def add(self, node: Node, pod: Pod) -> PodNetworkResult:
+        """CNI ADD through the real plugins (idempotent: a pod already attached with its
+        address gets its cached result). Raises BackendError when a plugin fails, and
+        :class:`IpamMismatch` (ipam ``host-local``) when host-local chose another address
+        than the model."""
+        cidr = self._pod_cidr(node)
+        cached = self.runner.cached(pod.key)
+        expected = self.model.add(node, pod)
+        requested = IPv4Address(expected.ip) if self.ipam == "emulated" else None
+        if cached is not None and self.ipam == "host-local":
+            requested = cached.ip  # an attached pod keeps its address
+        try:
+            res = self.runner.add(
+                node.name, pod.key, cidr, requested_ip=requested, mac=model_mac(pod)
+            )
+        except BaseException:
+            self.model.delete(node, pod)
+            raise
+        if str(res.ip) != expected.ip:
+            self.runner.delete(node.name, pod.key, cidr)
+            self.model.delete(node, pod)
+            raise IpamMismatch(
+                f"pod {pod.key} on node {node.name}: host-local gave {res.ip}, "
+                f"the emulated allocator chose {expected.ip}"
+            )
+        return _result(res)
+
+    def delete(self, node: Node, pod: Pod) -> None:
+        """CNI DEL (releases the address in host-local, removes the sandbox). Idempotent."""
+        self.model.delete(node, pod)
+        if node.spec.pod_cidr:
+            self.runner.delete(node.name, pod.key, self._pod_cidr(node))
+
+    def restore(self, node: Node, pods: Iterable[Pod]) -> None:
+        """After a kubelet restart: host-local keeps its reservations on disk, so only the
+        model re-learns the pods' addresses (and, like host-local after a lost pointer,
+        continues after the highest one)."""
+        self.model.restore(node, pods)
+
+    def allocated(self, node_name: str) -> list[str]:
+        """The addresses the model holds on a node (those host-local holds too)."""
+        return self.model.allocated(node_name)
+
+
+def _result(res: CniResult) -> PodNetworkResult:
+    return PodNetworkResult(
+        ip=str(res.ip),
+        prefixlen=res.prefixlen,
+        gateway=str(res.gateway),
+        host_veth=res.host_veth,
+        mac=res.mac,
+    )
