@@ -36,7 +36,7 @@ from typing import ClassVar, Protocol
 from control.events import Recorder
 from control.store.base import Store, WatchEvent
 from netmodel.errors import NotFoundError, SvclabError
-from netmodel.objects import KubeObject, OwnerReference
+from netmodel.objects import KINDS, KubeObject, OwnerReference
 
 log = logging.getLogger(__name__)
 
@@ -421,8 +421,6 @@ class GarbageCollector(Controller):
                     del self._dependents[o]
 
     def _owner_exists(self, namespace: str, ref: OwnerReference) -> bool:
-        from netmodel.objects import KINDS
-
         cls = KINDS.get(ref.kind)
         if cls is None:
             return True  # an owner kind svclab does not model: never collect for it

@@ -150,7 +150,7 @@ class ReplicaSetController(Controller):
         ]
         pods += self._adopt(rs)
         active = [p for p in pods if is_active(p)]
-        self._update_status(rs, pods, active)
+        self._update_status(rs, active)
         diff = len(active) - desired_replicas(rs)
         if diff < 0:
             todo = -diff
@@ -210,7 +210,7 @@ class ReplicaSetController(Controller):
         created = self.api.create(pod, component=self.name)
         self.recorder.record(self.name, rs, "SuccessfulCreate", f"Created pod: {created.name}")
 
-    def _update_status(self, rs: ReplicaSet, pods: list[Pod], active: list[Pod]) -> None:
+    def _update_status(self, rs: ReplicaSet, active: list[Pod]) -> None:
         ready = sum(1 for p in active if p.is_ready)
         status = ReplicaSetStatus(
             replicas=len(active),
