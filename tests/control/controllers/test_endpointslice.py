@@ -204,3 +204,48 @@ def test_pods_without_an_ip_are_not_endpoints() -> None:
     running = sorted(p.status.pod_ip or "" for p in pods(plane, "web-") if p.status.pod_ip)
     assert len(running) == 2
     assert _ips(slices(plane, "web")) == running
+
+
+def test_multi_port_service_and_zone_from_the_node() -> None:
+    plane = make_plane([{"name": "n1", "labels": {"topology.kubernetes.io/zone": "z1"}}])
+    ports = [{"name": "http", "containerPort": 8080}, {"name": "metrics", "containerPort": 9090}]
+    plane.apply(
+        [
+            deployment("web", 2, ports=ports),
+            service(
+                "web",
+                {"app": "web"},
+                [
+                    {"name": "http", "port": 80, "targetPort": 8080},
+                    {"name": "metrics", "port": 9100, "targetPort": "metrics"},
+                ],
+            ),
+        ]
+    )
+    plane.run_until_idle()
+    (sl,) = slices(plane, "web")
+    assert [(p.name, p.port) for p in sl.ports] == [("http", 8080), ("metrics", 9090)]
+    assert [ep.zone for ep in sl.endpoints] == ["z1", "z1"]
+
+
+def test_named_port_must_match_the_protocol() -> None:
+    from control.controllers.endpointslice import resolve_port
+    from netmodel.objects import ServicePort
+
+    p = Pod.model_validate(
+        {
+            "metadata": {"name": "p"},
+            "spec": {
+                "containers": [
+                    {
+                        "name": "c",
+                        "ports": [{"name": "dns", "containerPort": 53, "protocol": "UDP"}],
+                    }
+                ]
+            },
+        }
+    )
+    assert resolve_port(p, ServicePort(port=53, target_port="dns", protocol="UDP")) == 53
+    assert resolve_port(p, ServicePort(port=53, target_port="dns", protocol="TCP")) is None
+    assert resolve_port(p, ServicePort(port=80)) == 80  # unset targetPort: the port
+    assert resolve_port(p, ServicePort(port=80, target_port=8080)) == 8080
