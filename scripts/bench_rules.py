@@ -5,10 +5,17 @@ Builds N Services (default 10,000) with E endpoints each (default 5), renders th
 iptables-restore payload, re-renders after one Service changed (partial sync), and
 times ``iptables-restore --noflush`` loading the same full payload into a fresh
 ``svclab-bench-*`` namespace (always removed; skipped with --no-kernel or when not
-root). Prints one JSON object:
+root), and ``iptables-legacy-restore`` too when present. Prints one JSON object:
 
     full_render_seconds, partial_render_seconds, iptables_restore_seconds,
-    render_to_restore_ratio, peak_rss_bytes  (+ snapshot_seconds, sizes)
+    render_to_restore_ratio, peak_rss_bytes
+    (+ snapshot_seconds, partial_render_without_stale_scan_seconds,
+       iptables_restore_timed_out, iptables_legacy_restore_seconds, sizes)
+
+``iptables-restore`` here is the nf_tables back end, which needs tens of minutes for
+60,000 chains: past ``--restore-timeout`` it is stopped and the timeout is reported as
+a lower bound (``iptables_restore_timed_out``). The legacy back end loads the same text
+in seconds and gives the stricter ratio.
 
 Targets: full render <= 1 s and <= half the restore time; partial render <= 20 ms.
 Render timings are the best of --repeat runs, each starting from cold caches.
@@ -20,6 +27,9 @@ import argparse
 import gc
 import json
 import resource
+import shutil
+import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -92,13 +102,18 @@ def cold_caches() -> None:
     gc.collect()
 
 
-def restore_seconds(payload: str) -> float:
+def restore_seconds(payload: str, tool: str, limit: float) -> tuple[float, bool]:
+    """Seconds ``tool --noflush`` takes to load ``payload`` in a fresh namespace, and
+    whether it hit ``limit`` (then the figure is a lower bound and the tool is killed)."""
     from dataplane.linux import netns
 
     with netns.temporary("bench") as name:
         start = time.perf_counter()
-        netns.run_in(name, ["iptables-restore", "--noflush"], input=payload, timeout=1800)
-        return time.perf_counter() - start
+        try:
+            netns.run_in(name, [tool, "--noflush"], input=payload, timeout=limit)
+        except subprocess.TimeoutExpired:
+            return limit, True
+        return time.perf_counter() - start, False
 
 
 def main() -> int:
@@ -107,7 +122,16 @@ def main() -> int:
     ap.add_argument("--endpoints", type=int, default=5)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--no-kernel", action="store_true", help="skip iptables-restore")
+    ap.add_argument(
+        "--restore-timeout",
+        type=float,
+        default=300,
+        help="give up on iptables-restore after this many seconds (the nf_tables back end "
+        "slows down more than quadratically with the number of chains)",
+    )
     args = ap.parse_args()
+    # a killed benchmark still removes its namespace
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
 
     cfg = NodeProxyConfig(
         node_name="node-0",
@@ -154,11 +178,19 @@ def main() -> int:
         no_scan_s = min(no_scan_s, time.perf_counter() - start)
 
     restore_s: float | None = None
+    timed_out = False
+    legacy_s: float | None = None
     if not args.no_kernel:
         from dataplane.linux import netns
 
         if netns.is_root():
-            restore_s = restore_seconds(full.restore_input)
+            restore_s, timed_out = restore_seconds(
+                full.restore_input, "iptables-restore", args.restore_timeout
+            )
+            if shutil.which("iptables-legacy-restore"):
+                legacy_s, _ = restore_seconds(
+                    full.restore_input, "iptables-legacy-restore", args.restore_timeout
+                )
 
     result = {
         "services": args.services,
@@ -170,11 +202,22 @@ def main() -> int:
         "partial_render_seconds": round(partial_s, 5),
         "partial_render_without_stale_scan_seconds": round(no_scan_s, 5),
         "iptables_restore_seconds": None if restore_s is None else round(restore_s, 3),
+        "iptables_restore_backend": "nf_tables (iptables-restore on this machine)",
+        "iptables_restore_timed_out": timed_out,
         "render_to_restore_ratio": None if restore_s is None else round(full_s / restore_s, 4),
+        "iptables_legacy_restore_seconds": None if legacy_s is None else round(legacy_s, 3),
+        "render_to_legacy_restore_ratio": (
+            None if legacy_s is None else round(full_s / legacy_s, 4)
+        ),
         "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
     }
     print(json.dumps(result, indent=2))
-    ok = full_s <= 1.0 and partial_s <= 0.020 and (restore_s is None or full_s <= restore_s / 2)
+    ok = (
+        full_s <= 1.0
+        and partial_s <= 0.020
+        and (restore_s is None or full_s <= restore_s / 2)
+        and (legacy_s is None or full_s <= legacy_s / 2)
+    )
     return 0 if ok else 1
 
 

@@ -161,10 +161,15 @@ class NodeProxyConfig:
         return not cidrs or any(n.prefixlen == 0 for n in cidrs)
 
     def node_port_ips(self) -> tuple[str, ...]:
-        """The node IPs that accept NodePorts when not :attr:`node_ports_match_all`."""
+        """The node IPs that accept NodePorts when not :attr:`node_ports_match_all`,
+        sorted as text (upstream lists them from a string set)."""
         cidrs = self.family_node_port_cidrs()
         return tuple(
-            ip for ip in self.family_node_ips if any(ipaddress.ip_address(ip) in n for n in cidrs)
+            sorted(
+                ip
+                for ip in self.family_node_ips
+                if any(ipaddress.ip_address(ip) in n for n in cidrs)
+            )
         )
 
 
