@@ -58,16 +58,54 @@ class Work:
     into a :class:`~netmodel.packet.Packet` when the hook ends."""
 
     __slots__ = (
-        "bridged", "chooser", "commit", "counters", "ct", "ctbits", "ctdir", "ctname",
-        "dport", "dst", "flags", "hook", "host", "icmp_id", "icode", "iface_addrs", "iif", "inner",
-        "itype", "length", "locals", "mark", "masq_bit", "masq_seen", "now", "oif",
-        "phys_in", "phys_out", "proto", "recent", "reject_with", "sets", "smac", "sport",
-        "src", "table", "ttl", "untracked", "visited",
+        "bridged",
+        "chooser",
+        "commit",
+        "counters",
+        "ct",
+        "ctbits",
+        "ctdir",
+        "ctname",
+        "dport",
+        "dst",
+        "flags",
+        "hook",
+        "host",
+        "icmp_id",
+        "icode",
+        "iface_addrs",
+        "iif",
+        "inner",
+        "itype",
+        "length",
+        "locals",
+        "mark",
+        "masq_bit",
+        "masq_seen",
+        "now",
+        "oif",
+        "pdst",
+        "phys_in",
+        "phys_out",
+        "proto",
+        "psrc",
+        "recent",
+        "reject_with",
+        "sets",
+        "smac",
+        "sport",
+        "src",
+        "table",
+        "ttl",
+        "untracked",
+        "visited",
     )
 
     def __init__(self) -> None:
         self.src = 0
         self.dst = 0
+        self.psrc = 0  # the packet's addresses as it entered (to see what NAT changed)
+        self.pdst = 0
         self.proto = "tcp"
         self.sport = 0
         self.dport = 0

@@ -362,8 +362,11 @@ class ConntrackTable:
             if hit is None:
                 return _ps(None, ORIGINAL, "INVALID")
             return _ps(hit[0], hit[1], "RELATED")
-        hit = self.lookup(t)
         now = self.clock.now()
+        hit = self._by_tuple.get(t)
+        if hit is not None and hit[0].expires <= now:
+            self._remove(hit[0])
+            hit = None
         if hit is None:
             if proto in ("icmp", "ipv6-icmp") and icmp_type not in ICMP_REQUESTS:
                 return _ps(None, ORIGINAL, "INVALID")

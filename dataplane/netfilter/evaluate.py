@@ -93,6 +93,11 @@ __all__ = [
 
 HOOKS = ("PREROUTING", "INPUT", "FORWARD", "OUTPUT", "POSTROUTING")
 _HOOK_MARKS = {h: ("H", h) for h in HOOKS}
+_PATH_PRE = ("PREROUTING",)
+_PATH_IN = ("PREROUTING", "INPUT")
+_PATH_FWD = ("PREROUTING", "FORWARD", "POSTROUTING")
+_PATH_IPVS = ("PREROUTING", "INPUT", "OUTPUT", "POSTROUTING")
+_PATH_OUT = ("OUTPUT", "POSTROUTING", "PREROUTING", "INPUT")
 
 # verdict codes inside the engine
 CONTINUE = 0
@@ -487,6 +492,21 @@ Stage = Callable[[Work, "RawTrace | None"], int]
 NatChain = Callable[[Work, "RawTrace | None"], int]
 
 
+def _hook_runner(hook: str, stages: list[Stage]) -> Callable[[Work, RawTrace | None], int]:
+    """A function that runs ``stages`` one after the other (generated: no loop)."""
+    lines = ["def run(w, rec, MARK=MARK, " + "".join(f"s{i}=s{i}, " for i in range(len(stages))) + "):",
+             f"    w.hook = {hook!r}", "    w.reject_with = ''",
+             "    if rec is not None: rec.append(MARK)"]
+    for i in range(len(stages)):
+        lines += [f"    v = s{i}(w, rec)", "    if v >= 2: return v"]
+    lines.append("    return 1")
+    env: dict[str, object] = {"MARK": _HOOK_MARKS[hook]}
+    env.update({f"s{i}": st for i, st in enumerate(stages)})
+    exec("\n".join(lines), env)
+    fn: Callable[[Work, RawTrace | None], int] = env["run"]  # type: ignore[assignment]
+    return fn
+
+
 _NAT_INTS: dict[int, tuple[object, int | None, int, int | None, int]] = {}
 
 
@@ -554,6 +574,7 @@ class Netfilter:
         self.nft = nft
         self.ipvs = ipvs
         self._stages: dict[str, list[tuple[int, str, Stage]]] = {}
+        self._runners: dict[str, Callable[[Work, RawTrace | None], int]] = {}
         self._spare: Work | None = None
         self._build_stages()
 
@@ -581,6 +602,7 @@ class Netfilter:
         for hook in HOOKS:
             plan[hook].sort(key=lambda s: s[0])
         self._stages = plan
+        self._runners = {h: _hook_runner(h, [st for _, _, st in plan[h]]) for h in HOOKS}
 
     def _extra_stages(self) -> list[tuple[str, int, str, Stage]]:
         out: list[tuple[str, int, str, Stage]] = []
@@ -825,8 +847,8 @@ class Netfilter:
         else:
             self._spare = None
         src, dst = p.src, p.dst
-        w.src = int(src) if src.version == 4 else addr_int(src)
-        w.dst = int(dst) if dst.version == 4 else addr_int(dst)
+        w.src = w.psrc = int(src) if src.version == 4 else addr_int(src)
+        w.dst = w.pdst = int(dst) if dst.version == 4 else addr_int(dst)
         w.proto = p.proto
         w.sport = p.sport
         w.dport = p.dport
@@ -866,15 +888,8 @@ class Netfilter:
         self._spare = w
 
     def _run(self, hook: str, w: Work, rec: RawTrace | None) -> int:
-        w.hook = hook
-        w.reject_with = ""
-        if rec is not None:
-            rec.append(_HOOK_MARKS[hook])
-        for _prio, _name, stage in self._stages[hook]:
-            v = stage(w, rec)
-            if v >= DROP:
-                return v
-        return ACCEPT
+        """Run one hook's stages in priority order; the first DROP/REJECT/STOLEN ends it."""
+        return self._runners[hook](w, rec)
 
     def run_hook(
         self,
@@ -936,11 +951,11 @@ class Netfilter:
             skb, pkt = None, packet
         w = self._work(pkt, skb, chooser, commit)
         rec: RawTrace | None = [] if self.trace else None
-        hooks: list[str] = []
         odst, odport, osrc, osport = w.dst, w.dport, w.src, w.sport
         default_out = out_iface or "eth0"
         local = self.local_addrs
-        run = self._run
+        runners = self._runners
+        hooks: tuple[str, ...]
 
         def where() -> str | None:
             if route is None:
@@ -950,50 +965,50 @@ class Netfilter:
         delivery: str | None = None
         if origin == "in":
             iif = in_iface or "eth0"
-            hooks.append("PREROUTING")
             w.iif, w.oif = iif, ""
-            v = run("PREROUTING", w, rec)
+            v = runners["PREROUTING"](w, rec)
+            hooks = _PATH_PRE
             if v == ACCEPT:
-                oif = None if route is None and w.dst in local else where()
+                oif = (None if w.dst in local else default_out) if route is None else where()
                 if oif is None:
-                    hooks.append("INPUT")
-                    v = run("INPUT", w, rec)
+                    v = runners["INPUT"](w, rec)
+                    hooks = _PATH_IN
                     delivery = "local" if v == ACCEPT else None
                     if v == STOLEN:  # IPVS forwards it: out through OUTPUT, POSTROUTING
                         oif = where() or default_out
-                        hooks.append("OUTPUT")
                         w.iif, w.oif = "", oif
-                        v = run("OUTPUT", w, rec)
+                        v = runners["OUTPUT"](w, rec)
+                        hooks = _PATH_IPVS[:3]
                         if v == ACCEPT:
-                            hooks.append("POSTROUTING")
-                            v = run("POSTROUTING", w, rec)
+                            v = runners["POSTROUTING"](w, rec)
+                            hooks = _PATH_IPVS
                         delivery = "forward" if v == ACCEPT else None
                 else:
-                    hooks.append("FORWARD")
                     w.oif = oif
-                    v = run("FORWARD", w, rec)
+                    v = runners["FORWARD"](w, rec)
+                    hooks = _PATH_FWD[:2]
                     if v == ACCEPT:
-                        hooks.append("POSTROUTING")
                         w.iif = ""
-                        v = run("POSTROUTING", w, rec)
+                        v = runners["POSTROUTING"](w, rec)
+                        hooks = _PATH_FWD
                     delivery = "forward" if v == ACCEPT else None
         elif origin == "out":
             oif = where()
-            hooks.append("OUTPUT")
             w.iif, w.oif = "", oif or "lo"
-            v = run("OUTPUT", w, rec)
+            v = runners["OUTPUT"](w, rec)
+            hooks = _PATH_OUT[:1]
             if v == ACCEPT:
                 oif = where()
-                hooks.append("POSTROUTING")
                 w.oif = oif or "lo"
-                v = run("POSTROUTING", w, rec)
+                v = runners["POSTROUTING"](w, rec)
+                hooks = _PATH_OUT[:2]
                 if v == ACCEPT and oif is None:
-                    hooks.append("PREROUTING")
                     w.iif, w.oif = "lo", ""
-                    v = run("PREROUTING", w, rec)
+                    v = runners["PREROUTING"](w, rec)
+                    hooks = _PATH_OUT[:3]
                     if v == ACCEPT:
-                        hooks.append("INPUT")
-                        v = run("INPUT", w, rec)
+                        v = runners["INPUT"](w, rec)
+                        hooks = _PATH_OUT
                 delivery = ("local" if oif is None else "out") if v == ACCEPT else None
         else:
             self._release(w)
@@ -1007,7 +1022,7 @@ class Netfilter:
                 dnat = (final.dst, w.dport)
             if w.src != osrc or w.sport != osport:
                 snat = (final.src, w.sport)
-        t = Traversal(final, VERDICT_NAMES[v], w.reject_with or None, delivery, tuple(hooks),
+        t = Traversal(final, VERDICT_NAMES[v], w.reject_with or None, delivery, hooks,
                       w.masq_seen, dnat, snat, w.ctname, rec, w.visited,
                       (w.ct, w.ctdir, w.untracked) if v == ACCEPT else None)
         self._release(w)
@@ -1041,8 +1056,17 @@ class Netfilter:
         self._spare = None  # a recycled Work would keep the old recent lists and counters
 
 
+_ADDRS: dict[int, IPAddress] = {}
+
+
 def _addr(v: int) -> IPAddress:
-    return IPv4Address(v) if v < (1 << 32) else int_addr(v)
+    """The address object of an integer (cached: NAT targets repeat)."""
+    a = _ADDRS.get(v)
+    if a is None:
+        if len(_ADDRS) > 100_000:
+            _ADDRS.clear()
+        a = _ADDRS[v] = IPv4Address(v) if v < (1 << 32) else int_addr(v)
+    return a
 
 
 def _rebuild(p: Packet, w: Work) -> Packet:
@@ -1050,8 +1074,8 @@ def _rebuild(p: Packet, w: Work) -> Packet:
     dataclass constructor is called directly, ``replace`` is much slower)."""
     src = w.src
     dst = w.dst
-    psrc = int(p.src) if p.src.version == 4 else addr_int(p.src)
-    pdst = int(p.dst) if p.dst.version == 4 else addr_int(p.dst)
+    psrc = w.psrc
+    pdst = w.pdst
     if (src == psrc and dst == pdst and w.sport == p.sport and w.dport == p.dport
             and w.mark == p.mark and w.icmp_id == p.icmp_id and w.inner is p.inner):
         return p
