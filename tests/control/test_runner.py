@@ -216,3 +216,49 @@ def test_a_loop_that_never_settles_is_reported() -> None:
     plane.add_agent(_Restless())
     with pytest.raises(ConvergenceError, match="not idle"):
         plane.run_until_idle(max_steps=50)
+
+
+_DIGEST = """
+import hashlib, sys, yaml
+from control.clock import FakeClock
+from control.events import timeline
+from control.runner import ControlPlane
+from control.store.memory import MemoryStore
+from netmodel.cluster import ClusterSpec
+from netmodel.objects import object_from_dict
+docs = [object_from_dict(d) for d in yaml.safe_load_all(sys.stdin.read()) if d]
+plane = ControlPlane(MemoryStore(), ClusterSpec(nodes=7), seed=2, clock=FakeClock())
+plane.start()
+plane.apply(docs)
+plane.run_until_idle()
+h = hashlib.sha256()
+for e in timeline(plane.store):
+    h.update(f"{e.revision}|{e.reason}|{e.involved_object.name}|{e.message}".encode())
+for kind in ("Pod", "EndpointSlice", "ReplicaSet"):
+    for o in plane.store.list(kind):
+        h.update(repr(o.to_dict()).encode())
+print(h.hexdigest())
+"""
+
+
+def test_history_does_not_depend_on_python_hash_seeds() -> None:
+    import os
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[2]
+    text = WEB.replace("replicas: 3", "replicas: 11")
+    out = []
+    for hash_seed in ("1", "4242"):
+        env = {**os.environ, "PYTHONHASHSEED": hash_seed, "PYTHONPATH": str(root)}
+        res = subprocess.run(
+            [sys.executable, "-c", _DIGEST],
+            input=text,
+            capture_output=True,
+            text=True,
+            env=env,
+            check=True,
+            cwd=root,
+        )
+        out.append(res.stdout.strip())
+    assert out[0] == out[1] and len(out[0]) == 64
