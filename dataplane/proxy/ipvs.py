@@ -26,7 +26,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from dataplane.proxy.iptables import JumpRule
+from dataplane.proxy.hostchains import JumpRule
 from dataplane.proxy.model import (
     EndpointInfo,
     NodeProxyConfig,
