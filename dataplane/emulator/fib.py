@@ -72,7 +72,7 @@ class Fib:
         # longest prefix first; stable so that the first listed wins among equals
         main.sort(key=lambda t: -t[0])
         self._main = main
-        self._cache: dict[IPAddress, RouteResult] = {}
+        self._cache: dict[int, RouteResult] = {}  # by address as int (cheap to hash)
 
     def is_local(self, addr: IPAddress) -> bool:
         """Whether ``addr`` is in the local table (own address or 127/8)."""
@@ -84,10 +84,11 @@ class Fib:
 
     def lookup(self, dst: IPAddress) -> RouteResult:
         """The route for ``dst`` (cached)."""
-        hit = self._cache.get(dst)
+        value = int(dst)
+        hit = self._cache.get(value)
         if hit is None:
             hit = self._lookup(dst)
-            self._cache[dst] = hit
+            self._cache[value] = hit
         return hit
 
     def _lookup(self, dst: IPAddress) -> RouteResult:

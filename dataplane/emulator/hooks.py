@@ -22,7 +22,7 @@ Contract of ``run``:
 * ``record`` False asks for no trace steps (the fast path of benchmarks).
 * ``log``, when given, receives one :class:`ReplayStep` for the hook that attached the
   conntrack state, if the packet belongs to an existing connection whose later packets
-  the flow cache may replay (see :mod:`dataplane.emulator.flowcache`); otherwise it
+  the flow cache may replay (see :meth:`dataplane.emulator.walk.Walker.send`); otherwise it
   receives ``None``, which marks the flow as not replayable.
 """
 
@@ -34,10 +34,19 @@ from typing import Literal, NamedTuple, Protocol
 
 from dataplane.emulator.trace import Hop
 from dataplane.netfilter.conntrack import Connection, ConntrackTable, CtTuple
-from netmodel.packet import Frame, Packet
+from netmodel.packet import Packet
 
 HookName = Literal["PREROUTING", "INPUT", "FORWARD", "OUTPUT", "POSTROUTING"]
 FilterVerdict = Literal["ACCEPT", "DROP", "REJECT"]
+
+
+class Tunnel(NamedTuple):
+    """The inner Ethernet frame an outer VXLAN packet carries, with its VNI."""
+
+    src_mac: str
+    dst_mac: str
+    packet: Packet
+    vni: int
 
 
 @dataclass(slots=True)
@@ -51,7 +60,7 @@ class Skb:
     error is RELATED to that connection even before it is confirmed."""
 
     ct: object | None = None
-    tunnel: Frame | None = None
+    tunnel: Tunnel | None = None
     bridged: bool = False
     related: object | None = None
 

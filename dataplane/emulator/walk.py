@@ -44,7 +44,7 @@ from typing import NamedTuple
 
 from dataplane.emulator.devices import BROADCAST_MAC, Bridge, Device, Epoch, VxlanDevice
 from dataplane.emulator.fib import RouteResult
-from dataplane.emulator.hooks import HookName, PacketFilter, ReplayStep, Skb
+from dataplane.emulator.hooks import HookName, PacketFilter, ReplayStep, Skb, Tunnel
 from dataplane.emulator.host import Host
 from dataplane.emulator.trace import Hop
 from dataplane.emulator.traffic import Endpoints, Reception, icmp_error
@@ -61,6 +61,7 @@ from netmodel.packet import (
 )
 
 VXLAN_OVERHEAD = 50
+_NO_FLAGS: frozenset[str] = frozenset()
 MAX_STEPS = 512
 EPHEMERAL_PORTS = (32768, 60999)
 _ICMP_ERROR_TYPES = frozenset({3, 4, 5, 11, 12})
@@ -355,7 +356,9 @@ class Walker:
                 w.chosen_by = out.chosen_by
         if out.verdict == "ACCEPT":
             new = out.packet
-            if new is not pkt and new.src != pkt.src and skb.tunnel is None:
+            if new is not pkt and new.src is not pkt.src and new.src != pkt.src and (
+                skb.tunnel is None
+            ):
                 w.src_rewritten = True
             return new
         if out.verdict == "REJECT":
@@ -422,7 +425,7 @@ class Walker:
         out = self._hook(w, host, "OUTPUT", pkt, None, rt.dev, skb)
         if out is None:
             return
-        if out.dst != pkt.dst:
+        if out is not pkt and out.dst != pkt.dst:
             rt = host.fib.lookup(out.dst)
             if rt.type == "unreachable":
                 self._drop(w, host, f"no route to {out.dst} after NAT", "no-route")
@@ -572,7 +575,7 @@ class Walker:
         src_mac: str,
         dst_mac: str,
         pkt: Packet,
-        tunnel: Frame | None,
+        tunnel: Tunnel | None,
     ) -> None:
         if isinstance(dev, VxlanDevice):
             self._vxlan_xmit(w, host, dev, src_mac, dst_mac, pkt)
@@ -628,7 +631,7 @@ class Walker:
         src_mac: str,
         dst_mac: str,
         pkt: Packet,
-        tunnel: Frame | None,
+        tunnel: Tunnel | None,
     ) -> None:
         if not self._step(w, host):
             return
@@ -651,7 +654,7 @@ class Walker:
         src_mac: str,
         dst_mac: str,
         pkt: Packet,
-        tunnel: Frame | None,
+        tunnel: Tunnel | None,
     ) -> None:
         if dev.master is not None:
             self._bridge_rcv(w, host, dev.master, dev, src_mac, dst_mac, pkt, tunnel)
@@ -672,7 +675,7 @@ class Walker:
         src_mac: str,
         dst_mac: str,
         pkt: Packet,
-        tunnel: Frame | None,
+        tunnel: Tunnel | None,
     ) -> None:
         if br.learn(src_mac, port) and w.record:
             w.hops.append(Hop("bridge", host.name, dev_in=port.name,
@@ -691,7 +694,7 @@ class Walker:
         out = self._hook(w, host, "PREROUTING", pkt, br.name, None, skb)
         if out is None:
             return
-        if out.dst != pkt.dst:
+        if out is not pkt and out.dst != pkt.dst:
             rt = host.fib.lookup(out.dst)
             if rt.type == "unicast" and rt.dev == br.name and rt.nexthop is not None:
                 if w.record:
@@ -726,7 +729,7 @@ class Walker:
         dst_mac: str,
         pkt: Packet,
         skb: Skb | None,
-        tunnel: Frame | None,
+        tunnel: Tunnel | None,
     ) -> None:
         out = br.fdb.get(dst_mac)
         how = "fdb"
@@ -777,7 +780,7 @@ class Walker:
             out = self._hook(w, host, "INPUT", pkt, dev.name, None, skb)
             if out is None:
                 return
-            if out.dst != pkt.dst and not host.is_local(out.dst):
+            if out is not pkt and out.dst != pkt.dst and not host.is_local(out.dst):
                 self._ipvs_forward(w, host, out, skb)
                 return
             self._local_deliver(w, host, dev, out, skb)
@@ -798,7 +801,7 @@ class Walker:
         out = self._hook(w, host, "OUTPUT", pkt, None, rt.dev, skb)
         if out is None:
             return
-        if out.dst != pkt.dst:
+        if out is not pkt and out.dst != pkt.dst:
             rt = host.fib.lookup(out.dst)
             if rt.type == "unreachable":
                 self._drop(w, host, f"no route to {out.dst} after NAT", "no-route")
@@ -874,25 +877,10 @@ class Walker:
             self._drop(w, host, f"{vx.name}: no FDB entry for {dst_mac}", dev_out=vx.name)
             return
         sport = vxlan_source_port(pkt)
-        outer = Packet(
-            src=vx.local,
-            dst=remote,
-            proto="udp",
-            sport=sport,
-            dport=vx.port,
-            length=pkt.length + VXLAN_OVERHEAD,
-            df=False,
-        )
-        encap = VxlanEncap(
-            outer_src=vx.local,
-            outer_dst=remote,
-            vni=vx.vni,
-            udp_sport=sport,
-            udp_dport=vx.port,
-            inner_src_mac=src_mac,
-            inner_dst_mac=dst_mac,
-        )
-        inner = Frame(src_mac, dst_mac, pkt, encap=encap)
+        # the outer packet keeps the skb mark (same namespace: skb_scrub_packet keeps it)
+        outer = Packet(vx.local, remote, "udp", sport, vx.port, 64, pkt.length + VXLAN_OVERHEAD,
+                       _NO_FLAGS, None, None, 0, b"", pkt.mark, None, False)
+        inner = Tunnel(src_mac, dst_mac, pkt, vx.vni)
         if w.record:
             w.hops.append(
                 Hop("vxlan", host.name, dev_out=vx.name, packet=outer,
@@ -902,14 +890,10 @@ class Walker:
         self._local_out(w, host, outer, Skb(tunnel=inner))
 
     def _vxlan_rcv(
-        self, w: _Walk, host: Host, vx: VxlanDevice, outer: Packet, inner: Frame
+        self, w: _Walk, host: Host, vx: VxlanDevice, outer: Packet, inner: Tunnel
     ) -> None:
-        encap = inner.encap
-        if encap is not None and encap.vni != vx.vni:
-            self._drop(w, host, f"{vx.name}: VNI {encap.vni} is not {vx.vni}", dev_in=vx.name)
-            return
-        if inner.packet is None:
-            self._drop(w, host, f"{vx.name}: empty VXLAN payload", dev_in=vx.name)
+        if inner.vni != vx.vni:
+            self._drop(w, host, f"{vx.name}: VNI {inner.vni} is not {vx.vni}", dev_in=vx.name)
             return
         if w.record:
             w.hops.append(
@@ -925,12 +909,11 @@ def _with_ttl(p: Packet, ttl: int) -> Packet:
                   p.icmp_type, p.icmp_code, p.icmp_id, p.payload, p.mark, p.inner, p.df)
 
 
-def _wire_frame(src_mac: str, dst_mac: str, pkt: Packet, tunnel: Frame | None) -> Frame:
+def _wire_frame(src_mac: str, dst_mac: str, pkt: Packet, tunnel: Tunnel | None) -> Frame:
     """The frame a capture on the link sees: VXLAN packets as the outer headers with the
     inner frame (``encap`` names the outer addresses and ports)."""
-    if tunnel is None or tunnel.encap is None:
+    if tunnel is None:
         return Frame(src_mac, dst_mac, pkt)
-    e = tunnel.encap
     return Frame(
         src_mac,
         dst_mac,
@@ -938,7 +921,7 @@ def _wire_frame(src_mac: str, dst_mac: str, pkt: Packet, tunnel: Frame | None) -
         encap=VxlanEncap(
             outer_src=pkt.src,
             outer_dst=pkt.dst,
-            vni=e.vni,
+            vni=tunnel.vni,
             udp_sport=pkt.sport,
             udp_dport=pkt.dport,
             inner_src_mac=tunnel.src_mac,
