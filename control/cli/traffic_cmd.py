@@ -26,6 +26,7 @@ from netmodel.ip import split_host_port
 from netmodel.objects import Node, Pod
 
 PROTOS = ["tcp", "udp", "icmp", "sctp"]
+REAL_HELP = "On the real kernel (svclab up --real; with -f a throw-away one) instead"
 
 
 # --------------------------------------------------------------------------- helpers
@@ -205,6 +206,7 @@ def full_trace(
 )
 @click.option("-o", "--output", type=click.Choice(["text", "json"]), default="text")
 @click.option("-f", "--filename", "files", multiple=True, help="Throw-away cluster from manifests")
+@click.option("--real", "on_kernel", is_flag=True, help=REAL_HELP)
 @click.pass_obj
 @handle_errors
 def trace(
@@ -220,8 +222,25 @@ def trace(
     linear: bool,
     output: str,
     files: tuple[str, ...],
+    on_kernel: bool,
 ) -> None:
     """Walk one packet and its reply, and explain every hop and rule."""
+    if on_kernel:
+        from control.cli.real_cmd import real_trace
+
+        conflicts = {"--all": all_branches, "--at": at, "--flows": flows_file}
+        conflicts |= {"--iptables-save": iptables_save, "--linear": linear}
+        real_trace(
+            ctx,
+            src=src,
+            dst=dst,
+            proto=proto,
+            sport=sport,
+            output=output,
+            files=files,
+            conflicts=conflicts,
+        )
+        return
     flows: list[dict[str, Any]]
     if flows_file:
         try:
@@ -286,10 +305,18 @@ def trace(
 @click.argument("dst")
 @click.option("-c", "--count", type=int, default=3, show_default=True)
 @click.option("-f", "--filename", "files", multiple=True)
+@click.option("--real", "on_kernel", is_flag=True, help=REAL_HELP)
 @click.pass_obj
 @handle_errors
-def ping(ctx: Context, src: str, dst: str, count: int, files: tuple[str, ...]) -> None:
+def ping(
+    ctx: Context, src: str, dst: str, count: int, files: tuple[str, ...], on_kernel: bool
+) -> None:
     """ICMP echo from SRC to DST, ping-like output (TTL and path per reply)."""
+    if on_kernel:
+        from control.cli.real_cmd import real_ping
+
+        real_ping(ctx, src=src, dst=dst, count=count, files=files)
+        return
     session = ctx.session(files)
     try:
         emu = _emulator_for(session, src, dst, override={})
@@ -336,13 +363,26 @@ def chi_square(counts: list[int]) -> tuple[float, float]:
 @click.option("--proto", type=click.Choice(["tcp", "udp"]), default="tcp", show_default=True)
 @click.option("-o", "--output", type=click.Choice(["text", "json"]), default="text")
 @click.option("-f", "--filename", "files", multiple=True)
+@click.option("--real", "on_kernel", is_flag=True, help=REAL_HELP)
 @click.pass_obj
 @handle_errors
 def connect(
-    ctx: Context, src: str, dst: str, count: int, proto: str, output: str, files: tuple[str, ...]
+    ctx: Context,
+    src: str,
+    dst: str,
+    count: int,
+    proto: str,
+    output: str,
+    files: tuple[str, ...],
+    on_kernel: bool,
 ) -> None:
     """Open N connections SRC -> DST; per connection the endpoint and the rule that chose
     it; then per-endpoint counts and a chi-square test of equal shares."""
+    if on_kernel:
+        from control.cli.real_cmd import real_connect
+
+        real_connect(ctx, src=src, dst=dst, count=count, proto=proto, output=output, files=files)
+        return
     session = ctx.session(files)
     try:
         emu = _emulator_for(session, src, dst, override={})

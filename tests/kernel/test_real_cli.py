@@ -1,0 +1,260 @@
+"""The real kernel through the CLI: ``apply`` + ``up --real`` + ``connect``/``trace``/
+``ping --real`` + ``down`` on a persistent state dir, ``up`` twice changing nothing,
+``--real -f`` throw-away clusters, and Ctrl-C in the middle of ``up`` leaving nothing that
+``cleanup`` cannot remove."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner, Result
+
+from control import real
+from control.cli.main import cli
+from dataplane.linux import rules
+from dataplane.linux.netns import is_root, list_ours
+from dataplane.linux.realize import RealCluster
+from dataplane.linux.servers import is_ours, read_pid
+from dataplane.linux.testing import leftovers, processes_in
+
+pytestmark = [pytest.mark.kernel, pytest.mark.skipif(not is_root(), reason="needs root")]
+
+ROOT = Path(__file__).resolve().parents[2]
+EXT = "203.0.113.9"
+
+MANIFEST = """
+apiVersion: svclab.dev/v1alpha1
+kind: Cluster
+metadata: {{name: cli}}
+spec: {{nodes: 2}}
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {{name: web}}
+spec:
+  replicas: {replicas}
+  selector: {{matchLabels: {{app: web}}}}
+  template:
+    metadata: {{labels: {{app: web}}}}
+    spec:
+      containers: [{{name: c, image: x, ports: [{{containerPort: 8080}}]}}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {{name: client}}
+spec:
+  nodeName: node-1
+  containers: [{{name: c, image: x}}]
+---
+apiVersion: v1
+kind: Service
+metadata: {{name: web}}
+spec:
+  type: NodePort
+  selector: {{app: web}}
+  ports: [{{name: http, port: 80, targetPort: 8080, nodePort: 30080}}]
+"""
+
+
+def run(state: Path, *args: str) -> Result:
+    return CliRunner().invoke(cli, ["--state", str(state), *args], catch_exceptions=False)
+
+
+def write(tmp_path: Path, replicas: int, name: str = "cluster.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(MANIFEST.format(replicas=replicas))
+    return path
+
+
+@pytest.fixture
+def state(tmp_path: Path) -> Iterator[Path]:
+    """A state dir with the cluster applied; its real cluster is always removed."""
+    d = tmp_path / "state"
+    res = run(d, "apply", "-f", str(write(tmp_path, 3)))
+    assert res.exit_code == 0, res.output
+    try:
+        yield d
+    finally:
+        record = real.RealRecord.read(d)
+        real.down(d)
+        if record is not None:
+            assert leftovers(record.cluster_id) == []
+
+
+def _cluster(state: Path) -> RealCluster:
+    record = real.RealRecord.read(state)
+    assert record is not None and record.status == "up"
+    return RealCluster.load(record.cluster_id)
+
+
+def _kernel_state(c: RealCluster) -> tuple[object, ...]:
+    """What an idempotent ``up`` must leave untouched: namespaces (with their inodes),
+    CNI results, pod-server pids, every rule with its counters."""
+    from dataplane.linux.nsenter import inode
+
+    return (
+        {n: inode(n) for n in sorted(c.namespaces.values())},
+        c.pods,
+        dict(c.servers.running()),
+        {n: rules.rule_counters(c.node_netns(n)) for n in ("node-1", "node-2")},
+    )
+
+
+def test_up_connect_trace_ping_down(state: Path) -> None:
+    res = run(state, "up")
+    assert res.exit_code == 2 and "the emulator needs no 'up'" in res.output
+
+    res = run(state, "up", "--real", "--external-client", EXT)
+    assert res.exit_code == 0, res.output
+    c = _cluster(state)
+    assert res.output.startswith(f"cluster {c.cluster_id} up: 2 nodes, 4 pods, 1 external")
+    web = {k for k in c.pods if k.startswith("default/web-")}
+    assert len(web) == 3
+
+    res = run(
+        state, "connect", "--real", "pod/client", "svc/default/web:80", "-n", "30", "-o", "json"
+    )
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.output)
+    assert {x["pod"] for x in out["connections"]} == web
+    client_ip = str(c.pods["default/client"].ip)
+    assert {x["source_seen"] for x in out["connections"]} == {client_ip}
+    assert sum(out["counts"].values()) == 30
+
+    res = run(
+        state, "trace", "--real", "--from", "pod/client", "--to", "svc/default/web:80", "-o", "json"
+    )
+    assert res.exit_code == 0, res.output
+    t = json.loads(res.output)
+    assert t["delivered"] and t["pod"] in web and t["source_seen"] == client_ip
+    assert any("TIME_WAIT" in e for e in t["conntrack"]["node-1"])
+    dnat = [r for r in t["rules"] if r["table"] == "nat" and "DNAT" in r["rule"]]
+    assert len(dnat) == 1 and dnat[0]["node"] == "node-1" and dnat[0]["packets"] == 1
+
+    # external client to the NodePort: masqueraded when the endpoint is on another node
+    res = run(state, "connect", "--real", EXT, "172.18.0.3:30080", "-n", "10", "-o", "json")
+    assert res.exit_code == 0, res.output
+    conns = json.loads(res.output)["connections"]
+    assert {x["verdict"] for x in conns} == {"delivered"} and all(x["masquerade"] for x in conns)
+
+    res = run(state, "ping", "--real", "pod/client", "node/node-2", "-c", "2")
+    assert res.exit_code == 0 and "2 received" in res.output and "ttl=63" in res.output
+
+    res = run(
+        state, "trace", "--real", "--all", "--from", "pod/client", "--to", "svc/default/web:80"
+    )
+    assert res.exit_code == 2 and "--real cannot be combined with --all" in res.output
+
+    res = run(state, "down")
+    assert res.exit_code == 0 and f"cluster {c.cluster_id} removed" in res.output
+    assert leftovers(c.cluster_id) == []
+    assert run(state, "down").output.strip() == f"no real cluster in {state}"
+
+
+def test_up_twice_changes_nothing_and_a_change_converges(state: Path, tmp_path: Path) -> None:
+    assert run(state, "up", "--real").exit_code == 0
+    c = _cluster(state)
+    assert (
+        run(state, "connect", "--real", "pod/client", "svc/default/web:80", "-n", "3").exit_code
+        == 0
+    )
+    before = _kernel_state(c)
+    res = run(state, "up", "--real")
+    assert res.exit_code == 0, res.output
+    assert _kernel_state(_cluster(state)) == before
+
+    # scale up: the next --real command brings the kernel up to date first
+    assert run(state, "apply", "-f", str(write(tmp_path, 5, "more.yaml"))).exit_code == 0
+    res = run(
+        state, "connect", "--real", "pod/client", "svc/default/web:80", "-n", "40", "-o", "json"
+    )
+    assert res.exit_code == 0, res.output
+    c = _cluster(state)
+    web = {k for k in c.pods if k.startswith("default/web-")}
+    assert len(web) == 5
+    assert {x["pod"] for x in json.loads(res.output)["connections"]} == web
+
+
+def test_real_with_files_is_a_throw_away_cluster(tmp_path: Path) -> None:
+    before = set(list_ours(include_held=True))
+    res = run(
+        tmp_path / "unused",
+        "connect",
+        "--real",
+        "-f",
+        str(write(tmp_path, 2)),
+        EXT,
+        "172.18.0.2:30080",
+        "-n",
+        "8",
+        "-o",
+        "json",
+    )
+    assert res.exit_code == 0, res.output
+    assert {x["verdict"] for x in json.loads(res.output)["connections"]} == {"delivered"}
+    assert set(list_ours(include_held=True)) == before
+    assert not (tmp_path / "unused").exists()
+
+
+def test_sigint_during_up_leaves_nothing_cleanup_cannot_remove(tmp_path: Path) -> None:
+    d = tmp_path / "state"
+    assert run(d, "apply", "-f", str(write(tmp_path, 60))).exit_code == 0
+    child = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "from control.cli.main import main; main()",
+            "--state",
+            str(d),
+            "up",
+            "--real",
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    cid = None
+    try:
+        deadline = time.monotonic() + 60
+        while (
+            cid is None
+            or sum(n.startswith(f"svclab-{cid}-pod-") for n in list_ours(include_held=True)) < 10
+        ):
+            assert child.poll() is None, (
+                f"up ended before it could be interrupted: {child.communicate()}"
+            )
+            assert time.monotonic() < deadline, "up never got to the pods"
+            record = real.RealRecord.read(d)
+            cid = record.cluster_id if record else None
+            time.sleep(0.005)
+        child.send_signal(signal.SIGINT)
+        out, err = child.communicate(timeout=60)
+        assert child.returncode == 130, (out, err)
+        assert f"interrupted: cluster {cid} is partly realised" in err
+        assert leftovers(cid), "the interrupted up left a partial cluster"
+        record = real.RealRecord.read(d)
+        assert record is not None and record.status == "realising"
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+        if cid is not None:
+            namespaces = [n for n in list_ours(include_held=True) if n.startswith(f"svclab-{cid}-")]
+            pids = [read_pid(p) for p in Path(f"/run/svclab/{cid}/servers").glob("*.pid")]
+            res = run(d, "cleanup")
+            assert res.exit_code == 0, res.output
+    assert cid is not None
+    assert namespaces and all(f"removed netns {n}" in res.output for n in namespaces)
+    assert leftovers(cid) == []
+    assert not [n for n in list_ours(include_held=True) if n.startswith(f"svclab-{cid}-")]
+    assert not processes_in(namespaces)
+    assert not any(p and is_ours(p) for p in pids)
+    assert real.RealRecord.read(d) is None
