@@ -460,15 +460,14 @@ class EmulatedCluster:
         with ``endpoints`` (each reachable endpoint — or verdict, for branches that reach
         none — with its total probability, in rule order) and ``branches`` (each branch's
         probability and trace). The cluster's state afterwards is as before the call."""
-        saved = self._snapshot()
+        original = self._snapshot()
         if sport is None and proto != "icmp":
             host, _ = self.resolve_source(src)
             sport = self._ephemeral(host.name)
-            saved.rng = self._rng.getstate()
-            saved.ports = {k: set(v) for k, v in self._ports.items()}
+        start = self._snapshot()  # every branch starts here (same ports, same ICMP id)
 
         def run(explorer: Any) -> Trace:
-            self._restore(saved)
+            self._restore(start)
             self._chooser_box[0] = explorer
             host, pkt = self._request(src, dst, proto, dport, sport, ttl=ttl, length=length, df=df)
             self._open(host, pkt)
@@ -479,7 +478,7 @@ class EmulatedCluster:
             branches = explore(run, limit=limit)
         finally:
             self._chooser_box[0] = self._base_chooser
-            self._restore(saved)
+            self._restore(original)
         totals: dict[str, float] = {}
         for b in branches:
             t = b.result

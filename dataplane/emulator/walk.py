@@ -53,6 +53,7 @@ from netmodel.ip import IPAddress
 from netmodel.packet import (
     ICMP_DEST_UNREACH,
     ICMP_FRAG_NEEDED,
+    ICMP_HOST_UNREACH,
     ICMP_NET_UNREACH,
     ICMP_TIME_EXCEEDED,
     Frame,
@@ -460,6 +461,9 @@ class Walker:
             return
         mac = self._resolve(w, host, dev, rt.nexthop, out.src)
         if mac is None:
+            if w.verdict == "unreachable" and not host.is_local(out.src):
+                # a forwarded packet whose next hop never answered: the sender is told
+                self._error_answer(w, host, out, skb, ICMP_DEST_UNREACH, ICMP_HOST_UNREACH)
             return
         self._dev_xmit(w, host, dev, dev.mac, mac, out, skb.tunnel)
 

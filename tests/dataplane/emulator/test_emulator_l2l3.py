@@ -204,3 +204,21 @@ def test_same_seed_gives_the_same_trace() -> None:
     one = cluster(seed=5).trace("pod/default/a", "pod/default/c", "tcp", 8080).to_json()
     two = cluster(seed=5).trace("pod/default/a", "pod/default/c", "tcp", 8080).to_json()
     assert one == two
+
+
+def test_no_arp_answer_on_the_last_hop_is_host_unreachable() -> None:
+    c = cluster()
+    t = c.trace("pod/default/a", "10.244.2.99", "tcp", 8080)
+    assert t.verdict == "unreachable" and "no ARP reply" in t.reason
+    assert t.hops[-1].netns == "node/n2"
+    assert t.reply is not None and t.reply.verdict == "delivered"
+    assert (t.reply.packet.icmp_type, t.reply.packet.icmp_code) == (3, 1)
+    local = c.trace("pod/default/a", "10.244.1.99", "tcp", 8080)
+    assert local.verdict == "unreachable" and local.reply is None
+
+
+def test_trace_all_leaves_the_random_state_alone() -> None:
+    one, two = cluster(seed=9), cluster(seed=9)
+    one.trace_all("pod/default/a", "pod/default/c", "tcp", 8080)
+    assert (one.trace("pod/default/a", "pod/default/c", "tcp", 8080).packet
+            == two.trace("pod/default/a", "pod/default/c", "tcp", 8080).packet)
