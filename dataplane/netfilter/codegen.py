@@ -24,7 +24,7 @@ from . import rules as R
 from .compile import Ns, match_expr
 
 if TYPE_CHECKING:
-    from .evaluate import CChain
+    from .compiled import CChain
     from .ipset import IpSet
 
 __all__ = ["chain_function"]
@@ -33,7 +33,7 @@ _CODE: dict[str, CodeType] = {}
 
 
 def _body(chain: CChain, ns: Ns, sets: Mapping[str, IpSet]) -> list[str]:
-    from .evaluate import (
+    from .compiled import (
         K_ACCEPT,
         K_CONNMARK,
         K_DNAT,

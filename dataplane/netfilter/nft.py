@@ -1087,7 +1087,7 @@ class NftEngine:
             nat = None
             if ctx.note is not None and not isinstance(ctx.note, str):
                 (ba, bp), (aa, ap) = ctx.note
-                from .evaluate import _hostport
+                from .compiled import _hostport
                 nat = f"{_hostport(ba, bp)} -> {_hostport(aa, ap)}"
             effect = f"{kind} {dest}" if dest else kind
             if rec is not None:

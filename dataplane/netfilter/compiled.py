@@ -1,0 +1,333 @@
+"""The compiled form of an iptables ruleset, and the raw trace it records.
+
+:class:`CompiledRuleset` turns a :class:`~.rules.Ruleset` into chains ready to run: small
+chains become generated functions (:mod:`.codegen`), big ones are searched through a
+:class:`~.compile.ChainIndex` by :func:`walk_indexed`. A chain function takes the work
+context and the raw trace list and returns a verdict code (0: the chain ended or
+RETURNed; 1 ACCEPT, 2 DROP, 3 REJECT; a built-in chain returns its policy instead of 0).
+Nothing here depends on a particular host, so one compiled ruleset can serve several
+:class:`~.evaluate.Netfilter` instances (the host is reached through ``w.host``).
+
+On the hot path the engine records cheap tuples; :func:`materialize` turns them into
+:class:`~.trace.TraceRecord` values when someone reads a trace.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+from . import rules as R
+from .codegen import chain_function
+from .compile import (
+    ST_ESTABLISHED,
+    ST_INVALID,
+    ST_NEW,
+    ST_RELATED,
+    ST_UNTRACKED,
+    ChainIndex,
+    Work,
+    compile_test,
+    index_covers,
+    index_key,
+)
+from .conntrack import REPLY, int_addr
+from .ipset import IpSet
+from .trace import TraceRecord
+
+__all__ = ["CChain", "CRule", "CompiledRuleset", "NatNote", "RawTrace", "materialize", "walk_indexed"]
+
+CONTINUE = 0
+ACCEPT = 1
+DROP = 2
+REJECT = 3
+STOLEN = 4  # IPVS took the packet in INPUT and sends it on through OUTPUT/POSTROUTING
+VERDICT_NAMES = {ACCEPT: "ACCEPT", DROP: "DROP", REJECT: "REJECT", CONTINUE: "ACCEPT"}
+
+# rule kinds
+K_NONE, K_ACCEPT, K_DROP, K_RETURN, K_REJECT, K_JUMP, K_GOTO = range(7)
+K_MARK, K_DNAT, K_SNAT, K_MASQ, K_CONNMARK, K_LOG, K_NOTRACK, K_TRACE = range(7, 15)
+
+INDEX_MIN_RULES = 12
+
+_STATE_BITS = {"NEW": ST_NEW, "ESTABLISHED": ST_ESTABLISHED, "RELATED": ST_RELATED,
+               "INVALID": ST_INVALID, "UNTRACKED": ST_UNTRACKED}
+
+
+_IPSTR: dict[int, str] = {}
+
+
+def _hostport(addr: int, port: int) -> str:
+    text = _IPSTR.get(addr)
+    if text is None:
+        a = int_addr(addr)
+        text = f"[{a}]" if a.version == 6 else str(a)
+        if len(_IPSTR) > 100_000:
+            _IPSTR.clear()
+        _IPSTR[addr] = text
+    return f"{text}:{port}"
+
+
+# A NAT note is ((addr, port) before, (addr, port) after), or a reason text.
+NatNote = tuple[tuple[int, int], tuple[int, int]] | str | None
+# The hot path records cheap tuples; :func:`materialize` turns them into TraceRecords:
+#   (CRule, mark, NatNote)            a rule matched
+#   (CChain, mark)                    a chain ended: return, or the policy of a built-in
+#   ("H", hook)                       a hook starts
+#   ("S", state, shown, dir, mark)    conntrack state (a record when ``shown``)
+#   ("N", mark)                       nat table skipped: the connection has its binding
+#   ("R", manip, before, after, mark) rewrite from the conntrack binding
+#   ("C", ok, mark)                   confirmation (ok False: dropped on a tuple clash)
+#   TraceRecord                       anything else, already built
+RawTrace = list[tuple[object, ...]]
+
+
+def _nat_text(note: NatNote) -> str | None:
+    if note is None or isinstance(note, str):
+        return note
+    (ba, bp), (aa, ap) = note
+    return f"{_hostport(ba, bp)} -> {_hostport(aa, ap)}"
+
+
+def materialize(raw: RawTrace | None) -> tuple[TraceRecord, ...]:
+    """Turn the engine's raw trace into :class:`~.trace.TraceRecord` values."""
+    out: list[TraceRecord] = []
+    hook = ""
+    state = ""
+    for e in raw or ():
+        if isinstance(e, TraceRecord):
+            out.append(e)
+            continue
+        head = e[0]
+        if isinstance(head, CRule):
+            out.append(TraceRecord(hook, head.table, head.chain, head.number, head.text,
+                                   head.effect, _nat_text(e[2]), state, e[1]))  # type: ignore[arg-type]
+        elif isinstance(head, CChain):
+            if head.policy is None:
+                out.append(TraceRecord(hook, head.table, head.name, 0, "", "return", None,
+                                       state, e[1]))  # type: ignore[arg-type]
+            else:
+                out.append(TraceRecord(hook, head.table, head.name, 0,
+                                       f":{head.name} {head.policy}", f"policy {head.policy}",
+                                       None, state, e[1]))  # type: ignore[arg-type]
+        elif head == "H":
+            hook = e[1]  # type: ignore[assignment]
+        elif head == "S":
+            state = e[1]  # type: ignore[assignment]
+            if e[2]:
+                out.append(TraceRecord(hook, "conntrack", "", 0, "", f"state {state}"
+                                       + (" reply" if e[3] == REPLY else ""), None, state, e[4]))  # type: ignore[arg-type]
+        elif head == "N":
+            out.append(TraceRecord(hook, "nat", "", 0, "",
+                                   "skipped: connection already has its NAT decision",
+                                   None, state, e[1]))  # type: ignore[arg-type]
+        elif head == "R":
+            what = "destination" if e[1] == "DST" else "source"
+            out.append(TraceRecord(hook, "nat", "", 0, "", f"rewrite {what}",
+                                   _nat_text((e[2], e[3])), state, e[4]))  # type: ignore[arg-type]
+        elif head == "C":
+            out.append(TraceRecord(hook, "conntrack", "", 0, "",
+                                   "confirmed" if e[1] else "DROP: tuple clash on confirm",
+                                   None, state, e[2]))  # type: ignore[arg-type]
+    return tuple(out)
+
+
+# --------------------------------------------------------------------------- compiled form
+
+
+class CRule:
+    """A compiled rule."""
+
+    __slots__ = ("chain", "dest", "effect", "kind", "number", "rule", "sets", "table", "target",
+                 "test", "text")
+
+    def __init__(self, rule: R.Rule, number: int, sets: Mapping[str, IpSet], table: str) -> None:
+        self.number = number
+        self.table = table
+        self.chain = rule.chain
+        self.text = rule.text
+        self.rule = rule
+        self.sets = sets
+        trivial = all(isinstance(m, (R.CommentMatch, R.LimitMatch)) for m in rule.matches)
+        self.test: Callable[[Work], bool] | None = None if trivial else self._first_test
+        self.target = rule.target
+        self.dest: CChain | None = None
+        t = rule.target
+        if t is None:
+            self.kind, self.effect = K_NONE, "match"
+        elif isinstance(t, R.Verdict):
+            self.kind = {"ACCEPT": K_ACCEPT, "DROP": K_DROP, "RETURN": K_RETURN}[t.name]
+            self.effect = t.name if t.name != "RETURN" else "return"
+        elif isinstance(t, R.Reject):
+            self.kind, self.effect = K_REJECT, f"REJECT {t.reject_with}"
+        elif isinstance(t, R.Jump):
+            self.kind = K_GOTO if t.goto else K_JUMP
+            self.effect = f"{'goto' if t.goto else 'jump'} {t.chain}"
+        elif isinstance(t, R.SetMark):
+            self.kind, self.effect = K_MARK, f"MARK {t.op} {t.value:#x}" + (
+                f"/{t.mask:#x}" if t.op in ("set-xmark", "set-mark") else "")
+        elif isinstance(t, R.Dnat):
+            self.kind, self.effect = K_DNAT, "DNAT"
+        elif isinstance(t, R.Snat):
+            self.kind, self.effect = K_SNAT, "SNAT"
+        elif isinstance(t, R.Masquerade):
+            self.kind, self.effect = K_MASQ, "MASQUERADE"
+        elif isinstance(t, R.Connmark):
+            self.kind, self.effect = K_CONNMARK, f"CONNMARK {t.mode}"
+        elif isinstance(t, R.Log):
+            self.kind, self.effect = K_LOG, f"{t.kind} {t.prefix!r}"
+        elif isinstance(t, R.Notrack):
+            self.kind, self.effect = K_NOTRACK, "NOTRACK" if t.notrack else f"CT zone {t.zone}"
+        else:
+            self.kind, self.effect = K_TRACE, "TRACE"
+
+    def _first_test(self, w: Work) -> bool:
+        """Compile the test on first use (indexed chains only need it)."""
+        self.test = compile_test(self.rule, self.sets)
+        return True if self.test is None else self.test(w)
+
+
+class CChain:
+    """A compiled chain: rules, policy, optional index."""
+
+    __slots__ = ("fn", "index", "name", "policy", "rules", "sets", "table")
+
+    def __init__(self, name: str, policy: str | None, rules: list[CRule],
+                 index: ChainIndex[CRule] | None, table: str, sets: Mapping[str, IpSet]) -> None:
+        self.name = name
+        self.table = table
+        self.sets = sets
+        self.fn: Callable[[Work, RawTrace | None], int] = self._first_call
+        self.policy = policy
+        self.rules = rules
+        self.index = index
+
+    def _first_call(self, w: Work, rec: RawTrace | None) -> int:
+        """Build the chain's function on first use, then run it."""
+        self.build()
+        return self.fn(w, rec)
+
+    def build(self) -> None:
+        """Generated code (:mod:`.codegen`) for the chain, or the index-driven walker
+        for big chains."""
+        if self.index is None:
+            self.fn = chain_function(self, self.sets)
+            return
+        chain = self
+        if self.policy is None:
+
+            def indexed(w: Work, rec: RawTrace | None) -> int:
+                return walk_indexed(chain, w, rec)
+
+            self.fn = indexed
+            return
+        policy = DROP if self.policy == "DROP" else ACCEPT
+
+        def indexed_builtin(w: Work, rec: RawTrace | None) -> int:
+            v = walk_indexed(chain, w, rec)
+            if v:
+                return v
+            if rec is not None:
+                rec.append((chain, w.mark))
+            return policy
+
+        self.fn = indexed_builtin
+
+
+class CompiledRuleset:
+    """A :class:`~.rules.Ruleset` compiled for evaluation (tests and indexes built once).
+    ``linear`` disables the indexes."""
+
+    def __init__(self, ruleset: R.Ruleset, *, sets: Mapping[str, IpSet] | None = None,
+                 linear: bool = False) -> None:
+        self.ruleset = ruleset
+        self.family = ruleset.family
+        self.tables: dict[str, dict[str, CChain]] = {}
+        for tname, table in ruleset.tables.items():
+            chains: dict[str, CChain] = {}
+            for chain in table:
+                crules = [CRule(r, i, sets or {}, tname) for i, r in enumerate(chain.rules, 1)]
+                idx = None
+                if not linear and len(crules) >= INDEX_MIN_RULES:
+                    idx = ChainIndex([index_key(r) for r in chain.rules], crules)
+                    for cr, r in zip(crules, chain.rules, strict=True):
+                        if index_covers(r):
+                            cr.test = None  # an index hit is the whole test
+                chains[chain.name] = CChain(chain.name, chain.policy, crules, idx, tname,
+                                            sets or {})
+            for c in chains.values():
+                for cr in c.rules:
+                    if isinstance(cr.target, R.Jump):
+                        cr.dest = chains[cr.target.chain]
+            self.tables[tname] = chains
+
+    def builtin(self, table: str, hook: str) -> CChain | None:
+        """A built-in chain, its function ready (it returns the verdict for the table:
+        the policy when no rule decided)."""
+        t = self.tables.get(table)
+        chain = None if t is None else t.get(hook)
+        if chain is not None and chain.fn == chain._first_call:
+            chain.build()
+        return chain
+
+
+def walk_indexed(chain: CChain, w: Work, rec: RawTrace | None) -> int:
+    """The generic first-match loop over the index's candidates (big chains)."""
+    idx = chain.index
+    rules = chain.rules if idx is None else idx.candidates(w.dst, w.proto, w.dport)
+    for r in rules:
+        w.visited += 1
+        t = r.test
+        if t is not None and not t(w):
+            continue
+        k = r.kind
+        if k == K_JUMP:
+            if rec is not None:
+                rec.append((r, w.mark, None))
+            v = r.dest.fn(w, rec)  # type: ignore[union-attr]
+            if v:
+                return v
+            continue
+        if k == K_MARK:
+            tg: R.SetMark = r.target  # type: ignore[assignment]
+            w.mark = (w.mark & ~tg.mask & 0xFFFFFFFF) ^ tg.value
+            if w.mark & w.masq_bit:
+                w.masq_seen = True
+            if rec is not None:
+                rec.append((r, w.mark, None))
+            continue
+        if k == K_GOTO:
+            if rec is not None:
+                rec.append((r, w.mark, None))
+            return r.dest.fn(w, rec)  # type: ignore[union-attr]
+        nat: NatNote = None
+        if k == K_ACCEPT:
+            v = ACCEPT
+        elif k == K_DROP:
+            v = DROP
+        elif k == K_RETURN:
+            v = -1
+        elif k == K_REJECT:
+            v = REJECT
+            w.reject_with = r.target.reject_with  # type: ignore[union-attr]
+        elif k == K_DNAT:
+            v, nat = w.host._dnat(w, r.target)
+        elif k in (K_SNAT, K_MASQ):
+            v, nat = w.host._snat(w, r.target)
+        elif k == K_CONNMARK:
+            w.host._connmark(w, r.target)
+            v = CONTINUE
+        elif k == K_NOTRACK:
+            if r.target.notrack:  # type: ignore[union-attr]
+                w.untracked = True
+            v = CONTINUE
+        else:  # K_NONE, K_LOG, K_TRACE
+            v = CONTINUE
+        if rec is not None:
+            rec.append((r, w.mark, nat))
+        if v == -1:
+            return CONTINUE
+        if v:
+            return v
+    if rec is not None and chain.policy is None:
+        rec.append((chain, w.mark))
+    return CONTINUE
