@@ -318,7 +318,7 @@ class EndpointSliceController(Controller):
             rng = self._rngs[svc.key] = random.Random(f"{self.seed}/slices/{svc.key}")
         base = f"{svc.name[:57]}-"
         while True:
-            name = base + "".join(rng.choice(SAFE_ALPHABET) for _ in range(5))
+            name = base + "".join(rng.choices(SAFE_ALPHABET, k=5))
             if name in taken or self.cache.get("EndpointSlice", f"{svc.namespace}/{name}"):
                 continue
             try:

@@ -186,7 +186,7 @@ class ReplicaSetController(Controller):
         rng = self._rng(rs)
         base = f"{rs.name[:58]}-"
         while True:
-            name = base + "".join(rng.choice(SAFE_ALPHABET) for _ in range(5))
+            name = base + "".join(rng.choices(SAFE_ALPHABET, k=5))
             if self.cache.get("Pod", f"{rs.namespace}/{name}") is not None:
                 continue
             try:
