@@ -9,14 +9,27 @@ Public entry points (stable for the emulator, the CLI and the Linux backend):
   :meth:`~Netfilter.enumerate`.
 * :class:`ConntrackTable`, :func:`format_conntrack_l`, :class:`SimClock`.
 * :class:`FlowTracer`, :class:`Flow`, :func:`trace_flow` — ``trace --at``.
+* :func:`parse_nft`, :class:`NftEngine` — nftables (``Netfilter(nft=...)``).
+* :class:`IpvsState`, :class:`VirtualServer`, :class:`RealServer`, :class:`IpvsEngine` —
+  IPVS (``Netfilter(ipvs=...)``).
+* :class:`CompiledRuleset` — compile once, share between hosts with the same rules.
 * :class:`TraceRecord` — the trace format.
+
+Modules: ``rules`` (model), ``ruleparse`` (one rule), ``parse`` (save/restore text),
+``compile`` (match tests, index), ``codegen`` (chain functions), ``compiled`` (compiled
+ruleset, raw traces), ``evaluate`` (hooks, NAT, paths), ``conntrack``, ``recent``,
+``ipset``, ``choice`` (random decisions, enumeration), ``nftrules``/``nft``, ``ipvs``,
+``flowtrace``, ``trace``.
 """
 
 from .choice import Branch, Explorer, RandomChooser, explore
+from .compiled import CompiledRuleset
 from .conntrack import Connection, ConntrackTable, SimClock, format_conntrack_l
 from .evaluate import HOOKS, HookResult, Netfilter, Skb, Traversal
 from .flowtrace import Flow, FlowResult, FlowTracer, trace_flow
 from .ipset import IpSet, parse_ipset_save
+from .ipvs import IpvsEngine, IpvsState, RealServer, VirtualServer
+from .nft import NftEngine, NftRuleset, parse_nft
 from .parse import RestoreError, apply_restore, format_save, parse_save
 from .rules import Ruleset
 from .trace import TraceRecord
@@ -24,6 +37,7 @@ from .trace import TraceRecord
 __all__ = [
     "HOOKS",
     "Branch",
+    "CompiledRuleset",
     "Connection",
     "ConntrackTable",
     "Explorer",
@@ -32,19 +46,26 @@ __all__ = [
     "FlowTracer",
     "HookResult",
     "IpSet",
+    "IpvsEngine",
+    "IpvsState",
     "Netfilter",
+    "NftEngine",
+    "NftRuleset",
     "RandomChooser",
+    "RealServer",
     "RestoreError",
     "Ruleset",
     "SimClock",
     "Skb",
     "TraceRecord",
     "Traversal",
+    "VirtualServer",
     "apply_restore",
     "explore",
     "format_conntrack_l",
     "format_save",
     "parse_ipset_save",
+    "parse_nft",
     "parse_save",
     "trace_flow",
 ]
