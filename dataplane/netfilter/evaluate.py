@@ -577,6 +577,8 @@ class Netfilter:
         w.now = self.clock.now()
         w.visited = 0
         w.reject_with = ""
+        w.phys_in = w.phys_out = w.smac = ""
+        w.bridged = False
         if skb is not None and skb.state:
             w.ct = skb.conn  # type: ignore[assignment]
             w.ctdir = skb.direction
@@ -612,11 +614,18 @@ class Netfilter:
         out_iface: str | None = None,
         chooser: Chooser | None = None,
         commit: bool = True,
+        physdev_in: str | None = None,
+        physdev_out: str | None = None,
+        src_mac: str | None = None,
     ) -> HookResult:
         """Run one hook (``PREROUTING``, ``INPUT``, ``FORWARD``, ``OUTPUT``,
         ``POSTROUTING``) on a packet, for a packet walk that routes between hooks itself.
         Pass the returned ``skb`` to the next hook; pass a bare Packet only to the first
-        hook of a path. ``commit`` False evaluates without changing any state."""
+        hook of a path. ``commit`` False evaluates without changing any state.
+
+        ``physdev_in``/``physdev_out`` name the bridge ports of a bridged packet
+        (``-m physdev``; giving either marks the packet as bridged) and ``src_mac`` its
+        source MAC address (``-m mac``)."""
         if hook not in HOOKS:
             raise ValueError(f"unknown hook {hook!r}")
         if isinstance(skb, Packet):
@@ -624,6 +633,10 @@ class Netfilter:
         w = self._work(skb.packet, skb, chooser, commit)
         w.iif = in_iface or ""
         w.oif = out_iface or ""
+        w.phys_in = physdev_in or ""
+        w.phys_out = physdev_out or ""
+        w.bridged = physdev_in is not None or physdev_out is not None
+        w.smac = (src_mac or "").lower()
         rec: RawTrace | None = [] if self.trace else None
         if rec is not None and skb.state:
             rec.append(("S", skb.state, False, skb.direction, w.mark))

@@ -292,3 +292,20 @@ def test_local_to_local_goes_out_and_back_in_without_renat() -> None:
     assert t.hooks == ("OUTPUT", "POSTROUTING", "PREROUTING", "INPUT")
     assert t.delivery == "local" and t.dnat == (ip_address("127.0.0.1"), 8081)
     assert not any(r.hook == "PREROUTING" and r.table == "nat" and r.rule for r in t.records)
+
+
+def test_physdev_and_mac_context_through_run_hook() -> None:
+    text = """*filter
+:INPUT ACCEPT [0:0]
+:FORWARD ACCEPT [0:0]
+:OUTPUT ACCEPT [0:0]
+-A FORWARD -m physdev --physdev-in veth1 --physdev-is-bridged -j DROP
+-A FORWARD -m mac --mac-source 02:00:00:00:00:01 -j REJECT
+COMMIT
+"""
+    nf = nf_of(text)
+    p = syn("10.0.0.1", "10.0.0.2")
+    assert nf.run_hook("FORWARD", p, physdev_in="veth1", physdev_out="veth2").verdict == "DROP"
+    assert nf.run_hook("FORWARD", p, physdev_in="veth9", physdev_out="veth2").verdict == "ACCEPT"
+    assert nf.run_hook("FORWARD", p, src_mac="02:00:00:00:00:01").verdict == "REJECT"
+    assert nf.run_hook("FORWARD", p).verdict == "ACCEPT"
