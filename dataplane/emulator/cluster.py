@@ -393,12 +393,18 @@ class EmulatedCluster:
     def _exchange(
         self, host: Host, pkt: Packet, *, record: bool
     ) -> tuple[WalkResult, WalkResult | None]:
-        """Walk ``pkt`` and, if anything answered, the answer."""
+        """Walk ``pkt`` and, if anything answered, the answer; and if the answer itself
+        was answered (a SYN-ACK reaching a host with no socket for it, which resets it:
+        triangular routing), that packet too, so that every conntrack table it crosses
+        sees it as the kernel's do."""
         res = self.walker.send(host.name, pkt, record=record)
         reply = None
         if res.answer is not None:
             ans = res.answer
             reply = self.walker.send(ans.host, ans.packet, related=ans.related, record=record)
+            if reply.answer is not None:
+                back = reply.answer
+                self.walker.send(back.host, back.packet, related=back.related, record=False)
         return res, reply
 
     def exchange(

@@ -33,6 +33,15 @@ The steps follow the kernel's IPv4 path (names in brackets):
 Kernel-generated answers (ICMP errors, REJECT's answer) and endpoint answers are not
 walked here: :class:`WalkResult` carries them (``answer``) with the host that sends them,
 and the caller walks them back with :meth:`Walker.send`.
+
+**Flow cache.** Walks without a trace of packets that belong to known connections are
+recorded (per namespace: the conntrack entry, direction, ctstate and the TCP state found)
+and the next identical packet is replayed: each entry is checked to be live and in the
+same state, then updated by conntrack exactly as the full walk would; rules, routes,
+neighbours and FDBs are not consulted again. A replay is refused (and the full walk
+taken) when any learned L2 entry changed since (:class:`~.devices.Epoch`), when a
+ruleset on the way could decide differently for a packet of a known connection
+(:func:`~dataplane.emulator.filters.replay_safe`), or when any entry moved on.
 """
 
 from __future__ import annotations
@@ -120,9 +129,13 @@ class _Flow:
 
     epoch: int
     steps: tuple[ReplayStep, ...]
-    #: per step, what the replay tests and calls (prepared once: the replay is hot)
-    tests: tuple[tuple[Connection, str | None, bool, bool], ...]
-    calls: tuple[tuple[Callable[..., PacketState], CtTuple, Connection, str], ...]
+    #: per step, what the replay tests and calls, prepared once (the replay is hot):
+    #: classify, tuple, connection, ctstate, TCP state before, original direction,
+    #: ctstate is ESTABLISHED
+    plan: tuple[
+        tuple[Callable[..., PacketState], CtTuple, Connection, str, str | None, bool, bool],
+        ...,
+    ]
     src: str
     host: str
     dev: str
@@ -272,9 +285,8 @@ class Walker:
         self.flows[key] = _Flow(
             epoch=self.epoch.value,
             steps=steps,
-            tests=tuple((st.conn, st.tcp_before, st.direction == 0, st.state == "ESTABLISHED")
-                        for st in steps),
-            calls=tuple((st.table.classify, st.tuple, st.conn, st.state) for st in steps),
+            plan=tuple((st.table.classify, st.tuple, st.conn, st.state, st.tcp_before,
+                        st.direction == 0, st.state == "ESTABLISHED") for st in steps),
             src=key[0],
             host=d.host,
             dev=d.dev,
@@ -283,27 +295,26 @@ class Walker:
         )
 
     def _replay(self, flow: _Flow, pkt: Packet) -> WalkResult | None:
-        """Replay a recorded walk, or None when it no longer applies. The recorded
-        connections must still be live, in the TCP state the recorded packet found them
-        in (replays only happen for packets that leave that state unchanged) and in the
-        same ctstate; conntrack then updates each exactly as the full walk would."""
+        """Replay a recorded walk, or None when it no longer applies. Namespace by
+        namespace, the recorded connection must still be live, in the TCP state the
+        recorded packet found it in (so replays only happen for packets that leave that
+        state unchanged) and give the same ctstate; conntrack then updates it exactly
+        as the full walk would."""
         if flow.epoch != self.epoch.value or not flow.steps:
             return None
         now = flow.steps[0].table.clock.now()
-        for conn, tcp_before, original, established in flow.tests:
+        flags, itype = pkt.flags, pkt.icmp_type
+        for classify, t, conn, state, tcp_before, original, established in flow.plan:
             if (
                 conn.expires <= now
                 or conn.tcp_state != tcp_before
                 or (original and bool(conn.status & SEEN_REPLY) != established)
             ):
+                self._replay_failed(flow, pkt)
                 return None
-        flags, itype = pkt.flags, pkt.icmp_type
-        for classify, t, conn, state in flow.calls:
             ps = classify(t, flags, itype, None)
             if ps.conn is not conn or ps.state != state:
-                # deleted by hand since: the namespaces before saw the same packet twice
-                # at the same instant, which leaves their (fixpoint) state unchanged
-                self.flows.pop((flow.src, pkt), None)
+                self._replay_failed(flow, pkt)
                 return None
         self.replayed += 1
         host = flow.host
@@ -318,6 +329,13 @@ class Walker:
             answer=answer,
             src_rewritten=flow.src_rewritten,
         )
+
+    def _replay_failed(self, flow: _Flow, pkt: Packet) -> None:
+        """Forget a flow that no longer applies. The namespaces already replayed saw
+        this packet's update once and will see it again from the full walk: harmless,
+        as a replay only ever applies updates that leave an entry's state as it was
+        (same packet, same instant: the same state and expiry)."""
+        self.flows.pop((flow.src, pkt), None)
 
     # ------------------------------------------------------------------ helpers
 
