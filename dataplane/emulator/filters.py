@@ -12,7 +12,7 @@
 :class:`dataplane.netfilter.evaluate.Netfilter`; a namespace without rules gets a
 :class:`TrackingFilter`, which accepts everything but still tracks connections in the
 engine's conntrack table (so replies find their entries). Trace records become
-:class:`~dataplane.emulator.trace.Hop` values. :func:`replay_safe` decides whether the
+:class:`~dataplane.emulator.trace.Hop` values. :func:`~dataplane.emulator.replay.replay_safe` decides whether the
 flow cache may replay a ruleset's verdicts for packets of known connections.
 """
 
@@ -20,10 +20,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from ipaddress import ip_address
 from random import Random
 
 from dataplane.emulator.hooks import FilterVerdict, HookName, HookOutcome, ReplayStep, Skb
+from dataplane.emulator.ipvsadm import parse_ipvsadm
+from dataplane.emulator.replay import replay_safe
 from dataplane.emulator.trace import Hop, HopKind
 from dataplane.netfilter import evaluate as nf_eval
 from dataplane.netfilter import rules as R
@@ -39,12 +40,11 @@ from dataplane.netfilter.conntrack import (
     addr_int,
 )
 from dataplane.netfilter.ipset import IpSet, parse_ipset_save
-from dataplane.netfilter.ipvs import IpvsEngine, IpvsState, RealServer, VirtualServer
+from dataplane.netfilter.ipvs import IpvsEngine, IpvsState
 from dataplane.netfilter.nft import NftEngine, NftRuleset, parse_nft
 from dataplane.netfilter.parse import apply_restore, parse_save
 from dataplane.netfilter.rules import Ruleset
 from dataplane.netfilter.trace import TraceRecord
-from netmodel.errors import InputError
 from netmodel.ip import IPAddress
 from netmodel.packet import Packet
 
@@ -111,76 +111,6 @@ def compile_rules(rules: RulesetInput) -> CompiledRules:
     ruleset = parse_iptables(rules)
     compiled = None if _uses_nth(ruleset) else nf_eval.CompiledRuleset(ruleset)
     return CompiledRules(ruleset, compiled, replay_safe(ruleset))
-
-
-def parse_ipvsadm(text: str, *, source: str = "<ipvsadm-save>") -> list[VirtualServer]:
-    """Virtual servers from ``ipvsadm-save -n`` text: ``-A -t|-u|--sctp-service ADDR:PORT
-    -s SCHED [-p TIMEOUT]`` and ``-a -t|-u|--sctp-service ADDR:PORT -r ADDR:PORT [-m]
-    [-w WEIGHT]`` lines (IPv6 as ``[ADDR]:PORT``)."""
-    order: list[tuple[str, str]] = []
-    heads: dict[tuple[str, str], tuple[str, int]] = {}
-    reals: dict[tuple[str, str], list[RealServer]] = {}
-    for n, raw in enumerate(text.splitlines(), 1):
-        words = raw.split()
-        if not words or words[0].startswith("#"):
-            continue
-        where = f"{source}:{n}: {raw.strip()}"
-        try:
-            opts = _ipvs_options(words)
-            proto, addr = opts["proto"], opts["service"]
-            key = (proto, addr)
-            if words[0] == "-A":
-                order.append(key)
-                heads[key] = (opts.get("-s", "wlc"), int(opts.get("-p", "0")))
-            elif words[0] == "-a":
-                if key not in heads:
-                    raise ValueError("real server of an undefined virtual service")
-                ip, port = _host_port(opts["-r"])
-                reals.setdefault(key, []).append(
-                    RealServer(ip_address(ip), port, int(opts.get("-w", "1")))
-                )
-            else:
-                raise ValueError(f"unknown command {words[0]}")
-        except (KeyError, ValueError) as e:
-            raise InputError(f"{where}: {e}") from None
-    out = []
-    for key in order:
-        proto, addr = key
-        ip, port = _host_port(addr)
-        sched, persistence = heads[key]
-        out.append(VirtualServer(ip_address(ip), proto, port, sched, persistence,
-                                 tuple(reals.get(key, ()))))
-    return out
-
-
-_IPVS_PROTOS = {"-t": "tcp", "--tcp-service": "tcp", "-u": "udp", "--udp-service": "udp",
-                "--sctp-service": "sctp"}
-
-
-def _ipvs_options(words: list[str]) -> dict[str, str]:
-    opts: dict[str, str] = {}
-    i = 1
-    while i < len(words):
-        w = words[i]
-        if w in _IPVS_PROTOS:
-            opts["proto"] = _IPVS_PROTOS[w]
-            opts["service"] = words[i + 1]
-            i += 2
-        elif w in ("-s", "-p", "-r", "-w"):
-            opts[w] = words[i + 1]
-            i += 2
-        elif w in ("-m", "-g", "-i"):
-            i += 1
-        else:
-            raise ValueError(f"unknown option {w}")
-    if "proto" not in opts:
-        raise ValueError("no -t/-u/--sctp-service")
-    return opts
-
-
-def _host_port(text: str) -> tuple[str, int]:
-    host, _, port = text.rpartition(":")
-    return host.strip("[]"), int(port)
 
 
 def _uses_nth(ruleset: Ruleset) -> bool:
@@ -432,65 +362,6 @@ class EngineFilter:
 
 
 PacketFilterImpl = TrackingFilter | EngineFilter
-
-
-def replay_safe(ruleset: Ruleset) -> bool:
-    """Whether a packet of a known connection (ctstate NEW-but-confirmed or
-    ESTABLISHED; the nat table is then skipped) meets, in the raw, mangle, filter and
-    security tables, only rules whose outcome depends on nothing but the packet, its
-    interfaces and its connection — no random draw, no ``recent`` list, no counter, no
-    connection status bits, no target that changes the connection. Then a recorded walk
-    of such a packet can be replayed for the next identical packet."""
-    for tname in ("raw", "mangle", "filter", "security"):
-        table = ruleset.tables.get(tname)
-        if table is None:
-            continue
-        seen: set[str] = set()
-        for chain in table:
-            if chain.builtin and not _chain_safe(table, chain.name, seen):
-                return False
-    return True
-
-
-_REPLAY_STATES = frozenset({"NEW", "ESTABLISHED", "SNAT", "DNAT"})
-
-
-def _blocks_replayed(m: object) -> bool:
-    """A match that is false for every replayed packet (``--ctstate`` without NEW,
-    ESTABLISHED or the NAT states)."""
-    if isinstance(m, R.ConntrackMatch) and m.states and not m.states_invert:
-        return not (_REPLAY_STATES & set(m.states))
-    if isinstance(m, R.StateMatch) and not m.invert:
-        return not (_REPLAY_STATES & set(m.states))
-    return False
-
-
-def _chain_safe(table: R.Table, name: str, seen: set[str]) -> bool:
-    if name in seen:
-        return True
-    seen.add(name)
-    chain = table.chains.get(name)
-    if chain is None:
-        return True
-    for rule in chain.rules:
-        blocked = False
-        for m in rule.matches:
-            if _blocks_replayed(m):
-                blocked = True
-                break
-            if isinstance(m, R.StatisticMatch | R.RecentMatch | R.NfacctMatch):
-                return False
-            if isinstance(m, R.ConntrackMatch) and m.statuses:
-                return False
-        if blocked:
-            continue
-        target = rule.target
-        if isinstance(target, R.Jump):
-            if not _chain_safe(table, target.chain, seen):
-                return False
-        elif isinstance(target, R.Connmark | R.Notrack | R.Dnat | R.Snat | R.Masquerade):
-            return False
-    return True
 
 
 def _related(pkt: Packet, orig: nf_eval.Skb) -> nf_eval.Skb:

@@ -41,7 +41,7 @@ same state, then updated by conntrack exactly as the full walk would; rules, rou
 neighbours and FDBs are not consulted again. A replay is refused (and the full walk
 taken) when any learned L2 entry changed since (:class:`~.devices.Epoch`), when a
 ruleset on the way could decide differently for a packet of a known connection
-(:func:`~dataplane.emulator.filters.replay_safe`), or when any entry moved on.
+(:func:`~dataplane.emulator.replay.replay_safe`), or when any entry moved on.
 """
 
 from __future__ import annotations
@@ -223,7 +223,7 @@ class Walker:
         cache — every conntrack entry on the way is looked up and updated as the full
         walk would, the nat table and the rule, route, neighbour and FDB lookups are
         skipped (valid while the entries the walk relied on are unchanged; see
-        :func:`~dataplane.emulator.filters.replay_safe` for which rulesets qualify)."""
+        :func:`~dataplane.emulator.replay.replay_safe` for which rulesets qualify)."""
         key = (host, pkt)
         if not record and related is None and "SYN" not in pkt.flags:
             flow = self.flows.get(key)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from emu_helpers import RULES, A, C, both, cluster
 
 from dataplane.emulator import EmulatedCluster
-from dataplane.emulator.filters import replay_safe
+from dataplane.emulator.replay import replay_safe
 from dataplane.netfilter.parse import parse_save
 from netmodel.packet import Packet
 
