@@ -12,8 +12,9 @@
 :class:`dataplane.netfilter.evaluate.Netfilter`; a namespace without rules gets a
 :class:`TrackingFilter`, which accepts everything but still tracks connections in the
 engine's conntrack table (so replies find their entries). Trace records become
-:class:`~dataplane.emulator.trace.Hop` values. :func:`~dataplane.emulator.replay.replay_safe` decides whether the
-flow cache may replay a ruleset's verdicts for packets of known connections.
+:class:`~dataplane.emulator.trace.Hop` values. :func:`~dataplane.emulator.replay.replay_safe`
+decides whether the flow cache may replay a ruleset's verdicts for packets of known
+connections.
 """
 
 from __future__ import annotations
