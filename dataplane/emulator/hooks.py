@@ -22,7 +22,7 @@ Contract of ``run``:
 * ``record`` False asks for no trace steps (the fast path of benchmarks).
 * ``log``, when given, receives one :class:`ReplayStep` for the hook that attached the
   conntrack state, if the packet belongs to an existing connection whose later packets
-  the flow cache may replay (see :meth:`dataplane.emulator.walk.Walker.send`); otherwise it
+  the flow cache may replay (see :mod:`dataplane.emulator.flowcache`); otherwise it
   receives ``None``, which marks the flow as not replayable.
 """
 

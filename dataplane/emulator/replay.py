@@ -1,4 +1,4 @@
-"""Which rulesets the flow cache may replay (see :meth:`dataplane.emulator.walk.Walker.send`).
+"""Which rulesets the flow cache may replay (see :mod:`dataplane.emulator.flowcache`).
 
 A replayed packet belongs to a known connection (ctstate NEW-but-confirmed or
 ESTABLISHED), so the kernel skips the nat table for it; the other tables still run. A

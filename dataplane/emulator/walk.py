@@ -34,30 +34,24 @@ Kernel-generated answers (ICMP errors, REJECT's answer) and endpoint answers are
 walked here: :class:`WalkResult` carries them (``answer``) with the host that sends them,
 and the caller walks them back with :meth:`Walker.send`.
 
-**Flow cache.** Walks without a trace of packets that belong to known connections are
-recorded (per namespace: the conntrack entry, direction, ctstate and the TCP state found)
-and the next identical packet is replayed: each entry is checked to be live and in the
-same state, then updated by conntrack exactly as the full walk would; rules, routes,
-neighbours and FDBs are not consulted again. A replay is refused (and the full walk
-taken) when any learned L2 entry changed since (:class:`~.devices.Epoch`), when a
-ruleset on the way could decide differently for a packet of a known connection
-(:func:`~dataplane.emulator.replay.replay_safe`), or when any entry moved on.
+**Flow cache.** Walks without a trace of packets of known connections are recorded and
+the next identical packet is replayed (:mod:`dataplane.emulator.flowcache`).
 """
 
 from __future__ import annotations
 
 import zlib
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from dataplane.emulator.devices import BROADCAST_MAC, Bridge, Device, Epoch, VxlanDevice
 from dataplane.emulator.fib import RouteResult
+from dataplane.emulator.flowcache import Flow, FlowCache
 from dataplane.emulator.hooks import HookName, PacketFilter, ReplayStep, Skb, Tunnel
 from dataplane.emulator.host import Host
 from dataplane.emulator.trace import Hop
 from dataplane.emulator.traffic import Endpoints, Reception, icmp_error
-from dataplane.netfilter.conntrack import SEEN_REPLY, Connection, CtTuple, PacketState
 from netmodel.ip import IPAddress
 from netmodel.packet import (
     ICMP_DEST_UNREACH,
@@ -120,32 +114,6 @@ class WalkResult:
     mtu: int | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class _Flow:
-    """A recorded walk of a packet of known connections that ended in delivery: what
-    must still hold for the next identical packet to take the same way (``epoch``: no
-    FDB or neighbour entry changed since; ``steps``: each namespace's conntrack entry
-    and state), and where it was delivered, as what."""
-
-    epoch: int
-    steps: tuple[ReplayStep, ...]
-    #: per step, what the replay tests and calls, prepared once (the replay is hot):
-    #: classify, tuple, connection, ctstate, TCP state before, original direction,
-    #: ctstate is ESTABLISHED
-    plan: tuple[
-        tuple[Callable[..., PacketState], CtTuple, Connection, str, str | None, bool, bool],
-        ...,
-    ]
-    src: str
-    host: str
-    dev: str
-    delivered: Packet
-    src_rewritten: bool
-
-
-FLOW_CACHE_LIMIT = 100_000
-
-
 @dataclass(slots=True)
 class _Walk:
     record: bool
@@ -202,13 +170,10 @@ class Walker:
         self.epoch = epoch or next(iter(hosts.values())).epoch if hosts else Epoch()
         self.filters = filters
         self.endpoints = endpoints
-        self.flows: dict[tuple[str, Packet], _Flow] = {}
-        #: how many sends the flow cache answered (statistics for benchmarks and tests)
-        self.replayed = 0
+        self.flows = FlowCache(self.epoch)
         self._filter_of: dict[Host, PacketFilter] = {
             h: filters[name] for name, h in hosts.items() if name in filters
         }
-        self._walked: set[tuple[str, Packet]] = set()
 
     # ------------------------------------------------------------------ entry point
 
@@ -226,20 +191,11 @@ class Walker:
         :func:`~dataplane.emulator.replay.replay_safe` for which rulesets qualify)."""
         key = (host, pkt)
         if not record and related is None and "SYN" not in pkt.flags:
+            # SYNs open connections: never replayed, never recorded
             flow = self.flows.get(key)
-            if flow is not None:
-                replayed = self._replay(flow, pkt)
-                if replayed is not None:
-                    return replayed
-            if key in self._walked:
-                w = _Walk(record, log=[])
-            else:
-                # only a packet seen before is recorded (a first packet may be the only
-                # one of its kind); SYNs open connections and are never replayed
-                if len(self._walked) >= FLOW_CACHE_LIMIT:
-                    self._walked.clear()
-                self._walked.add(key)
-                w = _Walk(record)
+            if flow is not None and self.flows.replay(flow, pkt):
+                return self._replayed(flow)
+            w = _Walk(record, log=[] if self.flows.seen_before(key) else None)
         else:
             w = _Walk(record)
         h = self.hosts[host]
@@ -249,7 +205,13 @@ class Walker:
         if not w.verdict:
             w.end("DROP", "the walk ended without a decision")
         if w.log is not None:
-            self._remember(key, w)
+            d = w.delivered
+            ok = (w.verdict == "delivered" and d is not None
+                  and (w.answer is None or w.answer.related is None))
+            if ok and d is not None:
+                self.flows.remember(key, w.log, d.host, d.dev, d.packet, w.src_rewritten)
+            else:
+                self.flows.forget(key)
         return WalkResult(
             verdict=w.verdict,
             reason=w.reason,
@@ -261,62 +223,18 @@ class Walker:
             mtu=w.mtu,
         )
 
+    @property
+    def replayed(self) -> int:
+        """How many sends the flow cache answered (statistics)."""
+        return self.flows.replayed
+
     def forget_flows(self) -> None:
         """Drop the flow cache (needed whenever state is replaced rather than updated:
         a restored snapshot)."""
         self.flows.clear()
-        self._walked.clear()
 
-    def _remember(self, key: tuple[str, Packet], w: _Walk) -> None:
-        d = w.delivered
-        assert w.log is not None
-        if (
-            w.verdict != "delivered"
-            or d is None
-            or (w.answer is not None and w.answer.related is not None)
-            or not w.log
-            or any(step is None for step in w.log)
-        ):
-            self.flows.pop(key, None)
-            return
-        if len(self.flows) >= FLOW_CACHE_LIMIT:
-            self.flows.clear()
-        steps = tuple(s for s in w.log if s is not None)
-        self.flows[key] = _Flow(
-            epoch=self.epoch.value,
-            steps=steps,
-            plan=tuple((st.table.classify, st.tuple, st.conn, st.state, st.tcp_before,
-                        st.direction == 0, st.state == "ESTABLISHED") for st in steps),
-            src=key[0],
-            host=d.host,
-            dev=d.dev,
-            delivered=d.packet,
-            src_rewritten=w.src_rewritten,
-        )
-
-    def _replay(self, flow: _Flow, pkt: Packet) -> WalkResult | None:
-        """Replay a recorded walk, or None when it no longer applies. Namespace by
-        namespace, the recorded connection must still be live, in the TCP state the
-        recorded packet found it in (so replays only happen for packets that leave that
-        state unchanged) and give the same ctstate; conntrack then updates it exactly
-        as the full walk would."""
-        if flow.epoch != self.epoch.value or not flow.steps:
-            return None
-        now = flow.steps[0].table.clock.now()
-        flags, itype = pkt.flags, pkt.icmp_type
-        for classify, t, conn, state, tcp_before, original, established in flow.plan:
-            if (
-                conn.expires <= now
-                or conn.tcp_state != tcp_before
-                or (original and bool(conn.status & SEEN_REPLY) != established)
-            ):
-                self._replay_failed(flow, pkt)
-                return None
-            ps = classify(t, flags, itype, None)
-            if ps.conn is not conn or ps.state != state:
-                self._replay_failed(flow, pkt)
-                return None
-        self.replayed += 1
+    def _replayed(self, flow: Flow) -> WalkResult:
+        """The outcome of a replayed walk: the socket layer receives the packet anew."""
         host = flow.host
         delivered = flow.delivered
         rec = self.endpoints.receive(host, delivered)
@@ -329,13 +247,6 @@ class Walker:
             answer=answer,
             src_rewritten=flow.src_rewritten,
         )
-
-    def _replay_failed(self, flow: _Flow, pkt: Packet) -> None:
-        """Forget a flow that no longer applies. The namespaces already replayed saw
-        this packet's update once and will see it again from the full walk: harmless,
-        as a replay only ever applies updates that leave an entry's state as it was
-        (same packet, same instant: the same state and expiry)."""
-        self.flows.pop((flow.src, pkt), None)
 
     # ------------------------------------------------------------------ helpers
 

@@ -1,0 +1,143 @@
+"""The flow cache: replaying walks of packets that belong to known connections.
+
+A walk without a trace, of a packet seen before, records per namespace the conntrack
+entry it found, the direction, the ctstate and the TCP state the entry had before this
+packet (a :class:`~dataplane.emulator.hooks.ReplayStep`, logged by the netfilter
+adapters). If the walk ended in delivery, the next identical packet (same sender, same
+header) is replayed instead of walked: namespace by namespace the recorded entry must
+still be live, in that TCP state (so only packets that leave an entry's state unchanged
+are replayed) and give the same ctstate; conntrack then updates it exactly as the full
+walk would. Rules, routes, neighbours and FDBs are not consulted again.
+
+A replay is refused (and the full walk taken) when a learned L2 entry changed since the
+recording (:class:`~dataplane.emulator.devices.Epoch`), when any recorded entry moved on,
+and it is never recorded through a ruleset that could decide differently for a packet of
+a known connection (:func:`~dataplane.emulator.replay.replay_safe`). State that is
+replaced rather than updated (a restored snapshot) needs :meth:`FlowCache.clear`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from dataplane.emulator.devices import Epoch
+from dataplane.emulator.hooks import ReplayStep
+from dataplane.netfilter.conntrack import SEEN_REPLY, Connection, CtTuple, PacketState
+from netmodel.packet import Packet
+
+FLOW_CACHE_LIMIT = 100_000
+
+FlowKey = tuple[str, Packet]  # sending namespace, packet as sent
+
+
+@dataclass(frozen=True, slots=True)
+class Flow:
+    """A recorded walk: the L2 epoch it saw, its conntrack steps, and where it was
+    delivered (namespace, device, the packet as the socket saw it)."""
+
+    epoch: int
+    steps: tuple[ReplayStep, ...]
+    #: per step, what the replay tests and calls, prepared once (the replay is hot):
+    #: classify, tuple, connection, ctstate, TCP state before, original direction,
+    #: ctstate is ESTABLISHED
+    plan: tuple[
+        tuple[Callable[..., PacketState], CtTuple, Connection, str, str | None, bool, bool],
+        ...,
+    ]
+    src: str
+    host: str
+    dev: str
+    delivered: Packet
+    src_rewritten: bool
+
+
+class FlowCache:
+    """Recorded flows by (sending namespace, packet) — see the module docstring."""
+
+    def __init__(self, epoch: Epoch, limit: int = FLOW_CACHE_LIMIT) -> None:
+        self.epoch = epoch
+        self.limit = limit
+        self.flows: dict[FlowKey, Flow] = {}
+        self._seen: set[FlowKey] = set()
+        #: how many packets were replayed (statistics for benchmarks and tests)
+        self.replayed = 0
+
+    def __len__(self) -> int:
+        return len(self.flows)
+
+    def get(self, key: FlowKey) -> Flow | None:
+        return self.flows.get(key)
+
+    def seen_before(self, key: FlowKey) -> bool:
+        """Whether this packet was walked before (only then is a walk recorded: a first
+        packet may be the only one of its kind)."""
+        if key in self._seen:
+            return True
+        if len(self._seen) >= self.limit:
+            self._seen.clear()
+        self._seen.add(key)
+        return False
+
+    def remember(
+        self,
+        key: FlowKey,
+        log: Sequence[ReplayStep | None],
+        host: str,
+        dev: str,
+        delivered: Packet,
+        src_rewritten: bool,
+    ) -> None:
+        """Record a walk that ended in delivery, if every namespace logged a replayable
+        step (``None`` in ``log`` means one did not)."""
+        if not log or any(step is None for step in log):
+            self.flows.pop(key, None)
+            return
+        if len(self.flows) >= self.limit:
+            self.flows.clear()
+        steps = tuple(s for s in log if s is not None)
+        self.flows[key] = Flow(
+            epoch=self.epoch.value,
+            steps=steps,
+            plan=tuple((st.table.classify, st.tuple, st.conn, st.state, st.tcp_before,
+                        st.direction == 0, st.state == "ESTABLISHED") for st in steps),
+            src=key[0],
+            host=host,
+            dev=dev,
+            delivered=delivered,
+            src_rewritten=src_rewritten,
+        )
+
+    def forget(self, key: FlowKey) -> None:
+        self.flows.pop(key, None)
+
+    def clear(self) -> None:
+        self.flows.clear()
+        self._seen.clear()
+
+    def replay(self, flow: Flow, pkt: Packet) -> bool:
+        """Apply ``pkt`` to the recorded conntrack entries; False (and the flow
+        forgotten) when the recording no longer applies.
+
+        A refusal midway leaves the namespaces already replayed updated once; the full
+        walk that follows updates them again, which is harmless: a replay only ever
+        applies updates that leave an entry's state as it was (same packet, same
+        instant: the same state and expiry)."""
+        if flow.epoch != self.epoch.value or not flow.steps:
+            return False
+        now = flow.steps[0].table.clock.now()
+        flags, itype = pkt.flags, pkt.icmp_type
+        for classify, t, conn, state, tcp_before, original, established in flow.plan:
+            if (
+                conn.expires <= now
+                or conn.tcp_state != tcp_before
+                or (original and bool(conn.status & SEEN_REPLY) != established)
+            ):
+                self.flows.pop((flow.src, pkt), None)
+                return False
+            ps = classify(t, flags, itype, None)
+            if ps.conn is not conn or ps.state != state:
+                self.flows.pop((flow.src, pkt), None)
+                return False
+        self.replayed += 1
+        return True
