@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Collection, Iterable
+from itertools import compress
+from operator import is_not
 from typing import NamedTuple
 
 from dataplane.proxy import naming
@@ -83,6 +85,7 @@ class _Fragment(NamedTuple):
     chain_rules: str  # rules of its own chains (skipped on partial syncs if unchanged)
     active: tuple[str, ...]
     service_key: str  # namespace/name: what partial syncs compare against
+    port_key: str  # unique per service port (its KUBE-SVC name)
 
 
 def _endpoint_rules(
@@ -269,34 +272,96 @@ def _fragment(st: ServicePortState, ctx: _Ctx) -> _Fragment:
         chain_rules=_lines(rules),
         active=tuple(chains),
         service_key=info.name.service_key,
+        port_key=st.svc_chain,
     )
 
 
-#: Memo of per-port text: one dict per node context, keyed by the (hash-cached) state.
-_CACHE: dict[_Ctx, dict[ServicePortState, _Fragment]] = {}
+class _Memo:
+    """Per node context: fragments by state, and the active-chain set of the last
+    snapshot whose stale chains were looked for (updated by difference, so that a
+    partial sync does not rebuild a 60,000-name set)."""
+
+    __slots__ = ("active", "by_id", "by_port", "by_state", "last")
+
+    def __init__(self) -> None:
+        self.by_id: dict[int, tuple[ServicePortState, _Fragment]] = {}
+        self.by_state: dict[ServicePortState, _Fragment] = {}
+        self.by_port: dict[str, _Fragment] = {}
+        self.active: set[str] = set()
+        self.last: list[_Fragment] = []  # the fragments ``active`` describes
 
 
-def _fragments(snapshot: ProxySnapshot, ctx: _Ctx) -> list[_Fragment]:
+_MEMOS: dict[_Ctx, _Memo] = {}
+
+
+def _memo(ctx: _Ctx) -> _Memo:
+    memo = _MEMOS.get(ctx)
+    if memo is None:
+        if len(_MEMOS) >= 4:
+            _MEMOS.clear()
+        memo = _MEMOS[ctx] = _Memo()
+    return memo
+
+
+def _fragments(snapshot: ProxySnapshot, memo: _Memo, ctx: _Ctx) -> list[_Fragment]:
     """Every port's fragment, reusing text rendered for an equal state before.
 
     The memo is trimmed to the current snapshot when it grows past twice its size, and
     only a few node contexts are kept, so memory stays proportional to one snapshot.
     """
-    cache = _CACHE.get(ctx)
-    if cache is None:
-        if len(_CACHE) >= 4:
-            _CACHE.clear()
-        cache = _CACHE[ctx] = {}
-    get = cache.get
+    by_id = memo.by_id
+    get = by_id.get
     out: list[_Fragment] = []
+    append = out.append
     for st in snapshot:
-        fr = get(st)
+        # identity first (the tracker hands over unchanged states as the same objects;
+        # an int lookup avoids the Python-level __hash__), then equality
+        hit = get(id(st))
+        if hit is not None and hit[0] is st:
+            append(hit[1])
+            continue
+        fr = memo.by_state.get(st)
         if fr is None:
-            fr = cache[st] = _fragment(st, ctx)
-        out.append(fr)
-    if len(cache) > 2 * len(out) + 1024:
-        _CACHE[ctx] = dict(zip(snapshot, out, strict=True))
+            fr = memo.by_state[st] = _fragment(st, ctx)
+        by_id[id(st)] = (st, fr)
+        append(fr)
+    if len(by_id) > 2 * len(out) + 1024 or len(memo.by_state) > 2 * len(out) + 1024:
+        memo.by_state = dict(zip(snapshot, out, strict=True))
+        memo.by_id = {id(st): (st, fr) for st, fr in zip(snapshot, out, strict=True)}
     return out
+
+
+def _active_set(memo: _Memo, frags: list[_Fragment]) -> set[str]:
+    """The per-service chains of ``frags``, derived from the memo's previous set by
+    removing the chains of fragments that went away and adding those that came."""
+    active = memo.active
+    last = memo.last
+    if len(last) == len(frags) and memo.by_port:
+        # the common case, same ports in the same order: find the replaced fragments
+        # with C-level identity tests instead of a dictionary walk
+        moved = list(compress(range(len(frags)), map(is_not, frags, last)))
+        if all(frags[i].port_key == last[i].port_key for i in moved):
+            for i in moved:
+                active.difference_update(last[i].active)
+                active.update(frags[i].active)
+                memo.by_port[frags[i].port_key] = frags[i]
+            memo.last = frags
+            return active
+    prev = memo.by_port
+    now: dict[str, _Fragment] = {}
+    for fr in frags:
+        key = fr.port_key
+        old = prev.pop(key, None)
+        if old is not fr:
+            if old is not None:
+                active.difference_update(old.active)
+            active.update(fr.active)
+        now[key] = fr
+    for old in prev.values():
+        active.difference_update(old.active)
+    memo.by_port = now
+    memo.last = frags
+    return active
 
 
 def _active(frags: list[_Fragment]) -> frozenset[str]:
@@ -305,7 +370,7 @@ def _active(frags: list[_Fragment]) -> frozenset[str]:
 
 def clear_cache() -> None:
     """Forget all memoised per-port text (benchmarks start cold with it)."""
-    _CACHE.clear()
+    _MEMOS.clear()
 
 
 def _lines(lines: list[str]) -> str:
@@ -500,7 +565,8 @@ def render_iptables(
     if changed is not None:
         changed_keys = {c.service_key if isinstance(c, ServicePortName) else c for c in changed}
 
-    frags = _fragments(snapshot, ctx)
+    memo = _memo(ctx)
+    frags = _fragments(snapshot, memo, ctx)
 
     ipv4_localhost = not cfg.is_ipv6 and cfg.localhost_node_ports
     filt: list[str] = ["*filter\n"]
@@ -521,8 +587,8 @@ def render_iptables(
             else set(existing_chains)
         )
         if existing:
-            active = _active(frags)
-            stale = tuple(sorted(c for c in existing - active if naming.is_service_chain(c)))
+            current = _active_set(memo, frags)
+            stale = tuple(sorted(c for c in existing - current if naming.is_service_chain(c)))
     nat_chains: list[str] = ["*nat\n"]
     nat_chains.extend(f":{c} - [0:0]\n" for c in NAT_TOP_CHAINS)
     nat_rules: list[str] = [_lines(_postrouting_rules(cfg))]

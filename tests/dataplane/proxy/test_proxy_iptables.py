@@ -451,9 +451,10 @@ def test_partial_syncs_from_the_tracker_reach_the_full_state(before, after) -> N
     for key in old_eps.keys() | new_eps.keys():
         tracker.update_endpoint_slice(old_eps.get(key), new_eps.get(key))
     changed = tracker.apply()
-    second = render_iptables(
-        tracker.snapshot, cfg, changed=changed, existing_chains=set(kernel["nat"])
-    )
+    existing = set(kernel["nat"])
+    second = render_iptables(tracker.snapshot, cfg, changed=changed, existing_chains=existing)
+    naive = {c for c in existing if naming.is_service_chain(c)} - second.active_chains
+    assert set(second.stale_chains) == naive
     apply_noflush(kernel, second.restore_input)
 
     fresh: dict[str, dict[str, list[str]]] = {}
