@@ -530,13 +530,30 @@ def _list_anonymous_set(m: re.Match[str]) -> str:
     """nft merges overlapping prefixes of an anonymous set and lists them in address
     order; a single remaining element loses its braces."""
     nets = [ipaddress.ip_network(x.strip(), strict=False) for x in m[3].split(",")]
-    merged = sorted(
-        ipaddress.collapse_addresses(nets),  # type: ignore[type-var]
-        key=lambda n: (n.network_address, n.prefixlen),
-    )
-    texts = [str(n.network_address) if n.prefixlen == n.max_prefixlen else str(n) for n in merged]
+    spans = sorted((int(n.network_address), int(n.broadcast_address)) for n in nets)
+    merged: list[list[int]] = []
+    for lo, hi in spans:  # overlapping or adjacent intervals become one
+        if merged and lo <= merged[-1][1] + 1:
+            merged[-1][1] = max(merged[-1][1], hi)
+        else:
+            merged.append([lo, hi])
+    version = nets[0].version
+    texts = [_interval_text(lo, hi, version) for lo, hi in merged]
     body = texts[0] if len(texts) == 1 else "{ " + ", ".join(texts) + " }"
     return f"{m[1]}{m[2]}{body}"
+
+
+def _interval_text(lo: int, hi: int, version: int) -> str:
+    """An address interval as nft lists it: an address, a prefix, or ``a-b``."""
+    addr = ipaddress.ip_address(lo if version == 4 else ipaddress.IPv6Address(lo))
+    if lo == hi:
+        return str(addr)
+    size = hi - lo + 1
+    bits = 32 if version == 4 else 128
+    if size & (size - 1) == 0 and lo % size == 0:
+        return f"{addr}/{bits - size.bit_length() + 1}"
+    end = ipaddress.ip_address(hi if version == 4 else ipaddress.IPv6Address(hi))
+    return f"{addr}-{end}"
 
 
 def listing(family: IPFamily, sets: Iterable[NftSet], chains: Iterable[NftChain]) -> str:
