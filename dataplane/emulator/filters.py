@@ -358,8 +358,8 @@ class EngineFilter:
 
     def restore(self, state: object) -> None:
         assert isinstance(state, tuple)
-        ct, recent, counters = state
-        self.nf.restore((ct.copy(), recent.copy(), dict(counters)))
+        ct, recent, counters, nft = state
+        self.nf.restore((ct.copy(), recent.copy(), dict(counters), nft))
 
 
 PacketFilterImpl = TrackingFilter | EngineFilter

@@ -772,12 +772,16 @@ class Netfilter:
 
         return explore(once, limit=limit)
 
-    def snapshot(self) -> tuple[ConntrackTable, RecentTable, dict[str, int]]:
-        """Copies of the mutable state (for exploring and then restoring)."""
-        return self.conntrack.copy(), self.recent.copy(), dict(self.counters)
+    def snapshot(self) -> tuple[ConntrackTable, RecentTable, dict[str, int], object]:
+        """Copies of the mutable state (for exploring and then restoring): conntrack,
+        ``recent`` lists, counters, and the nftables sets' dynamic elements (affinity)."""
+        nft = self.nft.snapshot() if self.nft is not None else None  # type: ignore[attr-defined]
+        return self.conntrack.copy(), self.recent.copy(), dict(self.counters), nft
 
-    def restore(self, state: tuple[ConntrackTable, RecentTable, dict[str, int]]) -> None:
-        self.conntrack, self.recent, self.counters = state
+    def restore(self, state: tuple[ConntrackTable, RecentTable, dict[str, int], object]) -> None:
+        self.conntrack, self.recent, self.counters, nft = state
+        if self.nft is not None and nft is not None:
+            self.nft.restore(nft)  # type: ignore[attr-defined]
         self._spare = None  # a recycled Work would keep the old recent lists and counters
 
 

@@ -327,6 +327,12 @@ def _flatten_nested(text: str) -> str:
 # --------------------------------------------------------------------------- engine
 
 
+def _copy_set(s: NftSet) -> NftSet:
+    """A set whose elements can change without touching ``s`` (values are immutable)."""
+    return NftSet(s.name, s.key, s.value, s.flags, s.timeout, s.comment, dict(s.elements),
+                  list(s.nets))
+
+
 class NftEngine:
     """One host's nftables: the loaded ruleset plus the mutable state of its sets
     (dynamic elements added by ``update @set``). Pass as ``Netfilter(nft=...)``."""
@@ -334,6 +340,14 @@ class NftEngine:
     def __init__(self, ruleset: NftRuleset) -> None:
         self.ruleset = ruleset
         self._state: dict[tuple[str, str, str], NftSet] = {}
+
+    def snapshot(self) -> dict[tuple[str, str, str], NftSet]:
+        """A copy of the sets' mutable state (for exploring, then restoring)."""
+        return {k: _copy_set(s) for k, s in self._state.items()}
+
+    def restore(self, state: dict[tuple[str, str, str], NftSet]) -> None:
+        """Go back to a :meth:`snapshot` (which stays usable for another restore)."""
+        self._state = {k: _copy_set(s) for k, s in state.items()}
 
     def set_state(self, table: NftTable, name: str) -> NftSet:
         key = (table.family, table.name, name)
