@@ -30,7 +30,9 @@ Proto = Literal["tcp", "udp"]
 
 
 class ConnectFailed(BackendError):
-    """No answer: ``reason`` is ``timeout``, ``refused``, ``unreachable`` or ``reset``."""
+    """No answer: ``reason`` is ``timeout``, ``refused``, ``unreachable``, ``reset``,
+    ``denied`` (EPERM: the client's own netfilter dropped or rejected the packet on its
+    way out, which ``sendmsg`` reports at once for UDP) or ``error`` (anything else)."""
 
     def __init__(self, reason: str, message: str) -> None:
         super().__init__(message)
@@ -69,6 +71,7 @@ _REASONS = {
     errno.ENETUNREACH: "unreachable",
     errno.ECONNRESET: "reset",
     errno.ETIMEDOUT: "timeout",
+    errno.EPERM: "denied",
 }
 
 
