@@ -21,6 +21,9 @@ Outcomes are plain values that compare across backends:
 ``unreachable``  EHOSTUNREACH / ENETUNREACH: an ICMP error that aborts the connection,
                  or no route in the client's own namespace
 ``timeout``      nothing (or nothing the socket reports) came back: DROP, a black hole
+``denied``       EPERM: the client's own netfilter dropped or rejected a UDP datagram on
+                 its way out (OUTPUT/POSTROUTING), which ``sendmsg`` reports at once
+                 (a TCP SYN is retransmitted instead: REJECT's ICMP error refuses it)
 ``reset``/``error``  (kernel only) a reset after the handshake, another errno
 
 The emulator's own verdict (``DROP``, ``REJECT``, ``no-route``, ...) or the kernel's error
@@ -58,6 +61,7 @@ UDP_FATAL_UNREACH_CODES = frozenset({2, 3, 6, 7, 8, 9, 10, 13, 14, 15})
 ICMP_DEST_UNREACH = 3
 ICMP_TIME_EXCEEDED = 11
 EPHEMERAL = (32768, 60999)
+VXLAN_PORT = "8472"
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,11 +132,20 @@ class Backend(Protocol):
 def socket_verdict(trace: Trace, proto: str, client: str) -> str:
     """What a client socket in namespace ``client`` reports for the walk ``trace`` of
     its first packet (SYN or datagram) and the answer (see the module docstring)."""
+    last = trace.hops[-1] if trace.hops else None
+    if (
+        proto == "udp"
+        and trace.verdict in ("DROP", "REJECT")
+        and last is not None
+        and last.netns == client
+        and last.hook in ("OUTPUT", "POSTROUTING")
+    ):
+        return "denied"  # ip_local_out's NF_DROP: sendmsg fails with EPERM
     reply = trace.reply
     got = reply.received if reply is not None and reply.verdict == "delivered" else None
     if got is None:
-        last = trace.hops[-1].netns if trace.hops else client
-        if trace.verdict == "no-route" and last == client:
+        where = last.netns if last is not None else client
+        if trace.verdict == "no-route" and where == client:
             return "unreachable"  # connect() fails at once: ENETUNREACH
         return "timeout"
     if got.proto == "icmp":
@@ -429,7 +442,8 @@ class RealBackend:
         settle: float = 1.0,
     ) -> dict[int, dict[str, list[str]]]:
         """:meth:`flow_conntrack` for several connections at once (one ``conntrack -L``
-        per node): source port -> node -> entries."""
+        per node): source port -> node -> entries. The overlay's own flows (VXLAN, UDP
+        to port 8472) are left out: their source port is a hash that may collide."""
         from dataplane.linux import conntrack
 
         wanted = {str(p): p for p in sports}
@@ -444,6 +458,7 @@ class RealBackend:
                         port is not None
                         and e.proto == proto
                         and (source is None or e.field("orig", "src") == source)
+                        and not (proto == "udp" and e.field("orig", "dport") == VXLAN_PORT)
                     ):
                         found.setdefault(port, {}).setdefault(node, []).append(e.render())
                         closing |= e.state in ("FIN_WAIT", "CLOSE_WAIT", "LAST_ACK", "CLOSE")

@@ -50,7 +50,7 @@ from control.session import Session
 from dataplane.emulator.filters import IptablesRules, IpvsRules, NftRules
 from dataplane.linux import rules as linux_rules
 from dataplane.linux.cni import CniMode
-from dataplane.linux.nsenter import inode
+from dataplane.linux.nsenter import inode, read_sysctl, write_sysctl
 from dataplane.linux.realize import (
     HairpinMode,
     RealCluster,
@@ -283,6 +283,23 @@ def serve(cluster: RealCluster, view: ClusterView) -> dict[str, int]:
     return cluster.serve(wanted)
 
 
+#: Kernel settings every realised namespace gets on top of the model's sysctls.
+#: ``icmp_ratemask=0``: no ICMP error is rate-limited. Linux limits ICMP errors per peer
+#: (``icmp_ratelimit``: a small burst, then 1/s) and globally (``icmp_msgs_per_sec``, with
+#: a random component since 6.x); the emulator answers every packet, so with the limits
+#: on, the Nth connection in a burst to a REJECTing Service or an unrouted address times
+#: out on the kernel and is refused/unreachable in the emulator.
+KERNEL_SYSCTLS = (("net.ipv4.icmp_ratemask", "0"),)
+
+
+def tune(cluster: RealCluster) -> None:
+    """Apply :data:`KERNEL_SYSCTLS` in every namespace of ``cluster``. Idempotent."""
+    for netns in cluster.namespaces.values():
+        for key, value in KERNEL_SYSCTLS:
+            if read_sysctl(netns, key) != value:
+                write_sysctl(netns, key, value)
+
+
 def realize_view(
     view: ClusterView,
     *,
@@ -292,14 +309,15 @@ def realize_view(
     persistent: bool = False,
     loaded_nft: Mapping[str, str] | None = None,
 ) -> tuple[RealCluster, dict[str, str]]:
-    """Realise everything of ``view`` under ``cluster_id``: the network, the rules, the
-    pod servers. Idempotent and convergent like :func:`dataplane.linux.realize.realize`.
+    """Realise everything of ``view`` under ``cluster_id``: the network (with
+    :data:`KERNEL_SYSCTLS`), the rules, the pod servers. Idempotent and convergent like :func:`dataplane.linux.realize.realize`.
     Returns the cluster and :func:`load_rules`' nft digests. On error the partial
     cluster stays (``teardown(cluster_id)`` removes it)."""
     check_realisable(view)
     cluster = realize(
         view.network, cluster_id=cluster_id, cni=cni, hairpin=hairpin, persistent=persistent
     )
+    tune(cluster)
     shas = load_rules(cluster, view, loaded_nft=loaded_nft)
     serve(cluster, view)
     return cluster, shas
