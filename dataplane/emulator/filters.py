@@ -24,7 +24,6 @@ from dataclasses import dataclass
 from random import Random
 
 from dataplane.emulator.hooks import FilterVerdict, HookName, HookOutcome, ReplayStep, Skb
-from dataplane.emulator.ipvsadm import parse_ipvsadm
 from dataplane.emulator.replay import replay_safe
 from dataplane.emulator.trace import Hop, HopKind
 from dataplane.netfilter import evaluate as nf_eval
@@ -42,6 +41,7 @@ from dataplane.netfilter.conntrack import (
 )
 from dataplane.netfilter.ipset import IpSet, parse_ipset_save
 from dataplane.netfilter.ipvs import IpvsEngine, IpvsState
+from dataplane.netfilter.ipvsadm import parse_ipvsadm
 from dataplane.netfilter.nft import NftEngine, NftRuleset, parse_nft
 from dataplane.netfilter.parse import apply_restore, parse_save
 from dataplane.netfilter.rules import Ruleset

@@ -11,7 +11,7 @@ Public entry points (stable for the emulator, the CLI and the Linux backend):
 * :class:`FlowTracer`, :class:`Flow`, :func:`trace_flow` — ``trace --at``.
 * :func:`parse_nft`, :class:`NftEngine` — nftables (``Netfilter(nft=...)``).
 * :class:`IpvsState`, :class:`VirtualServer`, :class:`RealServer`, :class:`IpvsEngine` —
-  IPVS (``Netfilter(ipvs=...)``).
+  IPVS (``Netfilter(ipvs=...)``); :func:`parse_ipvsadm` reads ``ipvsadm-save -n`` text.
 * :class:`CompiledRuleset` — compile once, share between hosts with the same rules.
 * :class:`TraceRecord` — the trace format.
 
@@ -19,7 +19,7 @@ Modules: ``rules`` (model), ``ruleparse`` (one rule), ``parse`` (save/restore te
 ``compile`` (match tests, index), ``codegen`` (chain functions), ``compiled`` (compiled
 ruleset, raw traces), ``evaluate`` (hooks, NAT, paths), ``conntrack``, ``recent``,
 ``ipset``, ``choice`` (random decisions, enumeration), ``nftrules``/``nft``, ``ipvs``,
-``flowtrace``, ``trace``.
+``ipvsadm``, ``flowtrace``, ``trace``.
 """
 
 from .choice import Branch, Explorer, RandomChooser, explore
@@ -29,6 +29,7 @@ from .evaluate import HOOKS, HookResult, Netfilter, Skb, Traversal
 from .flowtrace import Flow, FlowResult, FlowTracer, trace_flow
 from .ipset import IpSet, parse_ipset_save
 from .ipvs import IpvsEngine, IpvsState, RealServer, VirtualServer
+from .ipvsadm import parse_ipvsadm
 from .nft import NftEngine, NftRuleset, parse_nft
 from .parse import RestoreError, apply_restore, format_save, parse_save
 from .rules import Ruleset
@@ -65,6 +66,7 @@ __all__ = [
     "format_conntrack_l",
     "format_save",
     "parse_ipset_save",
+    "parse_ipvsadm",
     "parse_nft",
     "parse_save",
     "trace_flow",

@@ -101,3 +101,21 @@ def test_no_real_server_drops() -> None:
     t = nf.traverse(syn("1.1.1.1", 1))
     assert t.verdict == "DROP"
     assert any(r.effect == "no real server: DROP" for r in t.records)
+
+
+def test_ipvsadm_save_text_parses_into_virtual_servers() -> None:
+    from dataplane.netfilter import parse_ipvsadm
+    from netmodel.errors import InputError
+
+    text = ("-A -t 10.96.0.10:80 -s rr -p 10800\n"
+            "-a -t 10.96.0.10:80 -r 10.244.1.2:8080 -m -w 1\n"
+            "-a -t 10.96.0.10:80 -r 10.244.2.3:8080 -m -w 3\n"
+            "-A -u [fd00::a]:53 -s sh\n")
+    tcp, udp = parse_ipvsadm(text)
+    assert (str(tcp.address), tcp.protocol, tcp.port, tcp.scheduler) == (VIP, "tcp", 80, "rr")
+    assert tcp.persistent_timeout == 10800
+    assert [(str(r.address), r.port, r.weight) for r in tcp.real_servers] == [
+        ("10.244.1.2", 8080, 1), ("10.244.2.3", 8080, 3)]
+    assert (str(udp.address), udp.port, udp.real_servers) == ("fd00::a", 53, ())
+    with pytest.raises(InputError, match=r"<x>:1: -a -t 1.2.3.4:80"):
+        parse_ipvsadm("-a -t 1.2.3.4:80 -r 10.0.0.1:80\n", source="<x>")
