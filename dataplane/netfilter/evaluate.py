@@ -774,14 +774,23 @@ class Netfilter:
 
     def snapshot(self) -> tuple[ConntrackTable, RecentTable, dict[str, int], object]:
         """Copies of the mutable state (for exploring and then restoring): conntrack,
-        ``recent`` lists, counters, and the nftables sets' dynamic elements (affinity)."""
+        ``recent`` lists, counters, and the providers' memory as a pair — the nftables
+        sets' dynamic elements (affinity) and the IPVS schedulers' positions and
+        persistence templates (None for a provider this host does not have)."""
         nft = self.nft.snapshot() if self.nft is not None else None  # type: ignore[attr-defined]
-        return self.conntrack.copy(), self.recent.copy(), dict(self.counters), nft
+        ipvs = self.ipvs.snapshot() if self.ipvs is not None else None  # type: ignore[attr-defined]
+        return self.conntrack.copy(), self.recent.copy(), dict(self.counters), (nft, ipvs)
 
     def restore(self, state: tuple[ConntrackTable, RecentTable, dict[str, int], object]) -> None:
-        self.conntrack, self.recent, self.counters, nft = state
+        """Go back to a :meth:`snapshot`. The conntrack table, ``recent`` lists and
+        counters of ``state`` are taken over (copy them first to restore twice); the
+        providers' memory is copied."""
+        self.conntrack, self.recent, self.counters, providers = state
+        nft, ipvs = providers  # type: ignore[misc]
         if self.nft is not None and nft is not None:
             self.nft.restore(nft)  # type: ignore[attr-defined]
+        if self.ipvs is not None and ipvs is not None:
+            self.ipvs.restore(ipvs)  # type: ignore[attr-defined]
         self._spare = None  # a recycled Work would keep the old recent lists and counters
 
 

@@ -138,6 +138,18 @@ class IpvsEngine:
         self._templates: dict[tuple[int, tuple[IPAddress, str, int]], tuple[RealServer, float]] = {}
         self._sh: dict[tuple[IPAddress, str, int], list[RealServer | None]] = {}
 
+    # ---- state for exploring (``--all``) and restoring
+
+    def snapshot(self) -> tuple[dict[Any, Any], ...]:
+        """A copy of the scheduler memory: rr and wrr positions and persistence
+        templates (the per-service source-hash tables are derived, not memory)."""
+        return dict(self._rr), dict(self._wrr), dict(self._templates)
+
+    def restore(self, state: tuple[dict[Any, Any], ...]) -> None:
+        """Go back to a :meth:`snapshot` (which stays usable for another restore)."""
+        rr, wrr, templates = state
+        self._rr, self._wrr, self._templates = dict(rr), dict(wrr), dict(templates)
+
     # ---- scheduling
 
     def schedule(self, vs: VirtualServer, client: IPAddress, *, now: float = 0.0,

@@ -119,3 +119,19 @@ def test_ipvsadm_save_text_parses_into_virtual_servers() -> None:
     assert (str(udp.address), udp.port, udp.real_servers) == ("fd00::a", 53, ())
     with pytest.raises(InputError, match=r"<x>:1: -a -t 1.2.3.4:80"):
         parse_ipvsadm("-a -t 1.2.3.4:80 -r 10.0.0.1:80\n", source="<x>")
+
+
+def test_snapshot_restore_covers_scheduler_positions_and_templates() -> None:
+    vip2 = "10.96.0.11"
+    nf = host(virtual_server(VIP, "tcp", 80, RS, "rr"),
+              virtual_server(vip2, "tcp", 80, RS, "rr", persistent_timeout=300))
+    nf.local_addrs = nf.local_addrs | {int(ip_address(vip2))}
+    assert dest(nf, "1.1.1.1", 1) == "10.244.1.2:8080"
+    state = nf.snapshot()
+    ahead = [dest(nf, "1.1.1.1", 2), dest(nf, "1.1.1.1", 3)]
+    assert nf.traverse(syn("9.9.9.9", 5, vip2)).dnat == (ip_address(RS[0][0]), 8080)
+    nf.restore(state)
+    assert [dest(nf, "1.1.1.1", 2), dest(nf, "1.1.1.1", 3)] == ahead  # rr position
+    # 9.9.9.9's template is gone: another client takes the first server, 9.9.9.9 the next
+    assert nf.traverse(syn("8.8.8.8", 6, vip2)).dnat == (ip_address(RS[0][0]), 8080)
+    assert nf.traverse(syn("9.9.9.9", 7, vip2)).dnat == (ip_address(RS[1][0]), 8080)
