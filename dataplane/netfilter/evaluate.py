@@ -43,7 +43,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from ipaddress import IPv4Address
 from random import Random
-from typing import NamedTuple
+from typing import NamedTuple, cast
 
 from netmodel.ip import IPAddress
 from netmodel.packet import Packet
@@ -786,7 +786,7 @@ class Netfilter:
         counters of ``state`` are taken over (copy them first to restore twice); the
         providers' memory is copied."""
         self.conntrack, self.recent, self.counters, providers = state
-        nft, ipvs = providers  # type: ignore[misc]
+        nft, ipvs = cast(tuple[object, object], providers)
         if self.nft is not None and nft is not None:
             self.nft.restore(nft)  # type: ignore[attr-defined]
         if self.ipvs is not None and ipvs is not None:
