@@ -367,16 +367,12 @@ PacketFilterImpl = TrackingFilter | EngineFilter
 
 def _related(pkt: Packet, orig: nf_eval.Skb) -> nf_eval.Skb:
     """The attachment of a kernel-generated error (``nf_ct_attach``): RELATED to the
-    connection of the packet it answers, in the other direction. An unconfirmed
-    connection (its packet died before POSTROUTING) is copied and marked confirmed, so
-    that the error translates through it without inserting it into the table (the kernel
-    never confirms on a reply-direction packet)."""
+    connection of the packet it answers, in the other direction. The engine translates
+    such an error through the connection's bindings and never confirms on it (even when
+    the connection is unconfirmed because its packet died before POSTROUTING)."""
     conn = orig.conn
     if not isinstance(conn, Connection) or not orig.state:
         return nf_eval.Skb(pkt)
-    if not conn.status & CONFIRMED:
-        conn = conn.copy()
-        conn.status |= CONFIRMED
     direction = REPLY if orig.direction == 0 else 0
     return nf_eval.Skb(pkt, conn, direction, "RELATED", False, False)
 

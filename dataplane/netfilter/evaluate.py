@@ -30,8 +30,11 @@ NOTRACK continue with the next rule.
 
 **NAT and conntrack.** The nat chains are consulted only while a connection has no NAT
 decision for that manipulation (the first packet); later packets, and replies, are
-rewritten from the binding stored in the connection (:mod:`.conntrack`). A connection
-enters the table at the end of POSTROUTING or INPUT.
+rewritten from the binding stored in the connection (:mod:`.conntrack`). An ICMP error
+RELATED to a connection never runs the nat chains: the hooks translate its outer header
+and the packet it quotes per the connection's bindings, as
+``nf_nat_icmp_reply_translation`` does. A connection enters the table at the end of
+POSTROUTING or INPUT, and only on a packet of its original direction.
 
 **Indexing.** Chains with many rules are searched through :class:`~.compile.ChainIndex`;
 ``linear=True`` walks every rule instead. Both give the same results (a property test
@@ -79,6 +82,7 @@ from .conntrack import (
     SRC_NAT_DONE,
     Clock,
     ConntrackTable,
+    Connection,
     CtTuple,
     SimClock,
     addr_int,
@@ -464,10 +468,17 @@ class Netfilter:
             ct = w.ct
             if ct is None:
                 return CONTINUE
+            if w.ctbits & ST_RELATED:
+                # an ICMP error about a connection: translated per the connection's
+                # bindings, the nat chains never run for it and no decision is taken
+                # (nf_nat_ipv4_fn -> nf_nat_icmp_reply_translation)
+                if ct.status & need[w.ctdir]:
+                    self._translate_error(w, ct, manip, rec)
+                return CONTINUE
             if chains is None:
                 chains = self._nat_chains(hook)
             if not ct.status & done_bit:
-                if w.ctbits & (ST_NEW | ST_RELATED):
+                if w.ctbits & ST_NEW:
                     for ch in chains:
                         v = ch(w, rec)
                         if v in (DROP, REJECT):
@@ -495,21 +506,6 @@ class Netfilter:
         # the rewrite makes the packet look like the inverse of the other direction
         other = ct.orig if reply_dir else ct.reply
         icmp = w.proto in ("icmp", "ipv6-icmp")
-        related = bool(w.ctbits & ST_RELATED)
-        if related:
-            # ICMP error: rewrite the quoted packet back/forward and the outer address
-            # that belongs to the connection.
-            inner: Packet | None = w.inner
-            if inner is not None:
-                quoted = ct.orig if reply_dir else ct.reply
-                w.inner = inner.evolve(src=int_addr(quoted.src), dst=int_addr(quoted.dst),
-                                       sport=quoted.sport if inner.proto != "icmp" else inner.sport,
-                                       dport=quoted.dport if inner.proto != "icmp" else inner.dport)
-            if manip == "DST":
-                w.dst = other[1]
-            elif w.src == (ct.reply.src if reply_dir else ct.orig.src):
-                w.src = other[2]
-            return
         if manip == "DST":
             before = (w.dst, w.icmp_id if icmp else w.dport)
             w.dst = other[1]
@@ -529,9 +525,42 @@ class Netfilter:
         if rec is not None and before != after:
             rec.append(("R", manip, before, after, w.mark))
 
+    def _translate_error(self, w: Work, ct: Connection, manip: str, rec: RawTrace | None) -> None:
+        """NAT of an ICMP error RELATED to ``ct`` (``w.ctdir`` is the error's direction),
+        as ``nf_nat_icmp_reply_translation`` does it: with ``t`` the connection's tuple of
+        the other direction (the quoted packet's), the quoted packet gets the opposite
+        manipulation towards ``t`` (DST hook: its source becomes ``t``'s source, SRC
+        hook: its destination ``t``'s destination) and the outer header this hook's
+        manipulation towards the inverse of ``t`` (DST: destination := ``t``.src; SRC:
+        source := ``t``.dst — also when an intermediate router sent the error, whose
+        source then shows the connection's address). The caller checked the status bit."""
+        t = ct.orig if w.ctdir == REPLY else ct.reply
+        inner: Packet | None = w.inner
+        before = w.dst if manip == "DST" else w.src
+        if inner is not None:
+            query = inner.proto in ("icmp", "ipv6-icmp")
+            if manip == "DST":
+                w.inner = (inner.evolve(src=int_addr(t.src), icmp_id=t.sport) if query
+                           else inner.evolve(src=int_addr(t.src), sport=t.sport))
+            else:
+                w.inner = (inner.evolve(dst=int_addr(t.dst), icmp_id=t.dport) if query
+                           else inner.evolve(dst=int_addr(t.dst), dport=t.dport))
+        if manip == "DST":
+            w.dst = after = t.src
+        else:
+            w.src = after = t.dst
+        if rec is not None:
+            what = "destination" if manip == "DST" else "source"
+            rec.append(TraceRecord(w.hook, "nat", "", 0, "", f"ICMP error: rewrite {what} "
+                                   "and the quoted packet", f"{int_addr(before)} -> "
+                                   f"{int_addr(after)}", w.ctname, w.mark))
+
     def _confirm(self, w: Work, rec: RawTrace | None) -> int:
         ct = w.ct
-        if ct is None or ct.status & CONFIRMED or not w.commit:
+        if ct is None or ct.status & CONFIRMED or not w.commit or w.ctdir == REPLY:
+            # __nf_conntrack_confirm: only a packet of the original direction inserts
+            # (an error attached in the reply direction to an unconfirmed connection
+            # leaves it out of the table)
             return CONTINUE
         if not self.conntrack.confirm(ct):
             if rec is not None:

@@ -177,3 +177,72 @@ def test_delete_where_and_copy() -> None:
     snap = ct.copy()
     assert ct.delete_where(lambda c: c.orig.sport == 1001) == 1
     assert len(ct) == 2 and len(snap) == 3
+
+
+_NAT_AND_REJECT = """*nat
+:PREROUTING ACCEPT [0:0]
+:INPUT ACCEPT [0:0]
+:OUTPUT ACCEPT [0:0]
+:POSTROUTING ACCEPT [0:0]
+-A PREROUTING -d 10.96.0.10/32 -p tcp --dport 80 -j DNAT --to-destination 10.244.2.5:8080
+-A OUTPUT -p icmp -j DNAT --to-destination 10.9.9.9
+-A POSTROUTING -j MASQUERADE
+COMMIT
+*filter
+:INPUT ACCEPT [0:0]
+:FORWARD ACCEPT [0:0]
+:OUTPUT ACCEPT [0:0]
+-A FORWARD -s 192.168.1.66/32 -j REJECT
+COMMIT
+"""
+
+
+def _router() -> Netfilter:
+    return Netfilter(parse_save(_NAT_AND_REJECT), local_addrs=[ip_address("192.168.1.1")],
+                     iface_addrs={"eth0": [ip_address("192.168.1.1")],
+                                  "eth1": [ip_address("10.244.0.1")]})
+
+
+def _error_about(pkt: Packet, src: str) -> Packet:
+    return Packet.make(src, str(pkt.src), "icmp", icmp_type=3, icmp_code=3, inner=pkt)
+
+
+def test_error_about_an_unconfirmed_connection_is_translated_never_natted_nor_confirmed() -> None:
+    from dataplane.netfilter import Skb
+
+    nf = _router()
+    syn = Packet.make("192.168.1.66", "10.96.0.10", "tcp", 40000, 80, flags=flags("SYN"))
+    pre = nf.run_hook("PREROUTING", syn, in_iface="eth0")
+    assert pre.skb is not None and pre.skb.packet.dst == ip_address("10.244.2.5")
+    assert nf.run_hook("FORWARD", pre.skb, in_iface="eth0", out_iface="eth1").verdict == "REJECT"
+    # REJECT's answer carries the connection, reply direction (nf_ct_attach)
+    err = _error_about(pre.skb.packet, "192.168.1.1")
+    skb = Skb(err, pre.skb.conn, 1, "RELATED")
+    out = nf.run_hook("OUTPUT", skb, out_iface="eth0")
+    post = nf.run_hook("POSTROUTING", out.skb, out_iface="eth0")  # type: ignore[arg-type]
+    assert post.verdict == "ACCEPT" and post.skb is not None
+    sent = post.skb.packet
+    # nat chains never ran (no DNAT to 10.9.9.9, no MASQUERADE); the error looks like it
+    # came from the Service and quotes the packet as the client sent it
+    assert (str(sent.src), str(sent.dst)) == ("10.96.0.10", "192.168.1.66")
+    assert sent.inner is not None
+    assert (str(sent.inner.dst), sent.inner.dport) == ("10.96.0.10", 80)
+    assert not any(r.table == "nat" and r.rule for r in out.records + post.records)
+    assert len(nf.conntrack) == 0  # the reply-direction error confirmed nothing
+
+
+def test_error_from_a_router_on_the_way_shows_the_connection_address() -> None:
+    nf = _router()
+    syn = Packet.make("192.168.1.10", "10.96.0.10", "tcp", 40000, 80, flags=flags("SYN"))
+    t1 = nf.traverse(syn, in_iface="eth0", out_iface="eth1")
+    assert t1.verdict == "ACCEPT" and str(t1.packet.src) == "10.244.0.1"  # masqueraded
+    # a router between this host and the endpoint: TTL exceeded, sent to 10.244.0.1
+    err = _error_about(t1.packet, "10.244.7.7")
+    t2 = nf.traverse(err, in_iface="eth1", out_iface="eth0")
+    assert t2.verdict == "ACCEPT" and t2.ctstate == "RELATED"
+    got = t2.packet
+    assert (str(got.src), str(got.dst)) == ("10.96.0.10", "192.168.1.10")
+    assert got.inner is not None
+    assert (str(got.inner.src), got.inner.sport) == ("192.168.1.10", 40000)
+    assert (str(got.inner.dst), got.inner.dport) == ("10.96.0.10", 80)
+    assert len(nf.conntrack) == 1
