@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from dataplane.emulator.devices import Epoch
 from dataplane.emulator.hooks import ReplayStep
-from dataplane.netfilter.conntrack import SEEN_REPLY, Connection, CtTuple, PacketState
+from dataplane.netfilter.conntrack import SEEN_REPLY, Connection
 from netmodel.packet import Packet
 
 FLOW_CACHE_LIMIT = 100_000
@@ -39,10 +39,11 @@ class Flow:
     epoch: int
     steps: tuple[ReplayStep, ...]
     #: per step, what the replay tests and calls, prepared once (the replay is hot):
-    #: classify, tuple, connection, ctstate, TCP state before, original direction,
-    #: ctstate is ESTABLISHED
+    #: the table's ``refresh``, connection, direction, ctstate, TCP state before,
+    #: original direction, ctstate is ESTABLISHED
     plan: tuple[
-        tuple[Callable[..., PacketState], CtTuple, Connection, str, str | None, bool, bool],
+        tuple[Callable[[Connection, int, frozenset[str]], str | None], Connection, int, str,
+              str | None, bool, bool],
         ...,
     ]
     src: str
@@ -99,7 +100,7 @@ class FlowCache:
         self.flows[key] = Flow(
             epoch=self.epoch.value,
             steps=steps,
-            plan=tuple((st.table.classify, st.tuple, st.conn, st.state, st.tcp_before,
+            plan=tuple((st.table.refresh, st.conn, st.direction, st.state, st.tcp_before,
                         st.direction == 0, st.state == "ESTABLISHED") for st in steps),
             src=key[0],
             host=host,
@@ -125,18 +126,16 @@ class FlowCache:
         instant: the same state and expiry)."""
         if flow.epoch != self.epoch.value or not flow.steps:
             return False
-        now = flow.steps[0].table.clock.now()
-        flags, itype = pkt.flags, pkt.icmp_type
-        for classify, t, conn, state, tcp_before, original, established in flow.plan:
-            if (
-                conn.expires <= now
-                or conn.tcp_state != tcp_before
-                or (original and bool(conn.status & SEEN_REPLY) != established)
+        flags = pkt.flags
+        for refresh, conn, direction, state, tcp_before, original, established in flow.plan:
+            if conn.tcp_state != tcp_before or (
+                original and bool(conn.status & SEEN_REPLY) != established
             ):
                 self.flows.pop((flow.src, pkt), None)
                 return False
-            ps = classify(t, flags, itype, None)
-            if ps.conn is not conn or ps.state != state:
+            # the entry is updated in place (no tuple lookup): refresh refuses an entry
+            # that expired or left its table
+            if refresh(conn, direction, flags) != state:
                 self.flows.pop((flow.src, pkt), None)
                 return False
         self.replayed += 1

@@ -58,6 +58,7 @@ SRC_NAT = 1 << 4
 DST_NAT = 1 << 5
 SRC_NAT_DONE = 1 << 7
 DST_NAT_DONE = 1 << 8
+DYING = 1 << 9  # removed from its table (deleted, expired, flushed)
 
 STATUS_NAMES = {"EXPECTED": EXPECTED, "SEEN_REPLY": SEEN_REPLY, "ASSURED": ASSURED,
                 "CONFIRMED": CONFIRMED}
@@ -290,6 +291,8 @@ class ConntrackTable:
         for t in (conn.orig, conn.reply):
             if self._by_tuple.get(t, (None,))[0] is conn:
                 del self._by_tuple[t]
+        # a removed entry is dead for good: :meth:`refresh` must not revive it
+        conn.status |= DYING
 
     def delete(self, conn: Connection) -> None:
         """Remove a connection (``conntrack -D``)."""
@@ -304,6 +307,8 @@ class ConntrackTable:
         return len(victims)
 
     def flush(self) -> None:
+        for conn, _ in self._by_tuple.values():
+            conn.status |= DYING
         self._by_tuple.clear()
 
     def entries(self) -> list[Connection]:
@@ -393,17 +398,40 @@ class ConntrackTable:
         conn, direction = hit
         if not commit:
             conn = conn.copy()
+        state = self._advance(conn, direction, flags, now, commit)
+        if state is None:
+            return _ps(None, direction, "INVALID")
+        return _ps(conn, direction, state)
+
+    def refresh(self, conn: Connection, direction: int, flags: frozenset[str]) -> str | None:
+        """Apply one more packet of a connection the caller already holds (from
+        :meth:`lookup` or :meth:`classify`) in ``direction``, without looking its tuple
+        up: exactly what :meth:`classify` does for that packet (state machine, timeout,
+        SEEN_REPLY/ASSURED, an unreplied TCP RST deleting the entry). Returns the
+        ctstate (``NEW`` or ``ESTABLISHED``), or None when the packet is INVALID for
+        the connection or the connection is no longer in the table (expired, deleted,
+        flushed — a removed connection is never revived)."""
+        now = self.clock.now()
+        if conn.status & DYING:
+            return None
+        if conn.expires <= now:
+            self._remove(conn)
+            return None
+        return self._advance(conn, direction, flags, now, True)
+
+    def _advance(self, conn: Connection, direction: int, flags: frozenset[str], now: float,
+                 commit: bool) -> str | None:
         unreplied = not conn.status & SEEN_REPLY
         if not self._update(conn, direction, flags, now):
-            return _ps(None, direction, "INVALID")
-        if commit and unreplied and proto == "tcp" and "RST" in flags:
+            return None
+        if commit and unreplied and conn.orig[0] == "tcp" and "RST" in flags:
             # nf_conntrack_tcp_packet: "If only reply is a RST, we can consider ourselves
             # not to have an established connection [...] delete the conntrack
             # immediately" (the packet itself still passes with it, NAT undone).
             self.delete(conn)
-        if direction == REPLY:
-            return _ps(conn, REPLY, "ESTABLISHED")
-        return _ps(conn, ORIGINAL, "ESTABLISHED" if conn.status & SEEN_REPLY else "NEW")
+        if direction == REPLY or conn.status & SEEN_REPLY:
+            return "ESTABLISHED"
+        return "NEW"
 
     def _update(self, conn: Connection, direction: int, flags: frozenset[str], now: float) -> bool:
         first_reply = direction == REPLY and not conn.status & SEEN_REPLY

@@ -246,3 +246,44 @@ def test_error_from_a_router_on_the_way_shows_the_connection_address() -> None:
     assert (str(got.inner.src), got.inner.sport) == ("192.168.1.10", 40000)
     assert (str(got.inner.dst), got.inner.dport) == ("10.96.0.10", 80)
     assert len(nf.conntrack) == 1
+
+
+def test_refresh_updates_a_held_connection_exactly_as_classify_does() -> None:
+    rng = Random(7)
+    choices = [flags("ACK"), flags("PSH", "ACK"), flags("FIN", "ACK"), flags("RST"),
+               flags("SYN"), flags("SYN", "ACK"), flags()]
+    for trial in range(300):
+        proto = rng.choice(["tcp", "udp"])
+        clocks = (SimClock(), SimClock())
+        a, b = ConntrackTable(clocks[0]), ConntrackTable(clocks[1])
+        fwd = t("10.0.0.1", "10.0.0.2", 1000 + trial, 80, proto)
+        first = flags("SYN") if proto == "tcp" else flags()
+        conns = []
+        for table in (a, b):
+            ps = table.classify(fwd, first, None, None)
+            assert ps.conn is not None and table.confirm(ps.conn)
+            conns.append(ps.conn)
+        for _ in range(12):
+            step = rng.choice([0.0, 1.0, 50.0, 200.0])
+            for c in clocks:
+                c.advance(step)
+            direction = rng.randrange(2)
+            f = rng.choice(choices) if proto == "tcp" else flags()
+            ps = a.classify(fwd if direction == 0 else fwd.inverted(), f, None, None)
+            want = None if ps.conn is None or ps.state == "INVALID" else ps.state
+            if want is not None and ps.conn is not conns[0]:
+                break  # a new connection took the tuple: refresh has nothing to say
+            got = b.refresh(conns[1], direction, f)
+            assert got == want, (trial, f, direction)
+            ca, cb = conns
+            assert (ca.status, ca.tcp_state, ca.expires) == (cb.status, cb.tcp_state, cb.expires)
+            assert len(a) == len(b)
+
+
+def test_refresh_never_revives_a_removed_connection() -> None:
+    ct = ConntrackTable()
+    ps = ct.classify(t("10.0.0.1", "10.0.0.2", 5, 6, "udp"), flags(), None, None)
+    assert ps.conn is not None and ct.confirm(ps.conn)
+    assert ct.refresh(ps.conn, 1, flags()) == "ESTABLISHED"
+    ct.delete(ps.conn)
+    assert ct.refresh(ps.conn, 0, flags()) is None and len(ct) == 0
