@@ -589,8 +589,36 @@ def listing(family: IPFamily, sets: Iterable[NftSet], chains: Iterable[NftChain]
 
 
 def normalize_listing(text: str) -> str:
-    """``nft list ruleset`` text with layout dropped and set elements sorted, so that a
-    kernel listing and :attr:`NftablesRender.save_text` compare equal."""
+    """``nft list ruleset`` text with layout dropped, set elements sorted and the sets,
+    maps and chains of each table sorted by kind and name (the kernel lists them in
+    creation order, which partial syncs change), so that a kernel listing and
+    :attr:`NftablesRender.save_text` compare equal when they hold the same ruleset."""
+    out: list[str] = []
+    block: list[str] = []
+    blocks: list[list[str]] = []
+    depth = 0
+    for line in _joined_lines(text):
+        opens, closes = line.count("{"), line.count("}")
+        if depth == 1 and opens > closes and line.split(" ", 1)[0] in ("set", "map", "chain"):
+            block = [line]
+        elif depth >= 2:
+            block.append(line)
+        elif depth == 1 and line == "}":
+            out.extend(ln for b in sorted(blocks, key=lambda b: b[0]) for ln in b)
+            blocks = []
+            out.append(line)
+        else:
+            out.append(line)
+        depth += opens - closes
+        if block and depth == 1:
+            blocks.append(block)
+            block = []
+    return "\n".join(out) + "\n"
+
+
+def _joined_lines(text: str) -> list[str]:
+    """Stripped non-empty lines, each ``elements = { … }`` joined into one line with
+    its elements sorted."""
     lines: list[str] = []
     pending: list[str] | None = None
     for raw in text.splitlines():
@@ -609,7 +637,7 @@ def normalize_listing(text: str) -> str:
             elems = sorted(e.strip() for e in body.split(","))
             lines.append("elements = { " + ", ".join(elems) + " }")
             pending = None
-    return "\n".join(lines) + "\n"
+    return lines
 
 
 def normalize_transaction(text: str) -> str:

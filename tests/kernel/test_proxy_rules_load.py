@@ -37,6 +37,7 @@ from dataplane.proxy.nftables import normalize_listing
 from dataplane.proxy.normalize import normalize, parse_tables
 from dataplane.proxy.savefmt import save_form
 from dataplane.proxy.snapshot import build_snapshot
+from dataplane.proxy.tracker import ChangeTracker
 
 pytestmark = [
     pytest.mark.kernel,
@@ -260,3 +261,50 @@ def test_ipvs_ipsets_and_glue_load(netns: str) -> None:
     saved = run_in(netns, ["ipset", "save"]).stdout
     kernel = {ln for ln in saved.splitlines() if ln.startswith("add ")}
     assert kernel == {ln for ln in out.ipset_text.splitlines() if ln.startswith("add ")}
+
+
+def _track(tracker: ChangeTracker, before: tuple, after: tuple) -> set:  # type: ignore[type-arg]
+    """Feed the differences between two (services, slices) states; apply."""
+    for old_objs, new_objs, update in (
+        (before[0], after[0], tracker.update_service),
+        (before[1], after[1], tracker.update_endpoint_slice),
+    ):
+        old = {o.key: o for o in old_objs}
+        new = {o.key: o for o in new_objs}
+        for key in old.keys() | new.keys():
+            update(old.get(key), new.get(key))  # type: ignore[operator]
+    return tracker.apply()
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=list(HealthCheck))
+@given(service_sets(max_services=4), service_sets(max_services=4))
+def test_partial_syncs_in_the_kernel_reach_the_full_state(before, after) -> None:  # type: ignore[no-untyped-def]
+    cfg = fake_config()
+    empty: tuple = ([], [])  # type: ignore[type-arg]
+    ipt, nft = ChangeTracker(cfg), ChangeTracker(cfg)
+    _track(ipt, empty, before)
+    _track(nft, empty, before)
+    with ns.temporary("t") as name:
+        first = render_iptables(ipt.snapshot, cfg)
+        load(name, first)
+        changed = _track(ipt, before, after)
+        existing = set(
+            parse_tables(run_in(name, ["iptables-save", "-t", "nat"]).stdout)["nat"].declared
+        )
+        second = render_iptables(ipt.snapshot, cfg, changed=changed, existing_chains=existing)
+        fresh = render_iptables(build_snapshot(after[0], after[1], cfg), cfg)
+        assert load(name, second, fresh=False) == fresh.save_text
+    with ns.temporary("t") as name:
+        run_in(name, ["nft", "-f", "-"], input=render("nftables", nft.snapshot, cfg).restore_input)
+        listed = run_in(name, ["nft", "list", "table", "ip", "kube-proxy"]).stdout
+        existing = {
+            ln.split()[1] for ln in listed.splitlines() if ln.strip().startswith(("chain ", "set "))
+        }
+        changed = _track(nft, before, after)
+        second_nft = render(
+            "nftables", nft.snapshot, cfg, changed=changed, existing_chains=existing
+        )
+        run_in(name, ["nft", "-f", "-"], input=second_nft.restore_input)
+        fresh_nft = render("nftables", build_snapshot(after[0], after[1], cfg), cfg)
+        got = run_in(name, ["nft", "list", "ruleset"]).stdout
+        assert normalize_listing(got) == normalize_listing(fresh_nft.save_text)
