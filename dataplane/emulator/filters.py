@@ -190,6 +190,8 @@ class TrackingFilter:
         *,
         record: bool,
         log: list[ReplayStep | None] | None = None,
+        physin: str | None = None,
+        physout: str | None = None,
     ) -> HookOutcome:
         hops: list[Hop] = []
         if hook == "PREROUTING" or hook == "OUTPUT":
@@ -304,6 +306,8 @@ class EngineFilter:
         *,
         record: bool,
         log: list[ReplayStep | None] | None = None,
+        physin: str | None = None,
+        physout: str | None = None,
     ) -> HookOutcome:
         prev = skb.ct
         eskb: nf_eval.Skb | Packet
@@ -323,7 +327,8 @@ class EngineFilter:
             nf.trace = record
         if log is None or not first:
             res = nf.run_hook(hook, eskb, in_iface=indev, out_iface=outdev,
-                              chooser=self.chooser_box[0])
+                              chooser=self.chooser_box[0], physdev_in=physin,
+                              physdev_out=physout)
             out = res.skb
             if log is not None and out is None:
                 log.append(None)
@@ -333,7 +338,8 @@ class EngineFilter:
             before = table.lookup(t)
             tcp_before = before[0].tcp_state if before is not None else None
             res = nf.run_hook(hook, eskb, in_iface=indev, out_iface=outdev,
-                              chooser=self.chooser_box[0])
+                              chooser=self.chooser_box[0], physdev_in=physin,
+                              physdev_out=physout)
             out = res.skb
             if out is None:
                 log.append(None)

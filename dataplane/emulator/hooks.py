@@ -12,6 +12,10 @@ Contract of ``run``:
 * ``hook`` is ``PREROUTING``, ``INPUT``, ``FORWARD``, ``OUTPUT`` or ``POSTROUTING``;
   ``indev``/``outdev`` are the ``-i``/``-o`` names (for bridged frames under
   br_netfilter: the bridge).
+* ``physin``/``physout`` are the bridge ports of a packet br_netfilter handles
+  (``-m physdev``): the ingress port from the bridge's PREROUTING on (also in INPUT or
+  FORWARD when the frame went up to the IP layer), the egress port in the bridge's
+  FORWARD and POSTROUTING. Both None: the packet never crossed a bridge port.
 * The first hook a packet meets in a namespace (PREROUTING or OUTPUT) attaches its
   conntrack state to ``skb``; the last one (INPUT or POSTROUTING) confirms a new entry.
   A packet crossing into another namespace gets a fresh :class:`Skb`.
@@ -57,12 +61,14 @@ class Skb:
     inner Ethernet frame an outer VXLAN packet carries; ``bridged`` says br_netfilter has
     already run PREROUTING for it (so the IP layer must not run it again); ``related`` is
     the attachment of the packet a kernel-generated error answers (``nf_ct_attach``): the
-    error is RELATED to that connection even before it is confirmed."""
+    error is RELATED to that connection even before it is confirmed; ``physin`` is the
+    bridge port the frame entered through under br_netfilter (``-m physdev``)."""
 
     ct: object | None = None
     tunnel: Tunnel | None = None
     bridged: bool = False
     related: object | None = None
+    physin: str | None = None
 
 
 class HookOutcome(NamedTuple):
@@ -108,6 +114,8 @@ class PacketFilter(Protocol):
         *,
         record: bool,
         log: list[ReplayStep | None] | None = None,
+        physin: str | None = None,
+        physout: str | None = None,
     ) -> HookOutcome:
         """Run ``hook`` for ``pkt`` (see the module docstring)."""
         ...

@@ -272,13 +272,16 @@ class Walker:
         indev: str | None,
         outdev: str | None,
         skb: Skb,
+        physout: str | None = None,
     ) -> Packet | None:
         """Run one netfilter hook; None when the packet did not survive it (the walk has
-        then ended: DROP, or REJECT with its answer)."""
+        then ended: DROP, or REJECT with its answer). The bridge ports are the skb's
+        ingress port and ``physout`` (br_netfilter's FORWARD and POSTROUTING)."""
         f = self._filter_of.get(host)
         if f is None:
             return pkt
-        out = f.run(hook, pkt, indev, outdev, skb, record=w.record, log=w.log)
+        out = f.run(hook, pkt, indev, outdev, skb, record=w.record, log=w.log,
+                    physin=skb.physin, physout=physout)
         if w.record:
             if out.hops:
                 w.hops.extend(out.hops)
@@ -623,7 +626,7 @@ class Walker:
             self._bridge_forward(w, host, br, port, src_mac, dst_mac, pkt, None, tunnel)
             return
         # br_netfilter: PREROUTING at the bridge, the IP layer will not repeat it
-        skb = Skb(tunnel=tunnel, bridged=True)
+        skb = Skb(tunnel=tunnel, bridged=True, physin=port.name)
         out = self._hook(w, host, "PREROUTING", pkt, br.name, None, skb)
         if out is None:
             return
@@ -686,10 +689,10 @@ class Walker:
         if w.record:
             w.hops.append(Hop("bridge", host.name, dev_in=inport.name, dev_out=out.name, bridge=text))
         if skb is not None:
-            fwd = self._hook(w, host, "FORWARD", pkt, br.name, br.name, skb)
+            fwd = self._hook(w, host, "FORWARD", pkt, br.name, br.name, skb, out.name)
             if fwd is None:
                 return
-            post = self._hook(w, host, "POSTROUTING", fwd, None, br.name, skb)
+            post = self._hook(w, host, "POSTROUTING", fwd, None, br.name, skb, out.name)
             if post is None:
                 return
             pkt = post

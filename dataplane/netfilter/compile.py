@@ -307,21 +307,42 @@ def _make_set(m: R.SetMatch, sets: Mapping[str, IpSet]) -> Callable[[Work], bool
     return test
 
 
+def _ifname_match(want: str, have: str) -> bool:
+    """An interface name against a pattern (``+`` at the end: prefix)."""
+    return have.startswith(want[:-1]) if want.endswith("+") else have == want
+
+
 def _make_physdev(m: R.PhysdevMatch) -> Callable[[Work], bool]:
+    """``-m physdev`` as xt_physdev decides it. A packet with no bridge information
+    (``w.bridged`` False: never crossed a bridge port under br_netfilter) matches only
+    if every option given is negated. Otherwise ``--physdev-is-bridged`` means "has a
+    bridge output port" (so only FORWARD/POSTROUTING of a bridged frame),
+    ``--physdev-is-in``/``-out`` whether that port is known, ``--physdev-in NAME`` is
+    not tested when no input port is known, and ``--physdev-out NAME`` never matches
+    (negated or not) when no output port is known."""
+    options = [(v is not None, inv) for v, inv in (
+        (m.is_bridged, m.is_bridged is False), (m.is_in, m.is_in is False),
+        (m.is_out, m.is_out is False), (m.physdev_in, m.physdev_in_invert),
+        (m.physdev_out, m.physdev_out_invert))]
+    unbridged = all(inv for given, inv in options if given)
+
     def test(w: Work) -> bool:
-        if m.is_bridged is not None and w.bridged != m.is_bridged:
+        if not w.bridged:
+            return unbridged
+        indev, outdev = w.phys_in, w.phys_out
+        if m.is_bridged is not None and bool(outdev) != m.is_bridged:
             return False
-        if m.is_in is not None and bool(w.phys_in) != m.is_in:
+        if m.is_in is not None and bool(indev) != m.is_in:
             return False
-        if m.is_out is not None and bool(w.phys_out) != m.is_out:
+        if m.is_out is not None and bool(outdev) != m.is_out:
             return False
-        for want, have, inv in ((m.physdev_in, w.phys_in, m.physdev_in_invert),
-                                (m.physdev_out, w.phys_out, m.physdev_out_invert)):
-            if want is None:
-                continue
-            ok = have.startswith(want[:-1]) if want.endswith("+") else have == want
-            if not have or ok == inv:
+        if m.physdev_in is not None and indev and (
+                _ifname_match(m.physdev_in, indev) == m.physdev_in_invert):
+            return False
+        if m.physdev_out is not None:
+            if not outdev:
                 return False
+            return _ifname_match(m.physdev_out, outdev) != m.physdev_out_invert
         return True
 
     return test

@@ -209,3 +209,33 @@ def test_json_contract_keys() -> None:
     assert any(h["kind"] == "rule" and h.get("rule_number") for h in js["hops"])
     text = c.trace("pod/default/a", CIP, "tcp", 80).render_text()
     assert "SEP-C" in text and "request:" in text and "reply:" in text
+
+
+def _node_port_of(c: object, pod: str) -> str:
+    """The name of node n1's bridge port (veth) whose peer is ``pod``'s eth0."""
+    host = c.hosts["node/n1"]  # type: ignore[attr-defined]
+    for dev in host.devices.values():
+        if dev.peer is not None and dev.peer.host_name == pod:
+            return str(dev.name)
+    raise AssertionError(pod)
+
+
+def test_physdev_sees_the_bridge_ports_under_br_netfilter() -> None:
+    probe = cluster()
+    port_a = _node_port_of(probe, "pod/default/a")
+    rules = f"""*filter
+:INPUT ACCEPT [0:0]
+:FORWARD ACCEPT [0:0]
+:OUTPUT ACCEPT [0:0]
+-A INPUT -p tcp --dport 10250 -m physdev --physdev-in {port_a} -j DROP
+-A FORWARD -m physdev --physdev-in {port_a} --physdev-is-bridged -j DROP
+COMMIT
+"""
+    c = cluster({"n1": rules})
+    t = c.trace("pod/default/a", B, "tcp", 8080)  # bridged a -> b: FORWARD, ports known
+    assert t.verdict == "DROP" and t.rules()[-1].hook == "FORWARD"
+    assert c.trace("pod/default/b", A, "tcp", 8080).verdict == "delivered"
+    # up to the IP layer through the bridge: INPUT still knows the ingress port
+    t2 = c.trace("pod/default/a", N1, "tcp", 10250)
+    assert t2.verdict == "DROP" and t2.rules()[-1].hook == "INPUT"
+    assert c.trace("pod/default/b", N1, "tcp", 10250).verdict != "DROP"

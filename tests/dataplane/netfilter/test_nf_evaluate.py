@@ -309,3 +309,37 @@ COMMIT
     assert nf.run_hook("FORWARD", p, physdev_in="veth9", physdev_out="veth2").verdict == "ACCEPT"
     assert nf.run_hook("FORWARD", p, src_mac="02:00:00:00:00:01").verdict == "REJECT"
     assert nf.run_hook("FORWARD", p).verdict == "ACCEPT"
+
+
+@pytest.mark.parametrize(("opts", "pin", "pout", "matches"), [
+    # no bridge information: only fully negated options match
+    ("--physdev-in veth1", None, None, False),
+    ("! --physdev-in veth1", None, None, True),
+    ("--physdev-is-bridged", None, None, False),
+    ("! --physdev-is-bridged", None, None, True),
+    # PREROUTING of a bridged frame: an input port, no output port yet
+    ("--physdev-in veth1", "veth1", None, True),
+    ("--physdev-in veth+", "veth1", None, True),
+    ("! --physdev-in veth1", "veth1", None, False),
+    ("--physdev-is-bridged", "veth1", None, False),
+    ("--physdev-is-in", "veth1", None, True),
+    ("--physdev-is-out", "veth1", None, False),
+    ("--physdev-out veth2", "veth1", None, False),
+    ("! --physdev-out veth2", "veth1", None, False),  # no output port: never
+    # FORWARD of a bridged frame: both ports
+    ("--physdev-is-bridged", "veth1", "veth2", True),
+    ("--physdev-out veth2", "veth1", "veth2", True),
+    ("! --physdev-out veth2", "veth1", "veth3", True),
+    ("--physdev-in veth1 --physdev-out veth3", "veth1", "veth2", False),
+])
+def test_physdev_follows_xt_physdev(opts: str, pin: str | None, pout: str | None,
+                                    matches: bool) -> None:
+    nf = nf_of(f"""*filter
+:INPUT ACCEPT [0:0]
+:FORWARD ACCEPT [0:0]
+:OUTPUT ACCEPT [0:0]
+-A FORWARD -m physdev {opts} -j DROP
+COMMIT
+""")
+    res = nf.run_hook("FORWARD", syn("10.0.0.1", "10.0.0.2"), physdev_in=pin, physdev_out=pout)
+    assert (res.verdict == "DROP") == matches
