@@ -288,17 +288,20 @@ def _fixed(cfg: NodeProxyConfig) -> tuple[list[NftSet], list[NftChain]]:
             '"Drop traffic to unallocated ClusterIPs"'
         )
     if cfg.node_ports_match_all:
+        # every local address but loopback (nftables mode has no localhost NodePorts);
+        # the nodeport-ips set is not kept (render_nftables deletes it)
         no_lo = f"{ipx} daddr != {'127.0.0.0/8' if ipx == 'ip' else '::1'}"
-        np_check = (
-            f"fib daddr type local {no_lo} meta l4proto . th dport vmap @no-endpoint-nodeports"
-        )
+        np_check = f"{no_lo} meta l4proto . th dport vmap @no-endpoint-nodeports"
         np_services = (
             f"fib daddr type local {no_lo} meta l4proto . th dport vmap @service-nodeports"
         )
+        del sets[1]
     else:
         np_check = f"{ipx} daddr @nodeport-ips meta l4proto . th dport vmap @no-endpoint-nodeports"
         np_services = f"{ipx} daddr @nodeport-ips meta l4proto . th dport vmap @service-nodeports"
-        sets[1].elements = list(cfg.node_port_ips())
+        sets[1].elements = [
+            ip for ip in cfg.node_port_ips() if not ipaddress.ip_address(ip).is_loopback
+        ]
     masq = "masquerade fully-random"
     chains = [
         NftChain("cluster-ips-check", rules=cluster_check),
@@ -413,7 +416,7 @@ def render_nftables(
     (names containing ``/``) that are no longer used are flushed and deleted.
     """
     cfg = node_config
-    ipx, _ = _fam(cfg.ip_family)
+    ipx, addr = _fam(cfg.ip_family)
     det = cfg.local_detector
     ctx = _Ctx(
         cfg.ip_family,
@@ -462,6 +465,12 @@ def render_nftables(
     for n in stale:
         kind = "set" if n.startswith("affinity-") else "chain"
         out.append(f"delete {kind} {t} {n}")
+    if "nodeport-ips" not in by_name:  # add+delete: gone whether or not it existed
+        out.append(
+            f'add set {t} nodeport-ips {{ type {addr} ; comment "IPs that accept '
+            'NodePort traffic" ; }'
+        )
+        out.append(f"delete set {t} nodeport-ips")
     return NftablesRender(
         "\n".join(out) + "\n",
         cfg.ip_family,

@@ -32,14 +32,29 @@ def test_transaction_creates_before_use_and_flushes_what_it_rewrites() -> None:
     )
     lines = out.restore_input.splitlines()
     first_rule = next(i for i, ln in enumerate(lines) if ln.startswith("add rule"))
-    assert all(not ln.startswith(("add chain", "add set", "add map")) for ln in lines[first_rule:])
+    assert all(
+        not ln.startswith(("add chain", "add set", "add map"))
+        for ln in lines[first_rule:]
+        if "nodeport-ips" not in ln
+    )
     assert "flush map ip kube-proxy service-ips" in lines
     assert not any(ln.startswith("flush set ip kube-proxy affinity-") for ln in lines)
-    # match-all NodePorts: no node IP list, fib-based matching without localhost
+    # match-all NodePorts: no node IP set (added and deleted, so it is gone in any
+    # case), fib-based matching without localhost
     assert (
         "add rule ip kube-proxy services fib daddr type local ip daddr != 127.0.0.0/8 "
         "meta l4proto . th dport vmap @service-nodeports" in lines
     )
+    assert (
+        "add rule ip kube-proxy nodeport-endpoints-check ip daddr != 127.0.0.0/8 "
+        "meta l4proto . th dport vmap @no-endpoint-nodeports" in lines
+    )
+    assert lines[-2:] == [
+        'add set ip kube-proxy nodeport-ips { type ipv4_addr ; comment "IPs that accept '
+        'NodePort traffic" ; }',
+        "delete set ip kube-proxy nodeport-ips",
+    ]
+    assert all(s.name != "nodeport-ips" for s in out.sets)
 
 
 def test_partial_sync_and_stale_objects() -> None:
