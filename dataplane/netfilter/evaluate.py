@@ -471,9 +471,14 @@ class Netfilter:
             if w.ctbits & ST_RELATED:
                 # an ICMP error about a connection: translated per the connection's
                 # bindings, the nat chains never run for it and no decision is taken
-                # (nf_nat_ipv4_fn -> nf_nat_icmp_reply_translation)
+                # (nf_nat_ipv4_fn -> nf_nat_icmp_reply_translation). The only other
+                # RELATED packet here is REJECT's TCP reset, attached to the connection
+                # it answers: rewritten like a reply (addresses and ports)
                 if ct.status & need[w.ctdir]:
-                    self._translate_error(w, ct, manip, rec)
+                    if w.proto == "icmp" or w.proto == "ipv6-icmp":
+                        self._translate_error(w, ct, manip, rec)
+                    else:
+                        self._apply_binding(w, manip, rec, hook)
                 return CONTINUE
             if chains is None:
                 chains = self._nat_chains(hook)

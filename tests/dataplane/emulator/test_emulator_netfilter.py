@@ -4,7 +4,7 @@ through the same conntrack entry, hairpin, NodePort, ICMP errors about NATed pac
 from __future__ import annotations
 
 import pytest
-from emu_helpers import EXT, N1, RULES_NO_HAIRPIN_MASQ, A, B, C, both, cluster
+from emu_helpers import EXT, N1, RULES, RULES_NO_HAIRPIN_MASQ, A, B, C, both, cluster
 
 CIP, REJECTED, DROPPED, SPLIT = "10.96.0.10", "10.96.0.11", "10.96.0.12", "10.96.0.20"
 
@@ -239,3 +239,32 @@ COMMIT
     t2 = c.trace("pod/default/a", N1, "tcp", 10250)
     assert t2.verdict == "DROP" and t2.rules()[-1].hook == "INPUT"
     assert c.trace("pod/default/b", N1, "tcp", 10250).verdict != "DROP"
+
+
+def test_reject_answers_as_the_kernel_builds_them() -> None:
+    extra = ("-A FORWARD -d 10.244.2.5/32 -p tcp --dport 8080 -j REJECT --reject-with tcp-reset\n"
+             "-A INPUT -p tcp --dport 9999 -j REJECT\nCOMMIT\n")
+    rules = RULES[: RULES.rindex("COMMIT")] + extra
+    c = cluster({"n1": rules, "n2": RULES})
+    # icmp-port-unreachable (the default) from a forwarded packet: sent from the address
+    # the rejecting host routes towards the sender, quoting the packet as it was
+    t = c.trace("pod/default/a", REJECTED, "tcp", 80)
+    assert t.reply is not None and t.reply.received is not None
+    err = t.reply.received
+    assert (err.proto, err.icmp_type, err.icmp_code) == ("icmp", 3, 3)
+    assert (str(err.src), str(err.dst), err.ttl) == ("10.244.1.1", A, 64)
+    assert err.length == 20 + 8 + t.packet.length and not err.df
+    assert err.inner is not None and (err.inner.sport, err.inner.dport) == (t.packet.sport, 80)
+    # ... from a packet to the host itself: from that (local) destination
+    t2 = c.trace("pod/default/a", N1, "tcp", 9999)
+    assert t2.verdict == "REJECT" and t2.reply is not None and t2.reply.received is not None
+    assert str(t2.reply.received.src) == N1
+    # tcp-reset after DNAT: addresses and ports swapped, RST+ACK answering the SYN; the
+    # connection's binding makes it come from the Service, and nothing is confirmed
+    t3 = c.trace("pod/default/a", CIP, "tcp", 80)
+    assert t3.verdict == "REJECT" and t3.rules()[-1].verdict == "REJECT tcp-reset"
+    assert t3.reply is not None and t3.reply.received is not None
+    rst = t3.reply.received
+    assert rst.proto == "tcp" and rst.flags == frozenset({"RST", "ACK"})
+    assert (str(rst.src), rst.sport, str(rst.dst), rst.dport) == (CIP, 80, A, t3.packet.sport)
+    assert not [e for e in c.conntrack("n1") if e.proto == "tcp"]
