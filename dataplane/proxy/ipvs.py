@@ -340,32 +340,72 @@ def _contains(cidr: str, ip: str) -> bool:
         return False
 
 
-def _glue(cfg: NodeProxyConfig, sets: dict[str, tuple[str, list[str]]]) -> str:
+#: (set, table, from chain, to, match flags, protocol): rules written only when the set
+#: has entries, in this order (the Local NodePort sets come before the plain ones).
+_SET_RULES: tuple[tuple[str, str, str, str, str, str], ...] = (
+    ("KUBE-LOOP-BACK", "nat", "KUBE-POSTROUTING", "MASQUERADE", "dst,dst,src", ""),
+    ("KUBE-LOAD-BALANCER", "nat", "KUBE-SERVICES", "KUBE-LOAD-BALANCER", "dst,dst", ""),
+    ("KUBE-LOAD-BALANCER-LOCAL", "nat", "KUBE-LOAD-BALANCER", "RETURN", "dst,dst", ""),
+    ("KUBE-NODE-PORT-LOCAL-TCP", "nat", "KUBE-NODE-PORT", "RETURN", "dst", "tcp"),
+    ("KUBE-NODE-PORT-TCP", "nat", "KUBE-NODE-PORT", "KUBE-MARK-MASQ", "dst", "tcp"),
+    ("KUBE-NODE-PORT-LOCAL-UDP", "nat", "KUBE-NODE-PORT", "RETURN", "dst", "udp"),
+    ("KUBE-NODE-PORT-UDP", "nat", "KUBE-NODE-PORT", "KUBE-MARK-MASQ", "dst", "udp"),
+    ("KUBE-NODE-PORT-LOCAL-SCTP-HASH", "nat", "KUBE-NODE-PORT", "RETURN", "dst,dst", "sctp"),
+    ("KUBE-NODE-PORT-SCTP-HASH", "nat", "KUBE-NODE-PORT", "KUBE-MARK-MASQ", "dst,dst", "sctp"),
+    (
+        "KUBE-LOAD-BALANCER-FW",
+        "filter",
+        "KUBE-PROXY-FIREWALL",
+        "KUBE-SOURCE-RANGES-FIREWALL",
+        "dst,dst",
+        "",
+    ),
+    (
+        "KUBE-LOAD-BALANCER-SOURCE-CIDR",
+        "filter",
+        "KUBE-SOURCE-RANGES-FIREWALL",
+        "RETURN",
+        "dst,dst,src",
+        "",
+    ),
+    (
+        "KUBE-LOAD-BALANCER-SOURCE-IP",
+        "filter",
+        "KUBE-SOURCE-RANGES-FIREWALL",
+        "RETURN",
+        "dst,dst,src",
+        "",
+    ),
+)
+
+
+def _glue(
+    cfg: NodeProxyConfig,
+    sets: dict[str, tuple[str, list[str]]],
+    lb_no_node_access: list[tuple[str, str, int]],
+) -> str:
+    """The iptables-restore payload of IPVS mode (nat first, then filter, as upstream)."""
     v6 = cfg.is_ipv6
     mark = cfg.masquerade_mark
     comment = {s.name: s.comment for s in IPSETS}
 
-    def match(name: str, flags: str) -> str:
-        return (
-            f'-m comment --comment "{comment[name]}" '
-            f"-m set --match-set {_set_name(name, v6)} {flags}"
-        )
+    def name(base: str) -> str:
+        return _set_name(base, v6)
 
-    def has(name: str) -> bool:
-        return bool(sets[_set_name(name, v6)][1])
+    def has(base: str) -> bool:
+        return bool(sets[name(base)][1])
 
-    nat: list[str] = []
+    def match(base: str, flags: str) -> str:
+        return f'-m comment --comment "{comment[base]}" -m set --match-set {name(base)} {flags}'
+
+    nat: list[str] = [f"-A KUBE-SERVICES -s {'::1/128' if v6 else '127.0.0.0/8'} -j RETURN"]
     flt: list[str] = []
-    if has("KUBE-LOOP-BACK"):
-        nat.append(f"-A KUBE-POSTROUTING {match('KUBE-LOOP-BACK', 'dst,dst,src')} -j MASQUERADE")
-    masq = '-A KUBE-POSTROUTING -m comment --comment "kubernetes service traffic requiring SNAT" '
-    masq += "-j MASQUERADE" + (" --random-fully" if cfg.random_fully else "")
-    nat += [
-        f"-A KUBE-POSTROUTING -m mark ! --mark {mark}/{mark} -j RETURN",
-        f"-A KUBE-POSTROUTING -j MARK --xor-mark {mark}",
-        masq,
-        f"-A KUBE-MARK-MASQ -j MARK --or-mark {mark}",
-    ]
+    for base, table, chain, target, flags, proto in _SET_RULES:
+        if has(base):
+            p = f"-p {proto} " if proto else ""
+            (nat if table == "nat" else flt).append(
+                f"-A {chain} {p}{match(base, flags)} -j {target}"
+            )
     if has("KUBE-CLUSTER-IP"):
         if cfg.masquerade_all:
             nat.append(f"-A KUBE-SERVICES {match('KUBE-CLUSTER-IP', 'dst,dst')} -j KUBE-MARK-MASQ")
@@ -374,91 +414,78 @@ def _glue(cfg: NodeProxyConfig, sets: dict[str, tuple[str, list[str]]]) -> str:
                 f"-A KUBE-SERVICES {match('KUBE-CLUSTER-IP', 'dst,dst')} "
                 f"{cfg.local_detector.iptables_not_local} -j KUBE-MARK-MASQ"
             )
-    if has("KUBE-EXTERNAL-IP"):
-        nat.append(f"-A KUBE-SERVICES {match('KUBE-EXTERNAL-IP', 'dst,dst')} -j KUBE-MARK-MASQ")
-    if has("KUBE-LOAD-BALANCER"):
-        nat.append(
-            f"-A KUBE-SERVICES {match('KUBE-LOAD-BALANCER', 'dst,dst')} -j KUBE-LOAD-BALANCER"
-        )
-        if has("KUBE-LOAD-BALANCER-LOCAL"):
-            nat.append(
-                f"-A KUBE-LOAD-BALANCER {match('KUBE-LOAD-BALANCER-LOCAL', 'dst,dst')} -j RETURN"
-            )
-        nat.append("-A KUBE-LOAD-BALANCER -j KUBE-MARK-MASQ")
-    for proto in ("TCP", "UDP"):
-        local, plain = f"KUBE-NODE-PORT-LOCAL-{proto}", f"KUBE-NODE-PORT-{proto}"
-        p = proto.lower()
-        if has(local):
-            nat.append(f"-A KUBE-NODE-PORT -p {p} {match(local, 'dst')} -j RETURN")
-        if has(plain):
-            nat.append(f"-A KUBE-NODE-PORT -p {p} {match(plain, 'dst')} -j KUBE-MARK-MASQ")
-    if has("KUBE-NODE-PORT-LOCAL-SCTP-HASH"):
-        nat.append(
-            f"-A KUBE-NODE-PORT -p sctp {match('KUBE-NODE-PORT-LOCAL-SCTP-HASH', 'dst,dst')}"
-            " -j RETURN"
-        )
-    if has("KUBE-NODE-PORT-SCTP-HASH"):
-        nat.append(
-            f"-A KUBE-NODE-PORT -p sctp {match('KUBE-NODE-PORT-SCTP-HASH', 'dst,dst')}"
-            " -j KUBE-MARK-MASQ"
-        )
-    if any(
-        has(n) for n in ("KUBE-NODE-PORT-TCP", "KUBE-NODE-PORT-UDP", "KUBE-NODE-PORT-SCTP-HASH")
-    ):
-        lo = " ! -d ::1/128" if v6 else ""
-        nat.append(
-            '-A KUBE-SERVICES -m comment --comment "kubernetes service nodeports; NOTE: '
-            'this must be the last rule in this chain" -m addrtype --dst-type LOCAL'
-            f"{lo} -j KUBE-NODE-PORT"
-        )
-    for name in ("KUBE-CLUSTER-IP", "KUBE-LOAD-BALANCER", "KUBE-EXTERNAL-IP"):
-        if has(name):
-            nat.append(f"-A KUBE-SERVICES {match(name, 'dst,dst')} -j ACCEPT")
-
-    if has("KUBE-LOAD-BALANCER-FW"):
+        else:  # node-originated traffic sourced from a VIP on kube-ipvs0
+            nat.append(f"-A KUBE-SERVICES {match('KUBE-CLUSTER-IP', 'src,dst')} -j KUBE-MARK-MASQ")
+    for base in ("KUBE-EXTERNAL-IP", "KUBE-EXTERNAL-IP-LOCAL"):
+        if not has(base):
+            continue
+        head = f"-A KUBE-SERVICES {match(base, 'dst,dst')}"
+        if base == "KUBE-EXTERNAL-IP":
+            nat.append(f"{head} -j KUBE-MARK-MASQ")
+        # off-machine traffic, and traffic to external IPs that are local addresses
+        nat.append(f"{head} -m physdev ! --physdev-is-in -m addrtype ! --src-type LOCAL -j ACCEPT")
+        nat.append(f"{head} -m addrtype --dst-type LOCAL -j ACCEPT")
+    nat.append("-A KUBE-SERVICES -m addrtype --dst-type LOCAL -j KUBE-NODE-PORT")
+    nat.append("-A KUBE-LOAD-BALANCER -j KUBE-MARK-MASQ")
+    flt.append("-A KUBE-SOURCE-RANGES-FIREWALL -j DROP")
+    for ip, proto, port in lb_no_node_access:
         flt.append(
-            f"-A KUBE-PROXY-FIREWALL {match('KUBE-LOAD-BALANCER-FW', 'dst,dst')} "
-            "-j KUBE-SOURCE-RANGES-FIREWALL"
+            f"-A KUBE-IPVS-OUT-FILTER -s {ip} -m ipvs --vaddr {ip} --vproto {proto} "
+            f"--vport {port} -j DROP"
         )
-        for name in ("KUBE-LOAD-BALANCER-SOURCE-CIDR", "KUBE-LOAD-BALANCER-SOURCE-IP"):
-            if has(name):
-                flt.append(f"-A KUBE-SOURCE-RANGES-FIREWALL {match(name, 'dst,dst,src')} -j RETURN")
-        flt.append("-A KUBE-SOURCE-RANGES-FIREWALL -j DROP")
-    if has("KUBE-HEALTH-CHECK-NODE-PORT"):
-        flt.append(f"-A KUBE-NODE-PORT {match('KUBE-HEALTH-CHECK-NODE-PORT', 'dst')} -j ACCEPT")
-    for name, flags in (
+    for base in ("KUBE-CLUSTER-IP", "KUBE-LOAD-BALANCER"):
+        if has(base):
+            nat.append(f"-A KUBE-SERVICES -m set --match-set {name(base)} dst,dst -j ACCEPT")
+    flt.append(
+        '-A KUBE-FORWARD -m comment --comment "kubernetes forwarding rules" '
+        f"-m mark --mark {mark}/{mark} -j ACCEPT"
+    )
+    flt.append(
+        '-A KUBE-FORWARD -m comment --comment "kubernetes forwarding conntrack rule" '
+        "-m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT"
+    )
+    flt.append(f"-A KUBE-NODE-PORT {match('KUBE-HEALTH-CHECK-NODE-PORT', 'dst')} -j ACCEPT")
+    for base, flags in (
         ("KUBE-LOAD-BALANCER", "dst,dst"),
         ("KUBE-CLUSTER-IP", "dst,dst"),
         ("KUBE-EXTERNAL-IP", "dst,dst"),
         ("KUBE-EXTERNAL-IP-LOCAL", "dst,dst"),
         ("KUBE-HEALTH-CHECK-NODE-PORT", "dst"),
     ):
-        if has(name):
-            flt.append(f"-A KUBE-IPVS-FILTER {match(name, flags)} -j RETURN")
-    if has("KUBE-IPVS-IPS"):
-        flt.append(
-            "-A KUBE-IPVS-FILTER -m conntrack --ctstate NEW "
-            f"{match('KUBE-IPVS-IPS', 'dst')} -j REJECT"
-        )
-    if not cfg.conntrack_tcp_be_liberal:
-        flt.append("-A KUBE-FORWARD -m conntrack --ctstate INVALID -j DROP")
-    flt += [
-        f'-A KUBE-FORWARD -m comment --comment "kubernetes forwarding rules" '
-        f"-m mark --mark {mark}/{mark} -j ACCEPT",
-        '-A KUBE-FORWARD -m comment --comment "kubernetes forwarding conntrack rule" '
-        "-m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT",
+        flt.append(f"-A KUBE-IPVS-FILTER -m set --match-set {name(base)} {flags} -j RETURN")
+    flt.append(
+        "-A KUBE-IPVS-FILTER -m conntrack --ctstate NEW "
+        f"-m set --match-set {name('KUBE-IPVS-IPS')} dst -j REJECT"
+    )
+    masq = '-A KUBE-POSTROUTING -m comment --comment "kubernetes service traffic requiring SNAT" '
+    masq += "-j MASQUERADE" + (" --random-fully" if cfg.random_fully else "")
+    nat += [
+        f"-A KUBE-POSTROUTING -m mark ! --mark {mark}/{mark} -j RETURN",
+        f"-A KUBE-POSTROUTING -j MARK --xor-mark {mark}",
+        masq,
+        f"-A KUBE-MARK-MASQ -j MARK --or-mark {mark}",
     ]
-    lines = ["*filter"] + [f":{c} - [0:0]" for c in _CHAINS["filter"]] + flt + ["COMMIT"]
-    lines += ["*nat"] + [f":{c} - [0:0]" for c in _CHAINS["nat"]] + nat + ["COMMIT"]
+    lines = ["*nat", *(f":{c} - [0:0]" for c in _CHAINS["nat"]), *nat, "COMMIT"]
+    lines += ["*filter", *(f":{c} - [0:0]" for c in _CHAINS["filter"]), *flt, "COMMIT"]
     return "\n".join(lines) + "\n"
 
 
-def _virtual_servers(st: ServicePortState, cfg: NodeProxyConfig) -> list[VirtualServer]:
+def _virtual_servers(
+    st: ServicePortState, cfg: NodeProxyConfig, node_port_ips: tuple[str, ...]
+) -> list[VirtualServer]:
     info = st.info
     sched = cfg.ipvs_scheduler
     pers = info.affinity_timeout
-    internal = _rs(st.local_endpoints if info.internal_policy_local else st.cluster_endpoints)
-    external = _rs(st.local_endpoints if info.external_policy_local else st.cluster_endpoints)
+
+    def real_servers(local_only: bool) -> tuple[RealServer, ...]:
+        # a Local policy with no local endpoint falls back to the cluster-wide ones
+        # (so pods on this node can still reach the service)
+        if local_only and st.local_endpoints:
+            return _rs(st.local_endpoints)
+        return _rs(st.cluster_endpoints)
+
+    internal = real_servers(info.internal_policy_local)
+    external = real_servers(info.external_policy_local)
     out = [
         VirtualServer(
             info.cluster_ip,
@@ -472,8 +499,8 @@ def _virtual_servers(st: ServicePortState, cfg: NodeProxyConfig) -> list[Virtual
             info.internal_policy_local,
         )
     ]
-    for ip in info.external_ips:
-        out.append(
+    for kind, ips in (("ExternalIP", info.external_ips), ("LoadBalancer", info.load_balancer_vips)):
+        out.extend(
             VirtualServer(
                 ip,
                 info.port,
@@ -482,45 +509,35 @@ def _virtual_servers(st: ServicePortState, cfg: NodeProxyConfig) -> list[Virtual
                 pers,
                 external,
                 info.name,
-                "ExternalIP",
+                kind,
                 info.external_policy_local,
             )
-        )
-    for ip in info.load_balancer_vips:
-        out.append(
-            VirtualServer(
-                ip,
-                info.port,
-                info.protocol,
-                sched,
-                pers,
-                external,
-                info.name,
-                "LoadBalancer",
-                info.external_policy_local,
-            )
+            for ip in ips
         )
     if info.node_port:
-        for ip in _node_port_ips(cfg):
-            out.append(
-                VirtualServer(
-                    ip,
-                    info.node_port,
-                    info.protocol,
-                    sched,
-                    pers,
-                    external,
-                    info.name,
-                    "NodePort",
-                    info.external_policy_local,
-                )
+        out.extend(
+            VirtualServer(
+                ip,
+                info.node_port,
+                info.protocol,
+                sched,
+                pers,
+                external,
+                info.name,
+                "NodePort",
+                info.external_policy_local,
             )
+            for ip in node_port_ips
+        )
     return out
 
 
 def _node_port_ips(cfg: NodeProxyConfig) -> tuple[str, ...]:
-    ips = cfg.family_node_ips if cfg.node_ports_match_all else cfg.node_port_ips()
-    return tuple(ip for ip in ips if not ipaddress.ip_address(ip).is_loopback)
+    """Every node address when NodePorts match all (loopback included: upstream lists the
+    node's addresses), else the non-loopback addresses inside nodePortAddresses."""
+    if cfg.node_ports_match_all:
+        return cfg.family_node_ips
+    return tuple(ip for ip in cfg.node_port_ips() if not ipaddress.ip_address(ip).is_loopback)
 
 
 def render_ipvs(snapshot: ProxySnapshot, node_config: NodeProxyConfig) -> IpvsRender:
@@ -528,32 +545,34 @@ def render_ipvs(snapshot: ProxySnapshot, node_config: NodeProxyConfig) -> IpvsRe
     cfg = node_config
     v6 = cfg.is_ipv6
     sets: dict[str, tuple[str, list[str]]] = {_set_name(s.name, v6): (s.type, []) for s in IPSETS}
+    seen: set[tuple[str, str]] = set()
 
     def add(name: str, entry: str) -> None:
-        entries = sets[_set_name(name, v6)][1]
-        if entry not in entries:
-            entries.append(entry)
+        key = (name, entry)
+        if key not in seen:
+            seen.add(key)
+            sets[_set_name(name, v6)][1].append(entry)
 
+    node_addresses = set(cfg.node_ips)
+    np_ips = _node_port_ips(cfg)
     vss: list[VirtualServer] = []
-    addresses: dict[str, None] = {}
+    bound: dict[str, None] = {}
+    lb_no_node_access: list[tuple[str, str, int]] = []
     for st in snapshot:
         info = st.info
         p = info.proto
-        vss.extend(_virtual_servers(st, cfg))
-        entry = f"{info.cluster_ip},{p}:{info.port}"
-        add("KUBE-CLUSTER-IP", entry)
-        addresses[info.cluster_ip] = None
+        vss.extend(_virtual_servers(st, cfg, np_ips))
         for ep in st.endpoints:
             if ep.is_local:
                 add("KUBE-LOOP-BACK", f"{ep.ip},{p}:{ep.port},{ep.ip}")
+        add("KUBE-CLUSTER-IP", f"{info.cluster_ip},{p}:{info.port}")
+        bound[info.cluster_ip] = None
         for ip in info.external_ips:
-            addresses[ip] = None
-            add(
-                "KUBE-EXTERNAL-IP-LOCAL" if info.external_policy_local else "KUBE-EXTERNAL-IP",
-                f"{ip},{p}:{info.port}",
-            )
+            local = "KUBE-EXTERNAL-IP-LOCAL" if info.external_policy_local else "KUBE-EXTERNAL-IP"
+            add(local, f"{ip},{p}:{info.port}")
+            if ip not in node_addresses:  # never bind an address another interface has
+                bound[ip] = None
         for ip in info.load_balancer_vips:
-            addresses[ip] = None
             e = f"{ip},{p}:{info.port}"
             add("KUBE-LOAD-BALANCER", e)
             if info.external_policy_local:
@@ -564,25 +583,35 @@ def render_ipvs(snapshot: ProxySnapshot, node_config: NodeProxyConfig) -> IpvsRe
                     add("KUBE-LOAD-BALANCER-SOURCE-CIDR", f"{e},{cidr}")
                 if any(_contains(c, cfg.primary_ip) for c in info.load_balancer_source_ranges):
                     add("KUBE-LOAD-BALANCER-SOURCE-IP", f"{e},{ip}")
-        if info.node_port:
-            local = "LOCAL-" if info.external_policy_local else ""
-            if info.protocol == "SCTP":
-                for ip in _node_port_ips(cfg):
-                    add(f"KUBE-NODE-PORT-{local}SCTP-HASH", f"{ip},sctp:{info.node_port}")
+                else:  # the node itself is outside every range: block it explicitly
+                    lb_no_node_access.append((ip, p, info.port))
+            if ip not in node_addresses:
+                bound[ip] = None
+        if info.node_port and np_ips:
+            proto = info.protocol
+            if proto == "SCTP":
+                entries = [f"{ip},sctp:{info.node_port}" for ip in np_ips]
+                names = ["KUBE-NODE-PORT-SCTP-HASH"]
+                if info.external_policy_local:
+                    names.append("KUBE-NODE-PORT-LOCAL-SCTP-HASH")
             else:
-                add(f"KUBE-NODE-PORT-{local}{info.protocol}", str(info.node_port))
-                if local:
-                    add(f"KUBE-NODE-PORT-{info.protocol}", str(info.node_port))
+                entries = [str(info.node_port)]
+                names = [f"KUBE-NODE-PORT-{proto}"]
+                if info.external_policy_local:
+                    names.append(f"KUBE-NODE-PORT-LOCAL-{proto}")
+            for set_name in names:
+                for entry in entries:
+                    add(set_name, entry)
         if info.health_check_node_port:
             add("KUBE-HEALTH-CHECK-NODE-PORT", str(info.health_check_node_port))
-    for ip in addresses:
+    for ip in bound:
         add("KUBE-IPVS-IPS", ip)
     vss.sort(key=lambda v: (v.protocol, ipaddress.ip_address(v.ip), v.port))
     prefix = 128 if v6 else 32
     return IpvsRender(
-        _glue(cfg, sets),
+        _glue(cfg, sets, lb_no_node_access),
         cfg,
         tuple(vss),
         sets,
-        tuple(f"{ip}/{prefix}" for ip in addresses),
+        tuple(f"{ip}/{prefix}" for ip in bound),
     )

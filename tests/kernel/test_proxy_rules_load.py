@@ -252,12 +252,19 @@ def test_ipvs_ipsets_and_glue_load(netns: str) -> None:
     cfg = replace(case.node_config, node_port_addresses=(), random_fully=True)
     out = render("ipvs", build_snapshot(case.services, case.endpointslices, cfg), cfg)
     assert isinstance(out, IpvsRender)
+
+    # this kernel has no IPVS, so the one "-m ipvs" rule (node access to svc5's LB IP,
+    # whose source range excludes the node) cannot load: leave it out on both sides
+    def no_ipvs_match(text: str) -> str:
+        return "".join(ln + "\n" for ln in text.splitlines() if " -m ipvs " not in ln)
+
+    assert " -m ipvs " in out.restore_input
     run_in(netns, ["ipset", "restore"], input=out.ipset_text)
     run_in(netns, ["iptables-restore", "--noflush"], input=out.ensure_input())
-    run_in(netns, ["iptables-restore", "--noflush"], input=out.restore_input)
+    run_in(netns, ["iptables-restore", "--noflush"], input=no_ipvs_match(out.restore_input))
     text = "".join(run_in(netns, ["iptables-save", "-t", t]).stdout for t in ("filter", "nat"))
     got = "".join(line + "\n" for line in text.splitlines() if not line.startswith("#"))
-    assert got == out.iptables_save_text
+    assert got == no_ipvs_match(out.iptables_save_text)
     saved = run_in(netns, ["ipset", "save"]).stdout
     kernel = {ln for ln in saved.splitlines() if ln.startswith("add ")}
     assert kernel == {ln for ln in out.ipset_text.splitlines() if ln.startswith("add ")}

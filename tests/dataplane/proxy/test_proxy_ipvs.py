@@ -25,17 +25,27 @@ def test_overall_case_virtual_servers() -> None:
     svc5 = by_addr[("172.30.0.45", 80)]
     assert svc5.persistence == 10800 and svc5.scheduler == "rr"
     assert svc5.real_servers == (RealServer("10.180.0.3", 80),)
-    # eTP Local without local endpoints: the LB IP and NodePorts have no real servers,
-    # the ClusterIP still reaches the remote endpoint
-    assert by_addr[("1.2.3.4", 80)].real_servers == ()
-    assert by_addr[("192.168.0.2", 3001)].real_servers == ()
-    assert by_addr[("172.30.0.42", 80)].real_servers == (RealServer("10.180.0.2", 80),)
-    # NodePorts on every non-loopback node IP of the family
+    # eTP Local without a local endpoint: IPVS falls back to the cluster-wide endpoints
+    # (unlike iptables mode, which drops external traffic)
+    remote = (RealServer("10.180.0.2", 80),)
+    assert by_addr[("1.2.3.4", 80)].real_servers == remote
+    assert by_addr[("1.2.3.4", 80)].local_only
+    assert by_addr[("192.168.0.2", 3001)].real_servers == remote
+    assert by_addr[("172.30.0.42", 80)].real_servers == remote
+    # NodePorts match all: a virtual server on every node address of the family
     assert {ip for ip, port in by_addr if port == 3003} == {
+        "127.0.0.1",
         "192.168.0.2",
         "192.168.1.2",
         "192.168.99.11",
     }
+    # the node (192.168.0.2) is outside svc5's source range: node access is blocked
+    assert (
+        "-A KUBE-IPVS-OUT-FILTER -s 5.6.7.8 -m ipvs --vaddr 5.6.7.8 --vproto tcp --vport 80 "
+        "-j DROP" in out.restore_input
+    )
+    assert out.restore_input.startswith("*nat\n")
+    assert "-A KUBE-SERVICES -s 127.0.0.0/8 -j RETURN\n" in out.restore_input
     # a service without endpoints still has its virtual server
     assert by_addr[("172.30.0.46", 80)].real_servers == ()
     assert (
@@ -44,6 +54,11 @@ def test_overall_case_virtual_servers() -> None:
     )
     addrs = set(out.addresses)
     assert {"172.30.0.41/32", "192.168.99.22/32", "1.2.3.4/32", "5.6.7.8/32"} <= addrs
+    with_local_ext = ipvs(
+        [service("ns1", "e", "172.30.0.9", external_ips=["192.168.0.2"])], [], case.node_config
+    )
+    # an external IP that already is a node address is not bound to kube-ipvs0
+    assert with_local_ext.addresses == ("172.30.0.9/32",)
     assert consistency_errors(out.restore_input) == []
 
 
@@ -87,8 +102,9 @@ def test_ipsets_follow_policies() -> None:
     assert sets["KUBE-LOAD-BALANCER-LOCAL"] == ["5.6.7.8,tcp:80", "5.6.7.8,sctp:90"]
     assert sets["KUBE-LOAD-BALANCER-SOURCE-CIDR"][0] == "5.6.7.8,tcp:80,192.168.0.0/16"
     assert sets["KUBE-LOAD-BALANCER-SOURCE-IP"][0] == "5.6.7.8,tcp:80,5.6.7.8"
-    assert sets["KUBE-NODE-PORT-LOCAL-TCP"] == ["30080"]
+    assert sets["KUBE-NODE-PORT-LOCAL-TCP"] == sets["KUBE-NODE-PORT-TCP"] == ["30080"]
     assert "192.168.0.2,sctp:30090" in sets["KUBE-NODE-PORT-LOCAL-SCTP-HASH"]
+    assert "192.168.0.2,sctp:30090" in sets["KUBE-NODE-PORT-SCTP-HASH"]
     assert sets["KUBE-HEALTH-CHECK-NODE-PORT"] == ["31000"]
     assert sets["KUBE-EXTERNAL-IP"] == ["192.168.99.50,udp:53"]
     assert "create KUBE-NODE-PORT-TCP bitmap:port range 0-65535" in out.ipset_text
@@ -100,7 +116,14 @@ def test_ipsets_follow_policies() -> None:
     glue = out.restore_input
     assert "-m set --match-set KUBE-LOAD-BALANCER-FW dst,dst -j KUBE-SOURCE-RANGES-FIREWALL" in glue
     assert "--match-set KUBE-CLUSTER-IP dst,dst ! -s 10.0.0.0/8 -j KUBE-MARK-MASQ" in glue
+    # the Local NodePort set returns before the plain one marks for masquerade
+    assert glue.index("KUBE-NODE-PORT-LOCAL-TCP dst -j RETURN") < glue.index(
+        "KUBE-NODE-PORT-TCP dst -j KUBE-MARK-MASQ"
+    )
+    assert "--match-set KUBE-EXTERNAL-IP dst,dst -m physdev ! --physdev-is-in" in glue
     assert consistency_errors(glue) == []
+    no_detector = ipvs(svcs, slices, fake_config(local_detector=None)).restore_input
+    assert "--match-set KUBE-CLUSTER-IP src,dst -j KUBE-MARK-MASQ" in no_detector
 
 
 def test_scheduler_and_ipv6_set_names() -> None:
