@@ -98,9 +98,15 @@ KUBELET_JUMP_RULES: tuple[JumpRule, ...] = (
 
 
 def jump_rules(config: NodeProxyConfig) -> tuple[JumpRule, ...]:
-    """The built-in-chain jumps kube-proxy ensures on this node, in ensure order."""
+    """The built-in-chain jumps on this node, in the order they get prepended.
+
+    The ``-j KUBE-FIREWALL`` jumps (IPv4 with localhostNodePorts) are kubelet's as much as
+    kube-proxy's; kubelet starts first and has them in place when kube-proxy prepends
+    its own, so on a real node they end up last in INPUT and OUTPUT (as every dump of a
+    kubeadm node shows). They are therefore listed first here.
+    """
     if not config.is_ipv6 and config.localhost_node_ports:
-        return JUMP_RULES + KUBELET_JUMP_RULES
+        return KUBELET_JUMP_RULES + JUMP_RULES
     return JUMP_RULES
 
 

@@ -464,3 +464,28 @@ def test_partial_syncs_from_the_tracker_reach_the_full_state(before, after) -> N
 
 def render_objects_full(data, cfg) -> str:  # type: ignore[no-untyped-def]
     return render_iptables(build_snapshot(data[0], data[1], cfg), cfg).restore_input
+
+
+def test_save_text_builtin_chains_as_on_a_real_node() -> None:
+    """INPUT/FORWARD/OUTPUT as every kubeadm node's iptables-save shows them (kubelet's
+    KUBE-FIREWALL jump was there first, kube-proxy prepended its own above it)."""
+    out = render([], [])
+    filt = out.save_text.split("*nat")[0]
+    got = [ln for ln in filt.splitlines() if ln.startswith(("-A INPUT", "-A FORWARD", "-A OUTPUT"))]
+    fw = '-m comment --comment "kubernetes load balancer firewall" -j KUBE-PROXY-FIREWALL'
+    ext = '-m comment --comment "kubernetes externally-visible service portals"'
+    svc = '-m comment --comment "kubernetes service portals" -j KUBE-SERVICES'
+    assert got == [
+        f"-A INPUT -m conntrack --ctstate NEW {fw}",
+        '-A INPUT -m comment --comment "kubernetes health check service ports" -j KUBE-NODEPORTS',
+        f"-A INPUT -m conntrack --ctstate NEW {ext} -j KUBE-EXTERNAL-SERVICES",
+        "-A INPUT -j KUBE-FIREWALL",
+        f"-A FORWARD -m conntrack --ctstate NEW {fw}",
+        '-A FORWARD -m comment --comment "kubernetes forwarding rules" -j KUBE-FORWARD',
+        f"-A FORWARD -m conntrack --ctstate NEW {svc}",
+        f"-A FORWARD -m conntrack --ctstate NEW {ext} -j KUBE-EXTERNAL-SERVICES",
+        f"-A OUTPUT -m conntrack --ctstate NEW {fw}",
+        f"-A OUTPUT -m conntrack --ctstate NEW {svc}",
+        "-A OUTPUT -j KUBE-FIREWALL",
+    ]
+    assert ":KUBE-PROXY-CANARY - [0:0]" in filt
