@@ -5,12 +5,16 @@
 * ``virtual_servers`` — the IPVS state as data: one :class:`VirtualServer` per (IP,
   protocol, port) for ClusterIPs, external IPs, LoadBalancer IPs and NodePorts on every
   NodePort address, each with its :class:`RealServer` list, scheduler and persistence
-  (ClientIP affinity → persistent with ``timeoutSeconds``), for emulators to evaluate;
+  (ClientIP affinity → persistent with ``timeoutSeconds``), for emulators to evaluate.
+  A Local traffic policy uses the node's own endpoints, and falls back to the
+  cluster-wide ones when the node has none (so local pods can still reach the
+  Service; external clients then lose their source IP — upstream behaves so too);
 * ``ipvsadm_text`` — ``ipvsadm-save -n``; ``ipset_text`` — ``ipset save`` of
   kube-proxy's sets (:data:`IPSETS`), loadable with ``ipset restore``;
 * ``restore_input`` — the iptables glue (``iptables-restore --noflush`` payload), with
   ``jump_rules`` / ``ensure_input()`` as in iptables mode;
-* ``addresses`` — what kube-proxy binds to the dummy interface ``kube-ipvs0``;
+* ``addresses`` — what kube-proxy binds to the dummy interface ``kube-ipvs0``
+  (ClusterIPs, and external/LoadBalancer IPs that are not already node addresses);
 * ``save_text`` — ipvsadm-save, ipset save and iptables-save of the glue, each section
   headed by a ``#`` line.
 
