@@ -193,7 +193,9 @@ def _service_objects(st: ServicePortState, ctx: _Ctx) -> _ServiceObjects:
         sources = list(info.load_balancer_source_ranges)
         if any(_contains(c, ctx.primary_ip) for c in sources):
             sources.extend(info.load_balancer_vips)
-        chains.append(NftChain(fw_chain, rules=[f"{ipx} saddr != {{ {', '.join(sources)} }} drop"]))
+        chains.append(
+            NftChain(fw_chain, rules=[f"{ipx} saddr != {{ {' , '.join(sources)} }} drop"])
+        )
 
     # elements
     cip, port = info.cluster_ip, info.port
@@ -284,7 +286,7 @@ def _fixed(cfg: NodeProxyConfig) -> tuple[list[NftSet], list[NftChain]]:
     ]
     if cidrs:
         cluster_check.append(
-            f"{ipx} daddr {{ {', '.join(cidrs)} }} drop comment "
+            f"{ipx} daddr {{ {','.join(cidrs)} }} drop comment "
             '"Drop traffic to unallocated ClusterIPs"'
         )
     if cfg.node_ports_match_all:
