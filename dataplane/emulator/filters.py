@@ -106,8 +106,8 @@ def compile_rules(rules: RulesetInput) -> CompiledRules:
         sets = parse_ipset_save(rules.ipset, source=rules.source)
         state = IpvsState.of(parse_ipvsadm(rules.ipvsadm, source=rules.source))
         compiled = None if _uses_nth(glue) else nf_eval.CompiledRuleset(glue, sets=sets)
-        # IPVS only schedules NEW connections without a NAT binding, which a replayed
-        # packet never is: the glue decides
+        # IPVS schedules only connections it does not own yet (a replayed packet's is
+        # owned); for its own connections it rewrites from the entry: the glue decides
         return CompiledRules(glue, compiled, replay_safe(glue), ipvs=state, ipsets=sets)
     ruleset = parse_iptables(rules)
     compiled = None if _uses_nth(ruleset) else nf_eval.CompiledRuleset(ruleset)
@@ -351,13 +351,14 @@ class EngineFilter:
                 return HookOutcome("REJECT" if res.verdict == "REJECT" else "DROP", pkt, (),
                                    res.reject_with)
             skb.ct = out
-            return HookOutcome("ACCEPT", out.packet)
+            return HookOutcome("STOLEN" if res.verdict == "STOLEN" else "ACCEPT", out.packet)
         hops = [_hop(self.name, indev, outdev, r) for r in res.records]
         if out is None:
             verdict: FilterVerdict = "REJECT" if res.verdict == "REJECT" else "DROP"
             return HookOutcome(verdict, pkt, hops, res.reject_with, None)
         skb.ct = out
-        return HookOutcome("ACCEPT", out.packet, hops, None, _chosen_by(res.records))
+        return HookOutcome("STOLEN" if res.verdict == "STOLEN" else "ACCEPT", out.packet, hops,
+                           None, _chosen_by(res.records))
 
     def snapshot(self) -> object:
         return self.nf.snapshot()

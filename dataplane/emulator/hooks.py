@@ -22,7 +22,10 @@ Contract of ``run``:
 * Replies and ICMP errors about tracked connections are un-NATed through the
   connection's bindings; packets of known connections skip the ``nat`` table.
 * ``verdict`` is ``ACCEPT``, ``DROP`` or ``REJECT`` (``reject_with`` then names the
-  answer: ``icmp-port-unreachable``, ``tcp-reset``, ...).
+  answer: ``icmp-port-unreachable``, ``tcp-reset``, ...), or ``STOLEN`` in INPUT: IPVS
+  took the (rewritten) packet to send it to a remote real server itself — the walk
+  routes it, checks and decrements its TTL, and passes it through OUTPUT and
+  POSTROUTING.
 * ``record`` False asks for no trace steps (the fast path of benchmarks).
 * ``log``, when given, receives one :class:`ReplayStep` for the hook that attached the
   conntrack state, if the packet belongs to an existing connection whose later packets
@@ -41,7 +44,7 @@ from dataplane.netfilter.conntrack import Connection, ConntrackTable, CtTuple
 from netmodel.packet import Packet
 
 HookName = Literal["PREROUTING", "INPUT", "FORWARD", "OUTPUT", "POSTROUTING"]
-FilterVerdict = Literal["ACCEPT", "DROP", "REJECT"]
+FilterVerdict = Literal["ACCEPT", "DROP", "REJECT", "STOLEN"]
 
 
 class Tunnel(NamedTuple):

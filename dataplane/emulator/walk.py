@@ -23,9 +23,10 @@ The steps follow the kernel's IPv4 path (names in brackets):
   POSTROUTING hooks under br_netfilter; never back out the ingress port unless hairpin).
 * **IP input** [ip_rcv]: PREROUTING → local table: a local destination crosses INPUT and
   is delivered (a UDP packet to a VXLAN port is decapsulated and re-enters on the VXLAN
-  device; a packet IPVS scheduled in INPUT to a remote real server leaves through
-  OUTPUT and **output**); a source address that is local on a non-loopback device is a
-  martian (dropped).
+  device; a packet IPVS takes in INPUT — verdict STOLEN, destination rewritten to a
+  remote real server — is routed by IPVS itself, TTL-checked and decremented, and
+  leaves through OUTPUT and **output**); a source address that is local on a
+  non-loopback device is a martian (dropped).
   Otherwise **forward** [ip_forward] when ``ip_forward`` is on: route (no route → ICMP net
   unreachable), TTL ≤ 1 → ICMP time exceeded, DF and larger than the egress MTU → ICMP
   fragmentation needed with the next-hop MTU, TTL decremented, FORWARD hook, **output**.
@@ -127,6 +128,7 @@ class _Walk:
     mtu: int | None = None
     steps: int = 0
     log: list[ReplayStep | None] | None = None
+    stolen: bool = False  # the last hook's verdict was STOLEN (IPVS took the packet)
 
     def unreplayable(self) -> None:
         if self.log is not None:
@@ -287,7 +289,8 @@ class Walker:
                 w.hops.extend(out.hops)
             if out.chosen_by is not None and w.chosen_by is None:
                 w.chosen_by = out.chosen_by
-        if out.verdict == "ACCEPT":
+        if out.verdict == "ACCEPT" or out.verdict == "STOLEN":
+            w.stolen = out.verdict == "STOLEN"
             new = out.packet
             if new is not pkt and new.src is not pkt.src and new.src != pkt.src and (
                 skb.tunnel is None
@@ -716,24 +719,49 @@ class Walker:
             out = self._hook(w, host, "INPUT", pkt, dev.name, None, skb)
             if out is None:
                 return
-            if out is not pkt and out.dst != pkt.dst and not host.is_local(out.dst):
-                self._ipvs_forward(w, host, out, skb)
+            if w.stolen:
+                w.stolen = False
+                self._ipvs_xmit(w, host, dev, out, skb)
                 return
             self._local_deliver(w, host, dev, out, skb)
             return
         self._forward(w, host, dev, pkt, skb)
 
-    def _ipvs_forward(self, w: _Walk, host: Host, pkt: Packet, skb: Skb) -> None:
-        """IPVS (NAT forwarding) scheduled the connection in INPUT and rewrote the
-        destination to a real server: the packet leaves through OUTPUT and POSTROUTING
-        (its TTL is left as it arrived)."""
+    def _ipvs_xmit(self, w: _Walk, host: Host, indev: Device, pkt: Packet, skb: Skb) -> None:
+        """IPVS took the packet in INPUT (NAT forwarding, ``ip_vs_nat_xmit``) after
+        rewriting its destination to a remote real server: it routes it itself (no
+        route: ICMP host unreachable), sends ICMP time exceeded for TTL <= 1 and
+        decrements the TTL otherwise, checks the MTU (DF: ICMP fragmentation needed),
+        then hands it to OUTPUT and on to POSTROUTING and the device."""
         rt = host.fib.lookup(pkt.dst)
-        if rt.type != "unicast":
-            self._drop(w, host, f"IPVS: no route to the real server {pkt.dst}", "no-route")
+        if rt.type != "unicast" or rt.dev is None:
+            self._error_answer(w, host, pkt, skb, ICMP_DEST_UNREACH, ICMP_HOST_UNREACH)
+            self._drop(w, host, f"IPVS: no route to the real server {pkt.dst}", "no-route",
+                       dev_in=indev.name)
             return
         if w.record:
-            w.hops.append(Hop("route", host.name, dev_out=rt.dev, route=rt.description,
-                              note="IPVS: sent on to the real server through OUTPUT"))
+            w.hops.append(Hop("route", host.name, dev_in=indev.name, dev_out=rt.dev,
+                              route=rt.description,
+                              note="IPVS took the packet (STOLEN) and routes it to the real "
+                                   "server itself"))
+        if pkt.ttl <= 1:
+            self._error_answer(w, host, pkt, skb, ICMP_TIME_EXCEEDED, 0)
+            self._drop(w, host, f"IPVS: TTL {pkt.ttl} would expire: ICMP time exceeded",
+                       "ttl-exceeded", dev_in=indev.name)
+            return
+        outdev = host.devices[rt.dev]
+        if pkt.df and pkt.length > outdev.mtu:
+            w.mtu = outdev.mtu
+            self._error_answer(w, host, pkt, skb, ICMP_DEST_UNREACH, ICMP_FRAG_NEEDED)
+            self._drop(w, host, f"IPVS: {pkt.length} bytes with DF > MTU {outdev.mtu} of "
+                                f"{outdev.name}: ICMP fragmentation needed",
+                       "frag-needed", dev_in=indev.name, dev_out=outdev.name)
+            return
+        pkt = _with_ttl(pkt, pkt.ttl - 1)
+        if w.record:
+            w.hops.append(Hop("forward", host.name, dev_in=indev.name, dev_out=outdev.name,
+                              packet=pkt, note=f"IPVS NAT forwarding: TTL decremented to "
+                                               f"{pkt.ttl}, sent through OUTPUT"))
         out = self._hook(w, host, "OUTPUT", pkt, None, rt.dev, skb)
         if out is None:
             return

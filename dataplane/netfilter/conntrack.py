@@ -36,6 +36,7 @@ __all__ = [
     "CONFIRMED",
     "DST_NAT",
     "DST_NAT_DONE",
+    "IPVS",
     "SEEN_REPLY",
     "SRC_NAT",
     "SRC_NAT_DONE",
@@ -59,6 +60,9 @@ DST_NAT = 1 << 5
 SRC_NAT_DONE = 1 << 7
 DST_NAT_DONE = 1 << 8
 DYING = 1 << 9  # removed from its table (deleted, expired, flushed)
+# svclab's own bit (no kernel status bit): IPVS owns the connection's translation
+# (``net.ipv4.vs.conntrack=1``: IPVS altered the reply tuple; nf_nat leaves it alone)
+IPVS = 1 << 24
 
 STATUS_NAMES = {"EXPECTED": EXPECTED, "SEEN_REPLY": SEEN_REPLY, "ASSURED": ASSURED,
                 "CONFIRMED": CONFIRMED}
@@ -470,6 +474,16 @@ class ConntrackTable:
         return True
 
     # ---- NAT bindings (only on unconfirmed connections)
+
+    def alter_reply(self, conn: Connection, src: int, sport: int) -> None:
+        """What IPVS's NAT forwarding does to the conntrack entry of a connection it
+        schedules (``ip_vs_update_conntrack`` → ``nf_conntrack_alter_reply``): replies
+        come from the real server ``src:sport``. No NAT status bit is set (nf_nat does
+        not translate the connection's packets, IPVS does); the entry is marked
+        :data:`IPVS`."""
+        r = conn.reply
+        conn.reply = _new_tuple(CtTuple, (r[0], src, r[2], sport, r[4]))
+        conn.status |= IPVS
 
     def bind_dnat(self, conn: Connection, dst: int, dport: int) -> None:
         """Record a destination NAT: replies come from ``dst:dport``."""

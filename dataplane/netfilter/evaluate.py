@@ -13,7 +13,8 @@ POSTROUTING           mangle (-150), nat SNAT (100), confirm
 
 nftables base chains (:mod:`.nft`) join at their own priority; their ``type nat``
 chains run inside the nat stage after the iptables nat table. IPVS (:mod:`.ipvs`) runs
-in INPUT at priority 98 and OUTPUT at -99.
+in INPUT at priority 98 (it may take the packet: STOLEN) and OUTPUT at -99, and
+rewrites its replies in FORWARD and INPUT.
 
 Paths (:meth:`Netfilter.traverse`): a packet that arrives runs PREROUTING, then — after
 routing on the possibly DNATed destination — INPUT when it is local, else FORWARD and
@@ -137,8 +138,10 @@ class Skb:
 
 class HookResult(NamedTuple):
     """What one hook did: the packet after it (None when dropped), the verdict
-    (``ACCEPT``/``DROP``/``REJECT``), the ICMP/TCP reply type for REJECT, the trace
-    records, and how many rules were examined."""
+    (``ACCEPT``/``DROP``/``REJECT``, or ``STOLEN`` in INPUT when IPVS took the packet to
+    send it to a remote real server itself: ``skb`` is then the rewritten packet, which
+    the caller routes and passes through OUTPUT and POSTROUTING), the ICMP/TCP reply type
+    for REJECT, the trace records, and how many rules were examined."""
 
     skb: Skb | None
     verdict: str
@@ -676,9 +679,7 @@ class Netfilter:
             rec.append(("S", skb.state, False, skb.direction, w.mark))
         v = self._run(hook, w, rec)
         out = None
-        if v == STOLEN:
-            v = ACCEPT
-        if v == ACCEPT:
+        if v in (ACCEPT, STOLEN):
             out = Skb(_rebuild(skb.packet, w), w.ct, w.ctdir, w.ctname, w.untracked, w.masq_seen)
         result = HookResult(out, VERDICT_NAMES[v], w.reject_with or None, materialize(rec),
                             w.visited)

@@ -12,13 +12,16 @@ Contract:
 * Persistence (``persistent_timeout`` > 0, ClientIP affinity): a template per (client,
   virtual server) pins the client's new connections to one real server until the
   template has been unused for the timeout.
-* As a netfilter stage (``Netfilter(ipvs=IpvsEngine(...))``): a new connection to a
-  virtual address is scheduled in INPUT (priority 98, after the filter table) and then
-  leaves through OUTPUT and POSTROUTING, as IPVS's NAT forwarding does; a connection
-  from the host itself is scheduled in OUTPUT (priority -99). The destination rewrite
-  is recorded in conntrack (``net.ipv4.vs.conntrack=1``, as kube-proxy sets), so
-  replies are un-NATed and later packets reuse it (the emulator forwards those packets
-  from PREROUTING instead of passing them through INPUT; the rewrite is the same).
+* As netfilter stages (``Netfilter(ipvs=IpvsEngine(...))``, see
+  :meth:`IpvsEngine.stages`): a new connection to a virtual address is scheduled in
+  INPUT (priority 98, after the filter table); IPVS then takes the packet (verdict
+  ``STOLEN``) and sends it to a remote real server itself, through OUTPUT and
+  POSTROUTING, as its NAT forwarding does. A connection from the host itself is
+  scheduled in OUTPUT (priority -99). The real server is recorded in conntrack
+  (``net.ipv4.vs.conntrack=1``, as kube-proxy sets) by altering the reply tuple, with
+  no NAT status bit: later packets arrive for the virtual address, cross INPUT and are
+  rewritten and taken by IPVS again; replies are rewritten back by IPVS in FORWARD
+  (or INPUT, for a local client), not by nf_nat.
 * ``--all``: rr/lc each real server with weight > 0 equally, wrr in proportion to the
   weights; sh and an existing persistence template are deterministic.
 """
@@ -34,8 +37,8 @@ from typing import TYPE_CHECKING, Any
 from netmodel.ip import IPAddress
 
 from .choice import Explorer
-from .compile import ST_NEW, Work
-from .conntrack import DST_NAT, addr_int, int_addr
+from .compile import ST_NEW, ST_RELATED, Work
+from .conntrack import DST_NAT, IPVS, ORIGINAL, REPLY, addr_int, int_addr
 from .trace import TraceRecord
 
 if TYPE_CHECKING:
@@ -232,20 +235,47 @@ class IpvsEngine:
             counts[k] = counts.get(k, 0) + 1
         return counts
 
-    # ---- netfilter stage
+    # ---- netfilter stages
 
     def stages(self, nf: Netfilter) -> list[tuple[str, int, str, Any]]:
-        return [("INPUT", 98, "ipvs", self._stage(nf, "INPUT")),
-                ("OUTPUT", -99, "ipvs", self._stage(nf, "OUTPUT"))]
+        """IPVS's hooks (priorities as the kernel registers them): requests in INPUT
+        (98, ``ip_vs_remote_request``) and OUTPUT (-99, ``ip_vs_local_request``),
+        replies in INPUT (99, ``ip_vs_reply``: to a local client) and FORWARD (100,
+        ``ip_vs_forward_reply``)."""
+        return [("INPUT", 98, "ipvs", self._request_stage(nf, "INPUT")),
+                ("OUTPUT", -99, "ipvs", self._request_stage(nf, "OUTPUT")),
+                ("INPUT", 99, "ipvs reply", self._reply_stage()),
+                ("FORWARD", 100, "ipvs reply", self._reply_stage())]
 
     def nat_chains(self, nf: Netfilter, hook: str) -> list[Any]:
         return []
 
-    def _stage(self, nf: Netfilter, hook: str) -> Any:
+    def _request_stage(self, nf: Netfilter, hook: str) -> Any:
+        """A request to a virtual server: a new connection is scheduled (the real server
+        recorded in conntrack with :meth:`~.conntrack.ConntrackTable.alter_reply`),
+        later packets of an IPVS connection reuse it; the destination becomes the real
+        server. In INPUT, IPVS then takes the packet (STOLEN) to send it on itself
+        (NAT forwarding: its own route, TTL and MTU checks, then OUTPUT and
+        POSTROUTING) unless the real server is this host (the packet goes on to local
+        delivery); in OUTPUT the packet simply continues."""
+        locals_ = nf.local_addrs
+
         def stage(w: Work, rec: list[Any] | None) -> int:
             ct = w.ct
+            if ct is None or w.ctbits & ST_RELATED:
+                return CONTINUE
+            if ct.status & IPVS:
+                if w.ctdir != ORIGINAL or (w.dst == ct.reply.src and w.dport == ct.reply.sport):
+                    # a reply, or a packet IPVS already sent on (skb->ipvs_property)
+                    return CONTINUE
+                w.dst, w.dport = ct.reply.src, ct.reply.sport
+                if rec is not None:
+                    rec.append(TraceRecord(w.hook, "ipvs", "", 0, "",
+                                           f"connection -> {_hostport(w.dst, w.dport)}", None,
+                                           w.ctname, w.mark))
+                return STOLEN if hook == "INPUT" and w.dst not in locals_ else CONTINUE
             vs = self._by_int.get((w.dst, w.proto, w.dport))
-            if vs is None or ct is None or ct.status & DST_NAT or not w.ctbits & ST_NEW:
+            if vs is None or ct.status & DST_NAT or not w.ctbits & ST_NEW:
                 return CONTINUE
             rs = self.schedule(vs, int_addr(w.src), now=w.now, nf=nf, chooser=w.chooser,
                                commit=w.commit)
@@ -254,15 +284,39 @@ class IpvsEngine:
                     rec.append(TraceRecord(w.hook, "ipvs", str(vs), 0, "", "no real server: DROP",
                                            None, w.ctname, w.mark))
                 return 2  # DROP
-            before = f"{int_addr(w.dst)}:{w.dport}"
-            nf.conntrack.bind_dnat(ct, addr_int(rs.address), rs.port)
+            before = _hostport(w.dst, w.dport)
+            nf.conntrack.alter_reply(ct, addr_int(rs.address), rs.port)
             w.dst, w.dport = addr_int(rs.address), rs.port
             if rec is not None:
                 rec.append(TraceRecord(w.hook, "ipvs", str(vs), 0, "",
                                        f"schedule {vs.scheduler} -> {rs}", f"{before} -> {rs}",
                                        w.ctname, w.mark))
-            return STOLEN if hook == "INPUT" else CONTINUE
+            return STOLEN if hook == "INPUT" and w.dst not in locals_ else CONTINUE
+
         return stage
+
+    @staticmethod
+    def _reply_stage() -> Any:
+        """A reply of an IPVS connection: its source becomes the virtual server again."""
+
+        def stage(w: Work, rec: list[Any] | None) -> int:
+            ct = w.ct
+            if ct is None or not ct.status & IPVS or w.ctdir != REPLY or w.ctbits & ST_RELATED:
+                return CONTINUE
+            before = _hostport(w.src, w.sport)
+            w.src, w.sport = ct.orig.dst, ct.orig.dport
+            if rec is not None:
+                rec.append(TraceRecord(w.hook, "ipvs", "", 0, "", "reply: source rewritten",
+                                       f"{before} -> {_hostport(w.src, w.sport)}", w.ctname,
+                                       w.mark))
+            return CONTINUE
+
+        return stage
+
+
+def _hostport(addr: int, port: int) -> str:
+    a = int_addr(addr)
+    return f"[{a}]:{port}" if a.version == 6 else f"{a}:{port}"
 
 
 def virtual_server(address: str, protocol: str, port: int, real_servers: Iterable[tuple[str, int] | tuple[str, int, int]],

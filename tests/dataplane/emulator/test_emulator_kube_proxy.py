@@ -220,3 +220,23 @@ def test_node_reaches_its_own_localhost_nodeport() -> None:
     assert t.masquerade and t.source_seen == "10.244.1.0"
     assert t.reply is not None and t.reply.verdict == "delivered"
     assert t.reply.source_seen == "127.0.0.1"
+
+
+def test_ipvs_takes_the_packet_in_input_and_forwards_it_itself() -> None:
+    ipvs = kube_cluster([(C, "n2")], mode="ipvs")
+    ipt = kube_cluster([(C, "n2")])
+    t = ipvs.trace("pod/default/a", CIP, "tcp", 80)
+    assert t.verdict == "delivered", t.reason
+    n1 = [h for h in t.hops if h.netns == "node/n1"]
+    assert any(h.kind == "route" and "STOLEN" in (h.note or "") for h in n1)
+    assert any(h.kind == "forward" and "IPVS" in (h.note or "") for h in n1)
+    assert [h.hook for h in n1 if h.table == "ipvs"] == ["INPUT"]  # scheduled once
+    # IPVS decrements the TTL as forwarding would: the endpoint sees the same TTL
+    ref = ipt.trace("pod/default/a", CIP, "tcp", 80)
+    assert t.received is not None and ref.received is not None
+    assert t.received.ttl == ref.received.ttl == 62
+    # TTL 1 dies in IPVS's hands, with an ICMP time exceeded to the client
+    short = ipvs.trace("pod/default/a", CIP, "tcp", 80, ttl=1)
+    assert short.verdict == "ttl-exceeded"
+    assert short.reply is not None and short.reply.received is not None
+    assert short.reply.received.icmp_type == 11

@@ -135,3 +135,38 @@ def test_snapshot_restore_covers_scheduler_positions_and_templates() -> None:
     # 9.9.9.9's template is gone: another client takes the first server, 9.9.9.9 the next
     assert nf.traverse(syn("8.8.8.8", 6, vip2)).dnat == (ip_address(RS[0][0]), 8080)
     assert nf.traverse(syn("9.9.9.9", 7, vip2)).dnat == (ip_address(RS[1][0]), 8080)
+
+
+def test_ipvs_steals_in_input_and_owns_the_connection_translation() -> None:
+    from dataplane.netfilter.conntrack import DST_NAT, IPVS
+
+    nf = host(virtual_server(VIP, "tcp", 80, RS[:1]))
+    first = syn("203.0.113.2", 4000)
+    pre = nf.run_hook("PREROUTING", first, in_iface="eth0")
+    assert pre.skb is not None
+    res = nf.run_hook("INPUT", pre.skb, in_iface="eth0")
+    assert res.verdict == "STOLEN" and res.skb is not None
+    assert (str(res.skb.packet.dst), res.skb.packet.dport) == RS[0]
+    assert any(r.table == "ipvs" and "schedule rr" in r.effect for r in res.records)
+    out = nf.run_hook("OUTPUT", res.skb, out_iface="eth0")
+    assert out.skb is not None
+    nf.run_hook("POSTROUTING", out.skb, out_iface="eth0")
+    (conn,) = nf.conntrack.entries()
+    assert conn.status & IPVS and not conn.status & DST_NAT  # nf_nat leaves it alone
+    # the reply is forwarded; IPVS rewrites its source in FORWARD
+    reply = Packet.make(RS[0][0], "203.0.113.2", "tcp", 8080, 4000, flags=frozenset({"SYN", "ACK"}))
+    back = nf.traverse(reply, in_iface="eth0")
+    assert back.hooks == ("PREROUTING", "FORWARD", "POSTROUTING")
+    assert (str(back.packet.src), back.packet.sport) == (VIP, 80)
+    # a later packet still arrives for the virtual address: INPUT, then IPVS sends it on
+    ack = Packet.make("203.0.113.2", VIP, "tcp", 4000, 80, flags=frozenset({"ACK"}))
+    later = nf.traverse(ack, in_iface="eth0")
+    assert later.hooks == ("PREROUTING", "INPUT", "OUTPUT", "POSTROUTING")
+    assert (str(later.packet.dst), later.packet.dport) == RS[0] and later.ctstate == "ESTABLISHED"
+
+
+def test_ipvs_to_a_local_real_server_goes_on_to_local_delivery() -> None:
+    nf = host(virtual_server(VIP, "tcp", 80, [("192.168.0.2", 8080)]))
+    t = nf.traverse(syn("203.0.113.2", 4001))
+    assert t.hooks == ("PREROUTING", "INPUT") and t.delivery == "local"
+    assert t.dnat == (ip_address("192.168.0.2"), 8080)
