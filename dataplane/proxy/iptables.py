@@ -22,7 +22,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Collection, Iterable
 from itertools import compress
-from operator import is_not
+from operator import attrgetter, is_not
 from typing import NamedTuple
 
 from dataplane.proxy import naming
@@ -373,6 +373,11 @@ def clear_cache() -> None:
     _MEMOS.clear()
 
 
+_FILTER_RULES = attrgetter("filter_rules")
+_NAT_TOP = attrgetter("nat_top_rules")
+_KEY = attrgetter("service_key")
+
+
 def _lines(lines: list[str]) -> str:
     return "\n".join(lines) + "\n" if lines else ""
 
@@ -574,7 +579,7 @@ def render_iptables(
     if ipv4_localhost:
         filt.append(":KUBE-FIREWALL - [0:0]\n")
         filt.append(KUBE_FIREWALL_RULE + "\n")
-    filt.extend(fr.filter_rules for fr in frags)
+    filt.extend(map(_FILTER_RULES, frags))
     filt.append(_lines(_forward_rules(cfg)))
     filt.append("COMMIT\n")
 
@@ -598,14 +603,13 @@ def render_iptables(
             nat_rules.append(fr.nat_top_rules)
             nat_rules.append(fr.chain_rules)
     else:
-        keys = changed_keys
-        nat_chains.extend([fr.chain_lines for fr in frags if fr.service_key in keys])
-        nat_rules.extend(
-            [
-                fr.nat_top_rules + fr.chain_rules if fr.service_key in keys else fr.nat_top_rules
-                for fr in frags
-            ]
-        )
+        # C-level scans: the positions of the changed services' ports
+        hits = list(compress(range(len(frags)), map(changed_keys.__contains__, map(_KEY, frags))))
+        top = list(map(_NAT_TOP, frags))
+        for i in hits:
+            nat_chains.append(frags[i].chain_lines)
+            top[i] += frags[i].chain_rules
+        nat_rules.extend(top)
     nat_chains.extend(f":{c} - [0:0]\n" for c in stale)
     nat_rules.extend(f"-X {c}\n" for c in stale)
     nat_rules.append(_lines(_nodeports_jumps(cfg)))
