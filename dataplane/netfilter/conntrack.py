@@ -204,6 +204,19 @@ def _tcp_event(flags: frozenset[str]) -> str:
     return "none"
 
 
+_PLAIN_ACK: dict[frozenset[str], bool] = {}
+_TCP_ESTABLISHED = TCP_TIMEOUTS["ESTABLISHED"]
+
+
+def _plain_ack(flags: frozenset[str]) -> bool:
+    """Whether a segment's flags are the ``ack`` event (ACK without SYN, FIN or RST),
+    memoised per flag set."""
+    hit = _PLAIN_ACK.get(flags)
+    if hit is None:
+        hit = _PLAIN_ACK[flags] = _tcp_event(flags) == "ack"
+    return hit
+
+
 def tcp_next(state: str | None, direction: int, event: str, closer: int) -> str | None:
     """The TCP conntrack state after a packet; None means INVALID (state unchanged).
 
@@ -415,12 +428,24 @@ class ConntrackTable:
         ctstate (``NEW`` or ``ESTABLISHED``), or None when the packet is INVALID for
         the connection or the connection is no longer in the table (expired, deleted,
         flushed — a removed connection is never revived)."""
-        now = self.clock.now()
-        if conn.status & DYING:
+        status = conn.status
+        if status & DYING:
             return None
+        now = self.clock.now()
         if conn.expires <= now:
             self._remove(conn)
             return None
+        if conn.tcp_state == "ESTABLISHED" and _plain_ack(flags):
+            # the common case, in place: what _advance does for it
+            if direction == REPLY:
+                status |= SEEN_REPLY
+            if status & SEEN_REPLY:
+                status |= ASSURED
+                conn.status = status
+                conn.expires = now + _TCP_ESTABLISHED
+                return "ESTABLISHED"
+            conn.expires = now + _TCP_ESTABLISHED
+            return "NEW"
         return self._advance(conn, direction, flags, now, True)
 
     def _advance(self, conn: Connection, direction: int, flags: frozenset[str], now: float,
@@ -443,8 +468,11 @@ class ConntrackTable:
             conn.status |= SEEN_REPLY
         proto = conn.orig[0]
         if proto == "tcp":
-            if conn.tcp_state == "ESTABLISHED" and flags == _ACK:
-                conn.expires = now + TCP_TIMEOUTS["ESTABLISHED"]
+            if conn.tcp_state == "ESTABLISHED" and _plain_ack(flags):
+                # ESTABLISHED stays; ASSURED once a reply was seen (tcp_packet)
+                if conn.status & SEEN_REPLY:
+                    conn.status |= ASSURED
+                conn.expires = now + _TCP_ESTABLISHED
                 return True
             ev = _tcp_event(flags)
             old = conn.tcp_state
