@@ -580,9 +580,12 @@ class Netfilter:
 
     # ---- running hooks
 
-    def _work(self, p: Packet, skb: Skb | None, chooser: Chooser | None, commit: bool) -> Work:
+    def _work(self, p: Packet, skb: Skb | None, chooser: Chooser | None, commit: bool,
+              phys_in: str = "", phys_out: str = "", smac: str = "") -> Work:
         """A working context for one packet (recycled: the engine is not re-entrant per
-        host, and a nested call simply gets a fresh one)."""
+        host, and a nested call simply gets a fresh one); ``phys_in``/``phys_out`` are
+        its bridge ports (either one given: the packet is bridged), ``smac`` its source
+        MAC address in lower case."""
         w = self._spare
         if w is None:
             w = Work()
@@ -614,8 +617,10 @@ class Netfilter:
         w.now = self.clock.now()
         w.visited = 0
         w.reject_with = ""
-        w.phys_in = w.phys_out = w.smac = ""
-        w.bridged = False
+        w.phys_in = phys_in
+        w.phys_out = phys_out
+        w.bridged = bool(phys_in or phys_out)
+        w.smac = smac
         if skb is not None and skb.state:
             w.ct = skb.conn  # type: ignore[assignment]
             w.ctdir = skb.direction
@@ -663,26 +668,34 @@ class Netfilter:
         ``physdev_in``/``physdev_out`` name the bridge ports of a bridged packet
         (``-m physdev``; giving either marks the packet as bridged) and ``src_mac`` its
         source MAC address (``-m mac``)."""
-        if hook not in HOOKS:
+        runner = self._runners.get(hook)
+        if runner is None:
             raise ValueError(f"unknown hook {hook!r}")
         if isinstance(skb, Packet):
-            skb = Skb(skb)
-        w = self._work(skb.packet, skb, chooser, commit)
+            pkt = skb
+            w = self._work(pkt, None, chooser, commit, physdev_in or "", physdev_out or "",
+                           src_mac.lower() if src_mac else "")
+            state = ""
+        else:
+            pkt = skb.packet
+            w = self._work(pkt, skb, chooser, commit, physdev_in or "", physdev_out or "",
+                           src_mac.lower() if src_mac else "")
+            state = skb.state
         w.iif = in_iface or ""
         w.oif = out_iface or ""
-        w.phys_in = physdev_in or ""
-        w.phys_out = physdev_out or ""
-        w.bridged = physdev_in is not None or physdev_out is not None
-        w.smac = (src_mac or "").lower()
-        rec: RawTrace | None = [] if self.trace else None
-        if rec is not None and skb.state:
-            rec.append(("S", skb.state, False, skb.direction, w.mark))
-        v = self._run(hook, w, rec)
+        if self.trace:
+            rec: RawTrace | None = []
+            if state:
+                rec.append(("S", state, False, skb.direction, w.mark))  # type: ignore[union-attr]
+            v = runner(w, rec)
+            records = materialize(rec)
+        else:
+            v = runner(w, None)
+            records = ()
         out = None
         if v in (ACCEPT, STOLEN):
-            out = Skb(_rebuild(skb.packet, w), w.ct, w.ctdir, w.ctname, w.untracked, w.masq_seen)
-        result = HookResult(out, VERDICT_NAMES[v], w.reject_with or None, materialize(rec),
-                            w.visited)
+            out = Skb(_rebuild(pkt, w), w.ct, w.ctdir, w.ctname, w.untracked, w.masq_seen)
+        result = HookResult(out, VERDICT_NAMES[v], w.reject_with or None, records, w.visited)
         self._release(w)
         return result
 

@@ -49,13 +49,30 @@ class Flow:
     protocol: str = "tcp"
 
     def packet(self) -> Packet:
+        """The flow's first packet: a TCP SYN, a UDP datagram or an ICMP echo request
+        from :data:`SOURCE_PORT` (or with it as the echo identifier)."""
         proto = self.protocol.lower()
+        src, dst = _address(self.source), _address(self.dest)
         if proto == "icmp":
-            return Packet.make(self.source, self.dest, "icmp", icmp_type=8, icmp_code=0,
-                               icmp_id=SOURCE_PORT)
-        flags = frozenset({"SYN"}) if proto == "tcp" else frozenset()
-        return Packet.make(self.source, self.dest, proto, SOURCE_PORT, self.dport,  # type: ignore[arg-type]
-                           flags=flags)
+            return Packet(src, dst, "icmp", icmp_type=8, icmp_code=0, icmp_id=SOURCE_PORT)
+        flags = _SYN if proto == "tcp" else _NO_FLAGS
+        return Packet(src, dst, proto, SOURCE_PORT, self.dport, 64, 60, flags)  # type: ignore[arg-type]
+
+
+_SYN = frozenset({"SYN"})
+_NO_FLAGS: frozenset[str] = frozenset()
+_ADDRESSES: dict[str, IPAddress] = {}
+
+
+def _address(text: str) -> IPAddress:
+    """``ip_address(text)``, memoised (a flow table names the same addresses again and
+    again; parsing one costs more than tracing through an indexed chain)."""
+    a = _ADDRESSES.get(text)
+    if a is None:
+        if len(_ADDRESSES) >= 100_000:
+            _ADDRESSES.clear()
+        a = _ADDRESSES[text] = ip_address(text)
+    return a
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,7 +164,8 @@ class FlowTracer:
         )
 
     def origin(self, flow: Flow) -> str:
-        return "out" if ip_address(flow.source) in self.local else "in"
+        """``out`` when the flow's source is one of the node's addresses, else ``in``."""
+        return "out" if _address(flow.source) in self.local else "in"
 
     def trace(self, flow: Flow) -> FlowResult:
         """Every branch of the flow, summarised (nothing is committed)."""
