@@ -165,6 +165,9 @@ def _log_step(
         log.append(None)
 
 
+_NO_HOPS: list[Hop] = []  # shared, never appended to (only when recording)
+
+
 class TrackingFilter:
     """A namespace without rules: every packet is accepted, its connection tracked
     (conntrack's PREROUTING/OUTPUT step and the confirmation at INPUT/POSTROUTING; a
@@ -193,7 +196,7 @@ class TrackingFilter:
         physin: str | None = None,
         physout: str | None = None,
     ) -> HookOutcome:
-        hops: list[Hop] = []
+        hops: list[Hop] = [] if record else _NO_HOPS
         if hook == "PREROUTING" or hook == "OUTPUT":
             if skb.ct is None:
                 t = ct_tuple(pkt)

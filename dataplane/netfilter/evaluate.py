@@ -598,9 +598,8 @@ class Netfilter:
             w.host = self
         else:
             self._spare = None
-        src, dst = p.src, p.dst
-        w.src = w.psrc = int(src) if src.version == 4 else addr_int(src)
-        w.dst = w.pdst = int(dst) if dst.version == 4 else addr_int(dst)
+        w.src = w.psrc = addr_int(p.src)
+        w.dst = w.pdst = addr_int(p.dst)
         w.proto = p.proto
         w.sport = p.sport
         w.dport = p.dport
