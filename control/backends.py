@@ -47,9 +47,11 @@ from control.emulation import ClusterView
 from dataplane.emulator.cluster import EmulatedCluster
 from dataplane.emulator.trace import Trace
 from netmodel.errors import InputError
+from netmodel.packet import Packet
 
 if TYPE_CHECKING:
     from dataplane.linux.cni import CniMode
+    from dataplane.linux.conntrack import ConntrackEntry
     from dataplane.linux.realize import RealCluster
     from dataplane.linux.rules import RuleCounter
 
@@ -123,10 +125,68 @@ class Backend(Protocol):
 
     def conntrack(self, node: str) -> list[str]: ...
 
+    def flows_conntrack(
+        self, sports: Iterable[int], proto: str, *, source: str | None = None
+    ) -> dict[int, dict[str, list[str]]]: ...
+
     def close(self) -> None: ...
 
 
+# ---------------------------------------------------------------------------- conntrack
+
+
+def _nodes(view: ClusterView) -> list[str]:
+    return sorted(str(ns.node) for ns in view.network.namespaces.values() if ns.role == "node")
+
+
+def _selected(e: ConntrackEntry, proto: str, source: str | None) -> bool:
+    """A connection's entry (its source port already matched): the protocol, the source
+    address if given, and never the overlay's own VXLAN flows (hashed source ports)."""
+    return (
+        e.proto == proto
+        and (source is None or e.field("orig", "src") == source)
+        and not (proto == "udp" and e.field("orig", "dport") == VXLAN_PORT)
+    )
+
+
+def conntrack_key(line: str) -> str:
+    """A ``conntrack -L`` line as the backends are compared on it: timeout and ``use``
+    left out, and the port a source NAT chose masked (``*``): kube-proxy masquerades with
+    ``--random-fully``, so each backend draws its own."""
+    from dataplane.linux.conntrack import normalize_line, parse_line
+
+    e = parse_line(line)
+    key = normalize_line(line)
+    reply_to = (e.field("reply", "dst"), e.field("reply", "dport"))
+    if reply_to != (e.field("orig", "src"), e.field("orig", "sport")):
+        key = key.replace(f" dport={reply_to[1]} ", " dport=* ")
+    return key
+
+
 # ---------------------------------------------------------------------------- emulator
+
+
+def _for_socket(request: Packet, got: Packet) -> bool:
+    """Does ``got`` reach the socket that sent ``request`` (connected to its destination):
+    an answer from that destination, or an ICMP error quoting the request? A segment from
+    elsewhere (an endpoint answering past the NAT that should have reverted it) is no
+    answer: the kernel drops it or resets it, the socket hears nothing."""
+    if got.proto == "icmp":
+        q = got.inner
+        return q is not None and (q.proto, q.src, q.sport, q.dst, q.dport) == (
+            request.proto,
+            request.src,
+            request.sport,
+            request.dst,
+            request.dport,
+        )
+    return (got.proto, got.src, got.sport, got.dst, got.dport) == (
+        request.proto,
+        request.dst,
+        request.dport,
+        request.src,
+        request.sport,
+    )
 
 
 def socket_verdict(trace: Trace, proto: str, client: str) -> str:
@@ -142,7 +202,11 @@ def socket_verdict(trace: Trace, proto: str, client: str) -> str:
     ):
         return "denied"  # ip_local_out's NF_DROP: sendmsg fails with EPERM
     reply = trace.reply
-    got = reply.received if reply is not None and reply.verdict == "delivered" else None
+    got = None
+    if reply is not None and reply.verdict == "delivered" and reply.received is not None:
+        at = reply.delivered_to.netns if reply.delivered_to is not None else None
+        if at == client and _for_socket(trace.packet, reply.received):
+            got = reply.received
     if got is None:
         where = last.netns if last is not None else client
         if trace.verdict == "no-route" and where == client:
@@ -224,6 +288,23 @@ class EmulatorBackend:
     def conntrack(self, node: str) -> list[str]:
         """The node's conntrack table as ``conntrack -L`` lines."""
         return [e.text for e in self.cluster.conntrack(node)]
+
+    def flows_conntrack(
+        self, sports: Iterable[int], proto: str, *, source: str | None = None
+    ) -> dict[int, dict[str, list[str]]]:
+        """Each node's entries of the connections from these source ports (and address
+        ``source``, if given), selected as :meth:`RealBackend.flows_conntrack` does."""
+        from dataplane.linux.conntrack import parse_line
+
+        wanted = {str(p): p for p in sports}
+        out: dict[int, dict[str, list[str]]] = {}
+        for node in _nodes(self.view):
+            for line in self.conntrack(node):
+                e = parse_line(line)
+                port = wanted.get(e.field("orig", "sport") or "")
+                if port is not None and _selected(e, proto, source):
+                    out.setdefault(port, {}).setdefault(node, []).append(line)
+        return out
 
     def close(self) -> None:
         pass
@@ -352,9 +433,7 @@ class RealBackend:
         raise InputError(f"{dst} has no address", field="--to")
 
     def _nodes(self) -> list[str]:
-        return sorted(
-            str(ns.node) for ns in self.view.network.namespaces.values() if ns.role == "node"
-        )
+        return _nodes(self.view)
 
     def _endpoint(self, pod: str, dst: str, dport: int, proto: str) -> str | None:
         """``ip:port`` that answered: known when the pod listens on one port of ``proto``
@@ -454,12 +533,7 @@ class RealBackend:
             for node in self._nodes():
                 for e in conntrack.list_entries(self.cluster.node_netns(node)):
                     port = wanted.get(e.field("orig", "sport") or "")
-                    if (
-                        port is not None
-                        and e.proto == proto
-                        and (source is None or e.field("orig", "src") == source)
-                        and not (proto == "udp" and e.field("orig", "dport") == VXLAN_PORT)
-                    ):
+                    if port is not None and _selected(e, proto, source):
                         found.setdefault(port, {}).setdefault(node, []).append(e.render())
                         closing |= e.state in ("FIN_WAIT", "CLOSE_WAIT", "LAST_ACK", "CLOSE")
             if not closing or time.monotonic() >= deadline:

@@ -24,11 +24,11 @@ from control.backends import (
     ConnOutcome,
     EmulatorBackend,
     RealBackend,
+    conntrack_key,
     emulator_backend,
     real_backend,
 )
 from control.session import Session
-from dataplane.linux import conntrack
 from dataplane.linux.netns import is_root
 from netmodel.manifests import load_text
 from netmodel.objects import Node, Pod, Service
@@ -188,31 +188,11 @@ def pair(request: pytest.FixtureRequest) -> Iterator[Pair]:
 # ---------------------------------------------------------------------------- helpers
 
 
-def ct_key(line: str) -> str:
-    """A conntrack line without timeout and ``use``; the port a masquerade chose is
-    masked: kube-proxy's ``MASQUERADE --random-fully`` picks it at random on each side."""
-    e = conntrack.parse_line(line)
-    key = conntrack.normalize_line(line)
-    reply_to = (e.field("reply", "dst"), e.field("reply", "dport"))
-    if reply_to != (e.field("orig", "src"), e.field("orig", "sport")):  # source NAT
-        key = key.replace(f" dport={e.field('reply', 'dport')} ", " dport=* ")
-    return key
-
-
-def emu_conntrack(pair: Pair, sports: set[int], proto: str) -> dict[int, dict[str, list[str]]]:
-    out: dict[int, dict[str, list[str]]] = {}
-    for node in ("node-1", "node-2", "node-3"):
-        for line in pair.emu.conntrack(node):
-            e = conntrack.parse_line(line)
-            sport = int(e.field("orig", "sport") or 0)
-            if e.proto == proto and sport in sports:
-                out.setdefault(sport, {}).setdefault(node, []).append(ct_key(line))
-    return out
-
-
-def real_conntrack(pair: Pair, sports: set[int], proto: str) -> dict[int, dict[str, list[str]]]:
-    found = pair.real.flows_conntrack(sports, proto)
-    return {p: {n: [ct_key(x) for x in v] for n, v in f.items()} for p, f in found.items()}
+def conntrack_of(
+    backend: EmulatorBackend | RealBackend, sports: set[int], proto: str, source: str | None
+) -> dict[int, dict[str, list[str]]]:
+    found = backend.flows_conntrack(sports, proto, source=source)
+    return {p: {n: [conntrack_key(x) for x in v] for n, v in f.items()} for p, f in found.items()}
 
 
 def flow(
@@ -220,8 +200,10 @@ def flow(
 ) -> tuple[list[ConnOutcome], list[ConnOutcome]]:
     """``n`` connections on both backends (the kernel's from the emulator's source ports);
     every kernel outcome must be one the emulator can produce, the emulator's own ones
-    too, and where both reached the same pod, the conntrack entries must agree."""
-    possible = {o.key() for _, o in pair.pristine.possible(src, dst, port, proto)}  # type: ignore[arg-type]
+    too, and where both reached the same endpoint, the conntrack entries must agree."""
+    branches = pair.pristine.possible(src, dst, port, proto)  # type: ignore[arg-type]
+    possible = {o.key() for _, o in branches}
+    deterministic = len(branches) == 1
     emu = pair.emu.connect(src, dst, port, proto, n)  # type: ignore[arg-type]
     real = pair.real.connect(src, dst, port, proto, n, sports=[o.sport or 0 for o in emu])  # type: ignore[arg-type]
     same: set[int] = set()
@@ -229,9 +211,14 @@ def flow(
         where = f"{proto} {src} -> {dst}:{port} sport {e.sport}"
         assert e.key() in possible, f"{where}: emulator {e} not among {possible}"
         assert r.key() in possible, f"{where}: kernel {r} not among emulator's {possible}"
-        if e.key() == r.key() and e.sport is not None:
+        # conntrack entries name the endpoint: comparable when no random choice was
+        # made, or both reached the same pod (the Service's one port on it)
+        same_endpoint = deterministic or (e.verdict == "delivered" and e.pod == r.pod)
+        if e.key() == r.key() and same_endpoint and e.sport is not None:
             same.add(e.sport)
-    kernel, emulated = real_conntrack(pair, same, proto), emu_conntrack(pair, same, proto)
+    source = emu[0].source  # the client's address (the same on both sides)
+    kernel = conntrack_of(pair.real, same, proto, source)
+    emulated = conntrack_of(pair.emu, same, proto, source)
     for sport in sorted(same):
         where = f"{proto} {src} -> {dst}:{port} sport {sport}: conntrack"
         assert kernel.get(sport) == emulated.get(sport), where
