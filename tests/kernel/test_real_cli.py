@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -28,12 +29,13 @@ pytestmark = [pytest.mark.kernel, pytest.mark.skipif(not is_root(), reason="need
 
 ROOT = Path(__file__).resolve().parents[2]
 EXT = "203.0.113.9"
+EXPIRES = re.compile(r" expires \S+")  # an nft set element's countdown
 
 MANIFEST = """
 apiVersion: svclab.dev/v1alpha1
 kind: Cluster
 metadata: {{name: cli}}
-spec: {{nodes: 2}}
+spec: {{nodes: 2, proxyMode: {mode}}}
 ---
 apiVersion: apps/v1
 kind: Deployment
@@ -60,6 +62,14 @@ spec:
   type: NodePort
   selector: {{app: web}}
   ports: [{{name: http, port: 80, targetPort: 8080, nodePort: 30080}}]
+---
+apiVersion: v1
+kind: Service
+metadata: {{name: sticky}}
+spec:
+  selector: {{app: web}}
+  sessionAffinity: ClientIP
+  ports: [{{name: http, port: 80, targetPort: 8080}}]
 """
 
 
@@ -67,17 +77,29 @@ def run(state: Path, *args: str) -> Result:
     return CliRunner().invoke(cli, ["--state", str(state), *args], catch_exceptions=False)
 
 
-def write(tmp_path: Path, replicas: int, name: str = "cluster.yaml") -> Path:
+def write(
+    tmp_path: Path, replicas: int, name: str = "cluster.yaml", mode: str = "iptables"
+) -> Path:
     path = tmp_path / name
-    path.write_text(MANIFEST.format(replicas=replicas))
+    path.write_text(MANIFEST.format(replicas=replicas, mode=mode))
     return path
 
 
 @pytest.fixture
 def state(tmp_path: Path) -> Iterator[Path]:
     """A state dir with the cluster applied; its real cluster is always removed."""
+    yield from _state(tmp_path, "iptables")
+
+
+@pytest.fixture(params=["iptables", "nftables"])
+def any_state(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Path]:
+    """:func:`state` in each kube-proxy mode that can be realised."""
+    yield from _state(tmp_path, request.param)
+
+
+def _state(tmp_path: Path, mode: str) -> Iterator[Path]:
     d = tmp_path / "state"
-    res = run(d, "apply", "-f", str(write(tmp_path, 3)))
+    res = run(d, "apply", "-f", str(write(tmp_path, 3, mode=mode)))
     assert res.exit_code == 0, res.output
     try:
         yield d
@@ -96,7 +118,8 @@ def _cluster(state: Path) -> RealCluster:
 
 def _kernel_state(c: RealCluster) -> tuple[object, ...]:
     """What an idempotent ``up`` must leave untouched: namespaces (with their inodes),
-    CNI results, pod-server pids, every rule with its counters."""
+    CNI results, pod-server pids, every iptables rule with its counters, the nft ruleset
+    with the affinity sets' dynamic elements."""
     from dataplane.linux.nsenter import inode
 
     return (
@@ -104,6 +127,7 @@ def _kernel_state(c: RealCluster) -> tuple[object, ...]:
         c.pods,
         dict(c.servers.running()),
         {n: rules.rule_counters(c.node_netns(n)) for n in ("node-1", "node-2")},
+        {n: EXPIRES.sub("", rules.nft_ruleset(c.node_netns(n))) for n in ("node-1", "node-2")},
     )
 
 
@@ -158,20 +182,22 @@ def test_up_connect_trace_ping_down(state: Path) -> None:
     assert run(state, "down").output.strip() == f"no real cluster in {state}"
 
 
-def test_up_twice_changes_nothing_and_a_change_converges(state: Path, tmp_path: Path) -> None:
+def test_up_twice_changes_nothing_and_a_change_converges(any_state: Path, tmp_path: Path) -> None:
+    state = any_state
     assert run(state, "up", "--real").exit_code == 0
     c = _cluster(state)
-    assert (
-        run(state, "connect", "--real", "pod/client", "svc/default/web:80", "-n", "3").exit_code
-        == 0
-    )
+    for svc in ("web", "sticky"):  # counters move, an affinity entry is recorded
+        res = run(state, "connect", "--real", "pod/client", f"svc/default/{svc}:80", "-n", "3")
+        assert res.exit_code == 0, res.output
     before = _kernel_state(c)
     res = run(state, "up", "--real")
     assert res.exit_code == 0, res.output
     assert _kernel_state(_cluster(state)) == before
 
     # scale up: the next --real command brings the kernel up to date first
-    assert run(state, "apply", "-f", str(write(tmp_path, 5, "more.yaml"))).exit_code == 0
+    nft = "table ip kube-proxy" in rules.nft_ruleset(c.node_netns("node-1"))
+    more = write(tmp_path, 5, "more.yaml", mode="nftables" if nft else "iptables")
+    assert run(state, "apply", "-f", str(more)).exit_code == 0
     res = run(
         state, "connect", "--real", "pod/client", "svc/default/web:80", "-n", "40", "-o", "json"
     )
