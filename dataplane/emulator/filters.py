@@ -165,6 +165,7 @@ def _log_step(
         log.append(None)
 
 
+_new_tuple = tuple.__new__
 _NO_HOPS: list[Hop] = []  # shared, never appended to (only when recording)
 
 
@@ -225,7 +226,7 @@ class TrackingFilter:
                 if record:
                     hops.append(Hop("conntrack", self.name, dev_in=indev, dev_out=outdev,
                                     hook=hook, conntrack=att.state, note="confirmed"))
-        return HookOutcome("ACCEPT", pkt, hops)
+        return _new_tuple(HookOutcome, ("ACCEPT", pkt, hops, None, None))
 
     def snapshot(self) -> object:
         return self.table.copy()
@@ -350,11 +351,13 @@ class EngineFilter:
                 _log_step(log, table, t, before, tcp_before, out.conn, out.direction,
                           out.state, self.replayable)
         if not record:
+            # tuple.__new__ directly: the named tuple's own __new__ is a Python-level call
             if out is None:
-                return HookOutcome("REJECT" if res.verdict == "REJECT" else "DROP", pkt, (),
-                                   res.reject_with)
+                return _new_tuple(HookOutcome, ("REJECT" if res.verdict == "REJECT" else "DROP",
+                                                pkt, (), res.reject_with, None))
             skb.ct = out
-            return HookOutcome("STOLEN" if res.verdict == "STOLEN" else "ACCEPT", out.packet)
+            return _new_tuple(HookOutcome, ("STOLEN" if res.verdict == "STOLEN" else "ACCEPT",
+                                            out.packet, (), None, None))
         hops = [_hop(self.name, indev, outdev, r) for r in res.records]
         if out is None:
             verdict: FilterVerdict = "REJECT" if res.verdict == "REJECT" else "DROP"

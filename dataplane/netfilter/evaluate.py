@@ -694,8 +694,13 @@ class Netfilter:
         out = None
         if v in (ACCEPT, STOLEN):
             out = Skb(_rebuild(pkt, w), w.ct, w.ctdir, w.ctname, w.untracked, w.masq_seen)
-        result = HookResult(out, VERDICT_NAMES[v], w.reject_with or None, records, w.visited)
-        self._release(w)
+        # tuple.__new__ directly: the named tuple's own __new__ is a Python-level call
+        result: HookResult = _new_tuple(HookResult, (out, VERDICT_NAMES[v],
+                                                     w.reject_with or None, records, w.visited))
+        w.ct = None  # _release, inlined
+        w.inner = None
+        w.chooser = self.chooser
+        self._spare = w
         return result
 
     def traverse(
@@ -841,6 +846,7 @@ class Netfilter:
         self._spare = None  # a recycled Work would keep the old recent lists and counters
 
 
+_new_tuple = tuple.__new__
 _ADDRS: dict[int, IPAddress] = {}
 
 
