@@ -76,7 +76,7 @@ class Fib:
 
     def is_local(self, addr: IPAddress) -> bool:
         """Whether ``addr`` is in the local table (own address or 127/8)."""
-        value = int(addr)
+        value = addr._ip  # type: ignore[union-attr]  # int(addr), without its Python call
         return value in self._local or (value >> 24) == 127
 
     def local_addresses(self) -> frozenset[IPAddress]:
@@ -84,7 +84,7 @@ class Fib:
 
     def lookup(self, dst: IPAddress) -> RouteResult:
         """The route for ``dst`` (cached)."""
-        value = int(dst)
+        value = dst._ip  # type: ignore[union-attr]  # int(dst), without its Python call
         hit = self._cache.get(value)
         if hit is None:
             hit = self._lookup(dst)

@@ -148,7 +148,7 @@ def vxlan_source_port(pkt: Packet) -> int:
     (so one flow keeps one port, as ``udp_flow_src_port`` does). Deterministic across
     runs (no string hashing)."""
     ports = (pkt.sport << 16 | pkt.dport) if pkt.proto != "icmp" else pkt.icmp_id
-    key = (int(pkt.src) * 0x9E3779B1 ^ int(pkt.dst) * 0x85EBCA77 ^ ports * 0xC2B2AE3D
+    key = (pkt.src._ip * 0x9E3779B1 ^ pkt.dst._ip * 0x85EBCA77 ^ ports * 0xC2B2AE3D  # type: ignore[union-attr]
            ^ _PROTO_SALT.get(pkt.proto, 0)) & 0xFFFFFFFFFFFF
     lo, hi = EPHEMERAL_PORTS
     return lo + zlib.crc32(key.to_bytes(6, "little")) % (hi - lo + 1)
