@@ -38,7 +38,7 @@ def backend(session, *, real: bool, external_clients=(), seed: int = 0):  # type
 
     view = emulation.view(session, external_clients=external_clients)
     if real:
-        return backends.real_backend(view)  # type: ignore[attr-defined]
+        return backends.real_backend(view)
     return backends.emulator_backend(view, seed=seed)
 
 
