@@ -22,6 +22,7 @@ Contract:
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
@@ -91,7 +92,25 @@ def apply_restore(
     """Apply an ``iptables-restore`` payload to ``base`` and return the new ruleset.
 
     ``noflush`` is ``--noflush``. Each ``*table`` ... ``COMMIT`` section is applied as a
-    whole; an error anywhere raises and nothing is returned (``base`` is unchanged)."""
+    whole; an error anywhere raises and nothing is returned (``base`` is unchanged).
+
+    A large payload is parsed with the cyclic garbage collector paused (restored on the
+    way out, also on error): parsing builds hundreds of thousands of acyclic objects, and
+    the collections their allocation triggers took close to half the time at 10,000
+    Services."""
+    if len(text) < _PAUSE_GC_ABOVE or not gc.isenabled():
+        return _apply_restore(base, text, noflush, source)
+    gc.disable()
+    try:
+        return _apply_restore(base, text, noflush, source)
+    finally:
+        gc.enable()
+
+
+_PAUSE_GC_ABOVE = 1 << 20  # characters (about 5,000 rules)
+
+
+def _apply_restore(base: R.Ruleset, text: str, noflush: bool, source: str) -> R.Ruleset:
     family = base.family
     tables: dict[str, R.Table] = dict(base.tables)
     cur: _MTable | None = None

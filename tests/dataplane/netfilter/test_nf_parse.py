@@ -242,3 +242,28 @@ def test_tokenize_quotes() -> None:
     assert tokenize("--comment ''") == ["--comment", ""]
     with pytest.raises(ValueError):
         tokenize('--comment "open')
+
+
+def test_large_payloads_leave_the_garbage_collector_as_they_found_it() -> None:
+    import gc
+
+    import pytest as _pytest
+
+    from dataplane.netfilter import RestoreError, parse_save
+
+    rules = "".join(f"-A FORWARD -s 10.{i >> 16 & 255}.{i >> 8 & 255}.{i & 255}/32 -j ACCEPT\n"
+                    for i in range(30_000))
+    big = f"*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n{rules}COMMIT\n"
+    assert len(big) > 1 << 20  # above the size at which parsing pauses the collector
+    assert gc.isenabled()
+    assert len(parse_save(big).tables["filter"].chains["FORWARD"].rules) == 30_000
+    assert gc.isenabled()
+    with _pytest.raises(RestoreError):
+        parse_save(big.replace("COMMIT", "-A NOPE -j ACCEPT\nCOMMIT"))
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        parse_save(big)
+        assert not gc.isenabled()  # a caller's choice is kept
+    finally:
+        gc.enable()
