@@ -29,6 +29,7 @@ from dataplane.emulator.trace import Hop, HopKind
 from dataplane.netfilter import evaluate as nf_eval
 from dataplane.netfilter import rules as R
 from dataplane.netfilter.choice import Chooser
+from dataplane.netfilter.compiled import REJECT, STOLEN
 from dataplane.netfilter.conntrack import (
     CONFIRMED,
     REPLY,
@@ -228,6 +229,30 @@ class TrackingFilter:
                                     hook=hook, conntrack=att.state, note="confirmed"))
         return _new_tuple(HookOutcome, ("ACCEPT", pkt, hops, None, None))
 
+    def quick(
+        self,
+        hook: HookName,
+        pkt: Packet,
+        indev: str | None,
+        outdev: str | None,
+        skb: Skb,
+        physin: str | None,
+        physout: str | None,
+    ) -> tuple[Packet | None, FilterVerdict, str | None]:
+        """``run`` without trace steps nor flow-cache log (the walk's fast path): the
+        conntrack step at the first hook, the confirmation at the last, nothing else."""
+        if hook == "PREROUTING" or hook == "OUTPUT":
+            if skb.ct is None:
+                skb.ct = self.table.classify(ct_tuple(pkt), pkt.flags, pkt.icmp_type,
+                                             _inner_tuple(pkt))
+        elif hook == "INPUT" or hook == "POSTROUTING":
+            att = skb.ct
+            if isinstance(att, PacketState) and att.conn is not None and not (
+                att.conn.status & CONFIRMED
+            ) and not self.table.confirm(att.conn):
+                return None, "DROP", None
+        return pkt, "ACCEPT", None
+
     def snapshot(self) -> object:
         return self.table.copy()
 
@@ -314,6 +339,11 @@ class EngineFilter:
         physout: str | None = None,
     ) -> HookOutcome:
         prev = skb.ct
+        if not record and log is None:
+            done, said, reject_with = self.quick(hook, pkt, indev, outdev, skb, physin, physout)
+            # tuple.__new__ directly: the named tuple's own __new__ is a Python-level call
+            return _new_tuple(HookOutcome, (said, pkt if done is None else done, (),
+                                            reject_with, None))
         eskb: nf_eval.Skb | Packet
         if prev is not None:
             assert isinstance(prev, nf_eval.Skb)
@@ -365,6 +395,34 @@ class EngineFilter:
         skb.ct = out
         return HookOutcome("STOLEN" if res.verdict == "STOLEN" else "ACCEPT", out.packet, hops,
                            None, _chosen_by(res.records))
+
+    def quick(
+        self,
+        hook: HookName,
+        pkt: Packet,
+        indev: str | None,
+        outdev: str | None,
+        skb: Skb,
+        physin: str | None,
+        physout: str | None,
+    ) -> tuple[Packet | None, FilterVerdict, str | None]:
+        """``run`` without trace steps nor flow-cache log (the walk's fast path): the
+        packet after the hook (None when it did not survive), the verdict and the REJECT
+        answer type. One positional engine call (:meth:`Netfilter.run_quick`)."""
+        prev = skb.ct
+        if prev is None:
+            rel = skb.related
+            if rel is not None and isinstance(rel, nf_eval.Skb):
+                prev = _related(pkt, rel)
+        nf = self.nf
+        if nf.trace:
+            nf.trace = False
+        v, done, reject_with = nf.run_quick(hook, pkt, prev, indev, outdev,  # type: ignore[arg-type]
+                                            self.chooser_box[0], physin, physout)
+        if done is None:
+            return None, "REJECT" if v == REJECT else "DROP", reject_with
+        skb.ct = done
+        return done.packet, "STOLEN" if v == STOLEN else "ACCEPT", None
 
     def snapshot(self) -> object:
         return self.nf.snapshot()

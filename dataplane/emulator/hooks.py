@@ -122,3 +122,18 @@ class PacketFilter(Protocol):
     ) -> HookOutcome:
         """Run ``hook`` for ``pkt`` (see the module docstring)."""
         ...
+
+    def quick(
+        self,
+        hook: HookName,
+        pkt: Packet,
+        indev: str | None,
+        outdev: str | None,
+        skb: Skb,
+        physin: str | None,
+        physout: str | None,
+    ) -> tuple[Packet | None, FilterVerdict, str | None]:
+        """``run`` with ``record`` False and no ``log`` (the walk's fast path, same
+        effects): the packet after the hook (None when it did not survive: DROP or
+        REJECT), the verdict and ``reject_with``."""
+        ...

@@ -282,6 +282,19 @@ class Walker:
         f = self._filter_of.get(host)
         if f is None:
             return pkt
+        if w.log is None and not w.record:
+            # the fast path: no trace steps, no flow-cache log, no HookOutcome
+            new, verdict, reject_with = f.quick(hook, pkt, indev, outdev, skb, skb.physin,
+                                                physout)
+            if new is None:
+                self._refused(w, host, hook, pkt, skb, verdict, reject_with)
+                return None
+            w.stolen = verdict == "STOLEN"
+            if new is not pkt and new.src is not pkt.src and new.src != pkt.src and (
+                skb.tunnel is None
+            ):
+                w.src_rewritten = True
+            return new
         out = f.run(hook, pkt, indev, outdev, skb, record=w.record, log=w.log,
                     physin=skb.physin, physout=physout)
         if w.record:
@@ -297,15 +310,21 @@ class Walker:
             ):
                 w.src_rewritten = True
             return new
-        if out.verdict == "REJECT":
-            with_ = out.reject_with or "icmp-port-unreachable"
+        self._refused(w, host, hook, pkt, skb, out.verdict, out.reject_with)
+        return None
+
+    def _refused(self, w: _Walk, host: Host, hook: HookName, pkt: Packet, skb: Skb,
+                 verdict: str, reject_with: str | None) -> None:
+        """End the walk for a packet a hook did not let through (REJECT: with its
+        answer)."""
+        if verdict == "REJECT":
+            with_ = reject_with or "icmp-port-unreachable"
             answer = self._reject_answer(host, pkt, with_)
             if answer is not None:
                 w.answer = Answer(host.name, answer, skb.ct)
             w.end("REJECT", f"rejected in {hook} ({with_})")
-            return None
+            return
         w.end("DROP", f"dropped in {hook}")
-        return None
 
     def _reject_answer(self, host: Host, pkt: Packet, with_: str) -> Packet | None:
         if with_ == "tcp-reset":

@@ -703,6 +703,77 @@ class Netfilter:
         self._spare = w
         return result
 
+    def run_quick(
+        self,
+        hook: str,
+        pkt: Packet,
+        prev: Skb | None,
+        in_iface: str | None,
+        out_iface: str | None,
+        chooser: Chooser | None,
+        physdev_in: str | None,
+        physdev_out: str | None,
+    ) -> tuple[int, Skb | None, str | None]:
+        """:meth:`run_hook` without trace records, for the packet walk's fast path:
+        ``pkt`` with the conntrack attachment of ``prev`` (the previous hook's skb, None at
+        a packet's first hook), committing, no source MAC. Returns the verdict code, the
+        skb after the hook (None when dropped) and the REJECT answer type. Same effects as
+        ``run_hook(hook, Skb(pkt, prev...) or pkt, ...)`` with ``trace`` off; positional
+        and with :meth:`_work` inlined (20 calls per connection on the full path)."""
+        w = self._spare
+        if w is None:
+            w = self._work(pkt, prev, chooser, True, physdev_in or "", physdev_out or "")
+        else:
+            self._spare = None
+            w.src = w.psrc = addr_int(pkt.src)
+            w.dst = w.pdst = addr_int(pkt.dst)
+            w.proto = pkt.proto
+            w.sport = pkt.sport
+            w.dport = pkt.dport
+            w.flags = pkt.flags
+            w.itype = pkt.icmp_type
+            w.icode = pkt.icmp_code
+            w.icmp_id = pkt.icmp_id
+            w.length = pkt.length
+            w.ttl = pkt.ttl
+            w.mark = pkt.mark
+            w.inner = pkt.inner
+            w.chooser = chooser or self.chooser
+            w.commit = True
+            w.now = self.clock.now()
+            w.visited = 0
+            w.reject_with = ""
+            w.phys_in = physdev_in = physdev_in or ""
+            w.phys_out = physdev_out = physdev_out or ""
+            w.bridged = bool(physdev_in or physdev_out)
+            w.smac = ""
+            if prev is not None and prev.state:
+                w.ct = prev.conn  # type: ignore[assignment]
+                w.ctdir = prev.direction
+                w.ctname = prev.state
+                w.ctbits = _STATE_BITS[prev.state]
+                w.masq_seen = prev.masq
+                w.untracked = prev.untracked
+            else:
+                w.ct = None
+                w.ctdir = 0
+                w.ctname = ""
+                w.ctbits = ST_INVALID
+                w.masq_seen = prev.masq if prev is not None else False
+                w.untracked = prev.untracked if prev is not None else False
+        w.iif = in_iface or ""
+        w.oif = out_iface or ""
+        v = self._runners[hook](w, None)
+        out = None
+        if v in (ACCEPT, STOLEN):
+            out = Skb(_rebuild(pkt, w), w.ct, w.ctdir, w.ctname, w.untracked, w.masq_seen)
+        reject_with = w.reject_with or None
+        w.ct = None  # _release, inlined
+        w.inner = None
+        w.chooser = self.chooser
+        self._spare = w
+        return v, out, reject_with
+
     def traverse(
         self,
         packet: Packet | Skb,

@@ -77,3 +77,43 @@ def test_fast_path_and_full_walk_agree(steps: list[tuple[Any, ...]]) -> None:
             full.filters[step[1]].conntrack.flush()
         assert _tables(fast) == _tables(full)
     assert full.walker.replayed == 0
+
+
+TARGETS_Q = [*TARGETS, ("10.96.0.11", 80), ("10.244.1.6", 9999)]  # REJECT, refused
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(ops, st.lists(st.sampled_from(range(len(TARGETS_Q))), max_size=6))
+def test_quick_hooks_and_full_hooks_agree(steps: list[tuple[Any, ...]],
+                                          extra: list[int]) -> None:
+    """The walk's untraced per-hook fast path (``PacketFilter.quick``: one positional
+    call, no trace steps, no flow-cache log) and the traced walk (``PacketFilter.run``
+    with records) give the same verdicts, deliveries, answers and conntrack tables."""
+    quick, full = cluster(both(RULES)), cluster(both(RULES))
+    quick.walker.flows.get = lambda key: None  # type: ignore[method-assign]  # never replay
+    quick.walker.flows.seen_before = lambda key: False  # type: ignore[method-assign]  # no log
+    conns: list[tuple[str, Packet]] = []
+    steps = [*steps, *(("connect", i % len(CLIENTS), t) for i, t in enumerate(extra))]
+    for step in steps:
+        kind = step[0]
+        if kind == "connect":
+            src, (dst, port) = CLIENTS[step[1]], TARGETS_Q[step[2] % len(TARGETS_Q)]
+            (a,) = quick.connect(src, dst, "tcp", port, n=1, record=False)
+            (b,) = full.connect(src, dst, "tcp", port, n=1, record=True)
+            assert (a.verdict, a.endpoint, a.established, a.sport, a.source) == (
+                b.verdict, b.endpoint, b.established, b.sport, b.source)
+            conns.append((src, Packet.make(a.source, dst, "tcp", a.sport, port, flags=ACK)))
+        elif kind == "data" and conns:
+            src, base = conns[step[1] % len(conns)]
+            pkt = base.evolve(flags=step[2], length=100 if step[2] == PSH_ACK else 52)
+            for _ in range(2):
+                assert _outcome(*quick.exchange(src, pkt, record=False)) == _outcome(
+                    *full.exchange(src, pkt, record=True))
+        elif kind == "advance":
+            quick.clock.advance(step[1])  # type: ignore[attr-defined]
+            full.clock.advance(step[1])  # type: ignore[attr-defined]
+        elif kind == "flush":
+            quick.filters[step[1]].conntrack.flush()
+            full.filters[step[1]].conntrack.flush()
+        assert _tables(quick) == _tables(full)
+    assert quick.walker.replayed == 0
