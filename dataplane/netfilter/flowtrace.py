@@ -157,6 +157,8 @@ class FlowTracer:
                     primary.append(a)
                     break
         self.local = frozenset(addrs)
+        self._starts: dict[tuple[str, str, int, str], tuple[Packet, str]] = {}
+        self._chooser: RandomChooser | None = None
         self.netfilter = Netfilter(
             ruleset, local_addrs=addrs,
             iface_addrs={"eth0": primary + [a for a in addrs if a.version == 6 and not a.is_loopback]},
@@ -167,17 +169,35 @@ class FlowTracer:
         """``out`` when the flow's source is one of the node's addresses, else ``in``."""
         return "out" if _address(flow.source) in self.local else "in"
 
+    def _start(self, flow: Flow) -> tuple[Packet, str]:
+        """The flow's first packet and origin, memoised per (source, destination, port,
+        protocol): a flow table repeats its flows, and building the packet (a frozen
+        dataclass of 15 fields) costs more than a tenth of a traversal. Packets are
+        immutable, so one object serves every traversal of the flow."""
+        key = (flow.source, flow.dest, flow.dport, flow.protocol)
+        start = self._starts.get(key)
+        if start is None:
+            if len(self._starts) >= 100_000:
+                self._starts.clear()
+            start = self._starts[key] = (flow.packet(), self.origin(flow))
+        return start
+
     def trace(self, flow: Flow) -> FlowResult:
         """Every branch of the flow, summarised (nothing is committed)."""
-        origin = self.origin(flow)
-        branches = self.netfilter.enumerate(flow.packet(), origin=origin)
+        packet, origin = self._start(flow)
+        branches = self.netfilter.enumerate(packet, origin=origin)
         return summarise(flow, origin, branches)
 
     def sample(self, flow: Flow, rng: Random | None = None, *, commit: bool = False) -> Traversal:
         """One traversal, random choices drawn from ``rng`` (``--at`` without ``--all``)."""
-        chooser = RandomChooser(rng) if rng is not None else None
-        return self.netfilter.traverse(flow.packet(), origin=self.origin(flow),
-                                       chooser=chooser, commit=commit)
+        packet, origin = self._start(flow)
+        chooser = None
+        if rng is not None:
+            # one chooser per generator, reused (it holds nothing but the generator)
+            chooser = self._chooser
+            if chooser is None or chooser.rng is not rng:
+                chooser = self._chooser = RandomChooser(rng)
+        return self.netfilter.traverse(packet, origin=origin, chooser=chooser, commit=commit)
 
 
 def summarise(flow: Flow, origin: str, branches: list[Branch[Traversal]]) -> FlowResult:
