@@ -48,6 +48,10 @@ class Session:
     _plane: ControlPlane | None = None
     rules: EmulatedRules = field(default_factory=EmulatedRules)
     proxies: dict[str, KubeProxy] = field(default_factory=dict)
+    #: record the kube-proxies' syncs on the timeline. Commands that only read a
+    #: persistent cluster (get, rules, trace, ...) turn this off, so that looking at a
+    #: cluster does not add events to it; apply and delete keep it on.
+    record_proxy_syncs: bool = True
 
     # ---- construction
 
@@ -68,7 +72,9 @@ class Session:
         return cls.ephemeral(load(paths), clock=clock)
 
     @classmethod
-    def open(cls, state_dir: str | Path, *, must_exist: bool = True) -> Session:
+    def open(
+        cls, state_dir: str | Path, *, must_exist: bool = True, read_only: bool = False
+    ) -> Session:
         """Open a persistent cluster. Raises NoClusterError when ``must_exist`` and the
         directory holds no cluster."""
         from control.store.sqlite import SqliteStore
@@ -99,6 +105,7 @@ class Session:
             proxy_config=proxy,
             clock=WallClock(),
             state_dir=d,
+            record_proxy_syncs=not read_only,
         )
 
     # ---- control plane
@@ -124,7 +131,7 @@ class Session:
                     self.cluster.spec,
                     self.proxy_config,
                     self.rules,
-                    self._plane.recorder,
+                    self._plane.recorder if self.record_proxy_syncs else None,
                 )
                 self.proxies[node.name] = proxy
                 self._plane.add_agent(proxy)

@@ -29,11 +29,12 @@ class Context:
     def __init__(self, state: str) -> None:
         self.state = Path(state)
 
-    def session(self, files: Sequence[str] = ()) -> Session:
-        """A throw-away session from ``files`` if given, else the persistent one."""
+    def session(self, files: Sequence[str] = (), *, read_only: bool = True) -> Session:
+        """A throw-away session from ``files`` if given, else the persistent one
+        (``read_only``: the kube-proxies' syncs are not recorded as events)."""
         if files:
             return Session.from_files(list(files))
-        return Session.open(self.state)
+        return Session.open(self.state, read_only=read_only)
 
 
 def handle_errors(fn: F) -> F:
@@ -247,7 +248,7 @@ def delete(
             targets.append((k, n if k in ("Node", "Namespace") else f"{namespace}/{n}"))
     else:
         raise click.UsageError("give KIND NAME or -f FILE")
-    session = ctx.session()
+    session = ctx.session(read_only=False)
     try:
         for k, key in targets:
             obj = session.plane.apiserver.delete(k, key)

@@ -136,3 +136,23 @@ def test_get_after_restart_and_kubectl_like_tables(tmp_path: Path) -> None:
     assert res.output.splitlines()[0].startswith("NAMESPACE")
     res = CliRunner().invoke(cli, ["--state", str(state), "events", "-o", "json"])
     assert res.exit_code == 0 and '"reason": "Scheduled"' in res.output
+
+
+def test_reading_a_cluster_adds_no_events(tmp_path: Path) -> None:
+    """rules/trace/get converge a fresh control plane (kube-proxies included) but leave
+    the stored timeline as it was; apply and delete record their steps."""
+    state = _state(tmp_path)
+    before = _revision(state)
+    pods = CliRunner().invoke(cli, ["--state", str(state), "get", "pods", "-o", "name"])
+    pod = pods.output.split()[0].split("/")[1]
+    for args in (
+        ["rules", "--node", "node-1"],
+        ["get", "events"],
+        ["trace", "--from", f"pod/default/{pod}", "--to", "svc/default/web:80", "-o", "json"],
+    ):
+        res = CliRunner().invoke(cli, ["--state", str(state), *args])
+        assert res.exit_code == 0, res.output
+    assert _revision(state) == before
+    res = CliRunner().invoke(cli, ["--state", str(state), "delete", "svc", "web"])
+    assert res.exit_code == 0, res.output
+    assert _revision(state) > before
