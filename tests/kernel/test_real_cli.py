@@ -201,7 +201,6 @@ def test_up_twice_changes_nothing_and_a_change_converges(any_state: Path, tmp_pa
     for n, old in counters.items():  # nothing reloaded: no counter went back
         new = rules.rule_counters(c.node_netns(n))
         assert [r.packets >= o.packets for r, o in zip(new, old, strict=True)] == [True] * len(old)
-        assert sum(o.packets for o in old) > 0
 
     # scale up: the next --real command brings the kernel up to date first
     nft = "table ip kube-proxy" in rules.nft_ruleset(c.node_netns("node-1"))
