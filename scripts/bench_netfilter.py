@@ -60,8 +60,14 @@ def endpoint_ip(i: int, j: int) -> str:
 def generate(services: int, endpoints: int) -> str:
     """iptables-save text of a node running kube-proxy with ``services`` ClusterIP
     services of ``endpoints`` endpoints each (every 10th also NodePort 30000+i)."""
-    f_chains = ["KUBE-SERVICES", "KUBE-EXTERNAL-SERVICES", "KUBE-FORWARD", "KUBE-NODEPORTS",
-                "KUBE-PROXY-FIREWALL", "KUBE-FIREWALL"]
+    f_chains = [
+        "KUBE-SERVICES",
+        "KUBE-EXTERNAL-SERVICES",
+        "KUBE-FORWARD",
+        "KUBE-NODEPORTS",
+        "KUBE-PROXY-FIREWALL",
+        "KUBE-FIREWALL",
+    ]
     filt = ["*filter", ":INPUT ACCEPT [0:0]", ":FORWARD ACCEPT [0:0]", ":OUTPUT ACCEPT [0:0]"]
     filt += [f":{c} - [0:0]" for c in f_chains]
     filt += [
@@ -81,9 +87,17 @@ def generate(services: int, endpoints: int) -> str:
         '-A KUBE-FORWARD -m comment --comment "kubernetes forwarding rules" -m mark --mark 0x4000/0x4000 -j ACCEPT',
         '-A KUBE-FORWARD -m comment --comment "kubernetes forwarding conntrack rule" -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT',
     ]
-    nat_head = ["*nat", ":PREROUTING ACCEPT [0:0]", ":INPUT ACCEPT [0:0]", ":OUTPUT ACCEPT [0:0]",
-                ":POSTROUTING ACCEPT [0:0]", ":KUBE-SERVICES - [0:0]", ":KUBE-NODEPORTS - [0:0]",
-                ":KUBE-POSTROUTING - [0:0]", ":KUBE-MARK-MASQ - [0:0]"]
+    nat_head = [
+        "*nat",
+        ":PREROUTING ACCEPT [0:0]",
+        ":INPUT ACCEPT [0:0]",
+        ":OUTPUT ACCEPT [0:0]",
+        ":POSTROUTING ACCEPT [0:0]",
+        ":KUBE-SERVICES - [0:0]",
+        ":KUBE-NODEPORTS - [0:0]",
+        ":KUBE-POSTROUTING - [0:0]",
+        ":KUBE-MARK-MASQ - [0:0]",
+    ]
     chain_lines: list[str] = []
     rules = [
         '-A PREROUTING -m comment --comment "kubernetes service portals" -j KUBE-SERVICES',
@@ -102,16 +116,24 @@ def generate(services: int, endpoints: int) -> str:
         svc, ext = f"KUBE-SVC-{h}", f"KUBE-EXT-{h}"
         cip = cluster_ip(i)
         chain_lines.append(f":{svc} - [0:0]")
-        svc_rules.append(f'-A KUBE-SERVICES -m comment --comment "{spn} cluster IP" -m tcp -p tcp '
-                         f"-d {cip} --dport 80 -j {svc}")
-        rules.append(f'-A {svc} -m comment --comment "{spn} cluster IP" -m tcp -p tcp -d {cip} '
-                     f"--dport 80 ! -s 10.244.0.0/16 -j KUBE-MARK-MASQ")
+        svc_rules.append(
+            f'-A KUBE-SERVICES -m comment --comment "{spn} cluster IP" -m tcp -p tcp '
+            f"-d {cip} --dport 80 -j {svc}"
+        )
+        rules.append(
+            f'-A {svc} -m comment --comment "{spn} cluster IP" -m tcp -p tcp -d {cip} '
+            f"--dport 80 ! -s 10.244.0.0/16 -j KUBE-MARK-MASQ"
+        )
         if i % 10 == 0:
             chain_lines.append(f":{ext} - [0:0]")
-            np_rules.append(f"-A KUBE-NODEPORTS -m comment --comment {spn} -m tcp -p tcp "
-                            f"--dport {30000 + i // 10} -j {ext}")
-            rules.append(f'-A {ext} -m comment --comment "masquerade traffic for {spn} external '
-                         f'destinations" -j KUBE-MARK-MASQ')
+            np_rules.append(
+                f"-A KUBE-NODEPORTS -m comment --comment {spn} -m tcp -p tcp "
+                f"--dport {30000 + i // 10} -j {ext}"
+            )
+            rules.append(
+                f'-A {ext} -m comment --comment "masquerade traffic for {spn} external '
+                f'destinations" -j KUBE-MARK-MASQ'
+            )
             rules.append(f"-A {ext} -j {svc}")
         for j in range(endpoints):
             ep = f"{endpoint_ip(i, j)}:80"
@@ -119,22 +141,33 @@ def generate(services: int, endpoints: int) -> str:
             chain_lines.append(f":{sep} - [0:0]")
             if j < endpoints - 1:
                 prob = f"{1.0 / (endpoints - j):0.10f}"
-                rules.append(f'-A {svc} -m comment --comment "{spn} -> {ep}" -m statistic '
-                             f"--mode random --probability {prob} -j {sep}")
+                rules.append(
+                    f'-A {svc} -m comment --comment "{spn} -> {ep}" -m statistic '
+                    f"--mode random --probability {prob} -j {sep}"
+                )
             else:
                 rules.append(f'-A {svc} -m comment --comment "{spn} -> {ep}" -j {sep}')
-            rules.append(f"-A {sep} -m comment --comment {spn} -s {endpoint_ip(i, j)} -j KUBE-MARK-MASQ")
-            rules.append(f"-A {sep} -m comment --comment {spn} -m tcp -p tcp -j DNAT "
-                         f"--to-destination {ep}")
-    svc_rules.append('-A KUBE-SERVICES -m comment --comment "kubernetes service nodeports; NOTE: '
-                     'this must be the last rule in this chain" -m addrtype --dst-type LOCAL '
-                     "-j KUBE-NODEPORTS")
+            rules.append(
+                f"-A {sep} -m comment --comment {spn} -s {endpoint_ip(i, j)} -j KUBE-MARK-MASQ"
+            )
+            rules.append(
+                f"-A {sep} -m comment --comment {spn} -m tcp -p tcp -j DNAT --to-destination {ep}"
+            )
+    svc_rules.append(
+        '-A KUBE-SERVICES -m comment --comment "kubernetes service nodeports; NOTE: '
+        'this must be the last rule in this chain" -m addrtype --dst-type LOCAL '
+        "-j KUBE-NODEPORTS"
+    )
     text = [*filt, "COMMIT", *nat_head, *chain_lines, *svc_rules, *np_rules, *rules, "COMMIT"]
     return "\n".join(text) + "\n"
 
 
-def _per_second(fn: Callable[[Packet], object], items: list[Packet], rounds: int,
-                reset: Callable[[], None] | None = None) -> tuple[float, float]:
+def _per_second(
+    fn: Callable[[Packet], object],
+    items: list[Packet],
+    rounds: int,
+    reset: Callable[[], None] | None = None,
+) -> tuple[float, float]:
     """Best (CPU-time, wall-time) rate of ``fn`` over ``items`` in ``rounds`` rounds.
 
     CPU time (``time.process_time``) is what "on one core" means on a shared machine;
@@ -162,9 +195,14 @@ def measure(services: int, endpoints: int, rounds: int) -> dict[str, object]:
     rnd = random.Random(1)
     n_flows = 20000
     flows = [
-        Packet.make(endpoint_ip(rnd.randrange(services), rnd.randrange(endpoints)),
-                    cluster_ip(rnd.randrange(services)), "tcp", 1024 + k % 60000, 80,
-                    flags=frozenset({"SYN"}))
+        Packet.make(
+            endpoint_ip(rnd.randrange(services), rnd.randrange(endpoints)),
+            cluster_ip(rnd.randrange(services)),
+            "tcp",
+            1024 + k % 60000,
+            80,
+            flags=frozenset({"SYN"}),
+        )
         for k in range(n_flows)
     ]
     # warm-up: chains are compiled on first use; that one-time cost is not per packet
@@ -190,8 +228,9 @@ def measure(services: int, endpoints: int, rounds: int) -> dict[str, object]:
     est: list[Packet] = []
     for p in flows[:5000]:
         out = nf.traverse(p, origin="in").packet
-        reply = Packet.make(out.dst, out.src, "tcp", out.dport, out.sport,
-                            flags=frozenset({"SYN", "ACK"}))
+        reply = Packet.make(
+            out.dst, out.src, "tcp", out.dport, out.sport, flags=frozenset({"SYN", "ACK"})
+        )
         nf.traverse(reply, origin="in")
         est.append(p.evolve(flags=frozenset({"ACK"})))
 
@@ -232,8 +271,11 @@ def main() -> None:
         "established_pkt_per_s": big["established_pkt_per_s"],
         "ratio_10k_vs_100": round(small["new_conn_per_s"] / big["new_conn_per_s"], 3),  # type: ignore[operator]
         "load_average": [round(x, 2) for x in os.getloadavg()],
-        "targets": {"new_conn_per_s": 50000, "established_pkt_per_s": 100000,
-                    "ratio_10k_vs_100": 1.5},
+        "targets": {
+            "new_conn_per_s": 50000,
+            "established_pkt_per_s": 100000,
+            "ratio_10k_vs_100": 1.5,
+        },
     }
     print(json.dumps(result, indent=2))
 

@@ -69,8 +69,9 @@ def cluster_ip(i: int) -> str:
     return str(IPv4Address("10.96.0.10") + i)
 
 
-def objects(services: int, endpoints: int, nodes: int, pods: int) -> tuple[list[Service],
-                                                                          list[EndpointSlice]]:
+def objects(
+    services: int, endpoints: int, nodes: int, pods: int
+) -> tuple[list[Service], list[EndpointSlice]]:
     """Services s0..sN-1 (ClusterIP, port 80) whose endpoints (port 8080) are pods of
     nodes 2..nodes, spread round robin."""
     svcs: list[Service] = []
@@ -78,42 +79,62 @@ def objects(services: int, endpoints: int, nodes: int, pods: int) -> tuple[list[
     targets = [(n, j) for n in range(2, nodes + 1) for j in range(pods)]
     for i in range(services):
         name = f"s{i}"
-        svcs.append(Service.model_validate({
-            "metadata": {"name": name, "namespace": "default"},
-            "spec": {"type": "ClusterIP", "clusterIP": cluster_ip(i),
-                     "ports": [{"name": "http", "protocol": "TCP", "port": 80}]},
-        }))
+        svcs.append(
+            Service.model_validate(
+                {
+                    "metadata": {"name": name, "namespace": "default"},
+                    "spec": {
+                        "type": "ClusterIP",
+                        "clusterIP": cluster_ip(i),
+                        "ports": [{"name": "http", "protocol": "TCP", "port": 80}],
+                    },
+                }
+            )
+        )
         eps = []
         for k in range(endpoints):
             n, j = targets[(i * endpoints + k) % len(targets)]
-            eps.append({"addresses": [pod_ip(n, j)], "nodeName": f"n{n}",
-                        "conditions": {"ready": True}})
-        slices.append(EndpointSlice.model_validate({
-            "metadata": {"name": f"{name}-1", "namespace": "default",
-                         "labels": {"kubernetes.io/service-name": name}},
-            "addressType": "IPv4",
-            "endpoints": eps,
-            "ports": [{"name": "http", "protocol": "TCP", "port": 8080}],
-        }))
+            eps.append(
+                {"addresses": [pod_ip(n, j)], "nodeName": f"n{n}", "conditions": {"ready": True}}
+            )
+        slices.append(
+            EndpointSlice.model_validate(
+                {
+                    "metadata": {
+                        "name": f"{name}-1",
+                        "namespace": "default",
+                        "labels": {"kubernetes.io/service-name": name},
+                    },
+                    "addressType": "IPv4",
+                    "endpoints": eps,
+                    "ports": [{"name": "http", "protocol": "TCP", "port": 8080}],
+                }
+            )
+        )
     return svcs, slices
 
 
 def rules_text(services: int, endpoints: int, nodes: int, pods: int) -> str:
     svcs, slices = objects(services, endpoints, nodes, pods)
-    cfg = build_node_config(None, ClusterSpec(pod_cidr=POD_CIDR), "n1", [node_ip(1)],
-                            "10.244.1.0/24")
+    cfg = build_node_config(
+        None, ClusterSpec(pod_cidr=POD_CIDR), "n1", [node_ip(1)], "10.244.1.0/24"
+    )
     return render_iptables(build_snapshot(svcs, slices, cfg), cfg).save_text
 
 
 def emulated(text: str, nodes: int, pods: int, seed: int) -> EmulatedCluster:
     infos = [node_info(f"n{i}", node_ip(i), f"10.244.{i}.0/24") for i in range(1, nodes + 1)]
-    pod_infos = [PodInfo(f"default/p{i}-{j}", f"n{i}", IPv4Address(pod_ip(i, j)))
-                 for i in range(1, nodes + 1) for j in range(pods)]
+    pod_infos = [
+        PodInfo(f"default/p{i}-{j}", f"n{i}", IPv4Address(pod_ip(i, j)))
+        for i in range(1, nodes + 1)
+        for j in range(pods)
+    ]
     net = build(ip_network(NODE_NETWORK), infos, pod_infos, overlay="vxlan")  # type: ignore[arg-type]
     rules = IptablesRules(text)
     listeners = {f"pod/{p.key}": {("tcp", 8080)} for p in pod_infos}
-    return EmulatedCluster(net, rulesets={f"n{i}": rules for i in range(1, nodes + 1)},
-                           listeners=listeners, seed=seed)
+    return EmulatedCluster(
+        net, rulesets={f"n{i}": rules for i in range(1, nodes + 1)}, listeners=listeners, seed=seed
+    )
 
 
 def timed(seconds: float, step: Callable[[int], int], start: int = 0) -> tuple[float, int]:
@@ -155,14 +176,27 @@ class FullPath:
         # warm up: ARP and FDB entries, and one connection per Service, so that every
         # chain the measurement meets has been compiled (the engine compiles lazily)
         for i in range(max(200, services)):
-            (r,) = c.connect(self.clients[i % len(self.clients)], cluster_ip(i % services),
-                             "tcp", 80, n=1, record=False, complete=False)
+            (r,) = c.connect(
+                self.clients[i % len(self.clients)],
+                cluster_ip(i % services),
+                "tcp",
+                80,
+                n=1,
+                record=False,
+                complete=False,
+            )
             assert r.established, r
 
     def step(self, i: int) -> int:
-        (r,) = self.c.connect(self.clients[i % len(self.clients)],
-                              cluster_ip((i * 7919) % self.services), "tcp", 80, n=1,
-                              record=False, complete=False)
+        (r,) = self.c.connect(
+            self.clients[i % len(self.clients)],
+            cluster_ip((i * 7919) % self.services),
+            "tcp",
+            80,
+            n=1,
+            record=False,
+            complete=False,
+        )
         if not r.established or r.node in (None, "n1"):
             self.failures += 1
         return 1
@@ -180,8 +214,9 @@ class Established:
             cip = cluster_ip((i * 104729) % services)
             (r,) = c.connect(src, cip, "tcp", 80, n=1, record=False)
             assert r.established, r
-            data = Packet.make(r.source, cip, "tcp", r.sport, 80,
-                               flags=frozenset({"PSH", "ACK"}), length=100)
+            data = Packet.make(
+                r.source, cip, "tcp", r.sport, 80, flags=frozenset({"PSH", "ACK"}), length=100
+            )
             self.conns.append((src, data))
         for i in range(3 * flows):  # the 2nd packet of each flow is recorded, later ones replay
             self.step(i)
@@ -232,8 +267,12 @@ def main() -> None:
     big_text = rules_text(args.services, args.endpoints, args.nodes, args.pods)
     big = emulated(big_text, args.nodes, args.pods, args.seed)
     setup = time.perf_counter() - t0
-    small = emulated(rules_text(args.small, args.endpoints, args.nodes, args.pods),
-                     args.nodes, args.pods, args.seed)
+    small = emulated(
+        rules_text(args.small, args.endpoints, args.nodes, args.pods),
+        args.nodes,
+        args.pods,
+        args.seed,
+    )
     fp_big = FullPath(big, args.services, args.pods)
     fp_small = FullPath(small, args.small, args.pods)
     est = Established(big, args.services, args.pods)
@@ -243,7 +282,8 @@ def main() -> None:
     gc.freeze()
     before = big.walker.replayed
     fp_big_rate, fp_small_rate, est_rate, at_rate = best_of(
-        args.rounds, args.seconds, [fp_big.step, fp_small.step, est.step, at.step])
+        args.rounds, args.seconds, [fp_big.step, fp_small.step, est.step, at.step]
+    )
     replayed = big.walker.replayed - before
 
     ref = time.process_time()

@@ -176,7 +176,10 @@ class APIServer:
         for name in SYSTEM_NAMESPACES:
             if self._get(Namespace.KIND, name) is None:
                 self.create(Namespace(metadata=ObjectMeta(name=name)))
-        if self.cluster.kubernetes_service and self._get(Service.KIND, "default/kubernetes") is None:
+        if (
+            self.cluster.kubernetes_service
+            and self._get(Service.KIND, "default/kubernetes") is None
+        ):
             svc = Service(
                 metadata=ObjectMeta(
                     name="kubernetes",

@@ -142,4 +142,3 @@ class Fib:
                 if other != "lo" and a.ip not in LOOPBACK_NET:
                     return a.ip
         return None
-

@@ -42,8 +42,15 @@ class Flow:
     #: the table's ``refresh``, connection, direction, ctstate, TCP state before,
     #: original direction, ctstate is ESTABLISHED
     plan: tuple[
-        tuple[Callable[[Connection, int, frozenset[str]], str | None], Connection, int, str,
-              str | None, bool, bool],
+        tuple[
+            Callable[[Connection, int, frozenset[str]], str | None],
+            Connection,
+            int,
+            str,
+            str | None,
+            bool,
+            bool,
+        ],
         ...,
     ]
     src: str
@@ -100,8 +107,18 @@ class FlowCache:
         self.flows[key] = Flow(
             epoch=self.epoch.value,
             steps=steps,
-            plan=tuple((st.table.refresh, st.conn, st.direction, st.state, st.tcp_before,
-                        st.direction == 0, st.state == "ESTABLISHED") for st in steps),
+            plan=tuple(
+                (
+                    st.table.refresh,
+                    st.conn,
+                    st.direction,
+                    st.state,
+                    st.tcp_before,
+                    st.direction == 0,
+                    st.state == "ESTABLISHED",
+                )
+                for st in steps
+            ),
             src=key[0],
             host=host,
             dev=dev,

@@ -69,8 +69,9 @@ def to_scapy(frame: Frame, outer: Packet | None = None, mtu: int | None = None) 
     if frame.arp is not None:
         op, sender, target = frame.arp
         if op == "who-has":
-            return eth / ARP(op=1, hwsrc=frame.src_mac, psrc=sender, hwdst="00:00:00:00:00:00",
-                             pdst=target)
+            return eth / ARP(
+                op=1, hwsrc=frame.src_mac, psrc=sender, hwdst="00:00:00:00:00:00", pdst=target
+            )
         return eth / ARP(op=2, hwsrc=frame.src_mac, psrc=sender, hwdst=frame.dst_mac, pdst=target)
     assert frame.packet is not None
     inner = ip_layers(frame.packet, mtu)
@@ -98,8 +99,18 @@ def ip_layers(p: Packet, mtu: int | None = None, *, pad: bool = True) -> Any:
         ip.len = p.length
     l4: Any
     if p.proto == "tcp":
-        flags = "".join(f for f, n in (("F", "FIN"), ("S", "SYN"), ("R", "RST"), ("P", "PSH"),
-                                       ("A", "ACK"), ("U", "URG")) if n in p.flags)
+        flags = "".join(
+            f
+            for f, n in (
+                ("F", "FIN"),
+                ("S", "SYN"),
+                ("R", "RST"),
+                ("P", "PSH"),
+                ("A", "ACK"),
+                ("U", "URG"),
+            )
+            if n in p.flags
+        )
         l4 = TCP(sport=p.sport, dport=p.dport, flags=flags, window=64240)
     elif p.proto == "udp":
         l4 = UDP(sport=p.sport, dport=p.dport)

@@ -89,7 +89,9 @@ class Endpoints:
     @classmethod
     def from_listeners(cls, listeners: Mapping[str, Iterable[tuple[str, int]]]) -> Endpoints:
         return cls(
-            listeners={ns: {(p.lower(), int(port)) for p, port in ls} for ns, ls in listeners.items()}
+            listeners={
+                ns: {(p.lower(), int(port)) for p, port in ls} for ns, ls in listeners.items()
+            }
         )
 
     def copy(self) -> Endpoints:
@@ -97,8 +99,10 @@ class Endpoints:
         return Endpoints(
             listeners=self.listeners,
             clients={k: set(v) for k, v in self.clients.items()},
-            server_conns={k: {t: _ServerConn(c.state) for t, c in v.items()}
-                          for k, v in self.server_conns.items()},
+            server_conns={
+                k: {t: _ServerConn(c.state) for t, c in v.items()}
+                for k, v in self.server_conns.items()
+            },
             seen=deque(self.seen, maxlen=SEEN_KEPT),
             pings={k: set(v) for k, v in self.pings.items()},
         )
@@ -208,7 +212,12 @@ class Endpoints:
             )
         self.seen.append(Seen(netns, "udp", pkt.src, pkt.sport, pkt.dst, pkt.dport))
         answer = Packet(
-            src=pkt.dst, dst=pkt.src, proto="udp", sport=pkt.dport, dport=pkt.sport, length=pkt.length
+            src=pkt.dst,
+            dst=pkt.src,
+            proto="udp",
+            sport=pkt.dport,
+            dport=pkt.sport,
+            length=pkt.length,
         )
         return Reception("listener", answer, pkt.dport, "datagram answered")
 

@@ -71,13 +71,24 @@ def _body(chain: CChain, ns: Ns, sets: Mapping[str, IpSet]) -> list[str]:
             out += [rec_plain, f"{ind}if rec is not None: rec.append(({ns.bind(cr.dest)}, w.mark))"]
         elif k == K_JUMP:
             d = ns.bind(_callee(cr.dest))
-            out += [rec_plain, f"{ind}v = {d}(w, rec)", f"{ind}if v:",
-                    f"{ind}    w.visited += n", f"{ind}    return v"]
+            out += [
+                rec_plain,
+                f"{ind}v = {d}(w, rec)",
+                f"{ind}if v:",
+                f"{ind}    w.visited += n",
+                f"{ind}    return v",
+            ]
         elif k == K_GOTO:
             d = ns.bind(_callee(cr.dest))
             if builtin:
-                out += [rec_plain, f"{ind}w.visited += n", f"{ind}v = {d}(w, rec)",
-                        f"{ind}if v: return v", f"{ind}{end_rec}", f"{ind}return {end}"]
+                out += [
+                    rec_plain,
+                    f"{ind}w.visited += n",
+                    f"{ind}v = {d}(w, rec)",
+                    f"{ind}if v: return v",
+                    f"{ind}{end_rec}",
+                    f"{ind}return {end}",
+                ]
             else:
                 out += [rec_plain, f"{ind}w.visited += n", f"{ind}return {d}(w, rec)"]
         elif k == K_RETURN:
@@ -90,25 +101,38 @@ def _body(chain: CChain, ns: Ns, sets: Mapping[str, IpSet]) -> list[str]:
             out += [rec_plain, f"{ind}w.visited += n", f"{ind}return {code}"]
         elif k == K_REJECT:
             assert isinstance(t, R.Reject)
-            out += [f"{ind}w.reject_with = {ns.bind(t.reject_with)}", rec_plain,
-                    f"{ind}w.visited += n", f"{ind}return 3"]
+            out += [
+                f"{ind}w.reject_with = {ns.bind(t.reject_with)}",
+                rec_plain,
+                f"{ind}w.visited += n",
+                f"{ind}return 3",
+            ]
         elif k == K_MARK:
             assert isinstance(t, R.SetMark)
             keep = ns.bind(~t.mask & 0xFFFFFFFF)
             val = ns.bind(t.value)
-            out += [f"{ind}w.mark = (w.mark & {keep}) ^ {val}",
-                    f"{ind}if w.mark & w.masq_bit: w.masq_seen = True", rec_plain]
+            out += [
+                f"{ind}w.mark = (w.mark & {keep}) ^ {val}",
+                f"{ind}if w.mark & w.masq_bit: w.masq_seen = True",
+                rec_plain,
+            ]
         elif k == K_DNAT:
             assert isinstance(t, R.Dnat)
             ints = _dnat_ints(t)
             args = ", ".join(ns.bind(x) for x in ints)
-            out += [f"{ind}v, nat = w.host._dnat_ints(w, {args})",
-                    f"{ind}if rec is not None: rec.append(({r}, w.mark, nat))",
-                    f"{ind}w.visited += n", f"{ind}return v"]
+            out += [
+                f"{ind}v, nat = w.host._dnat_ints(w, {args})",
+                f"{ind}if rec is not None: rec.append(({r}, w.mark, nat))",
+                f"{ind}w.visited += n",
+                f"{ind}return v",
+            ]
         elif k in (K_SNAT, K_MASQ):
-            out += [f"{ind}v, nat = w.host._snat(w, {ns.bind(t)})",
-                    f"{ind}if rec is not None: rec.append(({r}, w.mark, nat))",
-                    f"{ind}w.visited += n", f"{ind}return v"]
+            out += [
+                f"{ind}v, nat = w.host._snat(w, {ns.bind(t)})",
+                f"{ind}if rec is not None: rec.append(({r}, w.mark, nat))",
+                f"{ind}w.visited += n",
+                f"{ind}return v",
+            ]
         elif k == K_CONNMARK:
             out += [f"{ind}w.host._connmark(w, {ns.bind(t)})", rec_plain]
         elif k == K_NOTRACK:

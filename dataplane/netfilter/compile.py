@@ -42,9 +42,15 @@ ST_RELATED = 8
 ST_UNTRACKED = 16
 ST_SNAT = 32
 ST_DNAT = 64
-STATE_BITS = {"INVALID": ST_INVALID, "NEW": ST_NEW, "ESTABLISHED": ST_ESTABLISHED,
-              "RELATED": ST_RELATED, "UNTRACKED": ST_UNTRACKED, "SNAT": ST_SNAT,
-              "DNAT": ST_DNAT}
+STATE_BITS = {
+    "INVALID": ST_INVALID,
+    "NEW": ST_NEW,
+    "ESTABLISHED": ST_ESTABLISHED,
+    "RELATED": ST_RELATED,
+    "UNTRACKED": ST_UNTRACKED,
+    "SNAT": ST_SNAT,
+    "DNAT": ST_DNAT,
+}
 
 
 _NO_CHOOSER: Chooser = RandomChooser.__new__(RandomChooser)
@@ -183,8 +189,11 @@ def _ports_expr(var: str, ports: tuple[R.PortRange, ...], ns: Ns) -> str:
     ranges = [(lo, hi) for lo, hi in ports if lo != hi]
     parts = []
     if singles:
-        parts.append(f"({var} in {ns.lit(frozenset(singles))})" if len(singles) > 1
-                     else f"({var} == {ns.lit(singles[0])})")
+        parts.append(
+            f"({var} in {ns.lit(frozenset(singles))})"
+            if len(singles) > 1
+            else f"({var} == {ns.lit(singles[0])})"
+        )
     parts += [f"({ns.lit(lo)} <= {var} <= {ns.lit(hi)})" for lo, hi in ranges]
     return "(" + " or ".join(parts) + ")"
 
@@ -320,10 +329,16 @@ def _make_physdev(m: R.PhysdevMatch) -> Callable[[Work], bool]:
     ``--physdev-is-in``/``-out`` whether that port is known, ``--physdev-in NAME`` is
     not tested when no input port is known, and ``--physdev-out NAME`` never matches
     (negated or not) when no output port is known."""
-    options = [(v is not None, inv) for v, inv in (
-        (m.is_bridged, m.is_bridged is False), (m.is_in, m.is_in is False),
-        (m.is_out, m.is_out is False), (m.physdev_in, m.physdev_in_invert),
-        (m.physdev_out, m.physdev_out_invert))]
+    options = [
+        (v is not None, inv)
+        for v, inv in (
+            (m.is_bridged, m.is_bridged is False),
+            (m.is_in, m.is_in is False),
+            (m.is_out, m.is_out is False),
+            (m.physdev_in, m.physdev_in_invert),
+            (m.physdev_out, m.physdev_out_invert),
+        )
+    ]
     unbridged = all(inv for given, inv in options if given)
 
     def test(w: Work) -> bool:
@@ -336,8 +351,11 @@ def _make_physdev(m: R.PhysdevMatch) -> Callable[[Work], bool]:
             return False
         if m.is_out is not None and bool(outdev) != m.is_out:
             return False
-        if m.physdev_in is not None and indev and (
-                _ifname_match(m.physdev_in, indev) == m.physdev_in_invert):
+        if (
+            m.physdev_in is not None
+            and indev
+            and (_ifname_match(m.physdev_in, indev) == m.physdev_in_invert)
+        ):
             return False
         if m.physdev_out is not None:
             if not outdev:
@@ -373,8 +391,12 @@ def match_expr(m: R.Match, ns: Ns, sets: Mapping[str, IpSet]) -> str | None:
             e = _ports_expr(f"w.{m.field}", m.ports, ns)
         return f"(not {e})" if m.invert else e
     if isinstance(m, R.AddrTypeMatch):
-        if (m.src_types in ((), ("LOCAL",)) and m.dst_types in ((), ("LOCAL",))
-                and not m.limit_iface_in and not m.limit_iface_out):
+        if (
+            m.src_types in ((), ("LOCAL",))
+            and m.dst_types in ((), ("LOCAL",))
+            and not m.limit_iface_in
+            and not m.limit_iface_out
+        ):
             parts = []
             if m.src_types:
                 parts.append(f"((w.src in w.locals) {'!=' if m.src_invert else '=='} True)")
@@ -388,8 +410,10 @@ def match_expr(m: R.Match, ns: Ns, sets: Mapping[str, IpSet]) -> str | None:
         if m.mode == "random":
             e = f"w.chooser.bernoulli({ns.lit(m.threshold)})"
         else:
-            e = (f"w.chooser.nth({ns.bind(NthCounter())}, {ns.lit(m.every)}, {ns.lit(m.packet)}, "
-                 "w.commit)")
+            e = (
+                f"w.chooser.nth({ns.bind(NthCounter())}, {ns.lit(m.every)}, {ns.lit(m.packet)}, "
+                "w.commit)"
+            )
         return f"(not {e})" if m.invert else e
     if isinstance(m, R.RecentMatch):
         var = "w.src" if m.side == "src" else "w.dst"
@@ -397,8 +421,10 @@ def match_expr(m: R.Match, ns: Ns, sets: Mapping[str, IpSet]) -> str | None:
     if isinstance(m, R.MarkMatch):
         return f"((w.mark & {ns.lit(m.mask)}) {'!=' if m.invert else '=='} {ns.lit(m.value)})"
     if isinstance(m, R.ConnmarkMatch):
-        return (f"(w.ct is not None and ((w.ct.mark & {ns.lit(m.mask)}) "
-                f"{'!=' if m.invert else '=='} {ns.lit(m.value)}))")
+        return (
+            f"(w.ct is not None and ((w.ct.mark & {ns.lit(m.mask)}) "
+            f"{'!=' if m.invert else '=='} {ns.lit(m.value)}))"
+        )
     if isinstance(m, R.ConntrackMatch):
         if m.states and not (m.statuses or m.proto or m.addrs or m.ports or m.direction):
             bits = sum(STATE_BITS[s] for s in m.states)
@@ -447,7 +473,9 @@ def _nfacct(name: str) -> Callable[[Work], bool]:
     return count
 
 
-def compile_test(rule: R.Rule, sets: Mapping[str, IpSet] | None = None) -> Callable[[Work], bool] | None:
+def compile_test(
+    rule: R.Rule, sets: Mapping[str, IpSet] | None = None
+) -> Callable[[Work], bool] | None:
     """The rule's matches as one callable (None when the rule matches every packet)."""
     ns = Ns()
     parts = [e for e in (match_expr(m, ns, sets or {}) for m in rule.matches) if e is not None]
@@ -472,13 +500,23 @@ def index_covers(rule: R.Rule) -> bool:
     for m in rule.matches:
         if isinstance(m, (R.CommentMatch, R.LimitMatch)):
             continue
-        if (isinstance(m, R.AddrMatch) and m.field == "dst" and not m.invert and dst is not None
-                and m.net.prefixlen == m.net.max_prefixlen):
+        if (
+            isinstance(m, R.AddrMatch)
+            and m.field == "dst"
+            and not m.invert
+            and dst is not None
+            and m.net.prefixlen == m.net.max_prefixlen
+        ):
             continue
         if isinstance(m, R.ProtoMatch) and not m.invert and proto is not None:
             continue
-        if (isinstance(m, R.PortMatch) and m.field == "dport" and not m.invert
-                and dport is not None and m.ports == (dport, dport)):
+        if (
+            isinstance(m, R.PortMatch)
+            and m.field == "dport"
+            and not m.invert
+            and dport is not None
+            and m.ports == (dport, dport)
+        ):
             continue
         return False
     return True
@@ -498,8 +536,12 @@ def index_key(rule: R.Rule) -> IndexKey:
                 dst = addr_int(m.net.network_address)
         elif isinstance(m, R.ProtoMatch) and not m.invert:
             proto = m.proto
-        elif (isinstance(m, R.PortMatch) and m.field == "dport" and not m.invert
-              and m.ports[0] == m.ports[1]):
+        elif (
+            isinstance(m, R.PortMatch)
+            and m.field == "dport"
+            and not m.invert
+            and m.ports[0] == m.ports[1]
+        ):
             dport = m.ports[0]
     return (dst, proto, dport)
 

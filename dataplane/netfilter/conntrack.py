@@ -64,8 +64,12 @@ DYING = 1 << 9  # removed from its table (deleted, expired, flushed)
 # (``net.ipv4.vs.conntrack=1``: IPVS altered the reply tuple; nf_nat leaves it alone)
 IPVS = 1 << 24
 
-STATUS_NAMES = {"EXPECTED": EXPECTED, "SEEN_REPLY": SEEN_REPLY, "ASSURED": ASSURED,
-                "CONFIRMED": CONFIRMED}
+STATUS_NAMES = {
+    "EXPECTED": EXPECTED,
+    "SEEN_REPLY": SEEN_REPLY,
+    "ASSURED": ASSURED,
+    "CONFIRMED": CONFIRMED,
+}
 
 ORIGINAL = 0
 REPLY = 1
@@ -132,8 +136,15 @@ class SimClock:
 
 # Kernel default timeouts (seconds), net.netfilter.nf_conntrack_*_timeout*
 TCP_TIMEOUTS: dict[str, int] = {
-    "SYN_SENT": 120, "SYN_SENT2": 120, "SYN_RECV": 60, "ESTABLISHED": 432000,
-    "FIN_WAIT": 120, "CLOSE_WAIT": 60, "LAST_ACK": 30, "TIME_WAIT": 120, "CLOSE": 10,
+    "SYN_SENT": 120,
+    "SYN_SENT2": 120,
+    "SYN_RECV": 60,
+    "ESTABLISHED": 432000,
+    "FIN_WAIT": 120,
+    "CLOSE_WAIT": 60,
+    "LAST_ACK": 30,
+    "TIME_WAIT": 120,
+    "CLOSE": 10,
 }
 UDP_TIMEOUT = 30
 UDP_STREAM_TIMEOUT = 120
@@ -150,8 +161,18 @@ ICMP_ERRORS = {3, 4, 5, 11, 12}
 class Connection:
     """One tracked connection (mutable: its state, timeout and marks change)."""
 
-    __slots__ = ("closer", "expires", "icmp_type", "id", "mark", "orig", "reply",
-                 "status", "tcp_state", "zone")
+    __slots__ = (
+        "closer",
+        "expires",
+        "icmp_type",
+        "id",
+        "mark",
+        "orig",
+        "reply",
+        "status",
+        "tcp_state",
+        "zone",
+    )
 
     def __init__(self, orig: CtTuple, *, icmp_type: int = 0, conn_id: int = 0) -> None:
         self.orig = orig
@@ -297,7 +318,8 @@ class ConntrackTable:
             return True
         by = self._by_tuple
         if (conn.orig in by and self.lookup(conn.orig) is not None) or (
-                conn.reply in by and self.lookup(conn.reply) is not None):
+            conn.reply in by and self.lookup(conn.reply) is not None
+        ):
             return False
         conn.status |= CONFIRMED
         self._by_tuple[conn.orig] = (conn, ORIGINAL)
@@ -452,8 +474,9 @@ class ConntrackTable:
             return "NEW"
         return self._advance(conn, direction, flags, now, True)
 
-    def _advance(self, conn: Connection, direction: int, flags: frozenset[str], now: float,
-                 commit: bool) -> str | None:
+    def _advance(
+        self, conn: Connection, direction: int, flags: frozenset[str], now: float, commit: bool
+    ) -> str | None:
         unreplied = not conn.status & SEEN_REPLY
         if not self._update(conn, direction, flags, now):
             return None
@@ -485,7 +508,11 @@ class ConntrackTable:
                 return False
             if ev == "fin" and conn.closer < 0:
                 conn.closer = direction
-            if st == "ESTABLISHED" and old in ("SYN_RECV", "ESTABLISHED") and conn.status & SEEN_REPLY:
+            if (
+                st == "ESTABLISHED"
+                and old in ("SYN_RECV", "ESTABLISHED")
+                and conn.status & SEEN_REPLY
+            ):
                 conn.status |= ASSURED
             if st == "SYN_SENT" and old in ("TIME_WAIT", "CLOSE"):
                 conn.closer = -1
@@ -559,7 +586,11 @@ class ConntrackTable:
             chosen = -1
             for k in range(size):
                 p = lo + (start + k) % size
-                c2 = cand._replace(dport=p) if proto not in ("icmp", "ipv6-icmp") else cand._replace(sport=p, dport=p)
+                c2 = (
+                    cand._replace(dport=p)
+                    if proto not in ("icmp", "ipv6-icmp")
+                    else cand._replace(sport=p, dport=p)
+                )
                 if not self.taken(c2):
                     chosen, cand = p, c2
                     break

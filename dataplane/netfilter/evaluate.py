@@ -123,8 +123,15 @@ class Skb:
 
     __slots__ = ("conn", "direction", "masq", "packet", "state", "untracked")
 
-    def __init__(self, packet: Packet, conn: object = None, direction: int = 0,
-                 state: str = "", untracked: bool = False, masq: bool = False) -> None:
+    def __init__(
+        self,
+        packet: Packet,
+        conn: object = None,
+        direction: int = 0,
+        state: str = "",
+        untracked: bool = False,
+        masq: bool = False,
+    ) -> None:
         self.packet = packet
         self.conn = conn
         self.direction = direction
@@ -162,14 +169,37 @@ class Traversal:
     ``visited`` the number of rules examined; ``skb`` carries the connection for a
     follow-up hook call (None when dropped)."""
 
-    __slots__ = ("_ctinfo", "_raw", "_records", "ctstate", "delivery", "dnat", "hooks",
-                 "masquerade", "packet", "reject_with", "snat", "verdict", "visited")
+    __slots__ = (
+        "_ctinfo",
+        "_raw",
+        "_records",
+        "ctstate",
+        "delivery",
+        "dnat",
+        "hooks",
+        "masquerade",
+        "packet",
+        "reject_with",
+        "snat",
+        "verdict",
+        "visited",
+    )
 
-    def __init__(self, packet: Packet, verdict: str, reject_with: str | None,
-                 delivery: str | None, hooks: tuple[str, ...], masquerade: bool,
-                 dnat: tuple[IPAddress, int] | None, snat: tuple[IPAddress, int] | None,
-                 ctstate: str, raw: RawTrace | None, visited: int,
-                 ctinfo: tuple[object, int, bool] | None) -> None:
+    def __init__(
+        self,
+        packet: Packet,
+        verdict: str,
+        reject_with: str | None,
+        delivery: str | None,
+        hooks: tuple[str, ...],
+        masquerade: bool,
+        dnat: tuple[IPAddress, int] | None,
+        snat: tuple[IPAddress, int] | None,
+        ctstate: str,
+        raw: RawTrace | None,
+        visited: int,
+        ctinfo: tuple[object, int, bool] | None,
+    ) -> None:
         self.packet = packet
         self.verdict = verdict
         self.reject_with = reject_with
@@ -200,8 +230,10 @@ class Traversal:
         return self._records
 
     def __repr__(self) -> str:
-        return (f"Traversal({self.packet.summary()}, {self.verdict}, delivery={self.delivery}, "
-                f"dnat={self.dnat}, masquerade={self.masquerade})")
+        return (
+            f"Traversal({self.packet.summary()}, {self.verdict}, delivery={self.delivery}, "
+            f"dnat={self.dnat}, masquerade={self.masquerade})"
+        )
 
 
 # --------------------------------------------------------------------------- the host
@@ -213,9 +245,12 @@ NatChain = Callable[[Work, "RawTrace | None"], int]
 
 def _hook_runner(hook: str, stages: list[Stage]) -> Callable[[Work, RawTrace | None], int]:
     """A function that runs ``stages`` one after the other (generated: no loop)."""
-    lines = ["def run(w, rec, MARK=MARK, " + "".join(f"s{i}=s{i}, " for i in range(len(stages))) + "):",
-             f"    w.hook = {hook!r}", "    w.reject_with = ''",
-             "    if rec is not None: rec.append(MARK)"]
+    lines = [
+        "def run(w, rec, MARK=MARK, " + "".join(f"s{i}=s{i}, " for i in range(len(stages))) + "):",
+        f"    w.hook = {hook!r}",
+        "    w.reject_with = ''",
+        "    if rec is not None: rec.append(MARK)",
+    ]
     for i in range(len(stages)):
         lines += [f"    v = s{i}(w, rec)", "    if v >= 2: return v"]
     lines.append("    return 1")
@@ -313,7 +348,9 @@ class Netfilter:
                 plan[hook].append((-200, "conntrack", self._conntrack_in))
             if hook != "FORWARD":
                 manip = "DST" if hook in ("PREROUTING", "OUTPUT") else "SRC"
-                plan[hook].append((-100 if manip == "DST" else 100, "nat", self._nat_stage(hook, manip)))
+                plan[hook].append(
+                    (-100 if manip == "DST" else 100, "nat", self._nat_stage(hook, manip))
+                )
             if hook in ("INPUT", "POSTROUTING"):
                 plan[hook].append((2**31 - 1, "confirm", self._confirm))
         for hook, prio, name, stage in self._extra_stages():
@@ -363,8 +400,9 @@ class Netfilter:
         self.conntrack.bind_dnat(ct, dst, dport)
         return ACCEPT, (before, (dst, dport))
 
-    def _dnat_ints(self, w: Work, lo: int | None, hi: int, plo: int | None,
-                   phi: int) -> tuple[int, NatNote]:
+    def _dnat_ints(
+        self, w: Work, lo: int | None, hi: int, plo: int | None, phi: int
+    ) -> tuple[int, NatNote]:
         """DNAT with the target's first range given as integers (generated code)."""
         ct = w.ct
         if ct is None or ct.status & DST_NAT_DONE:
@@ -449,8 +487,13 @@ class Netfilter:
         if icmp and w.inner is not None:
             p: Packet = w.inner
             ip_ = p.icmp_id if p.proto in ("icmp", "ipv6-icmp") else None
-            inner = CtTuple(p.proto, addr_int(p.src), addr_int(p.dst),
-                            p.sport if ip_ is None else ip_, p.dport if ip_ is None else ip_)
+            inner = CtTuple(
+                p.proto,
+                addr_int(p.src),
+                addr_int(p.dst),
+                p.sport if ip_ is None else ip_,
+                p.dport if ip_ is None else ip_,
+            )
         ps = self.conntrack.classify(t, w.flags, w.itype, inner, commit=w.commit)
         w.ct = ps.conn
         w.ctdir = ps.direction
@@ -548,20 +591,36 @@ class Netfilter:
         if inner is not None:
             query = inner.proto in ("icmp", "ipv6-icmp")
             if manip == "DST":
-                w.inner = (inner.evolve(src=int_addr(t.src), icmp_id=t.sport) if query
-                           else inner.evolve(src=int_addr(t.src), sport=t.sport))
+                w.inner = (
+                    inner.evolve(src=int_addr(t.src), icmp_id=t.sport)
+                    if query
+                    else inner.evolve(src=int_addr(t.src), sport=t.sport)
+                )
             else:
-                w.inner = (inner.evolve(dst=int_addr(t.dst), icmp_id=t.dport) if query
-                           else inner.evolve(dst=int_addr(t.dst), dport=t.dport))
+                w.inner = (
+                    inner.evolve(dst=int_addr(t.dst), icmp_id=t.dport)
+                    if query
+                    else inner.evolve(dst=int_addr(t.dst), dport=t.dport)
+                )
         if manip == "DST":
             w.dst = after = t.src
         else:
             w.src = after = t.dst
         if rec is not None:
             what = "destination" if manip == "DST" else "source"
-            rec.append(TraceRecord(w.hook, "nat", "", 0, "", f"ICMP error: rewrite {what} "
-                                   "and the quoted packet", f"{int_addr(before)} -> "
-                                   f"{int_addr(after)}", w.ctname, w.mark))
+            rec.append(
+                TraceRecord(
+                    w.hook,
+                    "nat",
+                    "",
+                    0,
+                    "",
+                    f"ICMP error: rewrite {what} and the quoted packet",
+                    f"{int_addr(before)} -> {int_addr(after)}",
+                    w.ctname,
+                    w.mark,
+                )
+            )
 
     def _confirm(self, w: Work, rec: RawTrace | None) -> int:
         ct = w.ct
@@ -580,8 +639,16 @@ class Netfilter:
 
     # ---- running hooks
 
-    def _work(self, p: Packet, skb: Skb | None, chooser: Chooser | None, commit: bool,
-              phys_in: str = "", phys_out: str = "", smac: str = "") -> Work:
+    def _work(
+        self,
+        p: Packet,
+        skb: Skb | None,
+        chooser: Chooser | None,
+        commit: bool,
+        phys_in: str = "",
+        phys_out: str = "",
+        smac: str = "",
+    ) -> Work:
         """A working context for one packet (recycled: the engine is not re-entrant per
         host, and a nested call simply gets a fresh one); ``phys_in``/``phys_out`` are
         its bridge ports (either one given: the packet is bridged), ``smac`` its source
@@ -672,13 +739,27 @@ class Netfilter:
             raise ValueError(f"unknown hook {hook!r}")
         if isinstance(skb, Packet):
             pkt = skb
-            w = self._work(pkt, None, chooser, commit, physdev_in or "", physdev_out or "",
-                           src_mac.lower() if src_mac else "")
+            w = self._work(
+                pkt,
+                None,
+                chooser,
+                commit,
+                physdev_in or "",
+                physdev_out or "",
+                src_mac.lower() if src_mac else "",
+            )
             state = ""
         else:
             pkt = skb.packet
-            w = self._work(pkt, skb, chooser, commit, physdev_in or "", physdev_out or "",
-                           src_mac.lower() if src_mac else "")
+            w = self._work(
+                pkt,
+                skb,
+                chooser,
+                commit,
+                physdev_in or "",
+                physdev_out or "",
+                src_mac.lower() if src_mac else "",
+            )
             state = skb.state
         w.iif = in_iface or ""
         w.oif = out_iface or ""
@@ -695,8 +776,9 @@ class Netfilter:
         if v in (ACCEPT, STOLEN):
             out = Skb(_rebuild(pkt, w), w.ct, w.ctdir, w.ctname, w.untracked, w.masq_seen)
         # tuple.__new__ directly: the named tuple's own __new__ is a Python-level call
-        result: HookResult = _new_tuple(HookResult, (out, VERDICT_NAMES[v],
-                                                     w.reject_with or None, records, w.visited))
+        result: HookResult = _new_tuple(
+            HookResult, (out, VERDICT_NAMES[v], w.reject_with or None, records, w.visited)
+        )
         w.ct = None  # _release, inlined
         w.inner = None
         w.chooser = self.chooser
@@ -870,9 +952,20 @@ class Netfilter:
                 dnat = (final.dst, w.dport)
             if w.src != osrc or w.sport != osport:
                 snat = (final.src, w.sport)
-        t = Traversal(final, VERDICT_NAMES[v], w.reject_with or None, delivery, hooks,
-                      w.masq_seen, dnat, snat, w.ctname, rec, w.visited,
-                      (w.ct, w.ctdir, w.untracked) if v == ACCEPT else None)
+        t = Traversal(
+            final,
+            VERDICT_NAMES[v],
+            w.reject_with or None,
+            delivery,
+            hooks,
+            w.masq_seen,
+            dnat,
+            snat,
+            w.ctname,
+            rec,
+            w.visited,
+            (w.ct, w.ctdir, w.untracked) if v == ACCEPT else None,
+        )
         self._release(w)
         return t
 
@@ -890,8 +983,15 @@ class Netfilter:
         following both outcomes of each random decision (nothing is committed)."""
 
         def once(ex: Explorer) -> Traversal:
-            return self.traverse(packet, origin=origin, in_iface=in_iface, out_iface=out_iface,
-                                 route=route, chooser=ex, commit=False)
+            return self.traverse(
+                packet,
+                origin=origin,
+                in_iface=in_iface,
+                out_iface=out_iface,
+                route=route,
+                chooser=ex,
+                commit=False,
+            )
 
         return explore(once, limit=limit)
 
@@ -938,11 +1038,30 @@ def _rebuild(p: Packet, w: Work) -> Packet:
     dst = w.dst
     psrc = w.psrc
     pdst = w.pdst
-    if (src == psrc and dst == pdst and w.sport == p.sport and w.dport == p.dport
-            and w.mark == p.mark and w.icmp_id == p.icmp_id and w.inner is p.inner):
+    if (
+        src == psrc
+        and dst == pdst
+        and w.sport == p.sport
+        and w.dport == p.dport
+        and w.mark == p.mark
+        and w.icmp_id == p.icmp_id
+        and w.inner is p.inner
+    ):
         return p
     return Packet(
-        p.src if src == psrc else _addr(src), p.dst if dst == pdst else _addr(dst),
-        p.proto, w.sport, w.dport, p.ttl, p.length, p.flags, p.icmp_type, p.icmp_code,
-        w.icmp_id, p.payload, w.mark, w.inner, p.df,
+        p.src if src == psrc else _addr(src),
+        p.dst if dst == pdst else _addr(dst),
+        p.proto,
+        w.sport,
+        w.dport,
+        p.ttl,
+        p.length,
+        p.flags,
+        p.icmp_type,
+        p.icmp_code,
+        w.icmp_id,
+        p.payload,
+        w.mark,
+        w.inner,
+        p.df,
     )

@@ -160,9 +160,15 @@ class FlowTracer:
         self._starts: dict[tuple[str, str, int, str], tuple[Packet, str]] = {}
         self._chooser: RandomChooser | None = None
         self.netfilter = Netfilter(
-            ruleset, local_addrs=addrs,
-            iface_addrs={"eth0": primary + [a for a in addrs if a.version == 6 and not a.is_loopback]},
-            linear=linear, trace=trace, nft=nft, ipvs=ipvs,
+            ruleset,
+            local_addrs=addrs,
+            iface_addrs={
+                "eth0": primary + [a for a in addrs if a.version == 6 and not a.is_loopback]
+            },
+            linear=linear,
+            trace=trace,
+            nft=nft,
+            ipvs=ipvs,
         )
 
     def origin(self, flow: Flow) -> str:
@@ -219,10 +225,16 @@ def summarise(flow: Flow, origin: str, branches: list[Branch[Traversal]]) -> Flo
                 cur[1] = bool(cur[1]) or t.masquerade
     verdict = max(verdicts.items(), key=lambda kv: kv[1])[0] if verdicts else "ACCEPT"
     return FlowResult(
-        flow, verdict, tuple(verdicts.items()),
-        tuple(EndpointShare(k, float(v[0]), bool(v[1]), str(v[2]))  # type: ignore[arg-type]
-              for k, v in eps.items()),
-        masq, origin, tuple(branches),
+        flow,
+        verdict,
+        tuple(verdicts.items()),
+        tuple(
+            EndpointShare(k, float(v[0]), bool(v[1]), str(v[2]))  # type: ignore[arg-type]
+            for k, v in eps.items()
+        ),
+        masq,
+        origin,
+        tuple(branches),
     )
 
 

@@ -21,9 +21,14 @@ from .conntrack import addr_int
 __all__ = ["IpSet", "parse_ipset_save"]
 
 _DIMS = {
-    "hash:ip": ("ip",), "hash:ip,port": ("ip", "port"), "hash:ip,port,ip": ("ip", "port", "ip"),
-    "hash:ip,port,net": ("ip", "port", "net"), "hash:net": ("net",),
-    "hash:net,port": ("net", "port"), "bitmap:port": ("port",), "bitmap:ip": ("ip",),
+    "hash:ip": ("ip",),
+    "hash:ip,port": ("ip", "port"),
+    "hash:ip,port,ip": ("ip", "port", "ip"),
+    "hash:ip,port,net": ("ip", "port", "net"),
+    "hash:net": ("net",),
+    "hash:net,port": ("net", "port"),
+    "bitmap:port": ("port",),
+    "bitmap:ip": ("ip",),
 }
 
 Key = tuple[object, ...]

@@ -61,7 +61,11 @@ class RealServer:
     weight: int = 1
 
     def __str__(self) -> str:
-        return f"[{self.address}]:{self.port}" if self.address.version == 6 else f"{self.address}:{self.port}"
+        return (
+            f"[{self.address}]:{self.port}"
+            if self.address.version == 6
+            else f"{self.address}:{self.port}"
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,8 +159,16 @@ class IpvsEngine:
 
     # ---- scheduling
 
-    def schedule(self, vs: VirtualServer, client: IPAddress, *, now: float = 0.0,
-                 nf: Netfilter | None = None, chooser: Any = None, commit: bool = True) -> RealServer | None:
+    def schedule(
+        self,
+        vs: VirtualServer,
+        client: IPAddress,
+        *,
+        now: float = 0.0,
+        nf: Netfilter | None = None,
+        chooser: Any = None,
+        commit: bool = True,
+    ) -> RealServer | None:
         """The real server for a new connection from ``client`` (None if none can take
         it). With an :class:`~.choice.Explorer` as ``chooser`` the non-deterministic
         schedulers branch instead of using their memory."""
@@ -196,7 +208,9 @@ class IpvsEngine:
             rs = self._wrr_next(vs, commit)
         else:  # lc
             counts = self._active(nf)
-            rs = min(live, key=lambda s: (counts.get((addr_int(s.address), s.port), 0) * 256) / s.weight)
+            rs = min(
+                live, key=lambda s: (counts.get((addr_int(s.address), s.port), 0) * 256) / s.weight
+            )
         if rs is not None and vs.persistent_timeout and commit:
             self._templates[(cint, vs.key)] = (rs, now + vs.persistent_timeout)
         return rs
@@ -242,10 +256,12 @@ class IpvsEngine:
         (98, ``ip_vs_remote_request``) and OUTPUT (-99, ``ip_vs_local_request``),
         replies in INPUT (99, ``ip_vs_reply``: to a local client) and FORWARD (100,
         ``ip_vs_forward_reply``)."""
-        return [("INPUT", 98, "ipvs", self._request_stage(nf, "INPUT")),
-                ("OUTPUT", -99, "ipvs", self._request_stage(nf, "OUTPUT")),
-                ("INPUT", 99, "ipvs reply", self._reply_stage()),
-                ("FORWARD", 100, "ipvs reply", self._reply_stage())]
+        return [
+            ("INPUT", 98, "ipvs", self._request_stage(nf, "INPUT")),
+            ("OUTPUT", -99, "ipvs", self._request_stage(nf, "OUTPUT")),
+            ("INPUT", 99, "ipvs reply", self._reply_stage()),
+            ("FORWARD", 100, "ipvs reply", self._reply_stage()),
+        ]
 
     def nat_chains(self, nf: Netfilter, hook: str) -> list[Any]:
         return []
@@ -270,27 +286,59 @@ class IpvsEngine:
                     return CONTINUE
                 w.dst, w.dport = ct.reply.src, ct.reply.sport
                 if rec is not None:
-                    rec.append(TraceRecord(w.hook, "ipvs", "", 0, "",
-                                           f"connection -> {_hostport(w.dst, w.dport)}", None,
-                                           w.ctname, w.mark))
+                    rec.append(
+                        TraceRecord(
+                            w.hook,
+                            "ipvs",
+                            "",
+                            0,
+                            "",
+                            f"connection -> {_hostport(w.dst, w.dport)}",
+                            None,
+                            w.ctname,
+                            w.mark,
+                        )
+                    )
                 return STOLEN if hook == "INPUT" and w.dst not in locals_ else CONTINUE
             vs = self._by_int.get((w.dst, w.proto, w.dport))
             if vs is None or ct.status & DST_NAT or not w.ctbits & ST_NEW:
                 return CONTINUE
-            rs = self.schedule(vs, int_addr(w.src), now=w.now, nf=nf, chooser=w.chooser,
-                               commit=w.commit)
+            rs = self.schedule(
+                vs, int_addr(w.src), now=w.now, nf=nf, chooser=w.chooser, commit=w.commit
+            )
             if rs is None:
                 if rec is not None:
-                    rec.append(TraceRecord(w.hook, "ipvs", str(vs), 0, "", "no real server: DROP",
-                                           None, w.ctname, w.mark))
+                    rec.append(
+                        TraceRecord(
+                            w.hook,
+                            "ipvs",
+                            str(vs),
+                            0,
+                            "",
+                            "no real server: DROP",
+                            None,
+                            w.ctname,
+                            w.mark,
+                        )
+                    )
                 return 2  # DROP
             before = _hostport(w.dst, w.dport)
             nf.conntrack.alter_reply(ct, addr_int(rs.address), rs.port)
             w.dst, w.dport = addr_int(rs.address), rs.port
             if rec is not None:
-                rec.append(TraceRecord(w.hook, "ipvs", str(vs), 0, "",
-                                       f"schedule {vs.scheduler} -> {rs}", f"{before} -> {rs}",
-                                       w.ctname, w.mark))
+                rec.append(
+                    TraceRecord(
+                        w.hook,
+                        "ipvs",
+                        str(vs),
+                        0,
+                        "",
+                        f"schedule {vs.scheduler} -> {rs}",
+                        f"{before} -> {rs}",
+                        w.ctname,
+                        w.mark,
+                    )
+                )
             return STOLEN if hook == "INPUT" and w.dst not in locals_ else CONTINUE
 
         return stage
@@ -306,9 +354,19 @@ class IpvsEngine:
             before = _hostport(w.src, w.sport)
             w.src, w.sport = ct.orig.dst, ct.orig.dport
             if rec is not None:
-                rec.append(TraceRecord(w.hook, "ipvs", "", 0, "", "reply: source rewritten",
-                                       f"{before} -> {_hostport(w.src, w.sport)}", w.ctname,
-                                       w.mark))
+                rec.append(
+                    TraceRecord(
+                        w.hook,
+                        "ipvs",
+                        "",
+                        0,
+                        "",
+                        "reply: source rewritten",
+                        f"{before} -> {_hostport(w.src, w.sport)}",
+                        w.ctname,
+                        w.mark,
+                    )
+                )
             return CONTINUE
 
         return stage
@@ -319,9 +377,14 @@ def _hostport(addr: int, port: int) -> str:
     return f"[{a}]:{port}" if a.version == 6 else f"{a}:{port}"
 
 
-def virtual_server(address: str, protocol: str, port: int, real_servers: Iterable[tuple[str, int] | tuple[str, int, int]],
-                   scheduler: str = "rr", persistent_timeout: int = 0) -> VirtualServer:
+def virtual_server(
+    address: str,
+    protocol: str,
+    port: int,
+    real_servers: Iterable[tuple[str, int] | tuple[str, int, int]],
+    scheduler: str = "rr",
+    persistent_timeout: int = 0,
+) -> VirtualServer:
     """Convenience constructor from strings: ``real_servers`` as (ip, port[, weight])."""
-    rss = tuple(RealServer(ip_address(r[0]), r[1], r[2] if len(r) > 2 else 1)
-                for r in real_servers)
+    rss = tuple(RealServer(ip_address(r[0]), r[1], r[2] if len(r) > 2 else 1) for r in real_servers)
     return VirtualServer(ip_address(address), protocol, port, scheduler, persistent_timeout, rss)

@@ -49,13 +49,21 @@ def parse_ipvsadm(text: str, *, source: str = "<ipvsadm-save>") -> list[VirtualS
         proto, addr = key
         ip, port = _host_port(addr)
         sched, persistence = heads[key]
-        out.append(VirtualServer(ip_address(ip), proto, port, sched, persistence,
-                                 tuple(reals.get(key, ()))))
+        out.append(
+            VirtualServer(
+                ip_address(ip), proto, port, sched, persistence, tuple(reals.get(key, ()))
+            )
+        )
     return out
 
 
-_IPVS_PROTOS = {"-t": "tcp", "--tcp-service": "tcp", "-u": "udp", "--udp-service": "udp",
-                "--sctp-service": "sctp"}
+_IPVS_PROTOS = {
+    "-t": "tcp",
+    "--tcp-service": "tcp",
+    "-u": "udp",
+    "--udp-service": "udp",
+    "--sctp-service": "sctp",
+}
 
 
 def _ipvs_options(words: list[str]) -> dict[str, str]:

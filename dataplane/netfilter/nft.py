@@ -65,7 +65,13 @@ if TYPE_CHECKING:
     from .evaluate import Netfilter
 
 __all__ = [
-    "NftChain", "NftEngine", "NftError", "NftRule", "NftRuleset", "NftSet", "NftTable",
+    "NftChain",
+    "NftEngine",
+    "NftError",
+    "NftRule",
+    "NftRuleset",
+    "NftSet",
+    "NftTable",
     "parse_nft",
 ]
 
@@ -97,15 +103,33 @@ def parse_nft(text: str, *, base: NftRuleset | None = None, source: str = "<nft>
 
 
 def _copy_table(t: NftTable) -> NftTable:
-    return NftTable(t.family, t.name, t.comment,
-                    {k: NftChain(c.name, c.type, c.hook, c.priority, c.policy, c.comment, list(c.rules))
-                     for k, c in t.chains.items()},
-                    {k: NftSet(s.name, s.key, s.value, s.flags, s.timeout, s.comment,
-                               dict(s.elements), list(s.nets)) for k, s in t.sets.items()})
+    return NftTable(
+        t.family,
+        t.name,
+        t.comment,
+        {
+            k: NftChain(c.name, c.type, c.hook, c.priority, c.policy, c.comment, list(c.rules))
+            for k, c in t.chains.items()
+        },
+        {
+            k: NftSet(
+                s.name,
+                s.key,
+                s.value,
+                s.flags,
+                s.timeout,
+                s.comment,
+                dict(s.elements),
+                list(s.nets),
+            )
+            for k, s in t.sets.items()
+        },
+    )
 
 
-def _apply(rs: NftRuleset, line: str, where: str, n: int,
-           checks: list[tuple[NftTable, str, str]]) -> None:
+def _apply(
+    rs: NftRuleset, line: str, where: str, n: int, checks: list[tuple[NftTable, str, str]]
+) -> None:
     cur = _Cursor(_tokens(line), where)
     verb = cur.next()
     if verb == "flush" and cur.peek() == "ruleset":
@@ -141,7 +165,9 @@ def _apply(rs: NftRuleset, line: str, where: str, n: int,
             if cur.peek() == "{":
                 props = _block(cur)
                 if "type" in props:
-                    m = re.fullmatch(r"(\w+) hook (\w+)(?: device \S+)? priority (.+)", props["type"])
+                    m = re.fullmatch(
+                        r"(\w+) hook (\w+)(?: device \S+)? priority (.+)", props["type"]
+                    )
                     if not m:
                         raise NftError(f"{where}: bad chain type {props['type']!r}")
                     c.type, c.hook = m.group(1), m.group(2)
@@ -153,8 +179,12 @@ def _apply(rs: NftRuleset, line: str, where: str, n: int,
         elif verb == "flush":
             t.chains[name].rules.clear()
         elif verb in ("delete", "destroy") and name in t.chains:
-            users = [x.name for x in t.chains.values() for r in x.rules
-                     if re.search(rf"(?:jump|goto) {re.escape(name)}(?:\s|$)", r.text)]
+            users = [
+                x.name
+                for x in t.chains.values()
+                for r in x.rules
+                if re.search(rf"(?:jump|goto) {re.escape(name)}(?:\s|$)", r.text)
+            ]
             if users:
                 raise NftError(f"{where}: chain {name} is still used by {users[0]}")
             del t.chains[name]
@@ -162,7 +192,7 @@ def _apply(rs: NftRuleset, line: str, where: str, n: int,
     if what == "rule":
         if name not in t.chains:
             raise NftError(f"{where}: no chain {name!r}")
-        text = " ".join(cur.toks[cur.i:])
+        text = " ".join(cur.toks[cur.i :])
         steps, comment = _compile_rule(cur, t)
         rule = NftRule(text, n, steps, comment)
         checks.append((t, text, where))
@@ -179,15 +209,23 @@ def _apply(rs: NftRuleset, line: str, where: str, n: int,
                     raise NftError(f"{where}: {what} {name} needs a type")
                 ktext, _, vtext = props["type"].partition(":")
                 kinds = tuple(_TYPE_KIND.get(k.strip(), k.strip()) for k in ktext.split("."))
-                if any(k not in ("addr", "inet_proto", "inet_service", "mark", "ifname") for k in kinds):
+                if any(
+                    k not in ("addr", "inet_proto", "inet_service", "mark", "ifname") for k in kinds
+                ):
                     raise UnsupportedRuleError(f"{where}: unsupported key type {ktext.strip()!r}")
                 value = vtext.strip() or None
                 if what == "map" and value is None:
                     raise NftError(f"{where}: map needs a value type")
                 t.sets[name] = NftSet(
-                    name, kinds, value, tuple(props.get("flags", "").replace(" ", "").split(",")) if props.get("flags") else (),
+                    name,
+                    kinds,
+                    value,
+                    tuple(props.get("flags", "").replace(" ", "").split(","))
+                    if props.get("flags")
+                    else (),
                     _seconds(props["timeout"]) if "timeout" in props else None,
-                    _unquote(props.get("comment", "")))
+                    _unquote(props.get("comment", "")),
+                )
         elif verb == "flush":
             t.sets[name].elements.clear()
             t.sets[name].nets.clear()
@@ -260,7 +298,9 @@ def _block(cur: _Cursor) -> dict[str, str]:
 
 def _flatten_nested(text: str) -> str:
     """The nested form, read with a small block parser, as flat commands."""
-    lines = [ln.split("#", 1)[0] if not ln.lstrip().startswith("#") else "" for ln in text.splitlines()]
+    lines = [
+        ln.split("#", 1)[0] if not ln.lstrip().startswith("#") else "" for ln in text.splitlines()
+    ]
     toks = _tokens(" ; ".join(lines))
     cur = _Cursor(toks, "<nft list ruleset>")
     out: list[str] = []
@@ -312,14 +352,19 @@ def _flatten_nested(text: str) -> str:
             if tok == "chain":
                 head = [p for p in props if p.split(" ")[0] in ("type", "policy", "comment")]
                 body = [p for p in props if p not in head]
-                out.append(f"add chain {fam} {tname} {name}" + (" { " + " ; ".join(head) + " ; }" if head else ""))
+                out.append(
+                    f"add chain {fam} {tname} {name}"
+                    + (" { " + " ; ".join(head) + " ; }" if head else "")
+                )
                 rules += [f"add rule {fam} {tname} {name} {p}" for p in body]
             else:
                 head = [p for p in props if not p.startswith("elements")]
                 out.append(f"add {tok} {fam} {tname} {name} {{ " + " ; ".join(head) + " ; }")
                 for p in props:
                     if p.startswith("elements"):
-                        elems.append(f"add element {fam} {tname} {name} " + p.split("=", 1)[1].strip())
+                        elems.append(
+                            f"add element {fam} {tname} {name} " + p.split("=", 1)[1].strip()
+                        )
         out += rules + elems
     return "\n".join(out) + "\n"
 
@@ -329,8 +374,9 @@ def _flatten_nested(text: str) -> str:
 
 def _copy_set(s: NftSet) -> NftSet:
     """A set whose elements can change without touching ``s`` (values are immutable)."""
-    return NftSet(s.name, s.key, s.value, s.flags, s.timeout, s.comment, dict(s.elements),
-                  list(s.nets))
+    return NftSet(
+        s.name, s.key, s.value, s.flags, s.timeout, s.comment, dict(s.elements), list(s.nets)
+    )
 
 
 class NftEngine:
@@ -354,8 +400,16 @@ class NftEngine:
         s = self._state.get(key)
         if s is None:
             src = table.sets[name]
-            s = NftSet(src.name, src.key, src.value, src.flags, src.timeout, src.comment,
-                       dict(src.elements), list(src.nets))
+            s = NftSet(
+                src.name,
+                src.key,
+                src.value,
+                src.flags,
+                src.timeout,
+                src.comment,
+                dict(src.elements),
+                list(src.nets),
+            )
             self._state[key] = s
         return s
 
@@ -370,9 +424,14 @@ class NftEngine:
             for chain in table.chains.values():
                 if chain.hook is None or chain.type == "nat":
                     continue
-                out.append((HOOK_NAMES[chain.hook], chain.priority,
-                            f"nft {table.family} {table.name} {chain.name}",
-                            self._stage(nf, table, chain)))
+                out.append(
+                    (
+                        HOOK_NAMES[chain.hook],
+                        chain.priority,
+                        f"nft {table.family} {table.name} {chain.name}",
+                        self._stage(nf, table, chain),
+                    )
+                )
         return out
 
     def nat_chains(self, nf: Netfilter, hook: str) -> list[Callable[..., int]]:
@@ -390,6 +449,7 @@ class NftEngine:
             if not self._applies(table, w):
                 return CONTINUE
             return self._base(nf, table, chain, w, rec)
+
         return stage
 
     def _nat_stage(self, nf: Netfilter, table: NftTable, chain: NftChain) -> Callable[..., int]:
@@ -397,27 +457,56 @@ class NftEngine:
             if not self._applies(table, w):
                 return CONTINUE
             return self._base(nf, table, chain, w, rec)
+
         return stage
 
-    def _base(self, nf: Netfilter, table: NftTable, chain: NftChain, w: Work,
-              rec: list[Any] | None) -> int:
+    def _base(
+        self, nf: Netfilter, table: NftTable, chain: NftChain, w: Work, rec: list[Any] | None
+    ) -> int:
         ctx = NftContext(self, nf, table)
         v = self._walk(ctx, chain, w, rec, 0)
         if v == CONTINUE:
             pol = DROP if chain.policy == "drop" else ACCEPT
             if rec is not None:
-                rec.append(self._record(w, table, chain.name, 0, f"policy {chain.policy}",
-                                        f"policy {chain.policy}", None))
+                rec.append(
+                    self._record(
+                        w,
+                        table,
+                        chain.name,
+                        0,
+                        f"policy {chain.policy}",
+                        f"policy {chain.policy}",
+                        None,
+                    )
+                )
             return pol
         return v
 
-    def _record(self, w: Work, table: NftTable, chain: str, num: int, text: str, effect: str,
-                nat: str | None) -> TraceRecord:
-        return TraceRecord(w.hook, f"nft:{table.family} {table.name}", chain, num, text, effect,
-                           nat, w.ctname, w.mark)
+    def _record(
+        self,
+        w: Work,
+        table: NftTable,
+        chain: str,
+        num: int,
+        text: str,
+        effect: str,
+        nat: str | None,
+    ) -> TraceRecord:
+        return TraceRecord(
+            w.hook,
+            f"nft:{table.family} {table.name}",
+            chain,
+            num,
+            text,
+            effect,
+            nat,
+            w.ctname,
+            w.mark,
+        )
 
-    def _walk(self, ctx: NftContext, chain: NftChain, w: Work, rec: list[Any] | None,
-              depth: int) -> int:
+    def _walk(
+        self, ctx: NftContext, chain: NftChain, w: Work, rec: list[Any] | None, depth: int
+    ) -> int:
         if depth > 16:
             raise NftError(f"chain {chain.name}: jump depth over 16 (loop?)")
         table = ctx.table
@@ -445,11 +534,16 @@ class NftEngine:
             if ctx.note is not None and not isinstance(ctx.note, str):
                 (ba, bp), (aa, ap) = ctx.note
                 from .compiled import _hostport
+
                 nat = f"{_hostport(ba, bp)} -> {_hostport(aa, ap)}"
             effect = f"{kind} {dest}" if dest else kind
             if rec is not None:
                 if kind == "accept" and nat:
-                    effect = "dnat" if "dnat" in rule.text else ("masquerade" if "masquerade" in rule.text else "snat")
+                    effect = (
+                        "dnat"
+                        if "dnat" in rule.text
+                        else ("masquerade" if "masquerade" in rule.text else "snat")
+                    )
                 rec.append(self._record(w, table, chain.name, num, rule.text, effect, nat))
             if kind in ("jump", "goto"):
                 sub = table.chains[dest]  # type: ignore[index]

@@ -30,12 +30,28 @@ __all__ = ["NftChain", "NftContext", "NftError", "NftRule", "NftRuleset", "NftSe
 CONTINUE, ACCEPT, DROP, REJECT = 0, 1, 2, 3
 _V6 = 1 << 128
 
-PRIORITY_NAMES = {"raw": -300, "mangle": -150, "dstnat": -100, "filter": 0, "security": 50,
-                  "srcnat": 100}
-HOOK_NAMES = {"prerouting": "PREROUTING", "input": "INPUT", "forward": "FORWARD",
-              "output": "OUTPUT", "postrouting": "POSTROUTING"}
-CT_STATE_BITS = {"new": ST_NEW, "established": ST_ESTABLISHED, "related": ST_RELATED,
-                 "invalid": ST_INVALID, "untracked": ST_UNTRACKED}
+PRIORITY_NAMES = {
+    "raw": -300,
+    "mangle": -150,
+    "dstnat": -100,
+    "filter": 0,
+    "security": 50,
+    "srcnat": 100,
+}
+HOOK_NAMES = {
+    "prerouting": "PREROUTING",
+    "input": "INPUT",
+    "forward": "FORWARD",
+    "output": "OUTPUT",
+    "postrouting": "POSTROUTING",
+}
+CT_STATE_BITS = {
+    "new": ST_NEW,
+    "established": ST_ESTABLISHED,
+    "related": ST_RELATED,
+    "invalid": ST_INVALID,
+    "untracked": ST_UNTRACKED,
+}
 
 
 class NftError(InputError):
@@ -44,7 +60,9 @@ class NftError(InputError):
 
 # --------------------------------------------------------------------------- model
 
-Verdict = tuple[str, str | None]  # ("accept"|"drop"|"reject"|"return"|"continue"|"jump"|"goto", chain)
+Verdict = tuple[
+    str, str | None
+]  # ("accept"|"drop"|"reject"|"return"|"continue"|"jump"|"goto", chain)
 
 
 @dataclass
@@ -164,6 +182,7 @@ class _Cursor:
 
 # --------------------------------------------------------------------------- values
 
+
 def _addr_value(tok: str) -> tuple[int, int] | int:
     """An address (int) or a CIDR ``(base, mask)``."""
     if "/" in tok:
@@ -252,18 +271,28 @@ def _selector(cur: _Cursor) -> tuple[Getter, str, str] | None:
         if b == "state":
             return (lambda w: w.ctbits), "ct_state", "ct state"
         if b == "status":
+
             def status(w: Work) -> object:
                 return w.ct.status if w.ct is not None else 0
+
             return status, "ct_status", "ct status"
         return (lambda w: w.ct.mark if w.ct is not None else None), "mark", "ct mark"
     if a == "fib" and b in ("saddr", "daddr") and cur.peek(2) == "type":
         cur.i += 3
         if b == "saddr":
-            return (lambda w: "local" if w.src in w.locals else "unicast"), "fib_type", "fib saddr type"
+            return (
+                (lambda w: "local" if w.src in w.locals else "unicast"),
+                "fib_type",
+                "fib saddr type",
+            )
         return (lambda w: "local" if w.dst in w.locals else "unicast"), "fib_type", "fib daddr type"
     if a == "icmp" and b == "type":
         cur.i += 2
-        return (lambda w: _ICMP_NAMES.get(w.itype) if w.proto == "icmp" else None), "icmp_type", "icmp type"
+        return (
+            (lambda w: _ICMP_NAMES.get(w.itype) if w.proto == "icmp" else None),
+            "icmp_type",
+            "icmp type",
+        )
     if a == "numgen" and b == "random":
         cur.i += 2
         cur.expect("mod")
@@ -275,12 +304,17 @@ def _selector(cur: _Cursor) -> tuple[Getter, str, str] | None:
 
         def numgen(w: Work) -> object:
             return w.chooser.uniform(n) + off
+
         return numgen, "int", f"numgen random mod {n}"
     return None
 
 
-_ICMP_NAMES = {0: "echo-reply", 3: "destination-unreachable", 8: "echo-request",
-               11: "time-exceeded"}
+_ICMP_NAMES = {
+    0: "echo-reply",
+    3: "destination-unreachable",
+    8: "echo-request",
+    11: "time-exceeded",
+}
 
 
 def _concat(cur: _Cursor) -> tuple[Getter, tuple[str, ...]] | None:
@@ -305,13 +339,20 @@ def _concat(cur: _Cursor) -> tuple[Getter, tuple[str, ...]] | None:
 
 # --------------------------------------------------------------------------- sets
 
-_TYPE_KIND = {"ipv4_addr": "addr", "ipv6_addr": "addr", "inet_proto": "inet_proto",
-              "inet_service": "inet_service", "mark": "mark", "ifname": "ifname",
-              "verdict": "verdict"}
+_TYPE_KIND = {
+    "ipv4_addr": "addr",
+    "ipv6_addr": "addr",
+    "inet_proto": "inet_proto",
+    "inet_service": "inet_service",
+    "mark": "mark",
+    "ifname": "ifname",
+    "verdict": "verdict",
+}
 
 
-def _elements(cur: _Cursor, kinds: tuple[str, ...], is_map: bool,
-              keys_only: bool = False) -> list[tuple[tuple[object, ...], object, str]]:
+def _elements(
+    cur: _Cursor, kinds: tuple[str, ...], is_map: bool, keys_only: bool = False
+) -> list[tuple[tuple[object, ...], object, str]]:
     """``{ k [comment "c"] [: v] , ... }`` -> [(key, value, comment)]; ``keys_only``
     for deletions, where map values may be left out."""
     cur.expect("{")
@@ -382,7 +423,9 @@ def _match_value(value: object, want: object, kind: str) -> bool:
     if kind == "ct_state":
         return bool(int(value) & CT_STATE_BITS[str(want)])  # type: ignore[call-overload]
     if kind == "ct_status":
-        bit = {"dnat": DST_NAT, "snat": SRC_NAT}.get(str(want), STATUS_NAMES.get(str(want).upper(), 0))
+        bit = {"dnat": DST_NAT, "snat": SRC_NAT}.get(
+            str(want), STATUS_NAMES.get(str(want).upper(), 0)
+        )
         return bool(int(value) & bit)  # type: ignore[call-overload]
     if kind == "ifname" and isinstance(want, str) and want.endswith("*"):
         return str(value).startswith(want[:-1])
@@ -444,8 +487,11 @@ def _compile_rule(cur: _Cursor, table: NftTable) -> tuple[list[Step], str]:
             extra = []
             while cur.peek() in ("random", "fully-random", "persistent"):
                 extra.append(cur.next())
-            nat_t: R.Dnat | R.Snat = (R.Dnat((rng,)) if tok == "dnat"
-                                      else R.Snat((rng,), random_fully="fully-random" in extra))
+            nat_t: R.Dnat | R.Snat = (
+                R.Dnat((rng,))
+                if tok == "dnat"
+                else R.Snat((rng,), random_fully="fully-random" in extra)
+            )
             steps.append(_nat_step(nat_t))
             continue
         if tok == "masquerade":
@@ -467,6 +513,7 @@ def _compile_rule(cur: _Cursor, table: NftTable) -> tuple[list[Step], str]:
 
             def notrack(w: Work, c: NftContext) -> None:
                 w.untracked = True
+
             steps.append(notrack)
             continue
         if tok == "log":
@@ -476,7 +523,8 @@ def _compile_rule(cur: _Cursor, table: NftTable) -> tuple[list[Step], str]:
                 cur.next()
             continue
         if (tok == "mark" and cur.peek(1) == "set") or (
-                tok in ("meta", "ct") and cur.peek(1) == "mark" and cur.peek(2) == "set"):
+            tok in ("meta", "ct") and cur.peek(1) == "mark" and cur.peek(2) == "set"
+        ):
             steps.append(_mark_set(cur))
             continue
         if tok in ("update", "add") and (cur.peek(1) or "").startswith("@"):
@@ -512,12 +560,14 @@ def _bitwise(g: Callable[[Work], Any], op: str, operand: int) -> Callable[[Work]
     def get(w: Work) -> tuple[int]:
         v = _int0(g(w)[0])
         return (v & operand if op == "and" else v | operand if op == "or" else v ^ operand,)
+
     return get
 
 
 def _const(v: Verdict) -> Step:
     def step(w: Work, c: NftContext) -> Verdict:
         return v
+
     return step
 
 
@@ -535,6 +585,7 @@ def _reject_step(reason: str) -> Step:
     def step(w: Work, c: NftContext) -> Verdict:
         w.reject_with = reason
         return ("reject", None)
+
     return step
 
 
@@ -546,6 +597,7 @@ def _nat_step(t: R.Dnat | R.Snat | R.Masquerade) -> Step:
             code, note = c.nf._snat(w, t)
         c.note = note
         return ("accept", None) if code == ACCEPT else ("drop", None)
+
     return step
 
 
@@ -583,6 +635,7 @@ def _mark_set(cur: _Cursor) -> Step:
             w.mark = v
             if v & w.masq_bit:
                 w.masq_seen = True
+
     return step
 
 
@@ -609,10 +662,13 @@ def _set_update(cur: _Cursor, table: NftTable) -> Step:
         t = timeout if timeout is not None else s.timeout
         key: tuple[object, ...] = getter(w)  # type: ignore[assignment]
         s.elements[key] = (None, (w.now + t) if t else None)
+
     return step
 
 
-def _vmap_step(cur: _Cursor, table: NftTable, getter: Callable[[Work], Any], kinds: tuple[str, ...]) -> Step:
+def _vmap_step(
+    cur: _Cursor, table: NftTable, getter: Callable[[Work], Any], kinds: tuple[str, ...]
+) -> Step:
     tok = cur.peek()
     if tok is not None and tok.startswith("@"):
         cur.next()
@@ -626,6 +682,7 @@ def _vmap_step(cur: _Cursor, table: NftTable, getter: Callable[[Work], Any], kin
                 return False
             found, val = _set_lookup(c.engine.set_state(c.table, name), key, w.now)
             return val if found else False  # type: ignore[return-value]
+
         return step
     value_kinds = tuple("int" if k == "int" else k for k in kinds)
     elems = _elements(cur, value_kinds, True)
@@ -638,6 +695,7 @@ def _vmap_step(cur: _Cursor, table: NftTable, getter: Callable[[Work], Any], kin
             return False
         found, val = _set_lookup(inline, key, w.now)
         return val if found else False  # type: ignore[return-value]
+
     return step2
 
 
@@ -647,11 +705,17 @@ def _cmp_step(getter: Callable[[Work], Any], op: str, val: int) -> Step:
         if v is None:
             return False
         return bool({"<": v < val, ">": v > val, "<=": v <= val, ">=": v >= val}[op])
+
     return step
 
 
-def _test_step(cur: _Cursor, table: NftTable, getter: Callable[[Work], Any],
-               kinds: tuple[str, ...], negate: bool) -> Step:
+def _test_step(
+    cur: _Cursor,
+    table: NftTable,
+    getter: Callable[[Work], Any],
+    kinds: tuple[str, ...],
+    negate: bool,
+) -> Step:
     tok = cur.peek()
     if tok is not None and tok.startswith("@"):
         cur.next()
@@ -664,6 +728,7 @@ def _test_step(cur: _Cursor, table: NftTable, getter: Callable[[Work], Any],
             if None in key:
                 return False
             return _set_lookup(c.engine.set_state(c.table, name), key, w.now)[0] != negate
+
         return in_named
     if tok == "{":
         elems = _elements(cur, kinds, False)
@@ -677,18 +742,24 @@ def _test_step(cur: _Cursor, table: NftTable, getter: Callable[[Work], Any],
             if len(kinds) == 1 and kinds[0] in ("ct_state",):
                 return any(_match_value(key[0], k[0], kinds[0]) for k in anon.elements) != negate
             return _set_lookup(anon, key, w.now)[0] != negate
+
         return in_anon
     if len(kinds) != 1:
         raise UnsupportedRuleError(f"{cur.where}: comparing a concatenation")
     kind = kinds[0]
     raw = cur.next()
-    wants = [_parse_value(kind, p) for p in raw.split(",")] if kind == "ct_state" else [_parse_value(kind, raw)]
+    wants = (
+        [_parse_value(kind, p) for p in raw.split(",")]
+        if kind == "ct_state"
+        else [_parse_value(kind, raw)]
+    )
 
     def test(w: Work, c: NftContext) -> bool:
         (v,) = getter(w)
         if v is None:
             return False
         return any(_match_value(v, want, kind) for want in wants) != negate
+
     return test
 
 

@@ -39,7 +39,6 @@ __all__ = [
 ]
 
 
-
 # --------------------------------------------------------------------------- restore
 
 
@@ -59,22 +58,26 @@ class _MTable:
 
 
 def _thaw(table: R.Table) -> _MTable:
-    return _MTable(table.name, {
-        c.name: _MChain(c.name, c.policy, list(c.rules), c.counters, c.declared) for c in table
-    })
+    return _MTable(
+        table.name,
+        {c.name: _MChain(c.name, c.policy, list(c.rules), c.counters, c.declared) for c in table},
+    )
 
 
 def _new_table(name: str) -> _MTable:
-    return _MTable(name, {
-        c: _MChain(c, "ACCEPT", [], (0, 0), False) for c in R.BUILTIN_CHAINS[name]
-    })
+    return _MTable(
+        name, {c: _MChain(c, "ACCEPT", [], (0, 0), False) for c in R.BUILTIN_CHAINS[name]}
+    )
 
 
 def _freeze(t: _MTable) -> R.Table:
-    return R.Table(t.name, {
-        c.name: R.Chain(c.name, c.policy, tuple(c.rules), c.counters, c.declared)
-        for c in t.chains.values()
-    })
+    return R.Table(
+        t.name,
+        {
+            c.name: R.Chain(c.name, c.policy, tuple(c.rules), c.counters, c.declared)
+            for c in t.chains.values()
+        },
+    )
 
 
 def parse_save(text: str, *, family: int = 4, source: str = "<iptables-save>") -> R.Ruleset:
@@ -204,8 +207,16 @@ def _apply_line(t: _MTable, line: str, lineno: int, family: int, source: str) ->
             toks = tokenize(spec)
         except ValueError as e:
             raise RestoreError(f"{_where(source, lineno, line)}: {e}") from None
-        return parse_rule(chain, toks, spec=spec, line=lineno, table=t.name,
-                          family=family, source=source, counters=counters)
+        return parse_rule(
+            chain,
+            toks,
+            spec=spec,
+            line=lineno,
+            table=t.name,
+            family=family,
+            source=source,
+            counters=counters,
+        )
 
     if head in ("-A", "--append"):
         chain, _, spec = rest.partition(" ")
@@ -269,8 +280,10 @@ def _apply_line(t: _MTable, line: str, lineno: int, family: int, source: str) ->
     elif head in ("-Z", "--zero"):
         for ch in [chain_of(rest)] if rest else list(t.chains.values()):
             ch.counters = (0, 0)
-            ch.rules = [R.Rule(r.chain, r.matches, r.target, r.spec, r.line, (0, 0) if r.counters else None)
-                        for r in ch.rules]
+            ch.rules = [
+                R.Rule(r.chain, r.matches, r.target, r.spec, r.line, (0, 0) if r.counters else None)
+                for r in ch.rules
+            ]
     elif head in ("-P", "--policy"):
         chain, _, policy = rest.partition(" ")
         ch = chain_of(chain)
@@ -295,8 +308,12 @@ def _apply_line(t: _MTable, line: str, lineno: int, family: int, source: str) ->
 
 
 def _referrers(t: _MTable, name: str) -> list[str]:
-    return [c.name for c in t.chains.values() for r in c.rules
-            if isinstance(r.target, R.Jump) and r.target.chain == name]
+    return [
+        c.name
+        for c in t.chains.values()
+        for r in c.rules
+        if isinstance(r.target, R.Jump) and r.target.chain == name
+    ]
 
 
 def _check_table(t: _MTable, source: str, start: int) -> None:

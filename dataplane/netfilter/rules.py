@@ -88,8 +88,18 @@ class MultiportMatch:
 
 
 AddrType = Literal[
-    "UNSPEC", "UNICAST", "LOCAL", "BROADCAST", "ANYCAST", "MULTICAST",
-    "BLACKHOLE", "UNREACHABLE", "PROHIBIT", "THROW", "NAT", "XRESOLVE",
+    "UNSPEC",
+    "UNICAST",
+    "LOCAL",
+    "BROADCAST",
+    "ANYCAST",
+    "MULTICAST",
+    "BLACKHOLE",
+    "UNREACHABLE",
+    "PROHIBIT",
+    "THROW",
+    "NAT",
+    "XRESOLVE",
 ]
 
 
@@ -300,10 +310,30 @@ class TtlMatch:
 
 
 Match = (
-    AddrMatch | IfaceMatch | ProtoMatch | FragmentMatch | PortMatch | TcpFlagsMatch
-    | MultiportMatch | AddrTypeMatch | CommentMatch | StatisticMatch | RecentMatch
-    | MarkMatch | ConnmarkMatch | ConntrackMatch | StateMatch | IcmpMatch | PhysdevMatch
-    | SetMatch | NfacctMatch | LimitMatch | MacMatch | IpRangeMatch | LengthMatch | TtlMatch
+    AddrMatch
+    | IfaceMatch
+    | ProtoMatch
+    | FragmentMatch
+    | PortMatch
+    | TcpFlagsMatch
+    | MultiportMatch
+    | AddrTypeMatch
+    | CommentMatch
+    | StatisticMatch
+    | RecentMatch
+    | MarkMatch
+    | ConnmarkMatch
+    | ConntrackMatch
+    | StateMatch
+    | IcmpMatch
+    | PhysdevMatch
+    | SetMatch
+    | NfacctMatch
+    | LimitMatch
+    | MacMatch
+    | IpRangeMatch
+    | LengthMatch
+    | TtlMatch
 )
 
 # --------------------------------------------------------------------------- targets
@@ -430,7 +460,9 @@ class Trace:
     """``TRACE`` (raw table): non-terminating; svclab always traces."""
 
 
-Target = Verdict | Reject | Jump | Dnat | Snat | Masquerade | SetMark | Connmark | Log | Notrack | Trace
+Target = (
+    Verdict | Reject | Jump | Dnat | Snat | Masquerade | SetMark | Connmark | Log | Notrack | Trace
+)
 
 # --------------------------------------------------------------------------- structure
 

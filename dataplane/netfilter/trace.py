@@ -48,5 +48,13 @@ class TraceRecord(NamedTuple):
 
     def row(self) -> tuple[str, ...]:
         """The table form: hook, table, chain, rule number, effect, nat, ctstate, mark."""
-        return (self.hook, self.table, self.chain, str(self.rule) if self.rule else "-",
-                self.effect, self.nat or "", self.ctstate, f"{self.mark:#x}")
+        return (
+            self.hook,
+            self.table,
+            self.chain,
+            str(self.rule) if self.rule else "-",
+            self.effect,
+            self.nat or "",
+            self.ctstate,
+            f"{self.mark:#x}",
+        )

@@ -24,8 +24,7 @@ def _tables(c: EmulatedCluster) -> dict[str, list[str]]:
     now = c.clock.now()
     from dataplane.netfilter.conntrack import format_entry
 
-    return {n: [format_entry(x, now) for x in f.conntrack.entries()]
-            for n, f in c.filters.items()}
+    return {n: [format_entry(x, now) for x in f.conntrack.entries()] for n, f in c.filters.items()}
 
 
 def test_replayed_packets_match_full_walks_and_update_conntrack_alike() -> None:
@@ -38,7 +37,9 @@ def test_replayed_packets_match_full_walks_and_update_conntrack_alike() -> None:
         a = fast.walker.send("pod/default/a", pf, record=False)
         b = full.walker.send("pod/default/a", pl, record=True)
         assert (a.verdict, a.delivered and a.delivered.packet) == (
-            b.verdict, b.delivered and b.delivered.packet)
+            b.verdict,
+            b.delivered and b.delivered.packet,
+        )
         assert a.delivered is not None and str(a.delivered.packet.dst) == C
     assert fast.walker.replayed == 2  # the 3rd and 4th: the 2nd was recorded
     assert full.walker.replayed == 0
@@ -86,5 +87,7 @@ def test_replay_safety_of_rulesets() -> None:
         "--probability 0.5 -j DROP\n",
     )
     assert replay_safe(parse_save(guarded))
-    connmark = "*mangle\n:PREROUTING ACCEPT [0:0]\n-A PREROUTING -j CONNMARK --set-mark 0x1\nCOMMIT\n"
+    connmark = (
+        "*mangle\n:PREROUTING ACCEPT [0:0]\n-A PREROUTING -j CONNMARK --set-mark 0x1\nCOMMIT\n"
+    )
     assert not replay_safe(parse_save(connmark))

@@ -21,8 +21,9 @@ EMPTY_CIP = "10.96.0.99"
 NODES = {"n1": (N1, "10.244.1.0/24"), "n2": (N2, "10.244.2.0/24")}
 
 
-def _service(name: str, cip: str, node_port: int | None = None,
-             affinity: int | None = None) -> Service:
+def _service(
+    name: str, cip: str, node_port: int | None = None, affinity: int | None = None
+) -> Service:
     port: dict[str, Any] = {"name": "http", "protocol": "TCP", "port": 80}
     spec: dict[str, Any] = {"type": "ClusterIP", "clusterIP": cip, "ports": [port]}
     if node_port:
@@ -31,18 +32,24 @@ def _service(name: str, cip: str, node_port: int | None = None,
     if affinity:
         spec["sessionAffinity"] = "ClientIP"
         spec["sessionAffinityConfig"] = {"clientIP": {"timeoutSeconds": affinity}}
-    return Service.model_validate({"metadata": {"name": name, "namespace": "default"},
-                                   "spec": spec})
+    return Service.model_validate(
+        {"metadata": {"name": name, "namespace": "default"}, "spec": spec}
+    )
 
 
 def _slice(name: str, endpoints: Sequence[tuple[str, str]]) -> EndpointSlice:
     return EndpointSlice.model_validate(
         {
-            "metadata": {"name": f"{name}-1", "namespace": "default",
-                         "labels": {"kubernetes.io/service-name": name}},
+            "metadata": {
+                "name": f"{name}-1",
+                "namespace": "default",
+                "labels": {"kubernetes.io/service-name": name},
+            },
             "addressType": "IPv4",
-            "endpoints": [{"addresses": [ip], "nodeName": node, "conditions": {"ready": True}}
-                          for ip, node in endpoints],
+            "endpoints": [
+                {"addresses": [ip], "nodeName": node, "conditions": {"ready": True}}
+                for ip, node in endpoints
+            ],
             "ports": [{"name": "http", "protocol": "TCP", "port": 8080}],
         }
     )
@@ -74,8 +81,9 @@ def kube_cluster(
             r = render_ipvs(snap, cfg)
             rules[name] = IpvsRules(r.ipvsadm_text, r.ipset_text, r.iptables_save_text)
             local[name] = tuple(r.addresses)
-    return EmulatedCluster(network(overlay), rulesets=rules, listeners=LISTENERS,
-                           local_addresses=local, seed=seed)
+    return EmulatedCluster(
+        network(overlay), rulesets=rules, listeners=LISTENERS, local_addresses=local, seed=seed
+    )
 
 
 @pytest.mark.parametrize("overlay", ["vxlan", "host-gw"])

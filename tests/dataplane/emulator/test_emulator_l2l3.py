@@ -80,8 +80,11 @@ def test_arp_resolution_appears_once_then_is_cached() -> None:
     first = c.trace("pod/default/a", "pod/default/b", "tcp", 8080)
     requests = [h for h in first.hops_of("arp") if h.arp and h.arp.startswith("who-has")]
     assert [h.arp for h in requests] == [f"who-has {B} tell {A}"]
-    assert any(h.arp == f"{B} is-at " + h.arp.split()[-1] for h in first.hops_of("arp")
-               if h.arp and "is-at" in h.arp)
+    assert any(
+        h.arp == f"{B} is-at " + h.arp.split()[-1]
+        for h in first.hops_of("arp")
+        if h.arp and "is-at" in h.arp
+    )
     second = c.trace("pod/default/a", "pod/default/b", "tcp", 8080)
     assert second.verdict == "delivered"
     assert not second.hops_of("arp")
@@ -220,5 +223,7 @@ def test_no_arp_answer_on_the_last_hop_is_host_unreachable() -> None:
 def test_trace_all_leaves_the_random_state_alone() -> None:
     one, two = cluster(seed=9), cluster(seed=9)
     one.trace_all("pod/default/a", "pod/default/c", "tcp", 8080)
-    assert (one.trace("pod/default/a", "pod/default/c", "tcp", 8080).packet
-            == two.trace("pod/default/a", "pod/default/c", "tcp", 8080).packet)
+    assert (
+        one.trace("pod/default/a", "pod/default/c", "tcp", 8080).packet
+        == two.trace("pod/default/a", "pod/default/c", "tcp", 8080).packet
+    )

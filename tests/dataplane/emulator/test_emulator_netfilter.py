@@ -201,8 +201,15 @@ def test_ping_to_a_clusterip_without_icmp_rules_is_not_answered() -> None:
 def test_json_contract_keys() -> None:
     c = cluster(both())
     js = c.trace("pod/default/a", CIP, "tcp", 80).to_json()
-    for key in ("verdict", "delivered_to", "endpoints", "masquerade", "source_seen", "hops",
-                "reply"):
+    for key in (
+        "verdict",
+        "delivered_to",
+        "endpoints",
+        "masquerade",
+        "source_seen",
+        "hops",
+        "reply",
+    ):
         assert key in js
     assert js["delivered_to"] == {"ip": C, "port": 8080, "pod": "default/c", "node": "n2"}
     assert js["reply"]["verdict"] == "delivered"
@@ -242,8 +249,10 @@ COMMIT
 
 
 def test_reject_answers_as_the_kernel_builds_them() -> None:
-    extra = ("-A FORWARD -d 10.244.2.5/32 -p tcp --dport 8080 -j REJECT --reject-with tcp-reset\n"
-             "-A INPUT -p tcp --dport 9999 -j REJECT\nCOMMIT\n")
+    extra = (
+        "-A FORWARD -d 10.244.2.5/32 -p tcp --dport 8080 -j REJECT --reject-with tcp-reset\n"
+        "-A INPUT -p tcp --dport 9999 -j REJECT\nCOMMIT\n"
+    )
     rules = RULES[: RULES.rindex("COMMIT")] + extra
     c = cluster({"n1": rules, "n2": RULES})
     # icmp-port-unreachable (the default) from a forwarded packet: sent from the address

@@ -21,8 +21,11 @@ FIN_ACK = frozenset({"FIN", "ACK"})
 
 ops = st.lists(
     st.one_of(
-        st.tuples(st.just("connect"), st.sampled_from(range(len(CLIENTS))),
-                  st.sampled_from(range(len(TARGETS)))),
+        st.tuples(
+            st.just("connect"),
+            st.sampled_from(range(len(CLIENTS))),
+            st.sampled_from(range(len(TARGETS))),
+        ),
         st.tuples(st.just("data"), st.integers(0, 7), st.sampled_from([ACK, PSH_ACK])),
         st.tuples(st.just("data"), st.integers(0, 7), st.just(FIN_ACK)),
         st.tuples(st.just("advance"), st.sampled_from([1.0, 30.0, 200.0])),
@@ -40,8 +43,12 @@ def _tables(c: EmulatedCluster) -> dict[str, list[str]]:
 
 def _outcome(res: Any, reply: Any) -> tuple[object, ...]:
     d = res.delivered
-    out: tuple[object, ...] = (res.verdict, d and d.host, d and d.packet,
-                               res.answer and res.answer.packet)
+    out: tuple[object, ...] = (
+        res.verdict,
+        d and d.host,
+        d and d.packet,
+        res.answer and res.answer.packet,
+    )
     if reply is not None:
         rd = reply.delivered
         out += (reply.verdict, rd and rd.host, rd and rd.packet)
@@ -61,14 +68,19 @@ def test_fast_path_and_full_walk_agree(steps: list[tuple[Any, ...]]) -> None:
             (a,) = fast.connect(src, dst, "tcp", port, n=1, record=False)
             (b,) = full.connect(src, dst, "tcp", port, n=1, record=False)
             assert (a.verdict, a.endpoint, a.established, a.sport) == (
-                b.verdict, b.endpoint, b.established, b.sport)
+                b.verdict,
+                b.endpoint,
+                b.established,
+                b.sport,
+            )
             conns.append((src, Packet.make(a.source, dst, "tcp", a.sport, port, flags=ACK)))
         elif kind == "data" and conns:
             src, base = conns[step[1] % len(conns)]
             pkt = base.evolve(flags=step[2], length=100 if step[2] == PSH_ACK else 52)
             for _ in range(3):  # the 2nd walk is recorded, the 3rd may replay
                 assert _outcome(*fast.exchange(src, pkt, record=False)) == _outcome(
-                    *full.exchange(src, pkt, record=False))
+                    *full.exchange(src, pkt, record=False)
+                )
         elif kind == "advance":
             fast.clock.advance(step[1])  # type: ignore[attr-defined]
             full.clock.advance(step[1])  # type: ignore[attr-defined]
@@ -84,8 +96,7 @@ TARGETS_Q = [*TARGETS, ("10.96.0.11", 80), ("10.244.1.6", 9999)]  # REJECT, refu
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(ops, st.lists(st.sampled_from(range(len(TARGETS_Q))), max_size=6))
-def test_quick_hooks_and_full_hooks_agree(steps: list[tuple[Any, ...]],
-                                          extra: list[int]) -> None:
+def test_quick_hooks_and_full_hooks_agree(steps: list[tuple[Any, ...]], extra: list[int]) -> None:
     """The walk's untraced per-hook fast path (``PacketFilter.quick``: one positional
     call, no trace steps, no flow-cache log) and the traced walk (``PacketFilter.run``
     with records) give the same verdicts, deliveries, answers and conntrack tables."""
@@ -101,14 +112,20 @@ def test_quick_hooks_and_full_hooks_agree(steps: list[tuple[Any, ...]],
             (a,) = quick.connect(src, dst, "tcp", port, n=1, record=False)
             (b,) = full.connect(src, dst, "tcp", port, n=1, record=True)
             assert (a.verdict, a.endpoint, a.established, a.sport, a.source) == (
-                b.verdict, b.endpoint, b.established, b.sport, b.source)
+                b.verdict,
+                b.endpoint,
+                b.established,
+                b.sport,
+                b.source,
+            )
             conns.append((src, Packet.make(a.source, dst, "tcp", a.sport, port, flags=ACK)))
         elif kind == "data" and conns:
             src, base = conns[step[1] % len(conns)]
             pkt = base.evolve(flags=step[2], length=100 if step[2] == PSH_ACK else 52)
             for _ in range(2):
                 assert _outcome(*quick.exchange(src, pkt, record=False)) == _outcome(
-                    *full.exchange(src, pkt, record=True))
+                    *full.exchange(src, pkt, record=True)
+                )
         elif kind == "advance":
             quick.clock.advance(step[1])  # type: ignore[attr-defined]
             full.clock.advance(step[1])  # type: ignore[attr-defined]

@@ -17,12 +17,14 @@ def clusters(draw: st.DrawFn) -> tuple[EmulatedCluster, dict[str, str], dict[str
     """A cluster with its pods (namespace -> IP) and nodes (namespace -> addresses)."""
     n_nodes = draw(st.integers(min_value=2, max_value=6))
     overlay = draw(st.sampled_from(["vxlan", "host-gw"]))
-    per_node = draw(st.lists(st.integers(min_value=0, max_value=2), min_size=n_nodes,
-                             max_size=n_nodes))
+    per_node = draw(
+        st.lists(st.integers(min_value=0, max_value=2), min_size=n_nodes, max_size=n_nodes)
+    )
     if sum(per_node) < 2:
         per_node[0] = 2
-    nodes = [node_info(f"n{i}", f"172.18.0.{i + 2}", f"10.244.{i + 1}.0/24")
-             for i in range(n_nodes)]
+    nodes = [
+        node_info(f"n{i}", f"172.18.0.{i + 2}", f"10.244.{i + 1}.0/24") for i in range(n_nodes)
+    ]
     pods = [
         PodInfo(f"default/p{i}-{j}", f"n{i}", IPv4Address(f"10.244.{i + 1}.{j + 2}"))
         for i, count in enumerate(per_node)

@@ -16,18 +16,54 @@ from dataplane.netfilter import Ruleset, apply_restore, parse_save
 CASES = Path(__file__).resolve().parents[4] / "shared" / "kube-proxy" / "cases"
 
 JUMPS = [
-    ("filter", "INPUT", '-m conntrack --ctstate NEW -m comment --comment "kubernetes externally-visible service portals" -j KUBE-EXTERNAL-SERVICES'),
-    ("filter", "FORWARD", '-m conntrack --ctstate NEW -m comment --comment "kubernetes externally-visible service portals" -j KUBE-EXTERNAL-SERVICES'),
-    ("filter", "INPUT", '-m comment --comment "kubernetes health check service ports" -j KUBE-NODEPORTS'),
-    ("filter", "FORWARD", '-m conntrack --ctstate NEW -m comment --comment "kubernetes service portals" -j KUBE-SERVICES'),
-    ("filter", "OUTPUT", '-m conntrack --ctstate NEW -m comment --comment "kubernetes service portals" -j KUBE-SERVICES'),
+    (
+        "filter",
+        "INPUT",
+        '-m conntrack --ctstate NEW -m comment --comment "kubernetes externally-visible service portals" -j KUBE-EXTERNAL-SERVICES',
+    ),
+    (
+        "filter",
+        "FORWARD",
+        '-m conntrack --ctstate NEW -m comment --comment "kubernetes externally-visible service portals" -j KUBE-EXTERNAL-SERVICES',
+    ),
+    (
+        "filter",
+        "INPUT",
+        '-m comment --comment "kubernetes health check service ports" -j KUBE-NODEPORTS',
+    ),
+    (
+        "filter",
+        "FORWARD",
+        '-m conntrack --ctstate NEW -m comment --comment "kubernetes service portals" -j KUBE-SERVICES',
+    ),
+    (
+        "filter",
+        "OUTPUT",
+        '-m conntrack --ctstate NEW -m comment --comment "kubernetes service portals" -j KUBE-SERVICES',
+    ),
     ("filter", "FORWARD", '-m comment --comment "kubernetes forwarding rules" -j KUBE-FORWARD'),
-    ("filter", "INPUT", '-m conntrack --ctstate NEW -m comment --comment "kubernetes load balancer firewall" -j KUBE-PROXY-FIREWALL'),
-    ("filter", "OUTPUT", '-m conntrack --ctstate NEW -m comment --comment "kubernetes load balancer firewall" -j KUBE-PROXY-FIREWALL'),
-    ("filter", "FORWARD", '-m conntrack --ctstate NEW -m comment --comment "kubernetes load balancer firewall" -j KUBE-PROXY-FIREWALL'),
+    (
+        "filter",
+        "INPUT",
+        '-m conntrack --ctstate NEW -m comment --comment "kubernetes load balancer firewall" -j KUBE-PROXY-FIREWALL',
+    ),
+    (
+        "filter",
+        "OUTPUT",
+        '-m conntrack --ctstate NEW -m comment --comment "kubernetes load balancer firewall" -j KUBE-PROXY-FIREWALL',
+    ),
+    (
+        "filter",
+        "FORWARD",
+        '-m conntrack --ctstate NEW -m comment --comment "kubernetes load balancer firewall" -j KUBE-PROXY-FIREWALL',
+    ),
     ("nat", "OUTPUT", '-m comment --comment "kubernetes service portals" -j KUBE-SERVICES'),
     ("nat", "PREROUTING", '-m comment --comment "kubernetes service portals" -j KUBE-SERVICES'),
-    ("nat", "POSTROUTING", '-m comment --comment "kubernetes postrouting rules" -j KUBE-POSTROUTING'),
+    (
+        "nat",
+        "POSTROUTING",
+        '-m comment --comment "kubernetes postrouting rules" -j KUBE-POSTROUTING',
+    ),
     ("filter", "INPUT", "-j KUBE-FIREWALL"),
     ("filter", "OUTPUT", "-j KUBE-FIREWALL"),
 ]

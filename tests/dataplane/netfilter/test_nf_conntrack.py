@@ -43,7 +43,8 @@ def test_tcp_handshake_close_and_conntrack_l_format() -> None:
     reply = t("10.244.2.3", "10.244.1.2", 8080, 40000)
     assert format_conntrack_l(ct) == (
         "tcp      6 120 SYN_SENT src=10.244.1.2 dst=10.96.0.10 sport=40000 dport=80 [UNREPLIED] "
-        "src=10.244.2.3 dst=10.244.1.2 sport=8080 dport=40000 mark=0 use=1\n")
+        "src=10.244.2.3 dst=10.244.1.2 sport=8080 dport=40000 mark=0 use=1\n"
+    )
     ps = ct.classify(reply, flags("SYN", "ACK"), None, None)
     assert (ps.state, ps.direction, ps.conn.tcp_state) == ("ESTABLISHED", 1, "SYN_RECV")  # type: ignore[union-attr]
     ps = ct.classify(orig, flags("ACK"), None, None)
@@ -52,7 +53,8 @@ def test_tcp_handshake_close_and_conntrack_l_format() -> None:
     clock.advance(1)
     assert format_conntrack_l(ct) == (
         "tcp      6 431999 ESTABLISHED src=10.244.1.2 dst=10.96.0.10 sport=40000 dport=80 "
-        "src=10.244.2.3 dst=10.244.1.2 sport=8080 dport=40000 [ASSURED] mark=0 use=1\n")
+        "src=10.244.2.3 dst=10.244.1.2 sport=8080 dport=40000 [ASSURED] mark=0 use=1\n"
+    )
     ct.classify(orig, flags("FIN", "ACK"), None, None)
     assert conn.tcp_state == "FIN_WAIT"
     ct.classify(reply, flags("ACK"), None, None)
@@ -70,7 +72,10 @@ def test_tcp_handshake_close_and_conntrack_l_format() -> None:
 def test_tcp_invalid_and_rst() -> None:
     ct = ConntrackTable()
     assert ct.classify(t("1.1.1.1", "2.2.2.2", 1, 2), flags("RST"), None, None).state == "INVALID"
-    assert ct.classify(t("1.1.1.1", "2.2.2.2", 1, 2), flags("SYN", "ACK"), None, None).state == "INVALID"
+    assert (
+        ct.classify(t("1.1.1.1", "2.2.2.2", 1, 2), flags("SYN", "ACK"), None, None).state
+        == "INVALID"
+    )
     ps = ct.classify(t("1.1.1.1", "2.2.2.2", 1, 2), flags("ACK"), None, None)  # loose pickup
     assert ps.state == "NEW" and ps.conn is not None and ps.conn.tcp_state == "ESTABLISHED"
     ct.confirm(ps.conn)
@@ -107,7 +112,10 @@ def test_icmp_echo_and_related_error() -> None:
     ps = ct.classify(echo, flags(), 8, None)
     assert ps.state == "NEW" and ps.conn is not None
     ct.confirm(ps.conn)
-    assert "type=8 code=0 id=7 [UNREPLIED] src=10.0.0.2 dst=10.0.0.1 type=0 code=0 id=7" in format_conntrack_l(ct)
+    assert (
+        "type=8 code=0 id=7 [UNREPLIED] src=10.0.0.2 dst=10.0.0.1 type=0 code=0 id=7"
+        in format_conntrack_l(ct)
+    )
     assert ct.classify(echo.inverted(), flags(), 0, None).state == "ESTABLISHED"
     # an echo reply nobody asked for is INVALID
     stray = CtTuple("icmp", echo.dst, echo.src, 99, 99)
@@ -156,8 +164,11 @@ def test_masquerade_collision_through_the_engine() -> None:
 -A POSTROUTING -o eth0 -j MASQUERADE
 COMMIT
 """
-    nf = Netfilter(parse_save(text), local_addrs=[ip_address("192.168.0.2")],
-                   iface_addrs={"eth0": [ip_address("192.168.0.2")]})
+    nf = Netfilter(
+        parse_save(text),
+        local_addrs=[ip_address("192.168.0.2")],
+        iface_addrs={"eth0": [ip_address("192.168.0.2")]},
+    )
     a = nf.traverse(Packet.make("10.0.0.1", "8.8.8.8", "udp", 5000, 53))
     b = nf.traverse(Packet.make("10.0.0.2", "8.8.8.8", "udp", 5000, 53))
     assert a.snat == (ip_address("192.168.0.2"), 5000)
@@ -198,9 +209,11 @@ COMMIT
 
 
 def _router() -> Netfilter:
-    return Netfilter(parse_save(_NAT_AND_REJECT), local_addrs=[ip_address("192.168.1.1")],
-                     iface_addrs={"eth0": [ip_address("192.168.1.1")],
-                                  "eth1": [ip_address("10.244.0.1")]})
+    return Netfilter(
+        parse_save(_NAT_AND_REJECT),
+        local_addrs=[ip_address("192.168.1.1")],
+        iface_addrs={"eth0": [ip_address("192.168.1.1")], "eth1": [ip_address("10.244.0.1")]},
+    )
 
 
 def _error_about(pkt: Packet, src: str) -> Packet:
@@ -250,8 +263,15 @@ def test_error_from_a_router_on_the_way_shows_the_connection_address() -> None:
 
 def test_refresh_updates_a_held_connection_exactly_as_classify_does() -> None:
     rng = Random(7)
-    choices = [flags("ACK"), flags("PSH", "ACK"), flags("FIN", "ACK"), flags("RST"),
-               flags("SYN"), flags("SYN", "ACK"), flags()]
+    choices = [
+        flags("ACK"),
+        flags("PSH", "ACK"),
+        flags("FIN", "ACK"),
+        flags("RST"),
+        flags("SYN"),
+        flags("SYN", "ACK"),
+        flags(),
+    ]
     for trial in range(300):
         proto = rng.choice(["tcp", "udp"])
         clocks = (SimClock(), SimClock())

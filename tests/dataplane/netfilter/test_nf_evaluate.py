@@ -83,7 +83,10 @@ COMMIT
     assert t.verdict == "REJECT" and t.reject_with == "tcp-reset"
     assert t.hooks == ("PREROUTING", "INPUT")
     assert [(r.hook, r.table) for r in t.records if r.rule] == [
-        ("PREROUTING", "raw"), ("PREROUTING", "mangle"), ("INPUT", "filter")]
+        ("PREROUTING", "raw"),
+        ("PREROUTING", "mangle"),
+        ("INPUT", "filter"),
+    ]
 
 
 NAT = """*nat
@@ -122,8 +125,9 @@ def test_reply_is_un_nated_and_state_becomes_established() -> None:
     nf = nf_of(NAT, rng=Random(1))
     first = nf.traverse(syn("10.0.0.5", "172.30.0.1"))
     out = first.packet
-    reply = Packet.make(out.dst, out.src, "tcp", out.dport, out.sport,
-                        flags=frozenset({"SYN", "ACK"}))
+    reply = Packet.make(
+        out.dst, out.src, "tcp", out.dport, out.sport, flags=frozenset({"SYN", "ACK"})
+    )
     back = nf.traverse(reply)
     assert back.ctstate == "ESTABLISHED"
     assert (str(back.packet.src), back.packet.sport) == ("172.30.0.1", 80)
@@ -165,11 +169,16 @@ def test_nth_mode_cycles_and_enumerates() -> None:
 COMMIT
 """
     nf = nf_of(text)
-    seq = [str(nf.traverse(syn("10.0.0.5", "172.30.0.1", sport=1000 + i)).dnat[0])  # type: ignore[index]
-           for i in range(6)]
+    seq = [
+        str(nf.traverse(syn("10.0.0.5", "172.30.0.1", sport=1000 + i)).dnat[0])  # type: ignore[index]
+        for i in range(6)
+    ]
     assert seq == ["10.1.0.1", "10.1.0.2", "10.1.0.3", "10.1.0.1", "10.1.0.2", "10.1.0.3"]
-    probs = {str(b.result.dnat[0]): b.probability for b in nf.enumerate(syn("10.0.0.5", "172.30.0.1"))
-             if b.result.dnat}
+    probs = {
+        str(b.result.dnat[0]): b.probability
+        for b in nf.enumerate(syn("10.0.0.5", "172.30.0.1"))
+        if b.result.dnat
+    }
     assert probs == pytest.approx({"10.1.0.1": 1 / 3, "10.1.0.2": 1 / 3, "10.1.0.3": 1 / 3})
 
 
@@ -286,7 +295,9 @@ def test_run_hook_carries_conntrack_between_hooks() -> None:
 
 def test_local_to_local_goes_out_and_back_in_without_renat() -> None:
     text = NAT.replace("-A OUTPUT -d 172.30.0.1", "-A OUTPUT -d 172.30.0.2")
-    text = text.replace("COMMIT\n", "-A OUTPUT -p tcp --dport 81 -j DNAT --to-destination 127.0.0.1:8081\nCOMMIT\n")
+    text = text.replace(
+        "COMMIT\n", "-A OUTPUT -p tcp --dport 81 -j DNAT --to-destination 127.0.0.1:8081\nCOMMIT\n"
+    )
     nf = nf_of(text)
     t = nf.traverse(syn(NODE, "172.30.0.9", dport=81), origin="out")
     assert t.hooks == ("OUTPUT", "POSTROUTING", "PREROUTING", "INPUT")
@@ -311,29 +322,33 @@ COMMIT
     assert nf.run_hook("FORWARD", p).verdict == "ACCEPT"
 
 
-@pytest.mark.parametrize(("opts", "pin", "pout", "matches"), [
-    # no bridge information: only fully negated options match
-    ("--physdev-in veth1", None, None, False),
-    ("! --physdev-in veth1", None, None, True),
-    ("--physdev-is-bridged", None, None, False),
-    ("! --physdev-is-bridged", None, None, True),
-    # PREROUTING of a bridged frame: an input port, no output port yet
-    ("--physdev-in veth1", "veth1", None, True),
-    ("--physdev-in veth+", "veth1", None, True),
-    ("! --physdev-in veth1", "veth1", None, False),
-    ("--physdev-is-bridged", "veth1", None, False),
-    ("--physdev-is-in", "veth1", None, True),
-    ("--physdev-is-out", "veth1", None, False),
-    ("--physdev-out veth2", "veth1", None, False),
-    ("! --physdev-out veth2", "veth1", None, False),  # no output port: never
-    # FORWARD of a bridged frame: both ports
-    ("--physdev-is-bridged", "veth1", "veth2", True),
-    ("--physdev-out veth2", "veth1", "veth2", True),
-    ("! --physdev-out veth2", "veth1", "veth3", True),
-    ("--physdev-in veth1 --physdev-out veth3", "veth1", "veth2", False),
-])
-def test_physdev_follows_xt_physdev(opts: str, pin: str | None, pout: str | None,
-                                    matches: bool) -> None:
+@pytest.mark.parametrize(
+    ("opts", "pin", "pout", "matches"),
+    [
+        # no bridge information: only fully negated options match
+        ("--physdev-in veth1", None, None, False),
+        ("! --physdev-in veth1", None, None, True),
+        ("--physdev-is-bridged", None, None, False),
+        ("! --physdev-is-bridged", None, None, True),
+        # PREROUTING of a bridged frame: an input port, no output port yet
+        ("--physdev-in veth1", "veth1", None, True),
+        ("--physdev-in veth+", "veth1", None, True),
+        ("! --physdev-in veth1", "veth1", None, False),
+        ("--physdev-is-bridged", "veth1", None, False),
+        ("--physdev-is-in", "veth1", None, True),
+        ("--physdev-is-out", "veth1", None, False),
+        ("--physdev-out veth2", "veth1", None, False),
+        ("! --physdev-out veth2", "veth1", None, False),  # no output port: never
+        # FORWARD of a bridged frame: both ports
+        ("--physdev-is-bridged", "veth1", "veth2", True),
+        ("--physdev-out veth2", "veth1", "veth2", True),
+        ("! --physdev-out veth2", "veth1", "veth3", True),
+        ("--physdev-in veth1 --physdev-out veth3", "veth1", "veth2", False),
+    ],
+)
+def test_physdev_follows_xt_physdev(
+    opts: str, pin: str | None, pout: str | None, matches: bool
+) -> None:
     nf = nf_of(f"""*filter
 :INPUT ACCEPT [0:0]
 :FORWARD ACCEPT [0:0]

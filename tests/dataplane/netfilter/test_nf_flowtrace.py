@@ -18,27 +18,28 @@ def tracer(overall_ruleset: Ruleset, overall_case: dict[str, Any]) -> FlowTracer
 @pytest.mark.parametrize(
     ("src", "dst", "port", "output", "masq"),
     [
-        ("10.0.0.2", "172.30.0.41", 80, "10.180.0.1:80", False),       # pod -> ClusterIP
-        ("10.180.0.1", "172.30.0.41", 80, "10.180.0.1:80", True),      # hairpin
-        ("192.168.0.2", "172.30.0.41", 80, "10.180.0.1:80", True),     # node -> ClusterIP
+        ("10.0.0.2", "172.30.0.41", 80, "10.180.0.1:80", False),  # pod -> ClusterIP
+        ("10.180.0.1", "172.30.0.41", 80, "10.180.0.1:80", True),  # hairpin
+        ("192.168.0.2", "172.30.0.41", 80, "10.180.0.1:80", True),  # node -> ClusterIP
         ("10.0.0.2", "172.30.0.44", 80, "10.180.0.4:80, 10.180.0.5:80", False),
-        ("203.0.113.2", "5.6.7.8", 80, "10.180.0.3:80", True),         # LB, allowed source
-        ("203.0.113.130", "5.6.7.8", 80, "DROP", False),               # LB, blocked source
-        ("10.0.0.2", "172.30.0.46", 80, "REJECT", False),              # no endpoints
-        ("203.0.113.2", "192.168.0.2", 3003, "10.180.0.3:80", True),   # NodePort
-        ("127.0.0.1", "127.0.0.1", 3003, "10.180.0.3:80", True),       # localhost NodePort
-        ("203.0.113.2", "192.168.0.2", 3001, "DROP", False),           # eTP Local, no local eps
+        ("203.0.113.2", "5.6.7.8", 80, "10.180.0.3:80", True),  # LB, allowed source
+        ("203.0.113.130", "5.6.7.8", 80, "DROP", False),  # LB, blocked source
+        ("10.0.0.2", "172.30.0.46", 80, "REJECT", False),  # no endpoints
+        ("203.0.113.2", "192.168.0.2", 3003, "10.180.0.3:80", True),  # NodePort
+        ("127.0.0.1", "127.0.0.1", 3003, "10.180.0.3:80", True),  # localhost NodePort
+        ("203.0.113.2", "192.168.0.2", 3001, "DROP", False),  # eTP Local, no local eps
         ("203.0.113.2", "1.2.3.4", 80, "DROP", False),
         ("203.0.113.2", "192.168.99.22", 80, "DROP", False),
-        ("10.0.0.2", "1.2.3.4", 80, "10.180.0.2:80", False),           # pod short-circuit
-        ("192.168.0.2", "1.2.3.4", 80, "10.180.0.2:80", True),         # node: masq + route
+        ("10.0.0.2", "1.2.3.4", 80, "10.180.0.2:80", False),  # pod short-circuit
+        ("192.168.0.2", "1.2.3.4", 80, "10.180.0.2:80", True),  # node: masq + route
         ("203.0.113.2", "192.168.99.33", 80, "10.180.0.4:80, 10.180.0.5:80", True),
-        ("203.0.113.2", "192.168.0.2", 30000, "ACCEPT", False),        # health check port
-        ("10.0.0.2", "172.30.0.41", 81, "", False),                    # unknown port
+        ("203.0.113.2", "192.168.0.2", 30000, "ACCEPT", False),  # health check port
+        ("10.0.0.2", "172.30.0.41", 81, "", False),  # unknown port
     ],
 )
-def test_flows_over_overall_dump(tracer: FlowTracer, src: str, dst: str, port: int,
-                                 output: str, masq: bool) -> None:
+def test_flows_over_overall_dump(
+    tracer: FlowTracer, src: str, dst: str, port: int, output: str, masq: bool
+) -> None:
     r = tracer.trace(Flow(src, dst, port))
     assert r.upstream_output() == output
     assert r.masquerade is masq
@@ -48,13 +49,19 @@ def test_flows_over_overall_dump(tracer: FlowTracer, src: str, dst: str, port: i
 def test_flow_details(tracer: FlowTracer) -> None:
     r = tracer.trace(Flow("10.0.0.2", "172.30.0.44", 80))
     assert [(e.endpoint, e.probability) for e in r.endpoints] == [
-        ("10.180.0.4:80", 0.5), ("10.180.0.5:80", 0.5)]
+        ("10.180.0.4:80", 0.5),
+        ("10.180.0.5:80", 0.5),
+    ]
     assert r.origin == "in" and r.verdict == "ACCEPT"
     blocked = tracer.trace(Flow("203.0.113.130", "5.6.7.8", 80))
     (b,) = blocked.branches
     last = b.result.records[-1]
     assert (last.hook, last.table, last.chain, last.effect) == (
-        "FORWARD", "filter", "KUBE-PROXY-FIREWALL", "DROP")
+        "FORWARD",
+        "filter",
+        "KUBE-PROXY-FIREWALL",
+        "DROP",
+    )
     assert "traffic not accepted by KUBE-FW-NUKIZ6OKUXPJNT4C" in last.text
     node = tracer.trace(Flow("192.168.0.2", "172.30.0.41", 80))
     assert node.origin == "out"

@@ -16,9 +16,13 @@ RS = [("10.244.1.2", 8080), ("10.244.2.3", 8080), ("10.244.3.4", 8080)]
 
 def host(*vss: object, clock: SimClock | None = None) -> Netfilter:
     state = IpvsState.of(vss)  # type: ignore[arg-type]
-    return Netfilter(parse_save(""), ipvs=IpvsEngine(state), clock=clock,
-                     local_addrs=[ip_address("192.168.0.2"), ip_address(VIP)],
-                     iface_addrs={"eth0": [ip_address("192.168.0.2")]})
+    return Netfilter(
+        parse_save(""),
+        ipvs=IpvsEngine(state),
+        clock=clock,
+        local_addrs=[ip_address("192.168.0.2"), ip_address(VIP)],
+        iface_addrs={"eth0": [ip_address("192.168.0.2")]},
+    )
 
 
 def syn(src: str, sport: int, dst: str = VIP, dport: int = 80) -> Packet:
@@ -41,8 +45,11 @@ def test_rr_cycles_per_virtual_server_and_path() -> None:
     ipvs = [r for r in t.records if r.table == "ipvs"]
     assert ipvs and ipvs[0].effect.startswith("schedule rr -> ")
     # the reply is un-NATed back to the virtual address
-    back = nf.traverse(Packet.make(str(t.packet.dst), "203.0.113.2", "tcp", 8080, 2000,
-                                   flags=frozenset({"SYN", "ACK"})))
+    back = nf.traverse(
+        Packet.make(
+            str(t.packet.dst), "203.0.113.2", "tcp", 8080, 2000, flags=frozenset({"SYN", "ACK"})
+        )
+    )
     assert (str(back.packet.src), back.packet.sport) == (VIP, 80)
 
 
@@ -51,8 +58,16 @@ def test_enumeration_gives_each_real_server_equally() -> None:
     branches = nf.enumerate(syn("203.0.113.2", 1000))
     assert [f"{b.result.dnat[0]}" for b in branches if b.result.dnat] == [a for a, _ in RS]
     assert [b.probability for b in branches] == pytest.approx([1 / 3] * 3)
-    wrr = host(virtual_server(VIP, "tcp", 80, [(a, p, w) for (a, p), w in zip(RS, (3, 1, 0), strict=True)], "wrr"))
-    probs = {str(b.result.dnat[0]): b.probability for b in wrr.enumerate(syn("1.1.1.1", 1)) if b.result.dnat}
+    wrr = host(
+        virtual_server(
+            VIP, "tcp", 80, [(a, p, w) for (a, p), w in zip(RS, (3, 1, 0), strict=True)], "wrr"
+        )
+    )
+    probs = {
+        str(b.result.dnat[0]): b.probability
+        for b in wrr.enumerate(syn("1.1.1.1", 1))
+        if b.result.dnat
+    }
     assert probs == pytest.approx({"10.244.1.2": 0.75, "10.244.2.3": 0.25})
 
 
@@ -107,15 +122,19 @@ def test_ipvsadm_save_text_parses_into_virtual_servers() -> None:
     from dataplane.netfilter import parse_ipvsadm
     from netmodel.errors import InputError
 
-    text = ("-A -t 10.96.0.10:80 -s rr -p 10800\n"
-            "-a -t 10.96.0.10:80 -r 10.244.1.2:8080 -m -w 1\n"
-            "-a -t 10.96.0.10:80 -r 10.244.2.3:8080 -m -w 3\n"
-            "-A -u [fd00::a]:53 -s sh\n")
+    text = (
+        "-A -t 10.96.0.10:80 -s rr -p 10800\n"
+        "-a -t 10.96.0.10:80 -r 10.244.1.2:8080 -m -w 1\n"
+        "-a -t 10.96.0.10:80 -r 10.244.2.3:8080 -m -w 3\n"
+        "-A -u [fd00::a]:53 -s sh\n"
+    )
     tcp, udp = parse_ipvsadm(text)
     assert (str(tcp.address), tcp.protocol, tcp.port, tcp.scheduler) == (VIP, "tcp", 80, "rr")
     assert tcp.persistent_timeout == 10800
     assert [(str(r.address), r.port, r.weight) for r in tcp.real_servers] == [
-        ("10.244.1.2", 8080, 1), ("10.244.2.3", 8080, 3)]
+        ("10.244.1.2", 8080, 1),
+        ("10.244.2.3", 8080, 3),
+    ]
     assert (str(udp.address), udp.port, udp.real_servers) == ("fd00::a", 53, ())
     with pytest.raises(InputError, match=r"<x>:1: -a -t 1.2.3.4:80"):
         parse_ipvsadm("-a -t 1.2.3.4:80 -r 10.0.0.1:80\n", source="<x>")
@@ -123,8 +142,10 @@ def test_ipvsadm_save_text_parses_into_virtual_servers() -> None:
 
 def test_snapshot_restore_covers_scheduler_positions_and_templates() -> None:
     vip2 = "10.96.0.11"
-    nf = host(virtual_server(VIP, "tcp", 80, RS, "rr"),
-              virtual_server(vip2, "tcp", 80, RS, "rr", persistent_timeout=300))
+    nf = host(
+        virtual_server(VIP, "tcp", 80, RS, "rr"),
+        virtual_server(vip2, "tcp", 80, RS, "rr", persistent_timeout=300),
+    )
     nf.local_addrs = nf.local_addrs | {int(ip_address(vip2))}
     assert dest(nf, "1.1.1.1", 1) == "10.244.1.2:8080"
     state = nf.snapshot()

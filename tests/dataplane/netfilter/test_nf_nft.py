@@ -53,8 +53,9 @@ def test_transaction_is_parsed(overall_case: dict[str, Any]) -> None:
         ("10.0.0.2", "172.30.0.99", 80, "DROP", False),
     ],
 )
-def test_nft_flows(nft_tracer: FlowTracer, src: str, dst: str, port: int, output: str,
-                   masq: bool) -> None:
+def test_nft_flows(
+    nft_tracer: FlowTracer, src: str, dst: str, port: int, output: str, masq: bool
+) -> None:
     r = nft_tracer.trace(Flow(src, dst, port))
     assert (r.upstream_output(), r.masquerade) == (output, masq)
 
@@ -62,7 +63,11 @@ def test_nft_flows(nft_tracer: FlowTracer, src: str, dst: str, port: int, output
 def test_nft_trace_and_masquerade(nft_tracer: FlowTracer) -> None:
     t = nft_tracer.trace(Flow("203.0.113.2", "5.6.7.8", 80)).branches[0].result
     chains = [(r.table, r.chain, r.effect) for r in t.records if r.rule]
-    assert ("nft:ip kube-proxy", "firewall-check", "goto firewall-HVFWP5L3-ns5/svc5/tcp/p80") in chains
+    assert (
+        "nft:ip kube-proxy",
+        "firewall-check",
+        "goto firewall-HVFWP5L3-ns5/svc5/tcp/p80",
+    ) in chains
     assert chains[-1][2] == "masquerade"
     assert str(t.packet.src) == "192.168.0.2" and t.packet.sport != 40000  # fully-random
 
@@ -70,13 +75,18 @@ def test_nft_trace_and_masquerade(nft_tracer: FlowTracer) -> None:
 def test_numgen_enumerates_each_endpoint(nft_tracer: FlowTracer) -> None:
     r = nft_tracer.trace(Flow("10.0.0.2", "172.30.0.44", 80))
     assert [(e.endpoint, e.probability) for e in r.endpoints] == [
-        ("10.180.0.4:80", 0.5), ("10.180.0.5:80", 0.5)]
+        ("10.180.0.4:80", 0.5),
+        ("10.180.0.5:80", 0.5),
+    ]
 
 
 def test_affinity_set_pins_client(overall_case: dict[str, Any]) -> None:
     text = overall_case["nftables"]["expected_nft_transaction"] + (
-        "add element ip kube-proxy service-ips { 172.30.0.47 . tcp . 80 : goto svc7 }\n")
-    text = text.replace("add chain ip kube-proxy services\n", """add chain ip kube-proxy services
+        "add element ip kube-proxy service-ips { 172.30.0.47 . tcp . 80 : goto svc7 }\n"
+    )
+    text = text.replace(
+        "add chain ip kube-proxy services\n",
+        """add chain ip kube-proxy services
 add set ip kube-proxy aff-a { type ipv4_addr ; flags dynamic,timeout ; timeout 60s ; }
 add set ip kube-proxy aff-b { type ipv4_addr ; flags dynamic,timeout ; timeout 60s ; }
 add chain ip kube-proxy ep-a
@@ -89,7 +99,8 @@ add rule ip kube-proxy ep-b meta l4proto tcp dnat to 10.1.0.2:80
 add rule ip kube-proxy svc7 ip saddr @aff-a goto ep-a
 add rule ip kube-proxy svc7 ip saddr @aff-b goto ep-b
 add rule ip kube-proxy svc7 numgen random mod 2 vmap { 0 : goto ep-a , 1 : goto ep-b }
-""")
+""",
+    )
     clock = SimClock()
     nf = Netfilter(parse_save(""), nft=NftEngine(parse_nft(text)), clock=clock, rng=Random(9))
 
@@ -137,7 +148,10 @@ def test_nested_list_ruleset_form() -> None:
 @pytest.mark.parametrize(
     ("text", "err"),
     [
-        ("add table ip t\nadd chain ip t c\nadd rule ip t c osf name Linux accept\n", UnsupportedRuleError),
+        (
+            "add table ip t\nadd chain ip t c\nadd rule ip t c osf name Linux accept\n",
+            UnsupportedRuleError,
+        ),
         ("add table ip t\nadd chain ip t c\nadd rule ip t c jump nowhere\n", NftError),
         ("add table ip t\nadd rule ip t c accept\n", NftError),
         ("add table ip t\nadd chain ip t c\nadd rule ip t c ip daddr @nope accept\n", NftError),
@@ -153,7 +167,9 @@ def test_transaction_applies_onto_existing_state(overall_case: dict[str, Any]) -
     base = parse_nft(overall_case["nftables"]["expected_nft_transaction"])
     upd = parse_nft(
         "delete element ip kube-proxy no-endpoint-services { 172.30.0.46 . tcp . 80 }\n"
-        "flush chain ip kube-proxy service-ULMVA6XW-ns1/svc1/tcp/p80\n", base=base)
+        "flush chain ip kube-proxy service-ULMVA6XW-ns1/svc1/tcp/p80\n",
+        base=base,
+    )
     t = upd.tables[("ip", "kube-proxy")]
     assert len(t.sets["no-endpoint-services"].elements) == 2
     assert t.chains["service-ULMVA6XW-ns1/svc1/tcp/p80"].rules == []

@@ -44,7 +44,12 @@ def test_kube_proxy_rules_are_typed(overall_ruleset: R.Ruleset) -> None:
     assert last.matches == (R.CommentMatch("ns4/svc4:p80 -> 10.180.0.5:80"),)
     aff = overall_ruleset.tables["nat"].chains["KUBE-SVC-NUKIZ6OKUXPJNT4C"].rules[1]
     rec = next(m for m in aff.matches if isinstance(m, R.RecentMatch))
-    assert (rec.command, rec.name, rec.seconds, rec.reap) == ("rcheck", "KUBE-SEP-I77PXRDZVX7PMWMN", 10800, True)
+    assert (rec.command, rec.name, rec.seconds, rec.reap) == (
+        "rcheck",
+        "KUBE-SEP-I77PXRDZVX7PMWMN",
+        10800,
+        True,
+    )
     sep = overall_ruleset.tables["nat"].chains["KUBE-SEP-I77PXRDZVX7PMWMN"].rules[1]
     assert isinstance(sep.target, R.Dnat)
     assert str(sep.target.ranges[0]) == "10.180.0.3:80"
@@ -54,7 +59,9 @@ def test_kube_proxy_rules_are_typed(overall_ruleset: R.Ruleset) -> None:
     ct = next(m for m in fw.matches if isinstance(m, R.ConntrackMatch))
     assert ct.states == ("RELATED", "ESTABLISHED", "DNAT") and ct.states_invert
     # built-in jumps were inserted with -I: the last listed is first
-    assert overall_ruleset.tables["filter"].chains["INPUT"].rules[0].target == R.Jump("KUBE-FIREWALL")
+    assert overall_ruleset.tables["filter"].chains["INPUT"].rules[0].target == R.Jump(
+        "KUBE-FIREWALL"
+    )
 
 
 @pytest.mark.parametrize(
@@ -67,34 +74,53 @@ def test_kube_proxy_rules_are_typed(overall_ruleset: R.Ruleset) -> None:
         ("-p udp -m udp --dport 1000:2000 -j ACCEPT", R.PortMatch("udp", "dport", (1000, 2000))),
         ("-p tcp -m tcp ! --sport 53 -j ACCEPT", R.PortMatch("tcp", "sport", (53, 53), True)),
         ("-p tcp --dport 22 -j ACCEPT", R.PortMatch("tcp", "dport", (22, 22))),
-        ("-p tcp -m multiport --dports 80,443,8000:8080 -j ACCEPT",
-         R.MultiportMatch("dport", ((80, 80), (443, 443), (8000, 8080)))),
-        ("-m addrtype --src-type LOCAL --limit-iface-in -j ACCEPT",
-         R.AddrTypeMatch(("LOCAL",), False, (), False, True, False)),
-        ("-m addrtype ! --dst-type LOCAL,UNICAST -j ACCEPT",
-         R.AddrTypeMatch((), False, ("LOCAL", "UNICAST"), True)),
-        ("-m statistic --mode nth --every 3 --packet 1 -j ACCEPT",
-         R.StatisticMatch("nth", every=3, packet=1)),
+        (
+            "-p tcp -m multiport --dports 80,443,8000:8080 -j ACCEPT",
+            R.MultiportMatch("dport", ((80, 80), (443, 443), (8000, 8080))),
+        ),
+        (
+            "-m addrtype --src-type LOCAL --limit-iface-in -j ACCEPT",
+            R.AddrTypeMatch(("LOCAL",), False, (), False, True, False),
+        ),
+        (
+            "-m addrtype ! --dst-type LOCAL,UNICAST -j ACCEPT",
+            R.AddrTypeMatch((), False, ("LOCAL", "UNICAST"), True),
+        ),
+        (
+            "-m statistic --mode nth --every 3 --packet 1 -j ACCEPT",
+            R.StatisticMatch("nth", every=3, packet=1),
+        ),
         ("-m mark ! --mark 0x4000/0x4000 -j RETURN", R.MarkMatch(0x4000, 0x4000, True)),
         ("-m connmark --mark 7 -j ACCEPT", R.ConnmarkMatch(7)),
         ("-m state --state NEW,ESTABLISHED -j ACCEPT", R.StateMatch(("NEW", "ESTABLISHED"))),
         ("-p icmp -m icmp --icmp-type port-unreachable -j ACCEPT", R.IcmpMatch(3, 3)),
         ("-p icmp -m icmp --icmp-type 8 -j ACCEPT", R.IcmpMatch(8, None)),
-        ("-m set --match-set KUBE-CLUSTER-IP dst,dst -j ACCEPT",
-         R.SetMatch("KUBE-CLUSTER-IP", ("dst", "dst"))),
+        (
+            "-m set --match-set KUBE-CLUSTER-IP dst,dst -j ACCEPT",
+            R.SetMatch("KUBE-CLUSTER-IP", ("dst", "dst")),
+        ),
         ("-m nfacct --nfacct-name cnt -j ACCEPT", R.NfacctMatch("cnt")),
         ("-m limit --limit 5/sec --limit-burst 10 -j ACCEPT", R.LimitMatch("5/sec", 10)),
         ("-m mac --mac-source AA:BB:CC:DD:EE:FF -j ACCEPT", R.MacMatch("aa:bb:cc:dd:ee:ff")),
         ("-m length --length 100:200 -j ACCEPT", R.LengthMatch(100, 200)),
         ("-m ttl --ttl-lt 5 -j ACCEPT", R.TtlMatch("lt", 5)),
-        ("-m comment --comment \"a \\\"quoted\\\" b\" -j ACCEPT", R.CommentMatch('a "quoted" b')),
-        ("-m recent --rcheck --seconds 60 --hitcount 3 --name L --rdest -j ACCEPT",
-         R.RecentMatch("rcheck", "L", 60, 3, False, False, "dst")),
-        ("-m physdev --physdev-in veth1 --physdev-is-bridged -j ACCEPT",
-         R.PhysdevMatch("veth1", False, None, False, None, None, True)),
-        ("-m conntrack --ctstatus SEEN_REPLY --ctorigdstport 80 --ctdir ORIGINAL -j ACCEPT",
-         R.ConntrackMatch(statuses=("SEEN_REPLY",), ports=(R.CtPortTest("orig_dport", (80, 80)),),
-                          direction="ORIGINAL")),
+        ('-m comment --comment "a \\"quoted\\" b" -j ACCEPT', R.CommentMatch('a "quoted" b')),
+        (
+            "-m recent --rcheck --seconds 60 --hitcount 3 --name L --rdest -j ACCEPT",
+            R.RecentMatch("rcheck", "L", 60, 3, False, False, "dst"),
+        ),
+        (
+            "-m physdev --physdev-in veth1 --physdev-is-bridged -j ACCEPT",
+            R.PhysdevMatch("veth1", False, None, False, None, None, True),
+        ),
+        (
+            "-m conntrack --ctstatus SEEN_REPLY --ctorigdstport 80 --ctdir ORIGINAL -j ACCEPT",
+            R.ConntrackMatch(
+                statuses=("SEEN_REPLY",),
+                ports=(R.CtPortTest("orig_dport", (80, 80)),),
+                direction="ORIGINAL",
+            ),
+        ),
     ],
 )
 def test_match_forms(spec: str, expected: R.Match) -> None:
@@ -107,19 +133,42 @@ def test_match_forms(spec: str, expected: R.Match) -> None:
         ("filter", "-j REJECT --reject-with tcp-reset", R.Reject("tcp-reset")),
         ("filter", "-j REJECT", R.Reject("icmp-port-unreachable")),
         ("filter", "-g Y", R.Jump("Y", goto=True)),
-        ("nat", "-p tcp -j DNAT --to-destination 10.0.0.1:80-90",
-         R.Dnat((R.NatRange(ipaddress.ip_address("10.0.0.1"), ipaddress.ip_address("10.0.0.1"), 80, 90),))),
-        ("nat", "-j SNAT --to-source 1.1.1.1-1.1.1.3 --random-fully",
-         R.Snat((R.NatRange(ipaddress.ip_address("1.1.1.1"), ipaddress.ip_address("1.1.1.3")),), random_fully=True)),
-        ("nat", "-j MASQUERADE --to-ports 1000-2000 --random-fully", R.Masquerade((1000, 2000), False, True)),
+        (
+            "nat",
+            "-p tcp -j DNAT --to-destination 10.0.0.1:80-90",
+            R.Dnat(
+                (
+                    R.NatRange(
+                        ipaddress.ip_address("10.0.0.1"), ipaddress.ip_address("10.0.0.1"), 80, 90
+                    ),
+                )
+            ),
+        ),
+        (
+            "nat",
+            "-j SNAT --to-source 1.1.1.1-1.1.1.3 --random-fully",
+            R.Snat(
+                (R.NatRange(ipaddress.ip_address("1.1.1.1"), ipaddress.ip_address("1.1.1.3")),),
+                random_fully=True,
+            ),
+        ),
+        (
+            "nat",
+            "-j MASQUERADE --to-ports 1000-2000 --random-fully",
+            R.Masquerade((1000, 2000), False, True),
+        ),
         ("mangle", "-j MARK --set-xmark 0x1/0xff", R.SetMark(1, 0xFF, "set-xmark")),
         ("mangle", "-j MARK --set-mark 0x2", R.SetMark(2, 0xFFFFFFFF, "set-mark")),
         ("mangle", "-j MARK --and-mark 0xf0", R.SetMark(0, 0xFFFFFF0F, "and-mark")),
         ("mangle", "-j MARK --xor-mark 0x4000", R.SetMark(0x4000, 0, "xor-mark")),
-        ("mangle", "-j CONNMARK --save-mark --nfmask 0xff --ctmask 0xf", R.Connmark("save", nfmask=0xFF, ctmask=0xF)),
+        (
+            "mangle",
+            "-j CONNMARK --save-mark --nfmask 0xff --ctmask 0xf",
+            R.Connmark("save", nfmask=0xFF, ctmask=0xF),
+        ),
         ("mangle", "-j CONNMARK --restore-mark", R.Connmark("restore")),
         ("mangle", "-j CONNMARK --set-xmark 0x10/0x10", R.Connmark("set", 0x10, 0x10)),
-        ("filter", "-j LOG --log-prefix \"dropped: \"", R.Log("LOG", "dropped: ")),
+        ("filter", '-j LOG --log-prefix "dropped: "', R.Log("LOG", "dropped: ")),
         ("filter", "-j NFLOG --nflog-group 5", R.Log("NFLOG", "", "", 5)),
         ("raw", "-j CT --notrack", R.Notrack()),
         ("raw", "-j NOTRACK", R.Notrack()),
@@ -128,7 +177,11 @@ def test_match_forms(spec: str, expected: R.Match) -> None:
 )
 def test_target_forms(table: str, spec: str, expected: R.Target) -> None:
     chain = "PREROUTING" if table in ("raw", "nat", "mangle") else "X"
-    text = f"*{table}\n:Y - [0:0]\n" + (":X - [0:0]\n" if chain == "X" else "") + f"-A {chain} {spec}\nCOMMIT\n"
+    text = (
+        f"*{table}\n:Y - [0:0]\n"
+        + (":X - [0:0]\n" if chain == "X" else "")
+        + f"-A {chain} {spec}\nCOMMIT\n"
+    )
     assert parse_save(text).tables[table].chains[chain].rules[0].target == expected
 
 
@@ -152,11 +205,11 @@ def test_unsupported_names_line_and_text(line: str, needle: str) -> None:
 @pytest.mark.parametrize(
     "bad",
     [
-        "*filter\n:X - [0:0]\n-A X -j NOPE\nCOMMIT\n",             # jump to missing chain
-        "*filter\n-A X -j ACCEPT\nCOMMIT\n",                        # rule in missing chain
+        "*filter\n:X - [0:0]\n-A X -j NOPE\nCOMMIT\n",  # jump to missing chain
+        "*filter\n-A X -j ACCEPT\nCOMMIT\n",  # rule in missing chain
         "*filter\n:X - [0:0]\n-A X -s 300.1.1.1 -j ACCEPT\nCOMMIT\n",
-        "*filter\n:X - [0:0]\n-A X -j ACCEPT\n",                    # no COMMIT
-        "-A X -j ACCEPT\n",                                         # outside a table
+        "*filter\n:X - [0:0]\n-A X -j ACCEPT\n",  # no COMMIT
+        "-A X -j ACCEPT\n",  # outside a table
         "*filter\n:X - [0:0]\n:Y - [0:0]\n-A X -j Y\n-A Y -j X\nCOMMIT\n",  # loop
         "*filter\n:X - [0:0]\n-A X --dport 80 -j ACCEPT\nCOMMIT\n",  # --dport without -p
         "*filter\n:X - [0:0]\n-A X -j DNAT --to-destination 1.1.1.1\nCOMMIT\n",  # nat target
@@ -180,7 +233,9 @@ COMMIT
 
 def test_noflush_flushes_only_named_user_chains() -> None:
     base = parse_save(BASE)
-    out = apply_restore(base, "*filter\n:A - [0:0]\n-A A -s 3.3.3.3 -j DROP\nCOMMIT\n", noflush=True)
+    out = apply_restore(
+        base, "*filter\n:A - [0:0]\n-A A -s 3.3.3.3 -j DROP\nCOMMIT\n", noflush=True
+    )
     f = out.tables["filter"]
     assert [r.spec for r in f.chains["A"].rules] == ["-s 3.3.3.3 -j DROP"]
     assert [r.spec for r in f.chains["B"].rules] == ["-s 2.2.2.2 -j ACCEPT"]
@@ -223,7 +278,9 @@ COMMIT
 
 
 def test_stale_chain_declared_then_deleted_like_kube_proxy() -> None:
-    base = parse_save("*nat\n:KUBE-SEP-OLD - [0:0]\n-A KUBE-SEP-OLD -j DNAT --to-destination 1.2.3.4:80\nCOMMIT\n")
+    base = parse_save(
+        "*nat\n:KUBE-SEP-OLD - [0:0]\n-A KUBE-SEP-OLD -j DNAT --to-destination 1.2.3.4:80\nCOMMIT\n"
+    )
     out = apply_restore(base, "*nat\n:KUBE-SEP-OLD - [0:0]\n-X KUBE-SEP-OLD\nCOMMIT\n")
     assert "KUBE-SEP-OLD" not in out.tables["nat"].chains
 
@@ -231,14 +288,27 @@ def test_stale_chain_declared_then_deleted_like_kube_proxy() -> None:
 def test_format_save_prints_builtins_and_counters() -> None:
     rs = parse_save("*filter\n:X - [0:0]\n[2:120] -A X -j ACCEPT\nCOMMIT\n")
     text = format_save(rs, counters=True)
-    assert text.splitlines() == ["*filter", ":INPUT ACCEPT [0:0]", ":FORWARD ACCEPT [0:0]",
-                                 ":OUTPUT ACCEPT [0:0]", ":X - [0:0]", "[2:120] -A X -j ACCEPT",
-                                 "COMMIT"]
+    assert text.splitlines() == [
+        "*filter",
+        ":INPUT ACCEPT [0:0]",
+        ":FORWARD ACCEPT [0:0]",
+        ":OUTPUT ACCEPT [0:0]",
+        ":X - [0:0]",
+        "[2:120] -A X -j ACCEPT",
+        "COMMIT",
+    ]
     assert parse_save(text).tables["filter"].chains["X"].rules[0].counters == (2, 120)
 
 
 def test_tokenize_quotes() -> None:
-    assert tokenize('-m comment --comment "a b" -j X') == ["-m", "comment", "--comment", "a b", "-j", "X"]
+    assert tokenize('-m comment --comment "a b" -j X') == [
+        "-m",
+        "comment",
+        "--comment",
+        "a b",
+        "-j",
+        "X",
+    ]
     assert tokenize("--comment ''") == ["--comment", ""]
     with pytest.raises(ValueError):
         tokenize('--comment "open')
@@ -251,8 +321,10 @@ def test_large_payloads_leave_the_garbage_collector_as_they_found_it() -> None:
 
     from dataplane.netfilter import RestoreError, parse_save
 
-    rules = "".join(f"-A FORWARD -s 10.{i >> 16 & 255}.{i >> 8 & 255}.{i & 255}/32 -j ACCEPT\n"
-                    for i in range(30_000))
+    rules = "".join(
+        f"-A FORWARD -s 10.{i >> 16 & 255}.{i >> 8 & 255}.{i & 255}/32 -j ACCEPT\n"
+        for i in range(30_000)
+    )
     big = f"*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n{rules}COMMIT\n"
     assert len(big) > 1 << 20  # above the size at which parsing pauses the collector
     assert gc.isenabled()

@@ -29,7 +29,9 @@ def rule(draw: st.DrawFn, jumps: bool) -> str:
         if draw(st.booleans()):
             mods.append(f"-m {proto} --dport {draw(st.sampled_from([80, 81, '80:81']))}")
     if draw(st.booleans()):
-        mods.append(f"-m statistic --mode random --probability {draw(st.sampled_from(['0.5', '0.25']))}")
+        mods.append(
+            f"-m statistic --mode random --probability {draw(st.sampled_from(['0.5', '0.25']))}"
+        )
     if draw(st.booleans()):
         mods.append(f"-m statistic --mode nth --every {draw(st.sampled_from([2, 3]))}")
     if draw(st.booleans()):
@@ -58,13 +60,17 @@ def test_indexed_and_linear_evaluation_agree(main: list[str], sub: list[str], se
     text += "".join(f"-A SUB {r}\n" for r in sub)
     text += "COMMIT\n"
     rs = parse_save(text)
-    engines = [Netfilter(rs, linear=lin, rng=Random(seed), local_addrs=[ip_address("9.9.9.9")])
-               for lin in (True, False)]
+    engines = [
+        Netfilter(rs, linear=lin, rng=Random(seed), local_addrs=[ip_address("9.9.9.9")])
+        for lin in (True, False)
+    ]
     for i in range(12):
-        p = Packet.make(SRCS[i % 2], DSTS[i % 3], ("tcp", "udp", "icmp")[i % 3],
-                        1000 + i, 80 + (i // 3) % 2)
+        p = Packet.make(
+            SRCS[i % 2], DSTS[i % 3], ("tcp", "udp", "icmp")[i % 3], 1000 + i, 80 + (i // 3) % 2
+        )
         a, b = (e.traverse(p) for e in engines)
         assert (a.verdict, a.packet.mark) == (b.verdict, b.packet.mark)
-        assert ([(r.chain, r.rule, r.effect) for r in a.records]
-                == [(r.chain, r.rule, r.effect) for r in b.records])
+        assert [(r.chain, r.rule, r.effect) for r in a.records] == [
+            (r.chain, r.rule, r.effect) for r in b.records
+        ]
         assert a.visited >= b.visited
