@@ -572,6 +572,25 @@ class RealBackend:
         flow = {"from": src, "to": dst, "port": dport, "proto": proto}
         return RealTrace(flow, o, ct, tuple(hits))
 
+    def diagnose(self, sport: int | None = None, proto: str = "tcp") -> str:
+        """Why might a flow have failed? The readiness probes that fail now, the router's
+        and nodes' links, routes and neighbours, and (``sport`` given) every node's
+        conntrack entries of that source port. Text for assertion and error messages."""
+        from dataplane.linux import ready
+
+        net = self.view.network
+        kernel = self.cluster.namespaces
+        failed = ready.failed_probes(ready.probes(net), kernel, timeout=0.3)
+        lines = [f"probe failed: {p.src} -> {p.dst} ({p.what})" for p in failed]
+        lines.append(f"readiness probes: {len(failed)} failed")
+        if sport is not None:
+            for port, by_node in self.flows_conntrack([sport], proto).items():
+                for node, entries in sorted(by_node.items()):
+                    lines += [f"conntrack {node} sport {port}: {e}" for e in entries]
+        infra = (n for n, ns in net.namespaces.items() if ns.role in ("router", "node"))
+        lines.append(ready.diagnose(infra, kernel))
+        return "\n".join(lines)
+
     def close(self) -> None:
         """Nothing to release (the cluster's owner tears it down)."""
 

@@ -38,6 +38,7 @@ from __future__ import annotations
 import hashlib
 import json
 import secrets
+import warnings
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from ipaddress import IPv4Network
@@ -51,6 +52,7 @@ from dataplane.emulator.filters import IptablesRules, IpvsRules, NftRules
 from dataplane.linux import rules as linux_rules
 from dataplane.linux.cni import CniMode
 from dataplane.linux.nsenter import inode, read_sysctl, write_sysctl
+from dataplane.linux.ready import wait_ready
 from dataplane.linux.realize import (
     HairpinMode,
     RealCluster,
@@ -72,6 +74,11 @@ NFT_TABLE = "ip kube-proxy"
 
 class NoRealCluster(SvclabError):
     """The state directory has no real cluster (``svclab up --real`` was not run)."""
+
+
+class DriftWarning(UserWarning):
+    """The kernel did not hold what the model asks for right after realising (a route,
+    neighbour or link had gone) and had to be reconciled."""
 
 
 @dataclass
@@ -310,16 +317,31 @@ def realize_view(
     loaded_nft: Mapping[str, str] | None = None,
 ) -> tuple[RealCluster, dict[str, str]]:
     """Realise everything of ``view`` under ``cluster_id``: the network (with
-    :data:`KERNEL_SYSCTLS`), the rules, the pod servers. Idempotent and convergent like :func:`dataplane.linux.realize.realize`.
+    :data:`KERNEL_SYSCTLS`), the rules, the pod servers; then wait until it is ready
+    (:func:`dataplane.linux.ready.wait_ready`: kernel state as modelled, underlay and pod
+    network answering; drift is reconciled once and reported as a :class:`DriftWarning`).
+    Idempotent and convergent like :func:`dataplane.linux.realize.realize`.
     Returns the cluster and :func:`load_rules`' nft digests. On error the partial
     cluster stays (``teardown(cluster_id)`` removes it)."""
     check_realisable(view)
-    cluster = realize(
-        view.network, cluster_id=cluster_id, cni=cni, hairpin=hairpin, persistent=persistent
-    )
+
+    def network() -> RealCluster:
+        return realize(
+            view.network, cluster_id=cluster_id, cni=cni, hairpin=hairpin, persistent=persistent
+        )
+
+    cluster = network()
     tune(cluster)
     shas = load_rules(cluster, view, loaded_nft=loaded_nft)
     serve(cluster, view)
+    readiness = wait_ready(view.network, cluster.namespaces, reconcile=network)
+    if readiness.reconciled:
+        warnings.warn(
+            f"cluster {cluster_id}: the kernel had drifted from the model right after "
+            f"realising it, reconciled: {'; '.join(readiness.drift)}",
+            DriftWarning,
+            stacklevel=2,
+        )
     return cluster, shas
 
 

@@ -210,7 +210,11 @@ def flow(
     for e, r in zip(emu, real, strict=True):
         where = f"{proto} {src} -> {dst}:{port} sport {e.sport}"
         assert e.key() in possible, f"{where}: emulator {e} not among {possible}"
-        assert r.key() in possible, f"{where}: kernel {r} not among emulator's {possible}"
+        if r.key() not in possible:
+            pytest.fail(
+                f"{where}: kernel {r} not among emulator's {possible}\n"
+                + pair.real.diagnose(e.sport, proto)
+            )
         # conntrack entries name the endpoint: comparable when no random choice was
         # made, or both reached the same pod (the Service's one port on it)
         same_endpoint = deterministic or (e.verdict == "delivered" and e.pod == r.pod)

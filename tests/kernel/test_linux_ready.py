@@ -1,0 +1,101 @@
+"""Readiness of a realised cluster: what the model expects (pure), and on the kernel a
+ready cluster passes, a removed route is named, reconciled once and reported."""
+
+from __future__ import annotations
+
+from ipaddress import IPv4Address
+
+import pytest
+
+from dataplane.linux import inspect, ready
+from dataplane.linux.links import NsLink
+from dataplane.linux.netns import is_root
+from dataplane.linux.realize import realize
+from dataplane.linux.testing import realized, sample_network
+
+kernel = pytest.mark.skipif(not is_root(), reason="needs root")
+
+
+def test_expectations_leave_out_the_kernels_and_the_cni_plugins_parts() -> None:
+    net = sample_network(2, 1, overlay="host-gw").network
+    want = ready.expected_state(net.namespaces["node/n0"])
+    assert want["routes"] == (
+        "default via 172.18.0.1 dev eth0",
+        "10.244.1.0/24 via 172.18.0.3 dev eth0",
+    )
+    assert want["up"] == ("eth0", "cni0")  # not lo, not the pod's host veth
+    assert want["neighbours"] == want["fdb"] == ()
+    vx = ready.expected_state(sample_network(2, 1).network.namespaces["node/n0"])
+    assert len(vx["neighbours"]) == len(vx["fdb"]) == 1 and "flannel.1" in vx["up"]
+
+
+def test_probes_cross_the_underlay_the_bridge_and_the_overlay() -> None:
+    net = sample_network(2, 1, overlay="host-gw").network
+    got = {(p.src, str(p.dst), p.what) for p in ready.probes(net)}
+    assert got == {
+        ("node/n0", "172.18.0.3", "underlay to node/n1"),
+        ("node/n0", "10.244.0.2", "own pod default/p0-0"),
+        ("node/n0", "10.244.1.2", "pod on node/n1 default/p1-0"),
+        ("node/n1", "172.18.0.2", "underlay to node/n0"),
+        ("node/n1", "10.244.0.2", "pod on node/n0 default/p0-0"),
+        ("node/n1", "10.244.1.2", "own pod default/p1-0"),
+    }
+
+
+def test_compare_names_what_is_missing_or_down() -> None:
+    ns = sample_network(2, 1, overlay="host-gw").network.namespaces["node/n0"]
+    dump = inspect.NetnsDump(
+        links=("cni0 bridge 02:00:00:00:00:01 1500 - down", "lo loopback 0 65536 - up"),
+        addresses=(),
+        routes=("default via 172.18.0.1 dev eth0",),
+        neighbours=(),
+        fdb=(),
+    )
+    assert ready.compare("node/n0", ns, dump) == [
+        "node/n0: route 10.244.1.0/24 via 172.18.0.3 dev eth0 missing",
+        "node/n0: link eth0 missing",
+        "node/n0: link cni0 down",
+    ]
+
+
+@pytest.mark.kernel
+@kernel
+def test_a_lost_route_is_named_then_reconciled() -> None:
+    net = sample_network(2, 1, overlay="host-gw").network
+    with realized(net, cni="netlink") as c:
+        assert ready.wait_ready(net, c.namespaces) == ready.Readiness(rounds=1)
+        with NsLink(c.node_netns("n0")) as lk:
+            lk.ipr.route("del", dst="10.244.1.0/24", gateway="172.18.0.3")
+        with pytest.raises(ready.NotReady) as e:
+            ready.wait_ready(net, c.namespaces, timeout=0.3)
+        msg = str(e.value)
+        assert msg.splitlines()[0].endswith(
+            "node/n0: route 10.244.1.0/24 via 172.18.0.3 dev eth0 missing"
+        )
+        diag = msg.split("--- node/n0 (", 1)[1]
+        assert "route default via 172.18.0.1 dev eth0" in diag and "10.244.1.0/24" not in diag
+
+        def again() -> None:
+            realize(net, cluster_id=c.cluster_id, cni="netlink")
+
+        r = ready.wait_ready(net, c.namespaces, reconcile=again)
+        assert r.reconciled and r.drift == (
+            "node/n0: route 10.244.1.0/24 via 172.18.0.3 dev eth0 missing",
+        )
+        assert ready.failed_probes(ready.probes(net), c.namespaces) == []
+
+
+@pytest.mark.kernel
+@kernel
+def test_an_unanswered_probe_shows_the_neighbour_states() -> None:
+    net = sample_network(2, 1, overlay="host-gw").network
+    with realized(net, cni="netlink") as c:
+        with NsLink(c.node_netns("n1")) as lk:  # the peer stops forwarding to its pods
+            lk.ipr.link("set", index=lk.must_index("cni0"), state="down")
+        probe = ready.Probe("node/n0", IPv4Address("10.244.1.2"), "pod on node/n1")
+        assert ready.failed_probes([probe], c.namespaces, timeout=0.2) == [probe]
+        with pytest.raises(ready.NotReady) as e:
+            ready.wait_ready(net, c.namespaces, timeout=0.3)
+        msg = str(e.value)
+        assert "node/n1: link cni0 down" in msg.splitlines()[0]
+        assert "--- node/n1 (" in msg and "link cni0 bridge" in msg
