@@ -6,8 +6,9 @@ down; compare the connection time with the emulator's. Prints one JSON object.
                                      [--cni bridge-plugin|netlink] [--overlay vxlan|host-gw]
                                      [--connections 200] [--repeat 1]
 
-Fields: ``up_seconds`` (realize + every pod server listening; ``realize_seconds`` and
-``serve_seconds`` split it), ``down_seconds`` (teardown), ``real_connection_seconds_median``
+Fields: ``up_seconds`` (realize + every pod server listening + the readiness probes of
+:mod:`dataplane.linux.ready`, as ``svclab up`` does; ``realize_seconds``, ``serve_seconds``
+and ``ready_seconds`` split it), ``down_seconds`` (teardown), ``real_connection_seconds_median``
 (one TCP connection from a pod to another pod's server: connect, read the answer,
 close; pods on all nodes as targets), ``emulated_connection_seconds_median`` (the same
 connections through :class:`dataplane.emulator.cluster.EmulatedCluster`, as ``svclab
@@ -26,6 +27,7 @@ import sys
 import time
 from typing import Any
 
+from dataplane.linux.ready import wait_ready
 from dataplane.linux.realize import realize, teardown
 from dataplane.linux.testing import Sample, leftovers, sample_network, unique_cluster_id
 
@@ -47,6 +49,8 @@ def run_real(sample: Sample, cni: str, connections: int) -> dict[str, float]:
         t1 = time.perf_counter()
         cluster.serve({p.key: [(PORT, "tcp")] for p in sample.pods})
         t2 = time.perf_counter()
+        wait_ready(sample.network, cluster.namespaces)
+        t2r = time.perf_counter()
         times = []
         for src, dst in _targets(sample, connections):
             times.append(cluster.connect(src, dst, PORT).seconds)
@@ -60,7 +64,8 @@ def run_real(sample: Sample, cni: str, connections: int) -> dict[str, float]:
     return {
         "realize_seconds": t1 - t0,
         "serve_seconds": t2 - t1,
-        "up_seconds": t2 - t0,
+        "ready_seconds": t2r - t2,
+        "up_seconds": t2r - t0,
         "down_seconds": t4 - t3,
         "real_connection_seconds_median": statistics.median(times),
     }
