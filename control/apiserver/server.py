@@ -15,8 +15,13 @@ Contract:
   It takes metadata labels/annotations/ownerReferences and the spec from the object and
   keeps the stored status (status has its own verb, :meth:`APIServer.update_status`).
 * Deleting a Pod bound to a node only marks it (``deletionTimestamp``); the kubelet ends
-  it with :meth:`APIServer.finalize_pod_deletion`. Deleting a Service frees its
-  ClusterIP, NodePorts and LoadBalancer IPs.
+  it with :meth:`APIServer.finalize_pod_deletion` (``force`` removes it at once: what
+  the pod GC does when the node is gone). Deleting a Service frees its ClusterIP,
+  NodePorts and LoadBalancer IPs.
+* Deleting a Namespace marks it Terminating; the namespace controller empties it and
+  removes it with :meth:`APIServer.finalize_namespace`. While it is Terminating, creating
+  anything in it is refused (Kubernetes' NamespaceLifecycle admission); updates and
+  deletes are allowed. ``default``, ``kube-system`` and ``kube-public`` may not be deleted.
 * :meth:`APIServer.apply` is all-or-nothing: every object is admitted before anything is
   written, the writes happen inside one ``store.transaction()``, and any error leaves the
   store (revision included) and the allocators as they were.
@@ -50,6 +55,7 @@ from netmodel.errors import (
     SvclabError,
 )
 from netmodel.objects import (
+    KINDS,
     KubeObject,
     Namespace,
     Node,
@@ -284,12 +290,21 @@ class APIServer:
             )
         return stored
 
-    def delete(self, kind: str, key: str, *, component: str = "apiserver") -> KubeObject:
-        """Delete an object and free what it holds. A Pod bound to a node is only marked
-        (deletionTimestamp set, stays stored; marking twice is a no-op); the kubelet
-        finishes it with :meth:`finalize_pod_deletion`. Returns the last stored state."""
+    def delete(
+        self, kind: str, key: str, *, component: str = "apiserver", force: bool = False
+    ) -> KubeObject:
+        """Delete an object and free what it holds. Returns the last stored state.
+
+        * A Pod bound to a node is only marked (deletionTimestamp set, stays stored;
+          marking twice is a no-op); the kubelet finishes it with
+          :meth:`finalize_pod_deletion`. With ``force`` it is removed at once, marked or
+          not (``kubectl delete --force --grace-period=0``).
+        * A Namespace is marked Terminating (deletionTimestamp, ``status.phase``;
+          marking twice is a no-op); :meth:`finalize_namespace` removes it once empty.
+          ``default``, ``kube-system`` and ``kube-public``: InvalidError (Forbidden).
+        * Anything else is removed at once."""
         current = self.store.get(kind, key)
-        if isinstance(current, Pod) and current.spec.node_name:
+        if isinstance(current, Pod) and current.spec.node_name and not force:
             if current.is_terminating:
                 return current
             marked = current.with_meta(deletion_timestamp=self._now())
@@ -301,17 +316,63 @@ class APIServer:
                 f"marked for deletion; the kubelet on {current.spec.node_name} finishes it",
             )
             return stored
-        if isinstance(current, Namespace) and current.name in UNDELETABLE_NAMESPACES:
-            raise InvalidError(
-                "Forbidden: this namespace may not be deleted", obj=current.ref, field=None
-            )
+        if isinstance(current, Namespace):
+            return self._mark_namespace(current, component)
         journal = Journal()
         notes: list[str] = []
         if isinstance(current, Service):
             notes = [f"released {n}" for n in self.services.release(current, journal)]
         deleted = self.store.delete(kind, key, expected_version=current.resource_version)
         journal.commit()
-        self._record(component, deleted, "Deleted", _message("deleted", notes))
+        message = _message("deleted", notes)
+        if force and isinstance(current, Pod) and current.spec.node_name:
+            message = f"deleted at once (force, grace period 0; was on {current.spec.node_name})"
+        self._record(component, deleted, "Deleted", message)
+        return deleted
+
+    def _mark_namespace(self, current: Namespace, component: str) -> Namespace:
+        if current.name in UNDELETABLE_NAMESPACES:
+            raise InvalidError(
+                "Forbidden: this namespace may not be deleted", obj=current.ref, field=None
+            )
+        if current.metadata.deletion_timestamp is not None:
+            return current
+        marked = current.with_meta(deletion_timestamp=self._now()).evolve(
+            status={**current.status, "phase": "Terminating"}
+        )
+        stored = self.store.update(marked, expected_version=current.resource_version)
+        self._record(
+            component,
+            stored,
+            "Deleting",
+            "marked Terminating; the namespace controller deletes everything in it, then it",
+        )
+        assert isinstance(stored, Namespace)
+        return stored
+
+    def finalize_namespace(
+        self, name: str, *, component: str = "namespace-controller"
+    ) -> KubeObject | None:
+        """Remove a Terminating Namespace for good (the namespace controller's last step;
+        Kubernetes' ``/finalize``). Refused while it is not Terminating (InvalidError) or
+        still holds namespaced objects (ConflictError; Events do not count: the timeline
+        outlives what it describes). Returns the last stored state; None if already gone."""
+        current = self._get(Namespace.KIND, name)
+        if current is None:
+            return None
+        if current.metadata.deletion_timestamp is None:
+            raise InvalidError(
+                "Forbidden: the namespace is not being deleted", obj=current.ref, field=None
+            )
+        left = [
+            f"{len(objs)} {kind}"
+            for kind, cls in sorted(KINDS.items())
+            if cls.NAMESPACED and kind != "Event" and (objs := self.store.list(kind, name))
+        ]
+        if left:
+            raise ConflictError(f"{current.ref}: still holds {', '.join(left)}")
+        deleted = self.store.delete(Namespace.KIND, name, expected_version=current.resource_version)
+        self._record(component, deleted, "Deleted", "deleted (nothing left in it)")
         return deleted
 
     def finalize_pod_deletion(self, key: str) -> None:
@@ -395,6 +456,7 @@ class APIServer:
         set here; otherwise at write time)."""
         obj = default_object(self._new_metadata(obj, reserved, uid_revision), self.cluster)
         validate(obj, self.cluster)
+        self._check_namespace_active(obj)
         journal = Journal()
         notes: list[str] = []
         if isinstance(obj, Service):
@@ -422,6 +484,19 @@ class APIServer:
         if _spec_changed(merged, current):
             merged = merged.with_meta(generation=(current.metadata.generation or 1) + 1)
         return _Admitted("configured", merged, current.resource_version, notes, journal)
+
+    def _check_namespace_active(self, obj: KubeObject) -> None:
+        """NamespaceLifecycle: nothing new goes into a Terminating namespace."""
+        if not obj.NAMESPACED:
+            return
+        ns = self._get(Namespace.KIND, obj.namespace)
+        if ns is not None and ns.metadata.deletion_timestamp is not None:
+            raise InvalidError(
+                f"Forbidden: unable to create new content in namespace {obj.namespace} "
+                "because it is being terminated",
+                obj=obj.ref,
+                field=None,
+            )
 
     def _new_metadata(
         self, obj: KubeObject, reserved: set[str], uid_revision: int | None
