@@ -33,3 +33,9 @@ class FakeClock:
 def rfc3339(t: float) -> str:
     """Kubernetes' timestamp format (second precision, UTC)."""
     return _dt.datetime.fromtimestamp(int(t), tz=_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse_rfc3339(text: str) -> float:
+    """The time :func:`rfc3339` wrote (``2026-01-01T00:00:00Z``), as Unix seconds.
+    ValueError for any other format."""
+    return _dt.datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=_dt.UTC).timestamp()
