@@ -5,10 +5,19 @@ nodePortRange 30000-32767, nodeNetwork 172.18.0.0/16, overlay vxlan, proxyMode
 iptables, loadBalancerCIDR 172.19.0.0/24 (svclab's built-in LoadBalancer pool).
 Node addresses default to consecutive addresses of nodeNetwork from .2 on (.1 is the
 underlay gateway, where external clients attach).
+
+The apiserver's advertise address (the one endpoint of ``default/kubernetes``, see
+:meth:`ClusterSpec.apiserver_address`) is ``spec.advertiseAddress`` when given (it must
+be a node's first address); otherwise the first IPv4 address of the first node, in
+natural name order, among the nodes labelled ``node-role.kubernetes.io/control-plane``,
+or among all nodes when none is. It depends on this document only, so it is the same
+every time a cluster is opened.
 """
 
 from __future__ import annotations
 
+import re
+from ipaddress import IPv4Address
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -18,6 +27,16 @@ from netmodel.errors import InputError
 from netmodel.ip import IPNetwork, nth_address, overlaps, parse_cidr, parse_ip
 
 API_VERSION = "svclab.dev/v1alpha1"
+
+#: The label kubeadm puts on control-plane nodes (any value; ``""`` usually).
+CONTROL_PLANE_LABEL = "node-role.kubernetes.io/control-plane"
+
+
+def natural_key(name: str) -> tuple[tuple[int, int | str], ...]:
+    """Sort key for names with numbers in them: ``node-2`` before ``node-10``."""
+    return tuple(
+        (0, int(part)) if part.isdigit() else (1, part) for part in re.split(r"(\d+)", name)
+    )
 
 
 class _Strict(BaseModel):
@@ -90,6 +109,10 @@ class ClusterSpec(_Strict):
     #: create the ``default/kubernetes`` Service as kube-apiserver does; false to replay
     #: a state that has none (upstream's kube-proxy tests).
     kubernetes_service: bool = True
+    #: the apiserver's address (kube-apiserver's ``--advertise-address``): the endpoint of
+    #: ``default/kubernetes``. Must be the first address of one of the nodes; unset: see
+    #: :meth:`apiserver_address`.
+    advertise_address: str | None = None
     seed: int = 0
 
     @field_validator("service_cidr", "pod_cidr", "node_network", "load_balancer_cidr")
@@ -145,6 +168,16 @@ class ClusterSpec(_Strict):
             )
         if need > under.num_addresses - 3:
             raise ValueError(f"nodeNetwork {under} has no room for {need} nodes")
+        if self.advertise_address is not None:
+            try:
+                want = parse_ip(self.advertise_address)
+            except ValueError:
+                raise ValueError(
+                    f"advertiseAddress {self.advertise_address!r} is not an IP address"
+                ) from None
+            firsts = {parse_ip(e.addresses[0]) for e in self.node_entries()}
+            if want not in firsts:
+                raise ValueError(f"advertiseAddress {want} is not the (first) address of any node")
         return self
 
     # ---- derived values
@@ -186,6 +219,26 @@ class ClusterSpec(_Strict):
                 e = e.model_copy(update={"addresses": [str(nth_address(self.node_net, i + 2))]})
             out.append(e)
         return out
+
+    def apiserver_address(self) -> str | None:
+        """The apiserver's advertise address: the one endpoint of ``default/kubernetes``.
+
+        ``advertiseAddress`` when set (normalised); otherwise the first IPv4 address of
+        the first node in natural name order among the nodes carrying
+        :data:`CONTROL_PLANE_LABEL`, or among all nodes when none does. None when no
+        node has an IPv4 address (a cluster without nodes has no apiserver endpoint).
+        Nodes created later from manifests are not considered: the answer depends on
+        this document only, so it is stable across restarts of a persistent cluster."""
+        if self.advertise_address is not None:
+            return str(parse_ip(self.advertise_address))
+        entries = self.node_entries()
+        control = [e for e in entries if CONTROL_PLANE_LABEL in e.labels]
+        for entry in sorted(control or entries, key=lambda e: natural_key(e.name)):
+            for text in entry.addresses:
+                addr = parse_ip(text)
+                if isinstance(addr, IPv4Address):
+                    return str(addr)
+        return None
 
     @property
     def gateway(self) -> str:

@@ -20,13 +20,12 @@ Contract:
 
 from __future__ import annotations
 
-import re
 from ipaddress import IPv4Network, IPv6Network
 
 from control.apiserver.allocators import Bitmap
 from control.apiserver.server import APIServer
 from control.clock import rfc3339
-from netmodel.cluster import ClusterSpec
+from netmodel.cluster import ClusterSpec, natural_key
 from netmodel.errors import NotFoundError
 from netmodel.ip import IPNetwork, parse_cidr
 from netmodel.objects import Condition, Node
@@ -34,13 +33,6 @@ from netmodel.objects import Condition, Node
 COMPONENT = "nodeipam-controller"
 CONDITION = "NetworkUnavailable"
 NO_CIDR = "NoCIDRAvailable"
-
-
-def natural_key(name: str) -> tuple[tuple[int, int | str], ...]:
-    """``node-2`` before ``node-10``."""
-    return tuple(
-        (0, int(part)) if part.isdigit() else (1, part) for part in re.split(r"(\d+)", name)
-    )
 
 
 class NodeIPAM:
