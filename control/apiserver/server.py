@@ -27,6 +27,10 @@ Contract:
   store (revision included) and the allocators as they were.
 * Allocator state is rebuilt from the stored Services when the APIServer is constructed,
   so it survives restarts of a persistent store.
+* :meth:`APIServer.bootstrap` (run each time a control plane starts) creates the system
+  Namespaces and, unless the Cluster says ``kubernetesService: false``, the
+  ``default/kubernetes`` Service and its EndpointSlice (:mod:`.endpoints`), repairing
+  the slice if it drifted.
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from control.apiserver import endpoints
 from control.apiserver.allocators import Journal
 from control.apiserver.defaults import default_object
 from control.apiserver.nodes import nodes_for
@@ -56,6 +61,7 @@ from netmodel.errors import (
 )
 from netmodel.objects import (
     KINDS,
+    EndpointSlice,
     KubeObject,
     Namespace,
     Node,
@@ -178,26 +184,68 @@ class APIServer:
 
     def bootstrap(self) -> None:
         """Create the system Namespaces and the ``default/kubernetes`` Service (first
-        address of the serviceCIDR, port 443 ``https`` → 6443). Idempotent."""
+        address of the serviceCIDR, port 443 ``https`` → 6443, no selector), then
+        reconcile that Service's EndpointSlice (:meth:`reconcile_kubernetes_endpoints`).
+        With ``kubernetesService: false`` neither is created. Idempotent."""
         for name in SYSTEM_NAMESPACES:
             if self._get(Namespace.KIND, name) is None:
                 self.create(Namespace(metadata=ObjectMeta(name=name)))
-        if (
-            self.cluster.kubernetes_service
-            and self._get(Service.KIND, "default/kubernetes") is None
-        ):
+        if not self.cluster.kubernetes_service:
+            return
+        if self._get(Service.KIND, endpoints.KEY) is None:
             svc = Service(
                 metadata=ObjectMeta(
-                    name="kubernetes",
-                    namespace="default",
+                    name=endpoints.NAME,
+                    namespace=endpoints.NAMESPACE,
                     labels={"component": "apiserver", "provider": "kubernetes"},
                 ),
                 spec=ServiceSpec(
                     type="ClusterIP",
-                    ports=[ServicePort(name="https", port=443, protocol="TCP", target_port=6443)],
+                    ports=[
+                        ServicePort(
+                            name=endpoints.PORT_NAME,
+                            port=443,
+                            protocol="TCP",
+                            target_port=endpoints.SECURE_PORT,
+                        )
+                    ],
                 ),
             )
             self.create(svc)
+        self.reconcile_kubernetes_endpoints()
+
+    def reconcile_kubernetes_endpoints(self) -> EndpointSlice | None:
+        """kube-apiserver's endpoint reconciler, run once: make the EndpointSlice
+        ``default/kubernetes`` say what :func:`.endpoints.desired_slice` says (one
+        endpoint, the Cluster's apiserver address, port ``https`` 6443/TCP, ready).
+
+        Creates it when missing; rewrites the endpoints, the ports and the service-name
+        label of a stored one that differs, keeping labels and annotations a user added
+        (one of another addressType, which is immutable, is deleted and created again);
+        writes nothing when it already agrees. Returns the stored slice, or
+        None when the Cluster wants none (``kubernetesService: false`` or no node):
+        then nothing is written and nothing is deleted."""
+        want = endpoints.desired_slice(self.cluster)
+        if want is None:
+            return None
+        current = self._get(EndpointSlice.KIND, endpoints.KEY)
+        if isinstance(current, EndpointSlice) and current.address_type != want.address_type:
+            self.delete(EndpointSlice.KIND, endpoints.KEY)
+            current = None
+        if not isinstance(current, EndpointSlice):
+            stored = self.create(want)
+        elif endpoints.same_content(current, want):
+            return current
+        else:
+            labels = {**current.labels, **want.labels}
+            fixed = current.evolve(
+                metadata=current.metadata.evolve(labels=labels),
+                endpoints=want.endpoints,
+                ports=want.ports,
+            )
+            stored = self.update(fixed)
+        assert isinstance(stored, EndpointSlice)
+        return stored
 
     def bootstrap_nodes(self) -> list[Node]:
         """Create the Node objects the Cluster declares (those not stored yet) and return
