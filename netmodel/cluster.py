@@ -124,6 +124,19 @@ class ClusterSpec(_Strict):
             raise ValueError(f"invalid CIDR {v!r}: {e}") from None
         return v
 
+    @field_validator("advertise_address")
+    @classmethod
+    def _ipv4(cls, v: str | None) -> str | None:
+        if v is None:
+            return v
+        try:
+            addr = parse_ip(v)
+        except ValueError:
+            raise ValueError(f"invalid IP address {v!r}") from None
+        if not isinstance(addr, IPv4Address):
+            raise ValueError(f"{v!r} is not an IPv4 address (the kubernetes slice is IPv4)")
+        return str(addr)
+
     @field_validator("node_port_range")
     @classmethod
     def _range(cls, v: str) -> str:
@@ -169,12 +182,7 @@ class ClusterSpec(_Strict):
         if need > under.num_addresses - 3:
             raise ValueError(f"nodeNetwork {under} has no room for {need} nodes")
         if self.advertise_address is not None:
-            try:
-                want = parse_ip(self.advertise_address)
-            except ValueError:
-                raise ValueError(
-                    f"advertiseAddress {self.advertise_address!r} is not an IP address"
-                ) from None
+            want = parse_ip(self.advertise_address)
             firsts = {parse_ip(e.addresses[0]) for e in self.node_entries()}
             if want not in firsts:
                 raise ValueError(f"advertiseAddress {want} is not the (first) address of any node")
@@ -223,14 +231,14 @@ class ClusterSpec(_Strict):
     def apiserver_address(self) -> str | None:
         """The apiserver's advertise address: the one endpoint of ``default/kubernetes``.
 
-        ``advertiseAddress`` when set (normalised); otherwise the first IPv4 address of
+        ``advertiseAddress`` when set; otherwise the first IPv4 address of
         the first node in natural name order among the nodes carrying
         :data:`CONTROL_PLANE_LABEL`, or among all nodes when none does. None when no
         node has an IPv4 address (a cluster without nodes has no apiserver endpoint).
         Nodes created later from manifests are not considered: the answer depends on
         this document only, so it is stable across restarts of a persistent cluster."""
         if self.advertise_address is not None:
-            return str(parse_ip(self.advertise_address))
+            return self.advertise_address
         entries = self.node_entries()
         control = [e for e in entries if CONTROL_PLANE_LABEL in e.labels]
         for entry in sorted(control or entries, key=lambda e: natural_key(e.name)):

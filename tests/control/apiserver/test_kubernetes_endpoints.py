@@ -119,9 +119,17 @@ def test_advertise_address_rule(spec: dict[str, object], address: str | None) ->
     )
 
 
-def test_advertise_address_must_be_a_node_address() -> None:
-    doc = {"kind": "Cluster", "spec": {"nodes": 2, "advertiseAddress": "172.18.0.9"}}
-    with pytest.raises(InputError, match=r"spec: advertiseAddress 172\.18\.0\.9 is not"):
+@pytest.mark.parametrize(
+    ("address", "error"),
+    [
+        ("172.18.0.9", r"spec: advertiseAddress 172\.18\.0\.9 is not the \(first\) address"),
+        ("apiserver", r"spec\.advertiseAddress: invalid IP address 'apiserver'"),
+        ("fd00::1", r"spec\.advertiseAddress: 'fd00::1' is not an IPv4 address"),
+    ],
+)
+def test_advertise_address_must_be_a_node_ipv4_address(address: str, error: str) -> None:
+    doc = {"kind": "Cluster", "spec": {"nodes": 2, "advertiseAddress": address}}
+    with pytest.raises(InputError, match=error):
         cluster_from_dict(doc, file="c.yaml")
 
 
