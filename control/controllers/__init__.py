@@ -1,5 +1,6 @@
 """Level-triggered controllers: framework (:mod:`.base`), Deployment, ReplicaSet,
-EndpointSlice, garbage collector (:class:`.base.GarbageCollector`), node IPAM."""
+EndpointSlice, garbage collector (:class:`.base.GarbageCollector`), namespace, pod GC,
+node IPAM."""
 
 from control.controllers.base import (
     APIClient,
@@ -10,6 +11,8 @@ from control.controllers.base import (
 )
 from control.controllers.deployment import DeploymentController, pod_template_hash
 from control.controllers.endpointslice import EndpointSliceController
+from control.controllers.namespace import NamespaceController
+from control.controllers.podgc import PodGarbageCollector
 from control.controllers.replicaset import ReplicaSetController
 
 __all__ = [
@@ -18,7 +21,9 @@ __all__ = [
     "DeploymentController",
     "EndpointSliceController",
     "GarbageCollector",
+    "NamespaceController",
     "ObjectCache",
+    "PodGarbageCollector",
     "ReplicaSetController",
     "WorkQueue",
     "pod_template_hash",
