@@ -1,9 +1,10 @@
 """The deterministic runner: the whole control plane in one thread, driven to a fixed point.
 
 :class:`ControlPlane` wires the apiserver, the node IPAM controller, the Deployment,
-ReplicaSet, garbage-collector and EndpointSlice controllers, the scheduler and one
-kubelet per node, plus any agents added with :meth:`ControlPlane.add_agent` (per-node
-kube-proxies, ...). Every component keeps the :class:`control.agents.Agent` protocol.
+ReplicaSet, garbage-collector, namespace, pod-GC and EndpointSlice controllers, the
+scheduler and one kubelet per node, plus any agents added with
+:meth:`ControlPlane.add_agent` (per-node kube-proxies, ...). Every component keeps the
+:class:`control.agents.Agent` protocol.
 
 :meth:`ControlPlane.run_until_idle` repeats rounds until a round does no work:
 
@@ -12,7 +13,8 @@ kube-proxies, ...). Every component keeps the :class:`control.agents.Agent` prot
   (``handle``), in revision order; so each component sees every write made before it
   runs, including those of components earlier in the same round;
 * components run in a fixed order (node IPAM, deployment, replicaset, garbage
-  collector, scheduler, kubelets, endpointslice, then added agents in the order added);
+  collector, namespace, pod GC, scheduler, kubelets, endpointslice, then added agents
+  in the order added);
 * all randomness (pod names, slice names, scheduler tie-breaks) comes from generators
   seeded by ``seed``. Same store, same seed, same calls → same objects, same Events.
 
@@ -40,7 +42,9 @@ from control.clock import Clock, FakeClock
 from control.controllers.base import GarbageCollector
 from control.controllers.deployment import DeploymentController
 from control.controllers.endpointslice import EndpointSliceController
+from control.controllers.namespace import NamespaceController
 from control.controllers.nodeipam import NodeIPAM, natural_key
+from control.controllers.podgc import PodGarbageCollector
 from control.controllers.replicaset import ReplicaSetController
 from control.events import Recorder
 from control.scheduler import Scheduler
@@ -147,6 +151,8 @@ class ControlPlane:
         self.deployments = DeploymentController(api, rec)
         self.replicasets = ReplicaSetController(api, rec, seed=seed)
         self.garbage_collector = GarbageCollector(api, rec)
+        self.namespaces = NamespaceController(api, rec, self.clock)
+        self.pod_gc = PodGarbageCollector(api, rec, self.clock)
         self.scheduler = Scheduler(api, rec, self.clock, seed=seed)
         self.kubelets = KubeletPool(self._new_kubelet)
         self.endpointslices = EndpointSliceController(api, rec, seed=seed)
@@ -155,6 +161,8 @@ class ControlPlane:
             self.deployments,
             self.replicasets,
             self.garbage_collector,
+            self.namespaces,
+            self.pod_gc,
             self.scheduler,
             self.kubelets,
             self.endpointslices,
