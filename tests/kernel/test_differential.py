@@ -342,3 +342,11 @@ def test_unserved_cluster_ip_port(pair: Pair) -> None:
 def test_external_ping_reaches_nodes_not_pods(pair: Pair) -> None:
     for dst in (pair.node("node-2"), pair.pod("web-2")):
         assert pair.emu.ping(f"ext/{EXT}", dst, 1) == pair.real.ping(f"ext/{EXT}", dst, 1)
+
+
+def test_kubernetes_service_reaches_the_apiserver_address(pair: Pair) -> None:
+    # default/kubernetes DNATs to node-1:6443 (its advertise address); no apiserver
+    # listens there, so the node itself resets the connection, on both backends
+    for src in ("pod/default/client", "node/node-3"):
+        e, _ = single(pair, src, pair.svc("kubernetes"), 443)
+        assert e.verdict == "refused"
