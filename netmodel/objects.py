@@ -11,6 +11,7 @@ Field names are snake_case in Python and camelCase on the wire (aliases).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Annotated, Any, ClassVar, Literal, TypeVar
 
@@ -373,16 +374,70 @@ class Service(KubeObject):
 # --------------------------------------------------------------------------- apps/v1
 
 
+#: An int-or-string (``3`` or ``"25%"``), as Kubernetes' ``intstr.IntOrString``.
+IntOrPercent = int | str
+
+_PERCENT = re.compile(r"[0-9]+%")
+
+
+def scaled_value(value: IntOrPercent, total: int, *, round_up: bool) -> int:
+    """Kubernetes' ``GetScaledValueFromIntOrPercent``: an int is itself; ``"N%"`` is N
+    percent of ``total``, rounded up or down. ValueError for any other string (a valid
+    percentage is digits followed by ``%``)."""
+    if isinstance(value, int):
+        return value
+    if not _PERCENT.fullmatch(value):
+        raise ValueError(f"invalid percentage {value!r}")
+    scaled, rest = divmod(int(value[:-1]) * total, 100)
+    return scaled + 1 if round_up and rest else scaled
+
+
+class RollingUpdateDeployment(K8sModel):
+    """``spec.strategy.rollingUpdate``: how far a rollout may go below / above replicas."""
+
+    max_unavailable: IntOrPercent | None = None
+    max_surge: IntOrPercent | None = None
+
+    def fenceposts(self, replicas: int) -> tuple[int, int]:
+        """``(max surge, max unavailable)`` as pod counts for ``replicas`` (Kubernetes'
+        ``ResolveFenceposts``): surge percentages round up, unavailable ones down; unset
+        values count as 25%; when both come to 0 (rounding: validation refuses an
+        explicit 0/0), unavailable is 1 so the rollout can still move."""
+        surge = scaled_value(
+            "25%" if self.max_surge is None else self.max_surge, replicas, round_up=True
+        )
+        unavailable = scaled_value(
+            "25%" if self.max_unavailable is None else self.max_unavailable,
+            replicas,
+            round_up=False,
+        )
+        if surge == 0 and unavailable == 0:
+            unavailable = 1
+        return surge, unavailable
+
+
+class DeploymentStrategy(K8sModel):
+    """``spec.strategy``: ``RollingUpdate`` (the default) or ``Recreate``."""
+
+    type: str | None = None
+    rolling_update: RollingUpdateDeployment | None = None
+
+
 class DeploymentSpec(K8sModel):
     replicas: int | None = None
     selector: LabelSelector = Field(default_factory=LabelSelector)
     template: PodTemplateSpec = Field(default_factory=PodTemplateSpec)
+    strategy: DeploymentStrategy | None = None
+    min_ready_seconds: int | None = None
+    revision_history_limit: int | None = None
+    progress_deadline_seconds: int | None = None
 
 
 class DeploymentStatus(K8sModel):
     replicas: int | None = None
     ready_replicas: int | None = None
     available_replicas: int | None = None
+    unavailable_replicas: int | None = None
     updated_replicas: int | None = None
     observed_generation: int | None = None
 

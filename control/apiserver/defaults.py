@@ -14,6 +14,7 @@ from netmodel.objects import (
     ClientIPConfig,
     Container,
     Deployment,
+    DeploymentStrategy,
     EndpointSlice,
     KubeObject,
     Namespace,
@@ -22,6 +23,7 @@ from netmodel.objects import (
     PodStatus,
     PodTemplateSpec,
     ReplicaSet,
+    RollingUpdateDeployment,
     Service,
     ServicePort,
     SessionAffinityConfig,
@@ -173,18 +175,37 @@ def _default_template(t: PodTemplateSpec) -> PodTemplateSpec:
 
 # --------------------------------------------------------------------------- apps/v1
 
-_DEPLOYMENT_EXTRA_DEFAULTS: dict[str, tuple[str, Any]] = {
-    "strategy": (
-        "strategy",
-        {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": "25%", "maxSurge": "25%"}},
-    ),
-    "revisionHistoryLimit": ("revision_history_limit", 10),
-    "progressDeadlineSeconds": ("progress_deadline_seconds", 600),
-}
+DEFAULT_MAX_SURGE = "25%"
+DEFAULT_MAX_UNAVAILABLE = "25%"
+DEFAULT_REVISION_HISTORY_LIMIT = 10
+DEFAULT_PROGRESS_DEADLINE_SECONDS = 600
+
+
+def default_strategy(strategy: DeploymentStrategy | None) -> DeploymentStrategy:
+    """type RollingUpdate; a RollingUpdate strategy gets rollingUpdate.maxUnavailable and
+    rollingUpdate.maxSurge 25% each, each defaulted on its own (a Recreate strategy gets
+    nothing more)."""
+    s = strategy or DeploymentStrategy()
+    ch: dict[str, Any] = {}
+    type_ = s.type or "RollingUpdate"
+    if s.type != type_:
+        ch["type"] = type_
+    if type_ == "RollingUpdate":
+        ru = s.rolling_update or RollingUpdateDeployment()
+        ru_ch: dict[str, Any] = {}
+        if ru.max_unavailable is None:
+            ru_ch["max_unavailable"] = DEFAULT_MAX_UNAVAILABLE
+        if ru.max_surge is None:
+            ru_ch["max_surge"] = DEFAULT_MAX_SURGE
+        if ru_ch or s.rolling_update is None:
+            ch["rolling_update"] = ru.evolve(**ru_ch)
+    if strategy is not None and not ch:
+        return strategy
+    return s.evolve(**ch)
 
 
 def default_deployment(dep: Deployment) -> Deployment:
-    """replicas 1; strategy RollingUpdate 25%/25%; revisionHistoryLimit 10;
+    """replicas 1; strategy as :func:`default_strategy`; revisionHistoryLimit 10;
     progressDeadlineSeconds 600; pod template defaults."""
     spec = dep.spec
     ch: dict[str, Any] = {}
@@ -193,20 +214,13 @@ def default_deployment(dep: Deployment) -> Deployment:
     template = _default_template(spec.template)
     if template is not spec.template:
         ch["template"] = template
-    extra = spec.model_extra or {}
-    for wire, (snake, value) in _DEPLOYMENT_EXTRA_DEFAULTS.items():
-        if wire not in extra and snake not in extra:
-            ch[wire] = value
-        elif wire == "strategy":
-            strategy = extra.get(wire) or {}
-            if isinstance(strategy, dict) and "type" not in strategy:
-                ch[wire] = {**value, **strategy}
-            elif (
-                isinstance(strategy, dict)
-                and strategy.get("type") == "RollingUpdate"
-                and "rollingUpdate" not in strategy
-            ):
-                ch[wire] = {**strategy, "rollingUpdate": value["rollingUpdate"]}
+    strategy = default_strategy(spec.strategy)
+    if strategy is not spec.strategy:
+        ch["strategy"] = strategy
+    if spec.revision_history_limit is None:
+        ch["revision_history_limit"] = DEFAULT_REVISION_HISTORY_LIMIT
+    if spec.progress_deadline_seconds is None:
+        ch["progress_deadline_seconds"] = DEFAULT_PROGRESS_DEADLINE_SECONDS
     return dep.evolve(spec=spec.evolve(**ch)) if ch else dep
 
 
@@ -235,6 +249,10 @@ def default_endpointslice(es: EndpointSlice) -> EndpointSlice:
 
 __all__ = [
     "DEFAULT_AFFINITY_TIMEOUT",
+    "DEFAULT_MAX_SURGE",
+    "DEFAULT_MAX_UNAVAILABLE",
+    "DEFAULT_PROGRESS_DEADLINE_SECONDS",
+    "DEFAULT_REVISION_HISTORY_LIMIT",
     "NODE_PORT_TYPES",
     "default_deployment",
     "default_endpointslice",
@@ -244,5 +262,6 @@ __all__ = [
     "default_pod_spec",
     "default_replicaset",
     "default_service",
+    "default_strategy",
     "ip_family",
 ]

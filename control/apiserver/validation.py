@@ -10,6 +10,7 @@ Contract: :func:`validate` raises the *first* problem as one
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import NoReturn
 
@@ -48,6 +49,12 @@ IP_FAMILY_POLICIES = ("PreferDualStack", "RequireDualStack", "SingleStack")
 ADDRESS_TYPES = ("FQDN", "IPv4", "IPv6")
 SELECTOR_OPS = ("DoesNotExist", "Exists", "In", "NotIn")
 MAX_AFFINITY_TIMEOUT = 86400
+STRATEGY_TYPES = ("Recreate", "RollingUpdate")
+PERCENT = re.compile(r"[0-9]+%")
+PERCENT_MESSAGE = (
+    "a valid percent string must be a numeric string followed by an ending '%' "
+    "(e.g. '1%',  or '93%', regex used for validation is '[0-9]+%')"
+)
 
 
 class Problems:
@@ -466,14 +473,56 @@ def _workload(obj: Deployment | ReplicaSet, p: Problems) -> None:
         )
     _pod_spec(spec.template.spec, "spec.template.spec", p)
     if isinstance(obj, Deployment):
-        strategy = (spec.model_extra or {}).get("strategy")
-        if isinstance(strategy, dict):
-            p.enum("spec.strategy.type", strategy.get("type"), ("Recreate", "RollingUpdate"))
-            if strategy.get("type") == "Recreate" and strategy.get("rollingUpdate"):
-                p.forbidden(
-                    "spec.strategy.rollingUpdate",
-                    "may not be specified when strategy `type` is 'Recreate'",
-                )
+        _deployment_spec(obj, p)
+
+
+def _deployment_spec(d: Deployment, p: Problems) -> None:
+    spec = d.spec
+    for f, value in (
+        ("spec.minReadySeconds", spec.min_ready_seconds),
+        ("spec.revisionHistoryLimit", spec.revision_history_limit),
+        ("spec.progressDeadlineSeconds", spec.progress_deadline_seconds),
+    ):
+        if value is not None and value < 0:
+            p.invalid(f, value, "must be greater than or equal to 0")
+    deadline = spec.progress_deadline_seconds
+    if deadline is not None and deadline <= (spec.min_ready_seconds or 0):
+        p.invalid("spec.progressDeadlineSeconds", deadline, "must be greater than minReadySeconds")
+    strategy = spec.strategy
+    if strategy is None:
+        return
+    p.enum("spec.strategy.type", strategy.type, STRATEGY_TYPES)
+    ru = strategy.rolling_update
+    if strategy.type == "Recreate":
+        if ru is not None:
+            p.forbidden(
+                "spec.strategy.rollingUpdate",
+                "may not be specified when strategy `type` is 'Recreate'",
+            )
+        return
+    if ru is None:
+        p.required("spec.strategy.rollingUpdate", "this should be defaulted and never be nil")
+    f = "spec.strategy.rollingUpdate"
+    unavailable = _int_or_percent(f"{f}.maxUnavailable", ru.max_unavailable, p)
+    surge = _int_or_percent(f"{f}.maxSurge", ru.max_surge, p)
+    if unavailable == 0 and surge == 0:
+        p.invalid(f"{f}.maxUnavailable", ru.max_unavailable, "may not be 0 when `maxSurge` is 0")
+    if isinstance(ru.max_unavailable, str) and unavailable > 100:
+        p.invalid(f"{f}.maxUnavailable", ru.max_unavailable, "must not be greater than 100%")
+
+
+def _int_or_percent(f: str, value: int | str | None, p: Problems) -> int:
+    """Kubernetes' ValidatePositiveIntOrPercent; returns the number (a percentage's digits,
+    0 when unset)."""
+    if value is None:
+        return 0
+    if isinstance(value, str):
+        if not PERCENT.fullmatch(value):
+            p.invalid(f, value, PERCENT_MESSAGE)
+        return int(value[:-1])
+    if value < 0:
+        p.invalid(f, value, "must be greater than or equal to 0")
+    return value
 
 
 # --------------------------------------------------------------------------- discovery/v1
