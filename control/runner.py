@@ -6,7 +6,8 @@ scheduler and one kubelet per node, plus any agents added with
 :meth:`ControlPlane.add_agent` (per-node kube-proxies, ...). Every component keeps the
 :class:`control.agents.Agent` protocol.
 
-:meth:`ControlPlane.run_until_idle` repeats rounds until a round does no work:
+:meth:`ControlPlane.run_until_idle` repeats rounds (:meth:`ControlPlane.run_round` runs
+one) until a round does no work:
 
 * before each component's ``sync`` the runner reads the store's watch once, from the
   revision it last read, and hands every component the new events of its kinds
@@ -223,19 +224,33 @@ class ControlPlane:
         with _gc_paused(self.pause_gc):
             return self._run(max_steps)
 
+    def run_round(self) -> int:
+        """Run one round: every component, in order, gets the events it has not seen and
+        syncs once. Returns the steps done (0: the control plane was idle). What tests
+        use to observe the store between rounds (e.g. the states a rollout goes through);
+        :meth:`run_until_idle` is this, repeated."""
+        with _gc_paused(self.pause_gc):
+            if self._rev is None:
+                self._list()
+            return self._round()
+
+    def _round(self) -> int:
+        self.timing.rounds += 1
+        worked = 0
+        for comp in self.components:
+            self._pump()
+            t0 = time.perf_counter()
+            n = comp.sync()
+            self.timing.add(_name(comp), time.perf_counter() - t0, n)
+            worked += n
+        return worked
+
     def _run(self, max_steps: int) -> int:
         if self._rev is None:
             self._list()
         steps = 0
         while True:
-            self.timing.rounds += 1
-            worked = 0
-            for comp in self.components:
-                self._pump()
-                t0 = time.perf_counter()
-                n = comp.sync()
-                self.timing.add(_name(comp), time.perf_counter() - t0, n)
-                worked += n
+            worked = self._round()
             steps += worked
             if worked == 0:  # no component wrote anything: every event has been seen
                 return steps
