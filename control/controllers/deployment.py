@@ -1,13 +1,43 @@
-"""The Deployment controller: one ReplicaSet per pod template, scaled to the Deployment.
+"""The Deployment controller: one ReplicaSet per pod template, rolled out by the strategy.
 
 For a Deployment ``web`` whose template hashes to ``h`` (:func:`pod_template_hash`), the
-controller keeps a ReplicaSet ``web-h`` owned by the Deployment (``controller: true``),
-whose selector and template carry the label ``pod-template-hash=h``, scaled to
-``spec.replicas`` (default 1). ReplicaSets of older templates are scaled down as the
-new one's pods become available (a rolling update with maxSurge 100% and
-maxUnavailable 0), oldest first, and kept at 0 replicas as revision history.
-``status`` sums the ReplicaSets' status. Deleting the Deployment is the garbage
-collector's job (owner references).
+*new* ReplicaSet is ``web-h``, owned by the Deployment (``controller: true``), its
+selector and template carrying the label ``pod-template-hash=h``; every other owned
+ReplicaSet is *old*. ``replicas`` below means ``spec.replicas`` (default 1). A reconcile
+does one step of the rollout, as the upstream controller's sync does, and the next
+change of a ReplicaSet (its status follows its pods) triggers the next step:
+
+* ``RollingUpdate`` (the default; :func:`rolling_limits` turns maxSurge / maxUnavailable
+  into pod counts, surge rounding up and unavailable down): first the new ReplicaSet is
+  created or scaled up so that the ReplicaSets' ``spec.replicas`` sum to at most
+  ``replicas + maxSurge`` (down to ``replicas`` if it is above); if it was scaled, that
+  is the step. Otherwise old ReplicaSets are scaled down, oldest first, as far as
+  ``replicas - maxUnavailable`` pods stay available: unavailable old replicas are
+  removed first (they count for nothing), then available ones. The new ReplicaSet is
+  created already scaled when there is room. So total pods stay at most
+  ``replicas + maxSurge`` and available pods at least ``replicas - maxUnavailable``.
+* ``Recreate``: every old ReplicaSet is scaled to 0; while any of their pods exists
+  (terminating ones too) nothing else happens; then the new ReplicaSet is created (or
+  scaled) at ``replicas``. Old and new pods never exist at once.
+
+"Available" is ready: the ReplicaSet's ``status.availableReplicas``. svclab pods are
+ready as soon as they run and ``minReadySeconds`` is not modelled (taken as 0). A
+ReplicaSet whose ``spec.replicas`` was lowered counts at most that many available pods
+even before its status says so: it deletes unready pods first, so that many are left.
+
+Revisions: the new ReplicaSet gets the annotation ``deployment.kubernetes.io/revision``
+= the highest old revision + 1 (a template rolled back to takes a new revision and notes
+its earlier ones in ``deployment.kubernetes.io/revision-history``). Once a rollout is
+complete, old ReplicaSets at 0 replicas beyond ``spec.revisionHistoryLimit`` are
+deleted, lowest revision first. Every scaling records a ``ScalingReplicaSet`` Event on
+the Deployment in upstream's words (``Scaled up replica set web-h to 3 from 0``).
+
+``status``: ``replicas`` / ``readyReplicas`` / ``availableReplicas`` sum the
+ReplicaSets' status, ``updatedReplicas`` is the new ReplicaSet's ``status.replicas``,
+``unavailableReplicas`` is the ReplicaSets' ``spec.replicas`` sum less the available
+ones (at least 0). Deleting the Deployment is the garbage collector's job (owner
+references). Not modelled: proportional scaling of a resize in mid-rollout (the rollout
+rules above converge instead), ``paused``, progress conditions and deadlines.
 """
 
 from __future__ import annotations
@@ -24,20 +54,23 @@ from control.controllers.base import (
     owner_id,
 )
 from control.store.base import WatchEvent
-from netmodel.errors import NotFoundError
+from netmodel.errors import InvalidError, NotFoundError
 from netmodel.objects import (
     Deployment,
     DeploymentStatus,
     KubeObject,
     LabelSelector,
     ObjectMeta,
+    Pod,
     PodTemplateSpec,
     ReplicaSet,
     ReplicaSetSpec,
+    RollingUpdateDeployment,
 )
 
 TEMPLATE_HASH_LABEL = "pod-template-hash"
 REVISION_ANNOTATION = "deployment.kubernetes.io/revision"
+REVISION_HISTORY_ANNOTATION = "deployment.kubernetes.io/revision-history"
 
 #: Kubernetes' "safe" alphabet (no vowels, no 0/1/3): what generated name suffixes use.
 SAFE_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
@@ -79,18 +112,69 @@ def desired_replicas(obj: Deployment | ReplicaSet) -> int:
     return 1 if r is None else max(0, r)
 
 
+def is_recreate(d: Deployment) -> bool:
+    return d.spec.strategy is not None and d.spec.strategy.type == "Recreate"
+
+
+def rolling_limits(d: Deployment) -> tuple[int, int]:
+    """``(maxSurge, maxUnavailable)`` of a RollingUpdate Deployment as pod counts (upstream's
+    ``MaxSurge`` / ``MaxUnavailable``): see :meth:`RollingUpdateDeployment.fenceposts`;
+    maxUnavailable is at most ``replicas`` (0 for 0 replicas). ``(0, 0)`` for Recreate.
+    InvalidError for a value validation would refuse (a Deployment stored before it)."""
+    if is_recreate(d):
+        return 0, 0
+    want = desired_replicas(d)
+    strategy = d.spec.strategy
+    ru = (strategy.rolling_update if strategy else None) or RollingUpdateDeployment()
+    try:
+        surge, unavailable = ru.fenceposts(want)
+    except ValueError as e:
+        raise InvalidError(str(e), obj=d.ref, field="spec.strategy.rollingUpdate") from None
+    return surge, 0 if want == 0 else min(unavailable, want)
+
+
+def revision_of(rs: ReplicaSet) -> int:
+    """The ReplicaSet's ``deployment.kubernetes.io/revision`` (0 if unset or not a number)."""
+    try:
+        return int(rs.metadata.annotations.get(REVISION_ANNOTATION, "0"))
+    except ValueError:
+        return 0
+
+
+def available(rs: ReplicaSet) -> int:
+    """Available pods of ``rs`` as the rollout counts them: ``status.availableReplicas``,
+    at most ``spec.replicas`` (see the module docstring)."""
+    return min(rs.status.available_replicas or 0, desired_replicas(rs))
+
+
+def _total(rss: Iterable[ReplicaSet]) -> int:
+    return sum(desired_replicas(rs) for rs in rss)
+
+
+def _by_age(rs: ReplicaSet) -> tuple[str, str]:
+    return (rs.metadata.creation_timestamp or "", rs.name)
+
+
 class DeploymentController(Controller):
-    """Keeps each Deployment's ReplicaSets; see the module docstring."""
+    """Rolls each Deployment's ReplicaSets; see the module docstring.
+
+    Watches Pods too, but only to know when the old pods of a Recreate rollout are gone
+    (pods are indexed by their controlling ReplicaSet; a pod deletion wakes a Recreate
+    Deployment)."""
 
     name = "deployment-controller"
-    kinds = frozenset({"Deployment", "ReplicaSet"})
+    kinds = frozenset({"Deployment", "ReplicaSet", "Pod"})
 
     def indexers(self) -> dict[str, Indexer]:
         def owner(obj: KubeObject) -> Iterator[str]:
             if obj.kind == "ReplicaSet":
                 o = controlled_by(obj, "Deployment")
-                if o is not None:
-                    yield o
+            elif obj.kind == "Pod":
+                o = controlled_by(obj, "ReplicaSet")
+            else:
+                o = None
+            if o is not None:
+                yield o
 
         return {"owner": owner}
 
@@ -98,12 +182,29 @@ class DeploymentController(Controller):
         obj = event.object
         if obj.kind == "Deployment":
             return [obj.key]
+        if obj.kind == "Pod":
+            return self._pod_keys(event)
         keys = []
         for o in (old, obj):
             ref = o.metadata.controller_ref() if o is not None else None
             if ref is not None and ref.kind == "Deployment":
                 keys.append(f"{obj.namespace}/{ref.name}")
         return keys
+
+    def _pod_keys(self, event: WatchEvent) -> list[str]:
+        pod = event.object
+        assert isinstance(pod, Pod)
+        if event.type != "DELETED" and pod.status.phase not in ("Succeeded", "Failed"):
+            return []
+        ref = pod.metadata.controller_ref()
+        if ref is None or ref.kind != "ReplicaSet":
+            return []
+        rs = self.cache.get("ReplicaSet", f"{pod.namespace}/{ref.name}")
+        dref = rs.metadata.controller_ref() if rs is not None else None
+        if dref is None or dref.kind != "Deployment":
+            return []
+        d = self.cache.get("Deployment", f"{pod.namespace}/{dref.name}")
+        return [d.key] if isinstance(d, Deployment) and is_recreate(d) else []
 
     def subject(self, key: str) -> KubeObject | None:
         return self.cache.get("Deployment", key)
@@ -112,6 +213,8 @@ class DeploymentController(Controller):
         ident = owner_id("Deployment", d.namespace, d.name, d.metadata.uid)
         rss = [rs for rs in self.cache.by_index("owner", ident) if isinstance(rs, ReplicaSet)]
         return [rs for rs in rss if is_controlled_by(rs, d)]
+
+    # ---- reconcile
 
     def reconcile(self, key: str) -> None:
         try:
@@ -123,25 +226,134 @@ class DeploymentController(Controller):
         owned = self._owned(d)
         h = pod_template_hash(d.spec.template)
         new = next((rs for rs in owned if rs.labels.get(TEMPLATE_HASH_LABEL) == h), None)
-        olds = sorted(
-            (rs for rs in owned if rs is not new),
-            key=lambda rs: (rs.metadata.creation_timestamp or "", rs.resource_version),
-        )
+        olds = sorted((rs for rs in owned if rs is not new), key=_by_age)
+        revision = max((revision_of(rs) for rs in olds), default=0) + 1
+        if new is not None and revision_of(new) < revision:
+            new = self._set_revision(new, revision)
+        if is_recreate(d):
+            new, olds = self._recreate(d, h, new, olds, revision)
+        else:
+            new, olds = self._rolling(d, h, new, olds, revision)
+        status = _status(d, new, olds)
+        if _complete(d, status):
+            self._cleanup_history(d, olds)
+        if _status_key(status) != _status_key(d.status):
+            self.api.update_status(d.evolve(status=status), component=self.name)
+
+    def _rolling(
+        self, d: Deployment, h: str, new: ReplicaSet | None, olds: list[ReplicaSet], revision: int
+    ) -> tuple[ReplicaSet, list[ReplicaSet]]:
+        """One step of a rolling update (upstream's rolloutRolling): returns the
+        ReplicaSets as they are after it."""
+        if new is None:
+            new = self._create_rs(d, h, self._new_rs_size(d, olds, 0), revision)
+        else:
+            scaled = self._reconcile_new(d, new, olds)
+            if scaled is not new:
+                return scaled, olds
+        return new, self._reconcile_olds(d, new, olds)
+
+    def _new_rs_size(self, d: Deployment, olds: list[ReplicaSet], current: int) -> int:
+        """The new ReplicaSet's next size (upstream's NewRSNewReplicas for RollingUpdate):
+        up by what the surge leaves room for, never past ``replicas``."""
+        want = desired_replicas(d)
+        surge, _ = rolling_limits(d)
+        room = want + surge - (_total(olds) + current)
+        if room <= 0:
+            return current
+        return current + max(0, min(room, want - current))
+
+    def _reconcile_new(self, d: Deployment, new: ReplicaSet, olds: list[ReplicaSet]) -> ReplicaSet:
+        """Scale the new ReplicaSet towards ``replicas`` within the surge (down at once if
+        it is above); returns it, a new object if it was scaled."""
+        want, have = desired_replicas(d), desired_replicas(new)
+        if have == want:
+            return new
+        size = want if have > want else self._new_rs_size(d, olds, have)
+        return new if size == have else self._scale(d, new, size)
+
+    def _reconcile_olds(
+        self, d: Deployment, new: ReplicaSet, olds: list[ReplicaSet]
+    ) -> list[ReplicaSet]:
+        """Scale old ReplicaSets down as far as availability allows (upstream's
+        reconcileOldReplicaSets); returns the old ReplicaSets as they are after."""
+        if _total(olds) == 0:
+            return olds
+        want = desired_replicas(d)
+        _, max_unavailable = rolling_limits(d)
+        min_available = want - max_unavailable
+        new_unavailable = desired_replicas(new) - available(new)
+        # Pods that may go: all of them, less those that must stay available, less the
+        # new ones not available yet (they will be counted as available later).
+        budget = _total([*olds, new]) - min_available - new_unavailable
+        if budget <= 0:
+            return olds
+        # Unavailable old replicas first: removing them costs no availability, and
+        # without this an old ReplicaSet stuck unready would block the rollout.
+        olds = list(olds)
+        for i, rs in enumerate(olds):
+            if budget <= 0:
+                break
+            unhealthy = desired_replicas(rs) - available(rs)
+            if unhealthy <= 0:
+                continue
+            cut = min(budget, unhealthy)
+            olds[i] = self._scale(d, rs, desired_replicas(rs) - cut)
+            budget -= cut
+        # Then available ones, as long as min_available stay available.
+        excess = sum(available(rs) for rs in [*olds, new]) - min_available
+        for i, rs in enumerate(olds):
+            if excess <= 0:
+                break
+            have = desired_replicas(rs)
+            if have == 0:
+                continue
+            cut = min(have, excess)
+            olds[i] = self._scale(d, rs, have - cut)
+            excess -= cut
+        return olds
+
+    def _recreate(
+        self, d: Deployment, h: str, new: ReplicaSet | None, olds: list[ReplicaSet], revision: int
+    ) -> tuple[ReplicaSet | None, list[ReplicaSet]]:
+        """One step of a Recreate rollout (upstream's rolloutRecreate)."""
+        if any(desired_replicas(rs) > 0 for rs in olds):
+            return new, [self._scale(d, rs, 0) if desired_replicas(rs) else rs for rs in olds]
+        if self._old_pods_exist(olds):
+            return new, olds
         want = desired_replicas(d)
         if new is None:
-            new = self._create_rs(d, h, want, revision=len(owned) + 1)
-        elif desired_replicas(new) != want:
+            return self._create_rs(d, h, want, revision), olds
+        if desired_replicas(new) != want:
             new = self._scale(d, new, want)
-        # Old ReplicaSets may keep only what the new one cannot serve yet.
-        new_available = new.status.available_replicas or 0
-        allowed_old = max(0, want - new_available)
+        return new, olds
+
+    def _old_pods_exist(self, olds: list[ReplicaSet]) -> bool:
+        """Whether an old ReplicaSet still has a pod that is not finished (terminating
+        ones count), by its status or by the pods seen."""
+        if any(rs.status.replicas for rs in olds):
+            return True
         for rs in olds:
-            have = desired_replicas(rs)
-            keep = min(have, allowed_old)
-            allowed_old -= keep
-            if keep != have:
-                self._scale(d, rs, keep)
-        self._update_status(d, new, [*olds, new])
+            ident = owner_id("ReplicaSet", rs.namespace, rs.name, rs.metadata.uid)
+            for p in self.cache.by_index("owner", ident):
+                if isinstance(p, Pod) and p.status.phase not in ("Succeeded", "Failed"):
+                    return True
+        return False
+
+    def _cleanup_history(self, d: Deployment, olds: list[ReplicaSet]) -> None:
+        """Delete old ReplicaSets beyond ``spec.revisionHistoryLimit`` (lowest revision
+        first), only those at 0 replicas whose status has caught up."""
+        limit = d.spec.revision_history_limit
+        if limit is None:
+            return
+        excess = len(olds) - limit
+        for rs in sorted(olds, key=lambda r: (revision_of(r), _by_age(r)))[: max(0, excess)]:
+            settled = (rs.status.observed_generation or 0) >= (rs.metadata.generation or 0)
+            if desired_replicas(rs) or rs.status.replicas or not settled:
+                continue
+            self.api.delete("ReplicaSet", rs.key, component=self.name)
+
+    # ---- writes
 
     def _create_rs(self, d: Deployment, h: str, replicas: int, revision: int) -> ReplicaSet:
         template = with_hash_label(d.spec.template, h)
@@ -161,13 +373,27 @@ class DeploymentController(Controller):
         )
         created = self.api.create(rs, component=self.name)
         assert isinstance(created, ReplicaSet)
-        self.recorder.record(
-            self.name,
-            d,
-            "ScalingReplicaSet",
-            f"Scaled up replica set {created.name} to {replicas} from 0",
-        )
+        if replicas > 0:
+            self.recorder.record(
+                self.name,
+                d,
+                "ScalingReplicaSet",
+                f"Scaled up replica set {created.name} to {replicas} from 0",
+            )
         return created
+
+    def _set_revision(self, rs: ReplicaSet, revision: int) -> ReplicaSet:
+        annotations = dict(rs.metadata.annotations)
+        earlier = annotations.get(REVISION_ANNOTATION)
+        if earlier:
+            history = annotations.get(REVISION_HISTORY_ANNOTATION)
+            annotations[REVISION_HISTORY_ANNOTATION] = (
+                f"{history},{earlier}" if history else earlier
+            )
+        annotations[REVISION_ANNOTATION] = str(revision)
+        updated = self.api.update(rs.with_meta(annotations=annotations), component=self.name)
+        assert isinstance(updated, ReplicaSet)
+        return updated
 
     def _scale(self, d: Deployment, rs: ReplicaSet, replicas: int) -> ReplicaSet:
         before = desired_replicas(rs)
@@ -184,23 +410,32 @@ class DeploymentController(Controller):
         )
         return updated
 
-    def _update_status(self, d: Deployment, new: ReplicaSet, all_rs: list[ReplicaSet]) -> None:
-        status = DeploymentStatus(
-            replicas=sum(rs.status.replicas or 0 for rs in all_rs),
-            ready_replicas=sum(rs.status.ready_replicas or 0 for rs in all_rs),
-            available_replicas=sum(rs.status.available_replicas or 0 for rs in all_rs),
-            updated_replicas=new.status.replicas or 0,
-            observed_generation=d.metadata.generation,
-        )
-        if _status_key(status) != _status_key(d.status):
-            self.api.update_status(d.evolve(status=status), component=self.name)
+
+def _status(d: Deployment, new: ReplicaSet | None, olds: list[ReplicaSet]) -> DeploymentStatus:
+    all_rs = [*olds, *([new] if new is not None else [])]
+    avail = sum(rs.status.available_replicas or 0 for rs in all_rs)
+    return DeploymentStatus(
+        replicas=sum(rs.status.replicas or 0 for rs in all_rs),
+        updated_replicas=(new.status.replicas or 0) if new is not None else 0,
+        ready_replicas=sum(rs.status.ready_replicas or 0 for rs in all_rs),
+        available_replicas=avail,
+        unavailable_replicas=max(0, _total(all_rs) - avail),
+        observed_generation=d.metadata.generation,
+    )
 
 
-def _status_key(s: DeploymentStatus) -> tuple[int, int, int, int, int | None]:
+def _complete(d: Deployment, s: DeploymentStatus) -> bool:
+    """Every replica updated and available, nothing else left (upstream's DeploymentComplete)."""
+    want = desired_replicas(d)
+    return s.updated_replicas == want and s.replicas == want and s.available_replicas == want
+
+
+def _status_key(s: DeploymentStatus) -> tuple[int, int, int, int, int, int | None]:
     return (
         s.replicas or 0,
         s.ready_replicas or 0,
         s.available_replicas or 0,
+        s.unavailable_replicas or 0,
         s.updated_replicas or 0,
         s.observed_generation,
     )
