@@ -1,0 +1,118 @@
+#!/usr/bin/env python3
+"""Benchmark the CLI's start-up: wall-clock time of typical ``svclab`` commands.
+
+Each command runs in a fresh interpreter (subprocess), ``--repeat`` times (default 5);
+the best and the median are reported. The commands work on a small persistent state
+made once in a temporary directory (``svclab --state DIR apply -f examples/web.yaml``):
+
+    help       svclab --help
+    get_pods   svclab --state DIR get pods -A
+    rules      svclab --state DIR rules --node NODE        (the first node)
+    trace      svclab --state DIR trace --from pod/POD --to svc/default/web:80
+
+Also reported: ``python -c pass`` (the interpreter's own start-up, the floor) and the
+cumulative ``-X importtime`` of ``control.cli.main`` (best and median, seconds).
+Prints one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def svclab_script() -> list[str]:
+    """The installed console script, run directly (not through a pyenv shim, which adds
+    a shell start-up of its own); ``python -c`` on main() when it is not installed."""
+    script = Path(sys.executable).parent / "svclab"
+    if script.exists():
+        return [str(script)]
+    found = shutil.which("svclab")
+    if found:
+        return [found]
+    return [sys.executable, "-c", "import sys; from control.cli.main import main; main()"]
+
+
+def run(argv: list[str]) -> tuple[float, subprocess.CompletedProcess[str]]:
+    t0 = time.perf_counter()
+    proc = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, check=False)
+    return time.perf_counter() - t0, proc
+
+
+def timed(argv: list[str], repeat: int) -> dict[str, float]:
+    times = []
+    for _ in range(repeat):
+        dt, proc = run(argv)
+        if proc.returncode != 0:
+            raise SystemExit(f"{' '.join(argv)}: exit {proc.returncode}\n{proc.stderr}")
+        times.append(dt)
+    return {"best_s": round(min(times), 4), "median_s": round(statistics.median(times), 4)}
+
+
+def import_time(module: str, repeat: int) -> dict[str, float]:
+    """Cumulative ``-X importtime`` of ``module`` (microseconds in the report → seconds)."""
+    pattern = re.compile(rf"^import time:\s+\d+\s+\|\s+(\d+)\s+\|\s*{re.escape(module)}$")
+    times = []
+    for _ in range(repeat):
+        _, proc = run([sys.executable, "-X", "importtime", "-c", f"import {module}"])
+        if proc.returncode != 0:
+            raise SystemExit(f"import {module}: exit {proc.returncode}\n{proc.stderr}")
+        hits = [m for line in proc.stderr.splitlines() if (m := pattern.match(line))]
+        if not hits:
+            raise SystemExit(f"no importtime line for {module}")
+        times.append(int(hits[-1].group(1)) / 1e6)
+    return {"best_s": round(min(times), 4), "median_s": round(statistics.median(times), 4)}
+
+
+def first_name(svclab: list[str], state: str, kind: str) -> str:
+    _, proc = run([*svclab, "--state", state, "get", kind, "-o", "name"])
+    names = proc.stdout.split()
+    if proc.returncode != 0 or not names:
+        raise SystemExit(f"get {kind}: exit {proc.returncode}\n{proc.stderr}")
+    return names[0].split("/", 1)[1]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--manifest", default=str(ROOT / "examples" / "web.yaml"))
+    args = ap.parse_args()
+
+    svclab = svclab_script()
+    with tempfile.TemporaryDirectory(prefix="svclab-bench-cli-") as tmp:
+        state = os.path.join(tmp, "state")
+        _, proc = run([*svclab, "--state", state, "apply", "-f", args.manifest])
+        if proc.returncode != 0:
+            raise SystemExit(f"apply: exit {proc.returncode}\n{proc.stderr}")
+        node = first_name(svclab, state, "nodes")
+        pod = first_name(svclab, state, "pods")
+        commands = {
+            "help": ["--help"],
+            "get_pods": ["--state", state, "get", "pods", "-A"],
+            "rules": ["--state", state, "rules", "--node", node],
+            "trace": ["--state", state, "trace", "--from", f"pod/{pod}", "--to", "svc/default/web:80"],
+        }
+        result: dict[str, object] = {
+            "svclab": " ".join(svclab),
+            "repeat": args.repeat,
+            "python_startup": timed([sys.executable, "-c", "pass"], args.repeat),
+        }
+        for name, argv in commands.items():
+            result[name] = timed([*svclab, *argv], args.repeat)
+        result["importtime_control_cli_main"] = import_time("control.cli.main", args.repeat)
+    print(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()
