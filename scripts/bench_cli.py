@@ -101,7 +101,15 @@ def main() -> None:
             "help": ["--help"],
             "get_pods": ["--state", state, "get", "pods", "-A"],
             "rules": ["--state", state, "rules", "--node", node],
-            "trace": ["--state", state, "trace", "--from", f"pod/{pod}", "--to", "svc/default/web:80"],
+            "trace": [
+                "--state",
+                state,
+                "trace",
+                "--from",
+                f"pod/{pod}",
+                "--to",
+                "svc/default/web:80",
+            ],
         }
         result: dict[str, object] = {
             "svclab": " ".join(svclab),
