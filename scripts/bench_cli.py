@@ -12,7 +12,12 @@ made once in a temporary directory (``svclab --state DIR apply -f examples/web.y
 
 Also reported: ``python -c pass`` (the interpreter's own start-up, the floor) and the
 cumulative ``-X importtime`` of ``control.cli.main`` (best and median, seconds).
-Prints one JSON object.
+
+Two rounds: ``no_bytecode_cache`` runs in the caller's environment as it is (where
+``PYTHONDONTWRITEBYTECODE`` is set, svclab's own modules are compiled from source on every
+start), ``bytecode_cache`` with ``PYTHONPYCACHEPREFIX`` pointing at a temporary
+directory, warmed by one run first (what an installed svclab sees; nothing is written
+into the checkout). Prints one JSON object.
 """
 
 from __future__ import annotations
@@ -44,28 +49,31 @@ def svclab_script() -> list[str]:
     return [sys.executable, "-c", "import sys; from control.cli.main import main; main()"]
 
 
-def run(argv: list[str]) -> tuple[float, subprocess.CompletedProcess[str]]:
+def run(
+    argv: list[str], env: dict[str, str] | None = None
+) -> tuple[float, subprocess.CompletedProcess[str]]:
     t0 = time.perf_counter()
-    proc = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, check=False)
+    proc = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, check=False, env=env)
     return time.perf_counter() - t0, proc
 
 
-def timed(argv: list[str], repeat: int) -> dict[str, float]:
+def timed(argv: list[str], repeat: int, env: dict[str, str] | None = None) -> dict[str, float]:
+    run(argv, env)  # warm-up: page cache, and the bytecode cache when there is one
     times = []
     for _ in range(repeat):
-        dt, proc = run(argv)
+        dt, proc = run(argv, env)
         if proc.returncode != 0:
             raise SystemExit(f"{' '.join(argv)}: exit {proc.returncode}\n{proc.stderr}")
         times.append(dt)
     return {"best_s": round(min(times), 4), "median_s": round(statistics.median(times), 4)}
 
 
-def import_time(module: str, repeat: int) -> dict[str, float]:
+def import_time(module: str, repeat: int, env: dict[str, str] | None = None) -> dict[str, float]:
     """Cumulative ``-X importtime`` of ``module`` (microseconds in the report → seconds)."""
     pattern = re.compile(rf"^import time:\s+\d+\s+\|\s+(\d+)\s+\|\s*{re.escape(module)}$")
     times = []
     for _ in range(repeat):
-        _, proc = run([sys.executable, "-X", "importtime", "-c", f"import {module}"])
+        _, proc = run([sys.executable, "-X", "importtime", "-c", f"import {module}"], env)
         if proc.returncode != 0:
             raise SystemExit(f"import {module}: exit {proc.returncode}\n{proc.stderr}")
         hits = [m for line in proc.stderr.splitlines() if (m := pattern.match(line))]
@@ -111,14 +119,25 @@ def main() -> None:
                 "svc/default/web:80",
             ],
         }
-        result: dict[str, object] = {
-            "svclab": " ".join(svclab),
-            "repeat": args.repeat,
-            "python_startup": timed([sys.executable, "-c", "pass"], args.repeat),
+        cache = os.path.join(tmp, "pycache")
+        rounds = {
+            "no_bytecode_cache": dict(os.environ),
+            "bytecode_cache": {
+                k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"
+            }
+            | {"PYTHONPYCACHEPREFIX": cache},
         }
-        for name, argv in commands.items():
-            result[name] = timed([*svclab, *argv], args.repeat)
-        result["importtime_control_cli_main"] = import_time("control.cli.main", args.repeat)
+        result: dict[str, object] = {"svclab": " ".join(svclab), "repeat": args.repeat}
+        for label, env in rounds.items():
+            figures: dict[str, object] = {
+                "python_startup": timed([sys.executable, "-c", "pass"], args.repeat, env)
+            }
+            for name, argv in commands.items():
+                figures[name] = timed([*svclab, *argv], args.repeat, env)
+            figures["importtime_control_cli_main"] = import_time(
+                "control.cli.main", args.repeat, env
+            )
+            result[label] = figures
     print(json.dumps(result, indent=2))
 
 
