@@ -9,6 +9,10 @@ State directory layout (``--state DIR``, default ``.svclab/``)::
 
 Contract: :meth:`Session.apply` validates everything first; on any error nothing is
 stored (the store's revision is unchanged) and no file in DIR changes.
+
+The control plane and the kube-proxies (the runner, the controllers, the scheduler and
+numpy, the renderers) are imported when :attr:`Session.plane` or :attr:`Session.rules`
+is first used: commands that only read the store (``svclab get``) never load them.
 """
 
 from __future__ import annotations
@@ -16,13 +20,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from control.agents.kubeproxy import EmulatedRules, KubeProxy
 from control.clock import Clock, FakeClock, WallClock
-from control.runner import ControlPlane
 from control.store.base import Store
 from control.store.memory import MemoryStore
 from netmodel.cluster import Cluster, cluster_from_dict
@@ -30,6 +32,10 @@ from netmodel.errors import InputError, SvclabError
 from netmodel.manifests import Manifests, load
 from netmodel.objects import KubeObject
 from netmodel.proxyconfig import KubeProxyConfiguration, proxy_config_from_dict
+
+if TYPE_CHECKING:
+    from control.agents.kubeproxy import EmulatedRules, KubeProxy
+    from control.runner import ControlPlane
 
 DEFAULT_STATE = ".svclab"
 
@@ -46,7 +52,7 @@ class Session:
     clock: Clock
     state_dir: Path | None = None
     _plane: ControlPlane | None = None
-    rules: EmulatedRules = field(default_factory=EmulatedRules)
+    _rules: EmulatedRules | None = None
     proxies: dict[str, KubeProxy] = field(default_factory=dict)
     #: record the kube-proxies' syncs on the timeline. Commands that only read a
     #: persistent cluster (get, rules, trace, ...) turn this off, so that looking at a
@@ -115,6 +121,8 @@ class Session:
         """The control plane over this session's store (started: nodes bootstrapped), with
         one kube-proxy per node feeding :attr:`rules`."""
         if self._plane is None:
+            from control.runner import ControlPlane
+
             self._plane = ControlPlane(
                 self.store, self.cluster.spec, seed=self.cluster.spec.seed, clock=self.clock
             )
@@ -122,7 +130,18 @@ class Session:
             self._add_proxies()
         return self._plane
 
+    @property
+    def rules(self) -> EmulatedRules:
+        """What each node's kube-proxy loaded (the emulated rule sink), by node name."""
+        if self._rules is None:
+            from control.agents.kubeproxy import EmulatedRules
+
+            self._rules = EmulatedRules()
+        return self._rules
+
     def _add_proxies(self) -> None:
+        from control.agents.kubeproxy import KubeProxy
+
         assert self._plane is not None
         for node in self.store.list("Node"):
             if node.name not in self.proxies:

@@ -2,6 +2,12 @@
 
 Exit codes: 0 success, 1 a bad cluster or input (one line on stderr naming file,
 document, object and field), 2 bad usage.
+
+Start-up: this module and the command modules import only click and light modules at
+the top; the session, the pydantic models, the emulator, the real-kernel backend
+(pyroute2), scipy and scapy are imported inside the commands that use them, so that
+``--help`` and usage errors stay cheap (``tests/cli/test_cli_imports.py`` checks it,
+``scripts/bench_cli.py`` measures it).
 """
 
 from __future__ import annotations
@@ -11,18 +17,22 @@ import sys
 from collections.abc import Callable, Sequence
 from functools import wraps
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
-import yaml
 
 from control.cli import printers
-from control.session import DEFAULT_STATE, Session
 from netmodel.errors import NotFoundError, SvclabError
-from netmodel.manifests import load
-from netmodel.objects import KubeObject
+
+if TYPE_CHECKING:
+    from control.session import Session
+    from netmodel.objects import KubeObject
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+#: ``--state`` when not given: :data:`control.session.DEFAULT_STATE`, repeated here so
+#: that ``--help`` does not import the session (a test checks that the two agree)
+DEFAULT_STATE = ".svclab"
 
 
 class Context:
@@ -32,6 +42,8 @@ class Context:
     def session(self, files: Sequence[str] = (), *, read_only: bool = True) -> Session:
         """A throw-away session from ``files`` if given, else the persistent one
         (``read_only``: the kube-proxies' syncs are not recorded as events)."""
+        from control.session import Session
+
         if files:
             return Session.from_files(list(files))
         return Session.open(self.state, read_only=read_only)
@@ -70,6 +82,8 @@ def dump(objs: Sequence[KubeObject], fmt: str, single: bool) -> str:
     data: Any = items[0] if single else {"apiVersion": "v1", "kind": "List", "items": items}
     if fmt == "json":
         return json.dumps(data, indent=2)
+    import yaml
+
     return yaml.safe_dump(data, sort_keys=False).rstrip()
 
 
@@ -91,6 +105,9 @@ def parse_kind_name(kind: str, name: str | None) -> tuple[str, str | None]:
 @handle_errors
 def apply(ctx: Context, files: tuple[str, ...]) -> None:
     """Create or update objects from multi-document YAML."""
+    from control.session import Session
+    from netmodel.manifests import load
+
     manifests = load(list(files))
     session = Session.open(ctx.state, must_exist=False)
     try:
@@ -128,8 +145,6 @@ def get(
 ) -> None:
     """List objects, or show one: nodes, pods, services, endpointslices, deployments,
     replicasets, events."""
-    from netmodel.selectors import parse_selector
-
     kind, name = parse_kind_name(kind, name)
     session = ctx.session()
     try:
@@ -147,6 +162,8 @@ def get(
         else:
             sel = None
             if selector:
+                from netmodel.selectors import parse_selector
+
                 try:
                     sel = parse_selector(selector)
                 except ValueError as e:
@@ -237,6 +254,8 @@ def delete(
     """Delete objects by kind and name, or those named in files."""
     targets: list[tuple[str, str]] = []
     if files:
+        from netmodel.manifests import load
+
         for o in load(list(files)).objects:
             targets.append((o.kind, o.key))
     elif kind:
@@ -269,11 +288,11 @@ def delete(
 @handle_errors
 def describe(ctx: Context, kind: str, name: str | None, namespace: str) -> None:
     """Show one object in detail, with its events (pods: the scheduler's table)."""
-    from control.cli.describe import describe_object
-
     kind, name = parse_kind_name(kind, name)
     if name is None:
         raise click.UsageError("name required")
+    from control.cli.describe import describe_object
+
     session = ctx.session()
     try:
         key = name if kind in ("Node", "Namespace") else f"{namespace}/{name}"

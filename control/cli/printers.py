@@ -4,17 +4,19 @@ from __future__ import annotations
 
 import datetime as _dt
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
-from netmodel.objects import (
-    Deployment,
-    EndpointSlice,
-    Event,
-    KubeObject,
-    Node,
-    Pod,
-    ReplicaSet,
-    Service,
-)
+if TYPE_CHECKING:  # the models are only read here; importing them costs the CLI's start-up
+    from netmodel.objects import (
+        Deployment,
+        EndpointSlice,
+        Event,
+        KubeObject,
+        Node,
+        Pod,
+        ReplicaSet,
+        Service,
+    )
 
 #: user-facing names (kubectl's, incl. short names) -> kind
 KIND_ALIASES: dict[str, str] = {}
@@ -159,7 +161,7 @@ def _event_row(e: Event, now: float, wide: bool) -> list[str]:
     return [str(e.revision), e.source_component, e.type, e.reason, obj, e.message]
 
 
-Row = Callable[[KubeObject, float, bool], list[str]]
+Row = Callable[["KubeObject", float, bool], list[str]]
 
 COLUMNS: dict[str, tuple[list[str], list[str], Row]] = {
     "Pod": (

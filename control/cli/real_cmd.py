@@ -17,15 +17,19 @@ from collections import Counter
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from ipaddress import IPv4Address
+from typing import TYPE_CHECKING
 
 import click
 
-from control import emulation, real
-from control.backends import ConnOutcome, RealBackend, real_backend
 from control.cli.main import Context, handle_errors
 from control.cli.printers import format_table
-from control.session import Session
-from dataplane.linux.realize import Removed
+
+# control.real, control.backends and the emulation (pyroute2 and the emulator behind
+# them) are imported inside the commands (see control.cli.main's docstring: start-up).
+if TYPE_CHECKING:
+    from control.backends import ConnOutcome, RealBackend
+    from control.session import Session
+    from dataplane.linux.realize import Removed
 
 CNI_MODES = ["bridge-plugin", "netlink"]
 
@@ -37,6 +41,9 @@ CNI_MODES = ["bridge-plugin", "netlink"]
 def kernel(ctx: Context, files: tuple[str, ...], src: str) -> Iterator[tuple[Session, RealBackend]]:
     """The session and a RealBackend over its real cluster (see the module docstring);
     ``src`` (as given on the command line) may add an external client."""
+    from control import emulation, real
+    from control.backends import RealBackend, real_backend
+
     session = ctx.session(files)
     try:
         clients = emulation.external_sources(session, emulation.resolve_endpoint(session, src))
@@ -52,6 +59,7 @@ def kernel(ctx: Context, files: tuple[str, ...], src: str) -> Iterator[tuple[Ses
 
 
 def _flow(session: Session, src: str, dst: str) -> tuple[str, str, int | None]:
+    from control import emulation
     from control.cli.traffic_cmd import _split_dst
 
     s = emulation.resolve_endpoint(session, src)
@@ -105,6 +113,9 @@ def up(
             IPv4Address(ip)
         except ValueError:
             raise click.UsageError(f"--external-client {ip}: not an IPv4 address") from None
+    from control import real
+    from control.session import Session
+
     session = Session.open(ctx.state)
     try:
         cluster = real.up(
@@ -147,6 +158,8 @@ def _report(removed: Removed) -> list[str]:
 @handle_errors
 def down(ctx: Context) -> None:
     """Remove the real cluster of --state DIR (namespaces, pod servers, CNI state)."""
+    from control import real
+
     record = real.RealRecord.read(ctx.state)
     removed = real.down(ctx.state)
     if record is None or removed is None:
@@ -170,6 +183,8 @@ def cleanup(ctx: Context, force: bool) -> None:
     """Remove what svclab left in the kernel: namespaces with svclab's prefix, pod
     servers, state under /run/svclab, and the cluster of --state DIR if its 'up' was
     interrupted. Prints what it removed."""
+    from control import real
+
     record = real.RealRecord.read(ctx.state)
     own = ctx.state if record is not None and (force or record.status != "up") else None
     lines = [line for r in real.cleanup(own, force=force) for line in _report(r)]
@@ -219,6 +234,8 @@ def real_trace(
 
 def real_ping(ctx: Context, *, src: str, dst: str, count: int, files: tuple[str, ...]) -> None:
     """``ping --real``: ICMP echo between real namespaces, ping-like output."""
+    from control import emulation
+
     with kernel(ctx, files, src) as (session, be):
         s = emulation.resolve_endpoint(session, src)
         d = emulation.resolve_endpoint(session, dst)

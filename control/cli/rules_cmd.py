@@ -2,20 +2,29 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
 
 from control.cli.main import Context, handle_errors
-from control.proxyenv import node_proxy_config, proxy_mode
-from control.session import Session
-from dataplane.proxy import MODES, Mode, render_objects
-from dataplane.proxy.iptables import IptablesRender
 from netmodel.errors import NotFoundError
-from netmodel.objects import EndpointSlice, Node, Service
+
+if TYPE_CHECKING:
+    from control.session import Session
+    from dataplane.proxy import Mode
+
+#: :data:`dataplane.proxy.MODES`, repeated so that ``--help`` does not import the
+#: renderers (a test checks that the two agree)
+MODES = ("iptables", "ipvs", "nftables")
 
 
 def node_rules(session: Session, node_name: str, mode: Mode | None = None):  # type: ignore[no-untyped-def]
     """A full render for ``node_name`` from the session's current state: exactly what a
     freshly started kube-proxy on that node hands to the kernel."""
+    from control.proxyenv import node_proxy_config, proxy_mode
+    from dataplane.proxy import render_objects
+    from netmodel.objects import EndpointSlice, Node, Service
+
     try:
         node = session.store.get("Node", node_name)
     except NotFoundError:
@@ -54,6 +63,8 @@ def rules(
 ) -> None:
     """Print what NODE's kube-proxy would load: iptables-save text (filter, nat), or
     ipvsadm-save + ipset save + the iptables glue, or nft list ruleset text."""
+    from dataplane.proxy.iptables import IptablesRender
+
     session = ctx.session(files)
     try:
         out = node_rules(session, node_name, mode)  # type: ignore[arg-type]

@@ -9,21 +9,21 @@ from __future__ import annotations
 import json
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
-import yaml
 
-from control import emulation
 from control.cli.main import Context, handle_errors
 from control.cli.printers import format_table
-from control.session import Session
-from dataplane.emulator.cluster import EmulatedCluster
-from dataplane.emulator.filters import IptablesRules, RulesetInput
-from dataplane.netfilter import Flow, FlowResult, FlowTracer
 from netmodel.errors import InputError, NotFoundError
 from netmodel.ip import split_host_port
-from netmodel.objects import Node, Pod
+
+# The session, the emulator and the netfilter tracer are imported inside the commands
+# (see control.cli.main's docstring: start-up).
+if TYPE_CHECKING:
+    from control.session import Session
+    from dataplane.emulator.cluster import EmulatedCluster
+    from dataplane.emulator.filters import RulesetInput
 
 PROTOS = ["tcp", "udp", "icmp", "sctp"]
 REAL_HELP = "On the real kernel (svclab up --real; with -f a throw-away one) instead"
@@ -34,6 +34,9 @@ REAL_HELP = "On the real kernel (svclab up --real; with -f a throw-away one) ins
 
 def _ip_of(session: Session, text: str) -> tuple[str, int | None]:
     """An endpoint spec as (IP, port or None) for ``--at`` mode."""
+    from control import emulation
+    from netmodel.objects import Node, Pod
+
     text = emulation.resolve_endpoint(session, text)
     if text.startswith("node/"):
         try:
@@ -58,6 +61,8 @@ def _ip_of(session: Session, text: str) -> tuple[str, int | None]:
 
 
 def _load_override(path: str | None, node: str | None) -> dict[str, RulesetInput]:
+    from dataplane.emulator.filters import IptablesRules
+
     if not path:
         return {}
     if node is None:
@@ -82,6 +87,8 @@ def at_trace(
 ) -> dict[str, Any]:
     """``--at node/NAME``: the node's netfilter alone, as upstream's flow tests."""
     from control.cli.rules_cmd import node_rules
+    from dataplane.netfilter import Flow, FlowResult, FlowTracer
+    from netmodel.objects import Node
 
     try:
         node = session.store.get("Node", node_name)
@@ -158,6 +165,8 @@ def _render_at(res: dict[str, Any]) -> str:
 def _emulator_for(
     session: Session, *specs: str, override: dict[str, RulesetInput]
 ) -> EmulatedCluster:
+    from control import emulation
+
     resolved = [emulation.resolve_endpoint(session, s) for s in specs]
     clients = emulation.external_sources(session, *resolved[:1])
     return emulation.emulator(session, external_clients=clients, rules_override=override)
@@ -180,6 +189,8 @@ def full_trace(
     all_branches: bool,
     override: dict[str, RulesetInput] | None = None,
 ) -> Any:
+    from control import emulation
+
     emu = _emulator_for(session, src, dst, override=override or {})
     s = emulation.resolve_endpoint(session, src)
     d, port = _split_dst(emulation.resolve_endpoint(session, dst))
@@ -243,6 +254,8 @@ def trace(
         return
     flows: list[dict[str, Any]]
     if flows_file:
+        import yaml
+
         try:
             data = yaml.safe_load(Path(flows_file).read_text())
         except (OSError, yaml.YAMLError) as e:
@@ -312,6 +325,8 @@ def ping(
     ctx: Context, src: str, dst: str, count: int, files: tuple[str, ...], on_kernel: bool
 ) -> None:
     """ICMP echo from SRC to DST, ping-like output (TTL and path per reply)."""
+    from control import emulation
+
     if on_kernel:
         from control.cli.real_cmd import real_ping
 
@@ -378,6 +393,8 @@ def connect(
 ) -> None:
     """Open N connections SRC -> DST; per connection the endpoint and the rule that chose
     it; then per-endpoint counts and a chi-square test of equal shares."""
+    from control import emulation
+
     if on_kernel:
         from control.cli.real_cmd import real_connect
 
@@ -440,6 +457,8 @@ def connect(
 @handle_errors
 def pcap(ctx: Context, src: str, dst: str, proto: str, write: str, files: tuple[str, ...]) -> None:
     """Trace one packet and write its frames on every hop as a pcap (Wireshark opens it)."""
+    from control import emulation
+
     session = ctx.session(files)
     try:
         emu = _emulator_for(session, src, dst, override={})
@@ -463,6 +482,8 @@ def conntrack(
     ctx: Context, node_name: str, src: str | None, dst: str | None, files: tuple[str, ...]
 ) -> None:
     """Print a node's conntrack table like `conntrack -L` (optionally after a connection)."""
+    from control import emulation
+
     session = ctx.session(files)
     try:
         emu = _emulator_for(session, *(x for x in (src, dst) if x), override={})
