@@ -3,7 +3,9 @@
 Input: the flat command form kube-proxy (knftables) writes — ``add|create|insert table|
 chain|rule|set|map|element``, ``flush|delete chain|set|map|table|ruleset``,
 ``delete element``, ``#`` comments — and the nested ``table ... { chain ... { ... } }``
-form ``nft list ruleset`` prints (converted to the flat form first).
+form ``nft list ruleset`` prints (converted to the flat form first). As in the kernel,
+``flush`` and ``delete`` of a missing chain fail (``destroy`` tolerates it), and so does
+``delete`` of a chain a rule or a verdict-map element still jumps or goes to.
 
 Rules understood (each statement in order; a test that fails ends the rule):
 ``ip|ip6 saddr|daddr [!=] ADDR|CIDR|@set|{ ... }``, ``meta l4proto``, ``ip protocol``,
@@ -178,14 +180,13 @@ def _apply(
                 c.comment = _unquote(props.get("comment", c.comment))
         elif verb == "flush":
             t.chains[name].rules.clear()
-        elif verb in ("delete", "destroy") and name in t.chains:
-            users = [
-                x.name
-                for x in t.chains.values()
-                for r in x.rules
-                if re.search(rf"(?:jump|goto) {re.escape(name)}(?:\s|$)", r.text)
-            ]
-            if users:
+        elif verb in ("delete", "destroy"):
+            if name not in t.chains:
+                if verb == "delete":  # the kernel: ENOENT; "destroy" tolerates it
+                    raise NftError(f"{where}: no chain {name!r}")
+                return
+            users = _chain_users(t, name)
+            if users:  # the kernel: EBUSY
                 raise NftError(f"{where}: chain {name} is still used by {users[0]}")
             del t.chains[name]
         return
@@ -247,6 +248,28 @@ def _apply(
                 s.elements.pop(k, None)
         return
     raise UnsupportedRuleError(f"{where}: unsupported object {what!r}")
+
+
+def _chain_users(t: NftTable, name: str) -> list[str]:
+    """What refers to chain ``name``: rules that jump or go to it, and verdict-map
+    elements whose verdict is ``jump|goto name`` (named ``@map``)."""
+    users = [
+        x.name
+        for x in t.chains.values()
+        for r in x.rules
+        if re.search(rf"(?:jump|goto) {re.escape(name)}(?:\s|$)", r.text)
+    ]
+    for s in t.sets.values():
+        if s.value is None:
+            continue
+        values = [*s.elements.values(), *(v for _lo, _hi, v in s.nets)]
+        for v in values:
+            if isinstance(v, tuple) and v and isinstance(v[0], tuple):
+                v = v[0]  # (value, expiry) in a map with timeouts
+            if isinstance(v, tuple) and v[1:2] == (name,) and v[0] in ("jump", "goto"):
+                users.append(f"@{s.name}")
+                break
+    return users
 
 
 def _check_targets(t: NftTable, text: str, where: str) -> None:
