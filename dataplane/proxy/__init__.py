@@ -13,17 +13,21 @@ Typical use (the kube-proxy agent, the ``svclab rules`` CLI)::
 Incremental syncs: feed watch events to a :class:`ChangeTracker`, call ``apply()`` and
 pass what it returns as ``changed`` (with the chains the kernel holds as
 ``existing_chains``) to render only what changed, as upstream's partial syncs do.
+nftables mode keeps stale chains (flushed) for a while before deleting them: pass the
+previous render's ``stale_since`` and the sync's time as ``now``, and run
+``cleanup_input`` before ``restore_input``.
 
 Mode-specific extras live on the returned objects: :class:`IptablesRender`
 (``jump_rules``, ``ensure_input()``, ``active_chains``, ``stale_chains``,
 ``large_cluster``), :class:`IpvsRender` (``virtual_servers``, ``ipsets``,
 ``ipvsadm_text``, ``ipset_text``, ``addresses``, ``jump_rules``, ``ensure_input()``),
-:class:`NftablesRender` (``sets``, ``chains``, ``stale``).
+:class:`NftablesRender` (``sets``, ``chains``, ``stale``, ``cleanup_input``,
+``deleted``, ``stale_since``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Mapping
 from typing import Literal, Protocol
 
 from dataplane.proxy.iptables import IptablesRender, JumpRule, render_iptables
@@ -69,12 +73,16 @@ def render(
     *,
     changed: Collection[ServicePortName | str] | None = None,
     existing_chains: Iterable[str] = (),
+    stale_since: Mapping[str, float] | None = None,
+    now: float = 0.0,
 ) -> IptablesRender | IpvsRender | NftablesRender:
     """Render one sync in ``mode`` (pure; deterministic).
 
     ``changed`` (None = full sync) and ``existing_chains`` drive partial syncs and stale
     cleanup in iptables and nftables modes; IPVS mode always renders the full state.
-    Raises ValueError for an unknown mode.
+    ``stale_since`` and ``now`` (nftables mode only) time the deletion of stale chains
+    (:func:`~dataplane.proxy.nftables.render_nftables`). Raises ValueError for an
+    unknown mode.
     """
     if mode == "iptables":
         return render_iptables(
@@ -82,7 +90,12 @@ def render(
         )
     if mode == "nftables":
         return render_nftables(
-            snapshot, node_config, changed=changed, existing_chains=existing_chains
+            snapshot,
+            node_config,
+            changed=changed,
+            existing_chains=existing_chains,
+            stale_since=stale_since,
+            now=now,
         )
     if mode == "ipvs":
         return render_ipvs(snapshot, node_config)

@@ -5,10 +5,23 @@
 * ``restore_input`` — one ``nft -f`` transaction, loadable on a fresh node and on a node
   that already has the table: ``add`` the table, sets, maps and chains, ``flush`` the
   maps, fixed sets and every chain it rewrites, add rules and elements, then ``delete``
-  stale service chains and affinity sets (upstream deletes them a second later; here
-  they go in the same transaction). Dynamic affinity sets are never flushed, so
-  ClientIP affinity survives a sync. ``changed`` works as in iptables mode: chains of
-  unchanged Services are neither flushed nor rewritten.
+  stale affinity sets. Dynamic affinity sets are never flushed, so ClientIP affinity
+  survives a sync. ``changed`` works as in iptables mode: chains of unchanged Services
+  are neither flushed nor rewritten.
+* ``cleanup_input`` — the transaction to run *before* ``restore_input`` (empty when
+  there is nothing to do): ``delete`` of the stale chains that have waited long enough.
+
+Stale chains, as upstream's nftables proxier handles them (``staleChains`` in
+``pkg/proxy/nftables/proxier.go``): a per-service chain (a name with ``/``) that the
+table holds but this sync does not use is *flushed*, not deleted, and recorded with
+the sync's time, because before Linux 6.2 a chain that a just-deleted map element
+pointed to stays referenced for a short while. Every sync re-flushes and re-stamps the
+chains still stale and drops from the record those in use again (they are rewritten
+and kept). At the start of a sync, the recorded chains stamped more than
+:data:`STALE_CHAIN_DELAY` (1 s) before it are deleted, in a transaction of their own.
+The record is an input and an output (``stale_since``; the caller keeps it between
+syncs, and the time is the caller's clock), so the render stays pure. Stale affinity
+sets are deleted at once, as upstream does.
 * ``save_text`` — the ruleset as ``nft list ruleset`` prints it (priorities by name,
   ``meta mark ... | 0x00004000``, one-element anonymous sets unwrapped, timeouts as
   ``3h``). nft lists the elements of hash sets in hash order and wraps long element
@@ -24,7 +37,7 @@ from __future__ import annotations
 import functools
 import ipaddress
 import re
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -39,6 +52,10 @@ from dataplane.proxy.model import (
 )
 
 TABLE = "kube-proxy"
+
+#: Seconds a flushed stale chain waits before it is deleted: upstream deletes, at the
+#: start of a sync, the chains it flushed more than one second before that sync.
+STALE_CHAIN_DELAY = 1.0
 
 
 @dataclass
@@ -377,10 +394,24 @@ class NftablesRender:
     """The result of one nftables-mode sync (see the module docstring).
 
     ``sets`` and ``chains`` describe the whole table after the sync (fixed objects
-    first, then per service port in snapshot order), for emulators to evaluate.
+    first, then per service port in snapshot order, then the stale chains, empty), for
+    emulators to evaluate. ``stale``: the per-service chains this sync flushed because
+    they are no longer used, and the affinity sets it deleted; ``deleted``: the stale
+    chains ``cleanup_input`` deletes; ``stale_since``: chain -> time it was last
+    flushed, to pass to the next sync.
     """
 
-    __slots__ = ("chains", "family", "partial", "restore_input", "sets", "stale")
+    __slots__ = (
+        "chains",
+        "cleanup_input",
+        "deleted",
+        "family",
+        "partial",
+        "restore_input",
+        "sets",
+        "stale",
+        "stale_since",
+    )
 
     def __init__(
         self,
@@ -390,6 +421,10 @@ class NftablesRender:
         chains: list[NftChain],
         stale: tuple[str, ...],
         partial: bool,
+        *,
+        cleanup_input: str = "",
+        deleted: tuple[str, ...] = (),
+        stale_since: Mapping[str, float] | None = None,
     ) -> None:
         self.restore_input = restore_input
         self.family = family
@@ -397,6 +432,9 @@ class NftablesRender:
         self.chains = chains
         self.stale = stale
         self.partial = partial
+        self.cleanup_input = cleanup_input
+        self.deleted = deleted
+        self.stale_since: Mapping[str, float] = dict(stale_since or {})
 
     @property
     def save_text(self) -> str:
@@ -410,12 +448,20 @@ def render_nftables(
     *,
     changed: Collection[ServicePortName | str] | None = None,
     existing_chains: Iterable[str] = (),
+    stale_since: Mapping[str, float] | None = None,
+    now: float = 0.0,
 ) -> NftablesRender:
     """Render one sync of kube-proxy's nftables mode (pure).
 
     ``changed`` as in :func:`~dataplane.proxy.iptables.render_iptables`;
-    ``existing_chains``: chain and set names currently in the table — per-service ones
-    (names containing ``/``) that are no longer used are flushed and deleted.
+    ``existing_chains``: chain and set names currently in the table; ``stale_since``:
+    the previous sync's :attr:`NftablesRender.stale_since` (None: nothing recorded);
+    ``now``: this sync's time (seconds, the caller's clock). Per-service chains
+    (names containing ``/``) of ``existing_chains`` that are no longer used are
+    flushed and recorded at ``now``; recorded ones stamped before ``now -``
+    :data:`STALE_CHAIN_DELAY` are deleted by ``cleanup_input``; unused affinity sets
+    are deleted. A recorded chain the table no longer holds is forgotten (upstream
+    would try to delete it, fail, and forget it too).
     """
     cfg = node_config
     ipx, addr = _fam(cfg.ip_family)
@@ -430,6 +476,16 @@ def render_nftables(
     changed_keys: set[str] | None = None
     if changed is not None:
         changed_keys = {c.service_key if isinstance(c, ServicePortName) else c for c in changed}
+    existing = set(existing_chains)
+    # first, as upstream does before the sync proper: delete what has waited long enough
+    deleted = tuple(
+        sorted(
+            n
+            for n, t in (stale_since or {}).items()
+            if n in existing and t < now - STALE_CHAIN_DELAY
+        )
+    )
+    existing.difference_update(deleted)
     sets, chains = _fixed(cfg)
     by_name = {s.name: s for s in sets}
     svc_sets: list[NftSet] = []
@@ -438,7 +494,8 @@ def render_nftables(
     for st in snapshot:
         objs = _service_objects(st, ctx)
         write = changed_keys is None or st.info.name.service_key in changed_keys
-        svc_chains.extend((c, write) for c in objs.chains)
+        # a chain just deleted is written again even if its Service did not change
+        svc_chains.extend((c, write or c.name in deleted) for c in objs.chains)
         svc_sets.extend(objs.sets)
         for set_name, elem in objs.elements:
             if set_name == "cluster-ips":
@@ -447,7 +504,9 @@ def render_nftables(
                 cluster_ips.add(elem)
             by_name[set_name].elements.append(elem)
     active = {c.name for c, _ in svc_chains} | {s.name for s in svc_sets}
-    stale = tuple(sorted(n for n in set(existing_chains) if "/" in n and n not in active))
+    unused = sorted(n for n in existing if "/" in n and n not in active)
+    stale_sets = [n for n in unused if n.startswith("affinity-")]
+    stale_chains = [n for n in unused if not n.startswith("affinity-")]
 
     t = f"{ipx} {TABLE}"
     out: list[str] = [f'add table {t} {{ comment "rules for kube-proxy" ; }}']
@@ -459,27 +518,33 @@ def render_nftables(
     for c in written:
         out.append(f"add chain {t} {c.name}{c.declaration()}")
         out.append(f"flush chain {t} {c.name}")
-    out.extend(f"flush chain {t} {n}" for n in stale if not n.startswith("affinity-"))
+    # stale chains: emptied, kept until a later sync deletes them ("add" first so that
+    # the transaction also loads on a fresh node, where it leaves them empty)
+    for n in stale_chains:
+        out.append(f"add chain {t} {n}")
+        out.append(f"flush chain {t} {n}")
     for c in written:
         out.extend(f"add rule {t} {c.name} {r}" for r in c.rules)
     for s in sets:
         out.extend(f"add element {t} {s.name} {{ {e} }}" for e in s.elements)
-    for n in stale:
-        kind = "set" if n.startswith("affinity-") else "chain"
-        out.append(f"delete {kind} {t} {n}")
+    out.extend(f"delete set {t} {n}" for n in stale_sets)
     if "nodeport-ips" not in by_name:  # add+delete: gone whether or not it existed
         out.append(
             f'add set {t} nodeport-ips {{ type {addr} ; comment "IPs that accept '
             'NodePort traffic" ; }'
         )
         out.append(f"delete set {t} nodeport-ips")
+    cleanup = "".join(f"delete chain {t} {n}\n" for n in deleted)
     return NftablesRender(
         "\n".join(out) + "\n",
         cfg.ip_family,
         [*sets, *svc_sets],
-        [*chains, *(c for c, _ in svc_chains)],
-        stale,
+        [*chains, *(c for c, _ in svc_chains), *(NftChain(n) for n in stale_chains)],
+        tuple(unused),
         changed_keys is not None,
+        cleanup_input=cleanup,
+        deleted=deleted,
+        stale_since=dict.fromkeys(stale_chains, now),
     )
 
 

@@ -33,7 +33,7 @@ from dataplane.proxy.cases import load_case
 from dataplane.proxy.iptables import IptablesRender, render_iptables
 from dataplane.proxy.ipvs import IpvsRender
 from dataplane.proxy.model import NodeProxyConfig
-from dataplane.proxy.nftables import normalize_listing
+from dataplane.proxy.nftables import NftablesRender, NftChain, listing, normalize_listing
 from dataplane.proxy.normalize import normalize, parse_tables
 from dataplane.proxy.savefmt import save_form
 from dataplane.proxy.snapshot import build_snapshot
@@ -302,16 +302,55 @@ def test_partial_syncs_in_the_kernel_reach_the_full_state(before, after) -> None
         fresh = render_iptables(build_snapshot(after[0], after[1], cfg), cfg)
         assert load(name, second, fresh=False) == fresh.save_text
     with ns.temporary("t") as name:
-        run_in(name, ["nft", "-f", "-"], input=render("nftables", nft.snapshot, cfg).restore_input)
-        listed = run_in(name, ["nft", "list", "table", "ip", "kube-proxy"]).stdout
-        existing = {
-            ln.split()[1] for ln in listed.splitlines() if ln.strip().startswith(("chain ", "set "))
-        }
+        first_nft = render("nftables", nft.snapshot, cfg, now=0.0)
+        assert isinstance(first_nft, NftablesRender)
+        run_in(name, ["nft", "-f", "-"], input=first_nft.restore_input)
         changed = _track(nft, before, after)
         second_nft = render(
-            "nftables", nft.snapshot, cfg, changed=changed, existing_chains=existing
+            "nftables",
+            nft.snapshot,
+            cfg,
+            changed=changed,
+            existing_chains=_nft_objects(name),
+            stale_since=first_nft.stale_since,
+            now=0.5,
         )
+        assert isinstance(second_nft, NftablesRender) and not second_nft.cleanup_input
         run_in(name, ["nft", "-f", "-"], input=second_nft.restore_input)
         fresh_nft = render("nftables", build_snapshot(after[0], after[1], cfg), cfg)
+        assert isinstance(fresh_nft, NftablesRender)
+        # as upstream, the chains sync 2 retired stay, flushed, until a sync more than a
+        # second later: the node holds the fresh full render plus those, empty
+        got = run_in(name, ["nft", "list", "ruleset"]).stdout
+        with_stale = listing(
+            cfg.ip_family,
+            fresh_nft.sets,
+            [*fresh_nft.chains, *(NftChain(n) for n in second_nft.stale_since)],
+        )
+        assert normalize_listing(got) == normalize_listing(with_stale)
+        assert normalize_listing(got) == normalize_listing(second_nft.save_text)
+        # sync 3, two seconds later, nothing changed: deletes them, in its own transaction
+        third_nft = render(
+            "nftables",
+            nft.snapshot,
+            cfg,
+            changed=nft.apply(),
+            existing_chains=_nft_objects(name),
+            stale_since=second_nft.stale_since,
+            now=2.5,
+        )
+        assert isinstance(third_nft, NftablesRender)
+        assert third_nft.deleted == tuple(sorted(second_nft.stale_since))
+        if third_nft.cleanup_input:
+            run_in(name, ["nft", "-f", "-"], input=third_nft.cleanup_input)
+        run_in(name, ["nft", "-f", "-"], input=third_nft.restore_input)
         got = run_in(name, ["nft", "list", "ruleset"]).stdout
         assert normalize_listing(got) == normalize_listing(fresh_nft.save_text)
+
+
+def _nft_objects(netns: str) -> set[str]:
+    """The chains and sets of the kube-proxy table (what upstream lists each sync)."""
+    listed = run_in(netns, ["nft", "list", "table", "ip", "kube-proxy"]).stdout
+    return {
+        ln.split()[1] for ln in listed.splitlines() if ln.strip().startswith(("chain ", "set "))
+    }
