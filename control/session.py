@@ -151,6 +151,7 @@ class Session:
                     self.proxy_config,
                     self.rules,
                     self._plane.recorder if self.record_proxy_syncs else None,
+                    clock=self._plane.clock,
                 )
                 self.proxies[node.name] = proxy
                 self._plane.add_agent(proxy)

@@ -10,6 +10,13 @@ which the sink applies with ``--noflush`` semantics on top of what the node hold
 nftables and IPVS modes render the full state on every sync (documented
 simplification: upstream's nftables partial sync writes the same end state).
 
+nftables mode keeps upstream's record of stale chains (``staleChains``): a chain a
+sync no longer uses is flushed and stamped with the agent's clock, and deleted by the
+first sync that starts more than a second later (:mod:`dataplane.proxy.nftables`). The
+agent keeps the record between syncs and forgets it when a load fails, as upstream
+does. (Upstream also resyncs every ``syncPeriod``, which deletes such chains without
+any other change; the agent syncs on changes only.)
+
 Every sync leaves an Event on the node (reason ``SyncProxyRules``).
 """
 
@@ -19,6 +26,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from control.clock import Clock, WallClock
 from control.events import Recorder
 from control.proxyenv import node_proxy_config
 from dataplane.netfilter import Ruleset, apply_restore, format_save
@@ -41,7 +49,9 @@ KUBE_CHAIN_PREFIXES = ("KUBE-SVC-", "KUBE-SVL-", "KUBE-EXT-", "KUBE-FW-", "KUBE-
 
 
 class RuleSink(Protocol):
-    """Where a node's kube-proxy puts its rules (emulated node, or a real namespace)."""
+    """Where a node's kube-proxy puts its rules (emulated node, or a real namespace).
+    An nftables render is two transactions: ``cleanup_input`` (when not empty), then
+    ``restore_input``."""
 
     def load(self, node: str, mode: Mode, rendered: Rendered, *, full: bool) -> None: ...
 
@@ -84,8 +94,15 @@ class EmulatedRules:
         state.syncs += 1
 
     def existing_chains(self, node: str) -> Sequence[str]:
+        """iptables mode: the KUBE-SVC/SVL/EXT/FW/SEP chains of nat; nftables mode: the
+        chains and sets of the kube-proxy table (the last render describes all of it)."""
         state = self.nodes.get(node)
-        if state is None or "nat" not in state.ruleset.tables:
+        if state is None:
+            return ()
+        if state.mode == "nftables" and isinstance(state.rendered, NftablesRender):
+            r = state.rendered
+            return [*(c.name for c in r.chains), *(s.name for s in r.sets)]
+        if "nat" not in state.ruleset.tables:
             return ()
         return [c for c in state.ruleset.tables["nat"].chains if c.startswith(KUBE_CHAIN_PREFIXES)]
 
@@ -104,6 +121,7 @@ class KubeProxy:
         recorder: Recorder | None = None,
         *,
         mode: Mode | None = None,
+        clock: Clock | None = None,
     ) -> None:
         self.node_name = node_name
         self.name = f"kube-proxy/{node_name}"
@@ -116,12 +134,15 @@ class KubeProxy:
         )  # type: ignore[assignment]
         self.sink = sink
         self.recorder = recorder
+        self.clock: Clock = clock or WallClock()
         self._node: Node | None = None
         self._config: NodeProxyConfig | None = None
         self._tracker: ChangeTracker | None = None
         self._services: dict[str, Service] = {}
         self._slices: dict[str, EndpointSlice] = {}
         self._need_full = True
+        #: nftables mode: stale chain -> when a sync last flushed it (upstream's staleChains)
+        self.stale_since: dict[str, float] = {}
         self.last: Rendered | None = None
 
     # ---- configuration
@@ -198,8 +219,16 @@ class KubeProxy:
             cfg,
             changed=None if full else changed,
             existing_chains=self.sink.existing_chains(self.node_name),
+            stale_since=self.stale_since,
+            now=self.clock.now(),
         )
-        self.sink.load(self.node_name, self.mode, rendered, full=full)
+        try:
+            self.sink.load(self.node_name, self.mode, rendered, full=full)
+        except BaseException:
+            self.stale_since = {}  # upstream: the record is wrong if the load failed
+            raise
+        if isinstance(rendered, NftablesRender):
+            self.stale_since = dict(rendered.stale_since)
         self.last = rendered
         self._need_full = False
         if self.recorder is not None and self._node is not None:

@@ -21,11 +21,14 @@ from hypothesis import HealthCheck, given, settings
 from proxy_builders import endpoint, fake_config, service, service_sets, slice_
 
 from control.cli.main import cli
+from control.clock import FakeClock
+from control.session import Session
 from dataplane.netfilter import NftRuleset, parse_nft
 from dataplane.netfilter.nftrules import NftError
 from dataplane.proxy import ChangeTracker
 from dataplane.proxy.nftables import STALE_CHAIN_DELAY, NftablesRender, render_nftables
 from dataplane.proxy.snapshot import build_snapshot
+from netmodel.manifests import load_text
 from netmodel.objects import EndpointSlice, Service
 
 TABLE = ("ip", "kube-proxy")
@@ -362,3 +365,48 @@ def test_partial_syncs_reach_a_fresh_full_render_once_stale_chains_are_deleted(
     node.load(third)
     assert table_state(node.rs) == (want_chains, want_sets)
     assert third.stale_since == {}
+
+
+# --------------------------------------------------------------------------- the agent
+
+
+def test_the_agent_keeps_the_record_and_times_it_with_the_control_planes_clock() -> None:
+    clock = FakeClock()
+    s = Session.ephemeral(
+        load_text(CLUSTER + "---\n" + SVC.format(name="a") + "---\n" + SVC.format(name="b")),
+        clock=clock,
+    )
+    s.converge()
+    (proxy,) = s.proxies.values()
+    assert isinstance(proxy.last, NftablesRender) and proxy.last.stale == ()
+    state = s.rules.nodes[proxy.node_name]
+
+    s.plane.delete("Service", "default/b")
+    s.converge()
+    assert isinstance(proxy.last, NftablesRender)
+    b_chains = sorted(proxy.last.stale_since)
+    assert b_chains and all("default/b/" in n for n in b_chains)
+    assert proxy.stale_since == dict.fromkeys(b_chains, clock.now())
+    assert set(b_chains) <= set(s.rules.existing_chains(proxy.node_name))
+    assert all(f"chain {n} {{\n\t}}" in state.save_text for n in b_chains)  # listed, empty
+
+    clock.advance(2)
+    s.plane.apply(load_text(SVC.format(name="c")).objects)
+    s.converge()
+    assert isinstance(proxy.last, NftablesRender)
+    assert proxy.last.deleted == tuple(b_chains) and proxy.stale_since == {}
+    assert not set(b_chains) & set(s.rules.existing_chains(proxy.node_name))
+
+    # a load that fails leaves the record empty (upstream clears it: nothing was flushed)
+    s.plane.delete("Service", "default/c")
+    s.converge()
+    assert proxy.stale_since
+    s.rules.load = _fail  # type: ignore[method-assign]
+    s.plane.delete("Service", "default/a")
+    with pytest.raises(RuntimeError, match="load failed"):
+        s.plane.run_round()
+    assert proxy.stale_since == {}
+
+
+def _fail(*args: object, **kwargs: object) -> None:
+    raise RuntimeError("load failed")
