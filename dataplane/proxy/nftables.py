@@ -10,6 +10,11 @@
   are neither flushed nor rewritten.
 * ``cleanup_input`` — the transaction to run *before* ``restore_input`` (empty when
   there is nothing to do): ``delete`` of the stale chains that have waited long enough.
+* ``save_text`` — the ruleset as ``nft list ruleset`` prints it (priorities by name,
+  ``meta mark ... | 0x00004000``, one-element anonymous sets unwrapped, timeouts as
+  ``3h``). nft lists the elements of hash sets in hash order and wraps long element
+  lists; compare with :func:`normalize_listing`, which sorts elements and ignores
+  layout.
 
 Stale chains, as upstream's nftables proxier handles them (``staleChains`` in
 ``pkg/proxy/nftables/proxier.go``): a per-service chain (a name with ``/``) that the
@@ -22,11 +27,6 @@ and kept). At the start of a sync, the recorded chains stamped more than
 The record is an input and an output (``stale_since``; the caller keeps it between
 syncs, and the time is the caller's clock), so the render stays pure. Stale affinity
 sets are deleted at once, as upstream does.
-* ``save_text`` — the ruleset as ``nft list ruleset`` prints it (priorities by name,
-  ``meta mark ... | 0x00004000``, one-element anonymous sets unwrapped, timeouts as
-  ``3h``). nft lists the elements of hash sets in hash order and wraps long element
-  lists; compare with :func:`normalize_listing`, which sorts elements and ignores
-  layout.
 
 Names follow NAMING.md (``service-<hash>-ns/svc/tcp/port`` ...). Output is deterministic
 (service ports in snapshot order).
