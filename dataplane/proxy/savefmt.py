@@ -10,7 +10,8 @@ extensions print what they stored rather than what they were given:
   escaped);
 * ``-m statistic --probability``: the kernel keeps ``lround(p * 2**31)``, printed back
   with 11 decimals (``0.3333333333`` → ``0.33333333349``);
-* ``-m recent``: adds ``--mask <all ones> --rsource``; ``-m nfacct`` prints two spaces;
+* ``-m recent``: adds ``--mask <all ones> --rsource`` unless given (so save text maps to
+  itself); ``-m nfacct`` prints two spaces;
 * ``-j MARK --or-mark M`` → ``--set-xmark M/M``, ``--xor-mark M`` → ``--set-xmark M/0x0``;
 * ``-j REJECT`` → ``--reject-with icmp-port-unreachable`` (``icmp6-…`` for IPv6);
 * ``-m conntrack --ctstate``: states in the kernel's bit order.
@@ -84,6 +85,9 @@ _OPTION_MATCH: dict[str, tuple[str | None, int]] = {
     "--remove": ("recent", 0),
     "--seconds": ("recent", 1),
     "--reap": ("recent", 0),
+    "--mask": ("recent", 1),
+    "--rsource": ("recent", 0),
+    "--rdest": ("recent", 0),
     "--ctstate": ("conntrack", 1),
     "--src-type": ("addrtype", 1),
     "--dst-type": ("addrtype", 1),
@@ -128,9 +132,11 @@ def _format_match(m: _Match, ipv6: bool) -> str:
             parts.append(f"--seconds {val('--seconds')}")
         if "--reap" in opts:
             parts.append("--reap")
-        mask = "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff" if ipv6 else "255.255.255.255"
+        full = "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff" if ipv6 else "255.255.255.255"
+        mask = val("--mask") if "--mask" in opts else full
+        side = "--rdest" if "--rdest" in opts else "--rsource"
         parts.append(
-            f"--name {val('--name') if '--name' in opts else 'DEFAULT'} --mask {mask} --rsource"
+            f"--name {val('--name') if '--name' in opts else 'DEFAULT'} --mask {mask} {side}"
         )
     elif m.name == "conntrack":
         states = set(val("--ctstate").split(","))
