@@ -39,6 +39,7 @@ from dataplane.netfilter.conntrack import (
     CtTuple,
     PacketState,
     addr_int,
+    make_tuple,
 )
 from dataplane.netfilter.ipset import IpSet, parse_ipset_save
 from dataplane.netfilter.ipvs import IpvsEngine, IpvsState
@@ -132,8 +133,8 @@ def parse_iptables(rules: IptablesRules) -> Ruleset:
 def ct_tuple(pkt: Packet) -> CtTuple:
     """The conntrack tuple of a packet (ICMP: the identifier as both ports)."""
     if pkt.proto == "icmp":
-        return CtTuple("icmp", addr_int(pkt.src), addr_int(pkt.dst), pkt.icmp_id, pkt.icmp_id)
-    return CtTuple(pkt.proto, addr_int(pkt.src), addr_int(pkt.dst), pkt.sport, pkt.dport)
+        return make_tuple("icmp", addr_int(pkt.src), addr_int(pkt.dst), pkt.icmp_id, pkt.icmp_id)
+    return make_tuple(pkt.proto, addr_int(pkt.src), addr_int(pkt.dst), pkt.sport, pkt.dport)
 
 
 def _inner_tuple(pkt: Packet) -> CtTuple | None:
@@ -414,11 +415,8 @@ class EngineFilter:
             rel = skb.related
             if rel is not None and isinstance(rel, nf_eval.Skb):
                 prev = _related(pkt, rel)
-        nf = self.nf
-        if nf.trace:
-            nf.trace = False
-        v, done, reject_with = nf.run_quick(hook, pkt, prev, indev, outdev,  # type: ignore[arg-type]
-                                            self.chooser_box[0], physin, physout)
+        v, done, reject_with = self.nf.run_quick(hook, pkt, prev, indev, outdev,  # type: ignore[arg-type]
+                                                 self.chooser_box[0], physin, physout)
         if done is None:
             return None, "REJECT" if v == REJECT else "DROP", reject_with
         skb.ct = done

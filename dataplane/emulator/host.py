@@ -11,6 +11,7 @@ Contracts:
 * Neighbour entries are ``PERMANENT`` (configured, never replaced) or ``REACHABLE``
   (learned from ARP). Entries never expire in the emulator's time scale. Change them
   only through :meth:`Host.learn_neighbor` (which bumps the shared ``epoch``).
+  ``neighbors`` is keyed by ``(device name, IPv4 address as an int)``.
 * ``ip_forward`` is ``net.ipv4.ip_forward`` (default off), ``bridge_nf_call_iptables`` is
   ``net.bridge.bridge-nf-call-iptables`` (default off, as without ``br_netfilter``).
 """
@@ -25,6 +26,8 @@ from dataplane.emulator.devices import Bridge, Device, Epoch, VxlanDevice, make_
 from dataplane.emulator.fib import Fib
 from netmodel.ip import IPAddress
 from netmodel.network import Interface, Netns
+
+_UNKNOWN = object()  # not looked up yet (None is a valid cached answer)
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,13 +75,15 @@ class Host:
                 dev.fdb[entry.mac.lower()] = entry.dst
             elif isinstance(dev, Bridge) and entry.dst is None:
                 raise ValueError(f"{ns.name}: static bridge FDB entries need a port")
-        self.neighbors: dict[tuple[str, IPAddress], NeighEntry] = {
-            (n.dev, n.ip): NeighEntry(n.mac.lower(), True) for n in ns.neighbors
+        # keyed by the device and the address as an integer: an address object's hash
+        # is computed in Python on every lookup, an int's is free
+        self.neighbors: dict[tuple[str, int], NeighEntry] = {
+            (n.dev, int(n.ip)): NeighEntry(n.mac.lower(), True) for n in ns.neighbors
         }
         self.fib = Fib({d.name: d.addresses for d in self.devices.values()}, ns.routes)
         self.local_addresses: frozenset[IPAddress] = self.fib.local_addresses()
         self.is_local = self.fib.is_local
-        self._vxlan_ports: dict[tuple[int, IPAddress], VxlanDevice | None] = {}
+        self._vxlan_ports: dict[tuple[int, int], VxlanDevice | None] = {}
 
     # ---- queries
 
@@ -109,9 +114,10 @@ class Host:
 
     def vxlan_for_port(self, port: int, dst: IPAddress) -> VxlanDevice | None:
         """The VXLAN device bound to UDP ``port`` on local address ``dst``."""
-        key = (port, dst)
-        if key in self._vxlan_ports:
-            return self._vxlan_ports[key]
+        key = (port, dst._ip)  # type: ignore[union-attr]  # int(dst), without its Python call
+        found = self._vxlan_ports.get(key, _UNKNOWN)
+        if found is not _UNKNOWN:
+            return found  # type: ignore[return-value]
         found = None
         for d in self.devices.values():
             if isinstance(d, VxlanDevice) and d.port == port and d.local in (None, dst):
@@ -123,12 +129,12 @@ class Host:
     # ---- neighbours
 
     def neighbor(self, dev: str, ip: IPAddress) -> NeighEntry | None:
-        return self.neighbors.get((dev, ip))
+        return self.neighbors.get((dev, ip._ip))  # type: ignore[union-attr]
 
     def learn_neighbor(self, dev: str, ip: IPAddress, mac: str) -> bool:
         """Record ``ip`` is-at ``mac`` on ``dev`` unless a permanent entry exists; True if
         the table changed."""
-        key = (dev, ip)
+        key = (dev, ip._ip)  # type: ignore[union-attr]
         old = self.neighbors.get(key)
         if old is not None and (old.permanent or old.mac == mac):
             return False

@@ -429,7 +429,7 @@ class Walker:
         """The MAC of ``nexthop`` on ``dev``: from the neighbour table, else by ARP."""
         if dev.kind == "loopback":
             return dev.mac
-        entry = host.neighbors.get((dev.name, nexthop))
+        entry = host.neighbors.get((dev.name, nexthop._ip))  # type: ignore[union-attr]
         if entry is not None:
             return entry.mac
         if dev.noarp:

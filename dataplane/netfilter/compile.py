@@ -83,6 +83,7 @@ class Work:
         "iif",
         "inner",
         "itype",
+        "left_as",
         "length",
         "locals",
         "mark",
@@ -149,6 +150,9 @@ class Work:
         self.masq_bit = 0x4000
         self.masq_seen = False
         self.reject_with = ""
+        # the skb the fast path (Netfilter.run_quick) last made from this state, while
+        # the state is still exactly that skb's; None otherwise
+        self.left_as: object = None
 
 
 class Ns:

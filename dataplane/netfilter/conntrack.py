@@ -176,7 +176,7 @@ class Connection:
 
     def __init__(self, orig: CtTuple, *, icmp_type: int = 0, conn_id: int = 0) -> None:
         self.orig = orig
-        self.reply = orig.inverted()
+        self.reply = _new_tuple(CtTuple, (orig[0], orig[2], orig[1], orig[4], orig[3]))  # inverted
         self.status = 0
         self.tcp_state: str | None = None
         self.expires = 0.0
@@ -210,6 +210,7 @@ class PacketState(NamedTuple):
 
 
 def _ps(conn: Connection | None, direction: int, state: str) -> PacketState:
+    """A :class:`PacketState` (the hot returns of ``classify`` inline this)."""
     return _new_tuple(PacketState, (conn, direction, state))
 
 
@@ -424,7 +425,7 @@ class ConntrackTable:
                 if flags == _SYN:
                     conn.tcp_state = "SYN_SENT"
                     conn.expires = now + TCP_TIMEOUTS["SYN_SENT"]
-                    return _ps(conn, ORIGINAL, "NEW")
+                    return _new_tuple(PacketState, (conn, ORIGINAL, "NEW"))
                 ev = _tcp_event(flags)
                 st = tcp_next(None, ORIGINAL, ev, -1)
                 if st is None:
@@ -437,14 +438,14 @@ class ConntrackTable:
                 conn.expires = now + ICMP_TIMEOUT
             else:
                 conn.expires = now + GENERIC_TIMEOUT
-            return _ps(conn, ORIGINAL, "NEW")
+            return _new_tuple(PacketState, (conn, ORIGINAL, "NEW"))
         conn, direction = hit
         if not commit:
             conn = conn.copy()
         state = self._advance(conn, direction, flags, now, commit)
         if state is None:
             return _ps(None, direction, "INVALID")
-        return _ps(conn, direction, state)
+        return _new_tuple(PacketState, (conn, direction, state))
 
     def refresh(self, conn: Connection, direction: int, flags: frozenset[str]) -> str | None:
         """Apply one more packet of a connection the caller already holds (from

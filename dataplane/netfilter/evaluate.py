@@ -88,7 +88,6 @@ from .conntrack import (
     SimClock,
     addr_int,
     int_addr,
-    make_tuple,
 )
 from .ipset import IpSet
 from .recent import RecentTable
@@ -479,10 +478,11 @@ class Netfilter:
             return CONTINUE
         proto = w.proto
         icmp = proto in ("icmp", "ipv6-icmp")
+        # make_tuple, inlined
         if icmp:
-            t = make_tuple(proto, w.src, w.dst, w.icmp_id, w.icmp_id)
+            t = _new_tuple(CtTuple, (proto, w.src, w.dst, w.icmp_id, w.icmp_id))
         else:
-            t = make_tuple(proto, w.src, w.dst, w.sport, w.dport)
+            t = _new_tuple(CtTuple, (proto, w.src, w.dst, w.sport, w.dport))
         inner = None
         if icmp and w.inner is not None:
             p: Packet = w.inner
@@ -706,6 +706,7 @@ class Netfilter:
     def _release(self, w: Work) -> None:
         w.ct = None
         w.inner = None
+        w.left_as = None
         w.chooser = self.chooser
         self._spare = w
 
@@ -781,6 +782,7 @@ class Netfilter:
         )
         w.ct = None  # _release, inlined
         w.inner = None
+        w.left_as = None
         w.chooser = self.chooser
         self._spare = w
         return result
@@ -801,14 +803,29 @@ class Netfilter:
         a packet's first hook), committing, no source MAC. Returns the verdict code, the
         skb after the hook (None when dropped) and the REJECT answer type. Same effects as
         ``run_hook(hook, Skb(pkt, prev...) or pkt, ...)`` with ``trace`` off; positional
-        and with :meth:`_work` inlined (20 calls per connection on the full path)."""
+        and with :meth:`_work` inlined (20 calls per connection on the full path).
+
+        The per-packet state is carried from one hook to the next: when ``prev`` is the
+        skb the previous call returned and ``pkt`` its packet (the walk changed nothing
+        in between), the recycled :class:`Work` still holds exactly what filling it from
+        them would write, so only the per-hook fields are set. And a hook that changes
+        neither the packet nor the conntrack attachment returns ``prev`` itself (skbs
+        are immutable: no copy is needed)."""
         w = self._spare
-        if w is None:
-            w = self._work(pkt, prev, chooser, True, physdev_in or "", physdev_out or "")
-        else:
+        if w is not None and w.left_as is prev and prev is not None and pkt is prev.packet:
             self._spare = None
-            w.src = w.psrc = addr_int(pkt.src)
-            w.dst = w.pdst = addr_int(pkt.dst)
+            w.psrc = w.src  # the addresses ``pkt`` has (the previous hook's NAT included)
+            w.pdst = w.dst
+        else:
+            if w is None:
+                w = self._work(pkt, prev, chooser, True)
+            else:
+                self._spare = None
+            # addr_int, inlined for IPv4 (the integer the address object holds)
+            a = pkt.src
+            w.src = w.psrc = a._ip if a.__class__ is IPv4Address else addr_int(a)  # type: ignore[attr-defined]
+            a = pkt.dst
+            w.dst = w.pdst = a._ip if a.__class__ is IPv4Address else addr_int(a)  # type: ignore[attr-defined]
             w.proto = pkt.proto
             w.sport = pkt.sport
             w.dport = pkt.dport
@@ -820,14 +837,7 @@ class Netfilter:
             w.ttl = pkt.ttl
             w.mark = pkt.mark
             w.inner = pkt.inner
-            w.chooser = chooser or self.chooser
             w.commit = True
-            w.now = self.clock.now()
-            w.visited = 0
-            w.reject_with = ""
-            w.phys_in = physdev_in = physdev_in or ""
-            w.phys_out = physdev_out = physdev_out or ""
-            w.bridged = bool(physdev_in or physdev_out)
             w.smac = ""
             if prev is not None and prev.state:
                 w.ct = prev.conn  # type: ignore[assignment]
@@ -843,15 +853,44 @@ class Netfilter:
                 w.ctbits = ST_INVALID
                 w.masq_seen = prev.masq if prev is not None else False
                 w.untracked = prev.untracked if prev is not None else False
+        # the per-hook fields (``hook`` and ``reject_with`` are the runner's)
+        w.chooser = chooser or self.chooser
+        w.now = self.clock.now()
+        w.visited = 0
+        w.phys_in = physdev_in = physdev_in or ""
+        w.phys_out = physdev_out = physdev_out or ""
+        w.bridged = bool(physdev_in or physdev_out)
         w.iif = in_iface or ""
         w.oif = out_iface or ""
         v = self._runners[hook](w, None)
         out = None
         if v in (ACCEPT, STOLEN):
-            out = Skb(_rebuild(pkt, w), w.ct, w.ctdir, w.ctname, w.untracked, w.masq_seen)
+            if (  # _rebuild's test, inlined: did the hook change the packet?
+                w.src == w.psrc
+                and w.dst == w.pdst
+                and w.sport == pkt.sport
+                and w.dport == pkt.dport
+                and w.mark == pkt.mark
+                and w.icmp_id == pkt.icmp_id
+                and w.inner is pkt.inner
+            ):
+                if (
+                    prev is not None
+                    and prev.packet is pkt
+                    and prev.conn is w.ct
+                    and prev.state == w.ctname
+                    and prev.direction == w.ctdir
+                    and prev.untracked == w.untracked
+                    and prev.masq == w.masq_seen
+                ):
+                    out = prev
+                else:
+                    out = Skb(pkt, w.ct, w.ctdir, w.ctname, w.untracked, w.masq_seen)
+            else:
+                out = Skb(_rebuilt(pkt, w), w.ct, w.ctdir, w.ctname, w.untracked, w.masq_seen)
         reject_with = w.reject_with or None
-        w.ct = None  # _release, inlined
-        w.inner = None
+        # kept as the spare with its state, which is ``out``'s (see above)
+        w.left_as = out
         w.chooser = self.chooser
         self._spare = w
         return v, out, reject_with
@@ -1032,15 +1071,11 @@ def _addr(v: int) -> IPAddress:
 
 
 def _rebuild(p: Packet, w: Work) -> Packet:
-    """The packet with the fields NAT and MARK may have changed (a new value; the
-    dataclass constructor is called directly, ``replace`` is much slower)."""
-    src = w.src
-    dst = w.dst
-    psrc = w.psrc
-    pdst = w.pdst
+    """The packet with the fields NAT and MARK may have changed: ``p`` itself when
+    nothing changed, else a new value (:func:`_rebuilt`)."""
     if (
-        src == psrc
-        and dst == pdst
+        w.src == w.psrc
+        and w.dst == w.pdst
         and w.sport == p.sport
         and w.dport == p.dport
         and w.mark == p.mark
@@ -1048,9 +1083,17 @@ def _rebuild(p: Packet, w: Work) -> Packet:
         and w.inner is p.inner
     ):
         return p
+    return _rebuilt(p, w)
+
+
+def _rebuilt(p: Packet, w: Work) -> Packet:
+    """``p`` with the fields NAT and MARK may have changed taken from ``w`` (the
+    constructor called directly: ``replace`` is much slower)."""
+    src = w.src
+    dst = w.dst
     return Packet(
-        p.src if src == psrc else _addr(src),
-        p.dst if dst == pdst else _addr(dst),
+        p.src if src == w.psrc else _addr(src),
+        p.dst if dst == w.pdst else _addr(dst),
         p.proto,
         w.sport,
         w.dport,
