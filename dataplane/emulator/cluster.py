@@ -73,6 +73,20 @@ __all__ = [
 ]
 
 
+_ADDR_TEXT: dict[IPAddress, str] = {}
+
+
+def _addr_text(addr: IPAddress) -> str:
+    """``str(addr)``, memoised: results name the cluster's few addresses over and over,
+    and formatting one is several Python calls."""
+    text = _ADDR_TEXT.get(addr)
+    if text is None:
+        if len(_ADDR_TEXT) > 100_000:
+            _ADDR_TEXT.clear()
+        text = _ADDR_TEXT[addr] = str(addr)
+    return text
+
+
 class _ProbChooser:
     """A seeded chooser that also multiplies the probabilities of the decisions it took
     (the chance of the branch a single trace followed)."""
@@ -503,13 +517,13 @@ class EmulatedCluster:
             endpoint = pod = node = seen = None
             if d is not None and d.reception.kind in ("listener", "kernel"):
                 h = self.hosts[d.host]
-                endpoint = f"{d.packet.dst}:{d.reception.port}"
-                pod, node, seen = h.pod, h.node, str(d.packet.src)
+                endpoint = f"{_addr_text(d.packet.dst)}:{d.reception.port}"
+                pod, node, seen = h.pod, h.node, _addr_text(d.packet.src)
             out.append(
                 ConnResult(
                     index=i,
                     sport=pkt.sport if proto != "icmp" else pkt.icmp_id,
-                    source=str(pkt.src),
+                    source=_addr_text(pkt.src),
                     verdict=res.verdict,
                     endpoint=endpoint,
                     pod=pod,

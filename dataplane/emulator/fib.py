@@ -13,7 +13,8 @@ Contract (IPv4, what ``ip route get`` answers):
   egress device that contains the next hop, else the device's first address, else the
   first global address of any other device (``inet_select_addr``).
 
-Lookups are cached per destination: the tables never change after construction.
+Lookups are cached per destination: the tables never change after construction. A
+result's ``description`` is written when first read (only traces read it).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ LOOPBACK_NET = IPv4Network("127.0.0.0/8")
 
 @dataclass(frozen=True, slots=True)
 class RouteResult:
-    """The answer to a route lookup.
+    """The answer to a route lookup for ``dst``.
 
     ``type`` is ``local`` (deliver here), ``unicast`` (send out ``dev`` to ``nexthop``)
     or ``unreachable`` (no route). ``description`` is what ``ip route get`` would show.
@@ -42,13 +43,28 @@ class RouteResult:
     nexthop: IPAddress | None
     src: IPAddress | None
     route: Route | None
-    description: str
+    dst: IPAddress
+
+    @property
+    def description(self) -> str:
+        """Built on demand: a walk without a trace never reads it, and formatting the
+        addresses costs more than the lookup itself."""
+        dst = self.dst
+        if self.type == "local":
+            return f"local {dst} dev lo table local src {dst}"
+        r = self.route
+        if self.type == "unreachable" or r is None:
+            return f"{dst}: no route (Network is unreachable)"
+        text = f"{dst} " + ("via " + str(r.via) + " " if r.via else "") + f"dev {r.dev}"
+        if self.src is not None:
+            text += f" src {self.src}"
+        return f"{text}  (route: {r.describe()})"
 
 
 class Fib:
     """The local and main tables of one namespace (see the module docstring)."""
 
-    __slots__ = ("_addrs", "_cache", "_local", "_main")
+    __slots__ = ("_addrs", "_cache", "_local", "_main", "_sources")
 
     def __init__(
         self,
@@ -73,6 +89,8 @@ class Fib:
         main.sort(key=lambda t: -t[0])
         self._main = main
         self._cache: dict[int, RouteResult] = {}  # by address as int (cheap to hash)
+        # select_source per (device, target as int): routes via a gateway ask the same
+        self._sources: dict[tuple[str, int | None], IPAddress | None] = {}
 
     def is_local(self, addr: IPAddress) -> bool:
         """Whether ``addr`` is in the local table (own address or 127/8)."""
@@ -95,41 +113,24 @@ class Fib:
         value = int(dst)
         dev = self._local.get(value)
         if dev is not None or (value >> 24) == 127:
-            return RouteResult(
-                type="local",
-                dev="lo",
-                nexthop=dst,
-                src=dst,
-                route=None,
-                description=f"local {dst} dev lo table local src {dst}",
-            )
+            return RouteResult("local", "lo", dst, dst, None, dst)
         for _plen, net, mask, r in self._main:
             if value & mask == net:
                 nexthop = r.via if r.via is not None else dst
                 src = r.src if r.src is not None else self.select_source(r.dev, nexthop)
-                text = f"{dst} " + ("via " + str(r.via) + " " if r.via else "") + f"dev {r.dev}"
-                if src is not None:
-                    text += f" src {src}"
-                return RouteResult(
-                    type="unicast",
-                    dev=r.dev,
-                    nexthop=nexthop,
-                    src=src,
-                    route=r,
-                    description=f"{text}  (route: {r.describe()})",
-                )
-        return RouteResult(
-            type="unreachable",
-            dev=None,
-            nexthop=None,
-            src=None,
-            route=None,
-            description=f"{dst}: no route (Network is unreachable)",
-        )
+                return RouteResult("unicast", r.dev, nexthop, src, r, dst)
+        return RouteResult("unreachable", None, None, None, None, dst)
 
     def select_source(self, dev: str, target: IPAddress | None) -> IPAddress | None:
         """``inet_select_addr``: an address of ``dev`` on ``target``'s subnet, else its
-        first address, else the first non-loopback address of the namespace."""
+        first address, else the first non-loopback address of the namespace (cached)."""
+        key = (dev, None if target is None else int(target))
+        if key in self._sources:
+            return self._sources[key]
+        found = self._sources[key] = self._select_source(dev, target)
+        return found
+
+    def _select_source(self, dev: str, target: IPAddress | None) -> IPAddress | None:
         addrs = self._addrs.get(dev, ())
         if target is not None:
             for a in addrs:
