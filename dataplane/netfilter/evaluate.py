@@ -118,7 +118,8 @@ _PATH_OUT = ("OUTPUT", "POSTROUTING", "PREROUTING", "INPUT")
 
 class Skb:
     """A packet inside one host, with the conntrack state it carries between hooks
-    (the kernel's skb->_nfct). Immutable by convention; hooks return a new one."""
+    (the kernel's skb->_nfct). Immutable by convention; hooks return a new one, or
+    (:meth:`Netfilter.run_quick`) the same one when they changed nothing."""
 
     __slots__ = ("conn", "direction", "masq", "packet", "state", "untracked")
 
