@@ -888,7 +888,7 @@ class Netfilter:
                 else:
                     out = Skb(pkt, w.ct, w.ctdir, w.ctname, w.untracked, w.masq_seen)
             else:
-                out = Skb(_rebuilt(pkt, w), w.ct, w.ctdir, w.ctname, w.untracked, w.masq_seen)
+                out = Skb(_rebuild(pkt, w), w.ct, w.ctdir, w.ctname, w.untracked, w.masq_seen)
         reject_with = w.reject_with or None
         # kept as the spare with its state, which is ``out``'s (see above)
         w.left_as = out
@@ -1072,11 +1072,15 @@ def _addr(v: int) -> IPAddress:
 
 
 def _rebuild(p: Packet, w: Work) -> Packet:
-    """The packet with the fields NAT and MARK may have changed: ``p`` itself when
-    nothing changed, else a new value (:func:`_rebuilt`)."""
+    """The packet with the fields NAT and MARK may have changed (a new value; the
+    dataclass constructor is called directly, ``replace`` is much slower)."""
+    src = w.src
+    dst = w.dst
+    psrc = w.psrc
+    pdst = w.pdst
     if (
-        w.src == w.psrc
-        and w.dst == w.pdst
+        src == psrc
+        and dst == pdst
         and w.sport == p.sport
         and w.dport == p.dport
         and w.mark == p.mark
@@ -1084,17 +1088,9 @@ def _rebuild(p: Packet, w: Work) -> Packet:
         and w.inner is p.inner
     ):
         return p
-    return _rebuilt(p, w)
-
-
-def _rebuilt(p: Packet, w: Work) -> Packet:
-    """``p`` with the fields NAT and MARK may have changed taken from ``w`` (the
-    constructor called directly: ``replace`` is much slower)."""
-    src = w.src
-    dst = w.dst
     return Packet(
-        p.src if src == w.psrc else _addr(src),
-        p.dst if dst == w.pdst else _addr(dst),
+        p.src if src == psrc else _addr(src),
+        p.dst if dst == pdst else _addr(dst),
         p.proto,
         w.sport,
         w.dport,
