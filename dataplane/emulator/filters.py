@@ -104,8 +104,8 @@ def compile_rules(rules: RulesetInput) -> CompiledRules:
         # nft rules are evaluated by their own engine; the flow cache does not replay them
         return CompiledRules(None, None, False, nft=parse_nft(rules.text, source=rules.source))
     if isinstance(rules, IpvsRules):
-        glue = parse_save(rules.iptables, source=rules.source)
         sets = parse_ipset_save(rules.ipset, source=rules.source)
+        glue = parse_save(rules.iptables, source=rules.source, ipsets=sets)
         state = IpvsState.of(parse_ipvsadm(rules.ipvsadm, source=rules.source))
         compiled = None if _uses_nth(glue) else nf_eval.CompiledRuleset(glue, sets=sets)
         # IPVS schedules only connections it does not own yet (a replayed packet's is

@@ -23,11 +23,11 @@ Contract:
 from __future__ import annotations
 
 import gc
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass
 
 from . import rules as R
-from .ruleparse import RestoreError, _unsupported, _where, parse_rule, tokenize
+from .ruleparse import TARGET_HOOKS, RestoreError, _unsupported, _where, parse_rule, tokenize
 
 __all__ = [
     "RestoreError",
@@ -80,9 +80,17 @@ def _freeze(t: _MTable) -> R.Table:
     )
 
 
-def parse_save(text: str, *, family: int = 4, source: str = "<iptables-save>") -> R.Ruleset:
+def parse_save(
+    text: str,
+    *,
+    family: int = 4,
+    source: str = "<iptables-save>",
+    ipsets: Collection[str] | None = None,
+) -> R.Ruleset:
     """Parse ``iptables-save`` output (or any restore payload) into a fresh ruleset."""
-    return apply_restore(R.Ruleset(family=family), text, noflush=False, source=source)
+    return apply_restore(
+        R.Ruleset(family=family), text, noflush=False, source=source, ipsets=ipsets
+    )
 
 
 def apply_restore(
@@ -91,10 +99,13 @@ def apply_restore(
     *,
     noflush: bool = True,
     source: str = "<iptables-restore>",
+    ipsets: Collection[str] | None = None,
 ) -> R.Ruleset:
     """Apply an ``iptables-restore`` payload to ``base`` and return the new ruleset.
 
-    ``noflush`` is ``--noflush``. Each ``*table`` ... ``COMMIT`` section is applied as a
+    ``noflush`` is ``--noflush``. ``ipsets``: the names of the ipsets that exist on the
+    node; when given, ``-m set`` naming any other set is refused, as the kernel refuses
+    it (``Set X doesn't exist``). Each ``*table`` ... ``COMMIT`` section is applied as a
     whole; an error anywhere raises and nothing is returned (``base`` is unchanged).
 
     A large payload is parsed with the cyclic garbage collector paused (restored on the
@@ -102,10 +113,10 @@ def apply_restore(
     the collections their allocation triggers took close to half the time at 10,000
     Services."""
     if len(text) < _PAUSE_GC_ABOVE or not gc.isenabled():
-        return _apply_restore(base, text, noflush, source)
+        return _apply_restore(base, text, noflush, source, ipsets)
     gc.disable()
     try:
-        return _apply_restore(base, text, noflush, source)
+        return _apply_restore(base, text, noflush, source, ipsets)
     finally:
         gc.enable()
 
@@ -113,7 +124,9 @@ def apply_restore(
 _PAUSE_GC_ABOVE = 1 << 20  # characters (about 5,000 rules)
 
 
-def _apply_restore(base: R.Ruleset, text: str, noflush: bool, source: str) -> R.Ruleset:
+def _apply_restore(
+    base: R.Ruleset, text: str, noflush: bool, source: str, ipsets: Collection[str] | None
+) -> R.Ruleset:
     family = base.family
     tables: dict[str, R.Table] = dict(base.tables)
     cur: _MTable | None = None
@@ -126,7 +139,9 @@ def _apply_restore(base: R.Ruleset, text: str, noflush: bool, source: str) -> R.
             if line.startswith("*"):
                 name = line[1:].strip()
                 if name not in R.BUILTIN_CHAINS:
-                    raise _unsupported(source, lineno, line, f"unknown table {name!r}")
+                    raise RestoreError(
+                        f"{_where(source, lineno, line)}: table name {name!r} invalid"
+                    )
                 old = tables.get(name)
                 if old is None:
                     cur = _new_table(name)
@@ -141,15 +156,20 @@ def _apply_restore(base: R.Ruleset, text: str, noflush: bool, source: str) -> R.
             raise RestoreError(f"{_where(source, lineno, line)}: line outside a *table section")
         if line == "COMMIT":
             _check_table(cur, source, cur_start)
+            _check_hooks(cur, source)
             tables[cur.name] = _freeze(cur)
             cur = None
             continue
         try:
-            _apply_line(cur, line, lineno, family, source)
+            _apply_line(cur, line, lineno, family, source, ipsets)
         except (ValueError, IndexError) as e:
             raise RestoreError(f"{_where(source, lineno, line)}: {e}") from None
     if cur is not None:
-        raise RestoreError(f"{source}:{cur_start}: *{cur.name}: missing COMMIT")
+        # like iptables-restore, name the line where COMMIT was expected
+        end = len(text.splitlines()) + 1
+        raise RestoreError(
+            f"{source}:{end}: *{cur.name}: COMMIT expected (table opened at line {cur_start})"
+        )
     return R.Ruleset(tables, family)
 
 
@@ -160,7 +180,23 @@ def _counters(text: str) -> tuple[int, int]:
     return int(p), int(b)
 
 
-def _apply_line(t: _MTable, line: str, lineno: int, family: int, source: str) -> None:
+def _chain_counters(text: str) -> tuple[int, int]:
+    """A chain line's ``[pkts:bytes]``. iptables-restore without ``-c`` (how kube-proxy
+    and svclab restore) does not read them, so malformed ones load as zero, as there."""
+    try:
+        return _counters(text)
+    except ValueError:
+        return (0, 0)
+
+
+def _apply_line(
+    t: _MTable,
+    line: str,
+    lineno: int,
+    family: int,
+    source: str,
+    ipsets: Collection[str] | None = None,
+) -> None:
     counters: tuple[int, int] | None = None
     if line.startswith("["):
         close = line.index("]")
@@ -170,7 +206,7 @@ def _apply_line(t: _MTable, line: str, lineno: int, family: int, source: str) ->
         parts = line[1:].split()
         name = parts[0]
         policy = parts[1] if len(parts) > 1 else "-"
-        ctr = _counters(parts[2]) if len(parts) > 2 else (0, 0)
+        ctr = _chain_counters(parts[2]) if len(parts) > 2 else (0, 0)
         ch = t.chains.get(name)
         builtin = name in R.BUILTIN_CHAINS[t.name]
         if builtin:
@@ -207,7 +243,7 @@ def _apply_line(t: _MTable, line: str, lineno: int, family: int, source: str) ->
             toks = tokenize(spec)
         except ValueError as e:
             raise RestoreError(f"{_where(source, lineno, line)}: {e}") from None
-        return parse_rule(
+        rule = parse_rule(
             chain,
             toks,
             spec=spec,
@@ -217,6 +253,19 @@ def _apply_line(t: _MTable, line: str, lineno: int, family: int, source: str) ->
             source=source,
             counters=counters,
         )
+        if ipsets is not None:
+            for m in rule.matches:
+                if isinstance(m, R.SetMatch) and m.name not in ipsets:
+                    raise RestoreError(
+                        f"{_where(source, lineno, line)}: Set {m.name} doesn't exist."
+                    )
+        # like iptables-restore, a jump names a chain declared on an earlier line
+        if isinstance(rule.target, R.Jump) and rule.target.chain not in t.chains:
+            raise RestoreError(
+                f"{_where(source, lineno, line)}: Couldn't load target "
+                f"`{rule.target.chain}': no such chain in table {t.name}"
+            )
+        return rule
 
     if head in ("-A", "--append"):
         chain, _, spec = rest.partition(" ")
@@ -332,30 +381,90 @@ def _check_table(t: _MTable, source: str, start: int) -> None:
                         f"{_where(source, r.line, r.text)}: cannot jump to built-in chain "
                         f"{r.target.chain}"
                     )
-    # loop detection: DFS over the user-chain graph
+    # loop detection: DFS over the chain graph, from the built-in chains first; a loop
+    # is reported at the latest rule on the path that closes it (where the kernel finds
+    # it: the rule that made it reachable or closed it)
     state: dict[str, int] = {}
-    for root in t.chains:
+    roots = sorted(t.chains, key=lambda c: t.chains[c].policy is None)
+    for root in roots:
         if state.get(root):
             continue
-        stack: list[tuple[str, Iterator[str]]] = [(root, iter(_succ(t, root)))]
+        stack: list[tuple[str, Iterator[tuple[str, R.Rule]], tuple[R.Rule, ...]]] = [
+            (root, iter(_succ(t, root)), ())
+        ]
         state[root] = 1
         while stack:
-            node, it = stack[-1]
-            nxt = next(it, None)
-            if nxt is None:
+            node, it, path = stack[-1]
+            step = next(it, None)
+            if step is None:
                 state[node] = 2
                 stack.pop()
                 continue
+            nxt, rule = step
             s = state.get(nxt, 0)
             if s == 1:
-                raise RestoreError(f"{source}:{start}: *{t.name}: loop through chain {nxt}")
+                worst = max((*path, rule), key=lambda r: r.line)
+                raise RestoreError(
+                    f"{_where(source, worst.line, worst.text)}: *{t.name}: loop through chain {nxt}"
+                )
             if s == 0:
                 state[nxt] = 1
-                stack.append((nxt, iter(_succ(t, nxt))))
+                stack.append((nxt, iter(_succ(t, nxt)), (*path, rule)))
 
 
-def _succ(t: _MTable, name: str) -> list[str]:
-    return sorted({r.target.chain for r in t.chains[name].rules if isinstance(r.target, R.Jump)})
+def _check_hooks(t: _MTable, source: str) -> None:
+    """COMMIT-time check of targets restricted to some hooks (REJECT, DNAT, SNAT,
+    MASQUERADE) in user chains: every built-in chain that reaches the rule must be one
+    of its hooks, as the kernel checks when the table is replaced. The error names the
+    later of the rule's line and the line of the jump that brought it in reach."""
+    reach: dict[str, dict[str, int]] = {}  # user chain -> {hook: line of the jump path}
+    todo: list[tuple[str, str, int]] = []
+    for hook in R.BUILTIN_CHAINS[t.name]:
+        if hook in t.chains:
+            todo.append((hook, hook, 0))
+    while todo:
+        chain, hook, via = todo.pop()
+        for r in t.chains[chain].rules:
+            if isinstance(r.target, R.Jump) and r.target.chain in t.chains:
+                dest = r.target.chain
+                line = max(via, r.line)
+                seen = reach.setdefault(dest, {})
+                if hook not in seen:
+                    seen[hook] = line
+                    todo.append((dest, hook, line))
+    for chain, hooks in reach.items():
+        for r in t.chains[chain].rules:
+            name = _target_name(r.target)
+            allowed = TARGET_HOOKS.get(name) if name else None
+            if allowed is None:
+                continue
+            for hook, line in hooks.items():
+                if hook not in allowed:
+                    raise RestoreError(
+                        f"{_where(source, max(line, r.line), r.text)}: target {name} in chain "
+                        f"{chain} is reached from {hook}, where it is not valid"
+                    )
+
+
+def _target_name(target: R.Target | None) -> str | None:
+    if isinstance(target, R.Reject):
+        return "REJECT"
+    if isinstance(target, R.Dnat):
+        return "DNAT"
+    if isinstance(target, R.Snat):
+        return "SNAT"
+    if isinstance(target, R.Masquerade):
+        return "MASQUERADE"
+    return None
+
+
+def _succ(t: _MTable, name: str) -> list[tuple[str, R.Rule]]:
+    """(destination, first rule that jumps there) for each chain ``name`` jumps to."""
+    out: dict[str, R.Rule] = {}
+    for r in t.chains[name].rules:
+        if isinstance(r.target, R.Jump) and r.target.chain in t.chains:
+            out.setdefault(r.target.chain, r)
+    return sorted(out.items(), key=lambda kv: kv[0])
 
 
 # --------------------------------------------------------------------------- output

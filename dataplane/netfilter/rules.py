@@ -267,10 +267,13 @@ class NfacctMatch:
 
 @dataclass(frozen=True, slots=True)
 class LimitMatch:
-    """``-m limit``: svclab treats the rate as never exceeded (always matches)."""
+    """``-m limit --limit RATE --limit-burst N``: a token bucket on the simulated clock,
+    as the kernel's xt_limit keeps it per rule: it holds up to ``burst`` packets, starts
+    full, refills at ``per_second``; a packet matches when it can take a token."""
 
     rate: str = "3/hour"
     burst: int = 5
+    per_second: float = 3 / 3600
 
 
 @dataclass(frozen=True, slots=True)

@@ -76,7 +76,7 @@ COMMIT
 *filter
 :INPUT ACCEPT [0:0]
 :FORWARD ACCEPT [0:0]
--A INPUT -m mark --mark 0x1 -j REJECT --reject-with tcp-reset
+-A INPUT -p tcp -m mark --mark 0x1 -j REJECT --reject-with tcp-reset
 COMMIT
 """
     t = nf_of(text).traverse(syn("10.0.0.1", NODE), commit=False)
@@ -97,8 +97,8 @@ NAT = """*nat
 :SVC - [0:0]
 -A PREROUTING -d 172.30.0.1 -p tcp --dport 80 -j SVC
 -A OUTPUT -d 172.30.0.1 -p tcp --dport 80 -j SVC
--A SVC -m statistic --mode random --probability 0.3333333333 -j DNAT --to-destination 10.1.0.1:8080
--A SVC -m statistic --mode random --probability 0.5000000000 -j DNAT --to-destination 10.1.0.2:8080
+-A SVC -p tcp -m statistic --mode random --probability 0.3333333333 -j DNAT --to-destination 10.1.0.1:8080
+-A SVC -p tcp -m statistic --mode random --probability 0.5000000000 -j DNAT --to-destination 10.1.0.2:8080
 -A SVC -p tcp -j DNAT --to-destination 10.1.0.3:8080
 -A POSTROUTING -s 10.0.0.0/8 -d 10.1.0.0/16 -j MASQUERADE
 COMMIT

@@ -33,7 +33,7 @@ def rule(draw: st.DrawFn, jumps: bool) -> str:
             f"-m statistic --mode random --probability {draw(st.sampled_from(['0.5', '0.25']))}"
         )
     if draw(st.booleans()):
-        mods.append(f"-m statistic --mode nth --every {draw(st.sampled_from([2, 3]))}")
+        mods.append(f"-m statistic --mode nth --every {draw(st.sampled_from([2, 3]))} --packet 0")
     if draw(st.booleans()):
         mods.append("-m mark --mark 0x1/0x1")
     parts += draw(st.permutations(mods))
