@@ -88,18 +88,37 @@ def parse_nft(text: str, *, base: NftRuleset | None = None, source: str = "<nft>
     if re.search(r"^\s*table\s+\S+\s+\S+\s*\{", text, re.M):
         text = _flatten_nested(text)
     checks: list[tuple[NftTable, str, str]] = []
-    for n, raw in enumerate(text.splitlines(), 1):
+    lines = text.splitlines()
+    for n, raw in enumerate(lines, 1):
         line = raw.strip()
         if not line or line.startswith("#"):
             continue
         where = f"{source}:{n}: {line}"
+        if line.count("{") > line.count("}"):
+            # nft reads on for the closing brace and meets the end of the file
+            raise NftError(f"{source}:{len(lines) + 1}: {line}: unexpected end of file")
         try:
             _apply(rs, line, where, n, checks)
         except (ValueError, IndexError, KeyError) as e:
             raise NftError(f"{where}: {e}") from None
     # like the kernel, check references when the whole transaction is in
+    # (a verdict-map element counts only if it is still there: a later "delete element"
+    # in the same transaction takes its reference away)
+    live = {
+        (id(t), v[1])
+        for t in rs.tables.values()
+        for st in t.sets.values()
+        for v in st.elements.values()
+        if isinstance(v, tuple) and len(v) == 2 and v[0] in ("jump", "goto")
+    }
     for t, text, where in checks:
-        if rs.tables.get((t.family, t.name)) is t:
+        if rs.tables.get((t.family, t.name)) is not t:
+            continue
+        if text.startswith("elements:"):
+            for m in re.finditer(r"(?:jump|goto) (\S+)", text):
+                if (id(t), m.group(1)) in live and m.group(1) not in t.chains:
+                    raise NftError(f"{where}: no chain {m.group(1)!r}")
+        else:
             _check_targets(t, text, where)
     return rs
 
@@ -138,31 +157,42 @@ def _apply(
         rs.tables.clear()
         return
     what = cur.next()
-    if verb not in ("add", "create", "insert", "delete", "destroy", "flush", "replace"):
-        raise UnsupportedRuleError(f"{where}: unsupported command {verb!r}")
+    # (nft 1.0.6, the reference here, has no "destroy")
+    if verb not in ("add", "create", "insert", "delete", "flush", "replace"):
+        raise NftError(f"{where}: syntax error, unexpected {verb!r}")
     fam = cur.next()
-    if fam not in ("ip", "ip6", "inet"):
+    if fam in ("arp", "bridge", "netdev"):
         raise UnsupportedRuleError(f"{where}: unsupported family {fam!r}")
+    if fam not in ("ip", "ip6", "inet"):
+        # nft takes an unknown word here for the table name and then finds one too many
+        raise NftError(f"{where}: syntax error, unexpected {cur.peek()!r} after table name")
     tname = cur.next()
     key = (fam, tname)
     if what == "table":
         if verb in ("add", "create"):
+            if verb == "create" and key in rs.tables:
+                raise NftError(f"{where}: table {fam} {tname} exists (File exists)")
             t = rs.tables.setdefault(key, NftTable(fam, tname))
             if cur.peek() == "{":
                 props = _block(cur)
                 t.comment = _unquote(props.get("comment", t.comment))
         elif verb in ("delete", "destroy"):
+            if key not in rs.tables and verb == "delete":
+                raise NftError(f"{where}: no table {fam} {tname} (No such file or directory)")
             rs.tables.pop(key, None)
         elif verb == "flush":
             t = _table(rs, key, where)
             for c in t.chains.values():
                 c.rules.clear()
+        _done(cur, where)
         return
     t = _table(rs, key, where)
     name = cur.next()
     if what == "chain":
         if verb in ("add", "create"):
             found = t.chains.get(name)
+            if verb == "create" and found is not None:
+                raise NftError(f"{where}: chain {name} exists (File exists)")
             c = found if found is not None else t.chains.setdefault(name, NftChain(name))
             if cur.peek() == "{":
                 props = _block(cur)
@@ -172,13 +202,28 @@ def _apply(
                     )
                     if not m:
                         raise NftError(f"{where}: bad chain type {props['type']!r}")
+                    if m.group(1) not in ("filter", "nat", "route"):
+                        raise NftError(f"{where}: unknown chain type {m.group(1)!r}")
+                    if m.group(2) not in _ALL_HOOKS:
+                        raise NftError(f"{where}: unknown chain hook {m.group(2)!r}")
                     c.type, c.hook = m.group(1), m.group(2)
+                    if c.type == "nat" and c.hook not in _NAT_HOOKS:
+                        raise NftError(
+                            f"{where}: a nat chain cannot hook {c.hook} (Operation not supported)"
+                        )
                     c.priority = _priority(m.group(3))
                     if c.hook not in HOOK_NAMES:
                         raise UnsupportedRuleError(f"{where}: unsupported hook {c.hook}")
+                if props.get("policy", "accept") not in ("accept", "drop"):
+                    raise NftError(
+                        f"{where}: syntax error, unexpected {props['policy']!r}, "
+                        "expecting accept or drop"
+                    )
                 c.policy = props.get("policy", c.policy)
                 c.comment = _unquote(props.get("comment", c.comment))
         elif verb == "flush":
+            if name not in t.chains:
+                raise NftError(f"{where}: no chain {name!r}")
             t.chains[name].rules.clear()
         elif verb in ("delete", "destroy"):
             if name not in t.chains:
@@ -195,6 +240,9 @@ def _apply(
             raise NftError(f"{where}: no chain {name!r}")
         text = " ".join(cur.toks[cur.i :])
         steps, comment = _compile_rule(cur, t)
+        chain = t.chains[name]
+        if chain.type not in (None, "nat") and _NAT_WORD.search(text.split(" comment ")[0]):
+            raise NftError(f"{where}: NAT in a {chain.type} chain (Operation not supported)")
         rule = NftRule(text, n, steps, comment)
         checks.append((t, text, where))
         if verb == "insert":
@@ -228,17 +276,23 @@ def _apply(
                     _unquote(props.get("comment", "")),
                 )
         elif verb == "flush":
+            if name not in t.sets:
+                raise NftError(f"{where}: no {what} {name!r}")
             t.sets[name].elements.clear()
             t.sets[name].nets.clear()
         elif verb in ("delete", "destroy"):
+            if name not in t.sets and verb == "delete":
+                raise NftError(f"{where}: no {what} {name!r} (No such file or directory)")
             t.sets.pop(name, None)
         return
     if what == "element":
         s = t.sets.get(name)
         if s is None:
             raise NftError(f"{where}: no set or map {name!r}")
+        if cur.peek() != "{":
+            raise NftError(f"{where}: syntax error, elements go in braces: {{ ... }}")
         elems = _elements(cur, s.key, s.value is not None, keys_only=verb in ("delete", "destroy"))
-        checks.append((t, line, where))
+        checks.append((t, "elements:" + line, where))
         if verb in ("add", "create", "replace"):
             _fill(s, elems)
         elif verb in ("delete", "destroy"):
@@ -246,8 +300,19 @@ def _apply(
                 if k not in s.elements and verb == "delete":
                     raise NftError(f"{where}: element {k} not in {name}")
                 s.elements.pop(k, None)
+        _done(cur, where)
         return
     raise UnsupportedRuleError(f"{where}: unsupported object {what!r}")
+
+
+_NAT_WORD = re.compile(r"(?:^|\s)(?:dnat|snat|masquerade|redirect)(?:\s|$)")
+_ALL_HOOKS = ("prerouting", "input", "forward", "output", "postrouting", "ingress", "egress")
+_NAT_HOOKS = ("prerouting", "input", "output", "postrouting")
+
+
+def _done(cur: _Cursor, where: str) -> None:
+    if not cur.done():
+        raise NftError(f"{where}: syntax error, unexpected {cur.peek()!r}")
 
 
 def _chain_users(t: NftTable, name: str) -> list[str]:

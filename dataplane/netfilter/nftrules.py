@@ -198,6 +198,16 @@ def _addr_value(tok: str) -> tuple[int, int] | int:
 _PROTO_NUM = {"6": "tcp", "17": "udp", "1": "icmp", "132": "sctp", "58": "ipv6-icmp"}
 
 
+_CT_STATES = ("new", "established", "related", "invalid", "untracked")
+
+
+def _service(tok: str) -> int:
+    v = int(tok)
+    if not 0 <= v <= 65535:
+        raise ValueError(f"Service out of range: {tok}")
+    return v
+
+
 def _parse_value(kind: str, tok: str) -> object:
     if kind in ("ipv4_addr", "ipv6_addr", "addr"):
         return _addr_value(tok)
@@ -206,11 +216,18 @@ def _parse_value(kind: str, tok: str) -> object:
     if kind in ("inet_service", "port"):
         if "-" in tok:
             a, b = tok.split("-")
-            return (int(a), int(b), "range")
-        return int(tok)
+            lo, hi = _service(a), _service(b)
+            if lo > hi:
+                raise ValueError(f"bad range {tok}")
+            return (lo, hi, "range")
+        return _service(tok)
+    if kind == "ct_state":
+        if tok not in _CT_STATES:
+            raise ValueError(f"Could not parse conntrack state {tok!r}")
+        return tok
     if kind in ("mark", "int"):
         return int(tok, 0)
-    if kind in ("ct_state", "fib_type", "ifname", "str", "icmp_type"):
+    if kind in ("fib_type", "ifname", "str", "icmp_type"):
         return tok
     raise NftError(f"cannot parse a value of type {kind}")
 
@@ -230,6 +247,12 @@ def _selector(cur: _Cursor) -> tuple[Getter, str, str] | None:
     b = cur.peek(1)
     if a in ("ip", "ip6") and b in ("saddr", "daddr"):
         cur.i += 2
+        val = cur.peek(1) if cur.peek() in ("==", "!=") else cur.peek()
+        if val and val[0] not in "@{$" and (":" in val) != (a == "ip6"):
+            raise NftError(
+                f"{cur.where}: {val} is not an IPv{'6' if a == 'ip6' else '4'} address "
+                "(Address family for hostname not supported)"
+            )
         if b == "saddr":
             return (lambda w: w.src), "addr", f"{a} saddr"
         return (lambda w: w.dst), "addr", f"{a} daddr"
@@ -297,6 +320,8 @@ def _selector(cur: _Cursor) -> tuple[Getter, str, str] | None:
         cur.i += 2
         cur.expect("mod")
         n = int(cur.next())
+        if n < 1:
+            raise NftError(f"{cur.where}: numgen mod {n}: Numerical result out of range")
         off = 0
         if cur.peek() == "offset":
             cur.next()
@@ -456,10 +481,12 @@ def _compile_rule(cur: _Cursor, table: NftTable) -> tuple[list[Step], str]:
         if tok in ("accept", "drop", "return", "continue"):
             cur.next()
             steps.append(_const((tok, None)))
+            _terminal(cur)
             continue
         if tok in ("jump", "goto"):
             cur.next()
             steps.append(_const((tok, cur.next())))
+            _terminal(cur)
             continue
         if tok == "reject":
             cur.next()
@@ -554,6 +581,15 @@ def _compile_rule(cur: _Cursor, table: NftTable) -> tuple[list[Step], str]:
             continue
         steps.append(_test_step(cur, table, getter, kinds, negate))
     return steps, comment
+
+
+def _terminal(cur: _Cursor) -> None:
+    """A verdict ends the rule: only a comment may follow (nft: "Statement after
+    terminal statement has no effect")."""
+    if cur.peek() == "comment":
+        return
+    if not cur.done():
+        raise NftError(f"{cur.where}: statement after terminal statement has no effect")
 
 
 def _bitwise(g: Callable[[Work], Any], op: str, operand: int) -> Callable[[Work], Any]:
@@ -748,11 +784,14 @@ def _test_step(
         raise UnsupportedRuleError(f"{cur.where}: comparing a concatenation")
     kind = kinds[0]
     raw = cur.next()
-    wants = (
-        [_parse_value(kind, p) for p in raw.split(",")]
-        if kind == "ct_state"
-        else [_parse_value(kind, raw)]
-    )
+    if kind == "ct_state":
+        words = raw.split(",")
+        while cur.peek() == ",":  # "ct state established,related": the tokens split
+            cur.next()
+            words.append(cur.next())
+        wants = [_parse_value(kind, p) for p in words if p]
+    else:
+        wants = [_parse_value(kind, raw)]
 
     def test(w: Work, c: NftContext) -> bool:
         (v,) = getter(w)

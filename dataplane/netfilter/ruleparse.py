@@ -870,10 +870,10 @@ def _build_match(m: _Module, proto: str | None, family: int) -> R.Match:
         rate = _single(m, opts, "--limit")
         burst = _single(m, opts, "--limit-burst")
         text = rate.args[0] if rate else "3/hour"
-        b = int(burst.args[0]) if burst else 5
-        if not 1 <= b <= 10000:
-            raise _RuleError(f"bad --limit-burst `{b}'")
-        return R.LimitMatch(text, b, _limit_rate(text))
+        burst_n = int(burst.args[0]) if burst else 5
+        if not 1 <= burst_n <= 10000:
+            raise _RuleError(f"bad --limit-burst `{burst_n}'")
+        return R.LimitMatch(text, burst_n, _limit_rate(text))
     if name == "mac":
         o = _single(m, opts, "--mac-source")
         if o is None:
@@ -900,13 +900,13 @@ def _build_match(m: _Module, proto: str | None, family: int) -> R.Match:
         if o is None:
             raise _RuleError("length needs --length")
         lo, _, hi = o.args[0].partition(":")
-        a = int(lo or 0)
-        b = int(hi) if hi else (a if ":" not in o.args[0] else 65535)
-        if not 0 <= a <= b <= 65535:
+        len_lo = int(lo or 0)
+        len_hi = int(hi) if hi else (len_lo if ":" not in o.args[0] else 65535)
+        if not 0 <= len_lo <= len_hi <= 65535:
             raise _RuleError(
                 f'length: bad value for option "--length" near "{o.args[0]}", or out of range (0-65535).'
             )
-        return R.LengthMatch(a, b, o.invert)
+        return R.LengthMatch(len_lo, len_hi, o.invert)
     if name == "ttl":
         if len(opts) != 1:
             raise _RuleError("ttl needs one of --ttl-eq/--ttl-lt/--ttl-gt")
@@ -1136,9 +1136,9 @@ def _build_target(
             raise _RuleError(f'log level "{level}" unknown')
         prefix = (o_by.get("--log-prefix") or o_by.get("--nflog-prefix") or [""])[0]
         return R.Log(
-            name,
+            name,  # type: ignore[arg-type]
             prefix,
-            (o_by.get("--log-level") or [""])[0],  # type: ignore[arg-type]
+            level,
             int((o_by.get("--nflog-group") or ["0"])[0]),
         )
     if name == "NOTRACK":

@@ -155,7 +155,10 @@ def test_nft_corpus_agrees_with_the_kernel(namespaces: dict[str, str]) -> None:
     problems: list[str] = []
     for e in entries:
         mine = svclab_verdict(e)
-        k = kernel_verdict(namespaces["nftcli"], ["nft", "--check", "-f", "-"], e.text)
+        # applied for real (``--check`` skips the kernel's validation of the chains
+        # a rule's expressions may run in), then flushed for the next entry
+        k = kernel_verdict(namespaces["nftcli"], ["nft", "-f", "-"], e.text)
+        run_in(namespaces["nftcli"], ["nft", "flush", "ruleset"])
         problems += _compare(e, e.expect, mine, k, "nft")
     assert not problems, "\n".join(problems)
 
@@ -180,7 +183,9 @@ def _compare(e: Entry, want: str, mine: Verdict, kernel: Verdict, tool: str) -> 
         return out
     if mine.accepted:
         out.append(f"{where}: the kernel refuses ({kernel.message}), svclab accepts")
-    elif mine.unsupported:
+    elif mine.unsupported and e.kind == "iptables":
+        # (nft text: svclab's nft grammar is a subset, so a word it does not know is
+        # "unsupported" where nft calls it a syntax error; both refuse)
         out.append(
             f"{where}: the kernel refuses ({kernel.message}), svclab calls it unsupported: {mine.message}"
         )
