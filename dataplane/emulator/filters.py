@@ -117,8 +117,10 @@ def compile_rules(rules: RulesetInput) -> CompiledRules:
 
 
 def _uses_nth(ruleset: Ruleset) -> bool:
+    """Whether a rule keeps state of its own in the compiled form (an nth counter, a
+    limit's token bucket): such a compiled ruleset is not shared between nodes."""
     return any(
-        isinstance(m, R.StatisticMatch) and m.mode == "nth"
+        (isinstance(m, R.StatisticMatch) and m.mode == "nth") or isinstance(m, R.LimitMatch)
         for _, rule in ruleset.rules()
         for m in rule.matches
     )

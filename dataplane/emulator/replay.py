@@ -56,7 +56,7 @@ def _chain_safe(table: R.Table, name: str, seen: set[str]) -> bool:
             if _blocks_replayed(m):
                 blocked = True
                 break
-            if isinstance(m, R.StatisticMatch | R.RecentMatch | R.NfacctMatch):
+            if isinstance(m, R.StatisticMatch | R.RecentMatch | R.NfacctMatch | R.LimitMatch):
                 return False
             if isinstance(m, R.ConntrackMatch) and m.statuses:
                 return False

@@ -22,6 +22,7 @@ from netmodel.errors import InputError
 
 from . import rules as R
 from .choice import Chooser, NthCounter, RandomChooser
+from .limit import TokenBucket
 from .conntrack import DST_NAT, SRC_NAT, STATUS_NAMES, Connection, addr_int
 
 if TYPE_CHECKING:
@@ -408,8 +409,10 @@ def match_expr(m: R.Match, ns: Ns, sets: Mapping[str, IpSet]) -> str | None:
                 parts.append(f"((w.dst in w.locals) {'!=' if m.dst_invert else '=='} True)")
             return " and ".join(parts) if parts else None
         return f"{ns.bind(_make_addrtype(m))}(w)"
-    if isinstance(m, (R.CommentMatch, R.LimitMatch)):
+    if isinstance(m, R.CommentMatch):
         return None
+    if isinstance(m, R.LimitMatch):
+        return f"{ns.bind(TokenBucket(m.per_second, m.burst))}.take(w.now, w.commit)"
     if isinstance(m, R.StatisticMatch):
         if m.mode == "random":
             e = f"w.chooser.bernoulli({ns.lit(m.threshold)})"
@@ -492,7 +495,7 @@ def compile_test(
     return fn
 
 
-_EFFECTFUL = (R.StatisticMatch, R.RecentMatch, R.NfacctMatch)
+_EFFECTFUL = (R.StatisticMatch, R.RecentMatch, R.NfacctMatch, R.LimitMatch)
 
 IndexKey = tuple[int | None, str | None, int | None]
 
@@ -502,7 +505,7 @@ def index_covers(rule: R.Rule) -> bool:
     then an index hit needs no further test."""
     dst, proto, dport = index_key(rule)
     for m in rule.matches:
-        if isinstance(m, (R.CommentMatch, R.LimitMatch)):
+        if isinstance(m, R.CommentMatch):
             continue
         if (
             isinstance(m, R.AddrMatch)

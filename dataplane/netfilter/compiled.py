@@ -148,7 +148,7 @@ class CRule:
         self.text = rule.text
         self.rule = rule
         self.sets = sets
-        trivial = all(isinstance(m, (R.CommentMatch, R.LimitMatch)) for m in rule.matches)
+        trivial = all(isinstance(m, R.CommentMatch) for m in rule.matches)
         self.test: Callable[[Work], bool] | None = None if trivial else self._first_test
         self.target = rule.target
         self.dest: CChain | None = None

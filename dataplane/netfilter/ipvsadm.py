@@ -3,13 +3,20 @@
 Like :mod:`.parse` for ``iptables-save`` and :mod:`.nft` for ``nft`` text, this turns a
 tool's text form into engine state: ``IpvsState.of(parse_ipvsadm(text))``. Errors are
 :class:`~netmodel.errors.InputError` naming the source, line and text.
+
+Forwarding methods: svclab emulates masquerading (``-m``, NAT forwarding: what
+kube-proxy configures). Direct routing (``-g``, also ipvsadm's default when a real
+server names no method) and tunnelling (``-i``) forward the unchanged packet to the real
+server's MAC or inside an IPIP tunnel; svclab does not model either, so a real server
+using them raises :class:`~netmodel.errors.UnsupportedRuleError` naming the line
+rather than being emulated as masquerading.
 """
 
 from __future__ import annotations
 
 from ipaddress import ip_address
 
-from netmodel.errors import InputError
+from netmodel.errors import InputError, UnsupportedRuleError
 
 from .ipvs import RealServer, VirtualServer
 
@@ -36,6 +43,13 @@ def parse_ipvsadm(text: str, *, source: str = "<ipvsadm-save>") -> list[VirtualS
             elif words[0] == "-a":
                 if key not in heads:
                     raise ValueError("real server of an undefined virtual service")
+                method = opts.get("method", "-g")
+                if method != "-m":
+                    raise UnsupportedRuleError(
+                        f"{where}: forwarding method {method} "
+                        f"({_METHODS[method]}) is not emulated; svclab emulates -m "
+                        "(masquerading) only"
+                    )
                 ip, port = _host_port(opts["-r"])
                 reals.setdefault(key, []).append(
                     RealServer(ip_address(ip), port, int(opts.get("-w", "1")))
@@ -66,6 +80,10 @@ _IPVS_PROTOS = {
 }
 
 
+_METHODS = {"-m": "masquerading", "-g": "direct routing", "-i": "tunnelling"}
+_METHOD_ALIASES = {"--masquerading": "-m", "--gatewaying": "-g", "--ipip": "-i"}
+
+
 def _ipvs_options(words: list[str]) -> dict[str, str]:
     opts: dict[str, str] = {}
     i = 1
@@ -78,7 +96,10 @@ def _ipvs_options(words: list[str]) -> dict[str, str]:
         elif w in ("-s", "-p", "-r", "-w"):
             opts[w] = words[i + 1]
             i += 2
-        elif w in ("-m", "-g", "-i"):
+        elif w in _METHODS or w in _METHOD_ALIASES:
+            if "method" in opts:
+                raise ValueError("more than one forwarding method")
+            opts["method"] = _METHOD_ALIASES.get(w, w)
             i += 1
         else:
             raise ValueError(f"unknown option {w}")

@@ -197,3 +197,28 @@ def _compare(e: Entry, want: str, mine: Verdict, kernel: Verdict, tool: str) -> 
                 f"{where}: {tool} refuses line {kernel.line} ({kernel.message}), svclab line {mine.line}: {mine.message}"
             )
     return out
+
+
+NOMATCH_SET = """create svclab-holes hash:net family inet hashsize 1024 maxelem 65536
+add svclab-holes 10.0.0.0/8
+add svclab-holes 10.1.0.0/16 nomatch
+add svclab-holes 10.1.2.0/24
+add svclab-holes 192.168.0.0/24 nomatch
+"""
+
+
+def test_ipset_nomatch_agrees_with_the_kernel(namespaces: dict[str, str]) -> None:
+    """``ipset test`` in the kernel and svclab's set agree on every address probed."""
+    from ipaddress import ip_address
+
+    from dataplane.netfilter.ipset import parse_ipset_save
+
+    netns = namespaces["nftcli"]
+    run_in(netns, ["ipset", "restore"], input=NOMATCH_SET)
+    mine = parse_ipset_save(NOMATCH_SET)["svclab-holes"]
+    try:
+        for addr in ("10.2.0.1", "10.1.0.1", "10.1.2.3", "10.1.3.1", "192.168.0.7", "11.0.0.1"):
+            kernel = run_in(netns, ["ipset", "test", "svclab-holes", addr], check=False)
+            assert (kernel.returncode == 0) == mine.contains((int(ip_address(addr)),)), addr
+    finally:
+        run_in(netns, ["ipset", "destroy", "svclab-holes"], check=False)
