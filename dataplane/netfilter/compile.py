@@ -22,8 +22,8 @@ from netmodel.errors import InputError
 
 from . import rules as R
 from .choice import Chooser, NthCounter, RandomChooser
-from .limit import TokenBucket
 from .conntrack import DST_NAT, SRC_NAT, STATUS_NAMES, Connection, addr_int
+from .limit import TokenBucket
 
 if TYPE_CHECKING:
     from .ipset import IpSet
