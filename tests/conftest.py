@@ -34,14 +34,16 @@ def _no_leftover_namespaces() -> Iterator[None]:
     except ImportError:  # pragma: no cover - pyroute2 missing
         return
     left = ns.list_ours()
-    ns.cleanup()
     kept = [n for n in ns.list_ours(include_held=True) if nsenter.owner(n) == os.getpid()]
-    clusters = sorted({n[len(ns.PREFIX) :].split("-", 1)[0] for n in kept})
-    if kept:
+    clusters = sorted({n[len(ns.PREFIX) :].split("-", 1)[0] for n in (*left, *kept)})
+    if clusters:  # their pod servers and /run/svclab state go too, not only namespaces
         from dataplane.linux import realize
+        from dataplane.linux.names import CLUSTER_ID_RE
 
         for cid in clusters:
-            realize.cleanup(cid)
+            if CLUSTER_ID_RE.match(cid):
+                realize.cleanup(cid)
+    ns.cleanup()
     assert not left, f"tests left svclab namespaces behind: {left}"
     assert not kept, f"tests left persistent clusters behind: {clusters} ({kept})"
 

@@ -79,11 +79,15 @@ def test_teardown_removes_namespaces_servers_and_state() -> None:
     sample = sample_network(2, 2)
     cid = unique_cluster_id()
     c = realize(sample.network, cluster_id=cid)
-    pids = c.serve({p.key: [(8080, "tcp"), (53, "udp")] for p in sample.pods})
-    supervisor = c.servers.supervisor_pid()
-    assert supervisor is not None and all(is_ours(p) for p in pids.values())
-    namespaces = list(c.namespaces.values())
-    assert len(processes_in(namespaces)) == len(sample.pods)
+    try:
+        pids = c.serve({p.key: [(8080, "tcp"), (53, "udp")] for p in sample.pods})
+        supervisor = c.servers.supervisor_pid()
+        assert supervisor is not None and all(is_ours(p) for p in pids.values())
+        namespaces = list(c.namespaces.values())
+        assert len(processes_in(namespaces)) == len(sample.pods)
+    except BaseException:
+        teardown(cid)  # also on failure: pod servers, state and namespaces
+        raise
     removed = teardown(c)
     assert sorted(removed.namespaces) == sorted(namespaces)
     assert leftovers(cid) == []

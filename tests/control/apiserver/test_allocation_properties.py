@@ -9,7 +9,7 @@ import ipaddress
 from typing import Any
 
 from api_helpers import make_api, service
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from control.apiserver.services import ServiceAllocators
@@ -103,12 +103,15 @@ def check_invariants(services: list[Service], alloc: ServiceAllocators) -> None:
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(ops)
+@example([("create", "s0", "NodePort", None, [None], "Local"), ("delete", "s0")])
 def test_random_service_churn_keeps_allocations_unique_and_in_range(
     steps: list[tuple[Any, ...]],
 ) -> None:
     api = make_api(**CLUSTER)
+    writes = 0
     for step in steps:
         rev = api.store.revision
+        key = f"default/{step[1]}"
         try:
             if step[0] == "create":
                 _, name, type_, cip, nps, etp = step
@@ -117,14 +120,25 @@ def test_random_service_churn_keeps_allocations_unique_and_in_range(
                 _, name, type_, nps = step
                 api.update(build(name, type_, nps))
             else:
-                api.delete("Service", f"default/{step[1]}")
+                api.delete("Service", key)
         except (AllocationError, InvalidError, NotFoundError):
             assert api.store.revision == rev  # a refused write stores nothing
         except Exception as e:  # ConflictError: create of an existing name
             assert type(e).__name__ == "ConflictError"
             assert api.store.revision == rev
+        else:
+            # an accepted create or delete was stored and is visible (an update that
+            # changes nothing writes nothing, as in kube-apiserver): not vacuous
+            stored = {s.ref for s in api.store.list("Service") if isinstance(s, Service)}
+            assert (f"Service/{key}" in stored) == (step[0] != "delete")
+            if step[0] != "update":
+                assert api.store.revision > rev
+                writes += 1
         services = [s for s in api.store.list("Service") if isinstance(s, Service)]
         check_invariants(services, api.services)
+    first = steps[0] if steps else ("",)
+    if first[0] == "create" and first[3] is None and not any(first[4]):
+        assert writes >= 1  # a first Service asking for nothing specific is always stored
     rebuilt = ServiceAllocators(api.cluster)
     rebuilt.rebuild([s for s in api.store.list("Service") if isinstance(s, Service)])
     check_invariants([s for s in api.store.list("Service") if isinstance(s, Service)], rebuilt)

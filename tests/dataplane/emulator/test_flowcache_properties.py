@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from emu_helpers import RULES, both, cluster
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from dataplane.emulator import EmulatedCluster
@@ -57,10 +57,15 @@ def _outcome(res: Any, reply: Any) -> tuple[object, ...]:
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(ops)
+@example([("connect", 0, 0), ("data", 0, ACK), ("data", 0, PSH_ACK)])
 def test_fast_path_and_full_walk_agree(steps: list[tuple[Any, ...]]) -> None:
     fast, full = cluster(both(RULES)), cluster(both(RULES))
     full.walker.flows.get = lambda key: None  # type: ignore[method-assign]  # never replay
     conns: list[tuple[str, Packet]] = []
+    # connections on which a data segment must be replayed by the fast path: established,
+    # no FIN sent yet, and no clock step or conntrack flush since they opened
+    fresh: set[int] = set()
+    must_replay = False
     for step in steps:
         kind = step[0]
         if kind == "connect":
@@ -74,21 +79,34 @@ def test_fast_path_and_full_walk_agree(steps: list[tuple[Any, ...]]) -> None:
                 b.sport,
             )
             conns.append((src, Packet.make(a.source, dst, "tcp", a.sport, port, flags=ACK)))
+            if a.established:
+                fresh.add(len(conns) - 1)
         elif kind == "data" and conns:
-            src, base = conns[step[1] % len(conns)]
+            k = step[1] % len(conns)
+            src, base = conns[k]
             pkt = base.evolve(flags=step[2], length=100 if step[2] == PSH_ACK else 52)
+            before = fast.walker.replayed
             for _ in range(3):  # the 2nd walk is recorded, the 3rd may replay
                 assert _outcome(*fast.exchange(src, pkt, record=False)) == _outcome(
                     *full.exchange(src, pkt, record=False)
                 )
+            if k in fresh and step[2] != FIN_ACK:
+                must_replay = True
+                assert fast.walker.replayed > before, "the fast path replayed nothing"
+            if step[2] == FIN_ACK:
+                fresh.discard(k)
         elif kind == "advance":
             fast.clock.advance(step[1])  # type: ignore[attr-defined]
             full.clock.advance(step[1])  # type: ignore[attr-defined]
+            fresh.clear()
         elif kind == "flush":
             fast.filters[step[1]].conntrack.flush()
             full.filters[step[1]].conntrack.flush()
+            fresh.clear()
         assert _tables(fast) == _tables(full)
     assert full.walker.replayed == 0
+    if must_replay:
+        assert fast.walker.replayed > 0
 
 
 TARGETS_Q = [*TARGETS, ("10.96.0.11", 80), ("10.244.1.6", 9999)]  # REJECT, refused
