@@ -283,9 +283,9 @@ COMMIT
     assert [r.spec for r in f.chains["A"].rules] == ["-s 7.7.7.7 -j DROP", "-s 8.8.8.8 -j DROP"]
     assert "B" not in f.chains and f.chains["C"].rules[0].counters == (5, 300)
     assert f.chains["INPUT"].policy == "ACCEPT"
-    with pytest.raises(RestoreError, match="still referenced"):
+    with pytest.raises(RestoreError, match=r"^<iptables-restore>:3: -X A: .*still referenced"):
         apply_restore(base, "*filter\n-F A\n-X A\nCOMMIT\n")
-    with pytest.raises(RestoreError, match="not empty"):
+    with pytest.raises(RestoreError, match=r"^<iptables-restore>:2: -X B: .*not empty"):
         apply_restore(base, "*filter\n-X B\nCOMMIT\n")
 
 
@@ -343,7 +343,7 @@ def test_large_payloads_leave_the_garbage_collector_as_they_found_it() -> None:
     assert gc.isenabled()
     assert len(parse_save(big).tables["filter"].chains["FORWARD"].rules) == 30_000
     assert gc.isenabled()
-    with _pytest.raises(RestoreError):
+    with _pytest.raises(RestoreError, match=r"^<iptables-save>:30005: -A NOPE"):
         parse_save(big.replace("COMMIT", "-A NOPE -j ACCEPT\nCOMMIT"))
     assert gc.isenabled()
     gc.disable()
