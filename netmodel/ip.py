@@ -38,6 +38,47 @@ def _unzero_v4(text: str) -> str:
     return ".".join(str(int(p)) for p in parts)
 
 
+def parse_ip_legacy(text: str) -> IPAddress:
+    """An IP as kube-apiserver reads its legacy IP fields (Service clusterIPs,
+    externalIPs, EndpointSlice addresses, ...): strict, except that IPv4 octets may carry
+    leading zeros (read as decimal, as Go's ParseIPSloppy does). Raises ValueError."""
+    text = text.strip()
+    try:
+        return ipaddress.ip_address(text)
+    except ValueError:
+        if ":" in text or _unzero_v4(text) == text:
+            raise
+        return ipaddress.ip_address(_unzero_v4(text))
+
+
+def parse_cidr_legacy(text: str) -> IPNetwork:
+    """A CIDR as kube-apiserver reads legacy CIDR fields (loadBalancerSourceRanges):
+    :func:`parse_cidr` with ``strict=False``, IPv4 octets may carry leading zeros."""
+    text = text.strip()
+    if "/" not in text:
+        raise ValueError(f"{text!r} is not a CIDR (missing /prefix)")
+    addr, _, prefix = text.partition("/")
+    return ipaddress.ip_network(f"{parse_ip_legacy(addr)}/{prefix}", strict=False)
+
+
+def leading_zero_warning(field: str, text: str, *, cidr: bool = False) -> str | None:
+    """kube-apiserver's warning for an accepted IP (or CIDR) written with leading zeros
+    in an IPv4 octet (Go's net/netip refuses them); None for a canonical value."""
+    addr = text.strip().partition("/")[0] if cidr else text.strip()
+    if ":" in addr or _unzero_v4(addr) == addr:
+        return None
+    why = f'ParseAddr("{addr}"): IPv4 field has octet with leading zero'
+    if cidr:
+        return (
+            f"{field}: IP prefix was accepted, but will be invalid in a future Kubernetes "
+            f'release: netip.ParsePrefix("{text.strip()}"): {why}'
+        )
+    return (
+        f"{field}: IP address was accepted, but will be invalid in a future Kubernetes "
+        f"release: {why}"
+    )
+
+
 def parse_ip_sloppy(text: str) -> IPAddress | None:
     """kube-proxy's ParseIPSloppy: leading zeros allowed; None when unparsable."""
     text = text.strip()

@@ -24,7 +24,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from netmodel.errors import AllocationError
-from netmodel.ip import IPAddress, IPNetwork, parse_ip
+from netmodel.ip import IPAddress, IPNetwork
+from netmodel.ip import parse_ip_legacy as parse_ip
 
 
 class Bitmap:

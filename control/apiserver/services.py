@@ -203,6 +203,7 @@ class ServiceAllocators:
                 ip = self.cluster_ips.allocate(want, owner)
                 if not was_mine:
                     journal.took(self.cluster_ips, ip, owner)
+                ip = want  # stored as written (a legacy form with leading zeros stays)
             elif owner == KUBERNETES_SERVICE:
                 ip = str(self.cluster_ips.network.network_address + 1)
                 ip = self.cluster_ips.allocate(ip, owner)

@@ -6,11 +6,22 @@ Contract: :func:`validate` raises the *first* problem as one
 0: must be between 1 and 65535, inclusive``; it returns None for a valid object.
 :func:`validate_update` adds the rules that compare against the stored object
 (immutable fields). Both are pure: no store access, no allocation.
+
+Legacy IPs: as kube-apiserver does, the IP fields existing clusters may hold in the
+legacy form (Service clusterIP(s), externalIPs, loadBalancerIP, loadBalancerSourceRanges,
+status.loadBalancer.ingress[].ip, EndpointSlice addresses, Node addresses) accept IPv4
+octets written with leading zeros (read as decimal), and each such value raises an
+:class:`APIWarning` with kube-apiserver's text (``<field>: IP address was accepted, but
+will be invalid in a future Kubernetes release: ...``) through :mod:`warnings`; callers
+that answer a request (the CLI, an HTTP layer) collect them with
+``warnings.catch_warnings(record=True)`` and show them as kubectl does (``Warning: ...``).
+The value is stored as written; kube-proxy's renderers read it sloppily (normalised).
 """
 
 from __future__ import annotations
 
 import re
+import warnings
 from collections.abc import Callable, Iterable, Mapping
 from typing import NoReturn
 
@@ -26,7 +37,7 @@ from control.apiserver.names import (
 )
 from netmodel.cluster import ClusterSpec
 from netmodel.errors import InvalidError
-from netmodel.ip import parse_cidr, parse_ip
+from netmodel.ip import leading_zero_warning, parse_cidr, parse_cidr_legacy, parse_ip_legacy
 from netmodel.objects import (
     Container,
     Deployment,
@@ -55,6 +66,15 @@ PERCENT_MESSAGE = (
     "a valid percent string must be a numeric string followed by an ending '%' "
     "(e.g. '1%',  or '93%', regex used for validation is '[0-9]+%')"
 )
+
+
+class APIWarning(UserWarning):
+    """A warning kube-apiserver would return with the response (a ``Warning:`` header):
+    the write is accepted. ``str()`` is the text kubectl prints after ``Warning: ``."""
+
+
+def warn(text: str) -> None:
+    warnings.warn(APIWarning(text), stacklevel=3)
 
 
 class Problems:
@@ -100,15 +120,20 @@ class Problems:
         if not 1 <= value <= 65535:
             self.invalid(field, value, "must be between 1 and 65535, inclusive")
 
-    def ip(self, field: str, value: str, *, version: int | None = None) -> None:
+    def ip(
+        self, field: str, value: str, *, version: int | None = None, warn_legacy: bool = True
+    ) -> None:
         try:
-            addr = parse_ip(value)
+            addr = parse_ip_legacy(value)
         except ValueError:
             self.invalid(
                 field, value, "must be a valid IP address, (e.g. 10.9.8.7 or 2001:db8::ffff)"
             )
         if version is not None and addr.version != version:
             self.invalid(field, value, f"must be a valid IPv{version} address")
+        text = leading_zero_warning(field, value) if warn_legacy else None
+        if text:
+            warn(text)
 
     def labels(self, field: str, labels: Mapping[str, str]) -> None:
         for k, v in labels.items():
@@ -231,13 +256,16 @@ def _service(svc: Service, cluster: ClusterSpec, p: Problems) -> None:
         )
     for i, cidr in enumerate(spec.load_balancer_source_ranges):
         try:
-            parse_cidr(cidr, strict=False)
+            parse_cidr_legacy(cidr)
         except ValueError:
             p.invalid(
                 f"spec.loadBalancerSourceRanges[{i}]",
                 cidr,
                 "must be a valid CIDR value, (e.g. 10.9.8.0/24 or 2001:db8::/64)",
             )
+        text = leading_zero_warning(f"spec.loadBalancerSourceRanges[{i}]", cidr, cidr=True)
+        if text:
+            warn(text)
     if spec.load_balancer_ip:
         if type_ != "LoadBalancer":
             p.forbidden("spec.loadBalancerIP", "may only be used when `type` is 'LoadBalancer'")
@@ -258,7 +286,7 @@ def _cluster_ips(svc: Service, type_: str, p: Problems) -> None:
     spec = svc.spec
     ip = spec.cluster_ip
     if ip and ip != "None":
-        p.ip("spec.clusterIP", ip)
+        p.ip("spec.clusterIP", ip, warn_legacy=not spec.cluster_ips)  # warned as clusterIPs
     if spec.cluster_ips and ip and spec.cluster_ips[0] != ip:
         p.invalid("spec.clusterIPs[0]", spec.cluster_ips[0], "must match `clusterIP`")
     if len(spec.cluster_ips) > 1:
@@ -355,7 +383,7 @@ def _ip_families(svc: Service, type_: str, cluster: ClusterSpec, p: Problems) ->
 
 def _non_special_ip(field: str, value: str, p: Problems) -> None:
     p.ip(field, value)
-    addr = parse_ip(value)
+    addr = parse_ip_legacy(value)
     if addr.is_unspecified:
         p.invalid(field, value, f"may not be unspecified ({addr})")
     if addr.is_loopback:

@@ -105,15 +105,23 @@ def parse_kind_name(kind: str, name: str | None) -> tuple[str, str | None]:
 @handle_errors
 def apply(ctx: Context, files: tuple[str, ...]) -> None:
     """Create or update objects from multi-document YAML."""
+    import warnings
+
+    from control.apiserver.validation import APIWarning
     from control.session import Session
     from netmodel.manifests import load
 
     manifests = load(list(files))
     session = Session.open(ctx.state, must_exist=False)
     try:
-        results = session.apply(manifests)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", APIWarning)
+            results = session.apply(manifests)
     finally:
         session.close()
+    for w in caught:  # kubectl prints the apiserver's warnings so, on stderr
+        if issubclass(w.category, APIWarning):
+            click.echo(f"Warning: {w.message}", err=True)
     if manifests.cluster is not None:
         click.echo(
             f"cluster.svclab.dev/{manifests.cluster.metadata.get('name', 'svclab')} configured"
