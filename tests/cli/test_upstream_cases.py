@@ -133,7 +133,16 @@ def test_trace_iptables_save_traces_the_expected_dump(tmp_path: Path) -> None:
     }
     text = case["expected_iptables_restore"]
     for table, lines in jumps.items():
-        text = text.replace(f"*{table}\n", f"*{table}\n" + "\n".join(lines) + "\n", 1)
+        # chains are declared before a rule jumps to them (iptables-restore refuses a
+        # jump to a chain declared further down): the jumps go at the end of the table
+        decl = [ln for ln in lines if ln.startswith(":")]
+        rules = [ln for ln in lines if not ln.startswith(":")]
+        head, _, rest = text.partition(f"*{table}\n")
+        body, _, tail = rest.partition("COMMIT\n")
+        text = (
+            f"{head}*{table}\n" + "\n".join(decl) + "\n" + body + "\n".join(rules) + "\nCOMMIT\n"
+            + tail
+        )
     dump = tmp_path / "dump.txt"
     dump.write_text(text)
 
