@@ -119,9 +119,13 @@ def _body(chain: CChain, ns: Ns, sets: Mapping[str, IpSet]) -> list[str]:
         elif k == K_DNAT:
             assert isinstance(t, R.Dnat)
             ints = _dnat_ints(t)
-            args = ", ".join(ns.bind(x) for x in ints)
+            if t.random or t.persistent or ints[0] != ints[1]:
+                # an address range or a flag: the general path (hash, --random ports)
+                call = f"w.host._dnat(w, {ns.bind(t)})"
+            else:
+                call = f"w.host._dnat_ints(w, {', '.join(ns.bind(x) for x in ints)})"
             out += [
-                f"{ind}v, nat = w.host._dnat_ints(w, {args})",
+                f"{ind}v, nat = {call}",
                 f"{ind}if rec is not None: rec.append(({r}, w.mark, nat))",
                 f"{ind}w.visited += n",
                 f"{ind}return v",

@@ -23,7 +23,7 @@ Contract:
 
 from __future__ import annotations
 
-import random
+import random as _random
 import zlib
 from collections.abc import Callable, Iterator
 from ipaddress import IPv4Address, IPv6Address
@@ -558,12 +558,15 @@ class ConntrackTable:
         ports: tuple[int, int] | None,
         *,
         random_fully: bool = False,
-        rng: random.Random | None = None,
+        random: bool = False,
+        rng: _random.Random | None = None,
     ) -> int | None:
         """Record a source NAT to ``src`` and pick the source port: the original one if
         it is in ``ports`` (or no range was given) and the resulting reply tuple is free,
         otherwise another port from the range (random start with ``random_fully``,
-        else a start derived from the tuple). Returns the port, or None when every port
+        else a start derived from the tuple). ``random`` (``--random``) and
+        ``random_fully`` never keep the original port (nf_nat's RANDOM_ALL) and start at
+        a random offset. Returns the port, or None when every port
         is taken (the kernel then drops the packet)."""
         orig = conn.orig
         proto = orig.proto
@@ -572,7 +575,7 @@ class ConntrackTable:
             lo, hi = ports if ports else _default_port_range(port, proto)
         else:
             lo = hi = port
-        keep_ok = not random_fully and (ports is None or lo <= port <= hi)
+        keep_ok = not (random_fully or random) and (ports is None or lo <= port <= hi)
         cand = conn.reply._replace(dst=src, dport=port)
         if proto in ("icmp", "ipv6-icmp"):
             cand = cand._replace(sport=port, dport=port)
@@ -580,8 +583,8 @@ class ConntrackTable:
             chosen = port
         else:
             size = hi - lo + 1
-            if random_fully:
-                start = (rng or random).randrange(size)
+            if random_fully or random:
+                start = (rng or _random).randrange(size)
             else:
                 start = zlib.crc32(f"{orig.src}/{orig.dst}/{orig.dport}".encode()) % size
             chosen = -1

@@ -44,6 +44,8 @@ checks it); ``visited`` counts the rules examined.
 
 from __future__ import annotations
 
+import random as _random
+import zlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from ipaddress import IPv4Address
 from random import Random
@@ -279,6 +281,13 @@ def _nat_ints(t: R.Dnat) -> tuple[object, int | None, int, int | None, int]:
     return ent
 
 
+def nat_hash(src: int, dst: int, persistent: bool) -> int:
+    """nf_nat's choice of an address in a range hashes the connection's source and,
+    unless the range is ``--persistent``, its destination (a deterministic hash here;
+    the kernel's is seeded at boot)."""
+    return zlib.crc32(f"{src}/{0 if persistent else dst}".encode())
+
+
 class Netfilter:
     """One host's netfilter: iptables rules, optional nftables/IPVS, conntrack, the
     ``-m recent`` lists and counters.
@@ -383,6 +392,10 @@ class Netfilter:
     # ---- targets with state
 
     def _dnat(self, w: Work, t: R.Dnat) -> tuple[int, NatNote]:
+        """DNAT as nf_nat does it: the address from the range by a hash of the source
+        and (unless ``--persistent``: the same mapping for a source whatever the
+        destination) the destination; the port kept when in the range, else the first
+        of it, or (``--random``) a random one of it."""
         ct = w.ct
         if ct is None or ct.status & DST_NAT_DONE:
             return ACCEPT, None
@@ -393,10 +406,14 @@ class Netfilter:
         before = (w.dst, w.dport)
         dst = w.dst
         if lo is not None:
-            dst = lo if lo == hi else lo + (w.src % (hi - lo + 1))
+            dst = lo if lo == hi else lo + nat_hash(w.src, w.dst, t.persistent) % (hi - lo + 1)
         dport = w.dport if w.proto != "icmp" else w.icmp_id
-        if plo is not None and w.proto in ("tcp", "udp", "sctp") and not plo <= dport <= phi:
-            dport = plo
+        if plo is not None and w.proto in ("tcp", "udp", "sctp"):
+            if t.random:
+                rnd = self.chooser.rng if isinstance(self.chooser, RandomChooser) else None
+                dport = plo + (rnd or _random).randrange(phi - plo + 1)
+            elif not plo <= dport <= phi:
+                dport = plo
         self.conntrack.bind_dnat(ct, dst, dport)
         return ACCEPT, (before, (dst, dport))
 
@@ -410,7 +427,7 @@ class Netfilter:
         dst = w.dst
         before = (dst, w.dport)
         if lo is not None:
-            dst = lo if lo == hi else lo + (w.src % (hi - lo + 1))
+            dst = lo if lo == hi else lo + nat_hash(w.src, w.dst, False) % (hi - lo + 1)
         dport = w.dport if w.proto != "icmp" else w.icmp_id
         if plo is not None and w.proto in ("tcp", "udp", "sctp") and not plo <= dport <= phi:
             dport = plo
@@ -435,13 +452,18 @@ class Netfilter:
                 src = w.src
             else:
                 lo, hi = addr_int(rng.addr_lo), addr_int(rng.addr_hi or rng.addr_lo)
-                src = lo if lo == hi else lo + (w.dst % (hi - lo + 1))
+                if lo != hi:  # by source and (unless --persistent) destination
+                    src = lo + nat_hash(w.src, w.dst, t.persistent) % (hi - lo + 1)
+                else:
+                    src = lo
             if rng.port_lo is not None:
                 ports = (rng.port_lo, rng.port_hi or rng.port_lo)
             random_fully = t.random_fully
         before = (w.src, w.sport if w.proto != "icmp" else w.icmp_id)
         rnd = self.chooser.rng if isinstance(self.chooser, RandomChooser) else None
-        port = self.conntrack.bind_snat(ct, src, ports, random_fully=random_fully, rng=rnd)
+        port = self.conntrack.bind_snat(
+            ct, src, ports, random_fully=random_fully, random=t.random, rng=rnd
+        )
         if port is None:
             return DROP, "no free source port"
         w.masq_seen = True

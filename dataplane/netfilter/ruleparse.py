@@ -1147,6 +1147,12 @@ def _build_target(
         zone = int(o_by["--zone"][0]) if has("--zone") else None
         if zone is not None and not 0 <= zone <= 65535:
             raise _RuleError(f"Cannot parse {zone} as a zone ID")
+        if zone:  # zone 0 is every packet's zone: nothing to evaluate
+            raise _RuleError(
+                f"CT --zone {zone}: conntrack zones are not emulated (svclab keeps one "
+                "conntrack table per host, zone 0)",
+                unsupported=True,
+            )
         if not has("--notrack") and zone is None:
             raise _RuleError("CT: only --notrack and --zone are supported", unsupported=True)
         return R.Notrack(has("--notrack"), zone)

@@ -101,3 +101,75 @@ def test_ipvs_forwarding_other_than_masquerading_is_refused_naming_the_line(
         parse_ipvsadm(text, source="<x>")
     (vs,) = parse_ipvsadm(text.replace(f" {flag} -w", " -m -w").replace("  ", " "), source="<x>")
     assert len(vs.real_servers) == 1
+
+
+def _nat(rules: str) -> Netfilter:
+    text = (
+        "*nat\n:PREROUTING ACCEPT [0:0]\n:INPUT ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n"
+        f":POSTROUTING ACCEPT [0:0]\n{rules}\nCOMMIT\n"
+    )
+    return Netfilter(parse_save(text), local_addrs=[ip_address("192.168.0.2")])
+
+
+def _tcp(src: str, dst: str, sport: int = 40000, dport: int = 80) -> Packet:
+    return Packet.make(src, dst, "tcp", sport, dport, flags=frozenset({"SYN"}))
+
+
+@pytest.mark.parametrize("persistent", [False, True])
+def test_snat_address_range_hashes_source_and_destination_unless_persistent(
+    persistent: bool,
+) -> None:
+    flag = " --persistent" if persistent else ""
+    nf = _nat(f"-A POSTROUTING -p tcp -j SNAT --to-source 10.0.0.1-10.0.0.8{flag}")
+    chosen = {
+        str(nf.traverse(_tcp("172.16.0.5", f"198.51.100.{d}")).snat[0])  # type: ignore[index]
+        for d in range(1, 40)
+    }
+    if persistent:  # the same mapping for a source, whatever the destination
+        assert len(chosen) == 1
+    else:
+        assert len(chosen) > 1
+    assert all(c.startswith("10.0.0.") for c in chosen)
+
+
+@pytest.mark.parametrize("persistent", [False, True])
+def test_dnat_address_range_is_persistent_per_source_with_persistent(persistent: bool) -> None:
+    flag = " --persistent" if persistent else ""
+    nf = _nat(f"-A PREROUTING -p tcp -j DNAT --to-destination 10.1.0.1-10.1.0.8{flag}")
+    chosen = {
+        str(nf.traverse(_tcp("172.16.0.5", f"192.0.2.{d}")).dnat[0])  # type: ignore[index]
+        for d in range(1, 40)
+    }
+    assert (len(chosen) == 1) == persistent
+
+
+@pytest.mark.parametrize("flag", ["", " --random", " --random-fully"])
+def test_snat_random_never_keeps_the_source_port(flag: str) -> None:
+    nf = _nat(f"-A POSTROUTING -p tcp -j SNAT --to-source 10.0.0.9:1000-1999{flag}")
+    ports = {
+        nf.traverse(_tcp("172.16.0.1", f"198.51.100.{i}", sport=1500)).snat[1]  # type: ignore[index]
+        for i in range(1, 30)
+    }
+    if flag:
+        assert len(ports) > 1 and all(1000 <= p <= 1999 for p in ports)
+    else:  # the original port is kept while the tuple stays unique (each destination differs)
+        assert ports == {1500}
+
+
+def test_dnat_random_picks_a_random_port_of_the_range() -> None:
+    nf = _nat("-A PREROUTING -p tcp -j DNAT --to-destination 10.1.0.1:8000-8099 --random")
+    ports = {
+        nf.traverse(_tcp(f"172.16.0.{i}", "192.0.2.1", dport=8050)).dnat[1]  # type: ignore[index]
+        for i in range(1, 30)
+    }
+    assert len(ports) > 1 and all(8000 <= p <= 8099 for p in ports)
+    plain = _nat("-A PREROUTING -p tcp -j DNAT --to-destination 10.1.0.1:8000-8099")
+    assert plain.traverse(_tcp("172.16.0.1", "192.0.2.1", dport=8050)).dnat[1] == 8050  # type: ignore[index]
+
+
+def test_ct_zone_other_than_zero_is_refused_naming_the_line() -> None:
+    text = "*raw\n-A PREROUTING -i eth1 -j CT --zone 7\nCOMMIT\n"
+    with pytest.raises(UnsupportedRuleError, match=r"^<r>:2: .*conntrack zones are not emulated"):
+        parse_save(text, source="<r>")
+    # zone 0 is every packet's zone: accepted, nothing to emulate
+    parse_save(text.replace("--zone 7", "--zone 0"))
