@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+import psutil
+
 from dataplane.linux.names import ClusterNames
 from dataplane.linux.state import StateDir
 from netmodel.errors import BackendError
@@ -157,30 +159,46 @@ def read_pid(path: Path) -> int | None:
         return None
 
 
+def _ours(pid: int) -> psutil.Process | None:
+    """The live (not zombie) pod server or supervisor process ``pid``, or None."""
+    try:
+        proc = psutil.Process(pid)
+        if proc.status() == psutil.STATUS_ZOMBIE:
+            return None
+        if not any(SERVER_SCRIPT.name in arg for arg in proc.cmdline()):
+            return None
+    except psutil.Error:  # gone, or not ours to read
+        return None
+    return proc
+
+
 def is_ours(pid: int) -> bool:
     """Is ``pid`` a live (not zombie) pod server or supervisor process?"""
-    try:
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    state = stat.rsplit(")", 1)[1].split()[0]
-    return state != "Z" and SERVER_SCRIPT.name.encode() in cmdline
+    return _ours(pid) is not None
 
 
 def kill_pids(pids: Iterable[int | None], *, timeout: float = 5) -> None:
-    """SIGKILL each pid that :func:`is_ours`, and wait until they are gone."""
-    victims = [p for p in pids if p is not None and is_ours(p)]
-    for pid in victims:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
+    """SIGKILL each pid that :func:`is_ours`, and wait until they are gone (psutil
+    checks a pid against its start time, so a recycled pid is never killed)."""
+    victims = [p for p in (_ours(pid) for pid in pids if pid is not None) if p is not None]
+    for proc in victims:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            proc.kill()
+    # a killed server that is not our child stays a zombie until its parent (the
+    # supervisor) reaps it: gone for our purposes once it is a zombie
     deadline = time.monotonic() + timeout
     while victims and time.monotonic() < deadline:
-        victims = [p for p in victims if is_ours(p)]
-        if victims:
-            time.sleep(0.01)
+        _, victims = psutil.wait_procs(victims, timeout=0.05)
+        victims = [p for p in victims if _alive(p)]
     if victims:
-        raise BackendError(f"pod servers {victims} did not exit")
+        raise BackendError(f"pod servers {[p.pid for p in victims]} did not exit")
+
+
+def _alive(proc: psutil.Process) -> bool:
+    try:
+        return proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
 
 
 def kill_tracked(servers_dir: Path) -> None:
