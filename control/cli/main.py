@@ -12,6 +12,7 @@ the top; the session, the pydantic models, the emulator, the real-kernel backend
 
 from __future__ import annotations
 
+import errno
 import json
 import sys
 from collections.abc import Callable, Sequence
@@ -50,7 +51,8 @@ class Context:
 
 
 def handle_errors(fn: F) -> F:
-    """Turn svclab errors into one line on stderr and their exit code."""
+    """Turn svclab errors into one line on stderr and their exit code; an OSError that
+    escapes a command (a file that went away, a full disk) likewise, exit 1."""
 
     @wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -59,17 +61,75 @@ def handle_errors(fn: F) -> F:
         except SvclabError as e:
             click.echo(f"error: {e}", err=True)
             sys.exit(e.exit_code)
+        except OSError as e:
+            if e.errno == errno.EPIPE:
+                raise
+            where = f"{e.filename}: " if e.filename else ""
+            click.echo(f"error: {where}{e.strerror or e}", err=True)
+            sys.exit(1)
 
     return wrapper  # type: ignore[return-value]
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class OneLineUsageError(click.ClickException):
+    """A usage error printed as one line, ``error: WHY (see 'svclab CMD --help')``,
+    exit 2 (click's own report is a usage block of four lines)."""
+
+    exit_code = 2
+
+    def __init__(self, error: click.UsageError) -> None:
+        super().__init__(error.format_message())
+        self.command_path = error.ctx.command_path if error.ctx is not None else "svclab"
+
+    def show(self, file: Any = None) -> None:
+        click.echo(f"error: {self.message} (see '{self.command_path} --help')", err=True)
+
+
+class Group(click.Group):
+    """svclab's command group: usage errors, at any level, as one line."""
+
+    def make_context(
+        self,
+        info_name: str | None,
+        args: list[str],
+        parent: click.Context | None = None,
+        **extra: Any,
+    ) -> click.Context:
+        try:
+            return super().make_context(info_name, args, parent, **extra)
+        except click.UsageError as e:
+            raise OneLineUsageError(e) from None
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except click.UsageError as e:
+            raise OneLineUsageError(e) from None
+
+
+EPILOG = """\b
+Environment:
+  SVCLAB_STATE  the state directory when --state is not given
+
+\b
+Shell completion (bash; zsh and fish likewise with zsh_source, fish_source):
+  eval "$(_SVCLAB_COMPLETE=bash_source svclab)"
+"""
+
+
+@click.group(
+    cls=Group, context_settings={"help_option_names": ["-h", "--help"]}, epilog=EPILOG
+)
 @click.option(
     "--state",
     default=DEFAULT_STATE,
     show_default=True,
     envvar="SVCLAB_STATE",
+    show_envvar=True,
     help="Directory of the persistent cluster.",
+)
+@click.version_option(
+    package_name="svclab", prog_name="svclab", message="%(prog)s %(version)s"
 )
 @click.pass_context
 def cli(ctx: click.Context, state: str) -> None:

@@ -15,6 +15,15 @@ import click
 
 from control.cli.main import Context, handle_errors
 from control.cli.printers import format_table
+from control.cli.types import (
+    COUNT,
+    ENDPOINT,
+    NEW_FILE,
+    NODE_REF,
+    PORT,
+    READABLE_FILE,
+    check_endpoint,
+)
 from netmodel.errors import InputError, NotFoundError
 from netmodel.ip import split_host_port
 
@@ -67,11 +76,17 @@ def _load_override(path: str | None, node: str | None) -> dict[str, RulesetInput
         return {}
     if node is None:
         raise click.UsageError("--iptables-save needs --at node/NAME (whose rules it replaces)")
+    return {node: IptablesRules(_read_text(path), source=path)}
+
+
+def _read_text(path: str) -> str:
+    """A file's text, or an InputError naming it (gone, unreadable, not text)."""
     try:
-        text = Path(path).read_text()
+        return Path(path).read_text()
     except OSError as e:
         raise InputError(f"cannot read: {e.strerror}", file=path) from None
-    return {node: IptablesRules(text, source=path)}
+    except UnicodeDecodeError:
+        raise InputError("not a text file (UTF-8)", file=path) from None
 
 
 def at_trace(
@@ -202,15 +217,29 @@ def full_trace(
 
 
 @click.command()
-@click.option("--from", "src", help="pod/NS/NAME, node/NAME, an IP")
-@click.option("--to", "dst", help="pod/NS/NAME, node/NAME, IP, IP:PORT, svc/NS/NAME:PORT")
-@click.option("--proto", type=click.Choice(PROTOS), default="tcp", show_default=True)
-@click.option("--sport", type=int, default=None, help="Source port (default: ephemeral)")
-@click.option("--all", "all_branches", is_flag=True, help="Follow every branch of random choices")
-@click.option("--at", "at", default=None, help="node/NAME: evaluate only that node's netfilter")
-@click.option("--flows", "flows_file", default=None, help="YAML/JSON list of {from, to, proto}")
+@click.option("--from", "src", type=ENDPOINT, help="pod/NS/NAME, node/NAME, an IP")
 @click.option(
-    "--iptables-save", "iptables_save", default=None, help="Replace the node's rules by a dump"
+    "--to", "dst", type=ENDPOINT, help="pod/NS/NAME, node/NAME, IP, IP:PORT, svc/NS/NAME:PORT"
+)
+@click.option("--proto", type=click.Choice(PROTOS), default="tcp", show_default=True)
+@click.option("--sport", type=PORT, default=None, help="Source port (default: ephemeral)")
+@click.option("--all", "all_branches", is_flag=True, help="Follow every branch of random choices")
+@click.option(
+    "--at", "at", type=NODE_REF, default=None, help="node/NAME: evaluate only that node's netfilter"
+)
+@click.option(
+    "--flows",
+    "flows_file",
+    type=READABLE_FILE,
+    default=None,
+    help="YAML/JSON list of {from, to, proto}",
+)
+@click.option(
+    "--iptables-save",
+    "iptables_save",
+    type=READABLE_FILE,
+    default=None,
+    help="Replace the node's rules by a dump",
 )
 @click.option(
     "--linear", is_flag=True, help="--at: walk rules one by one, report how many were visited"
@@ -257,8 +286,8 @@ def trace(
         import yaml
 
         try:
-            data = yaml.safe_load(Path(flows_file).read_text())
-        except (OSError, yaml.YAMLError) as e:
+            data = yaml.safe_load(_read_text(flows_file))
+        except yaml.YAMLError as e:
             raise InputError(f"cannot read flows: {e}", file=flows_file) from None
         if not isinstance(data, list):
             raise InputError("expected a list of {from, to, proto}", file=flows_file)
@@ -272,11 +301,16 @@ def trace(
         raise click.UsageError("--at takes node/NAME")
     session = ctx.session(files)
     try:
-        rules_text = Path(iptables_save).read_text() if (iptables_save and node) else None
+        rules_text = _read_text(iptables_save) if (iptables_save and node) else None
         override = {} if node else _load_override(iptables_save, None) if iptables_save else {}
         for i, f in enumerate(flows):
             if not isinstance(f, dict) or "from" not in f or "to" not in f:
                 raise InputError("each flow needs 'from' and 'to'", file=flows_file, field=f"[{i}]")
+            for end in ("from", "to"):
+                try:
+                    check_endpoint(str(f[end]))
+                except ValueError as e:
+                    raise InputError(str(e), file=flows_file, field=f"[{i}].{end}") from None
             p = str(f.get("proto", "tcp")).lower()
             if node:
                 res = at_trace(
@@ -314,9 +348,9 @@ def trace(
 
 
 @click.command()
-@click.argument("src")
-@click.argument("dst")
-@click.option("-c", "--count", type=int, default=3, show_default=True)
+@click.argument("src", type=ENDPOINT)
+@click.argument("dst", type=ENDPOINT)
+@click.option("-c", "--count", type=COUNT, default=3, show_default=True)
 @click.option("-f", "--filename", "files", multiple=True)
 @click.option("--real", "on_kernel", is_flag=True, help=REAL_HELP)
 @click.pass_obj
@@ -372,9 +406,9 @@ def chi_square(counts: list[int]) -> tuple[float, float]:
 
 
 @click.command()
-@click.argument("src")
-@click.argument("dst")
-@click.option("-n", "count", type=int, default=100, show_default=True)
+@click.argument("src", type=ENDPOINT)
+@click.argument("dst", type=ENDPOINT)
+@click.option("-n", "count", type=COUNT, default=100, show_default=True)
 @click.option("--proto", type=click.Choice(["tcp", "udp"]), default="tcp", show_default=True)
 @click.option("-o", "--output", type=click.Choice(["text", "json"]), default="text")
 @click.option("-f", "--filename", "files", multiple=True)
@@ -448,10 +482,10 @@ def connect(
 
 
 @click.command()
-@click.option("--from", "src", required=True)
-@click.option("--to", "dst", required=True)
+@click.option("--from", "src", type=ENDPOINT, required=True)
+@click.option("--to", "dst", type=ENDPOINT, required=True)
 @click.option("--proto", type=click.Choice(PROTOS), default="tcp")
-@click.option("-w", "write", required=True, help="pcap file to write")
+@click.option("-w", "write", type=NEW_FILE, required=True, help="pcap file to write")
 @click.option("-f", "--filename", "files", multiple=True)
 @click.pass_obj
 @handle_errors
@@ -473,8 +507,10 @@ def pcap(ctx: Context, src: str, dst: str, proto: str, write: str, files: tuple[
 
 @click.command()
 @click.option("--node", "node_name", required=True)
-@click.option("--from", "src", default=None, help="First open a connection from here...")
-@click.option("--to", "dst", default=None, help="...to here")
+@click.option(
+    "--from", "src", type=ENDPOINT, default=None, help="First open a connection from here..."
+)
+@click.option("--to", "dst", type=ENDPOINT, default=None, help="...to here")
 @click.option("-f", "--filename", "files", multiple=True)
 @click.pass_obj
 @handle_errors
@@ -484,6 +520,8 @@ def conntrack(
     """Print a node's conntrack table like `conntrack -L` (optionally after a connection)."""
     from control import emulation
 
+    if (src is None) != (dst is None):
+        raise click.UsageError("--from and --to go together")
     session = ctx.session(files)
     try:
         emu = _emulator_for(session, *(x for x in (src, dst) if x), override={})
