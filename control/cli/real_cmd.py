@@ -23,6 +23,7 @@ import click
 
 from control.cli.main import Context, handle_errors
 from control.cli.printers import format_table
+from control.cli.types import CLUSTER_ID
 
 # control.real, control.backends and the emulation (pyroute2 and the emulator behind
 # them) are imported inside the commands (see control.cli.main's docstring: start-up).
@@ -78,7 +79,9 @@ def _refuse(conflicts: Mapping[str, object], what: str) -> None:
 
 @click.command()
 @click.option("--real", "on_kernel", is_flag=True, help="Realise on network namespaces (root)")
-@click.option("--cluster-id", default=None, help="1-12 of [a-z0-9] (default: a new one)")
+@click.option(
+    "--cluster-id", type=CLUSTER_ID, default=None, help="1-12 of [a-z0-9] (default: a new one)"
+)
 @click.option(
     "--cni",
     type=click.Choice(CNI_MODES),

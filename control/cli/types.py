@@ -6,7 +6,8 @@ a usage error (exit 2, one line) before any cluster is opened.
 * :class:`Endpoint` — ``pod/NAME``, ``pod/NS/NAME``, ``node/NAME``, ``svc/NS/NAME[:PORT]``
   (``service/`` too; PORT a number or a port name), an IP, ``IP:PORT`` or ``[IPv6]:PORT``;
   the text is returned unchanged (the session resolves it), only its form is checked;
-* :class:`NodeRef` — ``node/NAME`` (``--at``);
+* :class:`NodeRef` — ``node/NAME`` (``--at``); :class:`ClusterId` — ``up --cluster-id``;
+* :class:`Selector` — a ``-l`` label selector, checked as kubectl checks it;
 * :data:`READABLE_FILE` / :class:`NewFile` — a file to read that exists and is no
   directory; a file to write whose directory exists.
 
@@ -125,6 +126,79 @@ class NodeRef(click.ParamType):
         return text
 
 
+#: :data:`dataplane.linux.names.CLUSTER_ID_RE`, repeated so that ``--help`` does not
+#: import the real backend (a test checks that the two agree)
+CLUSTER_ID_PATTERN = r"^[a-z0-9]{1,12}$"
+
+
+class ClusterId(click.ParamType):
+    """A real cluster's id: 1-12 of ``[a-z0-9]`` (it goes into every kernel name)."""
+
+    name = "id"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        text = str(value)
+        if not re.match(CLUSTER_ID_PATTERN, text):
+            self.fail(f"{text!r}: use 1-12 characters [a-z0-9]", param, ctx)
+        return text
+
+
+#: a label key: an optional DNS subdomain prefix and ``/``, then a name of 1-63
+#: characters (alphanumerics, ``-``, ``_``, ``.``, alphanumeric at both ends)
+_LABEL_NAME = r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?"
+_LABEL_KEY = re.compile(
+    rf"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?{_LABEL_NAME}$"
+)
+_LABEL_VALUE = re.compile(rf"^({_LABEL_NAME})?$")
+
+
+def check_selector(text: str) -> str:
+    """Check a ``-l`` label selector as kubectl does: every requirement well formed
+    (no empty one), keys and values valid label keys and values. Returns ``text``;
+    raises ValueError."""
+    from netmodel.selectors import parse_selector
+
+    if not text.strip():
+        raise ValueError("empty label selector")
+    depth, parts, cur = 0, [], ""
+    for ch in text:
+        depth += (ch == "(") - (ch == ")")
+        if depth < 0:
+            raise ValueError(f"label selector {text!r}: unbalanced ')'")
+        if ch == "," and depth == 0:
+            parts.append(cur)
+            cur = ""
+        else:
+            cur += ch
+    parts.append(cur)
+    if depth != 0:
+        raise ValueError(f"label selector {text!r}: unbalanced '('")
+    if any(not p.strip() for p in parts):
+        raise ValueError(f"label selector {text!r}: an empty requirement")
+    sel = parse_selector(text)
+    keys = [*sel.match_labels, *(e.key for e in sel.match_expressions)]
+    values = [*sel.match_labels.values(), *(v for e in sel.match_expressions for v in e.values)]
+    for k in keys:
+        if not _LABEL_KEY.match(k) or len(k) > 253 + 1 + 63:
+            raise ValueError(f"label selector {text!r}: {k!r} is not a valid label key")
+    for v in values:
+        if not _LABEL_VALUE.match(v):
+            raise ValueError(f"label selector {text!r}: {v!r} is not a valid label value")
+    return text
+
+
+class Selector(click.ParamType):
+    """A label selector (:func:`check_selector`)."""
+
+    name = "selector"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        try:
+            return check_selector(str(value))
+        except ValueError as e:
+            self.fail(str(e), param, ctx)
+
+
 class NewFile(click.ParamType):
     """A file to write: not a directory, in a directory that exists and is writable."""
 
@@ -144,4 +218,6 @@ class NewFile(click.ParamType):
 
 ENDPOINT = Endpoint()
 NODE_REF = NodeRef()
+SELECTOR = Selector()
+CLUSTER_ID = ClusterId()
 NEW_FILE = NewFile()
