@@ -51,8 +51,8 @@ from control.session import Session
 from dataplane.emulator.filters import IptablesRules, IpvsRules, NftRules
 from dataplane.linux import rules as linux_rules
 from dataplane.linux.cni import CniMode
-from dataplane.linux.nsenter import inode, read_sysctl, write_sysctl
 from dataplane.linux.names import CLUSTER_ID_RE, check_cluster_id
+from dataplane.linux.nsenter import inode, read_sysctl, write_sysctl
 from dataplane.linux.ready import wait_ready
 from dataplane.linux.realize import (
     HairpinMode,

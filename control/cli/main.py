@@ -118,9 +118,7 @@ Shell completion (bash; zsh and fish likewise with zsh_source, fish_source):
 """
 
 
-@click.group(
-    cls=Group, context_settings={"help_option_names": ["-h", "--help"]}, epilog=EPILOG
-)
+@click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"]}, epilog=EPILOG)
 @click.option(
     "--state",
     default=DEFAULT_STATE,
@@ -129,9 +127,7 @@ Shell completion (bash; zsh and fish likewise with zsh_source, fish_source):
     show_envvar=True,
     help="Directory of the persistent cluster.",
 )
-@click.version_option(
-    package_name="svclab", prog_name="svclab", message="%(prog)s %(version)s"
-)
+@click.version_option(package_name="svclab", prog_name="svclab", message="%(prog)s %(version)s")
 @click.pass_context
 def cli(ctx: click.Context, state: str) -> None:
     """svclab: the Kubernetes Services dataplane, emulated and explained."""
@@ -424,7 +420,8 @@ def describe(
         if not objs:
             what = f'{kind.lower()}s "{name}"' if name else f"{kind.lower()}s"
             raise NotFoundError(
-                f"{what} not found" + ("" if cluster_scoped or ns is None else f" in namespace {ns!r}")
+                f"{what} not found"
+                + ("" if cluster_scoped or ns is None else f" in namespace {ns!r}")
             )
         click.echo("\n\n".join(describe_object(session, o) for o in objs))
     finally:
