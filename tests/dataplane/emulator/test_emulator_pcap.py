@@ -56,9 +56,7 @@ def test_syn_and_syn_ack_carry_options_and_no_payload(tmp_path: Path) -> None:
     path = tmp_path / "syn.pcap"
     c.pcap(t, path)
     syns = [
-        f
-        for f in rdpcap(str(path))
-        if f.haslayer(TCP) and not f.haslayer(UDP) and f[TCP].flags.S
+        f for f in rdpcap(str(path)) if f.haslayer(TCP) and not f.haslayer(UDP) and f[TCP].flags.S
     ]
     assert {str(f[TCP].flags) for f in syns} == {"S", "SA"}
     for f in syns:
