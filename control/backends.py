@@ -73,6 +73,8 @@ class PingOutcome:
     ok: bool
     reply_from: str | None
     ttl: int | None
+    #: round-trip time in seconds, when measured (the kernel backend)
+    rtt: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -455,7 +457,14 @@ class RealBackend:
         for _ in range(count):
             r = self.cluster.ping(ns, ip, 1, timeout=self.timeout)
             ok = r.received == 1
-            out.append(PingOutcome(ok, ip if ok else None, r.ttls[0] if ok and r.ttls else None))
+            out.append(
+                PingOutcome(
+                    ok,
+                    ip if ok else None,
+                    r.ttls[0] if ok and r.ttls else None,
+                    r.rtts[0] if ok and r.rtts else None,
+                )
+            )
         return out
 
     def connect(

@@ -7,7 +7,9 @@ tests' question); without ``--at`` the packet walks the whole emulated cluster.
 from __future__ import annotations
 
 import json
+import math
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -347,6 +349,59 @@ def trace(
 # --------------------------------------------------------------------------- ping
 
 
+#: the emulator's simulated one-way latency of a link between two namespaces (veth,
+#: bridge port or underlay alike): ping's ``time=`` is this times the links crossed
+#: by the request and the reply
+LINK_LATENCY_MS = 0.05
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """One echo request as ping prints it: ``rtt_ms`` None when it got no reply."""
+
+    seq: int
+    reply_from: str | None
+    ttl: int | None
+    rtt_ms: float | None
+    note: str = ""
+
+
+def ping_report(dst: str, target: str, replies: list[Reply], count: int, suffix: str = "") -> str:
+    """iputils ping's output: the header, one line per reply (``time=X ms``), the
+    statistics and ``rtt min/avg/max/mdev`` when any reply came back."""
+    lines = [f"PING {dst} ({target}) 56(84) bytes of data.{suffix}"]
+    for r in replies:
+        if r.rtt_ms is not None:
+            lines.append(
+                f"64 bytes from {r.reply_from}: icmp_seq={r.seq} ttl={r.ttl} "
+                f"time={_ms(r.rtt_ms)} ms{r.note}"
+            )
+        else:
+            lines.append(f"From {target} icmp_seq={r.seq} no reply{r.note}")
+    times = [r.rtt_ms for r in replies if r.rtt_ms is not None]
+    loss = 100 * (count - len(times)) // count
+    lines.append(f"--- {dst} ping statistics ---")
+    lines.append(f"{count} packets transmitted, {len(times)} received, {loss}% packet loss")
+    if times:
+        avg = sum(times) / len(times)
+        mdev = math.sqrt(max(sum(t * t for t in times) / len(times) - avg * avg, 0.0))
+        lines.append(
+            f"rtt min/avg/max/mdev = {min(times):.3f}/{avg:.3f}/{max(times):.3f}/{mdev:.3f} ms"
+        )
+    return "\n".join(lines)
+
+
+def _ms(t: float) -> str:
+    """ping's precision: 3 decimals under 1 ms, 2 under 10, 1 under 100, else none."""
+    if t < 1:
+        return f"{t:.3f}"
+    if t < 10:
+        return f"{t:.2f}"
+    if t < 100:
+        return f"{t:.1f}"
+    return f"{t:.0f}"
+
+
 @click.command()
 @click.argument("src", type=ENDPOINT)
 @click.argument("dst", type=ENDPOINT)
@@ -358,7 +413,9 @@ def trace(
 def ping(
     ctx: Context, src: str, dst: str, count: int, files: tuple[str, ...], on_kernel: bool
 ) -> None:
-    """ICMP echo from SRC to DST, ping-like output (TTL and path per reply)."""
+    """ICMP echo from SRC to DST, output as iputils ping's, with the path each request
+    took. time= on the emulator is simulated: 0.05 ms per link (veth, bridge port,
+    underlay) crossed by the request and its reply; with --real it is measured."""
     from control import emulation
 
     if on_kernel:
@@ -371,21 +428,21 @@ def ping(
         emu = _emulator_for(session, src, dst, override={})
         s, d = emulation.resolve_endpoint(session, src), emulation.resolve_endpoint(session, dst)
         results = emu.ping(s, d, count)
-        target = results[0].trace.packet.dst if results else d
-        click.echo(f"PING {dst} ({target}): 56 data bytes")
-        ok = 0
-        for r in results:
-            if r.ok:
-                ok += 1
-                click.echo(
-                    f"64 bytes from {r.reply_from}: icmp_seq={r.seq} ttl={r.ttl}   path: {' > '.join(r.path)}"
-                )
-            else:
-                click.echo(f"icmp_seq={r.seq}: {r.verdict}   path: {' > '.join(r.path)}")
-        loss = 100 * (count - ok) // max(count, 1)
-        click.echo(f"--- {dst} ping statistics ---")
-        click.echo(f"{count} packets transmitted, {ok} received, {loss}% packet loss")
-        if ok < count:
+        target = str(results[0].trace.packet.dst) if results else d
+        replies = [
+            Reply(
+                r.seq,
+                r.reply_from,
+                r.ttl,
+                LINK_LATENCY_MS * (max(len(r.path) - 1, 0) + max(len(r.reply_path) - 1, 0))
+                if r.ok
+                else None,
+                f"   path: {' > '.join(r.path)}" + ("" if r.ok else f" ({r.verdict})"),
+            )
+            for r in results
+        ]
+        click.echo(ping_report(dst, target, replies, count))
+        if not all(r.ok for r in results):
             raise SystemExit(1)
     finally:
         session.close()

@@ -56,14 +56,32 @@ CASES: dict[str, tuple[list[str], int, str]] = {
         "node/NAME",
     ),
     "trace --iptables-save missing": (
-        ["trace", "--at", "node/node-1", "--from", "10.1.1.1", "--to", "10.96.0.2:80"]
-        + ["--iptables-save", "{tmp}/missing.txt"],
+        [
+            "trace",
+            "--at",
+            "node/node-1",
+            "--from",
+            "10.1.1.1",
+            "--to",
+            "10.96.0.2:80",
+            "--iptables-save",
+            "{tmp}/missing.txt",
+        ],
         2,
         "missing.txt",
     ),
     "trace --iptables-save directory": (
-        ["trace", "--at", "node/node-1", "--from", "10.1.1.1", "--to", "10.96.0.2:80"]
-        + ["--iptables-save", "{tmp}"],
+        [
+            "trace",
+            "--at",
+            "node/node-1",
+            "--from",
+            "10.1.1.1",
+            "--to",
+            "10.96.0.2:80",
+            "--iptables-save",
+            "{tmp}",
+        ],
         2,
         "is a directory",
     ),
@@ -191,7 +209,7 @@ def test_the_cluster_id_pattern_agrees_with_the_real_backend() -> None:
     from control.cli.types import CLUSTER_ID_PATTERN
     from dataplane.linux.names import CLUSTER_ID_RE
 
-    assert CLUSTER_ID_PATTERN == CLUSTER_ID_RE.pattern
+    assert CLUSTER_ID_RE.pattern == CLUSTER_ID_PATTERN
 
 
 def test_a_duplicate_node_port_in_one_apply_names_the_other_service_of_that_apply(
