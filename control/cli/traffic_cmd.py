@@ -105,6 +105,7 @@ def at_trace(
     """``--at node/NAME``: the node's netfilter alone, as upstream's flow tests."""
     from control.cli.rules_cmd import node_rules
     from dataplane.netfilter import Flow, FlowResult, FlowTracer
+    from dataplane.proxy.savefmt import saved_rule
     from netmodel.objects import Node
 
     try:
@@ -152,7 +153,7 @@ def at_trace(
         "masquerade": masq,
         "origin": result.origin,
         "rules_visited": visited,
-        "hops": [r.to_dict() for r in records],
+        "hops": [r.to_dict() | {"text": saved_rule(r.text)} for r in records],
     }
 
 
@@ -485,6 +486,7 @@ def connect(
     """Open N connections SRC -> DST; per connection the endpoint and the rule that chose
     it; then per-endpoint counts and a chi-square test of equal shares."""
     from control import emulation
+    from dataplane.proxy.savefmt import saved_rule
 
     if on_kernel:
         from control.cli.real_cmd import real_connect
@@ -505,7 +507,10 @@ def connect(
             click.echo(
                 json.dumps(
                     {
-                        "connections": [c.to_json() for c in conns],
+                        "connections": [
+                            c.to_json() | {"chosen_by": c.chosen_by and saved_rule(c.chosen_by)}
+                            for c in conns
+                        ],
                         "counts": dict(counts),
                         "chi_square": {
                             "statistic": stat,
@@ -520,7 +525,13 @@ def connect(
         rows = [["#", "SPORT", "ENDPOINT", "POD", "CHOSEN BY"]]
         for i, c in enumerate(conns, 1):
             rows.append(
-                [str(i), str(c.sport), c.endpoint or c.verdict, c.pod or "-", c.chosen_by or "-"]
+                [
+                    str(i),
+                    str(c.sport),
+                    c.endpoint or c.verdict,
+                    c.pod or "-",
+                    saved_rule(c.chosen_by) if c.chosen_by else "-",
+                ]
             )
         click.echo(format_table(rows))
         click.echo("")

@@ -292,3 +292,27 @@ def with_save_comments(text: str, when: float, version: str = SAVE_VERSION) -> s
             out.append(f"# Completed on {date}")
             in_table = False
     return "\n".join(out) + ("\n" if text.endswith("\n") else "")
+
+
+def saved_rule(text: str) -> str:
+    """The form ``iptables-save`` prints for a rule line as it was loaded (restore input
+    or save text alike: the save form maps to itself), for showing a rule where users
+    compare it with ``iptables-save`` or ``svclab rules``. IPv6 when an address in it is.
+    A rule this module cannot rewrite (a match kube-proxy never writes) is returned as
+    given."""
+    try:
+        return save_form(text, _looks_ipv6(text))
+    except ValueError:
+        return text
+
+
+def _looks_ipv6(text: str) -> bool:
+    for tok in text.split():
+        host = tok.strip("[]").split("]")[0].split("/")[0]
+        if host.count(":") >= 2:
+            try:
+                ipaddress.IPv6Address(host.strip("[]"))
+            except ValueError:
+                continue
+            return True
+    return False
