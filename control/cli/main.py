@@ -215,6 +215,8 @@ def get(
         _get_all(ctx, namespace, all_namespaces, output, selector)
         return
     kind, name = parse_kind_name(kind, name)
+    if name is not None and selector:
+        raise click.UsageError("name cannot be provided when a selector is specified")
     session = ctx.session()
     try:
         cluster_scoped = kind in ("Node", "Namespace")
@@ -360,6 +362,8 @@ def delete(
 ) -> None:
     """Delete objects by kind and name, or those named in files."""
     targets: list[tuple[str, str]] = []
+    if files and (kind or names):
+        raise click.UsageError("give KIND NAME or -f FILE, not both")
     if files:
         from netmodel.manifests import load
 

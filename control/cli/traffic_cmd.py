@@ -284,6 +284,13 @@ def trace(
             conflicts=conflicts,
         )
         return
+    # every option is evaluated or refused, never ignored
+    if flows_file and (src or dst):
+        raise click.UsageError("--flows FILE gives the flows: no --from/--to with it")
+    if linear and not at:
+        raise click.UsageError("--linear counts the rules --at node/NAME walks: give --at")
+    if sport is not None and at:
+        raise click.UsageError("--at evaluates a flow without a source port: no --sport")
     flows: list[dict[str, Any]]
     if flows_file:
         import yaml

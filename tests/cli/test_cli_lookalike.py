@@ -178,9 +178,7 @@ def test_rules_have_iptables_save_comment_lines_but_restore_input_not(state: Pat
 def test_ping_prints_time_and_the_rtt_summary(state: Path) -> None:
     a, b = pods(state)[:2]
     out = run(state, "ping", f"pod/{a}", f"pod/{b}", "-c", "2").stdout.splitlines()
-    assert re.fullmatch(
-        r"PING pod/\S+ \(10\.244\.\d+\.\d+\) 56\(84\) bytes of data\.", out[0]
-    )
+    assert re.fullmatch(r"PING pod/\S+ \(10\.244\.\d+\.\d+\) 56\(84\) bytes of data\.", out[0])
     replies = [x for x in out if x.startswith("64 bytes from")]
     assert len(replies) == 2
     assert all(re.search(r"icmp_seq=\d ttl=\d+ time=\d+\.\d{3} ms", x) for x in replies)

@@ -130,6 +130,33 @@ CASES: dict[str, tuple[list[str], int, str]] = {
     "up --real bad cluster id": (["up", "--real", "--cluster-id", "BAD_ID!"], 2, "BAD_ID!"),
     "up without --real": (["up"], 2, "--real"),
     "up --real bad --cni": (["up", "--real", "--cni", "calico"], 2, "--cni"),
+    "trace --flows with --from": (
+        ["trace", "--flows", "{tmp}/flows.yaml", "--from", "10.1.1.1"],
+        2,
+        "--flows",
+    ),
+    "trace --linear without --at": (
+        ["trace", "--linear", "--from", POD, "--to", "10.96.0.2:80"],
+        2,
+        "--linear",
+    ),
+    "trace --at with --sport": (
+        [
+            "trace",
+            "--at",
+            "node/node-1",
+            "--from",
+            "10.1.1.1",
+            "--to",
+            "10.96.0.2:80",
+            "--sport",
+            "40000",
+        ],
+        2,
+        "--sport",
+    ),
+    "get NAME with a selector": (["get", "pods", "web", "-l", "app=web"], 2, "selector"),
+    "delete KIND NAME and -f": (["delete", "pod", "x", "-f", str(WEB)], 2, "not both"),
     "unknown command": (["frobnicate"], 2, "frobnicate"),
     "unknown option": (["get", "pods", "--frob"], 2, "--frob"),
 }
