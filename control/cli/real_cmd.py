@@ -239,11 +239,11 @@ def real_ping(ctx: Context, *, src: str, dst: str, count: int, files: tuple[str,
     """``ping --real``: ICMP echo between real namespaces, ping's output (times measured
     from the raw socket's send to the reply's arrival)."""
     from control import emulation
-    from control.cli.traffic_cmd import Reply, ping_report
+    from control.cli.traffic_cmd import Reply, _host, ping_report
 
     with kernel(ctx, files, src) as (session, be):
         s = emulation.resolve_endpoint(session, src)
-        d = emulation.resolve_endpoint(session, dst)
+        d = _host(emulation.resolve_endpoint(session, dst))
         target = be.dest_ip(d)
         results = be.ping(s, target, count)
     replies = [

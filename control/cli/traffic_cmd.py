@@ -25,6 +25,7 @@ from control.cli.types import (
     PORT,
     READABLE_FILE,
     check_endpoint,
+    endpoint_port,
 )
 from netmodel.errors import InputError, NotFoundError
 from netmodel.ip import split_host_port
@@ -190,6 +191,11 @@ def _emulator_for(
     return emulation.emulator(session, external_clients=clients, rules_override=override)
 
 
+def _host(text: str) -> str:
+    """``IP:PORT`` -> ``IP``; other forms unchanged."""
+    return _split_dst(text)[0]
+
+
 def _split_dst(text: str) -> tuple[str, int | None]:
     if text.count(":") == 1 and not text.startswith(("pod/", "node/")):
         host, port = split_host_port(text)
@@ -285,6 +291,10 @@ def trace(
         )
         return
     # every option is evaluated or refused, never ignored
+    if proto == "icmp" and dst and endpoint_port(dst) is not None:
+        raise click.UsageError(f"--to {dst}: ICMP has no ports (--proto icmp)")
+    if proto == "icmp" and sport is not None:
+        raise click.UsageError("--sport: ICMP has no ports (--proto icmp)")
     if flows_file and (src or dst):
         raise click.UsageError("--flows FILE gives the flows: no --from/--to with it")
     if linear and not at:
@@ -426,6 +436,8 @@ def ping(
     underlay) crossed by the request and its reply; with --real it is measured."""
     from control import emulation
 
+    if endpoint_port(dst) is not None:
+        raise click.UsageError(f"{dst}: ping sends ICMP echo to a host: give no port")
     if on_kernel:
         from control.cli.real_cmd import real_ping
 
@@ -435,6 +447,7 @@ def ping(
     try:
         emu = _emulator_for(session, src, dst, override={})
         s, d = emulation.resolve_endpoint(session, src), emulation.resolve_endpoint(session, dst)
+        d = _host(d)  # svc/NS/NAME resolves to its ClusterIP and (only) port
         results = emu.ping(s, d, count)
         target = str(results[0].trace.packet.dst) if results else d
         replies = [
@@ -568,6 +581,8 @@ def pcap(ctx: Context, src: str, dst: str, proto: str, write: str, files: tuple[
     """Trace one packet and write its frames on every hop as a pcap (Wireshark opens it)."""
     from control import emulation
 
+    if proto == "icmp" and endpoint_port(dst) is not None:
+        raise click.UsageError(f"--to {dst}: ICMP has no ports (--proto icmp)")
     session = ctx.session(files)
     try:
         emu = _emulator_for(session, src, dst, override={})
@@ -602,7 +617,9 @@ def conntrack(
         emu = _emulator_for(session, *(x for x in (src, dst) if x), override={})
         if src and dst:
             d, port = _split_dst(emulation.resolve_endpoint(session, dst))
-            emu.connect(emulation.resolve_endpoint(session, src), d, "tcp", port or 80, 1)
+            if port is None:
+                raise click.UsageError(f"--to {dst}: give a port (IP:PORT or svc/NS/NAME:PORT)")
+            emu.connect(emulation.resolve_endpoint(session, src), d, "tcp", port, 1)
         for entry in emu.conntrack(node_name):
             click.echo(entry.text)
     finally:

@@ -102,6 +102,18 @@ def check_endpoint(text: str) -> str:
     return text
 
 
+def endpoint_port(text: str) -> str | None:
+    """The port an endpoint of a checked form names (a number or, for a Service, a port
+    name), or None when it names none."""
+    if text.startswith(("svc/", "service/")):
+        return text.partition(":")[2] or None
+    if "/" in text:
+        return None
+    if text.startswith("["):
+        return text.rpartition(":")[2]
+    return text.partition(":")[2] if text.count(":") == 1 else None
+
+
 class Endpoint(click.ParamType):
     """A source or destination (see the module docstring)."""
 

@@ -157,6 +157,28 @@ CASES: dict[str, tuple[list[str], int, str]] = {
     ),
     "get NAME with a selector": (["get", "pods", "web", "-l", "app=web"], 2, "selector"),
     "delete KIND NAME and -f": (["delete", "pod", "x", "-f", str(WEB)], 2, "not both"),
+    "ping to a port": (["ping", POD, "10.96.0.2:80"], 2, "no port"),
+    "ping to a Service port": (["ping", POD, "svc/default/web:80"], 2, "no port"),
+    "trace icmp to a port": (
+        ["trace", "--proto", "icmp", "--from", POD, "--to", "10.96.0.2:80"],
+        2,
+        "ICMP has no ports",
+    ),
+    "pcap icmp to a port": (
+        ["pcap", "--proto", "icmp", "--from", POD, "--to", "10.96.0.2:80", "-w", "{tmp}/x.pcap"],
+        2,
+        "ICMP has no ports",
+    ),
+    "conntrack --to without a port": (
+        ["conntrack", "--node", "node-1", "--from", POD, "--to", "10.96.0.2"],
+        2,
+        "give a port",
+    ),
+    "up --real bad --external-client": (
+        ["up", "--real", "--external-client", "999.1.1.1"],
+        2,
+        "999.1.1.1",
+    ),
     "unknown command": (["frobnicate"], 2, "frobnicate"),
     "unknown option": (["get", "pods", "--frob"], 2, "--frob"),
 }
