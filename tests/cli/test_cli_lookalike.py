@@ -62,7 +62,9 @@ def test_apply_says_created_then_unchanged_then_configured(tmp_path: Path) -> No
         "deployment/web created",
         "service/web created",
     ]
+    before = revision(s)
     again = run(s, "apply", "-f", str(WEB)).stdout.splitlines()
+    assert revision(s) == before  # nothing changed: nothing recorded (no kube-proxy syncs)
     assert again == [
         "cluster.svclab.dev/lab unchanged",
         "deployment/web unchanged",
@@ -72,6 +74,19 @@ def test_apply_says_created_then_unchanged_then_configured(tmp_path: Path) -> No
     assert run(s, "apply", "-f", str(tmp_path / "scaled.yaml")).stdout == (
         "deployment/web configured\n"
     )
+    syncs = [
+        e["message"]
+        for e in json.loads(run(s, "events", "-o", "json").stdout)["items"]
+        if e["reason"] == "SyncProxyRules" and int(e["metadata"]["resourceVersion"]) > before
+    ]
+    assert len(syncs) == 3 and all("partial sync" in m for m in syncs), syncs
+
+
+def revision(state: Path) -> int:
+    from control.store.sqlite import SqliteStore
+
+    with SqliteStore(state / "state.db") as store:
+        return store.revision
 
 
 def test_get_nodes_wide_has_kubectls_columns(state: Path) -> None:
