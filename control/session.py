@@ -160,7 +160,7 @@ class Session:
         """Run every control loop (kube-proxies included) until nothing is left to do."""
         self.plane.run_until_idle()
 
-    def _start_quietly(self) -> None:
+    def start_quietly(self) -> None:
         """Start the control plane over the stored cluster and let the kube-proxies do
         their start-up sync without recording it: what an apply then records is what the
         apply changed (kube-proxy's own syncs included), as on a cluster whose
@@ -208,7 +208,7 @@ class Session:
         if manifests.proxy_config is not None:
             self.proxy_config = manifests.proxy_config
         if not fresh:
-            self._start_quietly()
+            self.start_quietly()
         try:
             results = self._apply_objects(manifests.objects, source=",".join(manifests.sources))
         except BaseException:

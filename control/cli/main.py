@@ -380,6 +380,7 @@ def delete(
         raise click.UsageError("give KIND NAME or -f FILE")
     session = ctx.session(read_only=False)
     try:
+        session.start_quietly()  # what is recorded is what the delete changed
         for k, key in targets:
             obj = session.plane.apiserver.delete(k, key)
             click.echo(f'{k.lower()} "{obj.name}" deleted')
