@@ -12,9 +12,14 @@ every 10th also a NodePort; built-in chains and kube-proxy's jump rules included
 * ``all_flows_per_s``: the same flows with ``--all`` (every endpoint branch enumerated);
 * ``established_pkt_per_s``: later packets of connections that have seen a reply
   (conntrack lookup, NAT binding reuse, filter chains; trace on);
-* ``ratio_10k_vs_100``: cost per new connection with 10,000 services over 100 services.
+* ``ratio_10k_vs_100``: cost per new connection with 10,000 services over 100 services;
+* ``parse_to_legacy_restore_ratio``: svclab parsing the 10,000-service text (best wall
+  time of ``--rounds``, at most 3) over ``iptables-legacy-restore`` loading the same text
+  into a fresh namespace (best wall time; needs root and the legacy tool, else null with
+  the reason). Both in one run, so the machine's load affects both alike.
 
-Targets: >= 50,000 new connections/s, >= 100,000 established packets/s, ratio <= 1.5.
+Targets: >= 50,000 new connections/s, >= 100,000 established packets/s, ratio <= 1.5,
+parse_to_legacy_restore_ratio <= 1.0.
 Rates are per CPU second of this process (best of ``--rounds``), with wall-clock rates
 beside them: on a shared machine wall time mostly measures the neighbours. Chains are
 compiled on first use; a warm-up pass pays that once and is reported separately.
@@ -30,6 +35,8 @@ import hashlib
 import json
 import os
 import random
+import shutil
+import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -255,6 +262,39 @@ def measure(services: int, endpoints: int, rounds: int) -> dict[str, object]:
     }
 
 
+def parse_vs_legacy_restore(services: int, endpoints: int, rounds: int) -> dict[str, object]:
+    """Best wall seconds of svclab's parse and of iptables-legacy-restore on one text."""
+    text = generate(services, endpoints)
+    parse_s = float("inf")
+    for _ in range(max(1, min(rounds, 3))):
+        t0 = time.perf_counter()
+        parse_save(text)
+        parse_s = min(parse_s, time.perf_counter() - t0)
+    out: dict[str, object] = {"parse_wall_seconds": round(parse_s, 3)}
+    if os.geteuid() != 0 or shutil.which("iptables-legacy-restore") is None:
+        out["legacy_restore_wall_seconds"] = None
+        out["parse_to_legacy_restore_ratio"] = None
+        out["why_null"] = "needs root and iptables-legacy-restore"
+        return out
+    from dataplane.linux import netns
+
+    best = float("inf")
+    for _ in range(max(1, min(rounds, 3))):
+        with netns.temporary("bench") as name:  # fresh: nothing to flush first
+            t0 = time.perf_counter()
+            subprocess.run(
+                ["ip", "netns", "exec", name, "iptables-legacy-restore"],
+                input=text,
+                text=True,
+                check=True,
+                capture_output=True,
+            )
+            best = min(best, time.perf_counter() - t0)
+    out["legacy_restore_wall_seconds"] = round(best, 3)
+    out["parse_to_legacy_restore_ratio"] = round(parse_s / best, 3)
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--services", type=int, default=10000)
@@ -264,7 +304,10 @@ def main() -> None:
     args = ap.parse_args()
     big = measure(args.services, args.endpoints, args.rounds)
     small = measure(args.small, args.endpoints, args.rounds)
+    vs_legacy = parse_vs_legacy_restore(args.services, args.endpoints, args.rounds)
     result = {
+        "parse_to_legacy_restore_ratio": vs_legacy["parse_to_legacy_restore_ratio"],
+        "parse_vs_legacy_restore": vs_legacy,
         "big": big,
         "small": small,
         "new_conn_per_s": big["new_conn_per_s"],
@@ -275,6 +318,7 @@ def main() -> None:
             "new_conn_per_s": 50000,
             "established_pkt_per_s": 100000,
             "ratio_10k_vs_100": 1.5,
+            "parse_to_legacy_restore_ratio": 1.0,
         },
     }
     print(json.dumps(result, indent=2))

@@ -13,8 +13,9 @@ and ``ready_seconds`` split it), ``down_seconds`` (teardown), ``real_connection_
 close; pods on all nodes as targets), ``emulated_connection_seconds_median`` (the same
 connections through :class:`dataplane.emulator.cluster.EmulatedCluster`, as ``svclab
 connect`` runs them, with traces; ``..._untraced`` without), or null with the reason in
-``emulated_note``. With ``--repeat`` the up/down figures are medians over the runs.
-Needs root.
+``emulated_note``. ``emulated_to_real_connection_ratio``: the untraced emulated
+connection's median over the real one's, both measured in this run (target <= 1.0).
+With ``--repeat`` the up/down figures are medians over the runs. Needs root.
 """
 
 from __future__ import annotations
@@ -125,6 +126,11 @@ def main() -> int:
             k: (round(v, 6) if isinstance(v, float) else v)
             for k, v in run_emulated(sample, args.connections).items()
         }
+    )
+    emu = result.get("emulated_connection_seconds_median_untraced")
+    real = result.get("real_connection_seconds_median")
+    result["emulated_to_real_connection_ratio"] = (
+        round(emu / real, 3) if isinstance(emu, float) and isinstance(real, float) else None
     )
     print(json.dumps(result, indent=1))
     return 0
