@@ -23,6 +23,7 @@ Contract:
 from __future__ import annotations
 
 import gc
+import itertools
 from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass
 
@@ -156,7 +157,6 @@ def _apply_restore(
             raise RestoreError(f"{_where(source, lineno, line)}: line outside a *table section")
         if line == "COMMIT":
             _check_table(cur, source, cur_start)
-            _check_hooks(cur, source)
             tables[cur.name] = _freeze(cur)
             cur = None
             continue
@@ -366,21 +366,36 @@ def _referrers(t: _MTable, name: str) -> list[str]:
 
 
 def _check_table(t: _MTable, source: str, start: int) -> None:
-    """COMMIT-time checks: jumps go to existing user chains, and there are no loops."""
+    """COMMIT-time checks: jumps go to existing user chains, there are no loops, and
+    targets restricted to some hooks are reached only from those (:func:`_check_hooks`)."""
+    builtins = frozenset(R.BUILTIN_CHAINS[t.name])
+    callers: dict[str, list[tuple[str, int]]] = {}
+    restricted: list[tuple[str, R.Rule, str, frozenset[str]]] = []
+    names = _TARGET_NAMES
     for c in t.chains.values():
+        user = c.policy is None
+        cname = c.name
         for r in c.rules:
-            if isinstance(r.target, R.Jump):
-                dest = t.chains.get(r.target.chain)
-                if dest is None:
-                    raise RestoreError(
-                        f"{_where(source, r.line, r.text)}: Couldn't load target "
-                        f"`{r.target.chain}': no such chain in table {t.name}"
-                    )
-                if dest.policy is not None:
-                    raise RestoreError(
-                        f"{_where(source, r.line, r.text)}: cannot jump to built-in chain "
-                        f"{r.target.chain}"
-                    )
+            tg = r.target
+            if not isinstance(tg, R.Jump):
+                if user and tg is not None:
+                    name = names.get(type(tg))
+                    if name is not None:
+                        allowed = TARGET_HOOKS[name]
+                        if not builtins <= allowed:
+                            restricted.append((cname, r, name, allowed))
+                continue
+            callers.setdefault(tg.chain, []).append((cname, r.line))
+            dest = t.chains.get(tg.chain)
+            if dest is None:
+                raise RestoreError(
+                    f"{_where(source, r.line, r.text)}: Couldn't load target "
+                    f"`{tg.chain}': no such chain in table {t.name}"
+                )
+            if dest.policy is not None:
+                raise RestoreError(
+                    f"{_where(source, r.line, r.text)}: cannot jump to built-in chain {tg.chain}"
+                )
     # loop detection: DFS over the chain graph, from the built-in chains first; a loop
     # is reported at the latest rule on the path that closes it (where the kernel finds
     # it: the rule that made it reachable or closed it)
@@ -389,82 +404,91 @@ def _check_table(t: _MTable, source: str, start: int) -> None:
     for root in roots:
         if state.get(root):
             continue
-        stack: list[tuple[str, Iterator[tuple[str, R.Rule]], tuple[R.Rule, ...]]] = [
-            (root, iter(_succ(t, root)), ())
-        ]
+        stack: list[tuple[str, Iterator[str]]] = [(root, iter(_succ(t, root)))]
         state[root] = 1
         while stack:
-            node, it, path = stack[-1]
-            step = next(it, None)
-            if step is None:
+            node, it = stack[-1]
+            nxt = next(it, None)
+            if nxt is None:
                 state[node] = 2
                 stack.pop()
                 continue
-            nxt, rule = step
             s = state.get(nxt, 0)
             if s == 1:
-                worst = max((*path, rule), key=lambda r: r.line)
+                path = [n for n, _ in stack] + [nxt]
+                worst = max(
+                    (_jump(t, a, b) for a, b in itertools.pairwise(path)),
+                    key=lambda r: r.line,
+                )
                 raise RestoreError(
                     f"{_where(source, worst.line, worst.text)}: *{t.name}: loop through chain {nxt}"
                 )
             if s == 0:
                 state[nxt] = 1
-                stack.append((nxt, iter(_succ(t, nxt)), (*path, rule)))
+                stack.append((nxt, iter(_succ(t, nxt))))
+    if restricted:
+        _check_hooks(builtins, callers, restricted, source)
 
 
-def _check_hooks(t: _MTable, source: str) -> None:
+def _check_hooks(
+    builtins: frozenset[str],
+    callers: dict[str, list[tuple[str, int]]],
+    restricted: list[tuple[str, R.Rule, str, frozenset[str]]],
+    source: str,
+) -> None:
     """COMMIT-time check of targets restricted to some hooks (REJECT, DNAT, SNAT,
     MASQUERADE) in user chains: every built-in chain that reaches the rule must be one
     of its hooks, as the kernel checks when the table is replaced. The error names the
-    later of the rule's line and the line of the jump that brought it in reach."""
-    reach: dict[str, dict[str, int]] = {}  # user chain -> {hook: line of the jump path}
-    todo: list[tuple[str, str, int]] = []
-    for hook in R.BUILTIN_CHAINS[t.name]:
-        if hook in t.chains:
-            todo.append((hook, hook, 0))
-    while todo:
-        chain, hook, via = todo.pop()
-        for r in t.chains[chain].rules:
-            if isinstance(r.target, R.Jump) and r.target.chain in t.chains:
-                dest = r.target.chain
-                line = max(via, r.line)
-                seen = reach.setdefault(dest, {})
-                if hook not in seen:
-                    seen[hook] = line
-                    todo.append((dest, hook, line))
-    for chain, hooks in reach.items():
-        for r in t.chains[chain].rules:
-            name = _target_name(r.target)
-            allowed = TARGET_HOOKS.get(name) if name else None
-            if allowed is None:
+    later of the rule's line and the lines of the jumps that brought it in reach.
+    ``callers``: chain -> (calling chain, jump line); the graph has no loops."""
+    memo: dict[str, dict[str, int]] = {b: {b: 0} for b in builtins}
+
+    def hooks_of(chain: str) -> dict[str, int]:
+        """{built-in chain reaching ``chain``: the latest jump line on that path}."""
+        stack = [chain]
+        while stack:
+            top = stack[-1]
+            if top in memo:
+                stack.pop()
                 continue
-            for hook, line in hooks.items():
-                if hook not in allowed:
-                    raise RestoreError(
-                        f"{_where(source, max(line, r.line), r.text)}: target {name} in chain "
-                        f"{chain} is reached from {hook}, where it is not valid"
-                    )
+            todo = [p for p, _ in callers.get(top, ()) if p not in memo]
+            if todo:
+                stack.extend(todo)
+                continue
+            got: dict[str, int] = {}
+            for p, line in callers.get(top, ()):
+                for h, via in memo[p].items():
+                    got.setdefault(h, max(via, line))
+            memo[top] = got
+            stack.pop()
+        return memo[chain]
+
+    for chain, r, name, allowed in restricted:
+        for hook, line in hooks_of(chain).items():
+            if hook not in allowed:
+                raise RestoreError(
+                    f"{_where(source, max(line, r.line), r.text)}: target {name} in chain "
+                    f"{chain} is reached from {hook}, where it is not valid"
+                )
 
 
-def _target_name(target: R.Target | None) -> str | None:
-    if isinstance(target, R.Reject):
-        return "REJECT"
-    if isinstance(target, R.Dnat):
-        return "DNAT"
-    if isinstance(target, R.Snat):
-        return "SNAT"
-    if isinstance(target, R.Masquerade):
-        return "MASQUERADE"
-    return None
+_TARGET_NAMES: dict[type, str] = {
+    R.Reject: "REJECT",
+    R.Dnat: "DNAT",
+    R.Snat: "SNAT",
+    R.Masquerade: "MASQUERADE",
+}
 
 
-def _succ(t: _MTable, name: str) -> list[tuple[str, R.Rule]]:
-    """(destination, first rule that jumps there) for each chain ``name`` jumps to."""
-    out: dict[str, R.Rule] = {}
-    for r in t.chains[name].rules:
-        if isinstance(r.target, R.Jump) and r.target.chain in t.chains:
-            out.setdefault(r.target.chain, r)
-    return sorted(out.items(), key=lambda kv: kv[0])
+def _succ(t: _MTable, name: str) -> list[str]:
+    return sorted({r.target.chain for r in t.chains[name].rules if isinstance(r.target, R.Jump)})
+
+
+def _jump(t: _MTable, src: str, dst: str) -> R.Rule:
+    """The first rule of ``src`` that jumps or goes to ``dst``."""
+    return next(
+        r for r in t.chains[src].rules if isinstance(r.target, R.Jump) and r.target.chain == dst
+    )
 
 
 # --------------------------------------------------------------------------- output

@@ -719,8 +719,7 @@ def _parse_rule(
             args, inv = take(_MODULE_OPTIONS[owner.name][name])
             if pending and name in _NOT_INVERTIBLE.get(owner.name, ()):
                 raise _RuleError(f'{owner.name}: option "{name}" cannot be inverted')
-            if any(o.name == name for o in owner.opts):
-                raise _RuleError(f'{owner.name}: option "{name}" can only be used once')
+            # (an option given twice is refused by the module's builder)
             owner.opts.append(_Opt(name, args, inv ^ pending))
             pending = False
             continue
@@ -739,10 +738,8 @@ def _parse_rule(
         else:
             matches.append(_build_match(m, proto, family))
     if target_name:
-        proto_ok = (
-            proto if not any(isinstance(g, R.ProtoMatch) and g.invert for g in generic) else None
-        )
-        target = _build_target(target_name, goto, target_opts, table, chain, proto_ok)
+        # (``proto`` is set only by a -p that is not negated)
+        target = _build_target(target_name, goto, target_opts, table, chain, proto)
     else:
         target = None
     return R.Rule(chain, tuple(matches), target, spec, line, counters)
@@ -934,7 +931,19 @@ def _flags(text: str) -> frozenset[str]:
     return out
 
 
+def _once(module: str, opts: list[_Opt], alias: dict[str, str] | None = None) -> None:
+    """iptables' "option X can only be used once" for modules built from a loop."""
+    if len(opts) > 1:
+        seen: set[str] = set()
+        for o in opts:
+            key = alias.get(o.name, o.name) if alias else o.name
+            if key in seen:
+                raise _RuleError(f'{module}: option "{o.name}" can only be used once')
+            seen.add(key)
+
+
 def _build_l4(proto: str, opts: list[_Opt]) -> list[R.Match]:
+    _once(proto, opts, {"--syn": "--tcp-flags"})
     built: list[R.Match] = []
     for o in opts:
         if o.name in ("--sport", "--dport"):
@@ -1017,6 +1026,7 @@ def _build_recent(m: _Module, opts: list[_Opt], family: int) -> R.Match:
 def _build_conntrack(opts: list[_Opt], family: int) -> R.Match:
     if not opts:
         raise _RuleError("conntrack: At least one option is required")
+    _once("conntrack", opts)
     kw: dict[str, object] = {}
     addrs: list[R.CtAddrTest] = []
     ports: list[R.CtPortTest] = []
