@@ -214,12 +214,19 @@ def _messages(resp: requests.Response) -> Iterator[dict[str, Any]]:
             yield msg.get("result", {})
 
 
+def _text(exc: Exception) -> str:
+    """etcd3gw keeps the message of its connection errors in ``detail_text``."""
+    if isinstance(exc, etcd_exc.Etcd3Exception) and exc.detail_text:
+        return exc.detail_text
+    return str(exc)
+
+
 def _refused(exc: Exception) -> bool:
-    return "refused" in str(exc).lower()
+    return "refused" in _text(exc).lower()
 
 
 def _short(exc: Exception) -> str:
-    text = str(exc)
+    text = _text(exc)
     if "refused" in text.lower():
         return "connection refused"
     if "timed out" in text.lower() or isinstance(exc, etcd_exc.ConnectionTimeoutError):
