@@ -25,12 +25,12 @@ is first used: commands that only read the store (``svclab get``) never load the
 
 from __future__ import annotations
 
+import contextlib
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
-
-import json
 
 import yaml
 
@@ -291,10 +291,9 @@ class Session:
                 records.put_record(PROXY_RECORD, _proxy_doc(manifests.proxy_config))
         except BaseException:
             if fresh:
-                try:
+                # the store may be gone: then the error being raised says so
+                with contextlib.suppress(SvclabError):
                     records.delete_everything()
-                except SvclabError:
-                    pass  # the store is gone: the error being raised says so
             raise
         remember_store_url(self.state_dir, url)
         return results
