@@ -33,14 +33,29 @@ How the store contract (:mod:`control.store.base`) maps onto etcd:
   the marker's revision, with ``prev_kv`` so that a DELETED event carries the last
   stored state. A watch from a compacted revision gets etcd's ``compact_revision``
   cancellation, which becomes :class:`CompactedError`.
+* Reads are served from a cache in this process, as kube-apiserver's watch cache
+  serves lists: the objects of each kind read so far (one paged range on first use)
+  and a log of the events since the store was opened, which serves ``watch``. The
+  store's own writes go into it when they commit; writes by other clients arrive when
+  the cache is refreshed: one range read of the marker and, if another client wrote,
+  etcd's watch stream from the cache's revision. ``revision``, reads and ``watch``
+  refresh when the last refresh is older than :attr:`EtcdStore.MAX_STALENESS` seconds,
+  and every failed compare refreshes at once. With one writer the cache is exact;
+  with several, a read may be that many seconds behind, but every write is still a
+  compare-and-swap in etcd, so no write is lost to a stale read. ``watch`` always
+  returns every change up to the ``revision`` last reported.
 * ``compact(rev)`` is etcd's compaction (physical). ``compacted_revision`` is found by
   probing: a range read at revision r fails exactly when r is older than the compaction.
 """
 
 from __future__ import annotations
 
+import bisect
 import builtins
+import gc
 import json
+import math
+import time
 import uuid
 from collections.abc import Collection, Iterator
 from contextlib import contextmanager
@@ -107,6 +122,19 @@ def _rev(answer: dict[str, Any]) -> int:
     return int(answer["header"]["revision"])
 
 
+@contextmanager
+def _bulk() -> Iterator[None]:
+    """Pause the cyclic GC while decoding many objects (they are acyclic; a collection
+    rescanning tens of thousands of live objects makes a bulk load several times slower)."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
 class EtcdStore:
     """A :class:`~control.store.base.Store` in etcd. See the module docstring."""
 
@@ -116,15 +144,29 @@ class EtcdStore:
     MAX_TXN_OPS = 127
     #: etcd's default --max-request-bytes is 1.5 MiB; base64 grows values by 4/3
     MAX_TXN_BYTES = 1_000_000
+    #: reads, ``revision`` and ``watch`` refresh the cache from etcd when the last
+    #: refresh is older than this many seconds (0: on every call)
+    MAX_STALENESS = 0.1
 
-    def __init__(self, endpoints: str | list[tuple[str, int]]) -> None:
+    def __init__(
+        self, endpoints: str | list[tuple[str, int]], *, max_staleness: float | None = None
+    ) -> None:
         pairs = parse_endpoints(endpoints) if isinstance(endpoints, str) else endpoints
         self.client = EtcdClient(pairs)
         self.url = "etcd://" + self.client.where
+        self.max_staleness = self.MAX_STALENESS if max_staleness is None else max_staleness
         self._txn: _Txn | None = None
-        self._depth = 0
         self._compacted = 0
         self._closed = False
+        # the cache: objects of the kinds read so far, and the events since it began
+        self._cache: dict[str, dict[str, KubeObject]] = {}
+        self._keys: dict[str, builtins.list[str]] = {}  # sorted keys per kind, lazily
+        self._synced = 0  # every svclab event up to this revision is in cache and log
+        self._head = 0  # the newest revision known (>= _synced; own writes move it)
+        self._log_from = 0  # the log holds every event with revision > _log_from
+        self._log: builtins.list[WatchEvent] = []
+        self._log_revs: builtins.list[int] = []
+        self._refreshed_at = -math.inf
 
     # ------------------------------------------------------------------ plumbing
 
@@ -155,15 +197,6 @@ class EtcdStore:
                 return out
             start = unb64(kvs[-1]["key"]) + b"\0"
 
-    def _read(self, kind: str, key: str) -> tuple[KubeObject | None, int]:
-        """The stored object (or None) and its mod_revision (0 if absent)."""
-        answer = self._range(object_key(kind, key))
-        kvs = answer.get("kvs")
-        if not kvs:
-            return None, 0
-        mod = int(kvs[0]["mod_revision"])
-        return decode_value(kind, unb64(kvs[0]["value"]), mod), mod
-
     def _commit(
         self, compare: builtins.list[dict[str, Any]], ops: builtins.list[dict[str, Any]]
     ) -> tuple[bool, int]:
@@ -182,86 +215,101 @@ class EtcdStore:
                 return True, int(marker[0]["mod_revision"])
         return False, _rev(answer)
 
-    # ------------------------------------------------------------------ reads
+    # ------------------------------------------------------------------ the cache
 
-    @property
-    def revision(self) -> int:
-        """etcd's header revision; inside a transaction, the one before it (fixed for the
-        block), so that ``revision + 1`` is the revision its writes will share."""
-        if self._txn is not None:
-            return self._txn_base()
-        return _rev(self._range(MARKER_KEY, count_only=True))
+    def _bucket(self, kind: str) -> dict[str, KubeObject]:
+        """The cached objects of ``kind``, loaded (one paged range) on first use."""
+        bucket = self._cache.get(kind)
+        if bucket is None:
+            if not self._synced:
+                self._refresh(force=True)
+            base = len(resource_prefix(kind))
+            kvs = self._range_prefix(resource_prefix(kind))
+            with _bulk():
+                bucket = {
+                    unb64(kv["key"]).decode()[base:]: decode_value(
+                        kind, unb64(kv["value"]), int(kv["mod_revision"])
+                    )
+                    for kv in kvs
+                }
+            self._cache[kind] = bucket
+            self._keys.pop(kind, None)
+        return bucket
 
-    @property
-    def compacted_revision(self) -> int:
-        """Probed: the oldest revision a range read still accepts (cached; it only grows)."""
-        lo = self._compacted
-        if self._readable_at(max(lo, 1)):
-            return lo
-        bad, good = max(lo, 1), self.revision
-        while good - bad > 1:
-            mid = (bad + good) // 2
-            if self._readable_at(mid):
-                good = mid
+    def _refresh(self, *, force: bool = False) -> None:
+        """Bring the cache and the log up to etcd's present: one range read of the
+        marker, plus the watch stream when another client wrote since the last time."""
+        if not force and time.monotonic() - self._refreshed_at < self.max_staleness:
+            return
+        answer = self._range(MARKER_KEY)
+        head = _rev(answer)
+        kvs = answer.get("kvs")
+        last = int(kvs[0]["mod_revision"]) if kvs else 0
+        if not self._synced:
+            self._synced = self._log_from = head
+        elif last > self._synced:
+            try:
+                events = self._stream(self._synced, last)
+            except CompactedError:  # another client compacted past us: start again
+                self._reset(head)
             else:
-                bad = mid
-        self._compacted = good
-        return good
+                for ev in events:
+                    self._apply(ev)
+                self._synced = max([head] + [ev.revision for ev in events[-1:]])
+        else:
+            self._synced = max(self._synced, head)
+        self._head = max(self._head, self._synced)
+        self._refreshed_at = time.monotonic()
 
-    def _readable_at(self, rev: int) -> bool:
-        try:
-            self._range(MARKER_KEY, revision=str(rev), count_only=True)
-        except EtcdRequestError as e:
-            if e.code == _OUT_OF_RANGE and "compacted" in str(e):
-                return False
-            raise
-        return True
+    def _reset(self, head: int) -> None:
+        self._cache.clear()
+        self._keys.clear()
+        self._log.clear()
+        self._log_revs.clear()
+        self._synced = self._log_from = self._head = head
 
-    def get(self, kind: str, key: str) -> KubeObject:
-        if kind not in RESOURCES:
-            raise NotFoundError(f"{kind} {key!r} not found")
-        staged = self._txn.staged.get(object_key(kind, key)) if self._txn else None
-        obj = staged.final if staged is not None else self._read(kind, key)[0]
-        if obj is None:
-            raise NotFoundError(f"{kind} {key!r} not found")
-        return obj
+    def _apply(self, ev: WatchEvent) -> None:
+        """An event read from etcd (revision > _synced): into the cache, unless the
+        cache already holds a newer state of the key (an own write), and into the log."""
+        obj = ev.object
+        bucket = self._cache.get(obj.kind)
+        if bucket is not None:
+            cur = bucket.get(obj.key)
+            if ev.type == "DELETED":
+                if cur is not None and cur.resource_version < ev.revision:
+                    del bucket[obj.key]
+                    self._keys.pop(obj.kind, None)
+            elif cur is None or cur.resource_version < ev.revision:
+                if cur is None:
+                    self._keys.pop(obj.kind, None)
+                bucket[obj.key] = obj
+        self._log.append(ev)
+        self._log_revs.append(ev.revision)
 
-    def list(
-        self,
-        kind: str,
-        namespace: str | None = None,
-        selector: LabelSelector | None = None,
-    ) -> builtins.list[KubeObject]:
-        if kind not in RESOURCES:
-            return []
-        prefix = resource_prefix(kind, namespace)
-        base = len(resource_prefix(kind))
-        objs: dict[str, KubeObject] = {}
-        for kv in self._range_prefix(prefix):
-            key = unb64(kv["key"]).decode()
-            objs[key] = decode_value(kind, unb64(kv["value"]), int(kv["mod_revision"]))
-        if self._txn is not None:
-            for ekey, st in self._txn.staged.items():
-                if st.kind == kind and ekey.startswith(prefix):
-                    if st.final is None:
-                        objs.pop(ekey, None)
-                    else:
-                        objs[ekey] = st.final
-        ordered = (objs[k] for k in sorted(objs, key=lambda k: k[base:]))
-        return iter_matching(ordered, None, selector)
+    def _wrote(self, rev: int, changes: builtins.list[tuple[EventType, KubeObject]]) -> None:
+        """Own writes committed at ``rev``: into the cache now; into the log when nothing
+        came between (else the next refresh reads them back from etcd, in order)."""
+        for type_, obj in changes:
+            bucket = self._cache.get(obj.kind)
+            if bucket is None:
+                continue
+            if type_ == "DELETED":
+                if bucket.pop(obj.key, None) is not None:
+                    self._keys.pop(obj.kind, None)
+            else:
+                if obj.key not in bucket:
+                    self._keys.pop(obj.kind, None)
+                bucket[obj.key] = obj
+        if rev == self._synced + 1:
+            self._synced = rev
+            for type_, obj in changes:
+                self._log.append(WatchEvent(type_, obj, rev))
+                self._log_revs.append(rev)
+        self._head = max(self._head, rev)
 
-    def watch(self, since: int, kinds: Collection[str] | None = None) -> builtins.list[WatchEvent]:
-        if since < self._compacted:
-            raise CompactedError(
-                f"revision {since} has been compacted (oldest kept: {self._compacted})"
-            )
-        marker = self._range(MARKER_KEY).get("kvs")
-        last = int(marker[0]["mod_revision"]) if marker else 0
-        if last <= since:
-            if since >= 1 and not self._readable_at(since):
-                raise CompactedError(f"revision {since} has been compacted")
-            return []
-        ks = set(kinds) if kinds is not None else None
+    def _stream(self, since: int, until: int) -> builtins.list[WatchEvent]:
+        """Every svclab event after ``since``, at least up to ``until`` (a marker
+        revision), from etcd's watch stream. CompactedError if ``since`` is compacted."""
         events: builtins.list[WatchEvent] = []
         request = {
             "key": b64(PREFIX),
@@ -280,41 +328,119 @@ class EtcdStore:
             if msg.get("canceled"):
                 raise CompactedError(f"etcd cancelled the watch from revision {since}")
             done = False
-            for ev in msg.get("events", ()):
-                kv = ev["kv"]
-                rev = int(kv["mod_revision"])
-                if rev <= since:
-                    continue
-                ekey = unb64(kv["key"]).decode()
-                if ekey == MARKER_KEY:
-                    done = rev >= last
-                    continue
-                event = self._event(ev, ekey, rev, ks)
-                if event is not None:
-                    events.append(event)
+            with _bulk():
+                for ev in msg.get("events", ()):
+                    kv = ev["kv"]
+                    rev = int(kv["mod_revision"])
+                    if rev <= since:
+                        continue
+                    ekey = unb64(kv["key"]).decode()
+                    if ekey == MARKER_KEY:
+                        done = rev >= until
+                        continue
+                    event = _event(ev, ekey, rev)
+                    if event is not None:
+                        events.append(event)
             if done:
-                break
+                return events
         return events
 
-    @staticmethod
-    def _event(
-        ev: dict[str, Any], ekey: str, rev: int, kinds: set[str] | None
-    ) -> WatchEvent | None:
-        where = split_key(ekey)
-        if where is None or (kinds is not None and where[0] not in kinds):
-            return None
-        kind = where[0]
-        kv = ev["kv"]
-        if ev.get("type") == "DELETE":
-            prev = ev.get("prev_kv")
-            if not prev:  # the previous state was compacted away: nothing to show
-                return None
-            obj = decode_value(kind, unb64(prev["value"]), int(prev["mod_revision"]))
-            return WatchEvent("DELETED", obj, rev)
-        type_: EventType = (
-            "ADDED" if kv.get("create_revision") == kv["mod_revision"] else "MODIFIED"
-        )
-        return WatchEvent(type_, decode_value(kind, unb64(kv["value"]), rev), rev)
+    # ------------------------------------------------------------------ reads
+
+    @property
+    def revision(self) -> int:
+        """etcd's revision as last seen (refreshed as :attr:`MAX_STALENESS` says; own
+        writes move it); inside a transaction, the one before it (fixed for the block),
+        so that ``revision + 1`` is the revision its writes will share."""
+        if self._txn is not None:
+            return self._txn_base()
+        self._refresh()
+        return self._head
+
+    @property
+    def compacted_revision(self) -> int:
+        """Probed: the oldest revision a range read still accepts (cached; it only grows)."""
+        lo = self._compacted
+        if self._readable_at(max(lo, 1)):
+            return lo
+        self._refresh(force=True)
+        bad, good = max(lo, 1), self._head
+        while good - bad > 1:
+            mid = (bad + good) // 2
+            if self._readable_at(mid):
+                good = mid
+            else:
+                bad = mid
+        self._compacted = good
+        return good
+
+    def _readable_at(self, rev: int) -> bool:
+        try:
+            self._range(MARKER_KEY, revision=str(rev), count_only=True)
+        except EtcdRequestError as e:
+            if e.code == _OUT_OF_RANGE and "compacted" in str(e):
+                return False
+            if e.code == _OUT_OF_RANGE and "future" in str(e):
+                return True
+            raise
+        return True
+
+    def get(self, kind: str, key: str) -> KubeObject:
+        if kind not in RESOURCES:
+            raise NotFoundError(f"{kind} {key!r} not found")
+        staged = self._txn.staged.get(object_key(kind, key)) if self._txn else None
+        if staged is not None:
+            obj = staged.final
+        else:
+            self._refresh()
+            obj = self._bucket(kind).get(key)
+        if obj is None:
+            raise NotFoundError(f"{kind} {key!r} not found")
+        return obj
+
+    def list(
+        self,
+        kind: str,
+        namespace: str | None = None,
+        selector: LabelSelector | None = None,
+    ) -> builtins.list[KubeObject]:
+        if kind not in RESOURCES:
+            return []
+        self._refresh()
+        bucket = self._bucket(kind)
+        staged = [st for st in self._txn.staged.values() if st.kind == kind] if self._txn else []
+        if staged:
+            bucket = dict(bucket)
+            for st in staged:
+                if st.final is None:
+                    bucket.pop(st.key, None)
+                else:
+                    bucket[st.key] = st.final
+            keys = sorted(bucket)
+        else:
+            keys = self._keys.get(kind) or []
+            if len(keys) != len(bucket):
+                keys = self._keys[kind] = sorted(bucket)
+        return iter_matching((bucket[k] for k in keys), namespace, selector)
+
+    def watch(self, since: int, kinds: Collection[str] | None = None) -> builtins.list[WatchEvent]:
+        if since < self._compacted:
+            raise CompactedError(
+                f"revision {since} has been compacted (oldest kept: {self._compacted})"
+            )
+        self._refresh(force=self._synced < self._head)
+        ks = set(kinds) if kinds is not None else None
+        if since >= self._log_from:
+            events = self._log[bisect.bisect_right(self._log_revs, since) :]
+        else:  # older than this process's log: etcd's history
+            marker = self._range(MARKER_KEY).get("kvs")
+            last = int(marker[0]["mod_revision"]) if marker else 0
+            if last <= since:
+                if since >= 1 and not self._readable_at(since):
+                    raise CompactedError(f"revision {since} has been compacted")
+                return []
+            events = self._stream(since, last)
+        return events if ks is None else [e for e in events if e.object.kind in ks]
 
     # ------------------------------------------------------------------ writes
 
@@ -328,8 +454,11 @@ class EtcdStore:
             return st.final
         ok, rev = self._commit([_mod_is(ekey, 0)], [_put(ekey, encode_value(obj))])
         if not ok:
+            self._refresh(force=True)
             raise ConflictError(f"{obj.kind} {obj.key!r} already exists")
-        return obj.with_meta(resource_version=str(rev))
+        stored = obj.with_meta(resource_version=str(rev))
+        self._wrote(rev, [("ADDED", stored)])
+        return stored
 
     def update(self, obj: KubeObject, expected_version: int | None = None) -> KubeObject:
         ekey = object_key(obj.kind, obj.key)
@@ -341,10 +470,12 @@ class EtcdStore:
         cond = _exists(ekey) if expected_version is None else _mod_is(ekey, expected_version)
         ok, rev = self._commit([cond], [_put(ekey, encode_value(obj))])
         if not ok:
-            current, _ = self._read(obj.kind, obj.key)
-            self._check(obj.kind, obj.key, current, expected_version)
+            self._refresh(force=True)
+            self._check(obj.kind, obj.key, self._bucket(obj.kind).get(obj.key), expected_version)
             raise ConflictError(f"{obj.kind} {obj.key!r}: changed by another writer")
-        return obj.with_meta(resource_version=str(rev))
+        stored = obj.with_meta(resource_version=str(rev))
+        self._wrote(rev, [("MODIFIED", stored)])
+        return stored
 
     def delete(self, kind: str, key: str, expected_version: int | None = None) -> KubeObject:
         if kind not in RESOURCES:
@@ -355,13 +486,19 @@ class EtcdStore:
             st.final = None
             return current
         ekey = object_key(kind, key)
-        while True:
-            stored, mod = self._read(kind, key)
+        for attempt in range(10):
+            if attempt:
+                self._refresh(force=True)
+            stored = self._bucket(kind).get(key)
+            if stored is None and not attempt:
+                continue  # the cache may be behind: look again after a refresh
             last = self._check(kind, key, stored, expected_version)
-            ok, _ = self._commit([_mod_is(ekey, mod)], [_delete(ekey)])
+            ok, rev = self._commit([_mod_is(ekey, last.resource_version)], [_delete(ekey)])
             if ok:
+                self._wrote(rev, [("DELETED", last)])
                 return last
             # changed between the read and the delete: read again (and re-check)
+        raise ConflictError(f"{kind} {key!r}: changed by other writers ten times in a row")
 
     @staticmethod
     def _check(kind: str, key: str, current: KubeObject | None, expected: int | None) -> KubeObject:
@@ -375,7 +512,8 @@ class EtcdStore:
         return current
 
     def compact(self, revision: int) -> None:
-        revision = min(revision, self.revision)
+        self._refresh(force=True)
+        revision = min(revision, self._head)
         if revision <= self.compacted_revision:
             return
         try:
@@ -384,13 +522,18 @@ class EtcdStore:
             if not (e.code == _OUT_OF_RANGE and "compacted" in str(e)):
                 raise
         self._compacted = max(self._compacted, revision)
+        cut = bisect.bisect_right(self._log_revs, revision)
+        del self._log[:cut]
+        del self._log_revs[:cut]
+        self._log_from = max(self._log_from, revision)
 
     # ------------------------------------------------------------------ transactions
 
     def _txn_base(self) -> int:
         assert self._txn is not None
         if not self._txn.base:
-            self._txn.base = _rev(self._range(MARKER_KEY, count_only=True))
+            self._refresh()
+            self._txn.base = self._head
         return self._txn.base
 
     def _predicted(self) -> int:
@@ -403,7 +546,9 @@ class EtcdStore:
         ekey = object_key(kind, key)
         st = self._txn.staged.get(ekey)
         if st is None:
-            obj, mod = self._read(kind, key)
+            self._txn_base()
+            obj = self._bucket(kind).get(key)
+            mod = obj.resource_version if obj is not None else 0
             st = self._txn.staged[ekey] = _Staged(kind, key, mod, obj, obj)
         return st
 
@@ -416,7 +561,6 @@ class EtcdStore:
             self._txn = _Txn({})
         assert self._txn is not None
         saved = {k: replace(st) for k, st in self._txn.staged.items()}
-        self._depth += 1
         try:
             yield
         except BaseException:
@@ -425,8 +569,6 @@ class EtcdStore:
             else:
                 self._txn.staged = saved
             raise
-        finally:
-            self._depth -= 1
         if outer:
             txn, self._txn = self._txn, None
             self._commit_staged(builtins.list(txn.staged.items()))
@@ -446,6 +588,9 @@ class EtcdStore:
                 size = 0
             chunks[-1].append((ekey, st, op))
             size += nbytes
+        if len(chunks) == 1:
+            self._commit_one(chunks[0])
+            return
         done: builtins.list[tuple[builtins.list[tuple[str, _Staged, Any]], int]] = []
         try:
             for chunk in chunks:
@@ -462,6 +607,30 @@ class EtcdStore:
         except BaseException:
             self._compensate(done)
             raise
+        finally:
+            self._refresh(force=True)  # the cache reads it all back, in order
+
+    def _commit_one(self, chunk: builtins.list[tuple[str, _Staged, dict[str, Any] | None]]) -> None:
+        ops = [op for _, _, op in chunk if op is not None]
+        if not ops:
+            return
+        ok, rev = self._commit([_mod_is(k, st.orig_mod) for k, st, _ in chunk], ops)
+        if not ok:
+            self._refresh(force=True)
+            raise ConflictError(
+                "another writer changed an object this transaction read; nothing was applied"
+            )
+        changes: builtins.list[tuple[EventType, KubeObject]] = []
+        for _, st, op in chunk:
+            if op is None:
+                continue
+            if st.final is None:
+                assert st.orig is not None
+                changes.append(("DELETED", st.orig))
+            else:
+                final = st.final.with_meta(resource_version=str(rev))
+                changes.append(("ADDED" if st.orig is None else "MODIFIED", final))
+        self._wrote(rev, changes)
 
     def _compensate(
         self, done: builtins.list[tuple[builtins.list[tuple[str, _Staged, Any]], int]]
@@ -480,7 +649,7 @@ class EtcdStore:
     # ------------------------------------------------------------------ records
 
     def get_record(self, name: str) -> dict[str, Any] | None:
-        """One of svclab's own records (``clusters/NAME``: the Cluster document)."""
+        """One of svclab's own records (``cluster``: the Cluster document)."""
         kvs = self._range(RECORD_PREFIX + name).get("kvs")
         return json.loads(unb64(kvs[0]["value"])) if kvs else None
 
@@ -495,6 +664,7 @@ class EtcdStore:
             self._call("/kv/deleterange", {"key": b64(p), "range_end": prefix_end(p)})
         p = RECORD_PREFIX.rsplit("records/", 1)[0]
         self._call("/kv/deleterange", {"key": b64(p), "range_end": prefix_end(p)})
+        self._reset(0)
 
     def flush(self) -> None:
         """Nothing to do: every write outside a transaction is committed when it returns."""
@@ -502,3 +672,20 @@ class EtcdStore:
     def close(self) -> None:
         self._closed = True
         self.client.close()
+
+
+def _event(ev: dict[str, Any], ekey: str, rev: int) -> WatchEvent | None:
+    """A WatchEvent from one event of etcd's stream (None: not a svclab object)."""
+    where = split_key(ekey)
+    if where is None:
+        return None
+    kind = where[0]
+    kv = ev["kv"]
+    if ev.get("type") == "DELETE":
+        prev = ev.get("prev_kv")
+        if not prev:  # the previous state was compacted away: nothing to show
+            return None
+        obj = decode_value(kind, unb64(prev["value"]), int(prev["mod_revision"]))
+        return WatchEvent("DELETED", obj, rev)
+    type_: EventType = "ADDED" if kv.get("create_revision") == kv["mod_revision"] else "MODIFIED"
+    return WatchEvent(type_, decode_value(kind, unb64(kv["value"]), rev), rev)
