@@ -87,7 +87,9 @@ class EtcdClient:
         self.endpoints = endpoints
         timeout = cast(Any, (self.connect_timeout, self.read_timeout))
         self._clients = [
-            etcd3gw.Etcd3Client(host=h, port=p, timeout=timeout, api_path="/v3/")
+            etcd3gw.Etcd3Client(
+                host=h, port=p, timeout=timeout, api_path="/v3/", session=_session()
+            )
             for h, p in endpoints
         ]
         self._current = 0
@@ -192,6 +194,14 @@ class EtcdClient:
             finally:
                 resp.close()
             return
+
+
+def _session() -> requests.Session:
+    """A keep-alive session that ignores proxy variables: the members are addressed
+    directly, and reading the environment for proxies costs about 0.5 ms per request."""
+    session = requests.Session()
+    session.trust_env = False
+    return session
 
 
 def _messages(resp: requests.Response) -> Iterator[dict[str, Any]]:
