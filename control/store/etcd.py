@@ -63,7 +63,12 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from control.store.base import EventType, WatchEvent, iter_matching
-from control.store.etcd_client import EtcdClient, EtcdRequestError, parse_endpoints
+from control.store.etcd_client import (
+    EtcdClient,
+    EtcdRequestError,
+    StoreUnavailableError,
+    parse_endpoints,
+)
 from control.store.etcd_layout import (
     MARKER_KEY,
     PREFIX,
@@ -343,7 +348,9 @@ class EtcdStore:
                         events.append(event)
             if done:
                 return events
-        return events
+        raise StoreUnavailableError(
+            f"etcd at {self.client.where}: the watch stream ended before revision {until}"
+        )
 
     # ------------------------------------------------------------------ reads
 

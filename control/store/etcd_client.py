@@ -143,7 +143,11 @@ class EtcdClient:
                 if code in _RETRY_CODES:
                     self._failed(i, e, refused=False, message=message)
                     continue
-                raise EtcdRequestError(message, code or 2) from None
+                host, port = self.endpoints[i]
+                raise EtcdRequestError(f"etcd at {host}:{port}: {message}", code or 2) from None
+            except (requests.RequestException, ValueError) as e:  # a broken answer
+                self._failed(i, e, refused=False)
+                continue
             self._current = i
             return cast(dict[str, Any], answer)
         raise AssertionError("unreachable")  # _attempts raises at the deadline
