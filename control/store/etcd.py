@@ -2,6 +2,8 @@
 out (:mod:`control.store.etcd_layout`), reached through :mod:`control.store.etcd_client`.
 
 URL: ``etcd://HOST:PORT[,HOST:PORT...]``; every member given is used, with failover.
+One :class:`EtcdStore` serves one thread at a time (as :class:`SqliteStore` does); open
+one per thread, or share it behind a lock.
 
 How the store contract (:mod:`control.store.base`) maps onto etcd:
 

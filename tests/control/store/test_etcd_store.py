@@ -257,3 +257,28 @@ def test_losing_every_member_then_restarting_keeps_everything(
     assert code == 0, out
     code, out = svclab(state, "get", "pods")
     assert out.count("Running") == 6, out
+
+
+def test_bad_store_urls_are_one_line(member: EtcdCluster, tmp_path: Path) -> None:
+    code, out = svclab(tmp_path / "a", "--store", "etcd://localhost", "get", "pods")
+    assert code == 1 and out == (
+        "error: store: bad etcd endpoint 'localhost': expected HOST:PORT[,HOST:PORT...]\n"
+    )
+    code, out = svclab(tmp_path / "b", "--store", member.url, "get", "pods")
+    assert code == 1 and "no cluster here yet" in out and out.count("\n") == 1, out
+    code, out = svclab(tmp_path / "c", "--store", "memory://", "apply", "-f", str(WEB))
+    assert code == 1 and "cannot hold a cluster of its own" in out, out
+
+
+def test_every_kind_has_a_key_that_maps_back() -> None:
+    from control.store.etcd_layout import RESOURCES, object_key, split_key
+    from netmodel.objects import KINDS
+
+    assert set(RESOURCES) == set(KINDS)
+    for kind in KINDS:
+        for key in ("ns/name", "name"):
+            assert split_key(object_key(kind, key)) == (kind, key)
+    assert object_key("Service", "default/web") == "/registry/services/specs/default/web"
+    assert object_key("Node", "node-1") == "/registry/minions/node-1"
+    assert split_key("/registry/services/endpoints/default/web") is None
+    assert split_key("/registry/svclab.dev/revision") is None
