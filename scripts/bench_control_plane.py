@@ -42,8 +42,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from control.clock import FakeClock
 from control.runner import ControlPlane, Timing
@@ -51,6 +50,8 @@ from control.scheduler import SchedulerStats
 from control.store import Store, open_store
 from netmodel.cluster import ClusterSpec
 from netmodel.objects import KubeObject, object_from_dict
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def workload(deployments: int, pods: int, services: int) -> list[KubeObject]:
