@@ -21,8 +21,8 @@ How the store contract (:mod:`control.store.base`) maps onto etcd:
   a transaction then share one revision (memory and SQLite give them consecutive ones;
   the contract allows both: :attr:`EtcdStore.TXN_REVISIONS`). Inside the block
   ``revision`` stays at the revision before it, and the objects returned carry that
-  plus one: the revision the commit gets, unless another client wrote in between. A key written twice in one block is sent
-  once, with its final state (etcd allows one write per key per Txn), so a watcher sees
+  plus one: the revision the commit gets, unless another client wrote in between. A
+  key written twice in one block is sent once, with its final state (etcd allows one write per key per Txn), so a watcher sees
   only the final state: a subsequence, as the contract promises. A block larger than
   etcd's default limits (128 operations, 1.5 MiB per request) is committed in several
   Txns; if one fails, the ones already committed are undone by compensating Txns
@@ -31,10 +31,11 @@ How the store contract (:mod:`control.store.base`) maps onto etcd:
   ``mod_revision`` is the last svclab write, which tells :meth:`EtcdStore.watch` where
   the events it must read end, and its token tells a write retried after a lost answer
   whether the first attempt committed.
-* ``watch(since)`` reads etcd's watch stream over ``/registry/`` from ``since`` up to
-  the marker's revision, with ``prev_kv`` so that a DELETED event carries the last
-  stored state. A watch from a compacted revision gets etcd's ``compact_revision``
-  cancellation, which becomes :class:`CompactedError`.
+* ``watch(since)`` is served from the cache's log (below) for revisions since the store
+  was opened; older history comes from etcd's watch stream over ``/registry/`` from
+  ``since`` up to the marker's revision, with ``prev_kv`` so that a DELETED event
+  carries the last stored state. A watch from a compacted revision gets etcd's
+  ``compact_revision`` cancellation, which becomes :class:`CompactedError`.
 * Reads are served from a cache in this process, as kube-apiserver's watch cache
   serves lists: the objects of each kind read so far (one paged range on first use)
   and a log of the events since the store was opened, which serves ``watch``. The
@@ -43,8 +44,9 @@ How the store contract (:mod:`control.store.base`) maps onto etcd:
   etcd's watch stream from the cache's revision. ``revision``, reads and ``watch``
   refresh when the last refresh is older than :attr:`EtcdStore.MAX_STALENESS` seconds,
   and every failed compare refreshes at once. With one writer the cache is exact;
-  with several, a read may be that many seconds behind, but every write is still a
-  compare-and-swap in etcd, so no write is lost to a stale read. ``watch`` always
+  with several, a read may be that many seconds behind, but a write with an expected
+  version is still a compare-and-swap in etcd, so a stale read cannot overwrite a
+  newer state (a write without one, as on every backend, is last-writer-wins). ``watch`` always
   returns every change up to the ``revision`` last reported.
 * ``compact(rev)`` is etcd's compaction (physical). ``compacted_revision`` is found by
   probing: a range read at revision r fails exactly when r is older than the compaction.
