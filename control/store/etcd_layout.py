@@ -82,12 +82,26 @@ def encode_value(obj: KubeObject) -> str:
     return obj.model_dump_json(by_alias=True, exclude_unset=True, exclude_none=True)
 
 
+_META = b'"metadata":{'
+
+
 def decode_value(kind: str, data: bytes | str, mod_revision: int) -> KubeObject:
-    """The object stored in ``data``, its resourceVersion set to ``mod_revision``."""
+    """The object stored in ``data``, its resourceVersion set to ``mod_revision``.
+
+    svclab's own values (written by :func:`encode_value`) get the version spliced into
+    the JSON before it is parsed (a copy of the parsed object costs as much as the
+    parse); anything else is parsed, then given its version."""
     cls = KINDS.get(kind)
     if cls is None:
         raise KeyError(f"unknown kind {kind!r} in etcd")
-    obj = cls.model_validate_json(data)
+    raw = data.encode() if isinstance(data, str) else data
+    at = raw.find(_META)
+    # top-level metadata (nothing opened before it) without a version of its own
+    if at > 0 and b"{" not in raw[1:at] and b'"resourceVersion"' not in raw:
+        at += len(_META)
+        rv = b'"resourceVersion":"%d"%s' % (mod_revision, b"" if raw[at : at + 1] == b"}" else b",")
+        return cls.model_validate_json(raw[:at] + rv + raw[at:])
+    obj = cls.model_validate_json(raw)
     return obj.with_meta(resource_version=str(mod_revision))
 
 

@@ -282,3 +282,27 @@ def test_every_kind_has_a_key_that_maps_back() -> None:
     assert object_key("Node", "node-1") == "/registry/minions/node-1"
     assert split_key("/registry/services/endpoints/default/web") is None
     assert split_key("/registry/svclab.dev/revision") is None
+
+
+def test_decoding_gives_the_version_to_the_top_level_metadata() -> None:
+    from control.store.etcd_layout import decode_value, encode_value
+    from netmodel.objects import object_from_dict
+
+    dep = object_from_dict(
+        {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": "web", "namespace": "default"},
+            "spec": {
+                "selector": {"matchLabels": {"app": "web"}},
+                "template": {"metadata": {"labels": {"app": "web"}}, "spec": {"containers": []}},
+            },
+        }
+    )
+    for obj in (dep, pod("a"), Node(metadata=ObjectMeta(name="n"))):
+        value = encode_value(obj.with_meta(resource_version="7"))
+        assert "resourceVersion" not in value
+        assert decode_value(obj.kind, value, 42) == obj.with_meta(resource_version="42")
+    # a value another writer laid out differently: parsed, then given its version
+    foreign = json.dumps({"kind": "Pod", "spec": {}, "metadata": {"name": "x", "namespace": "d"}})
+    assert decode_value("Pod", foreign, 5).metadata.resource_version == "5"
