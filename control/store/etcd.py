@@ -56,7 +56,6 @@ from __future__ import annotations
 
 import bisect
 import builtins
-import gc
 import json
 import math
 import time
@@ -67,12 +66,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from control.store.base import EventType, WatchEvent, iter_matching
-from control.store.etcd_client import (
-    EtcdClient,
-    EtcdRequestError,
-    StoreUnavailableError,
-    parse_endpoints,
-)
+from control.store.etcd_client import EtcdClient, EtcdRequestError, parse_endpoints
 from control.store.etcd_layout import (
     MARKER_KEY,
     PREFIX,
@@ -84,9 +78,9 @@ from control.store.etcd_layout import (
     object_key,
     prefix_end,
     resource_prefix,
-    split_key,
     unb64,
 )
+from control.store.etcd_watch import HistoryCompactedError, bulk, read_history
 from netmodel.errors import CompactedError, ConflictError, NotFoundError
 from netmodel.objects import KubeObject
 from netmodel.selectors import LabelSelector
@@ -129,19 +123,6 @@ def _exists(key: str) -> dict[str, Any]:
 
 def _rev(answer: dict[str, Any]) -> int:
     return int(answer["header"]["revision"])
-
-
-@contextmanager
-def _bulk() -> Iterator[None]:
-    """Pause the cyclic GC while decoding many objects (they are acyclic; a collection
-    rescanning tens of thousands of live objects makes a bulk load several times slower)."""
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()
 
 
 class EtcdStore:
@@ -234,7 +215,7 @@ class EtcdStore:
                 self._refresh(force=True)
             base = len(resource_prefix(kind))
             kvs = self._range_prefix(resource_prefix(kind))
-            with _bulk():
+            with bulk():
                 bucket = {
                     unb64(kv["key"]).decode()[base:]: decode_value(
                         kind, unb64(kv["value"]), int(kv["mod_revision"])
@@ -317,44 +298,11 @@ class EtcdStore:
         self._head = max(self._head, rev)
 
     def _stream(self, since: int, until: int) -> builtins.list[WatchEvent]:
-        """Every svclab event after ``since``, at least up to ``until`` (a marker
-        revision), from etcd's watch stream. CompactedError if ``since`` is compacted."""
-        events: builtins.list[WatchEvent] = []
-        request = {
-            "key": b64(PREFIX),
-            "range_end": prefix_end(PREFIX),
-            # from ``since`` itself, so that etcd refuses a compacted ``since``
-            "start_revision": str(max(since, 1)),
-            "prev_kv": True,
-        }
-        for msg in self.client.watch(request):
-            compact = int(msg.get("compact_revision", 0) or 0)
-            if compact:
-                self._compacted = max(self._compacted, compact)
-                raise CompactedError(
-                    f"revision {since} has been compacted (oldest kept: {compact})"
-                )
-            if msg.get("canceled"):
-                raise CompactedError(f"etcd cancelled the watch from revision {since}")
-            done = False
-            with _bulk():
-                for ev in msg.get("events", ()):
-                    kv = ev["kv"]
-                    rev = int(kv["mod_revision"])
-                    if rev <= since:
-                        continue
-                    ekey = unb64(kv["key"]).decode()
-                    if ekey == MARKER_KEY:
-                        done = rev >= until
-                        continue
-                    event = _event(ev, ekey, rev)
-                    if event is not None:
-                        events.append(event)
-            if done:
-                return events
-        raise StoreUnavailableError(
-            f"etcd at {self.client.where}: the watch stream ended before revision {until}"
-        )
+        try:
+            return read_history(self.client, since, until)
+        except HistoryCompactedError as e:
+            self._compacted = max(self._compacted, e.oldest)
+            raise
 
     # ------------------------------------------------------------------ reads
 
@@ -683,20 +631,3 @@ class EtcdStore:
     def close(self) -> None:
         self._closed = True
         self.client.close()
-
-
-def _event(ev: dict[str, Any], ekey: str, rev: int) -> WatchEvent | None:
-    """A WatchEvent from one event of etcd's stream (None: not a svclab object)."""
-    where = split_key(ekey)
-    if where is None:
-        return None
-    kind = where[0]
-    kv = ev["kv"]
-    if ev.get("type") == "DELETE":
-        prev = ev.get("prev_kv")
-        if not prev:  # the previous state was compacted away: nothing to show
-            return None
-        obj = decode_value(kind, unb64(prev["value"]), int(prev["mod_revision"]))
-        return WatchEvent("DELETED", obj, rev)
-    type_: EventType = "ADDED" if kv.get("create_revision") == kv["mod_revision"] else "MODIFIED"
-    return WatchEvent(type_, decode_value(kind, unb64(kv["value"]), rev), rev)
