@@ -175,6 +175,15 @@ class Session:
             store_url=url,
         )
 
+    @property
+    def holds_no_cluster(self) -> bool:
+        """No apply has created a cluster here yet (the next one fixes the Cluster)."""
+        if self.state_dir is None:
+            return False
+        if self.store_url is not None:
+            return _records(self.store, self.store_url).get_record(CLUSTER_RECORD) is None
+        return not (self.state_dir / "cluster.yaml").exists()
+
     # ---- control plane
 
     @property
@@ -221,6 +230,23 @@ class Session:
         """Run every control loop (kube-proxies included) until nothing is left to do."""
         self.plane.run_until_idle()
 
+    def start_quietly(self) -> None:
+        """Start the control plane over the stored cluster and let the kube-proxies do
+        their start-up sync without recording it: what an apply then records is what the
+        apply changed (kube-proxy's own syncs included), as on a cluster whose
+        kube-proxies have been running all along; an apply that changes nothing records
+        nothing."""
+        plane = self.plane
+        proxies = list(self.proxies.values())
+        recorders = [p.recorder for p in proxies]
+        for p in proxies:
+            p.recorder = None
+        try:
+            plane.run_until_idle()
+        finally:
+            for p, r in zip(proxies, recorders, strict=True):
+                p.recorder = r
+
     def _apply_objects(
         self, objs: Sequence[KubeObject], *, source: str | None
     ) -> list[tuple[str, KubeObject]]:
@@ -253,6 +279,8 @@ class Session:
             self._plane = None
         if manifests.proxy_config is not None:
             self.proxy_config = manifests.proxy_config
+        if not fresh:
+            self.start_quietly()
         try:
             results = self._apply_objects(manifests.objects, source=",".join(manifests.sources))
         except BaseException:
