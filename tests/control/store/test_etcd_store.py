@@ -82,7 +82,7 @@ def test_layout_and_values_as_etcdctl_shows_them(store: EtcdStore, member: EtcdC
 def test_cli_apply_converges_and_etcdctl_lists_it(member: EtcdCluster, tmp_path: Path) -> None:
     state = tmp_path / "state"
     code, out = svclab(state, "--store", member.url, "apply", "-f", str(WEB))
-    assert code == 0, out
+    assert code == 0 and "cluster.svclab.dev/lab created" in out, out
     assert json.loads((state / "store.json").read_text()) == {"store": member.url}
     assert not (state / "state.db").exists()
     pods = keys(member, "/registry/pods/default/")
@@ -202,7 +202,7 @@ def test_losing_one_member_of_three_changes_nothing(three: EtcdCluster, tmp_path
     scaled = tmp_path / "scale.yaml"
     scaled.write_text(WEB.read_text().replace("replicas: 3", "replicas: 5"))
     code, out = svclab(state, "apply", "-f", str(scaled))
-    assert code == 0, out
+    assert code == 0 and "cluster.svclab.dev/lab unchanged" in out, out
     code, out = svclab(state, "get", "pods")
     assert code == 0 and out.count("Running") == 5, out
     three.restart(0)  # it catches up from the others
