@@ -235,8 +235,15 @@ class EmulatorBackend:
 
     def __init__(self, view: ClusterView, *, seed: int = 0) -> None:
         self.view = view
+        from control.emulation import answerers
+
         self.cluster = EmulatedCluster(
-            view.network, view.rulesets, view.listeners, view.local_addresses, seed=seed
+            view.network,
+            view.rulesets,
+            view.listeners,
+            view.local_addresses,
+            seed=seed,
+            answerers=answerers(view),
         )
 
     def ping(self, src: str, dst: str, count: int = 1) -> list[PingOutcome]:

@@ -46,7 +46,7 @@ from dataplane.emulator.filters import (
 from dataplane.emulator.host import Host
 from dataplane.emulator.results import ConnResult, ConntrackEntry, PingResult
 from dataplane.emulator.trace import DeliveredTo, EndpointChance, Trace
-from dataplane.emulator.traffic import Endpoints
+from dataplane.emulator.traffic import Answerer, Endpoints
 from dataplane.emulator.walk import EPHEMERAL_PORTS, Walker, WalkResult
 from dataplane.netfilter.choice import Chooser, NthCounter, RandomChooser, explore
 from dataplane.netfilter.conntrack import (
@@ -133,7 +133,9 @@ class EmulatedCluster:
     tracks their connections). ``listeners``: per namespace name, the ``(proto, port)``
     pairs its sockets listen on. ``local_addresses``: per node name, extra addresses
     (``IP`` or ``IP/32``) that are LOCAL on that node (IPVS binds Service IPs to a
-    ``kube-ipvs0`` dummy device: they are added as such a device).
+    ``kube-ipvs0`` dummy device: they are added as such a device). ``answerers``: per
+    namespace, servers that compute their answer's payload from the request's
+    (``(proto, port) -> function``, see :mod:`.traffic`): the DNS pods.
     """
 
     def __init__(
@@ -145,6 +147,7 @@ class EmulatedCluster:
         *,
         seed: int = 0,
         clock: Clock | None = None,
+        answerers: Mapping[str, Mapping[tuple[str, int], Answerer]] | None = None,
     ) -> None:
         self.network = network
         self.clock: Clock = clock or SimClock()
@@ -187,6 +190,7 @@ class EmulatedCluster:
                 cache=compiled,
             )
         self.endpoints = Endpoints.from_listeners(listeners or {})
+        self.endpoints.answerers = {k: dict(v) for k, v in (answerers or {}).items()}
         self.walker = Walker(self.hosts, self.filters, self.endpoints, self.epoch)
         self._ports: dict[str, set[int]] = {}
         self._destinations: dict[str, tuple[IPAddress, int | None]] = {}
@@ -261,6 +265,7 @@ class EmulatedCluster:
         ttl: int = 64,
         length: int | None = None,
         df: bool = True,
+        payload: bytes = b"",
     ) -> tuple[Host, Packet]:
         if proto not in ("tcp", "udp", "icmp"):
             raise InputError(f"unsupported protocol {proto!r} (tcp, udp, icmp)", field="--proto")
@@ -282,7 +287,8 @@ class EmulatedCluster:
         port = sport if sport is not None else self._ephemeral(host.name)
         flags = frozenset({"SYN"}) if proto == "tcp" else frozenset()
         pkt = Packet(src=src_ip, dst=daddr, proto=proto, sport=port, dport=dport or 0,  # type: ignore[arg-type]
-                     ttl=ttl, length=length or 60, flags=flags, df=df)
+                     ttl=ttl, length=length or (28 + len(payload) if payload else 60),
+                     flags=flags, df=df, payload=payload)
         return host, pkt
 
     def _open(self, host: Host, pkt: Packet) -> None:
@@ -335,11 +341,16 @@ class EmulatedCluster:
         ttl: int = 64,
         length: int | None = None,
         df: bool = True,
+        payload: bytes = b"",
     ) -> Trace:
         """Walk one packet (TCP SYN, UDP datagram or ICMP echo request) from ``src`` to
         ``dst`` and its answer back. ``endpoints`` holds the endpoint reached with the
-        probability of the random branch taken (see :meth:`trace_all` for all)."""
-        host, pkt = self._request(src, dst, proto, dport, sport, ttl=ttl, length=length, df=df)
+        probability of the random branch taken (see :meth:`trace_all` for all).
+        ``payload``: a UDP datagram's data (the answer's, if any, is in
+        ``reply.received.payload``)."""
+        host, pkt = self._request(
+            src, dst, proto, dport, sport, ttl=ttl, length=length, df=df, payload=payload
+        )
         chooser = _ProbChooser(self._base_chooser)
         self._chooser_box[0] = chooser
         try:
@@ -537,6 +548,40 @@ class EmulatedCluster:
             if close or proto != "tcp":
                 self._close(host, pkt)
         return out
+
+    def stream(
+        self, src: str, dst: str, dport: int | None, payload: bytes
+    ) -> tuple[Trace, Trace | None]:
+        """A TCP connection that sends ``payload`` once and closes: SYN (traced), ACK, one
+        data segment (traced: its answer's data is in ``reply.received.payload``), FIN.
+        Returns the SYN's trace and the data segment's (None when the handshake failed).
+        What DNS over TCP does after a truncated answer."""
+        host, syn = self._request(src, dst, "tcp", dport, None)
+        self._open(host, syn)
+        try:
+            res, reply = self._exchange(host, syn, record=True)
+            first = self._trace_value(src, dst, syn, res, reply)
+            ok = (
+                reply is not None
+                and reply.delivered is not None
+                and reply.delivered.reception.kind == "client"
+                and "SYN" in reply.delivered.packet.flags
+            )
+            if not ok:
+                return first, None
+            ack = syn.evolve(flags=frozenset({"ACK"}), length=40)
+            self._exchange(host, ack, record=False)
+            data = syn.evolve(
+                flags=frozenset({"PSH", "ACK"}), length=40 + len(payload), payload=payload
+            )
+            res, reply = self._exchange(host, data, record=True)
+            second = self._trace_value(src, dst, data, res, reply)
+            fin = syn.evolve(flags=frozenset({"FIN", "ACK"}), length=40)
+            self._exchange(host, fin, record=False)
+            self._exchange(host, ack, record=False)
+            return first, second
+        finally:
+            self._close(host, syn)
 
     def _tcp_follow_up(self, host: Host, syn: Packet, *, close: bool, record: bool) -> None:
         ack = syn.evolve(flags=frozenset({"ACK"}), length=40)
