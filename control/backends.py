@@ -244,6 +244,7 @@ class EmulatorBackend:
             view.local_addresses,
             seed=seed,
             answerers=answerers(view),
+            resolv_confs=view.resolv_confs,
         )
 
     def ping(self, src: str, dst: str, count: int = 1) -> list[PingOutcome]:

@@ -14,8 +14,8 @@ from ipaddress import IPv4Address, IPv4Network, ip_address
 from control.agents.kubeproxy import NodeRules
 from control.apiserver.clusterdns import is_dns_pod
 from control.session import Session
-from dataplane.emulator.cluster import EmulatedCluster
 from dataplane.dns import DnsZone, ResolvConf, ZoneAnswerer, build_zone, pod_resolv_conf
+from dataplane.emulator.cluster import EmulatedCluster
 from dataplane.emulator.filters import IptablesRules, IpvsRules, NftRules, RulesetInput
 from dataplane.emulator.traffic import Answerer
 from dataplane.netfilter import format_save
@@ -138,9 +138,7 @@ def view(
     zone = dns_zone(session)
     dns_servers = frozenset(pod_ns(p.key) for p in running if zone is not None and is_dns_pod(p))
     resolv = {pod_ns(p.key): pod_resolv_conf(p, spec) for p in running}
-    return ClusterView(
-        network, rulesets, listeners, local, node_ips, zone, dns_servers, resolv
-    )
+    return ClusterView(network, rulesets, listeners, local, node_ips, zone, dns_servers, resolv)
 
 
 def emulator(
@@ -158,6 +156,7 @@ def emulator(
         v.local_addresses,
         seed=session.cluster.spec.seed if seed is None else seed,
         answerers=answerers(v),
+        resolv_confs=v.resolv_confs,
     )
 
 

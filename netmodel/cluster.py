@@ -151,7 +151,11 @@ class ClusterSpec(_Strict):
         out: dict[str, list[str]] = {}
         for name, addrs in v.items():
             key = name.rstrip(".").lower()
-            if not key or len(key) > 253 or not all(_DNS_LABEL.fullmatch(p) for p in key.split(".")):
+            if (
+                not key
+                or len(key) > 253
+                or not all(_DNS_LABEL.fullmatch(p) for p in key.split("."))
+            ):
                 raise ValueError(f"invalid name {name!r}")
             ips = []
             for a in addrs:

@@ -49,7 +49,11 @@ def kube_dns_service(cluster: ClusterSpec) -> Service:
         metadata=ObjectMeta(
             name=SERVICE,
             namespace=NAMESPACE,
-            labels={**APP_LABEL, "kubernetes.io/cluster-service": "true", "kubernetes.io/name": "CoreDNS"},
+            labels={
+                **APP_LABEL,
+                "kubernetes.io/cluster-service": "true",
+                "kubernetes.io/name": "CoreDNS",
+            },
         ),
         spec=ServiceSpec(
             type="ClusterIP",
@@ -86,9 +90,11 @@ def coredns_deployment() -> Deployment:
                     ],
                     tolerations=[
                         Toleration(key="CriticalAddonsOnly", operator="Exists"),
-                        Toleration(key="node-role.kubernetes.io/control-plane", effect="NoSchedule"),
+                        Toleration(
+                            key="node-role.kubernetes.io/control-plane", effect="NoSchedule"
+                        ),
                     ],
-                    dnsPolicy="Default",  # type: ignore[call-arg]
+                    dnsPolicy="Default",
                 ),
             ),
         ),

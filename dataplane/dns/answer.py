@@ -86,7 +86,8 @@ SOA = dns.rdatatype.SOA
 NS = dns.rdatatype.NS
 IN = dns.rdataclass.IN
 
-RR = tuple[str, int, str]  # owner (absolute), type, rdata text
+RdataType = dns.rdatatype.RdataType
+RR = tuple[str, RdataType, str]  # owner (absolute), type, rdata text
 
 
 class _Result:
@@ -96,7 +97,7 @@ class _Result:
     __slots__ = ("additional", "answer", "authoritative", "rcode", "zone_apex")
 
     def __init__(self) -> None:
-        self.rcode = dns.rcode.NOERROR
+        self.rcode: dns.rcode.Rcode = dns.rcode.NOERROR
         self.answer: list[RR] = []
         self.additional: list[RR] = []
         self.authoritative = True
@@ -137,7 +138,7 @@ def answer_wire(zone: DnsZone, wire: bytes, *, tcp: bool = False) -> bytes | Non
     return _fit(resp, limit)
 
 
-def _add(section: list[dns.rrset.RRset], owner: str, rtype: int, text: str) -> None:
+def _add(section: list[dns.rrset.RRset], owner: str, rtype: RdataType, text: str) -> None:
     rd = dns.rdata.from_text(IN, rtype, text)
     name = dns.name.from_text(owner)
     for rrset in section:
@@ -149,7 +150,7 @@ def _add(section: list[dns.rrset.RRset], owner: str, rtype: int, text: str) -> N
     section.append(rrset)
 
 
-def _bare(wire: bytes, rcode: int) -> bytes:
+def _bare(wire: bytes, rcode: dns.rcode.Rcode) -> bytes:
     """A header-only answer with the query's ID (what a server can say about a message
     it could not read)."""
     msg = dns.message.Message(id=int.from_bytes(wire[:2], "big"))
@@ -192,7 +193,7 @@ def _soa_text(zone: DnsZone) -> str:
 # ---------------------------------------------------------------------- lookups
 
 
-def lookup(zone: DnsZone, qname: dns.name.Name, qtype: int) -> _Result:
+def lookup(zone: DnsZone, qname: dns.name.Name, qtype: RdataType) -> _Result:
     """The records for one question (see the module docstring)."""
     owner = qname.to_text()
     labels = [lab.decode("ascii", "replace").lower() for lab in qname.labels[:-1]]
@@ -209,7 +210,7 @@ def lookup(zone: DnsZone, qname: dns.name.Name, qtype: int) -> _Result:
     return res
 
 
-def _cluster(zone: DnsZone, owner: str, rel: list[str], qtype: int, res: _Result) -> None:
+def _cluster(zone: DnsZone, owner: str, rel: list[str], qtype: RdataType, res: _Result) -> None:
     d = zone.domain
     if not rel:
         if qtype == SOA:
@@ -277,7 +278,7 @@ def _service(
     owner: str,
     base: str,
     svc: ServiceRecord,
-    qtype: int,
+    qtype: RdataType,
     res: _Result,
     port: tuple[str, str] | None,
 ) -> None:
@@ -315,12 +316,7 @@ def _srv_endpoints(
     port: tuple[str, str] | None,
     res: _Result,
 ) -> None:
-    rows = [
-        (e, p)
-        for e in endpoints
-        for p in e.ports
-        if port is None or (p.name, p.proto) == port
-    ]
+    rows = [(e, p) for e in endpoints for p in e.ports if port is None or (p.name, p.proto) == port]
     weight = 100 // max(1, len(rows))
     for e, p in rows:
         target = f"{_endpoint_name(e)}.{base}"
@@ -361,7 +357,7 @@ def _reverse(zone: DnsZone, owner: str, labels: list[str], res: _Result) -> bool
     return False
 
 
-def _upstream(zone: DnsZone, owner: str, name: str, qtype: int, res: _Result) -> None:
+def _upstream(zone: DnsZone, owner: str, name: str, qtype: RdataType, res: _Result) -> None:
     ips = zone.upstream.get(name)
     if ips is None:
         res.rcode = dns.rcode.NXDOMAIN

@@ -92,9 +92,7 @@ def pod_resolv_conf(pod: Pod, cluster: ClusterSpec) -> ResolvConf:
     node = ResolvConf()
     if policy == "None":
         base = ResolvConf()
-    elif policy == "Default" or (policy == "ClusterFirst" and spec.host_network):
-        base = node
-    elif not cluster.dns:
+    elif policy == "Default" or (policy == "ClusterFirst" and spec.host_network) or not cluster.dns:
         base = node
     else:
         base = cluster_first(pod.namespace, cluster)

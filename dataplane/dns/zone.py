@@ -119,7 +119,11 @@ def _svc_json(s: ServiceRecord) -> dict[str, Any]:
         "externalName": s.external_name,
         "ports": [[p.name, p.proto, p.port] for p in s.ports],
         "endpoints": [
-            {"ip": e.ip, "hostname": e.hostname, "ports": [[p.name, p.proto, p.port] for p in e.ports]}
+            {
+                "ip": e.ip,
+                "hostname": e.hostname,
+                "ports": [[p.name, p.proto, p.port] for p in e.ports],
+            }
             for e in s.endpoints
         ],
     }
@@ -152,7 +156,9 @@ def build_zone(
             name = (svc.spec.external_name or "").rstrip(".")
             records[key] = ServiceRecord(key[0], key[1], external_name=name, ports=ports)
             continue
-        ips = tuple(i for i in (svc.spec.cluster_ips or [svc.spec.cluster_ip or ""]) if i and i != "None")
+        ips = tuple(
+            i for i in (svc.spec.cluster_ips or [svc.spec.cluster_ip or ""]) if i and i != "None"
+        )
         endpoints: list[EndpointRecord] = []
         if svc.is_headless:
             seen: set[str] = set()

@@ -33,6 +33,7 @@ from pathlib import Path
 from random import Random
 from typing import Any, Literal
 
+from dataplane.dns.resolvconf import ResolvConf
 from dataplane.emulator.devices import Bridge, Epoch
 from dataplane.emulator.filters import (
     CompiledRules,
@@ -136,6 +137,7 @@ class EmulatedCluster:
     ``kube-ipvs0`` dummy device: they are added as such a device). ``answerers``: per
     namespace, servers that compute their answer's payload from the request's
     (``(proto, port) -> function``, see :mod:`.traffic`): the DNS pods.
+    ``resolv_confs``: per pod namespace, its resolv.conf (:mod:`.resolver` reads it).
     """
 
     def __init__(
@@ -148,6 +150,7 @@ class EmulatedCluster:
         seed: int = 0,
         clock: Clock | None = None,
         answerers: Mapping[str, Mapping[tuple[str, int], Answerer]] | None = None,
+        resolv_confs: Mapping[str, ResolvConf] | None = None,
     ) -> None:
         self.network = network
         self.clock: Clock = clock or SimClock()
@@ -191,6 +194,8 @@ class EmulatedCluster:
             )
         self.endpoints = Endpoints.from_listeners(listeners or {})
         self.endpoints.answerers = {k: dict(v) for k, v in (answerers or {}).items()}
+        #: each pod namespace's resolver configuration (what its libc reads)
+        self.resolv_confs: dict[str, ResolvConf] = dict(resolv_confs or {})
         self.walker = Walker(self.hosts, self.filters, self.endpoints, self.epoch)
         self._ports: dict[str, set[int]] = {}
         self._destinations: dict[str, tuple[IPAddress, int | None]] = {}
@@ -287,8 +292,8 @@ class EmulatedCluster:
         port = sport if sport is not None else self._ephemeral(host.name)
         flags = frozenset({"SYN"}) if proto == "tcp" else frozenset()
         pkt = Packet(src=src_ip, dst=daddr, proto=proto, sport=port, dport=dport or 0,  # type: ignore[arg-type]
-                     ttl=ttl, length=length or (28 + len(payload) if payload else 60),
-                     flags=flags, df=df, payload=payload)
+                     ttl=ttl, length=length or (28 + len(payload) if payload else 60), flags=flags,
+                     df=df, payload=payload)
         return host, pkt
 
     def _open(self, host: Host, pkt: Packet) -> None:

@@ -234,8 +234,13 @@ class Endpoints:
             if out is None:
                 return Reception("listener", None, pkt.dport, "datagram, no answer")
             answer = Packet(
-                src=pkt.dst, dst=pkt.src, proto="udp", sport=pkt.dport, dport=pkt.sport,
-                length=28 + len(out), payload=out,
+                src=pkt.dst,
+                dst=pkt.src,
+                proto="udp",
+                sport=pkt.dport,
+                dport=pkt.sport,
+                length=28 + len(out),
+                payload=out,
             )
             return Reception("listener", answer, pkt.dport, "datagram answered")
         answer = Packet(
