@@ -225,6 +225,8 @@ def main() -> None:
                 h for h in t.hops if h.kind == "rule" and h.verdict and "REJECT" in h.verdict
             ]
             print(t.render_text())
+            for h in rejected:
+                print(f"   rejected by node/{h.netns.removeprefix('node/')}: {h.rule}")
             c.check(
                 t.verdict == "REJECT"
                 and any("has no endpoints" in (h.rule or "") for h in rejected),
