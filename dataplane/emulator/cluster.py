@@ -248,6 +248,10 @@ class EmulatedCluster:
             raise InputError(f"unknown destination {dst!r} (want pod/NS/NAME, node/NAME, "
                              f"IP or IP:PORT)", field="--to") from None
 
+    def dns_id(self) -> int:
+        """A DNS message ID for a question a socket of the cluster sends (seeded)."""
+        return self._rng.randint(0, 65535)
+
     def _ephemeral(self, netns: str) -> int:
         used = self._ports.setdefault(netns, set())
         lo, hi = EPHEMERAL_PORTS
@@ -347,12 +351,14 @@ class EmulatedCluster:
         length: int | None = None,
         df: bool = True,
         payload: bytes = b"",
+        record: bool = True,
     ) -> Trace:
         """Walk one packet (TCP SYN, UDP datagram or ICMP echo request) from ``src`` to
         ``dst`` and its answer back. ``endpoints`` holds the endpoint reached with the
         probability of the random branch taken (see :meth:`trace_all` for all).
         ``payload``: a UDP datagram's data (the answer's, if any, is in
-        ``reply.received.payload``)."""
+        ``reply.received.payload``). ``record`` False walks the same path without
+        keeping its hops (``hops`` empty: faster)."""
         host, pkt = self._request(
             src, dst, proto, dport, sport, ttl=ttl, length=length, df=df, payload=payload
         )
@@ -360,7 +366,7 @@ class EmulatedCluster:
         self._chooser_box[0] = chooser
         try:
             self._open(host, pkt)
-            res, reply = self._exchange(host, pkt, record=True)
+            res, reply = self._exchange(host, pkt, record=record)
             self._close(host, pkt)
         finally:
             self._chooser_box[0] = self._base_chooser

@@ -33,6 +33,64 @@ DNS_PORT = 53
 
 
 @dataclass(frozen=True, slots=True)
+class Decoded:
+    """The parts of an answer the resolver and its callers read: status, flags, and the
+    sections as ``name ttl IN TYPE rdata`` lines."""
+
+    rcode: str
+    flags: tuple[str, ...]
+    answer: tuple[str, ...]
+    authority: tuple[str, ...]
+    additional: tuple[str, ...]
+    addresses: tuple[str, ...]
+
+
+_DECODED: dict[bytes, Decoded] = {}
+_QUESTIONS: dict[tuple[str, str], tuple[str, str, bytes]] = {}
+_MEMO_MAX = 10_000
+
+
+def decode(response: bytes) -> Decoded:
+    """:class:`Decoded` of an answer (dnspython), memoised on everything but the ID
+    (decoding is a pure function of the octets; a cluster's answers repeat)."""
+    key = response[2:]
+    hit = _DECODED.get(key)
+    if hit is None:
+        m = dns.message.from_wire(response)
+        hit = Decoded(
+            dns.rcode.to_text(m.rcode()),
+            tuple(dns.flags.to_text(m.flags).lower().split()),
+            tuple(_section(m.answer)),
+            tuple(_section(m.authority)),
+            tuple(_section(m.additional)),
+            tuple(str(rd) for r in m.answer if r.rdtype == dns.rdatatype.A for rd in r),
+        )
+        if len(_DECODED) >= _MEMO_MAX:
+            _DECODED.clear()
+        _DECODED[key] = hit
+    return hit
+
+
+def _question(qname: str, qtype: str) -> tuple[str, str, bytes]:
+    """(absolute name, type mnemonic, the question's wire form with ID 0) — built by
+    dnspython once per (name, type); each query stamps its own ID on a copy."""
+    hit = _QUESTIONS.get((qname, qtype))
+    if hit is None:
+        try:
+            name = dns.name.from_text(qname)
+            rdtype = dns.rdatatype.from_text(qtype.upper())
+        except (dns.exception.DNSException, ValueError) as e:
+            raise InputError(f"{qname!r} {qtype}: {e}", field="NAME") from None
+        msg = dns.message.make_query(name, rdtype)
+        msg.id = 0
+        hit = (name.to_text(), dns.rdatatype.to_text(rdtype), msg.to_wire())
+        if len(_QUESTIONS) >= _MEMO_MAX:
+            _QUESTIONS.clear()
+        _QUESTIONS[(qname, qtype)] = hit
+    return hit
+
+
+@dataclass(frozen=True, slots=True)
 class Query:
     """One question asked of one server, and what came back.
 
@@ -55,31 +113,25 @@ class Query:
         return None if self.response is None else dns.message.from_wire(self.response)
 
     @property
+    def decoded(self) -> Decoded | None:
+        return None if self.response is None else decode(self.response)
+
+    @property
     def rcode(self) -> str | None:
-        m = self.message
-        return None if m is None else dns.rcode.to_text(m.rcode())
+        d = self.decoded
+        return None if d is None else d.rcode
 
     def records(self, rdtype: str | None = None) -> list[str]:
         """The answer section's records as ``name ttl IN TYPE rdata`` lines (only of
         ``rdtype`` when given)."""
-        m = self.message
-        if m is None:
+        d = self.decoded
+        if d is None:
             return []
-        out = []
-        for rrset in m.answer:
-            if rdtype is not None and dns.rdatatype.to_text(rrset.rdtype) != rdtype:
-                continue
-            out += [
-                f"{rrset.name} {rrset.ttl} IN {dns.rdatatype.to_text(rrset.rdtype)} {rd}"
-                for rd in rrset
-            ]
-        return out
+        return [r for r in d.answer if rdtype is None or r.split(" ", 4)[3] == rdtype]
 
     def addresses(self) -> list[str]:
-        m = self.message
-        if m is None:
-            return []
-        return [str(rd) for rrset in m.answer if rrset.rdtype == dns.rdatatype.A for rd in rrset]
+        d = self.decoded
+        return [] if d is None else list(d.addresses)
 
     def path(self) -> list[str]:
         """The namespaces the question crossed, then those its answer crossed."""
@@ -92,7 +144,7 @@ class Query:
         return out
 
     def to_json(self, *, hops: bool = True) -> dict[str, Any]:
-        m = self.message
+        m = self.decoded
         out: dict[str, Any] = {
             "qname": self.qname,
             "qtype": self.qtype,
@@ -101,10 +153,10 @@ class Query:
             "status": self.rcode,
             "error": self.error,
             "truncated_udp": self.truncated_udp,
-            "flags": dns.flags.to_text(m.flags).lower().split() if m is not None else [],
+            "flags": list(m.flags) if m is not None else [],
             "answer": self.records(),
-            "authority": _section(m.authority) if m is not None else [],
-            "additional": _section(m.additional) if m is not None else [],
+            "authority": list(m.authority) if m is not None else [],
+            "additional": list(m.additional) if m is not None else [],
             "path": self.path(),
             "delivered_to": (
                 self.traces[-1].delivered_to.to_json()
@@ -176,27 +228,22 @@ def query(
     *,
     tcp: bool = False,
     query_id: int | None = None,
+    record: bool = True,
 ) -> Query:
     """Ask ``server`` (an IP) ``qname`` (absolute or not: a final dot is added) of type
-    ``qtype`` from namespace ``src``; see the module docstring."""
-    try:
-        name = dns.name.from_text(qname)
-        rdtype = dns.rdatatype.from_text(qtype.upper())
-    except (dns.exception.DNSException, ValueError) as e:
-        raise InputError(f"{qname!r} {qtype}: {e}", field="NAME") from None
-    msg = dns.message.make_query(name, rdtype)
-    if query_id is not None:
-        msg.id = query_id
-    wire = msg.to_wire()
-    qtext, ttext = name.to_text(), dns.rdatatype.to_text(rdtype)
+    ``qtype`` from namespace ``src``; see the module docstring. ``record`` False walks
+    the UDP question and its answer without keeping their hops."""
+    qtext, ttext, template = _question(qname, qtype)
+    qid = query_id if query_id is not None else cluster.dns_id()
+    wire = qid.to_bytes(2, "big") + template[2:]
     dst = f"{server}:{DNS_PORT}"
     if not tcp:
-        t = cluster.trace(src, dst, "udp", payload=wire)
+        t = cluster.trace(src, dst, "udp", payload=wire, record=record)
         got = _payload(t)
         if got is None:
-            return Query(qtext, ttext, server, "udp", None, (t,), _socket_error(t), False, msg.id)
-        if not dns.message.from_wire(got).flags & dns.flags.TC:
-            return Query(qtext, ttext, server, "udp", got, (t,), None, False, msg.id)
+            return Query(qtext, ttext, server, "udp", None, (t,), _socket_error(t), False, qid)
+        if not got[2] & 0x02:  # TC
+            return Query(qtext, ttext, server, "udp", got, (t,), None, False, qid)
         first: tuple[Trace, ...] = (t,)
     else:
         first = ()
@@ -205,8 +252,8 @@ def query(
     got = _payload(data) if data is not None else None
     if got is None or len(got) < 2:
         err = "connection refused" if syn.reply is not None else "timed out"
-        return Query(qtext, ttext, server, "tcp", None, traces, err, bool(first), msg.id)
-    return Query(qtext, ttext, server, "tcp", got[2:], traces, None, bool(first), msg.id)
+        return Query(qtext, ttext, server, "tcp", None, traces, err, bool(first), qid)
+    return Query(qtext, ttext, server, "tcp", got[2:], traces, None, bool(first), qid)
 
 
 def _payload(t: Trace) -> bytes | None:
@@ -233,9 +280,9 @@ def resolve(
                 break
         else:
             return Resolution(name, "error", (), tuple(queries), error=queries[-1].error)
-        m = q.message
-        assert m is not None
-        if m.rcode() == dns.rcode.NOERROR:
+        d = q.decoded
+        assert d is not None
+        if d.rcode == "NOERROR":
             found = [r for r in q.records() if f" IN {qtype.upper()} " in r]
             if found:
                 addrs = tuple(r.rsplit(" ", 1)[1] for r in found)
