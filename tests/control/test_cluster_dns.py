@@ -279,3 +279,43 @@ def test_cli_trace_connect_ping_by_name(manifest: str) -> None:
     code, out, err = run("trace", "--from", "pod/default/client", "--to", "nope:80", "-f", manifest)
     assert code == 1 and "cannot resolve 'nope': NXDOMAIN (4 queries" in err
     assert out.count("dns query") == 4
+
+
+@pytest.mark.parametrize(
+    ("spec", "error"),
+    [
+        (
+            "{dnsPolicy: Bogus}",
+            'spec.dnsPolicy: Unsupported value: "Bogus": supported values: "ClusterFirst", "ClusterFirstWithHostNet", "Default", "None"',
+        ),
+        (
+            '{dnsPolicy: "None"}',
+            "spec.dnsConfig: Required value: must provide `dnsConfig` when `dnsPolicy` is None",
+        ),
+        (
+            '{dnsPolicy: "None", dnsConfig: {searches: [a.b]}}',
+            "spec.dnsConfig.nameservers: Required value",
+        ),
+        ("{dnsConfig: {nameservers: [x]}}", 'spec.dnsConfig.nameservers[0]: Invalid value: "x"'),
+        (
+            "{dnsConfig: {nameservers: [192.0.2.1, 192.0.2.2, 192.0.2.3, 192.0.2.4]}}",
+            "must not have more than 3 nameservers",
+        ),
+        ("{dnsConfig: {searches: [a_b]}}", 'spec.dnsConfig.searches[0]: Invalid value: "a_b"'),
+        (
+            "{dnsConfig: {options: [{value: '1'}]}}",
+            "spec.dnsConfig.options[0].name: Required value",
+        ),
+    ],
+)
+def test_bad_dns_settings_of_a_pod_are_refused(tmp_path: Path, spec: str, error: str) -> None:
+    f = tmp_path / "p.yaml"
+    f.write_text(
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\n"
+        f"spec: {{containers: [{{name: c, image: x}}], {spec[1:]}\n"
+    )
+    state = tmp_path / "st"
+    r = CliRunner().invoke(cli, ["--state", str(state), "apply", "-f", str(f)])
+    assert r.exit_code == 1
+    assert r.stderr.startswith(f"error: {f} (document 1): Pod/default/p: ") and error in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
