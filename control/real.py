@@ -300,9 +300,7 @@ def serve(cluster: RealCluster, view: ClusterView) -> dict[str, int]:
         netns = cluster.namespaces.get(logical)
         if netns is not None:
             dns.write_resolv_conf(netns, conf.render())
-    wanted = {
-        k: v for k, v in server_ports(view.listeners).items() if k not in dns_pods
-    }
+    wanted = {k: v for k, v in server_ports(view.listeners).items() if k not in dns_pods}
     running = cluster.servers.running() if cluster.servers.supervisor_pid() else {}
     idle = [k for k in running if k not in wanted]
     if idle:

@@ -64,7 +64,9 @@ def test_dns_fields() -> None:
     s = cluster("{}")
     assert s.cluster_domain == "cluster.local" and s.dns is False and s.dns_upstream == {}
     assert s.dns_service_ip() == "10.96.0.10"
-    s = cluster("{dns: true, clusterDomain: Corp.Internal., dnsUpstream: {Example.COM.: [192.0.2.1]}}")
+    s = cluster(
+        "{dns: true, clusterDomain: Corp.Internal., dnsUpstream: {Example.COM.: [192.0.2.1]}}"
+    )
     assert s.cluster_domain == "corp.internal" and s.dns
     assert s.dns_upstream == {"example.com": ["192.0.2.1"]}
 
