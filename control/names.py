@@ -28,6 +28,12 @@ class LookupFailed(SvclabError):
     def __init__(self, resolution: Resolution) -> None:
         self.resolution = resolution
         r = resolution
+        if r.status == "no-nameserver":
+            super().__init__(
+                f"cannot resolve {r.name!r}: the pod's resolv.conf names no nameserver "
+                "(a cluster without DNS: give the Cluster `dns: true`, or an IP)"
+            )
+            return
         why = r.error if r.status == "error" else r.status
         super().__init__(
             f"cannot resolve {r.name!r}: {why} ({len(r.queries)} quer"

@@ -224,7 +224,9 @@ def _by_name(emu: EmulatedCluster, src: str, dst: str, *, quiet: bool = False) -
 
 @click.command()
 @click.option("--from", "src", help="pod/NS/NAME, node/NAME, an IP")
-@click.option("--to", "dst", help="pod/NS/NAME, node/NAME, IP, IP:PORT, svc/NS/NAME:PORT")
+@click.option(
+    "--to", "dst", help="pod/NS/NAME, node/NAME, IP, IP:PORT, svc/NS/NAME:PORT, or NAME[:PORT]"
+)
 @click.option("--proto", type=click.Choice(PROTOS), default="tcp", show_default=True)
 @click.option("--sport", type=int, default=None, help="Source port (default: ephemeral)")
 @click.option("--all", "all_branches", is_flag=True, help="Follow every branch of random choices")
