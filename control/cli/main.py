@@ -198,16 +198,32 @@ def get(
 
 @cli.command()
 @click.option("-o", "--output", type=click.Choice(["table", "json"]), default="table")
-@click.option("--for", "for_", default=None, help="Only events about KIND/NAME")
+@click.option(
+    "--for",
+    "for_",
+    default=None,
+    help="Only events about KIND/NAME (--diagram: and what it caused)",
+)
+@click.option("--diagram", default=None, help="Draw the sequence diagram to FILE.svg|.png|.mmd")
 @click.pass_obj
 @handle_errors
-def events(ctx: Context, output: str, for_: str | None) -> None:
+def events(ctx: Context, output: str, for_: str | None, diagram: str | None) -> None:
     """The timeline: every control-plane step in order."""
     from control.events import timeline
 
     session = ctx.session()
     try:
         evs = timeline(session.store)
+        if diagram:
+            from control.cli import picture_cmd
+
+            picture_cmd.check_suffix(diagram, picture_cmd.TIMELINE, "--diagram")
+            if for_:
+                evs = picture_cmd.events_for(session, evs, for_)
+            title = f"timeline of {for_}" if for_ else "timeline"
+            picture_cmd.events_diagram(session, evs, diagram, title=title)
+            click.echo(f"{diagram}: {len(evs)} events")
+            return
         if for_:
             k, _, n = for_.partition("/")
             kind = printers.resolve_kind(k) or k
@@ -305,7 +321,13 @@ def _register_optional() -> None:
     """Attach command groups that live in their own modules."""
     import importlib
 
-    for module in ("control.cli.rules_cmd", "control.cli.traffic_cmd", "control.cli.real_cmd"):
+    for module in (
+        "control.cli.rules_cmd",
+        "control.cli.traffic_cmd",
+        "control.cli.real_cmd",
+        "control.cli.picture_cmd",
+        "control.cli.report_cmd",
+    ):
         try:
             mod = importlib.import_module(module)
         except ModuleNotFoundError as e:

@@ -218,6 +218,7 @@ def full_trace(
 @click.option("-o", "--output", type=click.Choice(["text", "json"]), default="text")
 @click.option("-f", "--filename", "files", multiple=True, help="Throw-away cluster from manifests")
 @click.option("--real", "on_kernel", is_flag=True, help=REAL_HELP)
+@click.option("--diagram", default=None, help="Draw the topology with the path to FILE.svg|.png")
 @click.pass_obj
 @handle_errors
 def trace(
@@ -234,8 +235,17 @@ def trace(
     output: str,
     files: tuple[str, ...],
     on_kernel: bool,
+    diagram: str | None,
 ) -> None:
     """Walk one packet and its reply, and explain every hop and rule."""
+    if diagram:
+        from control.cli.picture_cmd import GRAPH, check_suffix
+
+        if on_kernel or all_branches or at or flows_file:
+            raise click.UsageError(
+                "--diagram draws one emulated trace: not with --real, --all, --at or --flows"
+            )
+        check_suffix(diagram, GRAPH, "--diagram")
     if on_kernel:
         from control.cli.real_cmd import real_trace
 
@@ -306,6 +316,10 @@ def trace(
                     click.echo(json.dumps(t.to_json(), indent=None if flows_file else 2))
                 else:
                     click.echo(t.render_text())
+                if diagram:
+                    from control.cli.picture_cmd import trace_diagram
+
+                    trace_diagram(session, t.to_json(), diagram, str(f["from"]))
     finally:
         session.close()
 
@@ -379,6 +393,7 @@ def chi_square(counts: list[int]) -> tuple[float, float]:
 @click.option("-o", "--output", type=click.Choice(["text", "json"]), default="text")
 @click.option("-f", "--filename", "files", multiple=True)
 @click.option("--real", "on_kernel", is_flag=True, help=REAL_HELP)
+@click.option("--plot", default=None, help="Draw each endpoint's share to FILE.png|.svg")
 @click.pass_obj
 @handle_errors
 def connect(
@@ -390,15 +405,20 @@ def connect(
     output: str,
     files: tuple[str, ...],
     on_kernel: bool,
+    plot: str | None,
 ) -> None:
     """Open N connections SRC -> DST; per connection the endpoint and the rule that chose
     it; then per-endpoint counts and a chi-square test of equal shares."""
     from control import emulation
+    from control.cli.picture_cmd import GRAPH, check_suffix
 
+    check_suffix(plot, GRAPH, "--plot")
     if on_kernel:
         from control.cli.real_cmd import real_connect
 
-        real_connect(ctx, src=src, dst=dst, count=count, proto=proto, output=output, files=files)
+        real_connect(
+            ctx, src=src, dst=dst, count=count, proto=proto, output=output, files=files, plot=plot
+        )
         return
     session = ctx.session(files)
     try:
@@ -410,6 +430,10 @@ def connect(
         conns = emu.connect(s, d, proto, port, count)  # type: ignore[arg-type]
         counts = Counter(c.endpoint or c.verdict for c in conns)
         stat, p = chi_square(list(counts.values()))
+        if plot:
+            from control.cli.picture_cmd import shares_plot
+
+            shares_plot(counts, stat, p, plot, title=f"connect {src} -> {dst}, emulated")
         if output == "json":
             click.echo(
                 json.dumps(

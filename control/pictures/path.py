@@ -124,8 +124,11 @@ def trace_path(scene: Scene, hops: Sequence[Mapping[str, Any]]) -> Path:
             rule = str(h.get("rule") or "")
             label = "DNAT" if verdict == "DNAT" else f"{verdict} (source)"
             notes.append(
-                Note(here, "dnat" if verdict == "DNAT" else "snat",
-                     f"{label} {h.get('nat') or ''}\\n{where}\\n{_wrap(rule)}")
+                Note(
+                    here,
+                    "dnat" if verdict == "DNAT" else "snat",
+                    f"{label} {h.get('nat') or ''}\\n{where}\\n{_wrap(rule)}",
+                )
             )
         elif kind == "vxlan":
             notes.append(Note(here, "vxlan", str(h.get("vxlan") or "")))
@@ -178,13 +181,28 @@ def restrict(scene: Scene, nodes: set[str], service_ips: set[str]) -> Scene:
 
 def _draw(g: graphviz.Digraph, path: Path, colour: str, prefix: str) -> None:
     for i, (a, b) in enumerate(zip(path.points, path.points[1:], strict=False), 1):
-        g.edge(a, b, label=f"{prefix}{i}", color=colour, fontcolor=colour, penwidth="2.2",
-               constraint="false", arrowsize="0.8")
+        g.edge(
+            a,
+            b,
+            label=f"{prefix}{i}",
+            color=colour,
+            fontcolor=colour,
+            penwidth="2.2",
+            constraint="false",
+            arrowsize="0.8",
+        )
     fills = {"dnat": "#ffe0e0", "snat": "#ffe9c7", "vxlan": "#e0f0ff"}
     for j, note in enumerate(path.notes):
         nid = f"note#{prefix}{j}"
-        g.node(nid, note.text, shape="note", style="filled", fillcolor=fills[note.kind],
-               fontsize="8", color=colour)
+        g.node(
+            nid,
+            note.text,
+            shape="note",
+            style="filled",
+            fillcolor=fills[note.kind],
+            fontsize="8",
+            color=colour,
+        )
         g.edge(note.point, nid, style="dotted", dir="none", color=colour)
 
 
@@ -201,12 +219,21 @@ def path_graph(scene: Scene, trace: Mapping[str, Any]) -> graphviz.Digraph:
     delivered = trace.get("delivered_to") or {}
     where = f" to pod {delivered['pod']}" if delivered.get("pod") else ""
     masq = f"; source seen {trace.get('source_seen')}" if trace.get("source_seen") else ""
-    g.attr(label=f"{summary}: {trace.get('verdict')}{where}{masq}\\n"
-           "red: request (1, 2, ...)   blue: reply (r1, r2, ...)", labelloc="t")
+    g.attr(
+        label=f"{summary}: {trace.get('verdict')}{where}{masq}\\n"
+        "red: request (1, 2, ...)   blue: reply (r1, r2, ...)",
+        labelloc="t",
+    )
     if dst and any(s.cluster_ip == dst for s in small.services) and request.points:
         svc = next(s for s in small.services if s.cluster_ip == dst)
-        g.edge(request.points[0], service_id(svc.key), style="dotted", color=REQUEST_COLOUR,
-               label=f"to {dst}", constraint="false")
+        g.edge(
+            request.points[0],
+            service_id(svc.key),
+            style="dotted",
+            color=REQUEST_COLOUR,
+            label=f"to {dst}",
+            constraint="false",
+        )
     _draw(g, request, REQUEST_COLOUR, "")
     _draw(g, reply, REPLY_COLOUR, "r")
     return g

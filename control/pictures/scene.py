@@ -127,8 +127,9 @@ def scene(
     """The scene of the whole cluster, or of ``node`` alone; ``network`` when the caller
     already has the cluster's network (a trace's emulator), else it is built here.
 
-    Raises :class:`TooManyNodesError` when the cluster has more than ``max_nodes`` nodes
-    and no ``node`` was named, :class:`InputError` when ``node`` does not exist."""
+    Raises :class:`TooManyNodesError` when the network is to be built for more than
+    ``max_nodes`` nodes and no ``node`` was named, :class:`InputError` when ``node``
+    does not exist."""
     nodes = _nodes(session)
     pods = _pods(session)
     spec = session.cluster.spec
@@ -142,7 +143,7 @@ def scene(
         net = build(node_net, focus, mine, overlay=spec.overlay)
         peers = sum(1 for n in nodes if n.name != node and n.pod_cidr is not None)
         return Scene(tuple(focus), tuple(mine), net, services(session), node, peers)
-    if len(nodes) > max_nodes:
+    if network is None and len(nodes) > max_nodes:
         raise TooManyNodesError(
             f"the cluster has {len(nodes)} nodes, too many to draw in one picture "
             f"(at most {max_nodes}): draw one node with --node NAME"

@@ -66,11 +66,21 @@ def _node_box(g: graphviz.Digraph, scene: Scene, ns: Netns) -> None:
                 f"{_addrs(fl)}  VTEP {fl.mac}\\nroutes to {peers} peer podCIDRs",
                 fillcolor="#fbeedd",
             )
-            c.edge(point_id(ns.name, "eth0"), point_id(ns.name, "flannel.1"), dir="none",
-                   style="dashed", label="encap")
+            c.edge(
+                point_id(ns.name, "eth0"),
+                point_id(ns.name, "flannel.1"),
+                dir="none",
+                style="dashed",
+                label="encap",
+            )
             if "cni0" in names:
-                c.edge(point_id(ns.name, "flannel.1"), point_id(ns.name, "cni0"),
-                       dir="none", style="dotted", label="routed")
+                c.edge(
+                    point_id(ns.name, "flannel.1"),
+                    point_id(ns.name, "cni0"),
+                    dir="none",
+                    style="dotted",
+                    label="routed",
+                )
         elif "cni0" in names:
             routes = [r for r in ns.routes if r.dev == "eth0" and r.via is not None and r.dst]
             routes = [r for r in routes if r.dst is not None and r.dst.prefixlen > 0]
@@ -80,16 +90,27 @@ def _node_box(g: graphviz.Digraph, scene: Scene, ns: Netns) -> None:
             if scene.peers:
                 lines = [f"{scene.peers} peer podCIDRs via their node IPs"]
             rid = point_id(ns.name, "routes")
-            c.node(rid, "host-gw routes\\n" + "\\l".join(lines) + "\\l", shape="note",
-                   fillcolor="#fbeedd")
+            c.node(
+                rid,
+                "host-gw routes\\n" + "\\l".join(lines) + "\\l",
+                shape="note",
+                fillcolor="#fbeedd",
+            )
             c.edge(point_id(ns.name, "eth0"), rid, dir="none", style="dotted")
             c.edge(rid, point_id(ns.name, "cni0"), dir="none", style="dotted")
         for itf in ns.interfaces:
             if itf.kind != "veth" or itf.master != "cni0" or itf.peer is None:
                 continue
             vid = point_id(ns.name, itf.name)
-            c.node(vid, itf.name, shape="box", style="filled", fillcolor="#f4f4f4",
-                   fontsize="8", height="0.2")
+            c.node(
+                vid,
+                itf.name,
+                shape="box",
+                style="filled",
+                fillcolor="#f4f4f4",
+                fontsize="8",
+                height="0.2",
+            )
             c.edge(point_id(ns.name, "cni0"), vid, dir="none")
             pod_netns = scene.network.namespaces.get(itf.peer[0])
             if pod_netns is not None:
@@ -111,17 +132,26 @@ def _service(g: graphviz.Digraph, svc: ServiceBox, drawn: set[str]) -> None:
     sid = service_id(svc.key)
     ports = ", ".join(svc.ports)
     ip = svc.cluster_ip or "no ClusterIP"
-    targets = [
-        (ep, point_id(pod_ns(ep.pod), "eth0") if ep.pod else "") for ep in svc.endpoints
-    ]
+    targets = [(ep, point_id(pod_ns(ep.pod), "eth0") if ep.pod else "") for ep in svc.endpoints]
     hidden = sum(1 for _, t in targets if t not in drawn)
     more = f"\\n{hidden} endpoint(s) off the picture" if hidden else ""
-    g.node(sid, f"Service {svc.key}\\n{svc.type} {ip}\\n{ports}{more}", shape="box3d",
-           style="filled", fillcolor="#e9e1f5")
+    g.node(
+        sid,
+        f"Service {svc.key}\\n{svc.type} {ip}\\n{ports}{more}",
+        shape="box3d",
+        style="filled",
+        fillcolor="#e9e1f5",
+    )
     for ep, target in targets:
         if target in drawn:
-            g.edge(target, sid, dir="back", color="#7a4fb5",
-                   style="dashed" if not ep.ready else "solid", label=ep.ip)
+            g.edge(
+                target,
+                sid,
+                dir="back",
+                color="#7a4fb5",
+                style="dashed" if not ep.ready else "solid",
+                label=ep.ip,
+            )
 
 
 def service_id(key: str) -> str:
