@@ -48,4 +48,70 @@ def parse_real_flag(doc: str) -> bool:
 
     parser = argparse.ArgumentParser(description=doc.splitlines()[0] if doc else None)
     parser.add_argument("--real", action="store_true", help="use real network namespaces")
+    parser.add_argument("--pictures", metavar="DIR", help=PICTURES_HELP)
     return bool(parser.parse_args().real)
+
+
+# --------------------------------------------------------------------------- --pictures
+
+PICTURES_HELP = "also draw the lab's picture (SVG) into DIR"
+
+
+def pictures_dir() -> Path | None:
+    """``--pictures DIR`` on the command line (created if missing), or None."""
+    import argparse
+
+    parser = argparse.ArgumentParser(add_help=False)
+    parser.add_argument("--pictures", metavar="DIR", help=PICTURES_HELP)
+    value = parser.parse_known_args()[0].pictures
+    if value is None:
+        return None
+    path = Path(value)
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def _written(path: Path) -> None:
+    print(f"picture: {path}")
+
+
+def save_timeline(session, name: str) -> None:  # type: ignore[no-untyped-def]
+    """With ``--pictures DIR``: the timeline's sequence diagram as DIR/NAME.svg."""
+    out = pictures_dir()
+    if out is None:
+        return
+    from control.cli.picture_cmd import events_diagram
+    from control.events import timeline
+
+    events_diagram(session, timeline(session.store), str(out / f"{name}.svg"), title=name)
+    _written(out / f"{name}.svg")
+
+
+def save_trace(session, name: str, src: str, dst: str, proto: str, port=None, clients=()):  # type: ignore[no-untyped-def]
+    """With ``--pictures DIR``: the emulated trace of SRC -> DST drawn over the topology
+    as DIR/NAME.svg (also after a ``--real`` run: the picture is the emulator's path)."""
+    out = pictures_dir()
+    if out is None:
+        return
+    from control import emulation
+    from control.pictures.files import write_graph
+    from control.pictures.path import path_graph
+    from control.pictures.scene import scene
+
+    view = emulation.view(session, external_clients=clients)
+    trace = emulation.emulator(session, external_clients=clients).trace(src, dst, proto, port)
+    graph = path_graph(scene(session, network=view.network), trace.to_json())
+    _written(write_graph(graph, out / f"{name}.svg"))
+
+
+def save_shares(counts, name: str, title: str) -> None:  # type: ignore[no-untyped-def]
+    """With ``--pictures DIR``: per-endpoint shares and the chi-square test as DIR/NAME.png."""
+    out = pictures_dir()
+    if out is None:
+        return
+    from control.cli.picture_cmd import shares_plot
+    from control.cli.traffic_cmd import chi_square
+
+    stat, p = chi_square(list(counts.values()))
+    shares_plot(counts, stat, p, str(out / f"{name}.png"), title=title)
+    _written(out / f"{name}.png")
