@@ -23,6 +23,8 @@ if TYPE_CHECKING:
 
 GRAPH = (".svg", ".png")
 TIMELINE = (".svg", ".png", ".mmd")
+#: the most messages a drawn (.svg/.png) timeline holds; Mermaid text has no limit
+MAX_MESSAGES = 500
 
 
 def pod_nodes(session: Session) -> dict[str, str]:
@@ -66,8 +68,16 @@ def events_diagram(
     from control.pictures.sequence import sequence_graph, sequence_mermaid
     from control.pictures.timeline import sequence
 
+    from netmodel.errors import InputError
+
     suffix = files.suffix_of(path, TIMELINE, option="--diagram")
     tl = sequence(events, pod_nodes(session))
+    if suffix != ".mmd" and len(tl.messages) > MAX_MESSAGES:
+        raise InputError(
+            f"{len(tl.messages)} steps, too many to draw (at most {MAX_MESSAGES}): "
+            "keep one object's with --for KIND/NAME, or write Mermaid text (.mmd)",
+            field="--diagram",
+        )
     if suffix == ".mmd":
         files.write_text(sequence_mermaid(tl, title=title), path)
     else:

@@ -108,7 +108,7 @@ def report(ctx: Context, output: str, pairs: tuple[str, ...], files: tuple[str, 
     from control.events import timeline
     from control.pictures import files as picture_files
     from control.pictures.report import Report, report_html
-    from control.pictures.scene import scene
+    from control.pictures.scene import MAX_NODES, TooManyNodesError, scene
     from control.pictures.sequence import sequence_graph
     from control.pictures.timeline import sequence
     from control.pictures.topology import topology_graph
@@ -117,7 +117,14 @@ def report(ctx: Context, output: str, pairs: tuple[str, ...], files: tuple[str, 
     chosen = parse_pairs(pairs)
     session = ctx.session(files)
     try:
-        sc = scene(session)
+        try:
+            sc = scene(session)
+        except TooManyNodesError:
+            raise TooManyNodesError(
+                f"a report draws the whole cluster: at most {MAX_NODES} nodes "
+                "(svclab topology --node NAME draws one node of a bigger one)",
+                field="-o",
+            ) from None
         note = ""
         if not chosen:
             chosen = _all_pairs(sc)

@@ -93,12 +93,14 @@ JS = """
     var params = new URLSearchParams(location.hash.slice(1));
     if (params.get('src')) { src.value = params.get('src'); }
     if (params.get('dst')) { dst.value = params.get('dst'); }
+    return params.has('src') || params.has('dst');
   }
   src.addEventListener('change', function () { show(true); });
   dst.addEventListener('change', function () { show(true); });
   window.addEventListener('hashchange', function () { fromHash(); show(false); });
-  fromHash();
+  var linked = fromHash();
   show(false);
+  if (linked) { document.getElementById('explorer').scrollIntoView(); }
 })();
 """
 
