@@ -62,12 +62,12 @@ def _pair_views(session: Session, scene: Scene, pairs: list[tuple[str, str]]) ->
         t = emu.trace(s, host, "tcp", int(port) if port else None)
         tj = t.to_json()
         svg = render_graph(path_graph(full, tj), "svg").decode()
-        where = tj["delivered_to"] or {}
-        summary = f"{t.packet.summary()}: {t.verdict}" + (
-            f", delivered to {where.get('ip')}:{where.get('port')} (pod {where.get('pod')})"
-            if where
-            else ""
-        )
+        summary = f"{t.packet.summary()}: {t.verdict}"
+        if t.verdict == "delivered" and t.delivered_to is not None:
+            d = t.delivered_to
+            summary += f", to {d.ip}:{d.port} ({f'pod {d.pod}' if d.pod else d.netns})"
+        elif t.reason:
+            summary += f" ({t.reason})"
         if t.masquerade:
             summary += f", source masqueraded to {t.source_seen}"
         out.append(PairView(src, dst, svg, summary))

@@ -4,7 +4,8 @@ pair. Everything is inline (SVG, CSS, a few lines of JavaScript); the page loads
 
 The explorer keeps each pair's picture in a ``<template>`` and copies the chosen one into
 ``#path-view``; the choice is mirrored in the address's fragment
-(``report.html#src=pod/default/a&dst=svc/default/web:80``), so a link opens a pair.
+(``report.html#src=pod/default/a&dst=svc/default/web:80``), so a link opens a pair (and
+shows the explorer first).
 
 Pure: :func:`report_html` turns a :class:`Report` into the page's text.
 """
@@ -100,7 +101,10 @@ JS = """
   window.addEventListener('hashchange', function () { fromHash(); show(false); });
   var linked = fromHash();
   show(false);
-  if (linked) { document.getElementById('explorer').scrollIntoView(); }
+  if (linked) {  // a link to a pair: show the explorer first
+    var section = document.getElementById('explorer-section');
+    section.parentNode.insertBefore(section, document.getElementById('topology-section'));
+  }
 })();
 """
 
@@ -141,20 +145,28 @@ def report_html(r: Report) -> str:
 <h1>{escape(r.title)}</h1>
 <nav><a href="#topology">Topology</a><a href="#services">Services</a>
 <a href="#timeline">Timeline</a><a href="#explorer">Explorer</a></nav>
+<section id="topology-section">
 <h2 id="topology">Topology</h2>
 <div class="picture" id="topology-picture">{svg_element(r.topology_svg)}</div>
+</section>
+<section id="services-section">
 <h2 id="services">Services</h2>
 <table id="services-table">
 <tr><th>NAME</th><th>TYPE</th><th>CLUSTER-IP</th><th>PORTS</th><th>ENDPOINTS</th></tr>
 {rows}
 </table>
+</section>
+<section id="timeline-section">
 <h2 id="timeline">Timeline</h2>
 <div class="picture" id="timeline-picture">{svg_element(r.timeline_svg)}</div>
+</section>
+<section id="explorer-section">
 <h2 id="explorer">Explorer: the path of a packet</h2>
 {note}
 <div>{_options(srcs, "src", "from")}{_options(dsts, "dst", "to")}</div>
 <div id="path-summary"></div>
 <div class="picture" id="path-view"></div>
+</section>
 {templates}
 <script type="application/json" id="pairs-data">{data_json}</script>
 <script>{JS}</script>

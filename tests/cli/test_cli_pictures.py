@@ -75,7 +75,9 @@ def test_events_diagram_in_three_formats(state: Path, tmp_path: Path) -> None:
 def test_trace_diagram(state: Path, tmp_path: Path) -> None:
     src = pods(state)[0]
     out = tmp_path / "tr.svg"
-    res = run(state, "trace", "--from", f"pod/{src}", "--to", "svc/default/web:80", "--diagram", str(out))
+    res = run(
+        state, "trace", "--from", f"pod/{src}", "--to", "svc/default/web:80", "--diagram", str(out)
+    )
     assert res.exit_code == 0, res.output
     assert res.output.startswith("request: tcp ")  # the text trace is still printed
     labels = texts(out)
@@ -96,12 +98,24 @@ def test_connect_plot(state: Path, tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("args", "expected"),
     [
-        (("topology", "t.gif"), "FILE: t.gif: unknown picture format '.gif'; use one of .svg, .png"),
+        (
+            ("topology", "t.gif"),
+            "FILE: t.gif: unknown picture format '.gif'; use one of .svg, .png",
+        ),
         (("topology", "t.svg", "--node", "nope"), "--node: node nope not found"),
         (("events", "--diagram", "e.txt"), "--diagram: e.txt: unknown picture format '.txt'"),
-        (("events", "--diagram", "e.mmd", "--for", "deploy/nope"), "--for: deployment default/nope not found"),
-        (("connect", "pod/x", "svc/default/web:80", "--plot", "c.jpg"), "--plot: c.jpg: unknown picture format"),
-        (("trace", "--from", "pod/x", "--to", "10.96.0.2:80", "--diagram", "t.pdf"), "--diagram: t.pdf"),
+        (
+            ("events", "--diagram", "e.mmd", "--for", "deploy/nope"),
+            "--for: deployment default/nope not found",
+        ),
+        (
+            ("connect", "pod/x", "svc/default/web:80", "--plot", "c.jpg"),
+            "--plot: c.jpg: unknown picture format",
+        ),
+        (
+            ("trace", "--from", "pod/x", "--to", "10.96.0.2:80", "--diagram", "t.pdf"),
+            "--diagram: t.pdf",
+        ),
     ],
 )
 def test_bad_picture_arguments_fail_with_one_line(
@@ -120,7 +134,9 @@ def test_bad_picture_arguments_fail_with_one_line(
 
 
 def test_trace_diagram_draws_one_emulated_trace(state: Path) -> None:
-    res = run(state, "trace", "--from", "pod/x", "--to", "10.96.0.2:80", "--all", "--diagram", "t.svg")
+    res = run(
+        state, "trace", "--from", "pod/x", "--to", "10.96.0.2:80", "--all", "--diagram", "t.svg"
+    )
     assert res.exit_code == 2 and "--diagram draws one emulated trace" in res.output
 
 
@@ -133,6 +149,8 @@ def test_a_big_cluster_is_refused_whole_and_drawn_one_node_at_a_time(tmp_path: P
         "error: the cluster has 61 nodes, too many to draw in one picture (at most 60): "
         "draw one node with --node NAME\n"
     )
-    res = run(tmp_path / "s", "topology", str(tmp_path / "n.svg"), "-f", str(f), "--node", "node-61")
+    res = run(
+        tmp_path / "s", "topology", str(tmp_path / "n.svg"), "-f", str(f), "--node", "node-61"
+    )
     assert res.exit_code == 0, res.output
     assert "60 other nodes" in texts(tmp_path / "n.svg")

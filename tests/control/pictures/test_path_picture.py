@@ -17,9 +17,7 @@ from netmodel.topology import host_veth_name
 
 
 def _pod_on(session: Session, node: str | None = None, *, not_on: str | None = None) -> Pod:
-    pods = sorted(
-        (p for p in session.store.list("Pod") if isinstance(p, Pod)), key=lambda p: p.key
-    )
+    pods = sorted((p for p in session.store.list("Pod") if isinstance(p, Pod)), key=lambda p: p.key)
     return next(
         p for p in pods if (node is None or p.spec.node_name == node) and p.spec.node_name != not_on
     )

@@ -31,8 +31,14 @@ def test_lanes_and_messages_of_the_3_node_apply(web3: Session) -> None:
     writes = [e for e in events if e.reason == "Created"]
     stores = [m for m in tl.messages if m.target == "store"]
     assert {m.text for m in stores} >= {f"write rev {e.revision}" for e in writes}
-    first = tl.messages[tl.messages.index(next(m for m in tl.messages if "deployment/web" in m.text))]
-    assert (first.source, first.target, first.text) == ("kubectl", "apiserver", "Created deployment/web")
+    first = tl.messages[
+        tl.messages.index(next(m for m in tl.messages if "deployment/web" in m.text))
+    ]
+    assert (first.source, first.target, first.text) == (
+        "kubectl",
+        "apiserver",
+        "Created deployment/web",
+    )
     # each pod's sandbox and CNI ADD on its own node's kubelet lane
     for p in web3.store.list("Pod"):
         assert isinstance(p, Pod)
