@@ -67,7 +67,6 @@ def events_diagram(
     from control.pictures import files
     from control.pictures.sequence import sequence_graph, sequence_mermaid
     from control.pictures.timeline import sequence
-
     from netmodel.errors import InputError
 
     suffix = files.suffix_of(path, TIMELINE, option="--diagram")

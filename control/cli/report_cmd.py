@@ -64,8 +64,8 @@ def _pair_views(session: Session, scene: Scene, pairs: list[tuple[str, str]]) ->
         svg = render_graph(path_graph(full, tj), "svg").decode()
         summary = f"{t.packet.summary()}: {t.verdict}"
         if t.verdict == "delivered" and t.delivered_to is not None:
-            d = t.delivered_to
-            summary += f", to {d.ip}:{d.port} ({f'pod {d.pod}' if d.pod else d.netns})"
+            to = t.delivered_to
+            summary += f", to {to.ip}:{to.port} ({f'pod {to.pod}' if to.pod else to.netns})"
         elif t.reason:
             summary += f" ({t.reason})"
         if t.masquerade:

@@ -34,28 +34,15 @@ from .conntrack import REPLY, int_addr
 from .ipset import IpSet
 from .trace import TraceRecord
 
-__all__ = [
-    "CChain",
-    "CRule",
-    "CompiledRuleset",
-    "NatNote",
-    "RawTrace",
-    "materialize",
-    "walk_indexed",
-]
+__all__ = ["CChain", "CRule", "CompiledRuleset", "NatNote", "RawTrace", "materialize", "walk_indexed"]
 
 CONTINUE = 0
 ACCEPT = 1
 DROP = 2
 REJECT = 3
 STOLEN = 4  # IPVS took the packet in INPUT and sends it on through OUTPUT/POSTROUTING
-VERDICT_NAMES = {
-    ACCEPT: "ACCEPT",
-    DROP: "DROP",
-    REJECT: "REJECT",
-    CONTINUE: "ACCEPT",
-    STOLEN: "STOLEN",
-}
+VERDICT_NAMES = {ACCEPT: "ACCEPT", DROP: "DROP", REJECT: "REJECT", CONTINUE: "ACCEPT",
+                 STOLEN: "STOLEN"}
 
 # rule kinds
 K_NONE, K_ACCEPT, K_DROP, K_RETURN, K_REJECT, K_JUMP, K_GOTO = range(7)
@@ -63,13 +50,8 @@ K_MARK, K_DNAT, K_SNAT, K_MASQ, K_CONNMARK, K_LOG, K_NOTRACK, K_TRACE = range(7,
 
 INDEX_MIN_RULES = 12
 
-_STATE_BITS = {
-    "NEW": ST_NEW,
-    "ESTABLISHED": ST_ESTABLISHED,
-    "RELATED": ST_RELATED,
-    "INVALID": ST_INVALID,
-    "UNTRACKED": ST_UNTRACKED,
-}
+_STATE_BITS = {"NEW": ST_NEW, "ESTABLISHED": ST_ESTABLISHED, "RELATED": ST_RELATED,
+               "INVALID": ST_INVALID, "UNTRACKED": ST_UNTRACKED}
 
 
 _IPSTR: dict[int, str] = {}
@@ -118,91 +100,35 @@ def materialize(raw: RawTrace | None) -> tuple[TraceRecord, ...]:
             continue
         head = e[0]
         if isinstance(head, CRule):
-            out.append(
-                TraceRecord(
-                    hook,
-                    head.table,
-                    head.chain,
-                    head.number,
-                    head.text,
-                    head.effect,
-                    _nat_text(e[2]),
-                    state,
-                    e[1],
-                )
-            )  # type: ignore[arg-type]
+            out.append(TraceRecord(hook, head.table, head.chain, head.number, head.text,
+                                   head.effect, _nat_text(e[2]), state, e[1]))  # type: ignore[arg-type]
         elif isinstance(head, CChain):
             if head.policy is None:
-                out.append(
-                    TraceRecord(hook, head.table, head.name, 0, "", "return", None, state, e[1])
-                )  # type: ignore[arg-type]
+                out.append(TraceRecord(hook, head.table, head.name, 0, "", "return", None,
+                                       state, e[1]))  # type: ignore[arg-type]
             else:
-                out.append(
-                    TraceRecord(
-                        hook,
-                        head.table,
-                        head.name,
-                        0,
-                        f":{head.name} {head.policy}",
-                        f"policy {head.policy}",
-                        None,
-                        state,
-                        e[1],
-                    )
-                )  # type: ignore[arg-type]
+                out.append(TraceRecord(hook, head.table, head.name, 0,
+                                       f":{head.name} {head.policy}", f"policy {head.policy}",
+                                       None, state, e[1]))  # type: ignore[arg-type]
         elif head == "H":
             hook = e[1]  # type: ignore[assignment]
         elif head == "S":
             state = e[1]  # type: ignore[assignment]
             if e[2]:
-                out.append(
-                    TraceRecord(
-                        hook,
-                        "conntrack",
-                        "",
-                        0,
-                        "",
-                        f"state {state}" + (" reply" if e[3] == REPLY else ""),
-                        None,
-                        state,
-                        e[4],
-                    )
-                )  # type: ignore[arg-type]
+                out.append(TraceRecord(hook, "conntrack", "", 0, "", f"state {state}"
+                                       + (" reply" if e[3] == REPLY else ""), None, state, e[4]))  # type: ignore[arg-type]
         elif head == "N":
-            out.append(
-                TraceRecord(
-                    hook,
-                    "nat",
-                    "",
-                    0,
-                    "",
-                    "skipped: connection already has its NAT decision",
-                    None,
-                    state,
-                    e[1],
-                )
-            )  # type: ignore[arg-type]
+            out.append(TraceRecord(hook, "nat", "", 0, "",
+                                   "skipped: connection already has its NAT decision",
+                                   None, state, e[1]))  # type: ignore[arg-type]
         elif head == "R":
             what = "destination" if e[1] == "DST" else "source"
-            out.append(
-                TraceRecord(
-                    hook, "nat", "", 0, "", f"rewrite {what}", _nat_text((e[2], e[3])), state, e[4]
-                )
-            )  # type: ignore[arg-type]
+            out.append(TraceRecord(hook, "nat", "", 0, "", f"rewrite {what}",
+                                   _nat_text((e[2], e[3])), state, e[4]))  # type: ignore[arg-type]
         elif head == "C":
-            out.append(
-                TraceRecord(
-                    hook,
-                    "conntrack",
-                    "",
-                    0,
-                    "",
-                    "confirmed" if e[1] else "DROP: tuple clash on confirm",
-                    None,
-                    state,
-                    e[2],
-                )
-            )  # type: ignore[arg-type]
+            out.append(TraceRecord(hook, "conntrack", "", 0, "",
+                                   "confirmed" if e[1] else "DROP: tuple clash on confirm",
+                                   None, state, e[2]))  # type: ignore[arg-type]
     return tuple(out)
 
 
@@ -212,19 +138,8 @@ def materialize(raw: RawTrace | None) -> tuple[TraceRecord, ...]:
 class CRule:
     """A compiled rule."""
 
-    __slots__ = (
-        "chain",
-        "dest",
-        "effect",
-        "kind",
-        "number",
-        "rule",
-        "sets",
-        "table",
-        "target",
-        "test",
-        "text",
-    )
+    __slots__ = ("chain", "dest", "effect", "kind", "number", "rule", "sets", "table", "target",
+                 "test", "text")
 
     def __init__(self, rule: R.Rule, number: int, sets: Mapping[str, IpSet], table: str) -> None:
         self.number = number
@@ -249,11 +164,8 @@ class CRule:
             self.kind = K_GOTO if t.goto else K_JUMP
             self.effect = f"{'goto' if t.goto else 'jump'} {t.chain}"
         elif isinstance(t, R.SetMark):
-            self.kind, self.effect = (
-                K_MARK,
-                f"MARK {t.op} {t.value:#x}"
-                + (f"/{t.mask:#x}" if t.op in ("set-xmark", "set-mark") else ""),
-            )
+            self.kind, self.effect = K_MARK, f"MARK {t.op} {t.value:#x}" + (
+                f"/{t.mask:#x}" if t.op in ("set-xmark", "set-mark") else "")
         elif isinstance(t, R.Dnat):
             self.kind, self.effect = K_DNAT, "DNAT"
         elif isinstance(t, R.Snat):
@@ -280,15 +192,8 @@ class CChain:
 
     __slots__ = ("fn", "index", "name", "policy", "rules", "sets", "table")
 
-    def __init__(
-        self,
-        name: str,
-        policy: str | None,
-        rules: list[CRule],
-        index: ChainIndex[CRule] | None,
-        table: str,
-        sets: Mapping[str, IpSet],
-    ) -> None:
+    def __init__(self, name: str, policy: str | None, rules: list[CRule],
+                 index: ChainIndex[CRule] | None, table: str, sets: Mapping[str, IpSet]) -> None:
         self.name = name
         self.table = table
         self.sets = sets
@@ -333,9 +238,8 @@ class CompiledRuleset:
     """A :class:`~.rules.Ruleset` compiled for evaluation (tests and indexes built once).
     ``linear`` disables the indexes."""
 
-    def __init__(
-        self, ruleset: R.Ruleset, *, sets: Mapping[str, IpSet] | None = None, linear: bool = False
-    ) -> None:
+    def __init__(self, ruleset: R.Ruleset, *, sets: Mapping[str, IpSet] | None = None,
+                 linear: bool = False) -> None:
         self.ruleset = ruleset
         self.family = ruleset.family
         self.tables: dict[str, dict[str, CChain]] = {}
@@ -349,9 +253,8 @@ class CompiledRuleset:
                     for cr, r in zip(crules, chain.rules, strict=True):
                         if index_covers(r):
                             cr.test = None  # an index hit is the whole test
-                chains[chain.name] = CChain(
-                    chain.name, chain.policy, crules, idx, tname, sets or {}
-                )
+                chains[chain.name] = CChain(chain.name, chain.policy, crules, idx, tname,
+                                            sets or {})
             for c in chains.values():
                 for cr in c.rules:
                     if isinstance(cr.target, R.Jump):

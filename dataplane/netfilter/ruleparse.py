@@ -133,82 +133,43 @@ def _nat_range(text: str) -> R.NatRange:
     return R.NatRange(lo, hi, plo, phi)
 
 
-PROTO_ALIASES = {
-    "6": "tcp",
-    "17": "udp",
-    "1": "icmp",
-    "132": "sctp",
-    "58": "ipv6-icmp",
-    "icmpv6": "ipv6-icmp",
-}
+PROTO_ALIASES = {"6": "tcp", "17": "udp", "1": "icmp", "132": "sctp", "58": "ipv6-icmp",
+                 "icmpv6": "ipv6-icmp"}
 
 ICMP_TYPES: dict[str, tuple[int | None, int | None]] = {
     "any": (None, None),
-    "echo-reply": (0, None),
-    "pong": (0, None),
+    "echo-reply": (0, None), "pong": (0, None),
     "destination-unreachable": (3, None),
-    "network-unreachable": (3, 0),
-    "host-unreachable": (3, 1),
-    "protocol-unreachable": (3, 2),
-    "port-unreachable": (3, 3),
-    "fragmentation-needed": (3, 4),
-    "source-route-failed": (3, 5),
-    "network-unknown": (3, 6),
-    "host-unknown": (3, 7),
-    "network-prohibited": (3, 9),
-    "host-prohibited": (3, 10),
-    "TOS-network-unreachable": (3, 11),
-    "TOS-host-unreachable": (3, 12),
-    "communication-prohibited": (3, 13),
-    "host-precedence-violation": (3, 14),
+    "network-unreachable": (3, 0), "host-unreachable": (3, 1),
+    "protocol-unreachable": (3, 2), "port-unreachable": (3, 3),
+    "fragmentation-needed": (3, 4), "source-route-failed": (3, 5),
+    "network-unknown": (3, 6), "host-unknown": (3, 7),
+    "network-prohibited": (3, 9), "host-prohibited": (3, 10),
+    "TOS-network-unreachable": (3, 11), "TOS-host-unreachable": (3, 12),
+    "communication-prohibited": (3, 13), "host-precedence-violation": (3, 14),
     "precedence-cutoff": (3, 15),
-    "source-quench": (4, None),
-    "redirect": (5, None),
-    "echo-request": (8, None),
-    "ping": (8, None),
-    "router-advertisement": (9, None),
-    "router-solicitation": (10, None),
-    "time-exceeded": (11, None),
-    "ttl-exceeded": (11, None),
-    "ttl-zero-during-transit": (11, 0),
-    "ttl-zero-during-reassembly": (11, 1),
-    "parameter-problem": (12, None),
-    "ip-header-bad": (12, 0),
+    "source-quench": (4, None), "redirect": (5, None),
+    "echo-request": (8, None), "ping": (8, None),
+    "router-advertisement": (9, None), "router-solicitation": (10, None),
+    "time-exceeded": (11, None), "ttl-exceeded": (11, None),
+    "ttl-zero-during-transit": (11, 0), "ttl-zero-during-reassembly": (11, 1),
+    "parameter-problem": (12, None), "ip-header-bad": (12, 0),
     "required-option-missing": (12, 1),
-    "timestamp-request": (13, None),
-    "timestamp-reply": (14, None),
-    "address-mask-request": (17, None),
-    "address-mask-reply": (18, None),
+    "timestamp-request": (13, None), "timestamp-reply": (14, None),
+    "address-mask-request": (17, None), "address-mask-reply": (18, None),
 }
 
 REJECT_WITH = {
-    "icmp-net-unreachable",
-    "icmp-host-unreachable",
-    "icmp-port-unreachable",
-    "icmp-proto-unreachable",
-    "icmp-net-prohibited",
-    "icmp-host-prohibited",
-    "icmp-admin-prohibited",
-    "tcp-reset",
-    "icmp6-no-route",
-    "icmp6-adm-prohibited",
-    "icmp6-addr-unreachable",
-    "icmp6-port-unreachable",
-    "no-route",
-    "adm-prohibited",
-    "addr-unreach",
-    "port-unreach",
+    "icmp-net-unreachable", "icmp-host-unreachable", "icmp-port-unreachable",
+    "icmp-proto-unreachable", "icmp-net-prohibited", "icmp-host-prohibited",
+    "icmp-admin-prohibited", "tcp-reset",
+    "icmp6-no-route", "icmp6-adm-prohibited", "icmp6-addr-unreachable",
+    "icmp6-port-unreachable", "no-route", "adm-prohibited", "addr-unreach", "port-unreach",
 }
-_REJECT_ALIASES = {
-    "net-unreach": "icmp-net-unreachable",
-    "host-unreach": "icmp-host-unreachable",
-    "port-unreach": "icmp-port-unreachable",
-    "proto-unreach": "icmp-proto-unreachable",
-    "net-prohib": "icmp-net-prohibited",
-    "host-prohib": "icmp-host-prohibited",
-    "admin-prohib": "icmp-admin-prohibited",
-    "tcp-rst": "tcp-reset",
-}
+_REJECT_ALIASES = {"net-unreach": "icmp-net-unreachable", "host-unreach": "icmp-host-unreachable",
+                   "port-unreach": "icmp-port-unreachable", "proto-unreach": "icmp-proto-unreachable",
+                   "net-prohib": "icmp-net-prohibited", "host-prohib": "icmp-host-prohibited",
+                   "admin-prohib": "icmp-admin-prohibited", "tcp-rst": "tcp-reset"}
 
 ADDR_TYPES = set(R.AddrType.__args__)  # type: ignore[attr-defined]
 
@@ -218,48 +179,23 @@ _MODULE_OPTIONS: dict[str, dict[str, int]] = {
     "udp": {"--sport": 1, "--dport": 1},
     "sctp": {"--sport": 1, "--dport": 1},
     "multiport": {"--dports": 1, "--sports": 1, "--ports": 1},
-    "addrtype": {"--src-type": 1, "--dst-type": 1, "--limit-iface-in": 0, "--limit-iface-out": 0},
+    "addrtype": {"--src-type": 1, "--dst-type": 1, "--limit-iface-in": 0,
+                 "--limit-iface-out": 0},
     "comment": {"--comment": 1},
     "statistic": {"--mode": 1, "--probability": 1, "--every": 1, "--packet": 1},
-    "recent": {
-        "--set": 0,
-        "--rcheck": 0,
-        "--update": 0,
-        "--remove": 0,
-        "--seconds": 1,
-        "--hitcount": 1,
-        "--reap": 0,
-        "--rttl": 0,
-        "--name": 1,
-        "--mask": 1,
-        "--rsource": 0,
-        "--rdest": 0,
-    },
+    "recent": {"--set": 0, "--rcheck": 0, "--update": 0, "--remove": 0, "--seconds": 1,
+               "--hitcount": 1, "--reap": 0, "--rttl": 0, "--name": 1, "--mask": 1,
+               "--rsource": 0, "--rdest": 0},
     "mark": {"--mark": 1},
     "connmark": {"--mark": 1},
-    "conntrack": {
-        "--ctstate": 1,
-        "--ctstatus": 1,
-        "--ctproto": 1,
-        "--ctorigsrc": 1,
-        "--ctorigdst": 1,
-        "--ctreplsrc": 1,
-        "--ctrepldst": 1,
-        "--ctorigsrcport": 1,
-        "--ctorigdstport": 1,
-        "--ctreplsrcport": 1,
-        "--ctrepldstport": 1,
-        "--ctdir": 1,
-    },
+    "conntrack": {"--ctstate": 1, "--ctstatus": 1, "--ctproto": 1, "--ctorigsrc": 1,
+                  "--ctorigdst": 1, "--ctreplsrc": 1, "--ctrepldst": 1, "--ctorigsrcport": 1,
+                  "--ctorigdstport": 1, "--ctreplsrcport": 1, "--ctrepldstport": 1,
+                  "--ctdir": 1},
     "state": {"--state": 1},
     "icmp": {"--icmp-type": 1},
-    "physdev": {
-        "--physdev-in": 1,
-        "--physdev-out": 1,
-        "--physdev-is-in": 0,
-        "--physdev-is-out": 0,
-        "--physdev-is-bridged": 0,
-    },
+    "physdev": {"--physdev-in": 1, "--physdev-out": 1, "--physdev-is-in": 0,
+                "--physdev-is-out": 0, "--physdev-is-bridged": 0},
     "set": {"--match-set": 2, "--set": 2},
     "nfacct": {"--nfacct-name": 1},
     "limit": {"--limit": 1, "--limit-burst": 1},
@@ -269,104 +205,46 @@ _MODULE_OPTIONS: dict[str, dict[str, int]] = {
     "ttl": {"--ttl-eq": 1, "--ttl-lt": 1, "--ttl-gt": 1},
 }
 _OPTION_ALIASES = {
-    "--source-port": "--sport",
-    "--destination-port": "--dport",
-    "--source-ports": "--sports",
-    "--destination-ports": "--dports",
+    "--source-port": "--sport", "--destination-port": "--dport",
+    "--source-ports": "--sports", "--destination-ports": "--dports",
 }
 _MODULE_ALIASES = {"icmp6": "icmp", "ipv6-icmp": "icmp"}
 
 _TARGET_OPTIONS: dict[str, dict[str, int]] = {
-    "ACCEPT": {},
-    "DROP": {},
-    "RETURN": {},
-    "TRACE": {},
-    "NOTRACK": {},
+    "ACCEPT": {}, "DROP": {}, "RETURN": {}, "TRACE": {}, "NOTRACK": {},
     "REJECT": {"--reject-with": 1},
     "DNAT": {"--to-destination": 1, "--random": 0, "--persistent": 0},
     "SNAT": {"--to-source": 1, "--random": 0, "--random-fully": 0, "--persistent": 0},
     "MASQUERADE": {"--to-ports": 1, "--random": 0, "--random-fully": 0},
-    "MARK": {"--set-xmark": 1, "--set-mark": 1, "--and-mark": 1, "--or-mark": 1, "--xor-mark": 1},
-    "CONNMARK": {
-        "--set-xmark": 1,
-        "--set-mark": 1,
-        "--save-mark": 0,
-        "--restore-mark": 0,
-        "--and-mark": 1,
-        "--or-mark": 1,
-        "--xor-mark": 1,
-        "--nfmask": 1,
-        "--ctmask": 1,
-        "--mask": 1,
-    },
-    "LOG": {
-        "--log-prefix": 1,
-        "--log-level": 1,
-        "--log-tcp-sequence": 0,
-        "--log-tcp-options": 0,
-        "--log-ip-options": 0,
-        "--log-uid": 0,
-        "--log-macdecode": 0,
-    },
-    "NFLOG": {
-        "--nflog-group": 1,
-        "--nflog-prefix": 1,
-        "--nflog-range": 1,
-        "--nflog-size": 1,
-        "--nflog-threshold": 1,
-    },
+    "MARK": {"--set-xmark": 1, "--set-mark": 1, "--and-mark": 1, "--or-mark": 1,
+             "--xor-mark": 1},
+    "CONNMARK": {"--set-xmark": 1, "--set-mark": 1, "--save-mark": 0, "--restore-mark": 0,
+                 "--and-mark": 1, "--or-mark": 1, "--xor-mark": 1, "--nfmask": 1,
+                 "--ctmask": 1, "--mask": 1},
+    "LOG": {"--log-prefix": 1, "--log-level": 1, "--log-tcp-sequence": 0,
+            "--log-tcp-options": 0, "--log-ip-options": 0, "--log-uid": 0,
+            "--log-macdecode": 0},
+    "NFLOG": {"--nflog-group": 1, "--nflog-prefix": 1, "--nflog-range": 1,
+              "--nflog-size": 1, "--nflog-threshold": 1},
     "CT": {"--notrack": 0, "--zone": 1},
 }
 # Real iptables targets svclab does not evaluate: refused by name rather than being
 # mistaken for a jump to a chain.
 _KNOWN_UNSUPPORTED_TARGETS = {
-    "REDIRECT",
-    "TPROXY",
-    "NETMAP",
-    "TCPMSS",
-    "CLASSIFY",
-    "DSCP",
-    "TOS",
-    "ECN",
-    "HMARK",
-    "SECMARK",
-    "CONNSECMARK",
-    "TEE",
-    "QUEUE",
-    "NFQUEUE",
-    "AUDIT",
-    "CHECKSUM",
-    "IDLETIMER",
-    "LED",
-    "RATEEST",
-    "SET",
-    "SYNPROXY",
-    "TTL",
-    "HL",
-    "ULOG",
-    "CLUSTERIP",
-    "SAME",
-    "CONNMARK2",
-    "TCPOPTSTRIP",
-    "DNPT",
-    "SNPT",
+    "REDIRECT", "TPROXY", "NETMAP", "TCPMSS", "CLASSIFY", "DSCP", "TOS", "ECN", "HMARK",
+    "SECMARK", "CONNSECMARK", "TEE", "QUEUE", "NFQUEUE", "AUDIT", "CHECKSUM", "IDLETIMER",
+    "LED", "RATEEST", "SET", "SYNPROXY", "TTL", "HL", "ULOG", "CLUSTERIP", "SAME",
+    "CONNMARK2", "TCPOPTSTRIP", "DNPT", "SNPT",
 }
 _NAT_TARGETS = {"DNAT", "SNAT", "MASQUERADE"}
 _RAW_TARGETS = {"NOTRACK", "CT"}
 
 _GENERIC = {
-    "-s": "-s",
-    "--source": "-s",
-    "--src": "-s",
-    "-d": "-d",
-    "--destination": "-d",
-    "--dst": "-d",
-    "-i": "-i",
-    "--in-interface": "-i",
-    "-o": "-o",
-    "--out-interface": "-o",
-    "-p": "-p",
-    "--protocol": "-p",
+    "-s": "-s", "--source": "-s", "--src": "-s",
+    "-d": "-d", "--destination": "-d", "--dst": "-d",
+    "-i": "-i", "--in-interface": "-i",
+    "-o": "-o", "--out-interface": "-o",
+    "-p": "-p", "--protocol": "-p",
 }
 
 
@@ -631,10 +509,8 @@ def _build_match(m: _Module, proto: str | None, family: int) -> R.Match:
         isout = _single(m, opts, "--physdev-is-out")
         isbr = _single(m, opts, "--physdev-is-bridged")
         return R.PhysdevMatch(
-            pin.args[0] if pin else None,
-            bool(pin and pin.invert),
-            pout.args[0] if pout else None,
-            bool(pout and pout.invert),
+            pin.args[0] if pin else None, bool(pin and pin.invert),
+            pout.args[0] if pout else None, bool(pout and pout.invert),
             None if isin is None else not isin.invert,
             None if isout is None else not isout.invert,
             None if isbr is None else not isbr.invert,
@@ -671,22 +547,18 @@ def _build_match(m: _Module, proto: str | None, family: int) -> R.Match:
             a, _, b = o.args[0].partition("-")
             return (_addr(a), _addr(b or a))
 
-        return R.IpRangeMatch(
-            rng(src), bool(src and src.invert), rng(dst), bool(dst and dst.invert)
-        )
+        return R.IpRangeMatch(rng(src), bool(src and src.invert), rng(dst), bool(dst and dst.invert))
     if name == "length":
         o = _single(m, opts, "--length")
         if o is None:
             raise _RuleError("length needs --length")
         lo, _, hi = o.args[0].partition(":")
-        return R.LengthMatch(
-            int(lo or 0), int(hi) if hi else (int(lo) if ":" not in o.args[0] else 65535), o.invert
-        )
+        return R.LengthMatch(int(lo or 0), int(hi) if hi else (int(lo) if ":" not in o.args[0] else 65535), o.invert)
     if name == "ttl":
         if len(opts) != 1:
             raise _RuleError("ttl needs one of --ttl-eq/--ttl-lt/--ttl-gt")
         o = opts[0]
-        op = o.name[len("--ttl-") :]
+        op = o.name[len("--ttl-"):]
         if o.invert and op != "eq":
             raise _RuleError("only --ttl-eq can be negated")
         return R.TtlMatch(op, int(o.args[0]), o.invert)  # type: ignore[arg-type]
@@ -804,20 +676,12 @@ def _build_conntrack(opts: list[_Opt], family: int) -> R.Match:
                 raise _RuleError(f"bad --ctdir {arg!r}")
             kw["direction"], kw["direction_invert"] = arg, o.invert
         elif o.name.endswith("port"):
-            fld = {
-                "--ctorigsrcport": "orig_sport",
-                "--ctorigdstport": "orig_dport",
-                "--ctreplsrcport": "repl_sport",
-                "--ctrepldstport": "repl_dport",
-            }[o.name]
+            fld = {"--ctorigsrcport": "orig_sport", "--ctorigdstport": "orig_dport",
+                   "--ctreplsrcport": "repl_sport", "--ctrepldstport": "repl_dport"}[o.name]
             ports.append(R.CtPortTest(fld, _port_range(arg), o.invert))  # type: ignore[arg-type]
         else:
-            fld = {
-                "--ctorigsrc": "orig_src",
-                "--ctorigdst": "orig_dst",
-                "--ctreplsrc": "repl_src",
-                "--ctrepldst": "repl_dst",
-            }[o.name]
+            fld = {"--ctorigsrc": "orig_src", "--ctorigdst": "orig_dst",
+                   "--ctreplsrc": "repl_src", "--ctrepldst": "repl_dst"}[o.name]
             net = _net(arg)
             if net.version != family:
                 raise _RuleError(f"{arg} is not an IPv{family} address")
@@ -858,20 +722,13 @@ def _build_target(name: str, goto: bool, opts: list[_Opt], table: str) -> R.Targ
     if name == "DNAT":
         if not has("--to-destination"):
             raise _RuleError("DNAT needs --to-destination")
-        return R.Dnat(
-            tuple(_nat_range(a) for a in o_by["--to-destination"]),
-            has("--random"),
-            has("--persistent"),
-        )
+        return R.Dnat(tuple(_nat_range(a) for a in o_by["--to-destination"]),
+                      has("--random"), has("--persistent"))
     if name == "SNAT":
         if not has("--to-source"):
             raise _RuleError("SNAT needs --to-source")
-        return R.Snat(
-            tuple(_nat_range(a) for a in o_by["--to-source"]),
-            has("--random"),
-            has("--random-fully"),
-            has("--persistent"),
-        )
+        return R.Snat(tuple(_nat_range(a) for a in o_by["--to-source"]), has("--random"),
+                      has("--random-fully"), has("--persistent"))
     if name == "MASQUERADE":
         ports = None
         if has("--to-ports"):
@@ -891,12 +748,8 @@ def _build_target(name: str, goto: bool, opts: list[_Opt], table: str) -> R.Targ
         return R.Connmark("set", mk.value, mk.mask)
     if name in ("LOG", "NFLOG"):
         prefix = (o_by.get("--log-prefix") or o_by.get("--nflog-prefix") or [""])[0]
-        return R.Log(
-            name,
-            prefix,
-            (o_by.get("--log-level") or [""])[0],  # type: ignore[arg-type]
-            int((o_by.get("--nflog-group") or ["0"])[0]),
-        )
+        return R.Log(name, prefix, (o_by.get("--log-level") or [""])[0],  # type: ignore[arg-type]
+                     int((o_by.get("--nflog-group") or ["0"])[0]))
     if name == "NOTRACK":
         return R.Notrack()
     if name == "CT":
@@ -910,11 +763,8 @@ def _build_target(name: str, goto: bool, opts: list[_Opt], table: str) -> R.Targ
 
 
 def _build_mark(o_by: dict[str, list[str]], target: str) -> R.SetMark:
-    ops = [
-        k
-        for k in ("--set-xmark", "--set-mark", "--and-mark", "--or-mark", "--xor-mark")
-        if k in o_by
-    ]
+    ops = [k for k in ("--set-xmark", "--set-mark", "--and-mark", "--or-mark", "--xor-mark")
+           if k in o_by]
     if len(ops) != 1:
         raise _RuleError(f"{target} needs exactly one mark operation")
     op = ops[0]
