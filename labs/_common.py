@@ -80,11 +80,14 @@ def save_timeline(session, name: str) -> None:  # type: ignore[no-untyped-def]
     out = pictures_dir()
     if out is None:
         return
-    from control.cli.picture_cmd import events_diagram
     from control.events import timeline
+    from control.pictures.files import write_graph
+    from control.pictures.scene import pod_nodes
+    from control.pictures.sequence import sequence_graph
+    from control.pictures.timeline import sequence
 
-    events_diagram(session, timeline(session.store), str(out / f"{name}.svg"), title=name)
-    _written(out / f"{name}.svg")
+    tl = sequence(timeline(session.store), pod_nodes(session))
+    _written(write_graph(sequence_graph(tl, title=name), out / f"{name}.svg"))
 
 
 def save_trace(session, name: str, src: str, dst: str, proto: str, port=None, clients=()):  # type: ignore[no-untyped-def]
@@ -109,9 +112,11 @@ def save_shares(counts, name: str, title: str) -> None:  # type: ignore[no-untyp
     out = pictures_dir()
     if out is None:
         return
-    from control.cli.picture_cmd import shares_plot
-    from control.cli.traffic_cmd import chi_square
+    from scipy.stats import chisquare
 
-    stat, p = chi_square(list(counts.values()))
-    shares_plot(counts, stat, p, str(out / f"{name}.png"), title=title)
-    _written(out / f"{name}.png")
+    from control.pictures.files import write_figure
+    from control.pictures.shares import ChiSquare, shares_figure
+
+    test = chisquare(list(counts.values()))
+    chi = ChiSquare(float(test.statistic), len(counts) - 1, float(test.pvalue))
+    _written(write_figure(shares_figure(counts, chi, title=title), out / f"{name}.png"))

@@ -27,17 +27,6 @@ TIMELINE = (".svg", ".png", ".mmd")
 MAX_MESSAGES = 500
 
 
-def pod_nodes(session: Session) -> dict[str, str]:
-    """``ns/name`` of each scheduled pod to its node."""
-    from netmodel.objects import Pod
-
-    return {
-        p.key: p.spec.node_name
-        for p in session.store.list("Pod")
-        if isinstance(p, Pod) and p.spec.node_name
-    }
-
-
 def events_for(session: Session, events: Sequence[Event], target: str) -> list[Event]:
     """The events about ``target`` (KIND/NAME, in its namespace ``default`` unless
     KIND/NS/NAME) and about everything it caused (see
@@ -65,6 +54,7 @@ def events_diagram(
 ) -> None:
     """Write the sequence diagram of ``events`` to ``path`` (.svg, .png or .mmd)."""
     from control.pictures import files
+    from control.pictures.scene import pod_nodes
     from control.pictures.sequence import sequence_graph, sequence_mermaid
     from control.pictures.timeline import sequence
     from netmodel.errors import InputError

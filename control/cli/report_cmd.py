@@ -104,11 +104,10 @@ def _service_rows(scene: Scene) -> list[ServiceRow]:
 def report(ctx: Context, output: str, pairs: tuple[str, ...], files: tuple[str, ...]) -> None:
     """Write one self-contained HTML page: topology, Services, timeline, and an
     explorer of traced paths (no network needed to open it)."""
-    from control.cli.picture_cmd import pod_nodes
     from control.events import timeline
     from control.pictures import files as picture_files
     from control.pictures.report import Report, report_html
-    from control.pictures.scene import MAX_NODES, TooManyNodesError, scene
+    from control.pictures.scene import MAX_NODES, TooManyNodesError, pod_nodes, scene
     from control.pictures.sequence import sequence_graph
     from control.pictures.timeline import sequence
     from control.pictures.topology import topology_graph

@@ -83,6 +83,15 @@ def _pods(session: Session) -> list[PodInfo]:
     )
 
 
+def pod_nodes(session: Session) -> dict[str, str]:
+    """``ns/name`` of each scheduled pod to its node (the kubelet lane of its steps)."""
+    return {
+        p.key: p.spec.node_name
+        for p in session.store.list("Pod")
+        if isinstance(p, Pod) and p.spec.node_name
+    }
+
+
 def services(session: Session) -> tuple[ServiceBox, ...]:
     """Every Service, its ports and the endpoints its EndpointSlices list."""
     slices: dict[str, list[EndpointSlice]] = {}

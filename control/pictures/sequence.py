@@ -34,10 +34,11 @@ def sequence_graph(tl: Timeline, *, title: str = "") -> graphviz.Digraph:
         rankdir="TB",
         fontname=FONT,
         fontsize="12",
-        nodesep="0.3",
-        ranksep="0.12",
+        nodesep="0.8",
+        ranksep="0.3",
         newrank="true",
-        splines="true",
+        forcelabels="true",
+        splines="line",
         label=title,
         labelloc="t",
     )
@@ -48,7 +49,12 @@ def sequence_graph(tl: Timeline, *, title: str = "") -> graphviz.Digraph:
         heads.attr(rank="same")
         for lane, i in col.items():
             heads.node(
-                f"h{i}", lane, shape="box", style="rounded,filled", fillcolor=_lane_colour(lane)
+                f"h{i}",
+                lane,
+                shape="box",
+                style="rounded,filled",
+                fillcolor=_lane_colour(lane),
+                group=f"lane{i}",
             )
         for i in range(len(col) - 1):
             heads.edge(f"h{i}", f"h{i + 1}", style="invis")
@@ -57,7 +63,9 @@ def sequence_graph(tl: Timeline, *, title: str = "") -> graphviz.Digraph:
         prev = f"h{i}"
         for j in range(rows + 1):
             cur = f"p{i}_{j}"
-            g.node(cur, "", shape="point", width="0.02", height="0.02", color="#999999")
+            g.node(
+                cur, "", shape="point", width="0.02", height="0.02", style="invis", group=f"lane{i}"
+            )
             g.edge(prev, cur, dir="none", style="dashed", color="#bbbbbb", weight="1000")
             prev = cur
     for j, m in enumerate(tl.messages):
@@ -91,7 +99,7 @@ def sequence_graph(tl: Timeline, *, title: str = "") -> graphviz.Digraph:
             g.edge(
                 f"p{a}_{j}",
                 f"p{b}_{j}",
-                label=label,
+                xlabel=label,
                 color=colour,
                 fontcolor=colour,
                 constraint="false",

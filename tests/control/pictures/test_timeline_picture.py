@@ -8,9 +8,9 @@ import re
 
 from conftest import svg_texts
 
-from control.cli.picture_cmd import pod_nodes
 from control.events import timeline
 from control.pictures.files import render_graph
+from control.pictures.scene import pod_nodes
 from control.pictures.sequence import mermaid_id, sequence_graph, sequence_mermaid
 from control.pictures.timeline import caused_by, events_caused, sequence
 from control.session import Session
