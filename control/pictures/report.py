@@ -59,6 +59,7 @@ body { font-family: Helvetica, Arial, sans-serif; margin: 1.5em; color: #222; }
 h1 { font-size: 1.4em; } h2 { font-size: 1.15em; margin-top: 1.6em; }
 .picture { overflow: auto; border: 1px solid #ddd; padding: 4px; max-height: 80vh; }
 .picture svg { max-width: none; height: auto; }
+#path-view svg { max-width: 100%; height: auto; }
 table { border-collapse: collapse; font-size: 0.9em; }
 th, td { border: 1px solid #ccc; padding: 3px 8px; text-align: left; }
 th { background: #f0f0f0; }
