@@ -176,3 +176,22 @@ def test_pairs_option(tmp_path: Path) -> None:
     assert res.exit_code == 2 and "--pairs: expected SRC=DST, got 'x'" in res.output
     res = CliRunner().invoke(cli, ["report", "-o", str(tmp_path / "r.pdf"), "-f", str(WEB)])
     assert res.exit_code == 1 and res.output.startswith("error: -o: ")
+
+
+def test_a_20_node_report(tmp_path: Path) -> None:
+    manifest = Path(__file__).resolve().parents[1] / "control" / "pictures" / "cluster20.yaml"
+    out = tmp_path / "r20.html"
+    res = CliRunner().invoke(cli, ["report", "-o", str(out), "-f", str(manifest)])
+    assert res.exit_code == 0, res.output
+    # 8 pods x 3 Service ports (web, web-np, kubernetes)
+    assert res.output.strip() == f"{out}: 20 node(s), 24 traced pair(s)"
+    html = out.read_text()
+    pods = re.findall(r'<option value="pod/(default/web-[a-z0-9-]+)">', html)
+    assert len(pods) == 8 and html.count("<template id=") == 24
+    dom = chromium(_url(out, f"pod/{pods[-1]}", "svc/default/web-np:80"), "--dump-dom")
+    assert {f"node-{i}" for i in range(1, 21)} <= set(element(dom, "topology-picture").texts)
+    view = element(dom, "path-view")
+    assert view.attrs["data-pair"] == f"pod/{pods[-1]} -> svc/default/web-np:80"
+    assert f"pod {pods[-1]}" in view.texts and "Service default/web-np" in view.texts
+    # the path shows only the nodes the packet crossed, not all 20
+    assert 1 <= len({t for t in view.texts if re.fullmatch(r"node-\d+", t)}) <= 2

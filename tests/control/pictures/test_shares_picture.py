@@ -8,6 +8,7 @@ import math
 from conftest import png_size, svg_texts
 
 from control.pictures.shares import HEIGHT, WIDTH, ChiSquare, shares_figure, wilson
+from control.session import Session
 
 
 def _wilson_by_hand(k: int, n: int, z: float) -> tuple[float, float]:
@@ -54,3 +55,28 @@ def test_a_rejected_chi_square_is_marked_red() -> None:
     title = fig.axes[0].title
     assert "equal shares rejected" in title.get_text()
     assert title.get_color() == "#c62828"
+
+
+def test_the_shares_of_a_20_node_service(cluster20: Session) -> None:
+    from collections import Counter
+
+    from control import emulation
+    from control.cli.traffic_cmd import chi_square
+
+    svc = cluster20.store.get("Service", "default/web")
+    client = sorted(p.key for p in cluster20.store.list("Pod"))[0]
+    conns = emulation.emulator(cluster20).connect(
+        f"pod/{client}",
+        svc.spec.cluster_ip,  # type: ignore[attr-defined]
+        "tcp",
+        80,
+        200,
+    )
+    counts = Counter(c.endpoint or c.verdict for c in conns)
+    assert len(counts) == 8  # every endpoint got some of 200 connections
+    stat, p = chi_square(list(counts.values()))
+    fig = shares_figure(counts, ChiSquare(stat, 7, p), title="200 connections to svc/web")
+    assert png_size(_save(fig, "png")) == (WIDTH, HEIGHT)
+    ax = fig.axes[0]
+    assert [t.get_text() for t in ax.get_xticklabels()] == sorted(counts)
+    assert ax.get_xticklabels()[0].get_rotation() == 20  # 8 labels: slanted to stay legible
