@@ -20,6 +20,7 @@ from control.pictures.topology import point_id, service_id, topology_graph
 
 REQUEST_COLOUR = "#c62828"
 REPLY_COLOUR = "#1565c0"
+#: rule verdicts that make NAT decisions (iptables upper case, nftables lower case)
 NAT_VERDICTS = ("DNAT", "SNAT", "MASQUERADE")
 
 
@@ -81,6 +82,7 @@ def trace_path(scene: Scene, hops: Sequence[Mapping[str, Any]]) -> Path:
     points: list[str] = []
     notes: list[Note] = []
     visit: set[str] = set()  # the points of the current stay in one namespace
+    nat_rule: Mapping[str, Any] | None = None  # the NAT rule the next rewrite comes from
 
     def place(p: str) -> None:
         if points and points[-1] == p:
@@ -108,7 +110,7 @@ def trace_path(scene: Scene, hops: Sequence[Mapping[str, Any]]) -> Path:
             continue
         netns = str(h.get("netns", ""))
         devs = [h.get("dev_in"), h.get("dev_out")]
-        if kind in ("send", "deliver") and not any(devs):
+        if kind in ("send", "deliver") and not any(devs) and netns.startswith(("pod/", "ext/")):
             devs = ["eth0"]
         for dev in devs:
             if dev:
@@ -116,23 +118,32 @@ def trace_path(scene: Scene, hops: Sequence[Mapping[str, Any]]) -> Path:
                 if pid is not None:
                     add(pid)
         here = points[-1] if points else point_id(netns, "eth0")
-        verdict = h.get("verdict")
+        verdict = str(h.get("verdict") or "").upper()
         if kind == "rule" and verdict in NAT_VERDICTS:
-            where = f"{h.get('table')}/{h.get('chain')}" + (
-                f" #{h['rule_number']}" if h.get("rule_number") else ""
-            )
-            rule = str(h.get("rule") or "")
-            label = "DNAT" if verdict == "DNAT" else f"{verdict} (source)"
-            notes.append(
-                Note(
-                    here,
-                    "dnat" if verdict == "DNAT" else "snat",
-                    f"{label} {h.get('nat') or ''}\\n{where}\\n{_wrap(rule)}",
-                )
-            )
+            nat_rule = h
+        elif kind == "nat" and h.get("conntrack") == "NEW":
+            notes.append(_nat_note(here, h, nat_rule))
+            nat_rule = None
         elif kind == "vxlan":
             notes.append(Note(here, "vxlan", str(h.get("vxlan") or "")))
     return Path(tuple(points), tuple(notes))
+
+
+def _nat_note(point: str, nat: Mapping[str, Any], rule: Mapping[str, Any] | None) -> Note:
+    """The note of a connection's NAT decision (a ``nat`` hop of a NEW connection): the
+    rewrite, and the rule that asked for it (iptables, nftables) or IPVS's choice."""
+    source = "source" in str(nat.get("note") or "")
+    if rule is not None:
+        label = str(rule.get("verdict")).upper()
+        where = f"{rule.get('table')}/{rule.get('chain')}" + (
+            f" #{rule['rule_number']}" if rule.get("rule_number") else ""
+        )
+        why = f"{where}\\n{_wrap(str(rule.get('rule') or ''))}"
+    else:
+        label = "SNAT" if source else "DNAT"
+        why = f"{nat.get('table')} {nat.get('hook')}: {nat.get('note') or ''}"
+    text = f"{label}{' (source)' if source else ''} {nat.get('nat') or ''}\\n{why}"
+    return Note(point, "snat" if source else "dnat", text)
 
 
 def _wrap(text: str, width: int = 60) -> str:

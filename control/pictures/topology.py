@@ -15,7 +15,7 @@ import graphviz
 
 from control.pictures.scene import Scene, ServiceBox
 from netmodel.network import Interface, Netns
-from netmodel.topology import node_ns, pod_ns
+from netmodel.topology import pod_ns
 
 FONT = "Helvetica"
 #: how many routes a node box lists before "... N more"
@@ -82,8 +82,12 @@ def _node_box(g: graphviz.Digraph, scene: Scene, ns: Netns) -> None:
                     label="routed",
                 )
         elif "cni0" in names:
-            routes = [r for r in ns.routes if r.dev == "eth0" and r.via is not None and r.dst]
-            routes = [r for r in routes if r.dst is not None and r.dst.prefixlen > 0]
+            # the routes to the peers' podCIDRs (not the default route)
+            routes = [
+                r
+                for r in ns.routes
+                if r.dev == "eth0" and r.via is not None and r.dst is not None and r.dst.prefixlen
+            ]
             lines = [f"{r.dst} via {r.via}" for r in routes[:MAX_ROUTES]]
             if len(routes) > MAX_ROUTES:
                 lines.append(f"... {len(routes) - MAX_ROUTES} more")
@@ -185,8 +189,3 @@ def topology_graph(scene: Scene, *, services: bool = True) -> graphviz.Digraph:
         for svc in scene.services:
             _service(g, svc, drawn)
     return g
-
-
-def node_label_ids(scene: Scene) -> dict[str, str]:
-    """Graph node id of each node's eth0 by node name (for callers that mark nodes)."""
-    return {n.name: point_id(node_ns(n.name), "eth0") for n in scene.nodes}

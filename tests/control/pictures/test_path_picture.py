@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from conftest import svg_root, svg_texts, svg_titles
 
 from control import emulation
@@ -12,6 +13,7 @@ from control.pictures.files import render_graph
 from control.pictures.path import REPLY_COLOUR, REQUEST_COLOUR, path_graph, trace_path
 from control.pictures.scene import scene
 from control.session import Session
+from netmodel.manifests import load_text
 from netmodel.objects import Pod, Service
 from netmodel.topology import host_veth_name
 
@@ -103,3 +105,49 @@ def test_nodeport_from_outside_shows_the_masquerade(cluster20: Session) -> None:
     assert drawn_nodes == crossed  # 2 of 20 nodes (or 1 when the endpoint is local)
     titles = svg_titles(render_graph(path_graph(sc, t), "svg"))
     assert f"ext/{client}#eth0->router" in titles
+
+
+NODEPORT = """
+apiVersion: svclab.dev/v1alpha1
+kind: Cluster
+metadata: {{name: np}}
+spec: {{nodes: 2, proxyMode: {mode}}}
+---
+apiVersion: v1
+kind: Pod
+metadata: {{name: web, labels: {{app: web}}}}
+spec:
+  nodeName: node-1
+  containers: [{{name: web, image: x, ports: [{{containerPort: 8080}}]}}]
+---
+apiVersion: v1
+kind: Service
+metadata: {{name: web}}
+spec:
+  type: NodePort
+  selector: {{app: web}}
+  ports: [{{port: 80, targetPort: 8080, nodePort: 30080}}]
+"""
+
+
+@pytest.mark.parametrize(
+    ("mode", "dnat_by", "masq_by"),
+    [
+        ("iptables", "-j DNAT --to-destination 10.244.0.2:8080", "-j MASQUERADE"),
+        ("nftables", "dnat to 10.244.0.2:8080", "masquerade"),
+        ("ipvs", "ipvs INPUT: schedule rr -> 10.244.0.2:8080", "-j MASQUERADE"),
+    ],
+)
+def test_the_nat_notes_name_what_decided_in_every_proxy_mode(
+    mode: str, dnat_by: str, masq_by: str
+) -> None:
+    client = "203.0.113.5"
+    session = Session.ephemeral(load_text(NODEPORT.format(mode=mode), source=mode))
+    t = _trace(session, client, "172.18.0.2", 30080, [client])
+    view = emulation.view(session, external_clients=[client])
+    notes = trace_path(scene(session, network=view.network), t["hops"]).notes
+    by_kind = {n.kind: n.text.replace("\\l", " ").replace("\\n", " ") for n in notes}
+    assert by_kind["dnat"].startswith("DNAT 172.18.0.2:30080 -> 10.244.0.2:8080 ")
+    assert dnat_by in by_kind["dnat"]
+    assert by_kind["snat"].startswith(f"MASQUERADE (source) {client}:")
+    assert masq_by in by_kind["snat"]
