@@ -54,7 +54,7 @@ def parse_real_flag(doc: str) -> bool:
 
 # --------------------------------------------------------------------------- --pictures
 
-PICTURES_HELP = "also draw the lab's picture (SVG) into DIR"
+PICTURES_HELP = "also draw the lab's picture into DIR (SVG; lab 02 a PNG plot)"
 
 
 def pictures_dir() -> Path | None:
