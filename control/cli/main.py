@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 from control.cli import printers
-from control.cli.types import SELECTOR
+from control.cli.types import SELECTOR, TIMELINE_FILE
 from netmodel.errors import NotFoundError, SvclabError
 
 if TYPE_CHECKING:
@@ -320,7 +320,12 @@ def _get_all(
     default=None,
     help="Only events about KIND/NAME (--diagram: and what it caused)",
 )
-@click.option("--diagram", default=None, help="Draw the sequence diagram to FILE.svg|.png|.mmd")
+@click.option(
+    "--diagram",
+    type=TIMELINE_FILE,
+    default=None,
+    help="Draw the sequence diagram to FILE.svg|.png|.mmd",
+)
 @click.pass_obj
 @handle_errors
 def events(ctx: Context, output: str, for_: str | None, diagram: str | None) -> None:
@@ -334,13 +339,14 @@ def events(ctx: Context, output: str, for_: str | None, diagram: str | None) -> 
         kind = printers.resolve_kind(k)
         if not slash or not name or kind is None:
             raise click.UsageError(f"--for {for_}: want KIND/NAME with a known kind, e.g. pod/web")
+    if diagram and output != "table":
+        raise click.UsageError("--diagram draws the timeline: not with -o")
     session = ctx.session()
     try:
         evs = timeline(session.store)
         if diagram:
             from control.cli import picture_cmd
 
-            picture_cmd.check_suffix(diagram, picture_cmd.TIMELINE, "--diagram")
             if for_:
                 evs = picture_cmd.events_for(session, evs, for_)
             title = f"timeline of {for_}" if for_ else "timeline"

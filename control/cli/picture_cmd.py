@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from control.cli.main import Context, handle_errors
+from control.cli.types import GRAPH_FILE
 
 if TYPE_CHECKING:
     from control.session import Session
@@ -103,16 +104,8 @@ def shares_plot(
     files.write_figure(shares_figure(counts, chi, title=title), path)
 
 
-def check_suffix(path: str | None, allowed: tuple[str, ...], option: str) -> None:
-    """Fail early (before any traffic) on a picture file svclab cannot write."""
-    if path is not None:
-        from control.pictures.files import suffix_of
-
-        suffix_of(path, allowed, option=option)
-
-
 @click.command()
-@click.argument("output", metavar="FILE")
+@click.argument("output", metavar="FILE", type=GRAPH_FILE)
 @click.option("--node", "node", default=None, help="Draw this node alone (zoom in)")
 @click.option("-f", "--filename", "files", multiple=True, help="Throw-away cluster from manifests")
 @click.pass_obj
@@ -125,7 +118,6 @@ def topology(ctx: Context, output: str, node: str | None, files: tuple[str, ...]
     from control.pictures.scene import scene
     from control.pictures.topology import topology_graph
 
-    picture_files.suffix_of(output, GRAPH, option="FILE")
     session = ctx.session(files)
     try:
         sc = scene(session, node=node)

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 import click
 
 from control.cli.main import Context, handle_errors
+from control.cli.types import HTML_FILE
 
 if TYPE_CHECKING:
     from control.pictures.report import PairView, ServiceRow
@@ -90,7 +91,9 @@ def _service_rows(scene: Scene) -> list[ServiceRow]:
 
 
 @click.command()
-@click.option("-o", "--output", "output", required=True, help="The HTML file to write")
+@click.option(
+    "-o", "--output", "output", type=HTML_FILE, required=True, help="The HTML file to write"
+)
 @click.option(
     "--pairs",
     "pairs",
@@ -112,7 +115,6 @@ def report(ctx: Context, output: str, pairs: tuple[str, ...], files: tuple[str, 
     from control.pictures.timeline import sequence
     from control.pictures.topology import topology_graph
 
-    picture_files.suffix_of(output, (".html", ".htm"), option="-o")
     chosen = parse_pairs(pairs)
     session = ctx.session(files)
     try:

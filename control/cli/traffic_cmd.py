@@ -20,6 +20,7 @@ from control.cli.printers import format_table
 from control.cli.types import (
     COUNT,
     ENDPOINT,
+    GRAPH_FILE,
     NEW_FILE,
     NODE_REF,
     PORT,
@@ -256,7 +257,12 @@ def full_trace(
 @click.option("-o", "--output", type=click.Choice(["text", "json"]), default="text")
 @click.option("-f", "--filename", "files", multiple=True, help="Throw-away cluster from manifests")
 @click.option("--real", "on_kernel", is_flag=True, help=REAL_HELP)
-@click.option("--diagram", default=None, help="Draw the topology with the path to FILE.svg|.png")
+@click.option(
+    "--diagram",
+    type=GRAPH_FILE,
+    default=None,
+    help="Draw the topology with the path to FILE.svg|.png",
+)
 @click.pass_obj
 @handle_errors
 def trace(
@@ -276,14 +282,10 @@ def trace(
     diagram: str | None,
 ) -> None:
     """Walk one packet and its reply, and explain every hop and rule."""
-    if diagram:
-        from control.cli.picture_cmd import GRAPH, check_suffix
-
-        if on_kernel or all_branches or at or flows_file:
-            raise click.UsageError(
-                "--diagram draws one emulated trace: not with --real, --all, --at or --flows"
-            )
-        check_suffix(diagram, GRAPH, "--diagram")
+    if diagram and (on_kernel or all_branches or at or flows_file):
+        raise click.UsageError(
+            "--diagram draws one emulated trace: not with --real, --all, --at or --flows"
+        )
     if on_kernel:
         from control.cli.real_cmd import real_trace
 
@@ -505,7 +507,9 @@ def chi_square(counts: list[int]) -> tuple[float, float]:
 @click.option("-o", "--output", type=click.Choice(["text", "json"]), default="text")
 @click.option("-f", "--filename", "files", multiple=True)
 @click.option("--real", "on_kernel", is_flag=True, help=REAL_HELP)
-@click.option("--plot", default=None, help="Draw each endpoint's share to FILE.png|.svg")
+@click.option(
+    "--plot", type=GRAPH_FILE, default=None, help="Draw each endpoint's share to FILE.png|.svg"
+)
 @click.pass_obj
 @handle_errors
 def connect(
@@ -522,10 +526,8 @@ def connect(
     """Open N connections SRC -> DST; per connection the endpoint and the rule that chose
     it; then per-endpoint counts and a chi-square test of equal shares."""
     from control import emulation
-    from control.cli.picture_cmd import GRAPH, check_suffix
     from dataplane.proxy.savefmt import saved_rule
 
-    check_suffix(plot, GRAPH, "--plot")
     if on_kernel:
         from control.cli.real_cmd import real_connect
 

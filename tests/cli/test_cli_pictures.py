@@ -96,26 +96,47 @@ def test_connect_plot(state: Path, tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    ("args", "expected"),
+    ("args", "code", "expected"),
     [
         (
             ("topology", "t.gif"),
-            "FILE: t.gif: unknown picture format '.gif'; use one of .svg, .png",
+            2,
+            "Invalid value for 'FILE': 't.gif': unknown picture format '.gif'; use one of .svg, .png",
         ),
-        (("topology", "t.svg", "--node", "nope"), "--node: node nope not found"),
-        (("events", "--diagram", "e.txt"), "--diagram: e.txt: unknown picture format '.txt'"),
+        (("topology", "t.svg", "--node", "nope"), 1, "--node: node nope not found"),
+        (
+            ("events", "--diagram", "e.txt"),
+            2,
+            "'e.txt': unknown picture format '.txt'; use one of .svg, .png, .mmd",
+        ),
+        (("events", "--diagram", "no/such/dir/e.svg"), 2, "directory 'no/such/dir' does not exist"),
+        (
+            ("events", "--diagram", "e.svg", "-o", "json"),
+            2,
+            "--diagram draws the timeline: not with -o",
+        ),
         (
             ("events", "--diagram", "e.mmd", "--for", "deploy/nope"),
+            1,
             "--for: deployment default/nope not found",
         ),
         (
             ("connect", "pod/x", "svc/default/web:80", "--plot", "c.jpg"),
-            "--plot: c.jpg: unknown picture format",
+            2,
+            "'c.jpg': unknown picture format '.jpg'",
         ),
         (
             ("trace", "--from", "pod/x", "--to", "10.96.0.2:80", "--diagram", "t.pdf"),
-            "--diagram: t.pdf",
+            2,
+            "'t.pdf': unknown picture format '.pdf'",
         ),
+        (
+            ("trace", "--from", "pod/x", "--to", "10.96.0.2:80", "--all", "--diagram", "t.svg"),
+            2,
+            "--diagram draws one emulated trace: not with --real, --all, --at or --flows",
+        ),
+        (("report", "-o", "r.pdf"), 2, "'r.pdf': unknown picture format '.pdf'; use one of .html"),
+        (("report", "-o", "r.html", "--pairs", "x"), 2, "--pairs: expected SRC=DST, got 'x'"),
     ],
 )
 def test_bad_picture_arguments_fail_with_one_line(
@@ -123,21 +144,19 @@ def test_bad_picture_arguments_fail_with_one_line(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     args: tuple[str, ...],
+    code: int,
     expected: str,
 ) -> None:
+    """One line on stderr, the exit code, no file written, the state unchanged."""
     monkeypatch.chdir(tmp_path)
+    before = {p: (p.stat().st_mtime_ns, p.read_bytes()) for p in state.iterdir()}
     res = run(state, *args)
-    assert res.exit_code == 1, res.output
-    lines = res.output.splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: ") and expected in lines[0], res.output
+    assert res.exit_code == code, res.output
+    assert res.stdout == ""
+    lines = res.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and expected in lines[0], res.stderr
     assert not any(tmp_path.iterdir())
-
-
-def test_trace_diagram_draws_one_emulated_trace(state: Path) -> None:
-    res = run(
-        state, "trace", "--from", "pod/x", "--to", "10.96.0.2:80", "--all", "--diagram", "t.svg"
-    )
-    assert res.exit_code == 2 and "--diagram draws one emulated trace" in res.output
+    assert {p: (p.stat().st_mtime_ns, p.read_bytes()) for p in state.iterdir()} == before
 
 
 def test_a_big_cluster_is_refused_whole_and_drawn_one_node_at_a_time(tmp_path: Path) -> None:
