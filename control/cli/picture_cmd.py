@@ -1,10 +1,12 @@
 """Pictures from the command line: ``svclab topology FILE``, and the helpers behind
 ``events --diagram``, ``trace --diagram`` and ``connect --plot``.
 
-Each helper checks the file's suffix first (a bad one is a one-line error before any
-work), gathers values from the session, calls a pure drawing function of
-:mod:`control.pictures` and writes the file. Graphviz and matplotlib are imported here,
-inside the functions, never when ``svclab --help`` runs.
+The options check their file at the edge (:class:`control.cli.types.PictureFile`: a
+known suffix in a writable directory, else a usage error before any work). Each helper
+gathers values from the session, calls a pure drawing function of
+:mod:`control.pictures` and writes the file (checking the suffix again, for callers
+other than the CLI). Graphviz and matplotlib are imported here, inside the functions,
+never when ``svclab --help`` runs.
 """
 
 from __future__ import annotations
