@@ -465,6 +465,7 @@ def _register_optional() -> None:
         "control.cli.real_cmd",
         "control.cli.picture_cmd",
         "control.cli.report_cmd",
+        "control.cli.dig_cmd",
     ):
         try:
             mod = importlib.import_module(module)
