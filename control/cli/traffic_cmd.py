@@ -20,6 +20,7 @@ from control.cli.printers import format_table
 from control.cli.types import (
     COUNT,
     ENDPOINT,
+    GRAPH_FILE,
     NEW_FILE,
     NODE_REF,
     PORT,
@@ -218,8 +219,29 @@ def full_trace(
     emu = _emulator_for(session, src, dst, override=override or {})
     s = emulation.resolve_endpoint(session, src)
     d, port = _split_dst(emulation.resolve_endpoint(session, dst))
+    from control import names
+
+    d, looked_up = names.destination(emu, s, d)  # a DNS name: resolved from the source pod
     fn = emu.trace_all if all_branches else emu.trace
-    return fn(s, d, proto, port, sport)  # type: ignore[arg-type]
+    t = fn(s, d, proto, port, sport)  # type: ignore[arg-type]
+    return t if looked_up is None else names.NamedTrace(looked_up, t)
+
+
+def _by_name(emu: EmulatedCluster, src: str, dst: str, *, quiet: bool = False) -> str:
+    """``dst`` itself, or the address a DNS name resolves to from ``src`` (the queries
+    are printed, one line each, unless ``quiet``)."""
+    from control import names
+
+    try:
+        addr, looked_up = names.destination(emu, src, dst)
+    except names.LookupFailed as e:
+        if not quiet:
+            click.echo(names.query_lines(e.resolution))
+        raise
+    if looked_up is not None and not quiet:
+        click.echo(names.query_lines(looked_up))
+        click.echo(f"{dst} resolved to {addr}")
+    return addr
 
 
 # --------------------------------------------------------------------------- trace
@@ -228,7 +250,10 @@ def full_trace(
 @click.command()
 @click.option("--from", "src", type=ENDPOINT, help="pod/NS/NAME, node/NAME, an IP")
 @click.option(
-    "--to", "dst", type=ENDPOINT, help="pod/NS/NAME, node/NAME, IP, IP:PORT, svc/NS/NAME:PORT"
+    "--to",
+    "dst",
+    type=ENDPOINT,
+    help="pod/NS/NAME, node/NAME, IP, IP:PORT, svc/NS/NAME:PORT, or a DNS NAME[:PORT]",
 )
 @click.option("--proto", type=click.Choice(PROTOS), default="tcp", show_default=True)
 @click.option("--sport", type=PORT, default=None, help="Source port (default: ephemeral)")
@@ -256,6 +281,12 @@ def full_trace(
 @click.option("-o", "--output", type=click.Choice(["text", "json"]), default="text")
 @click.option("-f", "--filename", "files", multiple=True, help="Throw-away cluster from manifests")
 @click.option("--real", "on_kernel", is_flag=True, help=REAL_HELP)
+@click.option(
+    "--diagram",
+    type=GRAPH_FILE,
+    default=None,
+    help="Draw the topology with the path to FILE.svg|.png",
+)
 @click.pass_obj
 @handle_errors
 def trace(
@@ -272,8 +303,13 @@ def trace(
     output: str,
     files: tuple[str, ...],
     on_kernel: bool,
+    diagram: str | None,
 ) -> None:
     """Walk one packet and its reply, and explain every hop and rule."""
+    if diagram and (on_kernel or all_branches or at or flows_file):
+        raise click.UsageError(
+            "--diagram draws one emulated trace: not with --real, --all, --at or --flows"
+        )
     if on_kernel:
         from control.cli.real_cmd import real_trace
 
@@ -347,19 +383,31 @@ def trace(
                     res["name"] = f["name"]
                 click.echo(json.dumps(res) if output == "json" or flows_file else _render_at(res))
             else:
-                t = full_trace(
-                    session,
-                    str(f["from"]),
-                    str(f["to"]),
-                    p,
-                    sport=sport,
-                    all_branches=all_branches,
-                    override=override,
-                )
+                from control.names import LookupFailed, render_lookup
+
+                try:
+                    t = full_trace(
+                        session,
+                        str(f["from"]),
+                        str(f["to"]),
+                        p,
+                        sport=sport,
+                        all_branches=all_branches,
+                        override=override,
+                    )
+                except LookupFailed as e:  # show every query, then the error
+                    r = e.resolution
+                    out = json.dumps({"dns": r.to_json()}) if output == "json" else render_lookup(r)
+                    click.echo(out)
+                    raise
                 if output == "json" or flows_file:
                     click.echo(json.dumps(t.to_json(), indent=None if flows_file else 2))
                 else:
                     click.echo(t.render_text())
+                if diagram:
+                    from control.cli.picture_cmd import trace_diagram
+
+                    trace_diagram(session, t.to_json(), diagram, str(f["from"]))
     finally:
         session.close()
 
@@ -448,6 +496,7 @@ def ping(
         emu = _emulator_for(session, src, dst, override={})
         s, d = emulation.resolve_endpoint(session, src), emulation.resolve_endpoint(session, dst)
         d = _host(d)  # svc/NS/NAME resolves to its ClusterIP and (only) port
+        d = _by_name(emu, s, d)  # a DNS name: resolved from the source pod
         results = emu.ping(s, d, count)
         target = str(results[0].trace.packet.dst) if results else d
         replies = [
@@ -491,6 +540,9 @@ def chi_square(counts: list[int]) -> tuple[float, float]:
 @click.option("-o", "--output", type=click.Choice(["text", "json"]), default="text")
 @click.option("-f", "--filename", "files", multiple=True)
 @click.option("--real", "on_kernel", is_flag=True, help=REAL_HELP)
+@click.option(
+    "--plot", type=GRAPH_FILE, default=None, help="Draw each endpoint's share to FILE.png|.svg"
+)
 @click.pass_obj
 @handle_errors
 def connect(
@@ -502,6 +554,7 @@ def connect(
     output: str,
     files: tuple[str, ...],
     on_kernel: bool,
+    plot: str | None,
 ) -> None:
     """Open N connections SRC -> DST; per connection the endpoint and the rule that chose
     it; then per-endpoint counts and a chi-square test of equal shares."""
@@ -511,7 +564,9 @@ def connect(
     if on_kernel:
         from control.cli.real_cmd import real_connect
 
-        real_connect(ctx, src=src, dst=dst, count=count, proto=proto, output=output, files=files)
+        real_connect(
+            ctx, src=src, dst=dst, count=count, proto=proto, output=output, files=files, plot=plot
+        )
         return
     session = ctx.session(files)
     try:
@@ -520,9 +575,14 @@ def connect(
         d, port = _split_dst(emulation.resolve_endpoint(session, dst))
         if port is None:
             raise click.UsageError(f"{dst}: give a port (IP:PORT or svc/NS/NAME:PORT)")
+        d = _by_name(emu, s, d, quiet=output == "json")
         conns = emu.connect(s, d, proto, port, count)  # type: ignore[arg-type]
         counts = Counter(c.endpoint or c.verdict for c in conns)
         stat, p = chi_square(list(counts.values()))
+        if plot:
+            from control.cli.picture_cmd import shares_plot
+
+            shares_plot(counts, stat, p, plot, title=f"connect {src} -> {dst}, emulated")
         if output == "json":
             click.echo(
                 json.dumps(

@@ -29,6 +29,8 @@ from dataplane.linux.state import StateDir
 from netmodel.errors import BackendError
 
 SERVER_SCRIPT = Path(__file__).with_name("podserver.py")
+#: the DNS pods' server (:mod:`dataplane.linux.dns`): its pid files live here too
+DNS_SERVER_SCRIPT = "dnsserver.py"
 Proto = Literal["tcp", "udp"]
 
 # Supervisors started by this process: waited for on shutdown (no zombies).
@@ -160,12 +162,13 @@ def read_pid(path: Path) -> int | None:
 
 
 def _ours(pid: int) -> psutil.Process | None:
-    """The live (not zombie) pod server or supervisor process ``pid``, or None."""
+    """The live (not zombie) pod server, supervisor or DNS server process ``pid``, or
+    None."""
     try:
         proc = psutil.Process(pid)
         if proc.status() == psutil.STATUS_ZOMBIE:
             return None
-        if not any(SERVER_SCRIPT.name in arg for arg in proc.cmdline()):
+        if not any(SERVER_SCRIPT.name in arg or DNS_SERVER_SCRIPT in arg for arg in proc.cmdline()):
             return None
     except psutil.Error:  # gone, or not ours to read
         return None
@@ -173,7 +176,8 @@ def _ours(pid: int) -> psutil.Process | None:
 
 
 def is_ours(pid: int) -> bool:
-    """Is ``pid`` a live (not zombie) pod server or supervisor process?"""
+    """Is ``pid`` a live (not zombie) pod server, supervisor or DNS server
+    (:mod:`dataplane.linux.dnsserver`) process?"""
     return _ours(pid) is not None
 
 
