@@ -219,7 +219,26 @@ class API:
             raise status.unauthorized() from None
         if user is None:
             raise status.unauthorized()
-        return user
+        return self._impersonate(user, request)
+
+    def _impersonate(self, user: User, request: Request) -> User:
+        """kube-apiserver's impersonation filter: ``Impersonate-User`` and
+        ``Impersonate-Group`` headers, each allowed by the ``impersonate`` verb on
+        ``users`` / ``groups``."""
+        as_user = request.headers.get("impersonate-user")
+        groups = request.headers.getlist("impersonate-group")
+        if not as_user:
+            if groups:
+                raise status.bad_request("requested impersonation of groups without a user")
+            return user
+        checks = [("users", as_user)] + [("groups", g) for g in groups]
+        for resource, name in checks:
+            a = Attributes(user, "impersonate", "", resource, "", "", name)
+            if not self.rbac.allowed(a):
+                raise APIError(403, "Forbidden", f'{resource} "{name}" is forbidden: {forbidden_message(a)}', {"name": name, "kind": resource})
+        from control.apiserver.http.authn import with_authenticated
+
+        return with_authenticated(as_user, list(groups))
 
     async def handle(self, request: Request) -> Response:
         path = request.url.path.rstrip("/") or "/"
@@ -352,6 +371,13 @@ class API:
 
 
 def decode_body(raw: bytes, ctype: str) -> Any:
+    if "protobuf" in ctype:
+        from control.apiserver.http import proto
+
+        try:
+            return proto.decode(raw)
+        except proto.ProtobufError as e:
+            raise APIError(415, "UnsupportedMediaType", f"the body of the request was in an unknown format - accepted media types include: application/json, application/yaml ({e})", {}) from None
     if not raw:
         raise status.bad_request("the request body is empty")
     try:

@@ -602,7 +602,7 @@ def _scale_of(res: Resource, obj: KubeObject) -> dict[str, Any]:
 
 
 async def _bind(api: API, request: Request, res: Resource, info: RequestInfo, user: User, dry: bool) -> Response:
-    body = _decode(await request.body(), JSON)
+    body = _decode(await request.body(), request.headers.get("content-type", JSON))
     target = (body or {}).get("target") or {}
     node = target.get("name")
     if not node:
@@ -899,7 +899,7 @@ async def _access_review(api: API, request: Request, res: Resource, user: User) 
     from control.apiserver.http import nodeauthz
     from control.apiserver.http.rbac import Attributes, rule_allows
 
-    body = _decode(await request.body(), JSON)
+    body = _decode(await request.body(), request.headers.get("content-type", JSON))
     if not isinstance(body, dict):
         raise status.bad_request("the object must be a JSON object")
     spec = body.get("spec") or {}
