@@ -22,7 +22,14 @@ MAGIC = b"k8s\x00"
 _PKG = "svclab.k8s"
 
 _T = descriptor_pb2.FieldDescriptorProto
-STR, BOOL, I64, I32, BYTES, MSG = _T.TYPE_STRING, _T.TYPE_BOOL, _T.TYPE_INT64, _T.TYPE_INT32, _T.TYPE_BYTES, _T.TYPE_MESSAGE
+STR, BOOL, I64, I32, BYTES, MSG = (
+    _T.TYPE_STRING,
+    _T.TYPE_BOOL,
+    _T.TYPE_INT64,
+    _T.TYPE_INT32,
+    _T.TYPE_BYTES,
+    _T.TYPE_MESSAGE,
+)
 
 # message -> [(json name, number, type, repeated, message type or None)]
 Field = tuple[str, int, int, bool, str | None]
@@ -76,7 +83,11 @@ MESSAGES: dict[str, list[Field]] = {
         ("name", 3, STR, False, None),
         ("namespace", 4, STR, False, None),
     ],
-    "RoleRef": [("apiGroup", 1, STR, False, None), ("kind", 2, STR, False, None), ("name", 3, STR, False, None)],
+    "RoleRef": [
+        ("apiGroup", 1, STR, False, None),
+        ("kind", 2, STR, False, None),
+        ("name", 3, STR, False, None),
+    ],
     "Role": [("metadata", 1, MSG, False, "ObjectMeta"), ("rules", 2, MSG, True, "PolicyRule")],
     "ClusterRole": [
         ("metadata", 1, MSG, False, "ObjectMeta"),
@@ -112,7 +123,10 @@ MESSAGES: dict[str, list[Field]] = {
         ("spec", 2, MSG, False, "SelfSubjectRulesReviewSpec"),
     ],
     "NamespaceSpec": [("finalizers", 1, STR, True, None)],
-    "Namespace": [("metadata", 1, MSG, False, "ObjectMeta"), ("spec", 2, MSG, False, "NamespaceSpec")],
+    "Namespace": [
+        ("metadata", 1, MSG, False, "ObjectMeta"),
+        ("spec", 2, MSG, False, "NamespaceSpec"),
+    ],
 }
 #: map fields: message -> entry names (string -> string)
 _MAPS = {"ObjectMeta": ("LabelsEntry", "AnnotationsEntry"), "LabelSelector": ("MatchLabelsEntry",)}
@@ -154,7 +168,10 @@ def _classes() -> dict[str, Any]:
                 f.type_name = f".{_PKG}.{ref}"
     pool = descriptor_pool.DescriptorPool()
     pool.Add(fd)
-    return {n: message_factory.GetMessageClass(pool.FindMessageTypeByName(f"{_PKG}.{n}")) for n in MESSAGES}
+    return {
+        n: message_factory.GetMessageClass(pool.FindMessageTypeByName(f"{_PKG}.{n}"))
+        for n in MESSAGES
+    }
 
 
 def decode(body: bytes) -> dict[str, Any]:
@@ -165,7 +182,7 @@ def decode(body: bytes) -> dict[str, Any]:
     unknown = classes["Unknown"]()
     try:
         unknown.ParseFromString(body[len(MAGIC) :])
-    except Exception as e:  # noqa: BLE001 - the library's DecodeError
+    except Exception as e:
         raise ProtobufError(f"malformed protobuf envelope: {e}") from None
     api_version, kind = unknown.typeMeta.apiVersion, unknown.typeMeta.kind
     msg_name = KINDS.get(kind)
@@ -174,7 +191,7 @@ def decode(body: bytes) -> dict[str, Any]:
     msg = classes[msg_name]()
     try:
         msg.ParseFromString(unknown.raw)
-    except Exception as e:  # noqa: BLE001
+    except Exception as e:
         raise ProtobufError(f"malformed {kind}: {e}") from None
     out: dict[str, Any] = {"apiVersion": api_version, "kind": kind}
     out.update(_drop_empty(MessageToDict(msg, preserving_proto_field_name=True)))

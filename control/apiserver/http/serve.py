@@ -38,7 +38,7 @@ def _protocol_class() -> type:
     except ImportError:  # pragma: no cover - httptools missing
         from uvicorn.protocols.http.h11_impl import H11Protocol as Base  # type: ignore[assignment]
 
-    class TLSClientCertProtocol(Base):  # type: ignore[misc, valid-type]
+    class TLSClientCertProtocol(Base):
         """uvicorn's HTTP protocol, adding the peer certificate to each request's scope."""
 
         def connection_made(self, transport: Any) -> None:
@@ -122,7 +122,12 @@ class Server:
         self.api.start()
         loop = asyncio.get_running_loop()
         self._tasks = [loop.create_task(self._flusher()), loop.create_task(self._compactor())]
-        log.info("serving the Kubernetes API on https://%s:%d (state %s)", self.host, self.port, self.state_dir)
+        log.info(
+            "serving the Kubernetes API on https://%s:%d (state %s)",
+            self.host,
+            self.port,
+            self.state_dir,
+        )
         try:
             await server.serve()
         finally:
@@ -134,7 +139,24 @@ class Server:
             log.info("stopped; state saved in %s", self.state_dir)
 
 
-def serve(state_dir: Path, host: str, port: int, *, token_file: Path | None = None, watch_history: int = 100_000, compact_every: float = 30.0) -> None:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    srv = Server(state_dir, host, port, token_file=token_file, watch_history=watch_history, compact_every=compact_every)
+def serve(
+    state_dir: Path,
+    host: str,
+    port: int,
+    *,
+    token_file: Path | None = None,
+    watch_history: int = 100_000,
+    compact_every: float = 30.0,
+) -> None:
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    srv = Server(
+        state_dir,
+        host,
+        port,
+        token_file=token_file,
+        watch_history=watch_history,
+        compact_every=compact_every,
+    )
     asyncio.run(srv.run())
