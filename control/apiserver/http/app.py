@@ -311,7 +311,9 @@ class API:
             raise APIError(404, "NotFound", "the server could not find the requested resource", {})
         return await self.dispatch(request, info, user, params)
 
-    def parse(self, path: str, method: str, params: dict[str, builtins.list[str]]) -> RequestInfo | None:
+    def parse(
+        self, path: str, method: str, params: dict[str, builtins.list[str]]
+    ) -> RequestInfo | None:
         parts = [p for p in path.split("/") if p]
         info = RequestInfo()
         if parts and parts[0] == "api" and len(parts) >= 3:
@@ -356,7 +358,9 @@ class API:
         if not self.rbac.allowed(a):
             raise APIError(403, "Forbidden", f"forbidden: {forbidden_message(a)}", {})
 
-    def authorize(self, user: User, info: RequestInfo, params: dict[str, builtins.list[str]]) -> None:
+    def authorize(
+        self, user: User, info: RequestInfo, params: dict[str, builtins.list[str]]
+    ) -> None:
         res = info.resource
         assert res is not None
         verb = info.verb
