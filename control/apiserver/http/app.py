@@ -20,17 +20,16 @@ import builtins
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs
 
 import yaml
-from pydantic import ValidationError
 from starlette.requests import Request
-from starlette.responses import Response, StreamingResponse
+from starlette.responses import Response
 
-from control.apiserver.http import discovery, nodeauthz, openapi, patch, status, tables, wire
+from control.apiserver.http import discovery, nodeauthz, openapi, status, wire
 from control.apiserver.http.authn import Authenticator, Unauthorized, User
 from control.apiserver.http.rbac import (
     RBAC,
@@ -38,16 +37,14 @@ from control.apiserver.http.rbac import (
     aggregate,
     bootstrap_policy,
     forbidden_message,
+    reconcile_bootstrap,
 )
 from control.apiserver.http.resources import Resource, by_path
 from control.apiserver.http.status import APIError
-from control.apiserver.http.watch import Hub, Watcher
-from control.store.base import WatchEvent
-from netmodel import schema
-from netmodel.cluster import Cluster, cluster_from_dict
-from netmodel.errors import CompactedError, ConflictError, InputError, NotFoundError, SvclabError
-from netmodel.objects import ClusterRole, KubeObject, Namespace, Pod, object_from_dict
-from netmodel.selectors import parse_selector
+from control.apiserver.http.watch import Hub
+from netmodel.cluster import Cluster
+from netmodel.errors import CompactedError, NotFoundError
+from netmodel.objects import KubeObject
 
 log = logging.getLogger("svclab.apiserver")
 
@@ -156,9 +153,13 @@ class API:
         api = self.session.plane.apiserver
         for obj in bootstrap_policy():
             try:
-                self.store.get(obj.kind, obj.key)
+                have = self.store.get(obj.kind, obj.key)
             except NotFoundError:
                 api.create(obj, component="apiserver")
+                continue
+            fixed = reconcile_bootstrap(have, obj)
+            if fixed is not None:
+                api.update(fixed, component="apiserver")
         self._aggregate()
 
     def _aggregate(self) -> None:
@@ -456,25 +457,4 @@ def parse_continue(token: str) -> tuple[int, str]:
         raise status.bad_request("continue key is not valid") from None
 
 
-__all__ = [
-    "API",
-    "JSON",
-    "AsyncIterator",
-    "ClusterRole",
-    "ConflictError",
-    "InputError",
-    "Namespace",
-    "Pod",
-    "StreamingResponse",
-    "SvclabError",
-    "ValidationError",
-    "WatchEvent",
-    "Watcher",
-    "cluster_from_dict",
-    "decode_body",
-    "object_from_dict",
-    "parse_selector",
-    "patch",
-    "schema",
-    "tables",
-]
+__all__ = ["API", "continue_token", "decode_body", "parse_continue"]

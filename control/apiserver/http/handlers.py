@@ -45,13 +45,11 @@ from control.apiserver.http.watch import Watcher
 from control.store.base import WatchEvent
 from netmodel import schema
 from netmodel.cluster import cluster_from_dict
-from netmodel.errors import CompactedError, ConflictError, InputError, NotFoundError, SvclabError
+from netmodel.errors import CompactedError, InputError, NotFoundError, SvclabError
 from netmodel.objects import (
-    ClusterRole,
     EndpointSlice,
     Event,
     KubeObject,
-    Namespace,
     Pod,
     Service,
     object_from_dict,
@@ -118,7 +116,7 @@ async def handle(
         raise APIError(404, "NotFound", "the server could not find the requested resource", {})
     if verb not in res.verbs and not sub:
         raise status.method_not_allowed()
-    if res.name in ("selfsubjectaccessreviews", "selfsubjectrulesreviews"):
+    if res.name in ("selfsubjectaccessreviews", "selfsubjectrulesreviews", "selfsubjectreviews"):
         return await _access_review(api, request, res, user)
     if res.group == "svclab.dev":
         return await _svclab_docs(api, request, info, params)
@@ -427,7 +425,10 @@ def _validate_fields(
         return body, []
     if mode == "Strict":
         listed = ", ".join(f'unknown field "{u}"' for u in unknown)
-        raise status.bad_request(f"strict decoding error: {listed}")
+        raise status.bad_request(
+            f'{res.kind} in version "{res.version}" cannot be handled as a {res.kind}: '
+            f"strict decoding error: {listed}"
+        )
     if mode == "Warn":
         return pruned, [f'unknown field "{u}"' for u in unknown]
     return pruned, []
@@ -1157,6 +1158,12 @@ async def _access_review(api: API, request: Request, res: Resource, user: User) 
     out.setdefault("apiVersion", res.api_version)
     out.setdefault("kind", res.kind)
     out.setdefault("metadata", {})
+    if res.name == "selfsubjectreviews":
+        info: dict[str, Any] = {"username": user.name, "groups": list(user.groups)}
+        if user.uid:
+            info["uid"] = user.uid
+        out["status"] = {"userInfo": info}
+        return _ok(out, 201)
     if res.name == "selfsubjectrulesreviews":
         ns = spec.get("namespace", "")
         rules = api.rbac.rules_for(user, ns) if "system:masters" not in user.groups else None
@@ -1212,4 +1219,4 @@ async def _access_review(api: API, request: Request, res: Resource, user: User) 
     return _ok(out, 201)
 
 
-__all__ = ["ClusterRole", "ConflictError", "Namespace", "handle"]
+__all__ = ["handle"]

@@ -122,6 +122,7 @@ MESSAGES: dict[str, list[Field]] = {
         ("metadata", 1, MSG, False, "ObjectMeta"),
         ("spec", 2, MSG, False, "SelfSubjectRulesReviewSpec"),
     ],
+    "SelfSubjectReview": [("metadata", 1, MSG, False, "ObjectMeta")],
     "NamespaceSpec": [("finalizers", 1, STR, True, None)],
     "Namespace": [
         ("metadata", 1, MSG, False, "ObjectMeta"),
@@ -139,6 +140,7 @@ KINDS = {
     "SelfSubjectAccessReview": "SelfSubjectAccessReview",
     "SelfSubjectRulesReview": "SelfSubjectRulesReview",
     "Namespace": "Namespace",
+    "SelfSubjectReview": "SelfSubjectReview",
 }
 
 

@@ -287,7 +287,8 @@ def bootstrap_policy() -> list[KubeObject]:
                     "create",
                     "authorization.k8s.io",
                     "selfsubjectaccessreviews selfsubjectrulesreviews",
-                )
+                ),
+                _rule("create", "authentication.k8s.io", "selfsubjectreviews"),
             ],
         ),
         _cr(
@@ -366,6 +367,23 @@ def bootstrap_policy() -> list[KubeObject]:
         ),
         _crb("system:node-proxier", "system:node-proxier", [("User", "system:kube-proxy")]),
     ]
+
+
+def reconcile_bootstrap(have: KubeObject, want: KubeObject) -> KubeObject | None:
+    """kube-apiserver's bootstrap-policy reconciliation of a stored default object
+    annotated ``rbac.authorization.kubernetes.io/autoupdate: "true"``: missing rules or
+    subjects are added (nothing a user added is removed). None when nothing is missing."""
+    if have.metadata.annotations.get("rbac.authorization.kubernetes.io/autoupdate") != "true":
+        return None
+    if isinstance(have, ClusterRole) and isinstance(want, ClusterRole):
+        if have.aggregation_rule is not None:
+            return None
+        missing = [r for r in want.rules if r not in have.rules]
+        return have.evolve(rules=[*have.rules, *missing]) if missing else None
+    if isinstance(have, ClusterRoleBinding) and isinstance(want, ClusterRoleBinding):
+        missing_s = [s for s in want.subjects if s not in have.subjects]
+        return have.evolve(subjects=[*have.subjects, *missing_s]) if missing_s else None
+    return None
 
 
 def forbidden_message(a: Attributes) -> str:

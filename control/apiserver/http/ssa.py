@@ -319,10 +319,10 @@ async def apply(
                 continue
             ok, value = _get(current, p)
             if ok and value != cfg_values.get(p):
-                conflicts.append((str(ent.get("manager")), p))
+                conflicts.append((f'"{ent.get("manager")}" using {ent.get("apiVersion")}', p))
     if conflicts and not force:
         lines = [
-            f'conflict with "{m}": .{".".join(x[2:] for x in p if x != ".")}' for m, p in conflicts
+            f"conflict with {m}: ." + ".".join(x[2:] for x in p if x != ".") for m, p in conflicts
         ]
         n = len(conflicts)
         msg = f"Apply failed with {n} conflict{'s' if n > 1 else ''}: " + "\n".join(lines)
