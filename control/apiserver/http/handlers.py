@@ -435,9 +435,14 @@ def _validate_fields(
 
 
 def _warn_headers(warnings: list[str]) -> dict[str, str] | None:
+    """``Warning: 299 - "text"`` (RFC 7234 quoted-string, as kube-apiserver sends)."""
     if not warnings:
         return None
-    return {"Warning": ", ".join(f'299 - "{w.replace(chr(34), chr(39))}"' for w in warnings)}
+
+    def quoted(text: str) -> str:
+        return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+    return {"Warning": ", ".join(f"299 - {quoted(w)}" for w in warnings)}
 
 
 def _check_gvk(res: Resource, body: Any) -> None:

@@ -123,6 +123,85 @@ MESSAGES: dict[str, list[Field]] = {
         ("spec", 2, MSG, False, "SelfSubjectRulesReviewSpec"),
     ],
     "SelfSubjectReview": [("metadata", 1, MSG, False, "ObjectMeta")],
+    # apps/v1 Deployment and core/v1 Service: the fields ``kubectl create`` sets
+    "Quantity": [("string", 1, STR, False, None)],
+    "IntOrString": [
+        ("type", 1, I64, False, None),
+        ("intVal", 2, I32, False, None),
+        ("strVal", 3, STR, False, None),
+    ],
+    "ContainerPort": [
+        ("name", 1, STR, False, None),
+        ("hostPort", 2, I32, False, None),
+        ("containerPort", 3, I32, False, None),
+        ("protocol", 4, STR, False, None),
+    ],
+    "EnvVar": [("name", 1, STR, False, None), ("value", 2, STR, False, None)],
+    "ResourceRequirements": [
+        ("limits", 1, MSG, True, "ResourceRequirements.LimitsEntry"),
+        ("requests", 2, MSG, True, "ResourceRequirements.RequestsEntry"),
+    ],
+    "Container": [
+        ("name", 1, STR, False, None),
+        ("image", 2, STR, False, None),
+        ("command", 3, STR, True, None),
+        ("args", 4, STR, True, None),
+        ("ports", 6, MSG, True, "ContainerPort"),
+        ("env", 7, MSG, True, "EnvVar"),
+        ("resources", 8, MSG, False, "ResourceRequirements"),
+        ("imagePullPolicy", 14, STR, False, None),
+    ],
+    "PodSpec": [
+        ("containers", 2, MSG, True, "Container"),
+        ("restartPolicy", 3, STR, False, None),
+        ("nodeSelector", 7, MSG, True, "PodSpec.NodeSelectorEntry"),
+        ("nodeName", 10, STR, False, None),
+        ("hostNetwork", 11, BOOL, False, None),
+        ("schedulerName", 19, STR, False, None),
+    ],
+    "PodTemplateSpec": [
+        ("metadata", 1, MSG, False, "ObjectMeta"),
+        ("spec", 2, MSG, False, "PodSpec"),
+    ],
+    "RollingUpdateDeployment": [
+        ("maxUnavailable", 1, MSG, False, "IntOrString"),
+        ("maxSurge", 2, MSG, False, "IntOrString"),
+    ],
+    "DeploymentStrategy": [
+        ("type", 1, STR, False, None),
+        ("rollingUpdate", 2, MSG, False, "RollingUpdateDeployment"),
+    ],
+    "DeploymentSpec": [
+        ("replicas", 1, I32, False, None),
+        ("selector", 2, MSG, False, "LabelSelector"),
+        ("template", 3, MSG, False, "PodTemplateSpec"),
+        ("strategy", 4, MSG, False, "DeploymentStrategy"),
+        ("minReadySeconds", 5, I32, False, None),
+        ("revisionHistoryLimit", 6, I32, False, None),
+        ("progressDeadlineSeconds", 9, I32, False, None),
+    ],
+    "Deployment": [
+        ("metadata", 1, MSG, False, "ObjectMeta"),
+        ("spec", 2, MSG, False, "DeploymentSpec"),
+    ],
+    "ServicePort": [
+        ("name", 1, STR, False, None),
+        ("protocol", 2, STR, False, None),
+        ("port", 3, I32, False, None),
+        ("targetPort", 4, MSG, False, "IntOrString"),
+        ("nodePort", 5, I32, False, None),
+        ("appProtocol", 6, STR, False, None),
+    ],
+    "ServiceSpec": [
+        ("ports", 1, MSG, True, "ServicePort"),
+        ("selector", 2, MSG, True, "ServiceSpec.SelectorEntry"),
+        ("clusterIP", 3, STR, False, None),
+        ("type", 4, STR, False, None),
+        ("externalIPs", 5, STR, True, None),
+        ("sessionAffinity", 7, STR, False, None),
+        ("externalName", 10, STR, False, None),
+    ],
+    "Service": [("metadata", 1, MSG, False, "ObjectMeta"), ("spec", 2, MSG, False, "ServiceSpec")],
     "NamespaceSpec": [("finalizers", 1, STR, True, None)],
     "Namespace": [
         ("metadata", 1, MSG, False, "ObjectMeta"),
@@ -130,7 +209,13 @@ MESSAGES: dict[str, list[Field]] = {
     ],
 }
 #: map fields: message -> entry names (string -> string)
-_MAPS = {"ObjectMeta": ("LabelsEntry", "AnnotationsEntry"), "LabelSelector": ("MatchLabelsEntry",)}
+_MAPS: dict[str, tuple[tuple[str, str | None], ...]] = {
+    "ObjectMeta": (("LabelsEntry", None), ("AnnotationsEntry", None)),
+    "LabelSelector": (("MatchLabelsEntry", None),),
+    "ResourceRequirements": (("LimitsEntry", "Quantity"), ("RequestsEntry", "Quantity")),
+    "PodSpec": (("NodeSelectorEntry", None),),
+    "ServiceSpec": (("SelectorEntry", None),),
+}
 #: kind -> message
 KINDS = {
     "Role": "Role",
@@ -141,6 +226,8 @@ KINDS = {
     "SelfSubjectRulesReview": "SelfSubjectRulesReview",
     "Namespace": "Namespace",
     "SelfSubjectReview": "SelfSubjectReview",
+    "Deployment": "Deployment",
+    "Service": "Service",
 }
 
 
@@ -153,11 +240,14 @@ def _classes() -> dict[str, Any]:
     fd = descriptor_pb2.FileDescriptorProto(name="svclab_k8s.proto", package=_PKG, syntax="proto2")
     for name, fields in MESSAGES.items():
         m = fd.message_type.add(name=name)
-        for entry in _MAPS.get(name, ()):
+        for entry, value_msg in _MAPS.get(name, ()):
             e = m.nested_type.add(name=entry)
             e.options.map_entry = True
             e.field.add(name="key", number=1, type=STR, label=_T.LABEL_OPTIONAL)
-            e.field.add(name="value", number=2, type=STR, label=_T.LABEL_OPTIONAL)
+            v = e.field.add(name="value", number=2, type=STR, label=_T.LABEL_OPTIONAL)
+            if value_msg is not None:
+                v.type = MSG
+                v.type_name = f".{_PKG}.{value_msg}"
         for jname, number, typ, repeated, ref in fields:
             f = m.field.add(
                 name=jname,
@@ -200,10 +290,25 @@ def decode(body: bytes) -> dict[str, Any]:
     return out
 
 
-def _drop_empty(v: Any) -> Any:
-    """Kubernetes' protobuf writes unset strings as "": they mean unset."""
+_INT_OR_STRING = frozenset({"targetPort", "maxUnavailable", "maxSurge"})
+_QUANTITIES = frozenset({"limits", "requests"})
+#: optional (pointer) fields whose zero is a value, not "unset"
+_POINTERS = frozenset({"replicas", "revisionHistoryLimit", "progressDeadlineSeconds"})
+
+
+def _drop_empty(v: Any, key: str = "") -> Any:
+    """Kubernetes' protobuf writes unset strings as "": they mean unset. Quantities
+    (``{"string": "100m"}``) and int-or-strings become their JSON values."""
     if isinstance(v, dict):
-        return {k: _drop_empty(x) for k, x in v.items() if x not in ("", [], {})}
+        if key in _INT_OR_STRING:
+            return v.get("strVal", "") if str(v.get("type", "0")) == "1" else v.get("intVal", 0)
+        if key in _QUANTITIES:
+            return {k: q.get("string", "") if isinstance(q, dict) else q for k, q in v.items()}
+        return {
+            k: _drop_empty(x, k)
+            for k, x in v.items()
+            if not (x in ("", [], {}) or ((x is False or x == 0) and k not in _POINTERS))
+        }
     if isinstance(v, list):
-        return [_drop_empty(x) for x in v]
+        return [_drop_empty(x, key) for x in v]
     return v
