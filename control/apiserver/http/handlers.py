@@ -887,6 +887,13 @@ async def _delete(
     left = _delete_one(api, res, obj, user, opts, dry)
     if left is not None and not dry and res.kind in ("Pod", "Namespace"):
         return _ok(to_bytes(api, res, left), 200)
+    if res.kind == "Service":  # its registry returns the deleted object (ReturnDeletedObject)
+        return _ok(
+            to_wire(
+                api, res, obj if dry else obj.with_meta(resource_version=str(api.store.revision))
+            ),
+            200,
+        )
     details = {"name": obj.name, "kind": res.name, "uid": obj.metadata.uid}
     if res.group:
         details["group"] = res.group

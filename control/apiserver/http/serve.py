@@ -17,7 +17,9 @@ that keeps the last ``watch_history`` revisions of the watch log (older watches 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import signal
 import ssl
 from pathlib import Path
 from typing import Any
@@ -56,6 +58,23 @@ def _protocol_class() -> type:
                 self.app = with_cert
 
     return TLSClientCertProtocol
+
+
+class _Uvicorn(uvicorn.Server):
+    """uvicorn's server; on SIGINT/SIGTERM it ends the open watches at once (so the
+    graceful shutdown does not wait for them) and exits normally afterwards instead of
+    re-raising the signal (the store is closed after :meth:`serve` returns)."""
+
+    def __init__(self, config: uvicorn.Config, api: API) -> None:
+        super().__init__(config)
+        self.api = api
+
+    def handle_exit(self, sig: int, frame: Any) -> None:
+        if self.should_exit and sig == signal.SIGINT:
+            self.force_exit = True
+        self.should_exit = True
+        with contextlib.suppress(RuntimeError):
+            asyncio.get_running_loop().call_soon_threadsafe(self.api.hub.close_all)
 
 
 class Server:
@@ -116,7 +135,7 @@ class Server:
             timeout_graceful_shutdown=2,
             timeout_keep_alive=60,
         )
-        server = uvicorn.Server(config)
+        server = _Uvicorn(config, self.api)
         driver = RunnerDriver(self.api)
         self.api.driver = driver
         self.api.start()
