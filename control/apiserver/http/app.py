@@ -106,11 +106,13 @@ class API:
         authenticator: Authenticator,
         *,
         server_address: str = "127.0.0.1:6443",
+        kube_proxies: bool = True,
     ) -> None:
         from control.session import Session
 
         self.state_dir = state_dir
         self.session = Session.open(state_dir, must_exist=False)
+        self.session.with_proxies = kube_proxies
         self.auth = authenticator
         self.server_address = server_address
         self.cache = wire.JSONCache()

@@ -697,7 +697,19 @@ async def _patch(
             meta["namespace"] = info.namespace
         if not patched_rv:
             meta["resourceVersion"] = current.metadata.resource_version
-        new, warnings = _validate_fields(res, new, params)
+        if ctype in (patches.MERGE_PATCH, patches.STRATEGIC) and isinstance(body, dict):
+            # the stored object was validated: only what the patch brings can be unknown
+            # (the whole result is pruned only when it does)
+            probe = {
+                **patches.strip_directives(body),
+                "apiVersion": res.api_version,
+                "kind": res.kind,
+            }
+            warnings: list[str] = []
+            if _validate_fields(res, probe, params)[1]:
+                new, warnings = _validate_fields(res, new, params)
+        else:
+            new, warnings = _validate_fields(res, new, params)
         try:
             stored = _write_update(
                 api,

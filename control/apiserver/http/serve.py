@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import signal
 import ssl
 from pathlib import Path
@@ -88,13 +89,19 @@ class Server:
         flush_every: float = 0.2,
         watch_history: int = 100_000,
         compact_every: float = 30.0,
+        kube_proxies: bool = True,
     ) -> None:
         self.state_dir = state_dir
         self.host = host
         self.port = port
         self.paths = pki.ensure_pki(state_dir, host, port)
         tokens = load_token_file(token_file) if token_file else {}
-        self.api = API(state_dir, Authenticator(tokens), server_address=f"{host}:{port}")
+        self.api = API(
+            state_dir,
+            Authenticator(tokens),
+            server_address=f"{host}:{port}",
+            kube_proxies=kube_proxies,
+        )
         self.flush_every = flush_every
         self.watch_history = watch_history
         self.compact_every = compact_every
@@ -166,6 +173,7 @@ def serve(
     token_file: Path | None = None,
     watch_history: int = 100_000,
     compact_every: float = 30.0,
+    kube_proxies: bool = True,
 ) -> None:
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -177,5 +185,18 @@ def serve(
         token_file=token_file,
         watch_history=watch_history,
         compact_every=compact_every,
+        kube_proxies=kube_proxies,
     )
-    asyncio.run(srv.run())
+    profile = os.environ.get("SVCLAB_PROFILE")
+    if not profile:
+        asyncio.run(srv.run())
+        return
+    import cProfile  # where the time goes, for scripts/bench_api.py --profile
+
+    prof = cProfile.Profile()
+    prof.enable()
+    try:
+        asyncio.run(srv.run())
+    finally:
+        prof.disable()
+        prof.dump_stats(profile)
