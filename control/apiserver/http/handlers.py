@@ -522,6 +522,8 @@ async def _create(
     _namespace_must_exist(api, res, namespace)
     manager = ssa.manager_for(params, request, "create")
     body = ssa.record_update(body, None, manager, res.api_version)
+    if res.kind == "Event":  # its place on the timeline, as the Recorder gives it
+        body = {**body, "revision": api.store.revision, "sequence": api.store.revision + 1}
     obj = _to_object(res, body)
     apiserver = api.apiserver
     try:

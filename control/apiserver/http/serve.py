@@ -22,6 +22,7 @@ import logging
 import os
 import signal
 import ssl
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +31,7 @@ import uvicorn
 from control.apiserver.http import pki
 from control.apiserver.http.app import API
 from control.apiserver.http.authn import Authenticator, load_token_file
-from control.apiserver.http.driver import RunnerDriver
+from control.apiserver.http.driver import Driver, RunnerDriver
 
 log = logging.getLogger("svclab.serve")
 
@@ -90,7 +91,11 @@ class Server:
         watch_history: int = 100_000,
         compact_every: float = 30.0,
         kube_proxies: bool = True,
+        driver_factory: Callable[[API], Driver] | None = None,
     ) -> None:
+        """``driver_factory``: builds the control-plane driver for the API (default:
+        :class:`RunnerDriver`, the deterministic runner on the event loop)."""
+        self.driver_factory = driver_factory
         self.state_dir = state_dir
         self.host = host
         self.port = port
@@ -143,7 +148,7 @@ class Server:
             timeout_keep_alive=60,
         )
         server = _Uvicorn(config, self.api)
-        driver = RunnerDriver(self.api)
+        driver = (self.driver_factory or RunnerDriver)(self.api)
         self.api.driver = driver
         self.api.start()
         loop = asyncio.get_running_loop()
