@@ -370,13 +370,7 @@ def _watch(
             err = status.gone(f"too old resource version: {since} ({store.compacted_revision + 1})")
             line = wire.dumps({"type": "ERROR", "object": err.status()}) + b"\n"
             return Response(line, media_type=JSON)
-        for o in (
-            api.list(res.store_kind, namespace or None)
-            if res.namespaced
-            else api.list(res.store_kind)
-        ):
-            if matches(o):
-                w.matched.add(o.key)
+        w.matched = _matched_at(api, res, namespace, since, events, matches)
         from control.apiserver.http.watch import deliver
 
         for ev in events:
@@ -384,6 +378,44 @@ def _watch(
                 deliver(w, ev)
         api.hub.add(w)
     return _stream(api, w, initial, timeout, bookmarks, res)
+
+
+def _matched_at(
+    api: API,
+    res: Resource,
+    namespace: str,
+    since: int,
+    events: list[WatchEvent],
+    matches: Any,
+) -> set[str]:
+    """The keys that matched the watcher's selectors at revision ``since``: the current
+    matches, with each object changed since then taken as it was at ``since`` (its last
+    change at or before ``since`` in the watch log), so that a change in or out of the
+    selectors is sent as ADDED / DELETED."""
+    assert res.store_kind is not None
+    objs = (
+        api.list(res.store_kind, namespace or None) if res.namespaced else api.list(res.store_kind)
+    )
+    touched: dict[str, WatchEvent] = {}
+    for ev in events:
+        touched.setdefault(ev.object.key, ev)
+    out = {o.key for o in objs if o.key not in touched and matches(o)}
+    if not touched:
+        return out
+    before: dict[str, WatchEvent] = {}
+    for ev in api.store.watch(api.store.compacted_revision, (res.store_kind,)):
+        if ev.revision > since:
+            break
+        if ev.object.key in touched:
+            before[ev.object.key] = ev
+    for key, first in touched.items():
+        prev = before.get(key)
+        if prev is not None:
+            if prev.type != "DELETED" and matches(prev.object):
+                out.add(key)
+        elif first.type != "ADDED" and matches(first.object):
+            out.add(key)  # its earlier states are compacted away: the nearest one
+    return out
 
 
 def _stream(
