@@ -144,8 +144,16 @@ class API:
             self._started()
 
     def _started(self) -> None:
+        t0 = time.perf_counter()
         self.session.plane  # noqa: B018 - starts the control plane (bootstraps nodes)
+        t1 = time.perf_counter()
         self.session.converge()
+        log.info(
+            "control plane started in %.1f s (revision %d), converged in %.1f s",
+            t1 - t0,
+            self.store.revision,
+            time.perf_counter() - t1,
+        )
         self._bootstrap_rbac()
         self.hub.reset(self.store.revision)
         if self.driver is not None:

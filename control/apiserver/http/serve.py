@@ -122,14 +122,20 @@ class Server:
     async def _compactor(self) -> None:
         while True:
             await asyncio.sleep(self.compact_every)
-            self.compact()
+            await self.compact()
 
-    def compact(self) -> None:
+    #: revisions compacted per step; the loop serves requests between steps
+    COMPACT_STEP = 5000
+
+    async def compact(self) -> None:
         store = self.api.store
         target = min(self.api.hub.revision, store.revision - self.watch_history)
-        if target > store.compacted_revision:
-            store.compact(target)
-            log.info("compacted the watch log up to revision %d", target)
+        if target <= store.compacted_revision:
+            return
+        while store.compacted_revision < target:
+            store.compact(min(target, store.compacted_revision + self.COMPACT_STEP))
+            await asyncio.sleep(0)
+        log.info("compacted the watch log up to revision %d", target)
 
     async def run(self) -> None:
         config = uvicorn.Config(
@@ -145,7 +151,7 @@ class Server:
             log_level="warning",
             access_log=False,
             timeout_graceful_shutdown=2,
-            timeout_keep_alive=60,
+            timeout_keep_alive=120,
         )
         server = _Uvicorn(config, self.api)
         driver = (self.driver_factory or RunnerDriver)(self.api)
