@@ -170,9 +170,9 @@ class API:
             fixed = reconcile_bootstrap(have, obj)
             if fixed is not None:
                 api.update(fixed, component="apiserver")
-        self._aggregate()
+        self.aggregate_roles()
 
-    def _aggregate(self) -> None:
+    def aggregate_roles(self) -> None:
         api = self.session.plane.apiserver
         for role in aggregate(self):
             api.update(

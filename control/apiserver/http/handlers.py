@@ -69,7 +69,7 @@ def _q(params: dict[str, list[str]], name: str, default: str = "") -> str:
     return v[0] if v else default
 
 
-def _ok(data: Any, code: int = 200, headers: dict[str, str] | None = None) -> Response:
+def respond(data: Any, code: int = 200, headers: dict[str, str] | None = None) -> Response:
     body = data if isinstance(data, bytes) else wire.dumps(data)
     return Response(body, status_code=code, media_type=JSON, headers=headers)
 
@@ -124,11 +124,11 @@ async def handle(
         return _endpoints(api, request, info, params)
     if verb == "get":
         if sub == "scale":
-            return _ok(_scale_of(res, _get(api, res, info.namespace, info.name)))
-        obj = _get(api, res, info.namespace, info.name)
+            return respond(_scale_of(res, get_object(api, res, info.namespace, info.name)))
+        obj = get_object(api, res, info.namespace, info.name)
         if _wants_table(request):
-            return _ok(_table(api, res, [obj], str(obj.resource_version)))
-        return _ok(to_bytes(api, res, obj))
+            return respond(_table(api, res, [obj], str(obj.resource_version)))
+        return respond(to_bytes(api, res, obj))
     if verb == "list":
         return _list(api, request, res, info.namespace, params)
     if verb == "watch":
@@ -152,7 +152,7 @@ async def handle(
 # --------------------------------------------------------------------------- reads
 
 
-def _get(api: API, res: Resource, namespace: str, name: str) -> KubeObject:
+def get_object(api: API, res: Resource, namespace: str, name: str) -> KubeObject:
     assert res.store_kind is not None
     if not api.fixed:
         raise status.not_found(res, name)
@@ -240,8 +240,8 @@ def _list(
         cont = continue_token(rv, objs[-1].key)
     if _wants_table(request):
         if _q(params, "includeObject", "Metadata") == "Metadata" and res.kind != "Event":
-            return _ok(_table_bytes(api, res, objs, str(rv), cont))
-        return _ok(_table(api, res, objs, str(rv), cont, params=params))
+            return respond(_table_bytes(api, res, objs, str(rv), cont))
+        return respond(_table(api, res, objs, str(rv), cont, params=params))
     meta: dict[str, Any] = {"resourceVersion": str(rv)}
     if cont:
         meta["continue"] = cont
@@ -249,7 +249,7 @@ def _list(
     head = wire.dumps({"kind": _list_kind(res), "apiVersion": res.api_version, "metadata": meta})
     items = b",".join(to_bytes(api, res, o) for o in objs)
     body = head[:-1] + b',"items":[' + items + b"]}"
-    return _ok(body)
+    return respond(body)
 
 
 def _row_object(api: API, res: Resource, obj: Any, include: str) -> dict[str, Any]:
@@ -466,7 +466,7 @@ def _decode(raw: bytes, ctype: str) -> Any:
     return decode_body(raw, ctype)
 
 
-def _validate_fields(
+def validate_fields(
     res: Resource, body: dict[str, Any], params: dict[str, list[str]]
 ) -> tuple[dict[str, Any], list[str]]:
     """fieldValidation: returns (body to use, warnings)."""
@@ -491,7 +491,7 @@ def _validate_fields(
     return pruned, []
 
 
-def _warn_headers(warnings: list[str]) -> dict[str, str] | None:
+def warn_headers(warnings: list[str]) -> dict[str, str] | None:
     """``Warning: 299 - "text"`` (RFC 7234 quoted-string, as kube-apiserver sends)."""
     if not warnings:
         return None
@@ -502,7 +502,7 @@ def _warn_headers(warnings: list[str]) -> dict[str, str] | None:
     return {"Warning": ", ".join(f"299 - {quoted(w)}" for w in warnings)}
 
 
-def _check_gvk(res: Resource, body: Any) -> None:
+def check_gvk(res: Resource, body: Any) -> None:
     if not isinstance(body, dict):
         raise status.bad_request("the object must be a JSON object")
     api_version = body.get("apiVersion")
@@ -519,7 +519,7 @@ def _check_gvk(res: Resource, body: Any) -> None:
     body.setdefault("kind", res.kind)
 
 
-def _to_object(res: Resource, body: dict[str, Any]) -> KubeObject:
+def to_object(res: Resource, body: dict[str, Any]) -> KubeObject:
     d = wire.event_from_wire(res, body) if res.kind == "Event" else body
     try:
         return object_from_dict(d)
@@ -561,7 +561,7 @@ async def _create(
     dry: bool,
 ) -> Response:
     body = _decode(await request.body(), request.headers.get("content-type", JSON))
-    _check_gvk(res, body)
+    check_gvk(res, body)
     meta = body.setdefault("metadata", {}) if isinstance(body.get("metadata", {}), dict) else None
     if meta is None:
         raise status.bad_request("metadata must be an object")
@@ -574,14 +574,14 @@ async def _create(
             meta["namespace"] = namespace
         namespace = meta.get("namespace") or "default"
         meta["namespace"] = namespace
-    body, warnings = _validate_fields(res, body, params)
+    body, warnings = validate_fields(res, body, params)
     name = meta.get("name") or meta.get("generateName") or ""
     _namespace_must_exist(api, res, namespace)
     manager = ssa.manager_for(params, request, "create")
     body = ssa.record_update(body, None, manager, res.api_version)
     if res.kind == "Event":  # its place on the timeline, as the Recorder gives it
         body = {**body, "revision": api.store.revision, "sequence": api.store.revision + 1}
-    obj = _to_object(res, body)
+    obj = to_object(res, body)
     apiserver = api.apiserver
     try:
         stored = apiserver.create(obj, component=_component(user, params), dry_run=dry)
@@ -589,16 +589,16 @@ async def _create(
         raise status.from_svclab(e, res, res.kind, name, creating=True) from None
     if not dry:
         _after_write(api, res, stored)
-    return _ok(
+    return respond(
         to_bytes(api, res, stored) if not dry else wire.dumps(to_wire(api, res, stored)),
         201,
-        _warn_headers(warnings),
+        warn_headers(warnings),
     )
 
 
 def _after_write(api: API, res: Resource, obj: KubeObject | None) -> None:
     if res.name == "clusterroles":
-        api._aggregate()
+        api.aggregate_roles()
     api.wrote()
 
 
@@ -614,7 +614,7 @@ async def _update(
     body = _decode(await request.body(), request.headers.get("content-type", JSON))
     sub = info.subresource
     if sub == "scale":
-        current = _get(api, res, info.namespace, info.name)
+        current = get_object(api, res, info.namespace, info.name)
         replicas = ((body or {}).get("spec") or {}).get("replicas")
         if not isinstance(replicas, int) or isinstance(replicas, bool):
             raise status.invalid(res, "Scale", info.name, "spec.replicas", "Required value")
@@ -623,9 +623,9 @@ async def _update(
         d["spec"]["replicas"] = replicas
         if rv:
             d["metadata"]["resourceVersion"] = rv
-        stored = _write_update(api, res, info.name, d, user, params, dry, request, current)
-        return _ok(_scale_of(res, stored))
-    _check_gvk(res, body)
+        stored = write_update(api, res, info.name, d, user, params, dry, request, current)
+        return respond(_scale_of(res, stored))
+    check_gvk(res, body)
     meta = body.get("metadata") or {}
     if meta.get("name") and meta["name"] != info.name:
         raise status.bad_request(
@@ -637,9 +637,9 @@ async def _update(
     if res.namespaced:
         meta["namespace"] = info.namespace
     body["metadata"] = meta
-    body, warnings = _validate_fields(res, body, params)
-    current = _get(api, res, info.namespace, info.name)
-    stored = _write_update(
+    body, warnings = validate_fields(res, body, params)
+    current = get_object(api, res, info.namespace, info.name)
+    stored = write_update(
         api,
         res,
         info.name,
@@ -651,14 +651,14 @@ async def _update(
         current,
         status_only=(sub == "status"),
     )
-    return _ok(
+    return respond(
         to_bytes(api, res, stored) if not dry else wire.dumps(to_wire(api, res, stored)),
         200,
-        _warn_headers(warnings),
+        warn_headers(warnings),
     )
 
 
-def _write_update(
+def write_update(
     api: API,
     res: Resource,
     name: str,
@@ -675,7 +675,7 @@ def _write_update(
     if operation != "apply" and not status_only:
         manager = ssa.manager_for(params, request, operation)
         body = ssa.record_update(body, current.to_dict(), manager, res.api_version)
-    obj = _to_object(res, body)
+    obj = to_object(res, body)
     apiserver = api.apiserver
     try:
         if status_only:
@@ -711,7 +711,7 @@ async def _patch(
         return await ssa.apply(api, request, res, info, user, params, dry, body)
     for _attempt in range(5):
         try:
-            current = _get(api, res, info.namespace, info.name)
+            current = get_object(api, res, info.namespace, info.name)
         except APIError:
             raise
         cur = _scale_of(res, current) if sub == "scale" else current.to_dict()
@@ -743,12 +743,12 @@ async def _patch(
             d["spec"]["replicas"] = (new.get("spec") or {}).get("replicas")
             d["metadata"]["resourceVersion"] = current.metadata.resource_version
             try:
-                stored = _write_update(api, res, info.name, d, user, params, dry, request, current)
+                stored = write_update(api, res, info.name, d, user, params, dry, request, current)
             except APIError as e:
                 if e.reason == "Conflict":
                     continue
                 raise
-            return _ok(_scale_of(res, stored))
+            return respond(_scale_of(res, stored))
         patched_rv = _meta(body).get("resourceVersion") if isinstance(body, dict) else None
         meta = new.setdefault("metadata", {})
         meta["name"] = info.name
@@ -765,12 +765,12 @@ async def _patch(
                 "kind": res.kind,
             }
             warnings: list[str] = []
-            if _validate_fields(res, probe, params)[1]:
-                new, warnings = _validate_fields(res, new, params)
+            if validate_fields(res, probe, params)[1]:
+                new, warnings = validate_fields(res, new, params)
         else:
-            new, warnings = _validate_fields(res, new, params)
+            new, warnings = validate_fields(res, new, params)
         try:
-            stored = _write_update(
+            stored = write_update(
                 api,
                 res,
                 info.name,
@@ -787,10 +787,10 @@ async def _patch(
             if e.reason == "Conflict" and not patched_rv:
                 continue
             raise
-        return _ok(
+        return respond(
             to_bytes(api, res, stored) if not dry else wire.dumps(to_wire(api, res, stored)),
             200,
-            _warn_headers(warnings),
+            warn_headers(warnings),
         )
     raise status.conflict(res, info.name, status.STALE)
 
@@ -823,7 +823,7 @@ async def _bind(
     node = target.get("name")
     if not node:
         raise status.invalid(res, "Binding", info.name, "target.name", "Required value")
-    current = _get(api, res, info.namespace, info.name)
+    current = get_object(api, res, info.namespace, info.name)
     assert isinstance(current, Pod)
     if current.spec.node_name:
         raise status.conflict(
@@ -839,7 +839,7 @@ async def _bind(
         raise status.from_svclab(e, res, "Pod", info.name) from None
     if not dry:
         api.wrote()
-    return _ok(status.success(), 201)
+    return respond(status.success(), 201)
 
 
 # --------------------------------------------------------------------------- delete
@@ -954,12 +954,12 @@ async def _delete(
     opts = await _delete_options(request, params)
     if "All" in (opts.get("dryRun") or []):
         dry = True
-    obj = _get(api, res, info.namespace, info.name)
+    obj = get_object(api, res, info.namespace, info.name)
     left = _delete_one(api, res, obj, user, opts, dry)
     if left is not None and not dry and res.kind in ("Pod", "Namespace"):
-        return _ok(to_bytes(api, res, left), 200)
+        return respond(to_bytes(api, res, left), 200)
     if res.kind == "Service":  # its registry returns the deleted object (ReturnDeletedObject)
-        return _ok(
+        return respond(
             to_wire(
                 api, res, obj if dry else obj.with_meta(resource_version=str(api.store.revision))
             ),
@@ -968,7 +968,7 @@ async def _delete(
     details = {"name": obj.name, "kind": res.name, "uid": obj.metadata.uid}
     if res.group:
         details["group"] = res.group
-    return _ok(status.success(details), 200)
+    return respond(status.success(details), 200)
 
 
 async def _delete_collection(
@@ -999,7 +999,9 @@ async def _delete_collection(
             "metadata": {"resourceVersion": str(api.store.revision)},
         }
     )
-    return _ok(head[:-1] + b',"items":[' + b",".join(to_bytes(api, res, o) for o in gone) + b"]}")
+    return respond(
+        head[:-1] + b',"items":[' + b",".join(to_bytes(api, res, o) for o in gone) + b"]}"
+    )
 
 
 # --------------------------------------------------------------------------- computed resources
@@ -1029,7 +1031,7 @@ def _endpoints(
         ep = _endpoints_of(api, info.namespace, info.name) if api.fixed else None
         if ep is None:
             raise status.not_found(res, info.name)
-        return _ok(_table(api, res, [ep], ep["metadata"]["resourceVersion"]) if table else ep)
+        return respond(_table(api, res, [ep], ep["metadata"]["resourceVersion"]) if table else ep)
     sel, terms, _ = _selectors(
         api, Resource("endpoints", "endpoints", "Service", "", "v1", True), params
     )
@@ -1039,8 +1041,8 @@ def _endpoints(
     rv = str(api.store.revision if api.fixed else 0)
     if info.verb == "list":
         if table:
-            return _ok(_table(api, res, eps, rv, params=params))
-        return _ok(
+            return respond(_table(api, res, eps, rv, params=params))
+        return respond(
             {
                 "kind": "EndpointsList",
                 "apiVersion": "v1",
@@ -1148,12 +1150,12 @@ async def _svclab_docs(
     if info.verb == "get":
         if doc is None or doc["metadata"]["name"] != info.name:
             raise status.not_found(res, info.name)
-        return _ok(_table(api, res, [doc], "1") if table else doc)
+        return respond(_table(api, res, [doc], "1") if table else doc)
     if info.verb == "list":
         items = [doc] if doc is not None else []
         if table:
-            return _ok(_table(api, res, items, "1", params=params))
-        return _ok(
+            return respond(_table(api, res, items, "1", params=params))
+        return respond(
             {
                 "kind": res.kind + "List",
                 "apiVersion": res.api_version,
@@ -1190,7 +1192,7 @@ async def _svclab_docs(
         if _q(params, "dryRun") != "All":
             api.fix_cluster(cluster)
             api.wrote()
-        return _ok(_cluster_doc(api) or cluster.to_dict(), 201)
+        return respond(_cluster_doc(api) or cluster.to_dict(), 201)
     # update / patch: only metadata may change
     if doc is None or doc["metadata"]["name"] != info.name:
         raise status.not_found(res, info.name)
@@ -1226,7 +1228,7 @@ async def _svclab_docs(
             yaml.safe_dump(cluster.to_dict(), sort_keys=False)
         )
         api.session.cluster = cluster
-    return _ok(_cluster_doc(api) or {}, 200)
+    return respond(_cluster_doc(api) or {}, 200)
 
 
 async def _access_review(api: API, request: Request, res: Resource, user: User) -> Response:
@@ -1246,7 +1248,7 @@ async def _access_review(api: API, request: Request, res: Resource, user: User) 
         if user.uid:
             info["uid"] = user.uid
         out["status"] = {"userInfo": info}
-        return _ok(out, 201)
+        return respond(out, 201)
     if res.name == "selfsubjectrulesreviews":
         ns = spec.get("namespace", "")
         rules = api.rbac.rules_for(user, ns) if "system:masters" not in user.groups else None
@@ -1270,7 +1272,7 @@ async def _access_review(api: API, request: Request, res: Resource, user: User) 
                 if r.non_resource_ur_ls
             ]
         out["status"] = {"resourceRules": rr, "nonResourceRules": nr, "incomplete": False}
-        return _ok(out, 201)
+        return respond(out, 201)
     ra = spec.get("resourceAttributes")
     na = spec.get("nonResourceAttributes")
     if ra:
@@ -1299,7 +1301,7 @@ async def _access_review(api: API, request: Request, res: Resource, user: User) 
         st["reason"] = "RBAC: allowed"
     _ = rule_allows
     out["status"] = st
-    return _ok(out, 201)
+    return respond(out, 201)
 
 
 __all__ = ["handle"]
