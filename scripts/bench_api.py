@@ -112,6 +112,10 @@ class Conn:
         return r.status, r.read()
 
 
+def progress(text: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {text}", file=sys.stderr, flush=True)
+
+
 def p99(samples: list[float]) -> float:
     s = sorted(samples)
     return round(s[min(len(s) - 1, int(len(s) * 0.99))] * 1000, 2)
@@ -195,6 +199,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         state = tmp / "state"
     built = 0.0
     if not (state / "cluster.yaml").exists():
+        progress("building the stored cluster")
         built = build(state, args.nodes, args.deployments, args.pods, args.services)
     port = free_port()
     svclab = str(Path(sys.executable).parent / "svclab")
@@ -240,6 +245,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         ]
         rnd = random.Random(1)
         # GET one pod
+        progress(f"listed {len(names)} pods; GET one pod")
         samples = []
         for _ in range(args.samples):
             ns, name, _ = rnd.choice(names)
@@ -249,6 +255,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             assert code == 200
         out["get_pod_p99_ms"] = p99(samples)
         # create, patch, delete
+        progress("create, patch, delete")
         samples = []
         nodes = sorted({n for _, _, n in names if n})
         for i in range(args.samples // 2):
@@ -276,6 +283,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             assert code == 200, code
         out["mutating_p99_ms"] = p99(samples)
         # LIST as JSON and as a Table
+        progress("LIST as JSON and as a Table")
         t = time.perf_counter()
         code, body = c.call("GET", "/api/v1/pods")
         out["list_pods_seconds"] = round(time.perf_counter() - t, 3)
@@ -287,6 +295,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         out["list_pods_table_seconds"] = round(time.perf_counter() - t, 3)
         assert json.loads(body)["kind"] == "Table"
         # writes/s with 8 concurrent clients (annotation patches)
+        progress("writes with 8 clients")
         count = [0]
         lock = threading.Lock()
         deadline = time.perf_counter() + args.write_seconds
@@ -316,6 +325,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             th.join()
         out["writes_per_second"] = round(count[0] / (time.perf_counter() - t), 1)
         # watch fan-out: one watcher per node
+        progress("watch fan-out")
         watch_nodes = nodes[: args.watchers]
         marks: dict[str, float] = {}
         seen: dict[str, float] = {}
@@ -329,6 +339,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         )
         th.start()
         ready.wait(600)
+        progress(f"{len(watch_nodes)} watchers connected")
         by_node: dict[str, list[tuple[str, str]]] = {}
         for ns, name, node in names:
             if node in watch_nodes:
