@@ -142,6 +142,8 @@ async def watchers(
     seen: dict[str, float],
     stop: asyncio.Event,
 ) -> None:
+    connected: set[str] = set()
+
     async def one(node: str) -> None:
         reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=ctx)
         conn = h11.Connection(h11.CLIENT)
@@ -166,6 +168,8 @@ async def watchers(
                     return
                 conn.receive_data(data)
                 continue
+            if isinstance(ev, h11.Response):
+                connected.add(node)
             if isinstance(ev, h11.Data):
                 buf += bytes(ev.data)
                 while b"\n" in buf:
@@ -183,7 +187,10 @@ async def watchers(
         tasks.append(asyncio.create_task(one(n)))
         if i % 50 == 49:
             await asyncio.sleep(0.05)
-    await asyncio.sleep(2.0)
+    deadline = time.monotonic() + 600
+    while len(connected) < len(nodes) and time.monotonic() < deadline:
+        await asyncio.sleep(0.2)
+    await asyncio.sleep(1.0)
     ready.set()
     await stop.wait()
     for t in tasks:
