@@ -136,6 +136,7 @@ def pod_body(name: str, node: str | None) -> dict[str, Any]:
 async def watchers(
     port: int,
     ctx: ssl.SSLContext,
+    rv: str,
     nodes: list[str],
     ready: threading.Event,
     marks: dict[str, float],
@@ -147,7 +148,8 @@ async def watchers(
     async def one(node: str) -> None:
         reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=ctx)
         conn = h11.Connection(h11.CLIENT)
-        path = f"/api/v1/pods?watch=1&fieldSelector=spec.nodeName%3D{node}&resourceVersion=0&timeoutSeconds=3600"
+        # as an informer: watch from the list's resourceVersion (no initial dump)
+        path = f"/api/v1/pods?watch=1&fieldSelector=spec.nodeName%3D{node}&resourceVersion={rv}&timeoutSeconds=3600"
         writer.write(
             conn.send(
                 h11.Request(
@@ -334,6 +336,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         # watch fan-out: one watcher per node
         progress("watch fan-out")
         watch_nodes = nodes[: args.watchers]
+        list_rv = json.loads(c.call("GET", "/api/v1/pods?limit=1")[1])["metadata"][
+            "resourceVersion"
+        ]
         marks: dict[str, float] = {}
         seen: dict[str, float] = {}
         ready = threading.Event()
@@ -341,7 +346,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         stop = asyncio.Event()
         th = threading.Thread(
             target=lambda: loop.run_until_complete(
-                watchers(port, ctx, watch_nodes, ready, marks, seen, stop)
+                watchers(port, ctx, list_rv, watch_nodes, ready, marks, seen, stop)
             )
         )
         th.start()

@@ -347,11 +347,7 @@ def _watch(
     initial: list[bytes] = []
     store = api.store
     if rv_text in ("", "0") or not api.fixed:
-        objs = (
-            api.list(res.store_kind, namespace or None)
-            if res.namespaced
-            else api.list(res.store_kind)
-        )
+        objs = _candidates(api, res, namespace, node)
         for o in objs:
             if matches(o):
                 w.matched.add(o.key)
@@ -370,7 +366,7 @@ def _watch(
             err = status.gone(f"too old resource version: {since} ({store.compacted_revision + 1})")
             line = wire.dumps({"type": "ERROR", "object": err.status()}) + b"\n"
             return Response(line, media_type=JSON)
-        w.matched = _matched_at(api, res, namespace, since, events, matches)
+        w.matched = _matched_at(api, res, namespace, since, events, matches, node)
         from control.apiserver.http.watch import deliver
 
         for ev in events:
@@ -380,6 +376,23 @@ def _watch(
     return _stream(api, w, initial, timeout, bookmarks, res)
 
 
+def _candidates(api: API, res: Resource, namespace: str, node: str | None) -> list[KubeObject]:
+    """The objects a watcher's selectors are tried on: a pod watcher with
+    ``spec.nodeName=X`` (a kubelet) gets only the pods bound to X (the hub's index)."""
+    assert res.store_kind is not None
+    if res.kind == "Pod" and node is not None and api.fixed:
+        out = []
+        for key in sorted(api.hub.pods_on(node, lambda: api.list("Pod"))):
+            try:
+                out.append(api.get("Pod", key))
+            except NotFoundError:
+                continue
+        return [o for o in out if not namespace or o.namespace == namespace]
+    if res.namespaced:
+        return api.list(res.store_kind, namespace or None)
+    return api.list(res.store_kind)
+
+
 def _matched_at(
     api: API,
     res: Resource,
@@ -387,15 +400,14 @@ def _matched_at(
     since: int,
     events: list[WatchEvent],
     matches: Any,
+    node: str | None = None,
 ) -> set[str]:
     """The keys that matched the watcher's selectors at revision ``since``: the current
     matches, with each object changed since then taken as it was at ``since`` (its last
     change at or before ``since`` in the watch log), so that a change in or out of the
     selectors is sent as ADDED / DELETED."""
     assert res.store_kind is not None
-    objs = (
-        api.list(res.store_kind, namespace or None) if res.namespaced else api.list(res.store_kind)
-    )
+    objs = _candidates(api, res, namespace, node)
     touched: dict[str, WatchEvent] = {}
     for ev in events:
         touched.setdefault(ev.object.key, ev)
