@@ -62,6 +62,9 @@ if TYPE_CHECKING:
 JSON = "application/json"
 TABLE_MARK = "as=Table"
 BOOKMARK_EVERY = 5.0
+#: revisions a watch from a resourceVersion looks back for the states of objects
+#: changed since then (older states: the nearest later one stands in)
+LOOKBACK = 2000
 
 
 def _q(params: dict[str, list[str]], name: str, default: str = "") -> str:
@@ -404,8 +407,8 @@ def _matched_at(
 ) -> set[str]:
     """The keys that matched the watcher's selectors at revision ``since``: the current
     matches, with each object changed since then taken as it was at ``since`` (its last
-    change at or before ``since`` in the watch log), so that a change in or out of the
-    selectors is sent as ADDED / DELETED."""
+    change at or before ``since`` within :data:`LOOKBACK` revisions), so that a change
+    in or out of the selectors is sent as ADDED / DELETED."""
     assert res.store_kind is not None
     objs = _candidates(api, res, namespace, node)
     touched: dict[str, WatchEvent] = {}
@@ -415,7 +418,9 @@ def _matched_at(
     if not touched:
         return out
     before: dict[str, WatchEvent] = {}
-    for ev in api.store.watch(api.store.compacted_revision, (res.store_kind,)):
+    # look back a bounded window only: a watch start must not read the whole log
+    start = max(api.store.compacted_revision, since - LOOKBACK)
+    for ev in api.store.watch(start, (res.store_kind,)):
         if ev.revision > since:
             break
         if ev.object.key in touched:
