@@ -74,6 +74,10 @@ class Session:
     record_proxy_syncs: bool = True
     #: the store's URL when it is not the state directory's SQLite file
     store_url: str | None = None
+    #: run one emulated kube-proxy per node in :attr:`plane` (``svclab serve
+    #: --no-kube-proxies`` turns this off for large clusters: ``svclab rules`` renders
+    #: from the store either way)
+    with_proxies: bool = True
 
     # ---- construction
 
@@ -197,7 +201,8 @@ class Session:
                 self.store, self.cluster.spec, seed=self.cluster.spec.seed, clock=self.clock
             )
             self._plane.start()
-            self._add_proxies()
+            if self.with_proxies:
+                self._add_proxies()
         return self._plane
 
     @property

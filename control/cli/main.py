@@ -487,6 +487,7 @@ def _register_optional() -> None:
         "control.cli.picture_cmd",
         "control.cli.report_cmd",
         "control.cli.dig_cmd",
+        "control.cli.serve_cmd",
     ):
         try:
             mod = importlib.import_module(module)
