@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -557,7 +558,6 @@ class _Progress:
     a terminal: piped output stays clean)."""
 
     def __init__(self, total: int) -> None:
-        import sys
         import time
 
         self.total, self.clock = total, time.monotonic
@@ -641,9 +641,9 @@ def connect(
         conns = emu.iter_connect(
             s,
             d,
-            proto,
+            proto,  # type: ignore[arg-type]
             port,
-            count,  # type: ignore[arg-type]
+            count,
             record=False,
             choice=True,
             complete=False,
@@ -651,7 +651,7 @@ def connect(
         )
         tally = ConnectTally(Counter())
         progress = _Progress(count)
-        out = click.get_text_stream("stdout")
+        out = sys.stdout
         width = len(str(count))
         try:
             if output == "json":

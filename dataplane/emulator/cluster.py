@@ -115,6 +115,7 @@ class _ProbChooser:
         return self.inner.uniform(n)
 
 
+
 @dataclass(slots=True)
 class _Snapshot:
     filters: dict[str, Any]
@@ -209,9 +210,8 @@ class EmulatedCluster:
         try:
             addr = ip_address(name)
         except ValueError:
-            raise InputError(
-                f"unknown source {src!r} (want pod/NS/NAME, node/NAME or an IP)", field="--from"
-            ) from None
+            raise InputError(f"unknown source {src!r} (want pod/NS/NAME, node/NAME or an IP)",
+                             field="--from") from None
         owner = self.network.owner_of(addr)
         if owner is None:
             raise InputError(
@@ -245,10 +245,8 @@ class EmulatedCluster:
         try:
             return ip_address(text), port
         except ValueError:
-            raise InputError(
-                f"unknown destination {dst!r} (want pod/NS/NAME, node/NAME, IP or IP:PORT)",
-                field="--to",
-            ) from None
+            raise InputError(f"unknown destination {dst!r} (want pod/NS/NAME, node/NAME, "
+                             f"IP or IP:PORT)", field="--to") from None
 
     def dns_id(self) -> int:
         """A DNS message ID for a question a socket of the cluster sends (seeded)."""
@@ -292,32 +290,14 @@ class EmulatedCluster:
                 raise InputError(f"{host.name} has no address to send from", field="--from")
         if proto == "icmp":
             ident = self._rng.randint(1, 65535)
-            pkt = Packet(
-                src=src_ip,
-                dst=daddr,
-                proto="icmp",
-                icmp_type=ICMP_ECHO_REQUEST,
-                icmp_code=0,
-                icmp_id=ident,
-                ttl=ttl,
-                length=length or 84,
-                df=df,
-            )
+            pkt = Packet(src=src_ip, dst=daddr, proto="icmp", icmp_type=ICMP_ECHO_REQUEST,
+                         icmp_code=0, icmp_id=ident, ttl=ttl, length=length or 84, df=df)
             return host, pkt
         port = sport if sport is not None else self._ephemeral(host.name)
         flags = frozenset({"SYN"}) if proto == "tcp" else frozenset()
-        pkt = Packet(
-            src=src_ip,
-            dst=daddr,
-            proto=proto,
-            sport=port,
-            dport=dport or 0,  # type: ignore[arg-type]
-            ttl=ttl,
-            length=length or (28 + len(payload) if payload else 60),
-            flags=flags,
-            df=df,
-            payload=payload,
-        )
+        pkt = Packet(src=src_ip, dst=daddr, proto=proto, sport=port, dport=dport or 0,  # type: ignore[arg-type]
+                     ttl=ttl, length=length or (28 + len(payload) if payload else 60), flags=flags,
+                     df=df, payload=payload)
         return host, pkt
 
     def _open(self, host: Host, pkt: Packet) -> None:
@@ -330,9 +310,7 @@ class EmulatedCluster:
         if pkt.proto == "icmp":
             self.endpoints.close_ping(host.name, pkt.icmp_id)
         else:
-            self.endpoints.close_client(
-                host.name, pkt.proto, pkt.src, pkt.sport, pkt.dst, pkt.dport
-            )
+            self.endpoints.close_client(host.name, pkt.proto, pkt.src, pkt.sport, pkt.dst, pkt.dport)
 
     def _exchange(
         self, host: Host, pkt: Packet, *, record: bool, choice: bool = False
@@ -488,9 +466,8 @@ class EmulatedCluster:
 
     # ------------------------------------------------------------------ ping / connect
 
-    def ping(
-        self, src: str, dst: str, count: int = 1, *, ttl: int = 64, length: int = 84
-    ) -> list[PingResult]:
+    def ping(self, src: str, dst: str, count: int = 1, *, ttl: int = 64,
+             length: int = 84) -> list[PingResult]:
         """``count`` echo requests with one identifier; each result says whether the
         reply came back, its TTL on arrival and the namespaces crossed both ways."""
         host, first = self._request(src, dst, "icmp", None, None, ttl=ttl, length=length)
@@ -512,9 +489,7 @@ class EmulatedCluster:
                         seq=seq,
                         ok=ok,
                         verdict=trace.verdict,
-                        ttl=reply.delivered.packet.ttl
-                        if ok and reply and reply.delivered
-                        else None,
+                        ttl=reply.delivered.packet.ttl if ok and reply and reply.delivered else None,
                         reply_from=str(rt.packet.src) if rt is not None else None,
                         path=_path(trace),
                         reply_path=_path(rt) if rt is not None else (),
@@ -542,11 +517,8 @@ class EmulatedCluster:
         two datagrams each way. ICMP: one echo exchange. ``complete`` False stops after
         the first packet and its answer (SYN and SYN-ACK). ``record`` False keeps no
         hops (faster; ``trace`` and ``chosen_by`` are then None)."""
-        return list(
-            self.iter_connect(
-                src, dst, proto, dport, n, close=close, record=record, complete=complete
-            )
-        )
+        return list(self.iter_connect(src, dst, proto, dport, n, close=close, record=record,
+                                      complete=complete))
 
     def iter_connect(
         self,

@@ -210,63 +210,26 @@ class TrackingFilter:
                 ps = self.table.classify(t, pkt.flags, pkt.icmp_type, _inner_tuple(pkt))
                 skb.ct = ps
                 if log is not None:
-                    _log_step(
-                        log,
-                        self.table,
-                        t,
-                        before,
-                        tcp_before,
-                        ps.conn,
-                        ps.direction,
-                        ps.state,
-                        True,
-                    )
+                    _log_step(log, self.table, t, before, tcp_before, ps.conn, ps.direction,
+                              ps.state, True)
                 if record:
                     note = f"state {ps.state}" + (" reply" if ps.direction == REPLY else "")
-                    hops.append(
-                        Hop(
-                            "conntrack",
-                            self.name,
-                            dev_in=indev,
-                            dev_out=outdev,
-                            hook=hook,
-                            conntrack=ps.state,
-                            note=note,
-                        )
-                    )
+                    hops.append(Hop("conntrack", self.name, dev_in=indev, dev_out=outdev,
+                                    hook=hook, conntrack=ps.state, note=note))
         elif hook == "INPUT" or hook == "POSTROUTING":
             att = skb.ct
-            if (
-                isinstance(att, PacketState)
-                and att.conn is not None
-                and not (att.conn.status & CONFIRMED)
+            if isinstance(att, PacketState) and att.conn is not None and not (
+                att.conn.status & CONFIRMED
             ):
                 if not self.table.confirm(att.conn):
                     if record:
-                        hops.append(
-                            Hop(
-                                "conntrack",
-                                self.name,
-                                dev_in=indev,
-                                dev_out=outdev,
-                                hook=hook,
-                                conntrack=att.state,
-                                note="DROP: tuple clash on confirm",
-                            )
-                        )
+                        hops.append(Hop("conntrack", self.name, dev_in=indev, dev_out=outdev,
+                                        hook=hook, conntrack=att.state,
+                                        note="DROP: tuple clash on confirm"))
                     return HookOutcome("DROP", pkt, hops)
                 if record:
-                    hops.append(
-                        Hop(
-                            "conntrack",
-                            self.name,
-                            dev_in=indev,
-                            dev_out=outdev,
-                            hook=hook,
-                            conntrack=att.state,
-                            note="confirmed",
-                        )
-                    )
+                    hops.append(Hop("conntrack", self.name, dev_in=indev, dev_out=outdev,
+                                    hook=hook, conntrack=att.state, note="confirmed"))
         return _new_tuple(HookOutcome, ("ACCEPT", pkt, hops, None, None))
 
     def quick(
@@ -283,17 +246,13 @@ class TrackingFilter:
         conntrack step at the first hook, the confirmation at the last, nothing else."""
         if hook == "PREROUTING" or hook == "OUTPUT":
             if skb.ct is None:
-                skb.ct = self.table.classify(
-                    ct_tuple(pkt), pkt.flags, pkt.icmp_type, _inner_tuple(pkt)
-                )
+                skb.ct = self.table.classify(ct_tuple(pkt), pkt.flags, pkt.icmp_type,
+                                             _inner_tuple(pkt))
         elif hook == "INPUT" or hook == "POSTROUTING":
             att = skb.ct
-            if (
-                isinstance(att, PacketState)
-                and att.conn is not None
-                and not (att.conn.status & CONFIRMED)
-                and not self.table.confirm(att.conn)
-            ):
+            if isinstance(att, PacketState) and att.conn is not None and not (
+                att.conn.status & CONFIRMED
+            ) and not self.table.confirm(att.conn):
                 return None, "DROP", None
         return pkt, "ACCEPT", None
 
@@ -389,19 +348,13 @@ class EngineFilter:
         if not record and log is None:
             done, said, reject_with = self.quick(hook, pkt, indev, outdev, skb, physin, physout)
             # tuple.__new__ directly: the named tuple's own __new__ is a Python-level call
-            return _new_tuple(
-                HookOutcome, (said, pkt if done is None else done, (), reject_with, None)
-            )
+            return _new_tuple(HookOutcome, (said, pkt if done is None else done, (),
+                                            reject_with, None))
         eskb: nf_eval.Skb | Packet
         if prev is not None:
             assert isinstance(prev, nf_eval.Skb)
-            eskb = (
-                prev
-                if prev.packet is pkt
-                else nf_eval.Skb(
-                    pkt, prev.conn, prev.direction, prev.state, prev.untracked, prev.masq
-                )
-            )
+            eskb = prev if prev.packet is pkt else nf_eval.Skb(
+                pkt, prev.conn, prev.direction, prev.state, prev.untracked, prev.masq)
             first = False
         elif skb.related is not None and isinstance(skb.related, nf_eval.Skb):
             eskb = _related(pkt, skb.related)
@@ -413,15 +366,9 @@ class EngineFilter:
         if nf.trace is not record:
             nf.trace = record
         if log is None or not first:
-            res = nf.run_hook(
-                hook,
-                eskb,
-                in_iface=indev,
-                out_iface=outdev,
-                chooser=self.chooser_box[0],
-                physdev_in=physin,
-                physdev_out=physout,
-            )
+            res = nf.run_hook(hook, eskb, in_iface=indev, out_iface=outdev,
+                              chooser=self.chooser_box[0], physdev_in=physin,
+                              physdev_out=physout)
             out = res.skb
             if log is not None and out is None:
                 log.append(None)
@@ -430,60 +377,30 @@ class EngineFilter:
             t = ct_tuple(pkt)
             before = table.lookup(t)
             tcp_before = before[0].tcp_state if before is not None else None
-            res = nf.run_hook(
-                hook,
-                eskb,
-                in_iface=indev,
-                out_iface=outdev,
-                chooser=self.chooser_box[0],
-                physdev_in=physin,
-                physdev_out=physout,
-            )
+            res = nf.run_hook(hook, eskb, in_iface=indev, out_iface=outdev,
+                              chooser=self.chooser_box[0], physdev_in=physin,
+                              physdev_out=physout)
             out = res.skb
             if out is None:
                 log.append(None)
             else:
-                _log_step(
-                    log,
-                    table,
-                    t,
-                    before,
-                    tcp_before,
-                    out.conn,
-                    out.direction,
-                    out.state,
-                    self.replayable,
-                )
+                _log_step(log, table, t, before, tcp_before, out.conn, out.direction,
+                          out.state, self.replayable)
         if not record:
             # tuple.__new__ directly: the named tuple's own __new__ is a Python-level call
             if out is None:
-                return _new_tuple(
-                    HookOutcome,
-                    (
-                        "REJECT" if res.verdict == "REJECT" else "DROP",
-                        pkt,
-                        (),
-                        res.reject_with,
-                        None,
-                    ),
-                )
+                return _new_tuple(HookOutcome, ("REJECT" if res.verdict == "REJECT" else "DROP",
+                                                pkt, (), res.reject_with, None))
             skb.ct = out
-            return _new_tuple(
-                HookOutcome,
-                ("STOLEN" if res.verdict == "STOLEN" else "ACCEPT", out.packet, (), None, None),
-            )
+            return _new_tuple(HookOutcome, ("STOLEN" if res.verdict == "STOLEN" else "ACCEPT",
+                                            out.packet, (), None, None))
         hops = [_hop(self.name, indev, outdev, r) for r in res.records] if hops_wanted else []
         if out is None:
             verdict: FilterVerdict = "REJECT" if res.verdict == "REJECT" else "DROP"
             return HookOutcome(verdict, pkt, hops, res.reject_with, None)
         skb.ct = out
-        return HookOutcome(
-            "STOLEN" if res.verdict == "STOLEN" else "ACCEPT",
-            out.packet,
-            hops,
-            None,
-            _chosen_by(res.records),
-        )
+        return HookOutcome("STOLEN" if res.verdict == "STOLEN" else "ACCEPT", out.packet, hops,
+                           None, _chosen_by(res.records))
 
     def quick(
         self,
@@ -503,16 +420,8 @@ class EngineFilter:
             rel = skb.related
             if rel is not None and isinstance(rel, nf_eval.Skb):
                 prev = _related(pkt, rel)
-        v, done, reject_with = self.nf.run_quick(
-            hook,
-            pkt,
-            prev,
-            indev,
-            outdev,  # type: ignore[arg-type]
-            self.chooser_box[0],
-            physin,
-            physout,
-        )
+        v, done, reject_with = self.nf.run_quick(hook, pkt, prev, indev, outdev,  # type: ignore[arg-type]
+                                                 self.chooser_box[0], physin, physout)
         if done is None:
             return None, "REJECT" if v == REJECT else "DROP", reject_with
         skb.ct = done
@@ -544,40 +453,15 @@ def _related(pkt: Packet, orig: nf_eval.Skb) -> nf_eval.Skb:
 
 def _hop(netns: str, din: str | None, dout: str | None, r: TraceRecord) -> Hop:
     if r.table == "conntrack":
-        return Hop(
-            "conntrack",
-            netns,
-            dev_in=din,
-            dev_out=dout,
-            hook=r.hook,
-            conntrack=r.ctstate,
-            note=r.effect,
-        )
+        return Hop("conntrack", netns, dev_in=din, dev_out=dout, hook=r.hook,
+                   conntrack=r.ctstate, note=r.effect)
     if r.rule == 0 and r.nat is not None:
-        return Hop(
-            "nat",
-            netns,
-            dev_in=din,
-            dev_out=dout,
-            hook=r.hook,
-            table=r.table,
-            nat=r.nat,
-            conntrack=r.ctstate,
-            note=r.effect,
-        )
+        return Hop("nat", netns, dev_in=din, dev_out=dout, hook=r.hook, table=r.table,
+                   nat=r.nat, conntrack=r.ctstate, note=r.effect)
     if r.rule == 0:
         kind: HopKind = "policy" if r.effect.startswith("policy") else "rule"
-        return Hop(
-            kind,
-            netns,
-            dev_in=din,
-            dev_out=dout,
-            hook=r.hook,
-            table=r.table,
-            chain=r.chain or None,
-            verdict=r.effect,
-            conntrack=r.ctstate,
-        )
+        return Hop(kind, netns, dev_in=din, dev_out=dout, hook=r.hook, table=r.table,
+                   chain=r.chain or None, verdict=r.effect, conntrack=r.ctstate)
     return Hop(
         "rule",
         netns,

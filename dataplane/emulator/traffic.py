@@ -138,7 +138,7 @@ class Endpoints:
         """Forget a server's accepted connection (its socket closed)."""
         conns = self.server_conns.get(netns)
         if conns is not None:
-            conns.pop((proto, int(local), lport, int(remote), rport), None)  # type: ignore[arg-type]
+            conns.pop((proto, int(local), lport, int(remote), rport), None)
 
     def open_ping(self, netns: str, ident: int) -> None:
         self.pings.setdefault(netns, set()).add(ident)

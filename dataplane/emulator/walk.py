@@ -153,12 +153,8 @@ def vxlan_source_port(pkt: Packet) -> int:
     (so one flow keeps one port, as ``udp_flow_src_port`` does). Deterministic across
     runs (no string hashing)."""
     ports = (pkt.sport << 16 | pkt.dport) if pkt.proto != "icmp" else pkt.icmp_id
-    key = (
-        pkt.src._ip * 0x9E3779B1
-        ^ pkt.dst._ip * 0x85EBCA77
-        ^ ports * 0xC2B2AE3D  # type: ignore[union-attr]
-        ^ _PROTO_SALT.get(pkt.proto, 0)
-    ) & 0xFFFFFFFFFFFF
+    key = (pkt.src._ip * 0x9E3779B1 ^ pkt.dst._ip * 0x85EBCA77 ^ ports * 0xC2B2AE3D  # type: ignore[union-attr]
+           ^ _PROTO_SALT.get(pkt.proto, 0)) & 0xFFFFFFFFFFFF
     lo, hi = EPHEMERAL_PORTS
     return lo + zlib.crc32(key.to_bytes(6, "little")) % (hi - lo + 1)
 
@@ -228,11 +224,8 @@ class Walker:
             w.end("DROP", "the walk ended without a decision")
         if w.log is not None:
             d = w.delivered
-            ok = (
-                w.verdict == "delivered"
-                and d is not None
-                and (w.answer is None or w.answer.related is None)
-            )
+            ok = (w.verdict == "delivered" and d is not None
+                  and (w.answer is None or w.answer.related is None))
             if ok and d is not None:
                 self.flows.remember(key, w.log, d.host, d.dev, d.packet, w.src_rewritten)
             else:
@@ -305,38 +298,24 @@ class Walker:
         f = self._filter_of.get(host)
         if f is None:
             return pkt
-        if (
-            w.log is None
-            and not w.record
-            and not (w.choice and w.chosen_by is None and hook in _CHOICE_HOOKS)
+        if w.log is None and not w.record and not (
+            w.choice and w.chosen_by is None and hook in _CHOICE_HOOKS
         ):
             # the fast path: no trace steps, no flow-cache log, no HookOutcome
-            new, verdict, reject_with = f.quick(hook, pkt, indev, outdev, skb, skb.physin, physout)
+            new, verdict, reject_with = f.quick(hook, pkt, indev, outdev, skb, skb.physin,
+                                                physout)
             if new is None:
                 self._refused(w, host, hook, pkt, skb, verdict, reject_with)
                 return None
             w.stolen = verdict == "STOLEN"
-            if (
-                new is not pkt
-                and new.src is not pkt.src
-                and new.src != pkt.src
-                and (skb.tunnel is None)
+            if new is not pkt and new.src is not pkt.src and new.src != pkt.src and (
+                skb.tunnel is None
             ):
                 w.src_rewritten = True
             return new
         traced = w.record or (w.choice and w.chosen_by is None and hook in _CHOICE_HOOKS)
-        out = f.run(
-            hook,
-            pkt,
-            indev,
-            outdev,
-            skb,
-            record=traced,
-            log=w.log,
-            physin=skb.physin,
-            physout=physout,
-            hops_wanted=w.record,
-        )
+        out = f.run(hook, pkt, indev, outdev, skb, record=traced, log=w.log,
+                    physin=skb.physin, physout=physout, hops_wanted=w.record)
         if traced:
             if out.hops:
                 w.hops.extend(out.hops)
@@ -345,27 +324,16 @@ class Walker:
         if out.verdict == "ACCEPT" or out.verdict == "STOLEN":
             w.stolen = out.verdict == "STOLEN"
             new = out.packet
-            if (
-                new is not pkt
-                and new.src is not pkt.src
-                and new.src != pkt.src
-                and (skb.tunnel is None)
+            if new is not pkt and new.src is not pkt.src and new.src != pkt.src and (
+                skb.tunnel is None
             ):
                 w.src_rewritten = True
             return new
         self._refused(w, host, hook, pkt, skb, out.verdict, out.reject_with)
         return None
 
-    def _refused(
-        self,
-        w: _Walk,
-        host: Host,
-        hook: HookName,
-        pkt: Packet,
-        skb: Skb,
-        verdict: str,
-        reject_with: str | None,
-    ) -> None:
+    def _refused(self, w: _Walk, host: Host, hook: HookName, pkt: Packet, skb: Skb,
+                 verdict: str, reject_with: str | None) -> None:
         """End the walk for a packet a hook did not let through (REJECT: with its
         answer)."""
         if verdict == "REJECT":
@@ -438,24 +406,17 @@ class Walker:
                 return
             if w.record:
                 w.hops.append(
-                    Hop(
-                        "route",
-                        host.name,
-                        dev_out=rt.dev,
-                        route=rt.description,
-                        note="re-routed: NAT changed the destination",
-                    )
+                    Hop("route", host.name, dev_out=rt.dev, route=rt.description,
+                        note="re-routed: NAT changed the destination")
                 )
         if rt.type == "unicast" and out.df:
             dev = host.devices[rt.dev]  # type: ignore[index]
             if out.length > dev.mtu:
                 w.mtu = dev.mtu
                 self._drop(
-                    w,
-                    host,
+                    w, host,
                     f"message too long: {out.length} bytes > MTU {dev.mtu} of {dev.name} (EMSGSIZE)",
-                    "frag-needed",
-                    dev_out=dev.name,
+                    "frag-needed", dev_out=dev.name,
                 )
                 return
         self._ip_output(w, host, out, rt, skb)
@@ -492,11 +453,8 @@ class Walker:
             return entry.mac
         if dev.noarp:
             self._drop(
-                w,
-                host,
-                f"no neighbour entry for {nexthop} on NOARP device {dev.name}",
-                "unreachable",
-                dev_out=dev.name,
+                w, host, f"no neighbour entry for {nexthop} on NOARP device {dev.name}",
+                "unreachable", dev_out=dev.name,
             )
             return None
         sender = src if host.is_local(src) else host.fib.select_source(dev.name, nexthop)
@@ -506,22 +464,14 @@ class Walker:
         request = Frame(dev.mac, BROADCAST_MAC, arp=("who-has", str(sender), str(nexthop)))
         if w.record:
             w.hops.append(
-                Hop(
-                    "arp",
-                    host.name,
-                    dev_out=dev.name,
-                    frame=request,
-                    arp=f"who-has {nexthop} tell {sender}",
-                )
+                Hop("arp", host.name, dev_out=dev.name, frame=request,
+                    arp=f"who-has {nexthop} tell {sender}")
             )
         found = self._arp_flood(w, dev, request, nexthop, [])
         if found is None:
             self._drop(
-                w,
-                host,
-                f"no ARP reply for {nexthop} on {dev.name} (host unreachable)",
-                "unreachable",
-                dev_out=dev.name,
+                w, host, f"no ARP reply for {nexthop} on {dev.name} (host unreachable)",
+                "unreachable", dev_out=dev.name,
             )
             return None
         rx_host, rx_dev, path = found
@@ -532,21 +482,12 @@ class Walker:
         host.learn_neighbor(dev.name, nexthop, rx_dev.mac)
         if w.record:
             w.hops.append(
-                Hop(
-                    "arp",
-                    rx_host.name,
-                    dev_out=rx_dev.name,
-                    frame=reply,
-                    arp=f"{nexthop} is-at {rx_dev.mac}",
-                )
+                Hop("arp", rx_host.name, dev_out=rx_dev.name, frame=reply,
+                    arp=f"{nexthop} is-at {rx_dev.mac}")
             )
             w.hops.append(
-                Hop(
-                    "arp",
-                    host.name,
-                    dev_in=dev.name,
-                    arp=f"learned {nexthop} lladdr {rx_dev.mac} REACHABLE",
-                )
+                Hop("arp", host.name, dev_in=dev.name,
+                    arp=f"learned {nexthop} lladdr {rx_dev.mac} REACHABLE")
             )
         return rx_dev.mac
 
@@ -586,23 +527,14 @@ class Walker:
         learned = bridge.learn(frame.src_mac, peer)
         if rx.owns_on(bridge, target):
             if w.record and learned:
-                w.hops.append(
-                    Hop(
-                        "arp",
-                        rx.name,
-                        dev_in=peer.name,
-                        bridge=f"{bridge.name}: learned {frame.src_mac} on {peer.name}",
-                    )
-                )
+                w.hops.append(Hop("arp", rx.name, dev_in=peer.name,
+                                  bridge=f"{bridge.name}: learned {frame.src_mac} on {peer.name}"))
             return rx, bridge, path
         ports = [p for p in bridge.ports.values() if p is not peer]
         if w.record:
             text = f"{bridge.name}: ARP broadcast flooded to {', '.join(p.name for p in ports)}"
             if learned:
-                text = (
-                    f"{bridge.name}: learned {frame.src_mac} on {peer.name}; "
-                    + text.split(": ", 1)[1]
-                )
+                text = f"{bridge.name}: learned {frame.src_mac} on {peer.name}; " + text.split(": ", 1)[1]
             w.hops.append(Hop("arp", rx.name, dev_in=peer.name, bridge=text))
         for p in ports:
             hit = self._arp_link(w, p, frame, target, [*path, (bridge, p)])
@@ -631,29 +563,14 @@ class Walker:
                 w.unreplayable()
                 port = self._port_toward(dev, dst_mac, None)
                 if port is None:
-                    self._drop(
-                        w, host, f"{dev.name}: unknown unicast {dst_mac}, flooded, nobody took it"
-                    )
+                    self._drop(w, host, f"{dev.name}: unknown unicast {dst_mac}, flooded, nobody took it")
                     return
                 if w.record:
-                    w.hops.append(
-                        Hop(
-                            "bridge",
-                            host.name,
-                            dev_out=port.name,
-                            bridge=f"{dev.name}: {dst_mac} unknown, flooded; reached via {port.name}",
-                        )
-                    )
+                    w.hops.append(Hop("bridge", host.name, dev_out=port.name,
+                                      bridge=f"{dev.name}: {dst_mac} unknown, flooded; reached via {port.name}"))
             elif w.record:
-                w.hops.append(
-                    Hop(
-                        "bridge",
-                        host.name,
-                        dev_in=dev.name,
-                        dev_out=port.name,
-                        bridge=f"{dev.name}: {dst_mac} is on {port.name} (fdb)",
-                    )
-                )
+                w.hops.append(Hop("bridge", host.name, dev_in=dev.name, dev_out=port.name,
+                                  bridge=f"{dev.name}: {dst_mac} is on {port.name} (fdb)"))
             self._link_xmit(w, host, port, src_mac, dst_mac, pkt, tunnel)
             return
         self._link_xmit(w, host, dev, src_mac, dst_mac, pkt, tunnel)
@@ -677,7 +594,9 @@ class Walker:
             if peer.master.mac == mac:
                 return True
             return any(
-                self._behind(p, mac, depth + 1) for p in peer.master.ports.values() if p is not peer
+                self._behind(p, mac, depth + 1)
+                for p in peer.master.ports.values()
+                if p is not peer
             )
         return False
 
@@ -695,13 +614,8 @@ class Walker:
             return
         if w.record:
             w.hops.append(
-                Hop(
-                    "xmit",
-                    host.name,
-                    dev_out=dev.name,
-                    packet=pkt,
-                    frame=_wire_frame(src_mac, dst_mac, pkt, tunnel),
-                )
+                Hop("xmit", host.name, dev_out=dev.name, packet=pkt,
+                    frame=_wire_frame(src_mac, dst_mac, pkt, tunnel))
             )
         peer = dev.peer
         if peer is None or not dev.up:
@@ -725,9 +639,7 @@ class Walker:
         if dst_mac == dev.mac or dst_mac == BROADCAST_MAC:
             self._ip_rcv(w, host, dev, pkt, Skb(tunnel=tunnel))
             return
-        self._drop(
-            w, host, f"{dev.name}: frame for {dst_mac} is not for this host", dev_in=dev.name
-        )
+        self._drop(w, host, f"{dev.name}: frame for {dst_mac} is not for this host", dev_in=dev.name)
 
     # ------------------------------------------------------------------ bridge
 
@@ -743,25 +655,13 @@ class Walker:
         tunnel: Tunnel | None,
     ) -> None:
         if br.learn(src_mac, port) and w.record:
-            w.hops.append(
-                Hop(
-                    "bridge",
-                    host.name,
-                    dev_in=port.name,
-                    bridge=f"{br.name}: learned {src_mac} on {port.name}",
-                )
-            )
+            w.hops.append(Hop("bridge", host.name, dev_in=port.name,
+                              bridge=f"{br.name}: learned {src_mac} on {port.name}"))
         if not (host.bridge_nf_call_iptables and host.name in self.filters):
             if dst_mac == br.mac:
                 if w.record:
-                    w.hops.append(
-                        Hop(
-                            "bridge",
-                            host.name,
-                            dev_in=port.name,
-                            bridge=f"{br.name}: for the bridge's own MAC, up to the host",
-                        )
-                    )
+                    w.hops.append(Hop("bridge", host.name, dev_in=port.name,
+                                      bridge=f"{br.name}: for the bridge's own MAC, up to the host"))
                 self._ip_rcv(w, host, br, pkt, Skb(tunnel=tunnel))
                 return
             self._bridge_forward(w, host, br, port, src_mac, dst_mac, pkt, None, tunnel)
@@ -775,42 +675,23 @@ class Walker:
             rt = host.fib.lookup(out.dst)
             if rt.type == "unicast" and rt.dev == br.name and rt.nexthop is not None:
                 if w.record:
-                    w.hops.append(
-                        Hop(
-                            "route",
-                            host.name,
-                            dev_out=br.name,
-                            route=rt.description,
-                            note="br_netfilter: NAT changed the destination",
-                        )
-                    )
+                    w.hops.append(Hop("route", host.name, dev_out=br.name, route=rt.description,
+                                      note="br_netfilter: NAT changed the destination"))
                 mac = self._resolve(w, host, br, rt.nexthop, out.src)
                 if mac is None:
                     return
                 if w.record:
-                    w.hops.append(
-                        Hop(
-                            "bridge",
-                            host.name,
-                            dev_in=port.name,
-                            bridge=f"{br.name}: new destination is on this bridge: "
-                            f"frame re-addressed to {mac} and bridged",
-                        )
-                    )
+                    w.hops.append(Hop("bridge", host.name, dev_in=port.name,
+                                      bridge=f"{br.name}: new destination is on this bridge: "
+                                             f"frame re-addressed to {mac} and bridged"))
                 self._bridge_forward(w, host, br, port, src_mac, mac, out, skb, tunnel)
                 return
             self._ip_rcv(w, host, br, out, skb)
             return
         if dst_mac == br.mac:
             if w.record:
-                w.hops.append(
-                    Hop(
-                        "bridge",
-                        host.name,
-                        dev_in=port.name,
-                        bridge=f"{br.name}: for the bridge's own MAC, up to the host",
-                    )
-                )
+                w.hops.append(Hop("bridge", host.name, dev_in=port.name,
+                                  bridge=f"{br.name}: for the bridge's own MAC, up to the host"))
             self._ip_rcv(w, host, br, out, skb)
             return
         self._bridge_forward(w, host, br, port, src_mac, dst_mac, out, skb, tunnel)
@@ -834,19 +715,12 @@ class Walker:
             out = self._port_toward(br, dst_mac, None)
             how = "flooded"
             if out is None:
-                self._drop(
-                    w, host, f"{br.name}: unknown unicast {dst_mac}, flooded, nobody took it"
-                )
+                self._drop(w, host, f"{br.name}: unknown unicast {dst_mac}, flooded, nobody took it")
                 return
         if out is inport:
             if not inport.hairpin:
-                self._drop(
-                    w,
-                    host,
-                    f"{br.name}: {dst_mac} is behind the ingress port "
-                    f"{inport.name} and hairpin mode is off",
-                    dev_in=inport.name,
-                )
+                self._drop(w, host, f"{br.name}: {dst_mac} is behind the ingress port "
+                                    f"{inport.name} and hairpin mode is off", dev_in=inport.name)
                 return
             text = f"{br.name}: hairpin: {dst_mac} is behind the ingress port, sent back out {out.name}"
         elif how == "fdb":
@@ -854,9 +728,7 @@ class Walker:
         else:
             text = f"{br.name}: {dst_mac} unknown, flooded; reached via {out.name}"
         if w.record:
-            w.hops.append(
-                Hop("bridge", host.name, dev_in=inport.name, dev_out=out.name, bridge=text)
-            )
+            w.hops.append(Hop("bridge", host.name, dev_in=inport.name, dev_out=out.name, bridge=text))
         if skb is not None:
             fwd = self._hook(w, host, "FORWARD", pkt, br.name, br.name, skb, out.name)
             if fwd is None:
@@ -878,12 +750,8 @@ class Walker:
                 return
             pkt = out
         if dev.kind != "loopback" and host.is_local(pkt.src):
-            self._drop(
-                w,
-                host,
-                f"martian source {pkt.src} (a local address) on {dev.name}",
-                dev_in=dev.name,
-            )
+            self._drop(w, host, f"martian source {pkt.src} (a local address) on {dev.name}",
+                       dev_in=dev.name)
             return
         if host.is_local(pkt.dst):
             out = self._hook(w, host, "INPUT", pkt, dev.name, None, skb)
@@ -906,61 +774,32 @@ class Walker:
         rt = host.fib.lookup(pkt.dst)
         if rt.type != "unicast" or rt.dev is None:
             self._error_answer(w, host, pkt, skb, ICMP_DEST_UNREACH, ICMP_HOST_UNREACH)
-            self._drop(
-                w,
-                host,
-                f"IPVS: no route to the real server {pkt.dst}",
-                "no-route",
-                dev_in=indev.name,
-            )
+            self._drop(w, host, f"IPVS: no route to the real server {pkt.dst}", "no-route",
+                       dev_in=indev.name)
             return
         if w.record:
-            w.hops.append(
-                Hop(
-                    "route",
-                    host.name,
-                    dev_in=indev.name,
-                    dev_out=rt.dev,
-                    route=rt.description,
-                    note="IPVS took the packet (STOLEN) and routes it to the real server itself",
-                )
-            )
+            w.hops.append(Hop("route", host.name, dev_in=indev.name, dev_out=rt.dev,
+                              route=rt.description,
+                              note="IPVS took the packet (STOLEN) and routes it to the real "
+                                   "server itself"))
         if pkt.ttl <= 1:
             self._error_answer(w, host, pkt, skb, ICMP_TIME_EXCEEDED, 0)
-            self._drop(
-                w,
-                host,
-                f"IPVS: TTL {pkt.ttl} would expire: ICMP time exceeded",
-                "ttl-exceeded",
-                dev_in=indev.name,
-            )
+            self._drop(w, host, f"IPVS: TTL {pkt.ttl} would expire: ICMP time exceeded",
+                       "ttl-exceeded", dev_in=indev.name)
             return
         outdev = host.devices[rt.dev]
         if pkt.df and pkt.length > outdev.mtu:
             w.mtu = outdev.mtu
             self._error_answer(w, host, pkt, skb, ICMP_DEST_UNREACH, ICMP_FRAG_NEEDED)
-            self._drop(
-                w,
-                host,
-                f"IPVS: {pkt.length} bytes with DF > MTU {outdev.mtu} of "
-                f"{outdev.name}: ICMP fragmentation needed",
-                "frag-needed",
-                dev_in=indev.name,
-                dev_out=outdev.name,
-            )
+            self._drop(w, host, f"IPVS: {pkt.length} bytes with DF > MTU {outdev.mtu} of "
+                                f"{outdev.name}: ICMP fragmentation needed",
+                       "frag-needed", dev_in=indev.name, dev_out=outdev.name)
             return
         pkt = _with_ttl(pkt, pkt.ttl - 1)
         if w.record:
-            w.hops.append(
-                Hop(
-                    "forward",
-                    host.name,
-                    dev_in=indev.name,
-                    dev_out=outdev.name,
-                    packet=pkt,
-                    note=f"IPVS NAT forwarding: TTL decremented to {pkt.ttl}, sent through OUTPUT",
-                )
-            )
+            w.hops.append(Hop("forward", host.name, dev_in=indev.name, dev_out=outdev.name,
+                              packet=pkt, note=f"IPVS NAT forwarding: TTL decremented to "
+                                               f"{pkt.ttl}, sent through OUTPUT"))
         out = self._hook(w, host, "OUTPUT", pkt, None, rt.dev, skb)
         if out is None:
             return
@@ -973,12 +812,8 @@ class Walker:
 
     def _forward(self, w: _Walk, host: Host, indev: Device, pkt: Packet, skb: Skb) -> None:
         if not host.ip_forward:
-            self._drop(
-                w,
-                host,
-                f"not for this host and net.ipv4.ip_forward=0 ({pkt.dst})",
-                dev_in=indev.name,
-            )
+            self._drop(w, host, f"not for this host and net.ipv4.ip_forward=0 ({pkt.dst})",
+                       dev_in=indev.name)
             return
         rt = host.fib.lookup(pkt.dst)
         if rt.type != "unicast" or rt.dev is None:
@@ -986,45 +821,28 @@ class Walker:
             self._drop(w, host, f"no route to {pkt.dst}", "no-route", dev_in=indev.name)
             return
         if w.record:
-            w.hops.append(
-                Hop("route", host.name, dev_in=indev.name, dev_out=rt.dev, route=rt.description)
-            )
+            w.hops.append(Hop("route", host.name, dev_in=indev.name, dev_out=rt.dev,
+                              route=rt.description))
         if pkt.ttl <= 1:
             self._error_answer(w, host, pkt, skb, ICMP_TIME_EXCEEDED, 0)
-            self._drop(
-                w,
-                host,
-                f"TTL {pkt.ttl} would expire: ICMP time exceeded",
-                "ttl-exceeded",
-                dev_in=indev.name,
-            )
+            self._drop(w, host, f"TTL {pkt.ttl} would expire: ICMP time exceeded",
+                       "ttl-exceeded", dev_in=indev.name)
             return
         outdev = host.devices[rt.dev]
         if pkt.df and pkt.length > outdev.mtu:
             w.mtu = outdev.mtu
             self._error_answer(w, host, pkt, skb, ICMP_DEST_UNREACH, ICMP_FRAG_NEEDED)
             self._drop(
-                w,
-                host,
+                w, host,
                 f"{pkt.length} bytes with DF > MTU {outdev.mtu} of {outdev.name}: "
                 f"ICMP fragmentation needed (next-hop MTU {outdev.mtu})",
-                "frag-needed",
-                dev_in=indev.name,
-                dev_out=outdev.name,
+                "frag-needed", dev_in=indev.name, dev_out=outdev.name,
             )
             return
         pkt = _with_ttl(pkt, pkt.ttl - 1)
         if w.record:
-            w.hops.append(
-                Hop(
-                    "forward",
-                    host.name,
-                    dev_in=indev.name,
-                    dev_out=outdev.name,
-                    packet=pkt,
-                    note=f"ip_forward: TTL decremented to {pkt.ttl}",
-                )
-            )
+            w.hops.append(Hop("forward", host.name, dev_in=indev.name, dev_out=outdev.name,
+                              packet=pkt, note=f"ip_forward: TTL decremented to {pkt.ttl}"))
         out = self._hook(w, host, "FORWARD", pkt, indev.name, outdev.name, skb)
         if out is None:
             return
@@ -1044,9 +862,8 @@ class Walker:
         """Hand ``pkt`` to the socket layer; an answer it produces is the walk's."""
         rec = self.endpoints.receive(host.name, pkt)
         if w.record:
-            w.hops.append(
-                Hop("deliver", host.name, dev_in=dev, packet=pkt, note=f"{rec.kind}: {rec.note}")
-            )
+            w.hops.append(Hop("deliver", host.name, dev_in=dev, packet=pkt,
+                              note=f"{rec.kind}: {rec.note}"))
         w.delivered = Delivery(host.name, pkt, rec, dev)
         if rec.answer is not None:
             w.answer = Answer(host.name, rec.answer)
@@ -1063,34 +880,14 @@ class Walker:
             return
         sport = vxlan_source_port(pkt)
         # the outer packet keeps the skb mark (same namespace: skb_scrub_packet keeps it)
-        outer = Packet(
-            vx.local,
-            remote,
-            "udp",
-            sport,
-            vx.port,
-            64,
-            pkt.length + VXLAN_OVERHEAD,
-            _NO_FLAGS,
-            None,
-            None,
-            0,
-            b"",
-            pkt.mark,
-            None,
-            False,
-        )
+        outer = Packet(vx.local, remote, "udp", sport, vx.port, 64, pkt.length + VXLAN_OVERHEAD,
+                       _NO_FLAGS, None, None, 0, b"", pkt.mark, None, False)
         inner = Tunnel(src_mac, dst_mac, pkt, vx.vni)
         if w.record:
             w.hops.append(
-                Hop(
-                    "vxlan",
-                    host.name,
-                    dev_out=vx.name,
-                    packet=outer,
+                Hop("vxlan", host.name, dev_out=vx.name, packet=outer,
                     vxlan=f"encap VNI {vx.vni}: {vx.local}:{sport} > {remote}:{vx.port} "
-                    f"(fdb {dst_mac} dst {remote})",
-                )
+                          f"(fdb {dst_mac} dst {remote})")
             )
         self._local_out(w, host, outer, Skb(tunnel=inner))
 
@@ -1102,36 +899,16 @@ class Walker:
             return
         if w.record:
             w.hops.append(
-                Hop(
-                    "vxlan",
-                    host.name,
-                    dev_in=vx.name,
-                    packet=inner.packet,
-                    vxlan=f"decap VNI {vx.vni} from {outer.src}:{outer.sport}",
-                )
+                Hop("vxlan", host.name, dev_in=vx.name, packet=inner.packet,
+                    vxlan=f"decap VNI {vx.vni} from {outer.src}:{outer.sport}")
             )
         self._l2_rcv(w, host, vx, inner.src_mac, inner.dst_mac, inner.packet, None)
 
 
 def _with_ttl(p: Packet, ttl: int) -> Packet:
     """``p`` with another TTL (the constructor called directly: ``replace`` is slow)."""
-    return Packet(
-        p.src,
-        p.dst,
-        p.proto,
-        p.sport,
-        p.dport,
-        ttl,
-        p.length,
-        p.flags,
-        p.icmp_type,
-        p.icmp_code,
-        p.icmp_id,
-        p.payload,
-        p.mark,
-        p.inner,
-        p.df,
-    )
+    return Packet(p.src, p.dst, p.proto, p.sport, p.dport, ttl, p.length, p.flags,
+                  p.icmp_type, p.icmp_code, p.icmp_id, p.payload, p.mark, p.inner, p.df)
 
 
 def _wire_frame(src_mac: str, dst_mac: str, pkt: Packet, tunnel: Tunnel | None) -> Frame:
@@ -1153,3 +930,4 @@ def _wire_frame(src_mac: str, dst_mac: str, pkt: Packet, tunnel: Tunnel | None) 
             inner_dst_mac=tunnel.dst_mac,
         ),
     )
+
