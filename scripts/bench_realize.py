@@ -15,7 +15,9 @@ connections through :class:`dataplane.emulator.cluster.EmulatedCluster`, as ``sv
 connect`` runs them, with traces; ``..._untraced`` without), or null with the reason in
 ``emulated_note``. ``emulated_to_real_connection_ratio``: the untraced emulated
 connection's median over the real one's, both measured in this run (target <= 1.0).
-With ``--repeat`` the up/down figures are medians over the runs. Needs root.
+With ``--repeat`` the up/down figures are medians over the runs.
+``targets`` holds the goal for ``up_seconds`` at ``--nodes 40 --pods-per-node 25``
+(10 s); ``load_average`` puts the figures in context on a shared machine. Needs root.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from dataplane.linux.realize import realize, teardown
 from dataplane.linux.testing import Sample, leftovers, sample_network, unique_cluster_id
 
 PORT = 8080
+UP_40_TARGET = 10.0  # seconds, for --nodes 40 --pods-per-node 25
 
 
 def _targets(sample: Sample, n: int) -> list[tuple[str, str]]:
@@ -121,6 +124,8 @@ def main() -> int:
     }
     for key in runs[0]:
         result[key] = round(statistics.median(r[key] for r in runs), 6)
+    result["targets"] = {"up_seconds_40_nodes_25_pods": UP_40_TARGET}
+    result["load_average"] = os.getloadavg()[0]
     result.update(
         {
             k: (round(v, 6) if isinstance(v, float) else v)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -532,12 +533,90 @@ def chi_square(counts: list[int]) -> tuple[float, float]:
     return float(res.statistic), float(res.pvalue)
 
 
+Z95 = 1.959963984540054  # the standard normal's 97.5th percentile
+
+
+def wilson_interval(k: int, n: int, z: float = Z95) -> tuple[float, float]:
+    """The Wilson score interval (95% by default) of a share ``k / n``."""
+    if n == 0:
+        return 0.0, 1.0
+    p = k / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+@dataclass
+class ConnectTally:
+    """Per-endpoint counts, kept as the connections go by (O(endpoints) memory):
+    shares, their confidence intervals and the chi-square test come from it."""
+
+    counts: Counter[str]
+
+    def add(self, key: str) -> None:
+        self.counts[key] += 1
+
+    def summary(self) -> dict[str, Any]:
+        total = sum(self.counts.values())
+        stat, p = chi_square(list(self.counts.values()))
+        return {
+            "counts": dict(self.counts),
+            "shares": {k: v / total for k, v in self.counts.items()},
+            "confidence_intervals": {
+                k: list(wilson_interval(v, total)) for k, v in self.counts.items()
+            },
+            "chi_square": {"statistic": stat, "dof": max(len(self.counts) - 1, 0), "p_value": p},
+        }
+
+
+class _Progress:
+    """A rich progress bar on stderr, shown once a run has lasted a second (and only on
+    a terminal: piped output stays clean)."""
+
+    def __init__(self, total: int) -> None:
+        import time
+
+        self.total, self.clock = total, time.monotonic
+        self.start = self.clock()
+        self.bar: Any = None
+        self.task: Any = None
+        self.tty = sys.stderr.isatty()
+
+    def update(self, done: int) -> None:
+        if not self.tty or done & 255:
+            return
+        if self.bar is None:
+            if self.clock() - self.start < 1.0:
+                return
+            from rich.console import Console
+            from rich.progress import Progress
+
+            self.bar = Progress(console=Console(stderr=True), transient=True)
+            self.bar.start()
+            self.task = self.bar.add_task("connections", total=self.total)
+        self.bar.update(self.task, completed=done)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+
+
+def _connection_record(c: Any, saved_rule: Any) -> dict[str, Any]:
+    return c.to_json() | {"chosen_by": c.chosen_by and saved_rule(c.chosen_by)}
+
+
 @click.command()
 @click.argument("src", type=ENDPOINT)
 @click.argument("dst", type=ENDPOINT)
 @click.option("-n", "count", type=COUNT, default=100, show_default=True)
 @click.option("--proto", type=click.Choice(["tcp", "udp"]), default="tcp", show_default=True)
-@click.option("-o", "--output", type=click.Choice(["text", "json"]), default="text")
+@click.option(
+    "-o",
+    "--output",
+    type=click.Choice(["text", "json", "jsonl"]),
+    default="text",
+    help="json: one document; jsonl: one line per connection, then one summary line",
+)
 @click.option("-f", "--filename", "files", multiple=True)
 @click.option("--real", "on_kernel", is_flag=True, help=REAL_HELP)
 @click.option(
@@ -557,12 +636,20 @@ def connect(
     plot: str | None,
 ) -> None:
     """Open N connections SRC -> DST; per connection the endpoint and the rule that chose
-    it; then per-endpoint counts and a chi-square test of equal shares."""
+    it; then per-endpoint counts, shares with 95% confidence intervals (Wilson) and a
+    chi-square test of equal shares.
+
+    Connections are opened one after the other, each forgotten once its record is
+    written (records are streamed, nothing but the counts is kept), so memory stays flat
+    however large N is."""
     from control import emulation
     from dataplane.proxy.savefmt import saved_rule
 
     if on_kernel:
         from control.cli.real_cmd import real_connect
+
+        if output == "jsonl":  # not streamed on the kernel yet: say so, never ignore it
+            raise click.UsageError("-o jsonl: not available with --real (use -o json)")
 
         real_connect(
             ctx, src=src, dst=dst, count=count, proto=proto, output=output, files=files, plot=plot
@@ -575,52 +662,72 @@ def connect(
         d, port = _split_dst(emulation.resolve_endpoint(session, dst))
         if port is None:
             raise click.UsageError(f"{dst}: give a port (IP:PORT or svc/NS/NAME:PORT)")
-        d = _by_name(emu, s, d, quiet=output == "json")
-        conns = emu.connect(s, d, proto, port, count)  # type: ignore[arg-type]
-        counts = Counter(c.endpoint or c.verdict for c in conns)
-        stat, p = chi_square(list(counts.values()))
+        d = _by_name(emu, s, d, quiet=output != "text")
+        conns = emu.iter_connect(
+            s,
+            d,
+            proto,  # type: ignore[arg-type]
+            port,
+            count,
+            record=False,
+            choice=True,
+            complete=False,
+            release=True,
+        )
+        tally = ConnectTally(Counter())
+        progress = _Progress(count)
+        out = sys.stdout
+        width = len(str(count))
+        try:
+            if output == "json":
+                out.write('{"connections": [\n')
+            elif output == "text":
+                out.write(f"{'#':>{width}}  SPORT  {'ENDPOINT':<21}  {'POD':<40}  CHOSEN BY\n")
+            for i, c in enumerate(conns, 1):
+                tally.add(c.endpoint or c.verdict)
+                if output == "text":
+                    rule = saved_rule(c.chosen_by) if c.chosen_by else "-"
+                    out.write(
+                        f"{i:>{width}}  {c.sport:>5}  {c.endpoint or c.verdict:<21}  "
+                        f"{c.pod or '-':<40}  {rule}\n"
+                    )
+                else:
+                    line = json.dumps(_connection_record(c, saved_rule))
+                    out.write(("" if i == 1 or output == "jsonl" else ",\n") + line)
+                    if output == "jsonl":
+                        out.write("\n")
+                progress.update(i)
+        finally:
+            progress.close()
+        summary = tally.summary()
         if plot:
             from control.cli.picture_cmd import shares_plot
 
-            shares_plot(counts, stat, p, plot, title=f"connect {src} -> {dst}, emulated")
+            chi = summary["chi_square"]
+            shares_plot(
+                tally.counts,
+                chi["statistic"],
+                chi["p_value"],
+                plot,
+                title=f"connect {src} -> {dst}, emulated",
+            )
         if output == "json":
-            click.echo(
-                json.dumps(
-                    {
-                        "connections": [
-                            c.to_json() | {"chosen_by": c.chosen_by and saved_rule(c.chosen_by)}
-                            for c in conns
-                        ],
-                        "counts": dict(counts),
-                        "chi_square": {
-                            "statistic": stat,
-                            "dof": max(len(counts) - 1, 0),
-                            "p_value": p,
-                        },
-                    },
-                    indent=2,
-                )
-            )
+            out.write("\n],\n" + json.dumps(summary, indent=2)[1:] + "\n")
             return
-        rows = [["#", "SPORT", "ENDPOINT", "POD", "CHOSEN BY"]]
-        for i, c in enumerate(conns, 1):
-            rows.append(
-                [
-                    str(i),
-                    str(c.sport),
-                    c.endpoint or c.verdict,
-                    c.pod or "-",
-                    saved_rule(c.chosen_by) if c.chosen_by else "-",
-                ]
-            )
-        click.echo(format_table(rows))
+        if output == "jsonl":
+            out.write(json.dumps({"summary": summary}) + "\n")
+            return
+        total = sum(tally.counts.values())
+        rows = [["ENDPOINT", "COUNT", "SHARE", "95% CI"]]
+        for k, v in tally.counts.most_common():
+            lo, hi = summary["confidence_intervals"][k]
+            rows.append([k, str(v), f"{v / total:.3f}", f"{lo:.3f}-{hi:.3f}"])
         click.echo("")
-        total = sum(counts.values())
-        summary = [["ENDPOINT", "COUNT", "SHARE"]]
-        summary += [[k, str(v), f"{v / total:.3f}"] for k, v in counts.most_common()]
-        click.echo(format_table(summary))
+        click.echo(format_table(rows))
+        chi = summary["chi_square"]
         click.echo(
-            f"\nchi-square vs equal shares: {stat:.3f} (dof {max(len(counts) - 1, 0)}), p = {p:.4f}"
+            f"\nchi-square vs equal shares: {chi['statistic']:.3f} (dof {chi['dof']}), "
+            f"p = {chi['p_value']:.4f}"
         )
     finally:
         session.close()

@@ -26,7 +26,7 @@ unless one is given).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from ipaddress import IPv4Interface, ip_address
 from pathlib import Path
@@ -313,13 +313,13 @@ class EmulatedCluster:
             self.endpoints.close_client(host.name, pkt.proto, pkt.src, pkt.sport, pkt.dst, pkt.dport)
 
     def _exchange(
-        self, host: Host, pkt: Packet, *, record: bool
+        self, host: Host, pkt: Packet, *, record: bool, choice: bool = False
     ) -> tuple[WalkResult, WalkResult | None]:
         """Walk ``pkt`` and, if anything answered, the answer; and if the answer itself
         was answered (a SYN-ACK reaching a host with no socket for it, which resets it:
         triangular routing), that packet too, so that every conntrack table it crosses
         sees it as the kernel's do."""
-        res = self.walker.send(host.name, pkt, record=record)
+        res = self.walker.send(host.name, pkt, record=record, choice=choice)
         reply = None
         if res.answer is not None:
             ans = res.answer
@@ -517,11 +517,38 @@ class EmulatedCluster:
         two datagrams each way. ICMP: one echo exchange. ``complete`` False stops after
         the first packet and its answer (SYN and SYN-ACK). ``record`` False keeps no
         hops (faster; ``trace`` and ``chosen_by`` are then None)."""
-        out: list[ConnResult] = []
+        return list(self.iter_connect(src, dst, proto, dport, n, close=close, record=record,
+                                      complete=complete))
+
+    def iter_connect(
+        self,
+        src: str,
+        dst: str,
+        proto: Proto = "tcp",
+        dport: int | None = None,
+        n: int = 1,
+        *,
+        close: bool = False,
+        record: bool = True,
+        complete: bool = True,
+        choice: bool = False,
+        release: bool = False,
+    ) -> Iterator[ConnResult]:
+        """:meth:`connect`, one result at a time (nothing is kept between them).
+        ``choice`` (with ``record`` False): no trace, but ``chosen_by`` is found (see
+        :meth:`~dataplane.emulator.walk.Walker.send`); same walk, same draws.
+        ``release``: once its result is out, each connection is forgotten: the
+        client's socket closed, its port freed, the conntrack entries it created removed
+        (what the kernel's are once they time out). Successive connections then meet no
+        trace of earlier ones except longer-lived state (``-m recent`` lists, IPVS
+        persistence), memory stays flat and the ephemeral range never runs out however
+        many connections are opened."""
+        tables = [f.conntrack for f in self.filters.values()] if release else []
         for i in range(n):
+            marks = [t.mark() for t in tables]
             host, pkt = self._request(src, dst, proto, dport, None)
             self._open(host, pkt)
-            res, reply = self._exchange(host, pkt, record=record)
+            res, reply = self._exchange(host, pkt, record=record, choice=choice)
             established = (
                 reply is not None
                 and reply.delivered is not None
@@ -541,24 +568,30 @@ class EmulatedCluster:
                 h = self.hosts[d.host]
                 endpoint = f"{_addr_text(d.packet.dst)}:{d.reception.port}"
                 pod, node, seen = h.pod, h.node, _addr_text(d.packet.src)
-            out.append(
-                ConnResult(
-                    index=i,
-                    sport=pkt.sport if proto != "icmp" else pkt.icmp_id,
-                    source=_addr_text(pkt.src),
-                    verdict=res.verdict,
-                    endpoint=endpoint,
-                    pod=pod,
-                    node=node,
-                    chosen_by=res.chosen_by,
-                    source_seen=seen,
-                    established=established,
-                    trace=trace,
-                )
+            result = ConnResult(
+                index=i,
+                sport=pkt.sport if proto != "icmp" else pkt.icmp_id,
+                source=_addr_text(pkt.src),
+                verdict=res.verdict,
+                endpoint=endpoint,
+                pod=pod,
+                node=node,
+                chosen_by=res.chosen_by,
+                source_seen=seen,
+                established=established,
+                trace=trace,
             )
-            if close or proto != "tcp":
+            if close or proto != "tcp" or release:
                 self._close(host, pkt)
-        return out
+            if release:
+                for t, m in zip(tables, marks, strict=True):
+                    t.delete_since(m)
+                if proto != "icmp":
+                    self._ports.get(host.name, set()).discard(pkt.sport)
+                if d is not None and proto != "icmp":
+                    p = d.packet
+                    self.endpoints.close_server(d.host, proto, p.dst, p.dport, p.src, p.sport)
+            yield result
 
     def stream(
         self, src: str, dst: str, dport: int | None, payload: bytes

@@ -200,7 +200,9 @@ class TrackingFilter:
         log: list[ReplayStep | None] | None = None,
         physin: str | None = None,
         physout: str | None = None,
+        hops_wanted: bool = True,
     ) -> HookOutcome:
+        record = record and hops_wanted  # no rules here: a trace is its only use
         hops: list[Hop] = [] if record else _NO_HOPS
         if hook == "PREROUTING" or hook == "OUTPUT":
             if skb.ct is None:
@@ -340,7 +342,10 @@ class EngineFilter:
         log: list[ReplayStep | None] | None = None,
         physin: str | None = None,
         physout: str | None = None,
+        hops_wanted: bool = True,
     ) -> HookOutcome:
+        """Run ``hook``. ``record``: trace the rules (the outcome's hops, unless not
+        ``hops_wanted``, and ``chosen_by``); ``log``: the flow cache's replay log."""
         prev = skb.ct
         if not record and log is None:
             done, said, reject_with = self.quick(hook, pkt, indev, outdev, skb, physin, physout)
@@ -391,7 +396,7 @@ class EngineFilter:
             skb.ct = out
             return _new_tuple(HookOutcome, ("STOLEN" if res.verdict == "STOLEN" else "ACCEPT",
                                             out.packet, (), None, None))
-        hops = [_hop(self.name, indev, outdev, r) for r in res.records]
+        hops = [_hop(self.name, indev, outdev, r) for r in res.records] if hops_wanted else []
         if out is None:
             verdict: FilterVerdict = "REJECT" if res.verdict == "REJECT" else "DROP"
             return HookOutcome(verdict, pkt, hops, res.reject_with, None)

@@ -119,8 +119,10 @@ class PacketFilter(Protocol):
         log: list[ReplayStep | None] | None = None,
         physin: str | None = None,
         physout: str | None = None,
+        hops_wanted: bool = True,
     ) -> HookOutcome:
-        """Run ``hook`` for ``pkt`` (see the module docstring)."""
+        """Run ``hook`` for ``pkt`` (see the module docstring); with ``record`` but not
+        ``hops_wanted`` only ``chosen_by`` is found (no hops built)."""
         ...
 
     def quick(

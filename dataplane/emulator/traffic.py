@@ -132,6 +132,14 @@ class Endpoints:
     ) -> None:
         self.clients.get(netns, set()).discard((proto, int(local), lport, int(remote), rport))
 
+    def close_server(
+        self, netns: str, proto: str, local: IPAddress, lport: int, remote: IPAddress, rport: int
+    ) -> None:
+        """Forget a server's accepted connection (its socket closed)."""
+        conns = self.server_conns.get(netns)
+        if conns is not None:
+            conns.pop((proto, int(local), lport, int(remote), rport), None)
+
     def open_ping(self, netns: str, ident: int) -> None:
         self.pings.setdefault(netns, set()).add(ident)
 

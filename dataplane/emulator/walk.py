@@ -129,6 +129,9 @@ class _Walk:
     steps: int = 0
     log: list[ReplayStep | None] | None = None
     stolen: bool = False  # the last hook's verdict was STOLEN (IPVS took the packet)
+    # untraced, but the rule that chooses an endpoint is wanted: the hooks where one
+    # may be chosen (_CHOICE_HOOKS) run traced, without hops, until one is found
+    choice: bool = False
 
     def unreplayable(self) -> None:
         if self.log is not None:
@@ -139,6 +142,8 @@ class _Walk:
             self.verdict = verdict
             self.reason = reason
 
+
+_CHOICE_HOOKS = frozenset({"PREROUTING", "OUTPUT", "INPUT"})
 
 _PROTO_SALT = {"tcp": 6, "udp": 17, "icmp": 1, "sctp": 132}
 
@@ -180,7 +185,13 @@ class Walker:
     # ------------------------------------------------------------------ entry point
 
     def send(
-        self, host: str, pkt: Packet, *, related: object | None = None, record: bool = True
+        self,
+        host: str,
+        pkt: Packet,
+        *,
+        related: object | None = None,
+        record: bool = True,
+        choice: bool = False,
     ) -> WalkResult:
         """Send ``pkt`` from a socket (or the kernel) of ``host`` and follow it to its
         end. ``related`` attaches the conntrack entry of the packet an error answers.
@@ -190,7 +201,12 @@ class Walker:
         cache — every conntrack entry on the way is looked up and updated as the full
         walk would, the nat table and the rule, route, neighbour and FDB lookups are
         skipped (valid while the entries the walk relied on are unchanged; see
-        :func:`~dataplane.emulator.replay.replay_safe` for which rulesets qualify)."""
+        :func:`~dataplane.emulator.replay.replay_safe` for which rulesets qualify).
+
+        ``choice`` (without ``record``): no hops either, but ``chosen_by`` is found:
+        only the hooks where the nat table or IPVS picks an endpoint (PREROUTING,
+        OUTPUT, INPUT) run traced, and only until the choice is seen. The walk and
+        every random draw are the same as with ``record``."""
         key = (host, pkt)
         if not record and related is None and "SYN" not in pkt.flags:
             # SYNs open connections: never replayed, never recorded
@@ -199,7 +215,7 @@ class Walker:
                 return self._replayed(flow)
             w = _Walk(record, log=[] if self.flows.seen_before(key) else None)
         else:
-            w = _Walk(record)
+            w = _Walk(record, choice=choice and not record)
         h = self.hosts[host]
         if record:
             w.hops.append(Hop("send", h.name, packet=pkt))
@@ -282,7 +298,9 @@ class Walker:
         f = self._filter_of.get(host)
         if f is None:
             return pkt
-        if w.log is None and not w.record:
+        if w.log is None and not w.record and not (
+            w.choice and w.chosen_by is None and hook in _CHOICE_HOOKS
+        ):
             # the fast path: no trace steps, no flow-cache log, no HookOutcome
             new, verdict, reject_with = f.quick(hook, pkt, indev, outdev, skb, skb.physin,
                                                 physout)
@@ -295,9 +313,10 @@ class Walker:
             ):
                 w.src_rewritten = True
             return new
-        out = f.run(hook, pkt, indev, outdev, skb, record=w.record, log=w.log,
-                    physin=skb.physin, physout=physout)
-        if w.record:
+        traced = w.record or (w.choice and w.chosen_by is None and hook in _CHOICE_HOOKS)
+        out = f.run(hook, pkt, indev, outdev, skb, record=traced, log=w.log,
+                    physin=skb.physin, physout=physout, hops_wanted=w.record)
+        if traced:
             if out.hops:
                 w.hops.extend(out.hops)
             if out.chosen_by is not None and w.chosen_by is None:

@@ -27,6 +27,7 @@ from netmodel.network import DEFAULT_ROUTE, FdbEntry, Interface, Neighbor, Route
 RTNH_F_ONLINK = 4
 NUD_PERMANENT = 0x80
 BRIDGE_MODE_HAIRPIN = 1
+_UNKNOWN_KIND = "?"
 _SCOPES = {"global": 0, "link": 253, "host": 254}
 
 
@@ -47,6 +48,13 @@ class NsLink:
         self.netns = netns
         with nsenter.entered(netns):
             self.ipr = IPRoute()
+        # ifname -> (index, kind), filled by a link dump on first use, by a lookup on a
+        # miss (a link another session made, e.g. a veth's peer end: kind unknown until
+        # asked), and kept up to date by this session's own creations and deletions. A session is short-lived (realize
+        # closes its sessions before the CNI plugins run), so nothing deletes a link
+        # under it. Saves one netlink round trip per name lookup, which dominated
+        # realising hundreds of devices.
+        self._known: dict[str, tuple[int, str | None]] | None = None
 
     def __enter__(self) -> NsLink:
         return self
@@ -68,9 +76,32 @@ class NsLink:
             ) from e
 
     # ------------------------------------------------------------------ queries
-    def index(self, ifname: str) -> int | None:
+    def _table(self) -> dict[str, tuple[int, str | None]]:
+        if self._known is None:
+            self._known = {}
+            for x in self.ipr.get_links():
+                info = x.get_attr("IFLA_LINKINFO")
+                kind = None if info is None else info.get_attr("IFLA_INFO_KIND")
+                self._known[str(x.get_attr("IFLA_IFNAME"))] = (int(x["index"]), kind)
+        return self._known
+
+    def _learn(self, ifname: str, kind: str) -> int:
+        """Record a link this session just created (one lookup) and return its index."""
         found = self.ipr.link_lookup(ifname=ifname)
-        return found[0] if found else None
+        if not found:
+            raise BackendError(f"netns {self.netns}: no interface {ifname}")
+        self._table()[ifname] = (found[0], kind)
+        return int(found[0])
+
+    def index(self, ifname: str) -> int | None:
+        known = self._table().get(ifname)
+        if known is not None:
+            return known[0]
+        found = self.ipr.link_lookup(ifname=ifname)  # made by another session (a veth's
+        if not found:  # peer end), or absent
+            return None
+        self._table()[ifname] = (int(found[0]), _UNKNOWN_KIND)
+        return int(found[0])
 
     def must_index(self, ifname: str) -> int:
         idx = self.index(ifname)
@@ -79,6 +110,9 @@ class NsLink:
         return idx
 
     def kind(self, index: int) -> str | None:
+        for idx, kind in self._table().values():
+            if idx == index and kind != _UNKNOWN_KIND:
+                return kind
         link = self.ipr.get_links(index)[0]
         info = link.get_attr("IFLA_LINKINFO")
         return None if info is None else info.get_attr("IFLA_INFO_KIND")
@@ -114,7 +148,7 @@ class NsLink:
         if idx is None:
             with self._op(f"bridge {itf.name}"), tolerate(errno.EEXIST):
                 self.ipr.link("add", ifname=itf.name, kind="bridge", address=itf.mac, mtu=itf.mtu)
-            idx = self.must_index(itf.name)
+            idx = self._learn(itf.name, "bridge")
         return idx
 
     def ensure_dummy(self, itf: Interface) -> int:
@@ -123,7 +157,7 @@ class NsLink:
         if idx is None:
             with self._op(f"dummy {itf.name}"), tolerate(errno.EEXIST):
                 self.ipr.link("add", ifname=itf.name, kind="dummy", address=itf.mac, mtu=itf.mtu)
-            idx = self.must_index(itf.name)
+            idx = self._learn(itf.name, "dummy")
         return idx
 
     def ensure_veth(self, itf: Interface, peer_netns: str, peer: Interface) -> int:
@@ -143,7 +177,7 @@ class NsLink:
                 self.ipr.link(
                     "add", ifname=itf.name, kind="veth", address=itf.mac, mtu=itf.mtu, peer=spec
                 )
-            idx = self.must_index(itf.name)
+            idx = self._learn(itf.name, "veth")
         return idx
 
     def ensure_vxlan(self, itf: Interface) -> int:
@@ -166,7 +200,7 @@ class NsLink:
                     vxlan_port=vx.port,
                     vxlan_learning=int(vx.learning),
                 )
-            idx = self.must_index(itf.name)
+            idx = self._learn(itf.name, "vxlan")
         return idx
 
     def configure(self, itf: Interface) -> None:
@@ -178,12 +212,14 @@ class NsLink:
                 attrs: dict[str, Any] = {"address": itf.mac, "mtu": itf.mtu}
                 if itf.master is not None:
                     attrs["master"] = self.must_index(itf.master)
+                if itf.up and not itf.addresses:
+                    attrs["state"] = "up"  # one round trip instead of two
                 self.ipr.link("set", index=idx, **attrs)
                 if itf.master is not None and itf.hairpin:
                     self.ipr.brport("set", index=idx, mode=BRIDGE_MODE_HAIRPIN)
             for addr in itf.addresses:
                 self.ensure_addr(idx, addr)
-            if itf.up:
+            if itf.up and (itf.kind == "loopback" or itf.addresses):
                 self.ipr.link("set", index=idx, state="up")
 
     def ensure_addr(self, index: int, addr: IPv4Interface) -> None:
@@ -201,6 +237,7 @@ class NsLink:
         if idx is not None:
             with tolerate(errno.ENODEV, errno.ENOENT):
                 self.ipr.link("del", index=idx)
+            self._table().pop(ifname, None)
 
     # ------------------------------------------------------------------ tables
     def ensure_route(self, route: Route) -> None:

@@ -20,7 +20,10 @@ What :func:`realize` creates (names from :mod:`dataplane.linux.names`):
   - ``net.ipv4.conf.all.route_localnet=1`` on nodes: kube-proxy's localhost NodePorts
     (``127.0.0.1:NODEPORT``) DNAT loopback-sourced packets to pod IPs, which the kernel
     only routes off-host with route_localnet;
-  - ``net.bridge.bridge-nf-call-iptables=1`` on nodes: see *hairpin* below.
+  - ``net.bridge.bridge-nf-call-iptables=1`` on nodes: see *hairpin* below;
+  - on the host, ``net.ipv4.neigh.default.gc_thresh2/3`` are raised when the cluster
+    needs more ARP entries than they allow (the table is shared by all namespaces):
+    see :func:`ensure_neighbour_room`.
 
 Hairpin. A pod reaching a Service whose chosen endpoint is on the same node sends the
 packet to the ``cni0`` gateway (routed, so PREROUTING DNATs it), but the endpoint's
@@ -325,6 +328,8 @@ def realize(
         for ns in pods.values():
             results[str(ns.pod)] = _model_result(ns)
 
+    ensure_neighbour_room(neighbour_entries(network))
+
     # 4. sysctls and the hairpin mode
     chosen = _sysctls_and_hairpin(network, kernel, hairpin)
 
@@ -339,6 +344,49 @@ def realize(
     )
     cluster.save()
     return cluster
+
+
+NEIGH_DEFAULTS = Path("/proc/sys/net/ipv4/neigh/default")
+ARP_STATS = Path("/proc/net/stat/arp_cache")
+
+
+def neighbour_entries(network: ClusterNetwork) -> int:
+    """How many IPv4 neighbour (ARP) entries the realised cluster may hold at once, at
+    most: every pod its gateway; every node its pods, the other nodes and the router;
+    the router every node; external clients the router. Pure."""
+    nodes = sum(1 for ns in network.namespaces.values() if ns.role == "node")
+    pods = sum(1 for ns in network.namespaces.values() if ns.role == "pod")
+    others = len(network.namespaces) - nodes - pods
+    return pods + (pods + nodes * nodes) + nodes + others
+
+
+def ensure_neighbour_room(needed: int) -> None:
+    """Make room for ``needed`` more neighbour entries in the kernel's ARP table.
+
+    That table is one for the whole host, namespaces included: its limits
+    (``net.ipv4.neigh.default.gc_thresh2``/``gc_thresh3``, 512/1024 by default) count
+    the dynamic entries of every namespace. Past ``gc_thresh3`` the kernel refuses new
+    entries ("neighbour table overflow", ``table_fulls`` in ``/proc/net/stat/arp_cache``)
+    and drops the packets waiting for them: from ~30 nodes x 25 pods on, pods stopped
+    answering. So when the entries in use plus twice ``needed`` exceed ``gc_thresh3``,
+    both limits are raised to that (never lowered; permanent entries do not count).
+    This is a host-wide setting, the one large Kubernetes nodes raise too; it is only
+    written from the host's own namespace, where it lives."""
+    try:
+        in_use = int(ARP_STATS.read_text().splitlines()[1].split()[0], 16)
+        thresh = {k: int((NEIGH_DEFAULTS / k).read_text()) for k in ("gc_thresh2", "gc_thresh3")}
+    except (OSError, ValueError, IndexError):
+        return  # not the host's namespace (no defaults there): nothing to raise
+    want = in_use + 2 * needed
+    for key, value in thresh.items():
+        if value < want:
+            try:
+                (NEIGH_DEFAULTS / key).write_text(str(want))
+            except OSError as e:
+                raise BackendError(
+                    f"the cluster needs up to {needed} ARP entries but "
+                    f"net.ipv4.neigh.default.{key} is {value} and cannot be raised: {e}"
+                ) from e
 
 
 def _remove_stale(cluster_id: str, wanted: set[str], pods: set[str]) -> None:

@@ -28,6 +28,7 @@ from dataplane.linux import nsenter
 from netmodel.errors import BackendError
 
 Proto = Literal["tcp", "udp"]
+_SO_RCVBUFFORCE = getattr(socket, "SO_RCVBUFFORCE", 33)
 
 
 class ConnectFailed(BackendError):
@@ -207,29 +208,64 @@ def ping(
 
 
 def ping_many(
-    src_ns: str | None, dsts: Sequence[IPv4Address | str], *, timeout: float = 0.5
+    src_ns: str | None,
+    dsts: Sequence[IPv4Address | str],
+    *,
+    timeout: float = 0.5,
+    window: int = 64,
 ) -> set[str]:
-    """One ICMP echo from kernel namespace ``src_ns`` to each of ``dsts`` at once (one
-    raw socket, sequence number = position); returns the addresses that answered within
-    ``timeout`` of the last request. Cheap readiness probing of many addresses."""
+    """One ICMP echo from kernel namespace ``src_ns`` to each of ``dsts`` (one raw
+    socket, sequence number = position); returns the addresses that answered within
+    ``timeout`` of their request. Cheap readiness probing of many addresses.
+
+    At most ``window`` requests are in flight (sent, neither answered nor older than
+    ``timeout``), and replies are read while the rest is sent: a raw socket sees every
+    ICMP packet of its namespace, and hundreds of echo replies arriving at once overflow
+    its receive buffer (the kernel drops them silently and the destinations look dead).
+    The buffer is also raised (``SO_RCVBUFFORCE`` as root) for the replies in flight."""
     ident = (os.getpid() ^ id(object())) & 0xFFFF
     want = {i + 1: str(d) for i, d in enumerate(dsts)}
+    targets = set(want.values())
     answered: set[str] = set()
+    in_flight: dict[int, float] = {}  # seq -> deadline, in send order
     s = nsenter.socket_in(src_ns, socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP)
     try:
-        for seq, dst in want.items():
-            with contextlib.suppress(OSError):  # no route: never answers
-                s.sendto(_echo_request(ident, seq), (dst, 0))
-        deadline = time.perf_counter() + timeout
-        while len(answered) < len(set(want.values())):
-            left = deadline - time.perf_counter()
-            if left <= 0 or not select.select([s], [], [], left)[0]:
-                break
-            packet, addr = s.recvfrom(2048)
-            ihl = (packet[0] & 0x0F) * 4
-            icmp_type, _, _, rid, rseq = struct.unpack("!BBHHH", packet[ihl : ihl + 8])
-            if icmp_type == 0 and rid == ident and want.get(rseq) == addr[0]:
-                answered.add(addr[0])
+        with contextlib.suppress(OSError):
+            s.setsockopt(socket.SOL_SOCKET, _SO_RCVBUFFORCE, 1 << 22)
+        pending = iter(want.items())
+        more = True
+        while len(answered) < len(targets):
+            now = time.perf_counter()
+            for seq in [q for q, dl in in_flight.items() if dl <= now]:
+                del in_flight[seq]
+            while more and len(in_flight) < window:
+                item = next(pending, None)
+                if item is None:
+                    more = False
+                    break
+                seq, dst = item
+                if dst in answered:
+                    continue
+                with contextlib.suppress(OSError):  # no route: never answers
+                    s.sendto(_echo_request(ident, seq), (dst, 0))
+                    in_flight[seq] = time.perf_counter() + timeout
+            if not in_flight:
+                if not more:
+                    break
+                continue
+            wait = max(0.0, min(in_flight.values()) - time.perf_counter())
+            if not select.select([s], [], [], wait)[0]:
+                continue
+            while True:
+                try:
+                    packet, addr = s.recvfrom(2048, socket.MSG_DONTWAIT)
+                except BlockingIOError:
+                    break
+                ihl = (packet[0] & 0x0F) * 4
+                icmp_type, _, _, rid, rseq = struct.unpack("!BBHHH", packet[ihl : ihl + 8])
+                if icmp_type == 0 and rid == ident and want.get(rseq) == addr[0]:
+                    answered.add(addr[0])
+                    in_flight.pop(rseq, None)
     finally:
         with contextlib.suppress(OSError):
             s.close()

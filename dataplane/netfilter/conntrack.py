@@ -350,6 +350,23 @@ class ConntrackTable:
             self._remove(c)
         return len(victims)
 
+    def mark(self) -> int:
+        """An opaque position: :meth:`delete_since` removes what comes after it."""
+        return self._next_id
+
+    def delete_since(self, mark: int) -> int:
+        """Delete the live connections created since :meth:`mark` returned ``mark``
+        (as if they had expired); returns how many. Costs what it deletes: recent
+        entries are at the end of the table."""
+        victims: list[Connection] = []
+        for conn, _ in reversed(self._by_tuple.values()):
+            if conn.id < mark:
+                break
+            victims.append(conn)
+        for c in victims:
+            self._remove(c)
+        return len({id(c) for c in victims})
+
     def flush(self) -> None:
         for conn, _ in self._by_tuple.values():
             conn.status |= DYING

@@ -99,3 +99,33 @@ def test_an_unanswered_probe_shows_the_neighbour_states() -> None:
         msg = str(e.value)
         assert "node/n1: link cni0 down" in msg.splitlines()[0]
         assert "--- node/n1 (" in msg and "link cni0 bridge" in msg
+
+
+@pytest.mark.kernel
+@kernel
+def test_hundreds_of_echo_replies_at_once_are_all_counted() -> None:
+    """A raw ICMP socket's default receive buffer holds ~170 echo replies; the probe of
+    a 200-pod cluster used to send all its requests at once and lose the rest (the
+    kernel drops what overflows, silently), so live pods looked dead."""
+    from dataplane.linux import netns as ns
+    from dataplane.linux.traffic import ping_many
+
+    dsts = [IPv4Address("10.99.0.0") + i for i in range(1, 601)]
+    with ns.temporary("t") as name:
+        with NsLink(name) as lk:
+            for d in dsts:
+                lk.ipr.addr("add", index=lk.must_index("lo"), address=str(d), prefixlen=32)
+        assert ping_many(name, dsts, timeout=2.0) == {str(d) for d in dsts}
+        assert ping_many(name, [IPv4Address("10.98.0.1")], timeout=0.1) == set()
+
+
+@pytest.mark.kernel
+@kernel
+def test_eight_nodes_of_twenty_five_pods_come_up_ready() -> None:
+    """The scale at which ``up`` used to fail with hundreds of unanswered probes: every
+    node reaches every node and every one of the 200 pods."""
+    net = sample_network(8, 25).network
+    with realized(net, cni="netlink") as c:
+        r = ready.wait_ready(net, c.namespaces, timeout=20)
+        assert not r.reconciled
+        assert len(ready.probes(net)) == 8 * (7 + 200)

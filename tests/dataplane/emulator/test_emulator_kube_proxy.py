@@ -248,3 +248,49 @@ def test_ipvs_takes_the_packet_in_input_and_forwards_it_itself() -> None:
     assert short.verdict == "ttl-exceeded"
     assert short.reply is not None and short.reply.received is not None
     assert short.reply.received.icmp_type == 11
+
+
+@pytest.mark.parametrize(
+    ("mode", "affinity"),
+    [("iptables", None), ("iptables", 10800), ("nftables", None), ("ipvs", None)],
+)
+def test_streamed_connections_answer_as_traced_ones_and_leave_nothing_behind(
+    mode: str, affinity: int | None
+) -> None:
+    """``iter_connect`` untraced with ``choice`` (what ``svclab connect`` runs) picks the
+    same endpoints by the same rules as fully traced connections under the same seed;
+    with ``release`` each finished connection is forgotten (conntrack, sockets, ports)."""
+    eps = [(C, "n2"), (B, "n1")]
+
+    def run(**kw: Any) -> tuple[EmulatedCluster, list[tuple[object, ...]]]:
+        c = kube_cluster(eps, seed=5, mode=mode, affinity=affinity)  # type: ignore[arg-type]
+        got = [
+            (r.endpoint, r.pod, r.chosen_by, r.established, r.source_seen)
+            for r in c.iter_connect("pod/default/a", CIP, "tcp", 80, 60, complete=False, **kw)
+        ]
+        return c, got
+
+    _, traced = run(record=True)
+    c, streamed = run(record=False, choice=True, release=True)
+    assert streamed == traced
+    if mode != "nftables":  # nft traces name no choosing rule (traced ones neither)
+        assert all(chosen is not None for _, _, chosen, _, _ in streamed)
+    assert len({e for e, *_ in streamed}) == (1 if affinity else 2)
+    for node in ("n1", "n2"):
+        assert [e for e in c.conntrack(node) if e.proto == "tcp"] == []
+    assert not any(c.endpoints.clients.values())
+    assert not any(c.endpoints.server_conns.values())
+
+
+def test_released_connections_outnumber_the_ephemeral_ports() -> None:
+    """The range has 28,232 ports; every released connection frees its own, so a client
+    opens more connections than that, every one through the Service."""
+    c = kube_cluster([(C, "n2"), (B, "n1")], seed=3)
+    n = 28_300
+    ok = sum(
+        r.established
+        for r in c.iter_connect(
+            "pod/default/a", CIP, "tcp", 80, n, record=False, complete=False, release=True
+        )
+    )
+    assert ok == n
