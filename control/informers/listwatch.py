@@ -25,6 +25,7 @@ known to the watcher.
 
 from __future__ import annotations
 
+import builtins
 import time
 from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass
@@ -125,7 +126,7 @@ class StoreListerWatcher:
             objs = [o for o in objs if match(o)]
         return Listing(objs, rev)
 
-    def poll(self, since: int, kinds: Collection[str]) -> list[WatchEvent]:
+    def poll(self, since: int, kinds: Collection[str]) -> builtins.list[WatchEvent]:
         """Every change of ``kinds`` after ``since`` (CompactedError if compacted)."""
         return self.store.watch(since, kinds)
 

@@ -377,8 +377,13 @@ class Scheduler:
         node = decision.node
         assert node is not None
         ann = {**pod.metadata.annotations, SCHEDULING_ANNOTATION: decision.to_json()}
-        bound = pod.evolve(spec=pod.spec.evolve(node_name=node)).with_meta(annotations=ann)
-        updated = self.api.update(bound, component=self.name)
+        binder = getattr(self.api, "bind", None)
+        if binder is None:  # the in-process apiserver: one write sets node and annotation
+            bound = pod.evolve(spec=pod.spec.evolve(node_name=node)).with_meta(annotations=ann)
+            updated = self.api.update(bound, component=self.name)
+        else:  # an API client: the decision, then the pods/binding subresource
+            annotated = self.api.update(pod.with_meta(annotations=ann), component=self.name)
+            updated = binder(annotated, node)
         info.node = node
         self.table.add_pod(info)  # assume: visible to the next attempt at once
         self.stats.scheduled += 1

@@ -1,0 +1,183 @@
+"""What a component writes and re-reads through when it is an API client.
+
+:class:`RemoteAPI` keeps the :class:`~control.controllers.base.APIClient` protocol the
+in-process :class:`~control.apiserver.server.APIServer` keeps, over a
+:class:`~control.informers.http.KubeClient`: so the controllers, the scheduler, the
+kubelet and kube-proxy are the same code in both drivers. ``component=`` is not sent:
+the server knows who writes from the client certificate.
+
+* ``store`` is a read-only view (:class:`RemoteReader`): ``get`` and ``list`` are GETs,
+  what a reconcile's re-read of its primary object is; writes through it are refused.
+* ``finalize_namespace`` is a PUT of ``namespaces/NAME/finalize``.
+* ``finalize_pod_deletion`` is a DELETE with ``gracePeriodSeconds=0`` (the kubelet's
+  final delete after it stopped the pod).
+* ``bind`` posts the ``pods/binding`` subresource (the scheduler uses it when present).
+* :class:`RemoteRecorder` posts core/v1 Events named ``<object>.<hex time>`` as
+  client-go's recorder does.
+"""
+
+from __future__ import annotations
+
+import builtins
+import threading
+import time
+from collections.abc import Collection
+from contextlib import AbstractContextManager, nullcontext
+
+from control.clock import Clock, WallClock, rfc3339
+from control.events import SYSTEM_NAMESPACE, Recorder
+from control.informers.http import KubeClient, resource_path
+from control.store.base import WatchEvent
+from netmodel.errors import NotFoundError, SvclabError
+from netmodel.objects import Event, KubeObject, Namespace, ObjectMeta, ObjectReference, Pod
+from netmodel.selectors import LabelSelector
+
+
+class ReadOnlyError(SvclabError):
+    """A component tried to write through its read view instead of the API."""
+
+
+class RemoteReader:
+    """The store-shaped read view of the API (get/list) a component re-reads through."""
+
+    def __init__(self, client: KubeClient) -> None:
+        self.client = client
+
+    @property
+    def revision(self) -> int:
+        return 0  # unknown to a client; Events carry none
+
+    @property
+    def compacted_revision(self) -> int:
+        return 0
+
+    def get(self, kind: str, key: str) -> KubeObject:
+        return self.client.get(kind, key)
+
+    def list(
+        self,
+        kind: str,
+        namespace: str | None = None,
+        selector: LabelSelector | None = None,
+    ) -> builtins.list[KubeObject]:
+        objs = self.client.list(kind, namespace=namespace or None).objects
+        if selector is not None:
+            objs = [o for o in objs if selector.matches(o.labels)]
+        return objs
+
+    def _refuse(self, *_: object, **__: object) -> KubeObject:
+        raise ReadOnlyError("a component writes through the API, not its read view")
+
+    create = update = delete = _refuse
+
+    def watch(self, since: int, kinds: Collection[str] | None = None) -> builtins.list[WatchEvent]:
+        raise ReadOnlyError("a component watches through its informers")
+
+    def compact(self, revision: int) -> None:
+        raise ReadOnlyError("a component cannot compact the store")
+
+    def transaction(self) -> AbstractContextManager[None]:
+        return nullcontext()
+
+    def close(self) -> None:
+        self.client.close()
+
+
+class RemoteRecorder(Recorder):
+    """Posts Events through the API (same ``record`` contract as :class:`Recorder`)."""
+
+    def __init__(self, client: KubeClient, clock: Clock) -> None:
+        self.client = client
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._last = 0
+
+    def _suffix(self) -> str:
+        with self._lock:  # unique per recorder even within one nanosecond
+            self._last = max(self._last + 1, time.time_ns())
+            return f"{self._last:x}"
+
+    def record(
+        self,
+        component: str,
+        subject: KubeObject,
+        reason: str,
+        message: str,
+        *,
+        type_: str = "Normal",
+    ) -> Event:
+        ns = subject.namespace or SYSTEM_NAMESPACE
+        ev = Event(
+            metadata=ObjectMeta(
+                name=f"{subject.name}.{self._suffix()}",
+                namespace=ns,
+                creation_timestamp=rfc3339(self._clock.now()),
+            ),
+            involved_object=ObjectReference(
+                kind=subject.kind,
+                namespace=subject.namespace or None,
+                name=subject.name,
+                uid=subject.metadata.uid,
+            ),
+            reason=reason,
+            message=message,
+            type=type_,
+            source_component=component,
+        )
+        created = self.client.create(ev)
+        assert isinstance(created, Event)
+        return created
+
+
+class RemoteAPI:
+    """The APIClient protocol over the REST API; see the module docstring."""
+
+    def __init__(self, client: KubeClient, *, clock: Clock | None = None) -> None:
+        self.client = client
+        self.clock: Clock = clock or WallClock()
+        self._reader = RemoteReader(client)
+        self.recorder = RemoteRecorder(client, self.clock)
+
+    @property
+    def store(self) -> RemoteReader:
+        return self._reader
+
+    def create(self, obj: KubeObject, *, component: str = "") -> KubeObject:
+        return self.client.create(obj)
+
+    def update(self, obj: KubeObject, *, component: str = "") -> KubeObject:
+        return self.client.update(obj)
+
+    def update_status(self, obj: KubeObject, *, component: str = "") -> KubeObject:
+        return self.client.update_status(obj)
+
+    def delete(
+        self, kind: str, key: str, *, component: str = "", force: bool = False
+    ) -> KubeObject:
+        before = self.client.get(kind, key)
+        self.client.delete(kind, key, grace_period=0 if force else None)
+        return before
+
+    def finalize_namespace(self, name: str, *, component: str = "") -> KubeObject | None:
+        """PUT namespaces/NAME/finalize (the namespace controller's last step)."""
+        try:
+            current = self.client.get(Namespace.KIND, name)
+        except NotFoundError:
+            return None
+        path = resource_path(Namespace.KIND, None, name) + "/finalize"
+        body = current.to_dict()
+        body.setdefault("spec", {})["finalizers"] = []
+        self.client.request("PUT", path, body=body)
+        return current
+
+    def finalize_pod_deletion(self, key: str) -> None:
+        self.client.delete(Pod.KIND, key, grace_period=0)
+
+    def bind(self, pod: Pod, node: str) -> Pod:
+        self.client.bind(pod.namespace, pod.name, node)
+        bound = self.client.get(Pod.KIND, pod.key)
+        assert isinstance(bound, Pod)
+        return bound
+
+
+__all__ = ["ReadOnlyError", "RemoteAPI", "RemoteReader", "RemoteRecorder"]

@@ -1,0 +1,427 @@
+"""The live driver: the control plane's components as API clients of ``svclab serve``.
+
+The same component classes the deterministic runner (:mod:`control.runner`) drives —
+node IPAM, Deployment, ReplicaSet, garbage-collector, namespace, pod-GC and
+EndpointSlice controllers, the scheduler, one kubelet and one kube-proxy per node —
+run here in threads of the serving process, each reading the cluster only through
+informers over a :class:`~control.informers.listwatch.ListerWatcher` and writing only
+through an API client, under its own identity:
+
+==============================  =============================================  =========================
+component                       identity (client certificate CN / O)           informers (kind: selector)
+==============================  =============================================  =========================
+controllers                     ``system:kube-controller-manager``             their kinds, all objects
+scheduler                       ``system:kube-scheduler``                      Pod, Node
+kubelet of node N               ``system:node:N`` / ``system:nodes``           Node ``metadata.name=N``,
+                                                                               Pod ``spec.nodeName=N``
+kube-proxy of node N            ``system:kube-proxy``                          Service, EndpointSlice,
+                                                                               Node ``metadata.name=N``
+==============================  =============================================  =========================
+
+Informers are shared per identity and (kind, selector): one reflector thread each
+(list, watch from the list's revision, relist on 410 Gone). Each component has one
+worker thread and one lock: informer events are handed to ``handle`` under the lock,
+and the worker runs ``sync`` (which pops keys from the component's rate-limited
+:class:`~control.informers.workqueue.WorkQueue` and reconciles each) under it; so a
+key is never reconciled twice at once. A component starts (``resync`` with its
+informers' contents) once all its informers have listed. Failed reconciles come back
+after exponential backoff (5 ms doubling, capped at 30 s). Kubelets and kube-proxies
+start for each Node the controller-manager's Node informer sees.
+
+Every step logs one structured line to the ``svclab.live`` logger (stderr in
+``svclab serve``): ``component=... synced=N pending=M ms=T`` at INFO when work was
+done; kube-proxy adds ``mode=... payload_lines=...`` like kube-proxy's sync log.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from control.agents import Agent
+from control.agents.kubelet import Kubelet
+from control.agents.kubeproxy import EmulatedRules, KubeProxy
+from control.agents.network import EmulatedCNI
+from control.clock import Clock, WallClock
+from control.controllers.base import GarbageCollector
+from control.controllers.deployment import DeploymentController
+from control.controllers.endpointslice import EndpointSliceController
+from control.controllers.namespace import NamespaceController
+from control.controllers.nodeipam import NodeIPAM
+from control.controllers.podgc import PodGarbageCollector
+from control.controllers.replicaset import ReplicaSetController
+from control.informers.informer import Reflector, SharedInformer
+from control.informers.listwatch import ListerWatcher
+from control.informers.remote import RemoteAPI
+from control.informers.workqueue import ExponentialBackoff, WorkQueue
+from control.runner import NodeIPAMAgent
+from control.scheduler import Scheduler
+from control.store.base import WatchEvent
+from netmodel.cluster import ClusterSpec
+from netmodel.objects import KubeObject, Node, Pod
+
+log = logging.getLogger("svclab.live")
+
+
+@dataclass(frozen=True)
+class Identity:
+    """Who a component is to the API server (client certificate CN and O)."""
+
+    user: str
+    groups: tuple[str, ...] = ()
+
+
+CONTROLLER_MANAGER = Identity("system:kube-controller-manager")
+SCHEDULER = Identity("system:kube-scheduler")
+KUBE_PROXY = Identity("system:kube-proxy")
+
+
+def node_identity(node: str) -> Identity:
+    return Identity(f"system:node:{node}", ("system:nodes",))
+
+
+@dataclass
+class Connection:
+    """What a component of one identity reads and writes through."""
+
+    lister_watcher: ListerWatcher
+    api: RemoteAPI
+
+
+#: (identity, user agent) -> a connection authenticated as that identity
+Connector = Callable[[Identity, str], Connection]
+
+
+class _Informers:
+    """One identity's shared informers, by (kind, field selector)."""
+
+    def __init__(self, name: str, conn: Connection, watch_timeout: float) -> None:
+        self.name = name
+        self.conn = conn
+        self.watch_timeout = watch_timeout
+        self.informers: dict[tuple[str, str | None], SharedInformer] = {}
+        self.reflectors: list[Reflector] = []
+
+    def get(self, kind: str, field_selector: str | None = None) -> SharedInformer:
+        inf = self.informers.get((kind, field_selector))
+        if inf is None:
+            inf = self.informers[(kind, field_selector)] = SharedInformer(
+                kind, field_selector=field_selector
+            )
+            sel = f"[{field_selector}]" if field_selector else ""
+            self.reflectors.append(
+                Reflector(
+                    self.conn.lister_watcher,
+                    inf,
+                    watch_timeout=self.watch_timeout,
+                    name=f"{self.name}/{kind}{sel}",
+                )
+            )
+        return inf
+
+
+class LiveComponent:
+    """One component, its informers, its lock and its worker (see the module docstring)."""
+
+    def __init__(
+        self,
+        name: str,
+        agent: Agent,
+        informers: Sequence[SharedInformer],
+        *,
+        resync: Callable[[list[KubeObject]], None] | None = None,
+        idle_wakeup: float = 1.0,
+    ) -> None:
+        self.name = name
+        self.agent = agent
+        self.informers = list(informers)
+        self._resync = resync or getattr(agent, "resync", None)
+        self.idle_wakeup = idle_wakeup
+        self.lock = threading.Lock()
+        self.wake = threading.Event()
+        self.started = threading.Event()
+        self.syncs = 0
+        self.steps = 0
+        for inf in self.informers:
+            inf.add_handler(self._on_events)
+        queue = getattr(agent, "queue", None)
+        if isinstance(queue, WorkQueue):
+            queue.use(ExponentialBackoff(), WallClock())
+
+    def _on_events(self, events: Sequence[WatchEvent]) -> None:
+        with self.lock:
+            if not self.started.is_set():
+                return  # the start snapshot, taken later, contains them
+            self.agent.handle(events)
+        self.wake.set()
+
+    def _start(self) -> None:
+        with self.lock:
+            objs: list[KubeObject] = []
+            for inf in self.informers:
+                objs += inf.objects()
+            if self._resync is not None:
+                self._resync(objs)
+            else:
+                self.agent.handle([WatchEvent("ADDED", o, o.resource_version) for o in objs])
+            self.started.set()
+        log.info("component=%s started objects=%d", self.name, len(objs))
+
+    def _pending(self) -> int:
+        pending = getattr(self.agent, "pending", None)
+        return int(pending()) if pending is not None else 0
+
+    def _wait_time(self) -> float:
+        queue = getattr(self.agent, "queue", None)
+        due = queue.next_ready_in() if isinstance(queue, WorkQueue) else None
+        return self.idle_wakeup if due is None else min(self.idle_wakeup, max(due, 0.001))
+
+    def run(self, stop: threading.Event) -> None:
+        while not stop.is_set():
+            if all(inf.synced.wait(0.1) for inf in self.informers):
+                break
+        if stop.is_set():
+            return
+        self._start()
+        self.wake.set()
+        while not stop.is_set():
+            self.wake.wait(self._wait_time())
+            self.wake.clear()
+            if stop.is_set():
+                return
+            self.step()
+
+    def step(self) -> int:
+        """Sync until nothing is ready (each sync reconciles the keys queued when it
+        began); returns the steps done. Errors other than refused writes are logged,
+        never fatal: the keys come back through the informers."""
+        total = 0
+        t0 = time.perf_counter()
+        for _ in range(100):
+            with self.lock:
+                try:
+                    n = self.agent.sync()
+                except Exception as e:
+                    log.error("component=%s sync failed: %s: %s", self.name, type(e).__name__, e)
+                    n = 0
+                pending = self._pending()
+            total += n
+            if n == 0 or pending == 0:
+                break
+        if total:
+            self.syncs += 1
+            self.steps += total
+            log.info(
+                "component=%s synced=%d pending=%d ms=%.1f%s",
+                self.name,
+                total,
+                self._pending(),
+                (time.perf_counter() - t0) * 1e3,
+                self._detail(),
+            )
+        return total
+
+    def _detail(self) -> str:
+        if isinstance(self.agent, KubeProxy) and self.agent.last is not None:
+            payload = self.agent.last.restore_input
+            return f" mode={self.agent.mode} payload_lines={payload.count(chr(10))}"
+        return ""
+
+
+class _KubeletAgent:
+    """A single node's kubelet as an Agent whose ``resync`` takes a flat listing."""
+
+    def __init__(self, kubelet: Kubelet) -> None:
+        self.kubelet = kubelet
+        self.name = f"kubelet/{kubelet.node_name}"
+        self.kinds = kubelet.kinds
+        self.queue = kubelet.queue
+
+    def handle(self, events: Sequence[WatchEvent]) -> None:
+        self.kubelet.handle(events)
+
+    def resync(self, objs: list[KubeObject]) -> None:
+        node = next(
+            (o for o in objs if isinstance(o, Node) and o.name == self.kubelet.node_name), None
+        )
+        self.kubelet.resync(node, [o for o in objs if isinstance(o, Pod)])
+
+    def pending(self) -> int:
+        return self.kubelet.pending()
+
+    def sync(self) -> int:
+        return self.kubelet.sync()
+
+
+class LiveControlPlane:
+    """Runs every component as an API client until :meth:`stop`; see the module docstring.
+
+    ``connect`` makes the connection of an identity (the serving process gives one over
+    HTTPS with a client certificate issued from the cluster CA)."""
+
+    def __init__(
+        self,
+        connect: Connector,
+        cluster: ClusterSpec,
+        *,
+        proxy_config: Any = None,
+        seed: int = 0,
+        clock: Clock | None = None,
+        watch_timeout: float = 30.0,
+    ) -> None:
+        self.connect = connect
+        self.cluster = cluster
+        self.proxy_config = proxy_config
+        self.seed = seed
+        self.clock: Clock = clock or WallClock()
+        self.watch_timeout = watch_timeout
+        self.rules = EmulatedRules()
+        self.components: dict[str, LiveComponent] = {}
+        self._groups: list[_Informers] = []
+        self._threads: list[threading.Thread] = []
+        self._stop = threading.Event()
+        self._nodes_lock = threading.Lock()
+        self._node_agents: set[str] = set()
+        self._connections: list[Connection] = []
+
+    # ---- wiring
+
+    def _identity(self, ident: Identity, agent: str) -> _Informers:
+        conn = self.connect(ident, agent)
+        self._connections.append(conn)
+        group = _Informers(ident.user, conn, self.watch_timeout)
+        self._groups.append(group)
+        return group
+
+    def _add(self, comp: LiveComponent) -> None:
+        self.components[comp.name] = comp
+        if not self._stop.is_set() and self._threads:
+            self._spawn(comp)
+
+    def _spawn(self, comp: LiveComponent) -> None:
+        t = threading.Thread(target=comp.run, args=(self._stop,), name=comp.name, daemon=True)
+        self._threads.append(t)
+        t.start()
+
+    def _start_reflectors(self, group: _Informers, start: int = 0) -> None:
+        for r in group.reflectors[start:]:
+            t = threading.Thread(
+                target=r.run, args=(self._stop,), name=f"reflector {r.name}", daemon=True
+            )
+            self._threads.append(t)
+            t.start()
+
+    def start(self) -> None:
+        """Build the components and start their threads."""
+        cm = self._identity(CONTROLLER_MANAGER, "kube-controller-manager")
+        api = cm.conn.api
+        rec = api.recorder
+        controllers: list[Agent] = [
+            NodeIPAMAgent(NodeIPAM(api, self.cluster)),
+            DeploymentController(api, rec),
+            ReplicaSetController(api, rec, seed=self.seed),
+            GarbageCollector(api, rec),
+            NamespaceController(api, rec, self.clock),
+            PodGarbageCollector(api, rec, self.clock),
+            EndpointSliceController(api, rec, seed=self.seed),
+        ]
+        for c in controllers:
+            name = str(getattr(c, "name", type(c).__name__))
+            self.components[name] = LiveComponent(name, c, [cm.get(k) for k in sorted(c.kinds)])
+        sched_group = self._identity(SCHEDULER, "kube-scheduler")
+        sapi = sched_group.conn.api
+        sched = Scheduler(sapi, sapi.recorder, self.clock, seed=self.seed)
+        self.components[sched.name] = LiveComponent(
+            sched.name, sched, [sched_group.get(k) for k in sorted(sched.kinds)]
+        )
+        # kubelets and kube-proxies follow the Nodes the controller-manager sees
+        cm.get("Node").add_handler(self._on_nodes)
+        self.proxy_group = self._identity(KUBE_PROXY, "kube-proxy")
+        for group in self._groups:
+            self._start_reflectors(group)
+        for comp in list(self.components.values()):
+            self._spawn(comp)
+
+    def _on_nodes(self, events: Sequence[WatchEvent]) -> None:
+        for ev in events:
+            if ev.type != "DELETED" and isinstance(ev.object, Node):
+                self._start_node(ev.object.name)
+
+    def _start_node(self, node: str) -> None:
+        with self._nodes_lock:
+            if node in self._node_agents or self._stop.is_set():
+                return
+            self._node_agents.add(node)
+            kg = self._identity(node_identity(node), f"kubelet/{node}")
+            kapi = kg.conn.api
+            kubelet = Kubelet(node, kapi, kapi.recorder, self.clock, EmulatedCNI())
+            kagent = _KubeletAgent(kubelet)
+            self._add(
+                LiveComponent(
+                    kagent.name,
+                    kagent,
+                    [
+                        kg.get("Node", f"metadata.name={node}"),
+                        kg.get("Pod", f"spec.nodeName={node}"),
+                    ],
+                )
+            )
+            self._start_reflectors(kg)
+            pg = self.proxy_group
+            before = len(pg.reflectors)
+            papi = pg.conn.api
+            proxy = KubeProxy(
+                node, self.cluster, self.proxy_config, self.rules, papi.recorder, clock=self.clock
+            )
+            self._add(
+                LiveComponent(
+                    proxy.name,
+                    proxy,
+                    [
+                        pg.get("Service"),
+                        pg.get("EndpointSlice"),
+                        pg.get("Node", f"metadata.name={node}"),
+                    ],
+                )
+            )
+            self._start_reflectors(pg, before)
+            log.info("node=%s kubelet and kube-proxy started", node)
+
+    # ---- lifecycle
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Stop every thread (closing the connections ends open watches)."""
+        self._stop.set()
+        for comp in self.components.values():
+            comp.wake.set()
+        for conn in self._connections:
+            with contextlib.suppress(Exception):  # already closed
+                conn.api.client.close()
+        deadline = time.monotonic() + timeout
+        for t in self._threads:
+            t.join(max(0.0, deadline - time.monotonic()))
+
+    def __enter__(self) -> LiveControlPlane:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+__all__ = [
+    "CONTROLLER_MANAGER",
+    "KUBE_PROXY",
+    "SCHEDULER",
+    "Connection",
+    "Connector",
+    "Identity",
+    "LiveComponent",
+    "LiveControlPlane",
+    "node_identity",
+]
