@@ -156,15 +156,50 @@ class Session:
                 self.proxies[node.name] = proxy
                 self._plane.add_agent(proxy)
 
+    @property
+    def served(self) -> bool:
+        """Whether ``svclab serve`` runs on this state directory (its live components
+        converge the cluster; see :mod:`control.serving`)."""
+        if self.state_dir is None:
+            return False
+        from control.serving import is_served
+
+        return is_served(self.state_dir)
+
     def converge(self) -> None:
-        """Run every control loop (kube-proxies included) until nothing is left to do."""
+        """Run every control loop (kube-proxies included) until nothing is left to do.
+
+        While a server serves the state directory, only this session's kube-proxies run
+        (on the store as it is): the server's components do the rest, and a second
+        control plane would fight them."""
+        if self.served:
+            self._sync_proxies()
+            return
         self.plane.run_until_idle()
+
+    def _sync_proxies(self) -> None:
+        from control.agents.kubeproxy import KubeProxy
+
+        objs = [o for kind in ("Node", "Service", "EndpointSlice") for o in self.store.list(kind)]
+        for node in self.store.list("Node"):
+            proxy = self.proxies.get(node.name)
+            if proxy is None:
+                proxy = self.proxies[node.name] = KubeProxy(
+                    node.name,
+                    self.cluster.spec,
+                    self.proxy_config,
+                    self.rules,
+                    None,
+                    clock=self.clock,
+                )
+            proxy.resync(objs)
+            proxy.sync()
 
     def _apply_objects(
         self, objs: Sequence[KubeObject], *, source: str | None
     ) -> list[tuple[str, KubeObject]]:
         results = self.plane.apply(objs, source=source) if objs else []
-        self.plane.run_until_idle()
+        self.converge()
         return results
 
     def apply(self, manifests: Manifests) -> list[tuple[str, KubeObject]]:
