@@ -41,6 +41,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from control.agents import Agent
@@ -124,6 +125,30 @@ class _Informers:
             )
         return inf
 
+    def caught_up(self, api: RemoteAPI) -> bool:
+        """Whether these informers have seen every write ``api`` made (or it timed out)."""
+        pending = api.pending_writes()
+        if not pending:
+            return True
+        now = time.monotonic()
+        done: list[tuple[str, str]] = []
+        for (kind, key), (rv, when) in pending.items():
+            infs = [inf for (k, _), inf in self.informers.items() if k == kind]
+            if not infs or now - when > api.EXPECTATION_TIMEOUT:
+                done.append((kind, key))
+                continue
+            for inf in infs:
+                obj = inf.cache.get(kind, key)
+                if rv is None:
+                    seen = obj is None or obj.metadata.deletion_timestamp is not None
+                else:
+                    seen = inf.revision >= rv if obj is None else obj.resource_version >= rv
+                if seen:
+                    done.append((kind, key))
+                    break
+        api.observed(done)
+        return len(done) == len(pending)
+
 
 class LiveComponent:
     """One component, its informers, its lock and its worker (see the module docstring)."""
@@ -136,8 +161,10 @@ class LiveComponent:
         *,
         resync: Callable[[list[KubeObject]], None] | None = None,
         idle_wakeup: float = 1.0,
+        writes: tuple[_Informers, RemoteAPI] | None = None,
     ) -> None:
         self.name = name
+        self.writes = writes
         self.agent = agent
         self.informers = list(informers)
         self._resync = resync or getattr(agent, "resync", None)
@@ -203,6 +230,8 @@ class LiveComponent:
         total = 0
         t0 = time.perf_counter()
         for _ in range(100):
+            if self.writes is not None and not self.writes[0].caught_up(self.writes[1]):
+                break  # its own writes are not in its cache yet: the next event wakes it
             with self.lock:
                 try:
                     n = self.agent.sync()
@@ -288,6 +317,9 @@ class LiveControlPlane:
         self._nodes_lock = threading.Lock()
         self._node_agents: set[str] = set()
         self._connections: list[Connection] = []
+        self._spawned: set[str] = set()
+        self._reflecting: set[int] = set()
+        self._running = False
 
     # ---- wiring
 
@@ -300,16 +332,22 @@ class LiveControlPlane:
 
     def _add(self, comp: LiveComponent) -> None:
         self.components[comp.name] = comp
-        if not self._stop.is_set() and self._threads:
+        if self._running:
             self._spawn(comp)
 
     def _spawn(self, comp: LiveComponent) -> None:
+        if comp.name in self._spawned or self._stop.is_set():
+            return
+        self._spawned.add(comp.name)
         t = threading.Thread(target=comp.run, args=(self._stop,), name=comp.name, daemon=True)
         self._threads.append(t)
         t.start()
 
-    def _start_reflectors(self, group: _Informers, start: int = 0) -> None:
-        for r in group.reflectors[start:]:
+    def _start_reflectors(self, group: _Informers) -> None:
+        for r in list(group.reflectors):
+            if id(r) in self._reflecting:
+                continue
+            self._reflecting.add(id(r))
             t = threading.Thread(
                 target=r.run, args=(self._stop,), name=f"reflector {r.name}", daemon=True
             )
@@ -319,33 +357,41 @@ class LiveControlPlane:
     def start(self) -> None:
         """Build the components and start their threads."""
         cm = self._identity(CONTROLLER_MANAGER, "kube-controller-manager")
-        api = cm.conn.api
-        rec = api.recorder
-        controllers: list[Agent] = [
-            NodeIPAMAgent(NodeIPAM(api, self.cluster)),
-            DeploymentController(api, rec),
-            ReplicaSetController(api, rec, seed=self.seed),
-            GarbageCollector(api, rec),
-            NamespaceController(api, rec, self.clock),
-            PodGarbageCollector(api, rec, self.clock),
-            EndpointSliceController(api, rec, seed=self.seed),
+        client = cm.conn.api.client
+        rec = cm.conn.api.recorder
+        apis = [RemoteAPI(client, clock=self.clock) for _ in range(7)]  # one per controller
+        controllers: list[tuple[Agent, RemoteAPI]] = [
+            (NodeIPAMAgent(NodeIPAM(apis[0], self.cluster)), apis[0]),
+            (DeploymentController(apis[1], rec), apis[1]),
+            (ReplicaSetController(apis[2], rec, seed=self.seed), apis[2]),
+            (GarbageCollector(apis[3], rec), apis[3]),
+            (NamespaceController(apis[4], rec, self.clock), apis[4]),
+            (PodGarbageCollector(apis[5], rec, self.clock), apis[5]),
+            (EndpointSliceController(apis[6], rec, seed=self.seed), apis[6]),
         ]
-        for c in controllers:
+        for c, capi in controllers:
             name = str(getattr(c, "name", type(c).__name__))
-            self.components[name] = LiveComponent(name, c, [cm.get(k) for k in sorted(c.kinds)])
+            self.components[name] = LiveComponent(
+                name, c, [cm.get(k) for k in sorted(c.kinds)], writes=(cm, capi)
+            )
         sched_group = self._identity(SCHEDULER, "kube-scheduler")
         sapi = sched_group.conn.api
         sched = Scheduler(sapi, sapi.recorder, self.clock, seed=self.seed)
         self.components[sched.name] = LiveComponent(
-            sched.name, sched, [sched_group.get(k) for k in sorted(sched.kinds)]
+            sched.name,
+            sched,
+            [sched_group.get(k) for k in sorted(sched.kinds)],
+            writes=(sched_group, sapi),
         )
         # kubelets and kube-proxies follow the Nodes the controller-manager sees
         cm.get("Node").add_handler(self._on_nodes)
         self.proxy_group = self._identity(KUBE_PROXY, "kube-proxy")
-        for group in self._groups:
-            self._start_reflectors(group)
-        for comp in list(self.components.values()):
-            self._spawn(comp)
+        with self._nodes_lock:
+            self._running = True
+            for comp in list(self.components.values()):
+                self._spawn(comp)
+            for group in list(self._groups):
+                self._start_reflectors(group)
 
     def _on_nodes(self, events: Sequence[WatchEvent]) -> None:
         for ev in events:
@@ -369,11 +415,11 @@ class LiveControlPlane:
                         kg.get("Node", f"metadata.name={node}"),
                         kg.get("Pod", f"spec.nodeName={node}"),
                     ],
+                    writes=(kg, kapi),
                 )
             )
             self._start_reflectors(kg)
             pg = self.proxy_group
-            before = len(pg.reflectors)
             papi = pg.conn.api
             proxy = KubeProxy(
                 node, self.cluster, self.proxy_config, self.rules, papi.recorder, clock=self.clock
@@ -389,7 +435,7 @@ class LiveControlPlane:
                     ],
                 )
             )
-            self._start_reflectors(pg, before)
+            self._start_reflectors(pg)
             log.info("node=%s kubelet and kube-proxy started", node)
 
     # ---- lifecycle
@@ -414,6 +460,91 @@ class LiveControlPlane:
         self.stop()
 
 
+# --------------------------------------------------------------------------- the serving seam
+
+
+def https_connector(state_dir: Path, server: str) -> Connector:
+    """Connections to ``server`` (``https://HOST:PORT``), each authenticated by a client
+    certificate issued for its identity from the state directory's CA (``DIR/pki``)."""
+    from control.apiserver.http import pki
+    from control.informers.http import Credentials, HTTPListerWatcher, KubeClient
+
+    ca = pki.load_ca(state_dir / "pki")
+    lock = threading.Lock()
+
+    def connect(ident: Identity, agent: str) -> Connection:
+        with lock:
+            cert, key = pki.client_cert(ca, ident.user, list(ident.groups))
+        creds = Credentials(server=server, ca_pem=ca.pem, cert_pem=cert, key_pem=key)
+        client = KubeClient(creds, user_agent=f"{agent} (svclab)")
+        return Connection(HTTPListerWatcher(client), RemoteAPI(client))
+
+    return connect
+
+
+class LiveDriver:
+    """The control-plane driver of ``svclab serve`` (the ``start``/``kick``/``stop``
+    seam of :mod:`control.apiserver.http.driver`): a :class:`LiveControlPlane` whose
+    components are HTTPS clients of this very server.
+
+    ``start`` (on the server's event loop, once the state holds a cluster) starts the
+    components in threads — they reach the API over the network like any client, so
+    nothing of theirs runs on the loop. ``kick`` has nothing to do: components learn
+    about writes from their watches. Every ``pump_every`` seconds the driver also
+    pumps the server's watch hub, so that commits made by other processes to the
+    state directory (CLI commands) reach the watchers too."""
+
+    def __init__(self, api: Any, server: str, *, pump_every: float = 0.2) -> None:
+        self.api = api
+        self.server = server
+        self.pump_every = pump_every
+        self.plane: LiveControlPlane | None = None
+        self._pump_task: Any = None
+
+    def start(self) -> None:
+        import asyncio
+
+        if self.plane is not None or not self.api.fixed:
+            return
+        logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request: too much
+        session = self.api.session
+        spec = session.cluster.spec
+        self.plane = LiveControlPlane(
+            https_connector(Path(self.api.state_dir), self.server),
+            spec,
+            proxy_config=session.proxy_config,
+            seed=spec.seed,
+        )
+        threading.Thread(target=self.plane.start, name="live-control-plane", daemon=True).start()
+        self._pump_task = asyncio.get_running_loop().create_task(self._pump())
+        log.info("live control plane starting: components are API clients of %s", self.server)
+
+    async def _pump(self) -> None:
+        import asyncio
+
+        while True:
+            await asyncio.sleep(self.pump_every)
+            try:
+                self.api.pump()
+            except Exception:  # keep serving; the error is logged
+                log.exception("watch pump failed")
+
+    def kick(self) -> None:
+        return None
+
+    async def stop(self) -> None:
+        import asyncio
+
+        if self._pump_task is not None:
+            self._pump_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._pump_task
+            self._pump_task = None
+        if self.plane is not None:
+            await asyncio.to_thread(self.plane.stop)
+            self.plane = None
+
+
 __all__ = [
     "CONTROLLER_MANAGER",
     "KUBE_PROXY",
@@ -423,5 +554,7 @@ __all__ = [
     "Identity",
     "LiveComponent",
     "LiveControlPlane",
+    "LiveDriver",
+    "https_connector",
     "node_identity",
 ]

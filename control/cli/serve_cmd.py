@@ -27,13 +27,29 @@ def parse_listen(text: str) -> tuple[str, int]:
     "--token-auth-file",
     type=click.Path(dir_okay=False, path_type=Path),
     default=None,
-    help="kube-apiserver's static token CSV: token,user,uid,\"group1,group2\".",
+    help='kube-apiserver\'s static token CSV: token,user,uid,"group1,group2".',
 )
-@click.option("--watch-history", default=100_000, show_default=True, help="Revisions the watch log keeps; older watches get 410 Gone.")
-@click.option("--compact-every", default=30.0, show_default=True, help="Seconds between compactions of the watch log.")
+@click.option(
+    "--watch-history",
+    default=100_000,
+    show_default=True,
+    help="Revisions the watch log keeps; older watches get 410 Gone.",
+)
+@click.option(
+    "--compact-every",
+    default=30.0,
+    show_default=True,
+    help="Seconds between compactions of the watch log.",
+)
 @click.pass_obj
 @handle_errors
-def serve(ctx: Context, listen: str, token_auth_file: Path | None, watch_history: int, compact_every: float) -> None:
+def serve(
+    ctx: Context,
+    listen: str,
+    token_auth_file: Path | None,
+    watch_history: int,
+    compact_every: float,
+) -> None:
     """Serve the state directory's cluster as a Kubernetes API (HTTPS) for kubectl and
     client libraries. Creates DIR/pki/ and DIR/kubeconfig (cluster-admin) on first
     start; the control plane keeps running while it serves."""
@@ -41,7 +57,14 @@ def serve(ctx: Context, listen: str, token_auth_file: Path | None, watch_history
     from control.apiserver.http.serve import serve as run
 
     try:
-        run(ctx.state, host, port, token_file=token_auth_file, watch_history=watch_history, compact_every=compact_every)
+        run(
+            ctx.state,
+            host,
+            port,
+            token_file=token_auth_file,
+            watch_history=watch_history,
+            compact_every=compact_every,
+        )
     except OSError as e:
         raise InputError(f"cannot serve on {listen}: {e.strerror or e}", field="--listen") from None
     except KeyboardInterrupt:
@@ -50,7 +73,9 @@ def serve(ctx: Context, listen: str, token_auth_file: Path | None, watch_history
 
 @click.command()
 @click.option("--user", "user", required=True, help="User name (the certificate's CN).")
-@click.option("--group", "groups", multiple=True, help="Group (an O of the certificate); repeatable.")
+@click.option(
+    "--group", "groups", multiple=True, help="Group (an O of the certificate); repeatable."
+)
 @click.option("--server", default=None, help="API server URL (default: the one in DIR/kubeconfig).")
 @click.pass_obj
 @handle_errors

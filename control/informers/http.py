@@ -257,12 +257,18 @@ class KubeClient:
         path = resource_path(obj.kind, ns, obj.name) + "/status"
         return _object(self.request("PUT", path, body=obj.to_dict()), obj.kind)
 
-    def bind(self, namespace: str, pod: str, node: str) -> None:
-        """POST pods/NAME/binding (what the scheduler does)."""
+    def bind(
+        self, namespace: str, pod: str, node: str, annotations: dict[str, str] | None = None
+    ) -> None:
+        """POST pods/NAME/binding (what the scheduler does); the server copies the
+        Binding's annotations onto the pod, as kube-apiserver does."""
+        meta: dict[str, Any] = {"name": pod, "namespace": namespace}
+        if annotations:
+            meta["annotations"] = dict(annotations)
         body = {
             "apiVersion": "v1",
             "kind": "Binding",
-            "metadata": {"name": pod, "namespace": namespace},
+            "metadata": meta,
             "target": {"apiVersion": "v1", "kind": "Node", "name": node},
         }
         self.request("POST", resource_path("Pod", namespace, pod) + "/binding", body=body)

@@ -29,7 +29,7 @@ from netmodel.objects import KubeObject
 
 Handler = Callable[[Sequence[WatchEvent]], None]
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("svclab.informers")
 
 
 class SharedInformer:
@@ -47,6 +47,8 @@ class SharedInformer:
         self.field_selector = field_selector
         self.cache = ObjectCache(indexers)
         self.synced = threading.Event()
+        #: the revision of the last listing or event applied
+        self.revision = 0
         self._handlers: list[Handler] = []
         self._lock = threading.Lock()
 
@@ -74,6 +76,7 @@ class SharedInformer:
                     events.append(WatchEvent("ADDED", obj, obj.resource_version))
                 elif prev.resource_version != obj.resource_version:
                     events.append(WatchEvent("MODIFIED", obj, obj.resource_version))
+            self.revision = listing.revision
         self.synced.set()
         self._notify(events)
         return events
@@ -83,6 +86,7 @@ class SharedInformer:
         with self._lock:
             for ev in events:
                 self.cache.apply(ev)
+                self.revision = max(self.revision, ev.revision)
         self._notify(events)
 
     def _notify(self, events: Sequence[WatchEvent]) -> None:

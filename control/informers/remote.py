@@ -129,33 +129,68 @@ class RemoteRecorder(Recorder):
         return created
 
 
+#: (kind, key) -> (resourceVersion written, or None for a deletion; when, monotonic)
+Expectations = dict[tuple[str, str], tuple[int | None, float]]
+
+
 class RemoteAPI:
-    """The APIClient protocol over the REST API; see the module docstring."""
+    """The APIClient protocol over the REST API; see the module docstring.
+
+    It remembers each write it made until the identity's informers have seen it
+    (:meth:`pending_writes`, :meth:`observed`): the live driver holds a component's sync
+    back until then, which gives a component what the deterministic runner gives it —
+    its own earlier writes are in its cache when it reconciles (client-go's
+    controllers get this from "expectations"; without it a ReplicaSet controller that
+    reconciles before its new pods reach its cache creates them twice)."""
+
+    EXPECTATION_TIMEOUT = 10.0
 
     def __init__(self, client: KubeClient, *, clock: Clock | None = None) -> None:
         self.client = client
         self.clock: Clock = clock or WallClock()
         self._reader = RemoteReader(client)
         self.recorder = RemoteRecorder(client, self.clock)
+        self._expect: Expectations = {}
+        self._expect_lock = threading.Lock()
 
     @property
     def store(self) -> RemoteReader:
         return self._reader
 
+    def _wrote(self, obj: KubeObject) -> KubeObject:
+        with self._expect_lock:
+            self._expect[(obj.kind, obj.key)] = (obj.resource_version, time.monotonic())
+        return obj
+
+    def _deleted(self, kind: str, key: str) -> None:
+        with self._expect_lock:
+            self._expect[(kind, key)] = (None, time.monotonic())
+
+    def pending_writes(self) -> Expectations:
+        with self._expect_lock:
+            return dict(self._expect)
+
+    def observed(self, done: list[tuple[str, str]]) -> None:
+        """Forget expectations the informers met (or that timed out)."""
+        with self._expect_lock:
+            for k in done:
+                self._expect.pop(k, None)
+
     def create(self, obj: KubeObject, *, component: str = "") -> KubeObject:
-        return self.client.create(obj)
+        return self._wrote(self.client.create(obj))
 
     def update(self, obj: KubeObject, *, component: str = "") -> KubeObject:
-        return self.client.update(obj)
+        return self._wrote(self.client.update(obj))
 
     def update_status(self, obj: KubeObject, *, component: str = "") -> KubeObject:
-        return self.client.update_status(obj)
+        return self._wrote(self.client.update_status(obj))
 
     def delete(
         self, kind: str, key: str, *, component: str = "", force: bool = False
     ) -> KubeObject:
         before = self.client.get(kind, key)
         self.client.delete(kind, key, grace_period=0 if force else None)
+        self._deleted(kind, key)
         return before
 
     def finalize_namespace(self, name: str, *, component: str = "") -> KubeObject | None:
@@ -171,12 +206,17 @@ class RemoteAPI:
         return current
 
     def finalize_pod_deletion(self, key: str) -> None:
-        self.client.delete(Pod.KIND, key, grace_period=0)
+        try:
+            self.client.delete(Pod.KIND, key, grace_period=0)
+        except NotFoundError:
+            return  # already gone: idempotent, as in-process
+        self._deleted(Pod.KIND, key)
 
-    def bind(self, pod: Pod, node: str) -> Pod:
-        self.client.bind(pod.namespace, pod.name, node)
+    def bind(self, pod: Pod, node: str, annotations: dict[str, str] | None = None) -> Pod:
+        self.client.bind(pod.namespace, pod.name, node, annotations)
         bound = self.client.get(Pod.KIND, pod.key)
         assert isinstance(bound, Pod)
+        self._wrote(bound)
         return bound
 
 

@@ -31,7 +31,13 @@ from starlette.responses import Response, StreamingResponse
 
 from control.apiserver.http import discovery, nodeauthz, openapi, patch, status, tables, wire
 from control.apiserver.http.authn import Authenticator, Unauthorized, User
-from control.apiserver.http.rbac import RBAC, Attributes, aggregate, bootstrap_policy, forbidden_message
+from control.apiserver.http.rbac import (
+    RBAC,
+    Attributes,
+    aggregate,
+    bootstrap_policy,
+    forbidden_message,
+)
 from control.apiserver.http.resources import Resource, by_path
 from control.apiserver.http.status import APIError
 from control.apiserver.http.watch import Hub, Watcher
@@ -72,7 +78,9 @@ class RequestInfo:
         self.verb = ""
 
 
-def _json(data: Any, code: int = 200, headers: dict[str, str] | None = None, ctype: str = JSON) -> Response:
+def _json(
+    data: Any, code: int = 200, headers: dict[str, str] | None = None, ctype: str = JSON
+) -> Response:
     return Response(wire.dumps(data), status_code=code, media_type=ctype, headers=headers)
 
 
@@ -94,7 +102,13 @@ class API:
     control-plane driver (anything with ``start()``, ``kick()`` and ``async stop()``),
     chosen by the server; the default runs the deterministic runner."""
 
-    def __init__(self, state_dir: Path, authenticator: Authenticator, *, server_address: str = "127.0.0.1:6443") -> None:
+    def __init__(
+        self,
+        state_dir: Path,
+        authenticator: Authenticator,
+        *,
+        server_address: str = "127.0.0.1:6443",
+    ) -> None:
         from control.session import Session
 
         self.state_dir = state_dir
@@ -149,7 +163,10 @@ class API:
     def _aggregate(self) -> None:
         api = self.session.plane.apiserver
         for role in aggregate(self):
-            api.update(role.with_meta(resource_version=None), component="clusterrole-aggregation-controller")
+            api.update(
+                role.with_meta(resource_version=None),
+                component="clusterrole-aggregation-controller",
+            )
 
     def fix_cluster(self, cluster: Cluster | None) -> None:
         """Fix the Cluster document (first write to a fresh state directory)."""
@@ -207,14 +224,22 @@ class API:
             response = _error(APIError(500, "InternalError", f"Internal error occurred: {e}"))
         self.requests += 1
         if log.isEnabledFor(logging.DEBUG):
-            log.debug("%s %s -> %s (%.1f ms)", request.method, request.url.path, response.status_code, (time.perf_counter() - t0) * 1000)
+            log.debug(
+                "%s %s -> %s (%.1f ms)",
+                request.method,
+                request.url.path,
+                response.status_code,
+                (time.perf_counter() - t0) * 1000,
+            )
         await response(scope, receive, send)
 
     def user_of(self, request: Request) -> User:
         tls = request.scope.get("extensions", {}).get("tls", {})
         chain = tls.get("client_cert_chain") or []
         try:
-            user = self.auth.authenticate(request.headers.get("authorization"), chain[0] if chain else None)
+            user = self.auth.authenticate(
+                request.headers.get("authorization"), chain[0] if chain else None
+            )
         except Unauthorized:
             raise status.unauthorized() from None
         if user is None:
@@ -299,7 +324,9 @@ class API:
     # ---- authorization
 
     def authorize_path(self, user: User, method: str, path: str) -> None:
-        verb = {"GET": "get", "HEAD": "head", "POST": "post", "PUT": "put", "DELETE": "delete"}.get(method, method.lower())
+        verb = {"GET": "get", "HEAD": "head", "POST": "post", "PUT": "put", "DELETE": "delete"}.get(
+            method, method.lower()
+        )
         a = Attributes(user, verb, path=path, resource_request=False)
         if not self.rbac.allowed(a):
             raise APIError(403, "Forbidden", f"forbidden: {forbidden_message(a)}", {})
@@ -309,7 +336,15 @@ class API:
         assert res is not None
         verb = info.verb
         sub = info.subresource
-        a = Attributes(user, verb, res.group, res.name, sub, info.namespace if res.namespaced or res.name == "namespaces" else "", info.name)
+        a = Attributes(
+            user,
+            verb,
+            res.group,
+            res.name,
+            sub,
+            info.namespace if res.namespaced or res.name == "namespaces" else "",
+            info.name,
+        )
         if nodeauthz.node_name(user.name, user.groups) is not None:
             fs = {k: v for k, v, eq in self._field_terms(params) if eq}
             pod_node = None
@@ -328,7 +363,9 @@ class API:
             403,
             "Forbidden",
             f"{what} is forbidden: {forbidden_message(a)}",
-            {"name": info.name, "group": res.group, "kind": res.name} if info.name else {"group": res.group, "kind": res.name},
+            {"name": info.name, "group": res.group, "kind": res.name}
+            if info.name
+            else {"group": res.group, "kind": res.name},
         )
 
     def _field_terms(self, params: dict[str, list[str]]) -> list[wire.FieldTerm]:
@@ -342,7 +379,9 @@ class API:
 
     # ---- dispatch
 
-    async def dispatch(self, request: Request, info: RequestInfo, user: User, params: dict[str, list[str]]) -> Response:
+    async def dispatch(
+        self, request: Request, info: RequestInfo, user: User, params: dict[str, list[str]]
+    ) -> Response:
         res = info.resource
         assert res is not None
         self.authorize(user, info, params)
@@ -359,7 +398,9 @@ def decode_body(raw: bytes, ctype: str) -> Any:
             return yaml.safe_load(raw)
         return json.loads(raw)
     except (ValueError, yaml.YAMLError) as e:
-        raise status.bad_request(f"the body of the request was in an unknown format - accepted media types include: application/json, application/yaml ({e})") from None
+        raise status.bad_request(
+            f"the body of the request was in an unknown format - accepted media types include: application/json, application/yaml ({e})"
+        ) from None
 
 
 def continue_token(rv: int, last_key: str) -> str:

@@ -59,7 +59,7 @@ def load_token_file(path: Path) -> dict[str, User]:
             continue
         if len(row) < 3:
             raise InputError(
-                f"line {lineno}: expected token,user,uid[,\"groups\"], got {len(row)} column(s)",
+                f'line {lineno}: expected token,user,uid[,"groups"], got {len(row)} column(s)',
                 file=str(path),
             )
         token, user, uid = (c.strip() for c in row[:3])

@@ -30,11 +30,37 @@ def _sub_entries(r: Resource) -> list[dict[str, Any]]:
     out = []
     for sub in r.subresources:
         if sub == "binding":
-            out.append({"name": f"{r.name}/binding", "singularName": "", "namespaced": True, "kind": "Binding", "verbs": ["create"]})
+            out.append(
+                {
+                    "name": f"{r.name}/binding",
+                    "singularName": "",
+                    "namespaced": True,
+                    "kind": "Binding",
+                    "verbs": ["create"],
+                }
+            )
         elif sub == "scale":
-            out.append({"name": f"{r.name}/scale", "singularName": "", "namespaced": r.namespaced, "group": "autoscaling", "version": "v1", "kind": "Scale", "verbs": ["get", "patch", "update"]})
+            out.append(
+                {
+                    "name": f"{r.name}/scale",
+                    "singularName": "",
+                    "namespaced": r.namespaced,
+                    "group": "autoscaling",
+                    "version": "v1",
+                    "kind": "Scale",
+                    "verbs": ["get", "patch", "update"],
+                }
+            )
         else:
-            out.append({"name": f"{r.name}/{sub}", "singularName": "", "namespaced": r.namespaced, "kind": r.kind, "verbs": ["get", "patch", "update"]})
+            out.append(
+                {
+                    "name": f"{r.name}/{sub}",
+                    "singularName": "",
+                    "namespaced": r.namespaced,
+                    "kind": r.kind,
+                    "verbs": ["get", "patch", "update"],
+                }
+            )
     return out
 
 
@@ -58,7 +84,9 @@ def api_versions(server_address: str) -> dict[str, Any]:
     return {
         "kind": "APIVersions",
         "versions": ["v1"],
-        "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": server_address}],
+        "serverAddressByClientCIDRs": [
+            {"clientCIDR": "0.0.0.0/0", "serverAddress": server_address}
+        ],
     }
 
 
@@ -120,14 +148,23 @@ def aggregated(core: bool) -> dict[str, Any]:
                 "versions": [
                     {
                         "version": v,
-                        "resources": [_aggregated_resource(r) for r in RESOURCES if r.group == g and r.version == v],
+                        "resources": [
+                            _aggregated_resource(r)
+                            for r in RESOURCES
+                            if r.group == g and r.version == v
+                        ],
                         "freshness": "Current",
                     }
                     for v in versions
                 ],
             }
         )
-    return {"kind": "APIGroupDiscoveryList", "apiVersion": "apidiscovery.k8s.io/v2", "metadata": {}, "items": items}
+    return {
+        "kind": "APIGroupDiscoveryList",
+        "apiVersion": "apidiscovery.k8s.io/v2",
+        "metadata": {},
+        "items": items,
+    }
 
 
 def wants_aggregated(accept: str) -> str | None:

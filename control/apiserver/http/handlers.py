@@ -45,7 +45,16 @@ from control.store.base import WatchEvent
 from netmodel import schema
 from netmodel.cluster import cluster_from_dict
 from netmodel.errors import CompactedError, ConflictError, InputError, NotFoundError, SvclabError
-from netmodel.objects import ClusterRole, EndpointSlice, Event, KubeObject, Namespace, Pod, Service, object_from_dict
+from netmodel.objects import (
+    ClusterRole,
+    EndpointSlice,
+    Event,
+    KubeObject,
+    Namespace,
+    Pod,
+    Service,
+    object_from_dict,
+)
 from netmodel.selectors import parse_selector
 
 if TYPE_CHECKING:
@@ -98,7 +107,9 @@ def _meta(d: dict[str, Any]) -> dict[str, Any]:
 # --------------------------------------------------------------------------- entry
 
 
-async def handle(api: API, request: Request, info: RequestInfo, user: User, params: dict[str, list[str]]) -> Response:
+async def handle(
+    api: API, request: Request, info: RequestInfo, user: User, params: dict[str, list[str]]
+) -> Response:
     res = info.resource
     assert res is not None
     verb, sub = info.verb, info.subresource
@@ -152,7 +163,9 @@ def _get(api: API, res: Resource, namespace: str, name: str) -> KubeObject:
         raise status.not_found(res, name) from None
 
 
-def _selectors(api: API, res: Resource, params: dict[str, list[str]]) -> tuple[Any, list[tuple[Any, str, bool]], str | None]:
+def _selectors(
+    api: API, res: Resource, params: dict[str, list[str]]
+) -> tuple[Any, list[tuple[Any, str, bool]], str | None]:
     """(label selector or None, [(getter, value, equal)], spec.nodeName / name value)."""
     sel = None
     text = _q(params, "labelSelector")
@@ -172,9 +185,12 @@ def _selectors(api: API, res: Resource, params: dict[str, list[str]]) -> tuple[A
         for field, value, eq in parsed:
             getter = wire.field_getter(res.store_kind or res.kind, field)
             if getter is None:
-                raise status.bad_request(f'field label not supported: {field}')
+                raise status.bad_request(f"field label not supported: {field}")
             terms.append((getter, value, eq))
-            if eq and ((res.kind == "Pod" and field == "spec.nodeName") or (res.kind == "Node" and field == "metadata.name")):
+            if eq and (
+                (res.kind == "Pod" and field == "spec.nodeName")
+                or (res.kind == "Node" and field == "metadata.name")
+            ):
                 node = value
     return sel, terms, node
 
@@ -195,7 +211,9 @@ def _list_kind(res: Resource) -> str:
     return res.kind + "List"
 
 
-def _list(api: API, request: Request, res: Resource, namespace: str, params: dict[str, list[str]]) -> Response:
+def _list(
+    api: API, request: Request, res: Resource, namespace: str, params: dict[str, list[str]]
+) -> Response:
     assert res.store_kind is not None
     if res.namespaced and namespace:
         objs = api.list(res.store_kind, namespace)
@@ -246,20 +264,33 @@ def _row_object(api: API, res: Resource, obj: Any, include: str) -> dict[str, An
     return tables.partial_metadata(res, meta)
 
 
-def _table(api: API, res: Resource, objs: list[Any], rv: str, cont: str | None = None, *, params: dict[str, list[str]] | None = None, with_columns: bool = True) -> dict[str, Any]:
+def _table(
+    api: API,
+    res: Resource,
+    objs: list[Any],
+    rv: str,
+    cont: str | None = None,
+    *,
+    params: dict[str, list[str]] | None = None,
+    with_columns: bool = True,
+) -> dict[str, Any]:
     include = _q(params or {}, "includeObject", "Metadata")
     now = time.time()
     rows = []
     for o in objs:
         cells = tables.row_cells(res, o, now)
         rows.append((cells, _row_object(api, res, o, include)))
-    return tables.table(res, rows, resource_version=rv, continue_token=cont, with_columns=with_columns)
+    return tables.table(
+        res, rows, resource_version=rv, continue_token=cont, with_columns=with_columns
+    )
 
 
 # --------------------------------------------------------------------------- watch
 
 
-def _watch(api: API, request: Request, res: Resource, namespace: str, params: dict[str, list[str]]) -> Response:
+def _watch(
+    api: API, request: Request, res: Resource, namespace: str, params: dict[str, list[str]]
+) -> Response:
     assert res.store_kind is not None
     sel, terms, node = _selectors(api, res, params)
     matches = _matcher(sel, terms)
@@ -272,16 +303,34 @@ def _watch(api: API, request: Request, res: Resource, namespace: str, params: di
 
     def encode(w: Watcher, typ: str, obj: Any) -> bytes:
         if table:
-            t = _table(api, res, [obj], str(getattr(obj, "resource_version", "")), params=params, with_columns=not sent_columns[0])
+            t = _table(
+                api,
+                res,
+                [obj],
+                str(getattr(obj, "resource_version", "")),
+                params=params,
+                with_columns=not sent_columns[0],
+            )
             sent_columns[0] = True
             return wire.dumps({"type": typ, "object": t}) + b"\n"
         return b'{"type":"' + typ.encode() + b'","object":' + to_bytes(api, res, obj) + b"}\n"
 
-    w = Watcher(res, namespace if res.namespaced else "", matches, encode, node=node, kinds=(res.store_kind,))
+    w = Watcher(
+        res,
+        namespace if res.namespaced else "",
+        matches,
+        encode,
+        node=node,
+        kinds=(res.store_kind,),
+    )
     initial: list[bytes] = []
     store = api.store
     if rv_text in ("", "0") or not api.fixed:
-        objs = api.list(res.store_kind, namespace or None) if res.namespaced else api.list(res.store_kind)
+        objs = (
+            api.list(res.store_kind, namespace or None)
+            if res.namespaced
+            else api.list(res.store_kind)
+        )
         for o in objs:
             if matches(o):
                 w.matched.add(o.key)
@@ -300,7 +349,11 @@ def _watch(api: API, request: Request, res: Resource, namespace: str, params: di
             err = status.gone(f"too old resource version: {since} ({store.compacted_revision + 1})")
             line = wire.dumps({"type": "ERROR", "object": err.status()}) + b"\n"
             return Response(line, media_type=JSON)
-        for o in api.list(res.store_kind, namespace or None) if res.namespaced else api.list(res.store_kind):
+        for o in (
+            api.list(res.store_kind, namespace or None)
+            if res.namespaced
+            else api.list(res.store_kind)
+        ):
             if matches(o):
                 w.matched.add(o.key)
         from control.apiserver.http.watch import deliver
@@ -312,7 +365,9 @@ def _watch(api: API, request: Request, res: Resource, namespace: str, params: di
     return _stream(api, w, initial, timeout, bookmarks, res)
 
 
-def _stream(api: API, w: Watcher, initial: list[bytes], timeout: float, bookmarks: bool, res: Resource) -> Response:
+def _stream(
+    api: API, w: Watcher, initial: list[bytes], timeout: float, bookmarks: bool, res: Resource
+) -> Response:
     async def body() -> AsyncIterator[bytes]:
         try:
             if initial:
@@ -326,7 +381,11 @@ def _stream(api: API, w: Watcher, initial: list[bytes], timeout: float, bookmark
                     item = await asyncio.wait_for(w.queue.get(), min(left, BOOKMARK_EVERY))
                 except TimeoutError:
                     if bookmarks:
-                        bm = {"kind": res.kind, "apiVersion": res.api_version, "metadata": {"resourceVersion": str(api.hub.revision)}}
+                        bm = {
+                            "kind": res.kind,
+                            "apiVersion": res.api_version,
+                            "metadata": {"resourceVersion": str(api.hub.revision)},
+                        }
                         yield wire.dumps({"type": "BOOKMARK", "object": bm}) + b"\n"
                     continue
                 if item is None:
@@ -354,11 +413,15 @@ def _decode(raw: bytes, ctype: str) -> Any:
     return decode_body(raw, ctype)
 
 
-def _validate_fields(res: Resource, body: dict[str, Any], params: dict[str, list[str]]) -> tuple[dict[str, Any], list[str]]:
+def _validate_fields(
+    res: Resource, body: dict[str, Any], params: dict[str, list[str]]
+) -> tuple[dict[str, Any], list[str]]:
     """fieldValidation: returns (body to use, warnings)."""
     mode = _q(params, "fieldValidation", "Warn") or "Warn"
     if mode not in ("Strict", "Warn", "Ignore"):
-        raise status.bad_request(f'fieldValidation must be one of "Ignore", "Warn", or "Strict", got "{mode}"')
+        raise status.bad_request(
+            f'fieldValidation must be one of "Ignore", "Warn", or "Strict", got "{mode}"'
+        )
     if res.kind == "Event" or res.store_kind is None:
         return body, []
     pruned, unknown = schema.prune(body)
@@ -384,9 +447,13 @@ def _check_gvk(res: Resource, body: Any) -> None:
     api_version = body.get("apiVersion")
     kind = body.get("kind")
     if kind and kind != res.kind:
-        raise status.bad_request(f"the object provided is unrecognized (kind {kind} in a {res.name} request)")
+        raise status.bad_request(
+            f"the object provided is unrecognized (kind {kind} in a {res.name} request)"
+        )
     if api_version and api_version != res.api_version:
-        raise status.bad_request(f"the API version in the data ({api_version}) does not match the expected API version ({res.api_version})")
+        raise status.bad_request(
+            f"the API version in the data ({api_version}) does not match the expected API version ({res.api_version})"
+        )
     body.setdefault("apiVersion", res.api_version)
     body.setdefault("kind", res.kind)
 
@@ -424,7 +491,15 @@ def _component(user: User, params: dict[str, list[str]]) -> str:
     return _q(params, "fieldManager") or user.name
 
 
-async def _create(api: API, request: Request, res: Resource, namespace: str, user: User, params: dict[str, list[str]], dry: bool) -> Response:
+async def _create(
+    api: API,
+    request: Request,
+    res: Resource,
+    namespace: str,
+    user: User,
+    params: dict[str, list[str]],
+    dry: bool,
+) -> Response:
     body = _decode(await request.body(), request.headers.get("content-type", JSON))
     _check_gvk(res, body)
     meta = body.setdefault("metadata", {}) if isinstance(body.get("metadata", {}), dict) else None
@@ -432,7 +507,9 @@ async def _create(api: API, request: Request, res: Resource, namespace: str, use
         raise status.bad_request("metadata must be an object")
     if res.namespaced:
         if meta.get("namespace") and namespace and meta["namespace"] != namespace:
-            raise status.bad_request("the namespace of the provided object does not match the namespace sent on the request")
+            raise status.bad_request(
+                "the namespace of the provided object does not match the namespace sent on the request"
+            )
         if namespace:
             meta["namespace"] = namespace
         namespace = meta.get("namespace") or "default"
@@ -450,7 +527,11 @@ async def _create(api: API, request: Request, res: Resource, namespace: str, use
         raise status.from_svclab(e, res, res.kind, name, creating=True) from None
     if not dry:
         _after_write(api, res, stored)
-    return _ok(to_bytes(api, res, stored) if not dry else wire.dumps(to_wire(api, res, stored)), 201, _warn_headers(warnings))
+    return _ok(
+        to_bytes(api, res, stored) if not dry else wire.dumps(to_wire(api, res, stored)),
+        201,
+        _warn_headers(warnings),
+    )
 
 
 def _after_write(api: API, res: Resource, obj: KubeObject | None) -> None:
@@ -459,7 +540,15 @@ def _after_write(api: API, res: Resource, obj: KubeObject | None) -> None:
     api.wrote()
 
 
-async def _update(api: API, request: Request, res: Resource, info: RequestInfo, user: User, params: dict[str, list[str]], dry: bool) -> Response:
+async def _update(
+    api: API,
+    request: Request,
+    res: Resource,
+    info: RequestInfo,
+    user: User,
+    params: dict[str, list[str]],
+    dry: bool,
+) -> Response:
     body = _decode(await request.body(), request.headers.get("content-type", JSON))
     sub = info.subresource
     if sub == "scale":
@@ -477,15 +566,33 @@ async def _update(api: API, request: Request, res: Resource, info: RequestInfo, 
     _check_gvk(res, body)
     meta = body.get("metadata") or {}
     if meta.get("name") and meta["name"] != info.name:
-        raise status.bad_request("the name of the object (%s) does not match the name on the URL (%s)" % (meta["name"], info.name))
+        raise status.bad_request(
+            "the name of the object (%s) does not match the name on the URL (%s)"
+            % (meta["name"], info.name)
+        )
     meta["name"] = info.name
     if res.namespaced:
         meta["namespace"] = info.namespace
     body["metadata"] = meta
     body, warnings = _validate_fields(res, body, params)
     current = _get(api, res, info.namespace, info.name)
-    stored = _write_update(api, res, info.name, body, user, params, dry, request, current, status_only=(sub == "status"))
-    return _ok(to_bytes(api, res, stored) if not dry else wire.dumps(to_wire(api, res, stored)), 200, _warn_headers(warnings))
+    stored = _write_update(
+        api,
+        res,
+        info.name,
+        body,
+        user,
+        params,
+        dry,
+        request,
+        current,
+        status_only=(sub == "status"),
+    )
+    return _ok(
+        to_bytes(api, res, stored) if not dry else wire.dumps(to_wire(api, res, stored)),
+        200,
+        _warn_headers(warnings),
+    )
 
 
 def _write_update(
@@ -522,7 +629,15 @@ def _write_update(
     return stored  # type: ignore[no-any-return]
 
 
-async def _patch(api: API, request: Request, res: Resource, info: RequestInfo, user: User, params: dict[str, list[str]], dry: bool) -> Response:
+async def _patch(
+    api: API,
+    request: Request,
+    res: Resource,
+    info: RequestInfo,
+    user: User,
+    params: dict[str, list[str]],
+    dry: bool,
+) -> Response:
     ctype = request.headers.get("content-type", "").split(";")[0].strip()
     raw = await request.body()
     body = _decode(raw, "yaml" if ctype == patches.APPLY_YAML else JSON)
@@ -544,10 +659,18 @@ async def _patch(api: API, request: Request, res: Resource, info: RequestInfo, u
                 new = patches.merge_patch(cur, body)
             elif ctype == patches.STRATEGIC:
                 if res.group == "svclab.dev":
-                    raise status.APIError(415, "UnsupportedMediaType", f"the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml")
+                    raise status.APIError(
+                        415,
+                        "UnsupportedMediaType",
+                        f"the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml",
+                    )
                 new = patches.strategic_merge(cur, body, res.kind)
             else:
-                raise APIError(415, "UnsupportedMediaType", f"the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml, application/strategic-merge-patch+json")
+                raise APIError(
+                    415,
+                    "UnsupportedMediaType",
+                    f"the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml, application/strategic-merge-patch+json",
+                )
         except patches.PatchError as e:
             raise APIError(422, "Invalid", str(e), {}) from None
         if not isinstance(new, dict):
@@ -572,12 +695,28 @@ async def _patch(api: API, request: Request, res: Resource, info: RequestInfo, u
             meta["resourceVersion"] = current.metadata.resource_version
         new, warnings = _validate_fields(res, new, params)
         try:
-            stored = _write_update(api, res, info.name, new, user, params, dry, request, current, status_only=(sub == "status"), operation="patch")
+            stored = _write_update(
+                api,
+                res,
+                info.name,
+                new,
+                user,
+                params,
+                dry,
+                request,
+                current,
+                status_only=(sub == "status"),
+                operation="patch",
+            )
         except APIError as e:
             if e.reason == "Conflict" and not patched_rv:
                 continue
             raise
-        return _ok(to_bytes(api, res, stored) if not dry else wire.dumps(to_wire(api, res, stored)), 200, _warn_headers(warnings))
+        return _ok(
+            to_bytes(api, res, stored) if not dry else wire.dumps(to_wire(api, res, stored)),
+            200,
+            _warn_headers(warnings),
+        )
     raise status.conflict(res, info.name, status.STALE)
 
 
@@ -601,7 +740,9 @@ def _scale_of(res: Resource, obj: KubeObject) -> dict[str, Any]:
     }
 
 
-async def _bind(api: API, request: Request, res: Resource, info: RequestInfo, user: User, dry: bool) -> Response:
+async def _bind(
+    api: API, request: Request, res: Resource, info: RequestInfo, user: User, dry: bool
+) -> Response:
     body = _decode(await request.body(), JSON)
     target = (body or {}).get("target") or {}
     node = target.get("name")
@@ -610,8 +751,20 @@ async def _bind(api: API, request: Request, res: Resource, info: RequestInfo, us
     current = _get(api, res, info.namespace, info.name)
     assert isinstance(current, Pod)
     if current.spec.node_name:
-        raise status.conflict(res, info.name, f"pod {info.name} is already assigned to node \"{current.spec.node_name}\"")
+        raise status.conflict(
+            res,
+            info.name,
+            f'pod {info.name} is already assigned to node "{current.spec.node_name}"',
+        )
     bound = current.evolve(spec=current.spec.evolve(node_name=node))
+    extra = ((body or {}).get("metadata") or {}).get("annotations") or {}
+    if isinstance(extra, dict) and extra:  # kube-apiserver copies the Binding's annotations
+        bound = bound.with_meta(
+            annotations={
+                **current.metadata.annotations,
+                **{str(k): str(v) for k, v in extra.items()},
+            }
+        )
     try:
         if not dry:
             api.apiserver.update(bound, component=user.name)
@@ -635,14 +788,24 @@ def _dependents(api: API, owner: KubeObject) -> list[KubeObject]:
     return out
 
 
-def _delete_one(api: API, res: Resource, obj: KubeObject, user: User, options: dict[str, Any], dry: bool) -> KubeObject | None:
+def _delete_one(
+    api: API, res: Resource, obj: KubeObject, user: User, options: dict[str, Any], dry: bool
+) -> KubeObject | None:
     """Delete ``obj`` with ``options`` (DeleteOptions); returns the object if it still
     exists (marked for graceful deletion), else None."""
     pre = options.get("preconditions") or {}
     if pre.get("resourceVersion") and pre["resourceVersion"] != obj.metadata.resource_version:
-        raise status.conflict(res, obj.name, f"the ResourceVersion in the precondition ({pre['resourceVersion']}) does not match the ResourceVersion in record ({obj.metadata.resource_version}). The object might have been modified")
+        raise status.conflict(
+            res,
+            obj.name,
+            f"the ResourceVersion in the precondition ({pre['resourceVersion']}) does not match the ResourceVersion in record ({obj.metadata.resource_version}). The object might have been modified",
+        )
     if pre.get("uid") and pre["uid"] != obj.metadata.uid:
-        raise status.conflict(res, obj.name, f"the UID in the precondition ({pre['uid']}) does not match the UID in record ({obj.metadata.uid}). The object might have been deleted and then recreated")
+        raise status.conflict(
+            res,
+            obj.name,
+            f"the UID in the precondition ({pre['uid']}) does not match the UID in record ({obj.metadata.uid}). The object might have been deleted and then recreated",
+        )
     if dry:
         return obj
     policy = options.get("propagationPolicy")
@@ -653,7 +816,10 @@ def _delete_one(api: API, res: Resource, obj: KubeObject, user: User, options: d
     if policy == "Orphan":
         for dep in _dependents(api, obj):
             refs = [r for r in dep.metadata.owner_references if r.uid != obj.metadata.uid]
-            apiserver.update(dep.with_meta(owner_references=refs, resource_version=None), component="garbage-collector")
+            apiserver.update(
+                dep.with_meta(owner_references=refs, resource_version=None),
+                component="garbage-collector",
+            )
     elif policy == "Foreground":
         for dep in _dependents(api, obj):
             dep_res = _resource_of(dep)
@@ -693,15 +859,33 @@ async def _delete_options(request: Request, params: dict[str, list[str]]) -> dic
         opts["propagationPolicy"] = _q(params, "propagationPolicy")
     if _q(params, "gracePeriodSeconds"):
         opts["gracePeriodSeconds"] = int(_q(params, "gracePeriodSeconds"))
-    if "propagationPolicy" in opts and opts["propagationPolicy"] not in ("Orphan", "Foreground", "Background"):
-        raise status.invalid(_DELETE_OPTIONS, "DeleteOptions", "", "propagationPolicy", f'Unsupported value: "{opts["propagationPolicy"]}": supported values: "Foreground", "Background", "Orphan", "nil"')
+    if "propagationPolicy" in opts and opts["propagationPolicy"] not in (
+        "Orphan",
+        "Foreground",
+        "Background",
+    ):
+        raise status.invalid(
+            _DELETE_OPTIONS,
+            "DeleteOptions",
+            "",
+            "propagationPolicy",
+            f'Unsupported value: "{opts["propagationPolicy"]}": supported values: "Foreground", "Background", "Orphan", "nil"',
+        )
     return opts
 
 
 _DELETE_OPTIONS = Resource("deleteoptions", "deleteoptions", "DeleteOptions", "", "v1", False)
 
 
-async def _delete(api: API, request: Request, res: Resource, info: RequestInfo, user: User, params: dict[str, list[str]], dry: bool) -> Response:
+async def _delete(
+    api: API,
+    request: Request,
+    res: Resource,
+    info: RequestInfo,
+    user: User,
+    params: dict[str, list[str]],
+    dry: bool,
+) -> Response:
     opts = await _delete_options(request, params)
     if "All" in (opts.get("dryRun") or []):
         dry = True
@@ -715,10 +899,20 @@ async def _delete(api: API, request: Request, res: Resource, info: RequestInfo, 
     return _ok(status.success(details), 200)
 
 
-async def _delete_collection(api: API, request: Request, res: Resource, namespace: str, user: User, params: dict[str, list[str]], dry: bool) -> Response:
+async def _delete_collection(
+    api: API,
+    request: Request,
+    res: Resource,
+    namespace: str,
+    user: User,
+    params: dict[str, list[str]],
+    dry: bool,
+) -> Response:
     assert res.store_kind is not None
     opts = await _delete_options(request, params)
-    objs = api.list(res.store_kind, namespace or None) if res.namespaced else api.list(res.store_kind)
+    objs = (
+        api.list(res.store_kind, namespace or None) if res.namespaced else api.list(res.store_kind)
+    )
     sel, terms, _ = _selectors(api, res, params)
     m = _matcher(sel, terms)
     gone = []
@@ -726,7 +920,13 @@ async def _delete_collection(api: API, request: Request, res: Resource, namespac
         if m(o):
             _delete_one(api, res, o, user, opts, dry)
             gone.append(o)
-    head = wire.dumps({"kind": _list_kind(res), "apiVersion": res.api_version, "metadata": {"resourceVersion": str(api.store.revision)}})
+    head = wire.dumps(
+        {
+            "kind": _list_kind(res),
+            "apiVersion": res.api_version,
+            "metadata": {"resourceVersion": str(api.store.revision)},
+        }
+    )
     return _ok(head[:-1] + b',"items":[' + b",".join(to_bytes(api, res, o) for o in gone) + b"]}")
 
 
@@ -747,7 +947,9 @@ def _endpoints_of(api: API, namespace: str, name: str) -> dict[str, Any] | None:
     return wire.endpoints_for(svc, slices)
 
 
-def _endpoints(api: API, request: Request, info: RequestInfo, params: dict[str, list[str]]) -> Response:
+def _endpoints(
+    api: API, request: Request, info: RequestInfo, params: dict[str, list[str]]
+) -> Response:
     res = info.resource
     assert res is not None
     table = _wants_table(request)
@@ -756,7 +958,9 @@ def _endpoints(api: API, request: Request, info: RequestInfo, params: dict[str, 
         if ep is None:
             raise status.not_found(res, info.name)
         return _ok(_table(api, res, [ep], ep["metadata"]["resourceVersion"]) if table else ep)
-    sel, terms, _ = _selectors(api, Resource("endpoints", "endpoints", "Service", "", "v1", True), params)
+    sel, terms, _ = _selectors(
+        api, Resource("endpoints", "endpoints", "Service", "", "v1", True), params
+    )
     m = _matcher(sel, terms)
     svcs = [s for s in api.list("Service", info.namespace or None) if m(s)]
     eps = [e for s in svcs if (e := _endpoints_of(api, s.namespace, s.name)) is not None]
@@ -764,16 +968,34 @@ def _endpoints(api: API, request: Request, info: RequestInfo, params: dict[str, 
     if info.verb == "list":
         if table:
             return _ok(_table(api, res, eps, rv, params=params))
-        return _ok({"kind": "EndpointsList", "apiVersion": "v1", "metadata": {"resourceVersion": rv}, "items": eps})
+        return _ok(
+            {
+                "kind": "EndpointsList",
+                "apiVersion": "v1",
+                "metadata": {"resourceVersion": rv},
+                "items": eps,
+            }
+        )
     # watch: Service and EndpointSlice changes, as Endpoints
     sent_columns = [False]
 
     def encode(w: Watcher, typ: str, obj: Any) -> bytes:
         if typ == "DELETED" and isinstance(obj, str):
             ns, _, nm = obj.partition("/")
-            obj = {"apiVersion": "v1", "kind": "Endpoints", "metadata": {"name": nm, "namespace": ns, "resourceVersion": str(api.hub.revision)}}
+            obj = {
+                "apiVersion": "v1",
+                "kind": "Endpoints",
+                "metadata": {"name": nm, "namespace": ns, "resourceVersion": str(api.hub.revision)},
+            }
         if table:
-            t = _table(api, res, [obj], obj["metadata"]["resourceVersion"], params=params, with_columns=not sent_columns[0])
+            t = _table(
+                api,
+                res,
+                [obj],
+                obj["metadata"]["resourceVersion"],
+                params=params,
+                with_columns=not sent_columns[0],
+            )
             sent_columns[0] = True
             return wire.dumps({"type": typ, "object": t}) + b"\n"
         return wire.dumps({"type": typ, "object": obj}) + b"\n"
@@ -807,7 +1029,9 @@ def _endpoints(api: API, request: Request, info: RequestInfo, params: dict[str, 
             w.matched.add(f"{e['metadata']['namespace']}/{e['metadata']['name']}")
     api.hub.add(w)
     timeout = float(_q(params, "timeoutSeconds", "0") or 0) or 1800.0
-    return _stream(api, w, initial, timeout, _q(params, "allowWatchBookmarks") in ("true", "1"), res)
+    return _stream(
+        api, w, initial, timeout, _q(params, "allowWatchBookmarks") in ("true", "1"), res
+    )
 
 
 def _cluster_doc(api: API) -> dict[str, Any] | None:
@@ -820,7 +1044,9 @@ def _cluster_doc(api: API) -> dict[str, Any] | None:
     meta.setdefault("uid", "00000000-0000-0000-0000-000000000001")
     try:
         st = (api.state_dir / "cluster.yaml").stat()
-        meta.setdefault("creationTimestamp", time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(st.st_mtime)))
+        meta.setdefault(
+            "creationTimestamp", time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(st.st_mtime))
+        )
     except OSError:
         pass
     d["metadata"] = meta
@@ -832,10 +1058,17 @@ def _proxy_doc(api: API) -> dict[str, Any] | None:
     if pc is None or not api.fixed:
         return None
     d = pc.model_dump(by_alias=True, exclude_defaults=True, mode="json")
-    return {"apiVersion": "svclab.dev/v1alpha1", "kind": "KubeProxyConfiguration", "metadata": {"name": "kube-proxy", "resourceVersion": "1"}, **{k: v for k, v in d.items() if k not in ("apiVersion", "kind")}}
+    return {
+        "apiVersion": "svclab.dev/v1alpha1",
+        "kind": "KubeProxyConfiguration",
+        "metadata": {"name": "kube-proxy", "resourceVersion": "1"},
+        **{k: v for k, v in d.items() if k not in ("apiVersion", "kind")},
+    }
 
 
-async def _svclab_docs(api: API, request: Request, info: RequestInfo, params: dict[str, list[str]]) -> Response:
+async def _svclab_docs(
+    api: API, request: Request, info: RequestInfo, params: dict[str, list[str]]
+) -> Response:
     res = info.resource
     assert res is not None
     doc = _cluster_doc(api) if res.kind == "Cluster" else _proxy_doc(api)
@@ -848,7 +1081,14 @@ async def _svclab_docs(api: API, request: Request, info: RequestInfo, params: di
         items = [doc] if doc is not None else []
         if table:
             return _ok(_table(api, res, items, "1", params=params))
-        return _ok({"kind": res.kind + "List", "apiVersion": res.api_version, "metadata": {"resourceVersion": "1"}, "items": items})
+        return _ok(
+            {
+                "kind": res.kind + "List",
+                "apiVersion": res.api_version,
+                "metadata": {"resourceVersion": "1"},
+                "items": items,
+            }
+        )
     if res.kind != "Cluster":
         raise status.method_not_allowed()
     body = _decode(await request.body(), request.headers.get("content-type", JSON))
@@ -856,7 +1096,11 @@ async def _svclab_docs(api: API, request: Request, info: RequestInfo, params: di
         if not isinstance(body, dict):
             raise status.bad_request("the object must be a JSON object")
         name = (body.get("metadata") or {}).get("name", "")
-        meta = {k: v for k, v in (body.get("metadata") or {}).items() if k in ("name", "labels", "annotations")}
+        meta = {
+            k: v
+            for k, v in (body.get("metadata") or {}).items()
+            if k in ("name", "labels", "annotations")
+        }
         try:
             cluster = cluster_from_dict({**body, "metadata": meta})
         except InputError as e:
@@ -864,7 +1108,13 @@ async def _svclab_docs(api: API, request: Request, info: RequestInfo, params: di
         if doc is not None:
             if doc["metadata"]["name"] == name:
                 raise status.already_exists(res, name)
-            raise status.invalid(res, "Cluster", name, "metadata.name", f"Forbidden: this state already holds Cluster {doc['metadata']['name']!r}; the address plan cannot change")
+            raise status.invalid(
+                res,
+                "Cluster",
+                name,
+                "metadata.name",
+                f"Forbidden: this state already holds Cluster {doc['metadata']['name']!r}; the address plan cannot change",
+            )
         if _q(params, "dryRun") != "All":
             api.fix_cluster(cluster)
             api.wrote()
@@ -880,17 +1130,29 @@ async def _svclab_docs(api: API, request: Request, info: RequestInfo, params: di
             new = patches.merge_patch(doc, body)
     else:
         new = body
-    meta = {k: v for k, v in (new.get("metadata") or {}).items() if k in ("name", "labels", "annotations")}
+    meta = {
+        k: v
+        for k, v in (new.get("metadata") or {}).items()
+        if k in ("name", "labels", "annotations")
+    }
     try:
         cluster = cluster_from_dict({**new, "metadata": meta})
     except InputError as e:
         raise status.invalid(res, "Cluster", info.name, e.field, e.reason) from None
     if cluster.spec != api.session.cluster.spec:
-        raise status.invalid(res, "Cluster", info.name, "spec", "Forbidden: the address plan cannot change (use a new state directory)")
+        raise status.invalid(
+            res,
+            "Cluster",
+            info.name,
+            "spec",
+            "Forbidden: the address plan cannot change (use a new state directory)",
+        )
     if _q(params, "dryRun") != "All" and cluster != api.session.cluster:
         import yaml
 
-        (api.state_dir / "cluster.yaml").write_text(yaml.safe_dump(cluster.to_dict(), sort_keys=False))
+        (api.state_dir / "cluster.yaml").write_text(
+            yaml.safe_dump(cluster.to_dict(), sort_keys=False)
+        )
         api.session.cluster = cluster
     return _ok(_cluster_doc(api) or {}, 200)
 
@@ -914,18 +1176,45 @@ async def _access_review(api: API, request: Request, res: Resource, user: User) 
             rr = [{"verbs": ["*"], "apiGroups": ["*"], "resources": ["*"]}]
             nr = [{"verbs": ["*"], "nonResourceURLs": ["*"]}]
         else:
-            rr = [{"verbs": r.verbs, "apiGroups": r.api_groups, "resources": r.resources, **({"resourceNames": r.resource_names} if r.resource_names else {})} for r in rules if r.resources]
-            nr = [{"verbs": r.verbs, "nonResourceURLs": r.non_resource_ur_ls} for r in rules if r.non_resource_ur_ls]
+            rr = [
+                {
+                    "verbs": r.verbs,
+                    "apiGroups": r.api_groups,
+                    "resources": r.resources,
+                    **({"resourceNames": r.resource_names} if r.resource_names else {}),
+                }
+                for r in rules
+                if r.resources
+            ]
+            nr = [
+                {"verbs": r.verbs, "nonResourceURLs": r.non_resource_ur_ls}
+                for r in rules
+                if r.non_resource_ur_ls
+            ]
         out["status"] = {"resourceRules": rr, "nonResourceRules": nr, "incomplete": False}
         return _ok(out, 201)
     ra = spec.get("resourceAttributes")
     na = spec.get("nonResourceAttributes")
     if ra:
-        a = Attributes(user, ra.get("verb", ""), ra.get("group", ""), ra.get("resource", ""), ra.get("subresource", ""), ra.get("namespace", ""), ra.get("name", ""))
+        a = Attributes(
+            user,
+            ra.get("verb", ""),
+            ra.get("group", ""),
+            ra.get("resource", ""),
+            ra.get("subresource", ""),
+            ra.get("namespace", ""),
+            ra.get("name", ""),
+        )
     elif na:
         a = Attributes(user, na.get("verb", ""), path=na.get("path", ""), resource_request=False)
     else:
-        raise status.invalid(res, res.kind, "", "spec.resourceAttributes", "Required value: exactly one of nonResourceAttributes or resourceAttributes must be specified")
+        raise status.invalid(
+            res,
+            res.kind,
+            "",
+            "spec.resourceAttributes",
+            "Required value: exactly one of nonResourceAttributes or resourceAttributes must be specified",
+        )
     allowed = api.rbac.allowed(a) or bool(nodeauthz.allowed(a, field_selector={}, pod_node=None))
     st: dict[str, Any] = {"allowed": allowed}
     if allowed and "system:masters" not in user.groups:

@@ -53,7 +53,11 @@ def allowed(
         if a.name and pod_node == node and verb in ("get", "update", "patch", "delete"):
             return True
         return None
-    if a.group in ("", "events.k8s.io") and res == "events" and verb in ("create", "patch", "update"):
+    if (
+        a.group in ("", "events.k8s.io")
+        and res == "events"
+        and verb in ("create", "patch", "update")
+    ):
         return True
     if res in ("services", "endpoints", "endpointslices") and verb in ("get", "list", "watch"):
         return True

@@ -33,8 +33,12 @@ from control.apiserver.http.status import APIError
 
 _LIST = re.compile(r"^[Ll]ist\[(.+)\]$")
 _DICT = re.compile(r"^(?:dict\(str, (.+)\)|Dict\[str, (.+)\])$")
-_DESC = re.compile(r"^\s*Gets the \w+ of this \w+\.\s*(?:# noqa: E501)?\s*\n(.*?)\n\s*:return:", re.S)
-_VERSION = re.compile(r"^(Core|Events|Storage|Discovery|Apps|Rbac|Authorization)?(V\d+(?:alpha\d+|beta\d+)?)(.+)$")
+_DESC = re.compile(
+    r"^\s*Gets the \w+ of this \w+\.\s*(?:# noqa: E501)?\s*\n(.*?)\n\s*:return:", re.S
+)
+_VERSION = re.compile(
+    r"^(Core|Events|Storage|Discovery|Apps|Rbac|Authorization)?(V\d+(?:alpha\d+|beta\d+)?)(.+)$"
+)
 
 PB_V2 = "application/com.github.proto-openapi.spec.v2@v1.0+protobuf"
 
@@ -74,10 +78,15 @@ class _Builder:
     def __init__(self) -> None:
         self.schemas: dict[str, Any] = {}
 
-    def type_schema(self, typ: str, parents: tuple[str, ...], field: str, kind: str) -> dict[str, Any]:
+    def type_schema(
+        self, typ: str, parents: tuple[str, ...], field: str, kind: str
+    ) -> dict[str, Any]:
         m = _LIST.match(typ)
         if m:
-            s: dict[str, Any] = {"type": "array", "items": self.type_schema(m.group(1), (*parents, field), "", kind)}
+            s: dict[str, Any] = {
+                "type": "array",
+                "items": self.type_schema(m.group(1), (*parents, field), "", kind),
+            }
             mk = patches.merge_key(parents, field, kind)
             if mk:
                 s["x-kubernetes-patch-merge-key"] = mk
@@ -91,7 +100,10 @@ class _Builder:
         m = _DICT.match(typ)
         if m:
             inner = m.group(1) or m.group(2)
-            return {"type": "object", "additionalProperties": self.type_schema(inner, parents, "", kind)}
+            return {
+                "type": "object",
+                "additionalProperties": self.type_schema(inner, parents, "", kind),
+            }
         simple = {
             "str": {"type": "string"},
             "int": {"type": "integer", "format": "int64"},
@@ -99,11 +111,19 @@ class _Builder:
             "bool": {"type": "boolean"},
             "datetime": {"type": "string", "format": "date-time"},
             "date": {"type": "string", "format": "date"},
-            "object": {"x-kubernetes-int-or-string": True} if field in ("targetPort", "port", "maxSurge", "maxUnavailable") else {"type": "object"},
+            "object": {"x-kubernetes-int-or-string": True}
+            if field in ("targetPort", "port", "maxSurge", "maxUnavailable")
+            else {"type": "object"},
         }
         if typ in simple:
             return dict(simple[typ])
-        return {"allOf": [{"$ref": f"#/components/schemas/{self.model(typ, (*parents, field) if field else parents, kind)}"}]}
+        return {
+            "allOf": [
+                {
+                    "$ref": f"#/components/schemas/{self.model(typ, (*parents, field) if field else parents, kind)}"
+                }
+            ]
+        }
 
     def model(self, name: str, parents: tuple[str, ...], kind: str) -> str:
         dn = def_name(name)
@@ -134,13 +154,19 @@ class _Builder:
         if r.model is None:
             return None
         dn = self.model(r.model, (), r.kind)
-        self.schemas[dn]["x-kubernetes-group-version-kind"] = [{"group": r.group, "version": r.version, "kind": r.kind}]
-        self.schemas[dn].setdefault("description", f"{r.kind} ({r.group_version}), served by svclab.")
+        self.schemas[dn]["x-kubernetes-group-version-kind"] = [
+            {"group": r.group, "version": r.version, "kind": r.kind}
+        ]
+        self.schemas[dn].setdefault(
+            "description", f"{r.kind} ({r.group_version}), served by svclab."
+        )
         return dn
 
 
 def _pydantic_schema(model: Any, prefix: str) -> tuple[dict[str, Any], dict[str, Any]]:
-    raw = model.model_json_schema(by_alias=True, ref_template=f"#/components/schemas/{prefix}{{model}}")
+    raw = model.model_json_schema(
+        by_alias=True, ref_template=f"#/components/schemas/{prefix}{{model}}"
+    )
     defs = raw.pop("$defs", {})
     return raw, {prefix + k: v for k, v in defs.items()}
 
@@ -153,10 +179,16 @@ def _svclab_schemas() -> dict[str, Any]:
     for model, kind in ((Cluster, "Cluster"), (KubeProxyConfiguration, "KubeProxyConfiguration")):
         schema, defs = _pydantic_schema(model, "dev.svclab.v1alpha1.")
         out.update(defs)
-        schema["x-kubernetes-group-version-kind"] = [{"group": "svclab.dev", "version": "v1alpha1", "kind": kind}]
+        schema["x-kubernetes-group-version-kind"] = [
+            {"group": "svclab.dev", "version": "v1alpha1", "kind": kind}
+        ]
         schema.setdefault("description", f"svclab's {kind} document.")
         props = schema.setdefault("properties", {})
-        props["metadata"] = {"type": "object", "x-kubernetes-preserve-unknown-fields": True, "description": "Standard object's metadata."}
+        props["metadata"] = {
+            "type": "object",
+            "x-kubernetes-preserve-unknown-fields": True,
+            "description": "Standard object's metadata.",
+        }
         props["apiVersion"] = {"type": "string", "description": "svclab.dev/v1alpha1"}
         props["kind"] = {"type": "string", "description": kind}
         schema.pop("additionalProperties", None)
@@ -165,13 +197,24 @@ def _svclab_schemas() -> dict[str, Any]:
 
 
 def _param(name: str, desc: str, where: str = "query") -> dict[str, Any]:
-    return {"name": name, "in": where, "description": desc, "schema": {"type": "string", "uniqueItems": True}}
+    return {
+        "name": name,
+        "in": where,
+        "description": desc,
+        "schema": {"type": "string", "uniqueItems": True},
+    }
 
 
 _WRITE_PARAMS = [
     _param("dryRun", "When present, indicates that modifications should not be persisted."),
-    _param("fieldManager", "fieldManager is a name associated with the actor or entity that is making these changes."),
-    _param("fieldValidation", "fieldValidation instructs the server on how to handle objects in the request containing unknown or duplicate fields. Valid values are: Ignore, Warn (default), Strict."),
+    _param(
+        "fieldManager",
+        "fieldManager is a name associated with the actor or entity that is making these changes.",
+    ),
+    _param(
+        "fieldValidation",
+        "fieldValidation instructs the server on how to handle objects in the request containing unknown or duplicate fields. Valid values are: Ignore, Warn (default), Strict.",
+    ),
 ]
 
 
@@ -179,14 +222,26 @@ def _ops(r: Resource, ref: str | None) -> dict[str, Any]:
     gvk = {"group": r.group, "version": r.version, "kind": r.kind}
     base = f"/api/{r.version}" if not r.group else f"/apis/{r.group}/{r.version}"
     coll = f"{base}/namespaces/{{namespace}}/{r.name}" if r.namespaced else f"{base}/{r.name}"
-    content = {"application/json": {"schema": {"$ref": f"#/components/schemas/{ref}"}}} if ref else {"application/json": {"schema": {"type": "object"}}}
+    content = (
+        {"application/json": {"schema": {"$ref": f"#/components/schemas/{ref}"}}}
+        if ref
+        else {"application/json": {"schema": {"type": "object"}}}
+    )
 
-    def op(action: str, verb: str, extra: list[dict[str, Any]] | None = None, body: dict[str, Any] | None = None) -> dict[str, Any]:
+    def op(
+        action: str,
+        verb: str,
+        extra: list[dict[str, Any]] | None = None,
+        body: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
         o: dict[str, Any] = {
             "operationId": f"{verb}{r.kind}",
             "x-kubernetes-action": action,
             "x-kubernetes-group-version-kind": gvk,
-            "responses": {"200": {"description": "OK", "content": content}, "401": {"description": "Unauthorized"}},
+            "responses": {
+                "200": {"description": "OK", "content": content},
+                "401": {"description": "Unauthorized"},
+            },
             "parameters": list(extra or []),
         }
         if body is not None:
@@ -196,7 +251,24 @@ def _ops(r: Resource, ref: str | None) -> dict[str, Any]:
     paths: dict[str, Any] = {}
     c: dict[str, Any] = {}
     if "list" in r.verbs:
-        c["get"] = op("list", "list", [_param("labelSelector", "A selector to restrict the list of returned objects by their labels."), _param("fieldSelector", "A selector to restrict the list of returned objects by their fields."), _param("limit", "limit"), _param("continue", "continue"), _param("watch", "watch"), _param("resourceVersion", "resourceVersion")])
+        c["get"] = op(
+            "list",
+            "list",
+            [
+                _param(
+                    "labelSelector",
+                    "A selector to restrict the list of returned objects by their labels.",
+                ),
+                _param(
+                    "fieldSelector",
+                    "A selector to restrict the list of returned objects by their fields.",
+                ),
+                _param("limit", "limit"),
+                _param("continue", "continue"),
+                _param("watch", "watch"),
+                _param("resourceVersion", "resourceVersion"),
+            ],
+        )
     if "create" in r.verbs:
         c["post"] = op("post", "create", _WRITE_PARAMS, content)
     if "deletecollection" in r.verbs:
@@ -212,13 +284,30 @@ def _ops(r: Resource, ref: str | None) -> dict[str, Any]:
         types = [patches.JSON_PATCH, patches.MERGE_PATCH, patches.APPLY_YAML]
         if r.group != "svclab.dev":
             types.insert(2, patches.STRATEGIC)
-        item["patch"] = op("patch", "patch", [*_WRITE_PARAMS, _param("force", "Force is going to \"force\" Apply requests.")], {t: {"schema": {"type": "object"}} for t in types})
+        item["patch"] = op(
+            "patch",
+            "patch",
+            [*_WRITE_PARAMS, _param("force", 'Force is going to "force" Apply requests.')],
+            {t: {"schema": {"type": "object"}} for t in types},
+        )
     if "delete" in r.verbs:
-        item["delete"] = op("delete", "delete", [_param("dryRun", "dryRun"), _param("propagationPolicy", "propagationPolicy"), _param("gracePeriodSeconds", "gracePeriodSeconds")])
+        item["delete"] = op(
+            "delete",
+            "delete",
+            [
+                _param("dryRun", "dryRun"),
+                _param("propagationPolicy", "propagationPolicy"),
+                _param("gracePeriodSeconds", "gracePeriodSeconds"),
+            ],
+        )
     if item:
-        item["parameters"] = [{"name": "name", "in": "path", "required": True, "schema": {"type": "string"}}]
+        item["parameters"] = [
+            {"name": "name", "in": "path", "required": True, "schema": {"type": "string"}}
+        ]
         if r.namespaced:
-            item["parameters"].append({"name": "namespace", "in": "path", "required": True, "schema": {"type": "string"}})
+            item["parameters"].append(
+                {"name": "namespace", "in": "path", "required": True, "schema": {"type": "string"}}
+            )
         paths[f"{coll}/{{name}}"] = item
     return paths
 
@@ -269,7 +358,11 @@ def _to_v2(obj: Any) -> Any:
                 out[k] = _to_v2(v)
         if "allOf" in out and len(out["allOf"]) == 1:
             ref = out.pop("allOf")[0]
-            out = {**ref, **{k: v for k, v in out.items() if k != "$ref"}} if "description" not in out else {**ref, "description": out["description"]}
+            out = (
+                {**ref, **{k: v for k, v in out.items() if k != "$ref"}}
+                if "description" not in out
+                else {**ref, "description": out["description"]}
+            )
         return out
     if isinstance(obj, list):
         return [_to_v2(x) for x in obj]
@@ -295,7 +388,12 @@ def v2_document() -> bytes:
 def serve(path: str, accept: str) -> Response:
     if path == "/openapi/v2":
         if "json" not in accept and "*/*" not in accept and accept:
-            raise APIError(406, "NotAcceptable", f"only the following media types are accepted: application/json (asked for {accept})", {})
+            raise APIError(
+                406,
+                "NotAcceptable",
+                f"only the following media types are accepted: application/json (asked for {accept})",
+                {},
+            )
         return Response(v2_document(), media_type="application/json")
     if path == "/openapi/v3":
         return Response(v3_index(), media_type="application/json")
@@ -308,7 +406,11 @@ def serve(path: str, accept: str) -> Response:
         else:
             g, v = "-", "-"
         if in_group_version(g, v):
-            return Response(v3_document(g, v), media_type="application/json", headers={"Cache-Control": "public, immutable"} )
+            return Response(
+                v3_document(g, v),
+                media_type="application/json",
+                headers={"Cache-Control": "public, immutable"},
+            )
     raise APIError(404, "NotFound", "the server could not find the requested resource", {})
 
 

@@ -88,11 +88,7 @@ def json_patch(target: Any, ops: Any) -> Any:
 def _strip(v: Any) -> Any:
     """A patch value without directives (what a new element looks like)."""
     if isinstance(v, dict):
-        return {
-            k: _strip(x)
-            for k, x in v.items()
-            if not k.startswith("$") and x is not None
-        }
+        return {k: _strip(x) for k, x in v.items() if not k.startswith("$") and x is not None}
     if isinstance(v, list):
         return [_strip(x) for x in v if not (isinstance(x, dict) and x.get("$patch") == "delete")]
     return v
@@ -149,7 +145,9 @@ def strategic_merge(orig: Any, patch: Any, kind: str, parents: tuple[str, ...] =
     return out
 
 
-def _merge_list(cur: list[Any], patch: list[Any], mk: str, kind: str, path: tuple[str, ...]) -> list[Any]:
+def _merge_list(
+    cur: list[Any], patch: list[Any], mk: str, kind: str, path: tuple[str, ...]
+) -> list[Any]:
     if any(isinstance(x, dict) and x.get("$patch") == "replace" for x in patch):
         return [_strip(x) for x in patch if not (isinstance(x, dict) and "$patch" in x)]
     out = [copy.deepcopy(x) for x in cur]
@@ -157,7 +155,9 @@ def _merge_list(cur: list[Any], patch: list[Any], mk: str, kind: str, path: tupl
         if not isinstance(item, dict) or mk not in item:
             out.append(_strip(item))
             continue
-        idx = next((i for i, x in enumerate(out) if isinstance(x, dict) and x.get(mk) == item[mk]), None)
+        idx = next(
+            (i for i, x in enumerate(out) if isinstance(x, dict) and x.get(mk) == item[mk]), None
+        )
         if item.get("$patch") == "delete":
             if idx is not None:
                 del out[idx]

@@ -234,7 +234,11 @@ def ensure_pki(state_dir: Path, host: str, port: int) -> Paths:
     server = server_url(host, port)
     kc = state_dir / "kubeconfig"
     current = kubeconfig(
-        ca.pem, server, ADMIN_USER, (pki / "admin.crt").read_bytes(), (pki / "admin.key").read_bytes()
+        ca.pem,
+        server,
+        ADMIN_USER,
+        (pki / "admin.crt").read_bytes(),
+        (pki / "admin.key").read_bytes(),
     )
     if not kc.exists() or kc.read_text() != current:
         _write(kc, current.encode(), private=True)

@@ -212,8 +212,14 @@ READ = "get list watch"
 WRITE = "create delete deletecollection patch update"
 
 
-def _cr(name: str, rules: list[PolicyRule], labels: dict[str, str] | None = None, agg: str | None = None) -> ClusterRole:
-    meta = ObjectMeta(name=name, labels={**BOOTSTRAP_LABEL, **(labels or {})}, annotations={"rbac.authorization.kubernetes.io/autoupdate": "true"})
+def _cr(
+    name: str, rules: list[PolicyRule], labels: dict[str, str] | None = None, agg: str | None = None
+) -> ClusterRole:
+    meta = ObjectMeta(
+        name=name,
+        labels={**BOOTSTRAP_LABEL, **(labels or {})},
+        annotations={"rbac.authorization.kubernetes.io/autoupdate": "true"},
+    )
     if agg is not None:
         from netmodel.objects import AggregationRule
         from netmodel.selectors import LabelSelector
@@ -221,14 +227,20 @@ def _cr(name: str, rules: list[PolicyRule], labels: dict[str, str] | None = None
         return ClusterRole(
             metadata=meta,
             rules=[],
-            aggregation_rule=AggregationRule(cluster_role_selectors=[LabelSelector(match_labels={AGG + agg: "true"})]),
+            aggregation_rule=AggregationRule(
+                cluster_role_selectors=[LabelSelector(match_labels={AGG + agg: "true"})]
+            ),
         )
     return ClusterRole(metadata=meta, rules=rules)
 
 
 def _crb(name: str, role: str, subjects: list[tuple[str, str]]) -> ClusterRoleBinding:
     return ClusterRoleBinding(
-        metadata=ObjectMeta(name=name, labels=dict(BOOTSTRAP_LABEL), annotations={"rbac.authorization.kubernetes.io/autoupdate": "true"}),
+        metadata=ObjectMeta(
+            name=name,
+            labels=dict(BOOTSTRAP_LABEL),
+            annotations={"rbac.authorization.kubernetes.io/autoupdate": "true"},
+        ),
         role_ref=RoleRef(api_group=RBAC_GROUP, kind="ClusterRole", name=role),
         subjects=[Subject(kind=k, name=n, api_group=RBAC_GROUP) for k, n in subjects],
     )
@@ -239,7 +251,11 @@ def bootstrap_policy() -> list[KubeObject]:
     workloads = "pods services endpoints"
     apps = "deployments deployments/scale replicasets replicasets/scale"
     view_rules = [
-        _rule(READ, "core", "pods pods/status services services/status endpoints events namespaces namespaces/status"),
+        _rule(
+            READ,
+            "core",
+            "pods pods/status services services/status endpoints events namespaces namespaces/status",
+        ),
         _rule(READ, "apps", apps + " deployments/status replicasets/status"),
         _rule(READ, "discovery.k8s.io", "endpointslices"),
         _rule(READ, "events.k8s.io", "events"),
@@ -253,7 +269,11 @@ def bootstrap_policy() -> list[KubeObject]:
         _rule(WRITE + " " + READ, RBAC_GROUP, "roles rolebindings"),
     ]
     return [
-        _cr("cluster-admin", [_rule("*", "*", "*"), _urls("*", "*")], {"kubernetes.io/bootstrapping": "rbac-defaults"}),
+        _cr(
+            "cluster-admin",
+            [_rule("*", "*", "*"), _urls("*", "*")],
+            {"kubernetes.io/bootstrapping": "rbac-defaults"},
+        ),
         _cr("admin", [], None, agg="admin"),
         _cr("edit", [], {AGG + "admin": "true"}, agg="edit"),
         _cr("view", [], {AGG + "edit": "true"}, agg="view"),
@@ -262,13 +282,27 @@ def bootstrap_policy() -> list[KubeObject]:
         _cr("system:aggregate-to-admin", admin_rules, {AGG + "admin": "true"}),
         _cr(
             "system:basic-user",
-            [_rule("create", "authorization.k8s.io", "selfsubjectaccessreviews selfsubjectrulesreviews")],
+            [
+                _rule(
+                    "create",
+                    "authorization.k8s.io",
+                    "selfsubjectaccessreviews selfsubjectrulesreviews",
+                )
+            ],
         ),
         _cr(
             "system:discovery",
-            [_urls("get", "/api /api/* /apis /apis/* /healthz /livez /readyz /openapi /openapi/* /version /version/")],
+            [
+                _urls(
+                    "get",
+                    "/api /api/* /apis /apis/* /healthz /livez /readyz /openapi /openapi/* /version /version/",
+                )
+            ],
         ),
-        _cr("system:public-info-viewer", [_urls("get", "/healthz /livez /readyz /version /version/")]),
+        _cr(
+            "system:public-info-viewer",
+            [_urls("get", "/healthz /livez /readyz /version /version/")],
+        ),
         _cr(
             "system:kube-scheduler",
             [
@@ -284,11 +318,21 @@ def bootstrap_policy() -> list[KubeObject]:
         _cr(
             "system:kube-controller-manager",
             [
-                _rule(READ + " " + WRITE, "core", "pods pods/status services services/status endpoints events nodes nodes/status namespaces namespaces/status namespaces/finalize"),
-                _rule(READ + " " + WRITE, "apps", "deployments deployments/status deployments/scale replicasets replicasets/status replicasets/scale"),
+                _rule(
+                    READ + " " + WRITE,
+                    "core",
+                    "pods pods/status services services/status endpoints events nodes nodes/status namespaces namespaces/status namespaces/finalize",
+                ),
+                _rule(
+                    READ + " " + WRITE,
+                    "apps",
+                    "deployments deployments/status deployments/scale replicasets replicasets/status replicasets/scale",
+                ),
                 _rule(READ + " " + WRITE, "discovery.k8s.io", "endpointslices"),
                 _rule("create patch update", "events.k8s.io", "events"),
                 _rule(READ + " patch update", RBAC_GROUP, "clusterroles"),
+                # the namespace controller empties a Terminating namespace of every kind
+                _rule(READ + " delete deletecollection", RBAC_GROUP, "roles rolebindings"),
             ],
         ),
         _cr(
@@ -311,9 +355,17 @@ def bootstrap_policy() -> list[KubeObject]:
         _crb("cluster-admin", "cluster-admin", [("Group", MASTERS)]),
         _crb("system:basic-user", "system:basic-user", [("Group", "system:authenticated")]),
         _crb("system:discovery", "system:discovery", [("Group", "system:authenticated")]),
-        _crb("system:public-info-viewer", "system:public-info-viewer", [("Group", "system:authenticated"), ("Group", "system:unauthenticated")]),
+        _crb(
+            "system:public-info-viewer",
+            "system:public-info-viewer",
+            [("Group", "system:authenticated"), ("Group", "system:unauthenticated")],
+        ),
         _crb("system:kube-scheduler", "system:kube-scheduler", [("User", "system:kube-scheduler")]),
-        _crb("system:kube-controller-manager", "system:kube-controller-manager", [("User", "system:kube-controller-manager")]),
+        _crb(
+            "system:kube-controller-manager",
+            "system:kube-controller-manager",
+            [("User", "system:kube-controller-manager")],
+        ),
         _crb("system:node-proxier", "system:node-proxier", [("User", "system:kube-proxy")]),
     ]
 

@@ -81,24 +81,120 @@ RBAC = "rbac.authorization.k8s.io"
 SVCLAB = "svclab.dev"
 
 RESOURCES: tuple[Resource, ...] = (
-    _r("namespaces", "Namespace", "", "v1", namespaced=False, short=("ns",), sub=("status",), model="V1Namespace"),
+    _r(
+        "namespaces",
+        "Namespace",
+        "",
+        "v1",
+        namespaced=False,
+        short=("ns",),
+        sub=("status",),
+        model="V1Namespace",
+    ),
     _r("nodes", "Node", "", "v1", namespaced=False, short=("no",), sub=("status",), model="V1Node"),
-    _r("pods", "Pod", "", "v1", short=("po",), categories=("all",), sub=("status", "binding"), model="V1Pod"),
-    _r("services", "Service", "", "v1", short=("svc",), categories=("all",), sub=("status",), model="V1Service"),
-    _r("endpoints", "Endpoints", "", "v1", singular="endpoints", verbs=READ_VERBS, short=("ep",), stored=False, model="V1Endpoints"),
+    _r(
+        "pods",
+        "Pod",
+        "",
+        "v1",
+        short=("po",),
+        categories=("all",),
+        sub=("status", "binding"),
+        model="V1Pod",
+    ),
+    _r(
+        "services",
+        "Service",
+        "",
+        "v1",
+        short=("svc",),
+        categories=("all",),
+        sub=("status",),
+        model="V1Service",
+    ),
+    _r(
+        "endpoints",
+        "Endpoints",
+        "",
+        "v1",
+        singular="endpoints",
+        verbs=READ_VERBS,
+        short=("ep",),
+        stored=False,
+        model="V1Endpoints",
+    ),
     _r("events", "Event", "", "v1", short=("ev",), model="CoreV1Event"),
-    _r("deployments", "Deployment", "apps", "v1", short=("deploy",), categories=("all",), sub=("status", "scale"), model="V1Deployment"),
-    _r("replicasets", "ReplicaSet", "apps", "v1", short=("rs",), categories=("all",), sub=("status", "scale"), model="V1ReplicaSet"),
+    _r(
+        "deployments",
+        "Deployment",
+        "apps",
+        "v1",
+        short=("deploy",),
+        categories=("all",),
+        sub=("status", "scale"),
+        model="V1Deployment",
+    ),
+    _r(
+        "replicasets",
+        "ReplicaSet",
+        "apps",
+        "v1",
+        short=("rs",),
+        categories=("all",),
+        sub=("status", "scale"),
+        model="V1ReplicaSet",
+    ),
     _r("endpointslices", "EndpointSlice", "discovery.k8s.io", "v1", model="V1EndpointSlice"),
     _r("events", "Event", "events.k8s.io", "v1", short=("ev",), model="EventsV1Event"),
     _r("roles", "Role", RBAC, "v1", model="V1Role"),
     _r("clusterroles", "ClusterRole", RBAC, "v1", namespaced=False, model="V1ClusterRole"),
     _r("rolebindings", "RoleBinding", RBAC, "v1", model="V1RoleBinding"),
-    _r("clusterrolebindings", "ClusterRoleBinding", RBAC, "v1", namespaced=False, model="V1ClusterRoleBinding"),
-    _r("selfsubjectaccessreviews", "SelfSubjectAccessReview", "authorization.k8s.io", "v1", namespaced=False, verbs=("create",), stored=False, model="V1SelfSubjectAccessReview"),
-    _r("selfsubjectrulesreviews", "SelfSubjectRulesReview", "authorization.k8s.io", "v1", namespaced=False, verbs=("create",), stored=False, model="V1SelfSubjectRulesReview"),
-    _r("clusters", "Cluster", SVCLAB, "v1alpha1", namespaced=False, verbs=("create", "get", "list", "patch", "update"), stored=False),
-    _r("kubeproxyconfigurations", "KubeProxyConfiguration", SVCLAB, "v1alpha1", namespaced=False, verbs=("get", "list"), stored=False),
+    _r(
+        "clusterrolebindings",
+        "ClusterRoleBinding",
+        RBAC,
+        "v1",
+        namespaced=False,
+        model="V1ClusterRoleBinding",
+    ),
+    _r(
+        "selfsubjectaccessreviews",
+        "SelfSubjectAccessReview",
+        "authorization.k8s.io",
+        "v1",
+        namespaced=False,
+        verbs=("create",),
+        stored=False,
+        model="V1SelfSubjectAccessReview",
+    ),
+    _r(
+        "selfsubjectrulesreviews",
+        "SelfSubjectRulesReview",
+        "authorization.k8s.io",
+        "v1",
+        namespaced=False,
+        verbs=("create",),
+        stored=False,
+        model="V1SelfSubjectRulesReview",
+    ),
+    _r(
+        "clusters",
+        "Cluster",
+        SVCLAB,
+        "v1alpha1",
+        namespaced=False,
+        verbs=("create", "get", "list", "patch", "update"),
+        stored=False,
+    ),
+    _r(
+        "kubeproxyconfigurations",
+        "KubeProxyConfiguration",
+        SVCLAB,
+        "v1alpha1",
+        namespaced=False,
+        verbs=("get", "list"),
+        stored=False,
+    ),
 )
 
 #: kinds kubectl resolves by ``Kind`` in a subresource response
@@ -109,7 +205,9 @@ def by_path(group: str, version: str, name: str) -> Resource | None:
     return _BY_PATH.get((group, version, name))
 
 
-_BY_PATH: dict[tuple[str, str, str], Resource] = {(r.group, r.version, r.name): r for r in RESOURCES}
+_BY_PATH: dict[tuple[str, str, str], Resource] = {
+    (r.group, r.version, r.name): r for r in RESOURCES
+}
 
 
 def group_versions() -> dict[str, list[str]]:

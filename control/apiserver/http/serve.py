@@ -28,6 +28,8 @@ from control.apiserver.http import pki
 from control.apiserver.http.app import API
 from control.apiserver.http.authn import Authenticator, load_token_file
 from control.apiserver.http.driver import RunnerDriver
+from control.live import LiveDriver
+from control.serving import serving
 
 log = logging.getLogger("svclab.serve")
 
@@ -69,7 +71,9 @@ class Server:
         flush_every: float = 0.2,
         watch_history: int = 100_000,
         compact_every: float = 30.0,
+        live: bool = True,
     ) -> None:
+        self.live = live
         self.state_dir = state_dir
         self.host = host
         self.port = port
@@ -117,12 +121,21 @@ class Server:
             timeout_keep_alive=60,
         )
         server = uvicorn.Server(config)
-        driver = RunnerDriver(self.api)
+        driver: RunnerDriver | LiveDriver
+        if self.live:  # components as API clients (control/live.py)
+            driver = LiveDriver(self.api, pki.server_url(self.host, self.port))
+        else:
+            driver = RunnerDriver(self.api)
         self.api.driver = driver
         self.api.start()
         loop = asyncio.get_running_loop()
         self._tasks = [loop.create_task(self._flusher()), loop.create_task(self._compactor())]
-        log.info("serving the Kubernetes API on https://%s:%d (state %s)", self.host, self.port, self.state_dir)
+        log.info(
+            "serving the Kubernetes API on https://%s:%d (state %s)",
+            self.host,
+            self.port,
+            self.state_dir,
+        )
         try:
             await server.serve()
         finally:
@@ -134,7 +147,25 @@ class Server:
             log.info("stopped; state saved in %s", self.state_dir)
 
 
-def serve(state_dir: Path, host: str, port: int, *, token_file: Path | None = None, watch_history: int = 100_000, compact_every: float = 30.0) -> None:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    srv = Server(state_dir, host, port, token_file=token_file, watch_history=watch_history, compact_every=compact_every)
-    asyncio.run(srv.run())
+def serve(
+    state_dir: Path,
+    host: str,
+    port: int,
+    *,
+    token_file: Path | None = None,
+    watch_history: int = 100_000,
+    compact_every: float = 30.0,
+) -> None:
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    with serving(state_dir):  # CLI commands on DIR now leave the converging to us
+        srv = Server(
+            state_dir,
+            host,
+            port,
+            token_file=token_file,
+            watch_history=watch_history,
+            compact_every=compact_every,
+        )
+        asyncio.run(srv.run())

@@ -37,7 +37,17 @@ if TYPE_CHECKING:
 
 Path = tuple[str, ...]
 _SKIP_META = frozenset(
-    {"name", "namespace", "uid", "resourceVersion", "generation", "creationTimestamp", "deletionTimestamp", "managedFields", "selfLink"}
+    {
+        "name",
+        "namespace",
+        "uid",
+        "resourceVersion",
+        "generation",
+        "creationTimestamp",
+        "deletionTimestamp",
+        "managedFields",
+        "selfLink",
+    }
 )
 
 
@@ -50,7 +60,9 @@ def manager_for(params: dict[str, list[str]], request: Request, operation: str) 
     return prog[:128]
 
 
-def _leaves(obj: Any, kind: str, parents: tuple[str, ...] = (), prefix: Path = ()) -> dict[Path, Any]:
+def _leaves(
+    obj: Any, kind: str, parents: tuple[str, ...] = (), prefix: Path = ()
+) -> dict[Path, Any]:
     """leaf path -> value."""
     out: dict[Path, Any] = {}
     if not isinstance(obj, dict):
@@ -67,7 +79,12 @@ def _leaves(obj: Any, kind: str, parents: tuple[str, ...] = (), prefix: Path = (
                 out.update(sub)
             else:
                 out[p] = v
-        elif isinstance(v, list) and v and (mk := patches.merge_key(parents, k, kind)) is not None and all(isinstance(x, dict) and mk in x for x in v):
+        elif (
+            isinstance(v, list)
+            and v
+            and (mk := patches.merge_key(parents, k, kind)) is not None
+            and all(isinstance(x, dict) and mk in x for x in v)
+        ):
             for item in v:
                 kp = (*p, "k:" + json.dumps({mk: item[mk]}, separators=(",", ":")))
                 sub = _leaves(item, kind, (*parents, k), kp)
@@ -105,7 +122,11 @@ def _now() -> str:
 def _entries(obj: dict[str, Any] | None) -> list[dict[str, Any]]:
     if not obj:
         return []
-    return [dict(e) for e in (obj.get("metadata") or {}).get("managedFields") or [] if isinstance(e, dict)]
+    return [
+        dict(e)
+        for e in (obj.get("metadata") or {}).get("managedFields") or []
+        if isinstance(e, dict)
+    ]
 
 
 def _set_entries(obj: dict[str, Any], entries: list[dict[str, Any]]) -> dict[str, Any]:
@@ -129,7 +150,9 @@ def _entry(manager: str, operation: str, api_version: str, paths: set[Path]) -> 
     }
 
 
-def record_update(new: dict[str, Any], before: dict[str, Any] | None, manager: str, api_version: str) -> dict[str, Any]:
+def record_update(
+    new: dict[str, Any], before: dict[str, Any] | None, manager: str, api_version: str
+) -> dict[str, Any]:
     """``new`` with managedFields updated for an Update by ``manager`` (the leaves that
     differ from ``before`` move to it)."""
     kind = str(new.get("kind", ""))
@@ -169,7 +192,11 @@ def _get(obj: Any, path: Path) -> tuple[bool, Any]:
             want = json.loads(part[2:])
             if not isinstance(cur, list):
                 return False, None
-            found = [x for x in cur if isinstance(x, dict) and all(x.get(k) == v for k, v in want.items())]
+            found = [
+                x
+                for x in cur
+                if isinstance(x, dict) and all(x.get(k) == v for k, v in want.items())
+            ]
             if not found:
                 return False, None
             cur = found[0]
@@ -191,7 +218,11 @@ def _remove(obj: Any, path: Path) -> None:
         parent.pop(last[2:], None)
     elif last.startswith("k:") and isinstance(parent, list):
         want = json.loads(last[2:])
-        parent[:] = [x for x in parent if not (isinstance(x, dict) and all(x.get(k) == v for k, v in want.items()))]
+        parent[:] = [
+            x
+            for x in parent
+            if not (isinstance(x, dict) and all(x.get(k) == v for k, v in want.items()))
+        ]
 
 
 def _merge(cur: Any, cfg: Any, kind: str, parents: tuple[str, ...] = ()) -> Any:
@@ -205,7 +236,16 @@ def _merge(cur: Any, cfg: Any, kind: str, parents: tuple[str, ...] = ()) -> Any:
         elif mk is not None and isinstance(out.get(k), list):
             items = [copy.deepcopy(x) for x in out[k]]
             for item in v:
-                idx = next((i for i, x in enumerate(items) if isinstance(x, dict) and isinstance(item, dict) and x.get(mk) == item.get(mk)), None)
+                idx = next(
+                    (
+                        i
+                        for i, x in enumerate(items)
+                        if isinstance(x, dict)
+                        and isinstance(item, dict)
+                        and x.get(mk) == item.get(mk)
+                    ),
+                    None,
+                )
                 if idx is None:
                     items.append(copy.deepcopy(item))
                 else:
@@ -216,19 +256,35 @@ def _merge(cur: Any, cfg: Any, kind: str, parents: tuple[str, ...] = ()) -> Any:
     return out
 
 
-async def apply(api: API, request: Request, res: Resource, info: RequestInfo, user: User, params: dict[str, list[str]], dry: bool, cfg: Any) -> Response:
+async def apply(
+    api: API,
+    request: Request,
+    res: Resource,
+    info: RequestInfo,
+    user: User,
+    params: dict[str, list[str]],
+    dry: bool,
+    cfg: Any,
+) -> Response:
     from control.apiserver.http import handlers
 
     manager = (params.get("fieldManager") or [""])[0]
     if not manager:
-        raise APIError(400, "BadRequest", "PatchOptions.meta.k8s.io \"\" is invalid: fieldManager: Required value: is required for apply patch", {})
+        raise APIError(
+            400,
+            "BadRequest",
+            'PatchOptions.meta.k8s.io "" is invalid: fieldManager: Required value: is required for apply patch',
+            {},
+        )
     force = (params.get("force") or [""])[0] in ("true", "1")
     if not isinstance(cfg, dict):
         raise status.bad_request("the applied configuration must be an object")
     handlers._check_gvk(res, cfg)
     meta = cfg.setdefault("metadata", {})
     if meta.get("name") and meta["name"] != info.name:
-        raise status.bad_request(f"the name of the object ({meta['name']}) does not match the name on the URL ({info.name})")
+        raise status.bad_request(
+            f"the name of the object ({meta['name']}) does not match the name on the URL ({info.name})"
+        )
     meta["name"] = info.name
     if res.namespaced:
         meta["namespace"] = info.namespace
@@ -241,7 +297,11 @@ async def apply(api: API, request: Request, res: Resource, info: RequestInfo, us
         if e.code != 404:
             raise
         current_obj = None
-    current = current_obj.to_dict() if current_obj is not None else {"apiVersion": res.api_version, "kind": kind, "metadata": {}}
+    current = (
+        current_obj.to_dict()
+        if current_obj is not None
+        else {"apiVersion": res.api_version, "kind": kind, "metadata": {}}
+    )
     entries = _entries(current)
     conflicts: list[tuple[str, Path]] = []
     cfg_values = _leaves(cfg, kind)
@@ -261,10 +321,21 @@ async def apply(api: API, request: Request, res: Resource, info: RequestInfo, us
             if ok and value != cfg_values.get(p):
                 conflicts.append((str(e.get("manager")), p))
     if conflicts and not force:
-        lines = [f'conflict with "{m}": .{".".join(x[2:] for x in p if x != ".")}' for m, p in conflicts]
+        lines = [
+            f'conflict with "{m}": .{".".join(x[2:] for x in p if x != ".")}' for m, p in conflicts
+        ]
         n = len(conflicts)
         msg = f"Apply failed with {n} conflict{'s' if n > 1 else ''}: " + "\n".join(lines)
-        raise APIError(409, "Conflict", msg, {"causes": [{"reason": "FieldManagerConflict", "message": ln, "field": ""} for ln in lines]})
+        raise APIError(
+            409,
+            "Conflict",
+            msg,
+            {
+                "causes": [
+                    {"reason": "FieldManagerConflict", "message": ln, "field": ""} for ln in lines
+                ]
+            },
+        )
     new = _merge(copy.deepcopy(current), cfg, kind)
     owned_by_others: set[Path] = set()
     new_entries = []
@@ -291,7 +362,11 @@ async def apply(api: API, request: Request, res: Resource, info: RequestInfo, us
             raise
         if not dry:
             api.wrote()
-        return handlers._ok(handlers.to_wire(api, res, stored), 201, handlers._warn_headers(warnings))
+        return handlers._ok(
+            handlers.to_wire(api, res, stored), 201, handlers._warn_headers(warnings)
+        )
     new["metadata"]["resourceVersion"] = current_obj.metadata.resource_version
-    stored = handlers._write_update(api, res, info.name, new, user, params, dry, request, current_obj, operation="apply")
+    stored = handlers._write_update(
+        api, res, info.name, new, user, params, dry, request, current_obj, operation="apply"
+    )
     return handlers._ok(handlers.to_wire(api, res, stored), 200, handlers._warn_headers(warnings))

@@ -51,7 +51,12 @@ class APIError(Exception):
 
 
 def success(details: dict[str, Any] | None = None) -> dict[str, Any]:
-    out: dict[str, Any] = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success"}
+    out: dict[str, Any] = {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Success",
+    }
     if details:
         out["details"] = details
     return out
@@ -81,7 +86,9 @@ def not_found(res: Resource, name: str) -> APIError:
 
 
 def already_exists(res: Resource, name: str) -> APIError:
-    return APIError(409, "AlreadyExists", f'{_qual(res)} "{name}" already exists', _details(res, name))
+    return APIError(
+        409, "AlreadyExists", f'{_qual(res)} "{name}" already exists', _details(res, name)
+    )
 
 
 def conflict(res: Resource, name: str, why: str) -> APIError:
@@ -93,14 +100,18 @@ def conflict(res: Resource, name: str, why: str) -> APIError:
     )
 
 
-STALE = "the object has been modified; please apply your changes to the latest version and try again"
+STALE = (
+    "the object has been modified; please apply your changes to the latest version and try again"
+)
 
 
 def bad_request(message: str) -> APIError:
     return APIError(400, "BadRequest", message)
 
 
-def method_not_allowed(message: str = "the server does not allow this method on the requested resource") -> APIError:
+def method_not_allowed(
+    message: str = "the server does not allow this method on the requested resource",
+) -> APIError:
     return APIError(405, "MethodNotAllowed", message, {})
 
 
@@ -127,10 +138,14 @@ def invalid(res: Resource, kind: str, name: str, field: str | None, why: str) ->
 
 
 def forbidden_object(res: Resource, name: str, why: str) -> APIError:
-    return APIError(403, "Forbidden", f'{_qual(res)} "{name}" is forbidden: {why}', _details(res, name))
+    return APIError(
+        403, "Forbidden", f'{_qual(res)} "{name}" is forbidden: {why}', _details(res, name)
+    )
 
 
-def from_svclab(err: SvclabError, res: Resource, kind: str, name: str, *, creating: bool = False) -> APIError:
+def from_svclab(
+    err: SvclabError, res: Resource, kind: str, name: str, *, creating: bool = False
+) -> APIError:
     """The Status for an error of the apiserver pipeline on ``res``/``name``."""
     if isinstance(err, NotFoundError):
         return not_found(res, name)

@@ -28,7 +28,12 @@ from netmodel.objects import (
 
 Col = tuple[str, str, int, str]  # name, type, priority, description
 _NAME: Col = ("Name", "string", 0, "Name must be unique within a namespace.")
-_AGE: Col = ("Age", "string", 0, "CreationTimestamp is a timestamp representing the server time when this object was created.")
+_AGE: Col = (
+    "Age",
+    "string",
+    0,
+    "CreationTimestamp is a timestamp representing the server time when this object was created.",
+)
 
 
 def human_duration(seconds: float) -> str:
@@ -252,7 +257,11 @@ def endpoints_row(d: dict[str, Any], now: float) -> list[Any]:
         for a in sub.get("addresses", []):
             for p in ports:
                 addrs.append(f"{a['ip']}:{p['port']}" if "port" in p else a["ip"])
-    return [d["metadata"]["name"], _endpoints_cell(addrs), age(d["metadata"].get("creationTimestamp"), now)]
+    return [
+        d["metadata"]["name"],
+        _endpoints_cell(addrs),
+        age(d["metadata"].get("creationTimestamp"), now),
+    ]
 
 
 def _event(e: Event, now: float) -> list[Any]:
@@ -300,21 +309,56 @@ def _default(o: KubeObject, now: float) -> list[Any]:
     return [o.name, age(o.metadata.creation_timestamp, now)]
 
 
-_CREATED: Col = ("Created At", "date", 0, "CreationTimestamp is a timestamp representing the server time when this object was created.")
+_CREATED: Col = (
+    "Created At",
+    "date",
+    0,
+    "CreationTimestamp is a timestamp representing the server time when this object was created.",
+)
 
 #: resource name -> (columns, row function)
 TABLES: dict[str, tuple[list[Col], Callable[[Any, float], list[Any]]]] = {
     "pods": (
         [
             _NAME,
-            ("Ready", "string", 0, "The aggregate readiness state of this pod for accepting traffic."),
+            (
+                "Ready",
+                "string",
+                0,
+                "The aggregate readiness state of this pod for accepting traffic.",
+            ),
             ("Status", "string", 0, "The aggregate status of the containers in this pod."),
-            ("Restarts", "string", 0, "The number of times the containers in this pod have been restarted and when the last container in this pod has restarted."),
+            (
+                "Restarts",
+                "string",
+                0,
+                "The number of times the containers in this pod have been restarted and when the last container in this pod has restarted.",
+            ),
             _AGE,
-            ("IP", "string", 1, "IP address allocated to the pod. Routable at least within the cluster. Empty if not yet allocated."),
-            ("Node", "string", 1, "NodeName is a request to schedule this pod onto a specific node."),
-            ("Nominated Node", "string", 1, "nominatedNodeName is set when this pod preempts other pods on the node."),
-            ("Readiness Gates", "string", 1, "If specified, all readiness gates will be evaluated for pod readiness."),
+            (
+                "IP",
+                "string",
+                1,
+                "IP address allocated to the pod. Routable at least within the cluster. Empty if not yet allocated.",
+            ),
+            (
+                "Node",
+                "string",
+                1,
+                "NodeName is a request to schedule this pod onto a specific node.",
+            ),
+            (
+                "Nominated Node",
+                "string",
+                1,
+                "nominatedNodeName is set when this pod preempts other pods on the node.",
+            ),
+            (
+                "Readiness Gates",
+                "string",
+                1,
+                "If specified, all readiness gates will be evaluated for pod readiness.",
+            ),
         ],
         _pod,
     ),
@@ -322,11 +366,26 @@ TABLES: dict[str, tuple[list[Col], Callable[[Any, float], list[Any]]]] = {
         [
             _NAME,
             ("Type", "string", 0, "type determines how the Service is exposed."),
-            ("Cluster-IP", "string", 0, "clusterIP is the IP address of the service and is usually assigned randomly."),
-            ("External-IP", "string", 0, "externalIPs is a list of IP addresses for which nodes in the cluster will also accept traffic for this service."),
+            (
+                "Cluster-IP",
+                "string",
+                0,
+                "clusterIP is the IP address of the service and is usually assigned randomly.",
+            ),
+            (
+                "External-IP",
+                "string",
+                0,
+                "externalIPs is a list of IP addresses for which nodes in the cluster will also accept traffic for this service.",
+            ),
             ("Port(s)", "string", 0, "The list of ports that are exposed by this service."),
             _AGE,
-            ("Selector", "string", 1, "Route service traffic to pods with label keys and values matching this selector."),
+            (
+                "Selector",
+                "string",
+                1,
+                "Route service traffic to pods with label keys and values matching this selector.",
+            ),
         ],
         _service,
     ),
@@ -334,12 +393,27 @@ TABLES: dict[str, tuple[list[Col], Callable[[Any, float], list[Any]]]] = {
         [
             _NAME,
             ("Ready", "string", 0, "Number of the pod with ready state"),
-            ("Up-to-date", "string", 0, "Total number of non-terminated pods targeted by this deployment that have the desired template spec."),
-            ("Available", "string", 0, "Total number of available pods (ready for at least minReadySeconds) targeted by this deployment."),
+            (
+                "Up-to-date",
+                "string",
+                0,
+                "Total number of non-terminated pods targeted by this deployment that have the desired template spec.",
+            ),
+            (
+                "Available",
+                "string",
+                0,
+                "Total number of available pods (ready for at least minReadySeconds) targeted by this deployment.",
+            ),
             _AGE,
             ("Containers", "string", 1, "Names of each container in the template."),
             ("Images", "string", 1, "Images referenced by each container in the template."),
-            ("Selector", "string", 1, "Label selector for pods. Existing ReplicaSets whose pods are selected by this will be the ones affected by this deployment."),
+            (
+                "Selector",
+                "string",
+                1,
+                "Label selector for pods. Existing ReplicaSets whose pods are selected by this will be the ones affected by this deployment.",
+            ),
         ],
         _deployment,
     ),
@@ -352,7 +426,12 @@ TABLES: dict[str, tuple[list[Col], Callable[[Any, float], list[Any]]]] = {
             _AGE,
             ("Containers", "string", 1, "Names of each container in the template."),
             ("Images", "string", 1, "Images referenced by each container in the template."),
-            ("Selector", "string", 1, "Selector is a label query over pods that should match the replica count."),
+            (
+                "Selector",
+                "string",
+                1,
+                "Selector is a label query over pods that should match the replica count.",
+            ),
         ],
         _replicaset,
     ),
@@ -363,11 +442,36 @@ TABLES: dict[str, tuple[list[Col], Callable[[Any, float], list[Any]]]] = {
             ("Roles", "string", 0, "The roles of the node"),
             _AGE,
             ("Version", "string", 0, "Kubelet Version reported by the node."),
-            ("Internal-IP", "string", 1, "List of addresses reachable to the node. Queried from cloud provider, if available."),
-            ("External-IP", "string", 1, "List of addresses reachable to the node. Queried from cloud provider, if available."),
-            ("OS-Image", "string", 1, "OS Image reported by the node from /etc/os-release (e.g. Debian GNU/Linux 7 (wheezy))."),
-            ("Kernel-Version", "string", 1, "Kernel Version reported by the node from 'uname -r' (e.g. 3.16.0-0.bpo.4-amd64)."),
-            ("Container-Runtime", "string", 1, "Container runtime version reported by the node through runtime remote API (e.g. containerd://1.4.2)."),
+            (
+                "Internal-IP",
+                "string",
+                1,
+                "List of addresses reachable to the node. Queried from cloud provider, if available.",
+            ),
+            (
+                "External-IP",
+                "string",
+                1,
+                "List of addresses reachable to the node. Queried from cloud provider, if available.",
+            ),
+            (
+                "OS-Image",
+                "string",
+                1,
+                "OS Image reported by the node from /etc/os-release (e.g. Debian GNU/Linux 7 (wheezy)).",
+            ),
+            (
+                "Kernel-Version",
+                "string",
+                1,
+                "Kernel Version reported by the node from 'uname -r' (e.g. 3.16.0-0.bpo.4-amd64).",
+            ),
+            (
+                "Container-Runtime",
+                "string",
+                1,
+                "Container runtime version reported by the node through runtime remote API (e.g. containerd://1.4.2).",
+            ),
         ],
         _node,
     ),
@@ -378,8 +482,18 @@ TABLES: dict[str, tuple[list[Col], Callable[[Any, float], list[Any]]]] = {
     "endpointslices": (
         [
             _NAME,
-            ("AddressType", "string", 0, "addressType specifies the type of address carried by this EndpointSlice."),
-            ("Ports", "string", 0, "ports specifies the list of network ports exposed by each endpoint in this slice."),
+            (
+                "AddressType",
+                "string",
+                0,
+                "addressType specifies the type of address carried by this EndpointSlice.",
+            ),
+            (
+                "Ports",
+                "string",
+                0,
+                "ports specifies the list of network ports exposed by each endpoint in this slice.",
+            ),
             ("Endpoints", "string", 0, "endpoints is a list of unique endpoints in this slice."),
             _AGE,
         ],
@@ -388,12 +502,22 @@ TABLES: dict[str, tuple[list[Col], Callable[[Any, float], list[Any]]]] = {
     "events": (
         [
             ("Last Seen", "string", 0, "The last time this event occurred."),
-            ("Type", "string", 0, "Type of this event (Normal, Warning), new types could be added in the future."),
+            (
+                "Type",
+                "string",
+                0,
+                "Type of this event (Normal, Warning), new types could be added in the future.",
+            ),
             ("Reason", "string", 0, "The reason this event was generated."),
             ("Object", "string", 0, "The object this Event is about."),
             ("Subobject", "string", 1, "The subobject this Event is about."),
             ("Source", "string", 1, "The component reporting this event."),
-            ("Message", "string", 0, "A human-readable description of the status of this operation."),
+            (
+                "Message",
+                "string",
+                0,
+                "A human-readable description of the status of this operation.",
+            ),
             ("First Seen", "string", 1, "The first time this event occurred."),
             ("Count", "string", 1, "The number of times this event has occurred."),
             ("Name", "string", 1, "Name must be unique within a namespace."),

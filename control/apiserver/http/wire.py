@@ -59,7 +59,9 @@ def core_event(ev: Event) -> dict[str, Any]:
     extra = {k: d.pop(k) for k in ("sourceComponent", "revision", "sequence") if k in d}
     ts = ev.metadata.creation_timestamp
     d["apiVersion"] = "v1"
-    d["source"] = {"component": extra.get("sourceComponent", "")} if extra.get("sourceComponent") else {}
+    d["source"] = (
+        {"component": extra.get("sourceComponent", "")} if extra.get("sourceComponent") else {}
+    )
     d.setdefault("firstTimestamp", ts)
     d.setdefault("lastTimestamp", ts)
     d.setdefault("count", 1)
@@ -70,7 +72,17 @@ def core_event(ev: Event) -> dict[str, Any]:
 
 def events_v1_event(ev: Event) -> dict[str, Any]:
     d = ev.to_dict()
-    for k in ("sourceComponent", "revision", "sequence", "involvedObject", "message", "source", "firstTimestamp", "lastTimestamp", "count"):
+    for k in (
+        "sourceComponent",
+        "revision",
+        "sequence",
+        "involvedObject",
+        "message",
+        "source",
+        "firstTimestamp",
+        "lastTimestamp",
+        "count",
+    ):
         d.pop(k, None)
     d["apiVersion"] = "events.k8s.io/v1"
     d["regarding"] = ev.involved_object.to_dict()
@@ -96,12 +108,32 @@ def event_from_wire(res: Resource, body: dict[str, Any]) -> dict[str, Any]:
         d["involvedObject"] = d.pop("regarding", {}) or {}
         d["message"] = d.pop("note", "") or ""
         d["sourceComponent"] = d.pop("reportingController", "") or ""
-        for k in ("reportingInstance", "action", "eventTime", "series", "related", "deprecatedSource", "deprecatedFirstTimestamp", "deprecatedLastTimestamp", "deprecatedCount"):
+        for k in (
+            "reportingInstance",
+            "action",
+            "eventTime",
+            "series",
+            "related",
+            "deprecatedSource",
+            "deprecatedFirstTimestamp",
+            "deprecatedLastTimestamp",
+            "deprecatedCount",
+        ):
             d.pop(k, None)
     else:
         src = d.pop("source", None) or {}
         d["sourceComponent"] = src.get("component", "") if isinstance(src, dict) else ""
-        for k in ("firstTimestamp", "lastTimestamp", "count", "reportingComponent", "reportingInstance", "eventTime", "series", "related", "action"):
+        for k in (
+            "firstTimestamp",
+            "lastTimestamp",
+            "count",
+            "reportingComponent",
+            "reportingInstance",
+            "eventTime",
+            "series",
+            "related",
+            "action",
+        ):
             d.pop(k, None)
     return d
 
