@@ -16,20 +16,20 @@ each write the watch hub is pumped and the driver is woken.
 from __future__ import annotations
 
 import base64
+import builtins
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs
 
 import yaml
-from pydantic import ValidationError
 from starlette.requests import Request
-from starlette.responses import Response, StreamingResponse
+from starlette.responses import Response
 
-from control.apiserver.http import discovery, nodeauthz, openapi, patch, status, tables, wire
+from control.apiserver.http import discovery, nodeauthz, openapi, status, wire
 from control.apiserver.http.authn import Authenticator, Unauthorized, User
 from control.apiserver.http.rbac import (
     RBAC,
@@ -37,16 +37,14 @@ from control.apiserver.http.rbac import (
     aggregate,
     bootstrap_policy,
     forbidden_message,
+    reconcile_bootstrap,
 )
 from control.apiserver.http.resources import Resource, by_path
 from control.apiserver.http.status import APIError
-from control.apiserver.http.watch import Hub, Watcher
-from control.store.base import WatchEvent
-from netmodel import schema
-from netmodel.cluster import Cluster, cluster_from_dict
-from netmodel.errors import CompactedError, ConflictError, InputError, NotFoundError, SvclabError
-from netmodel.objects import ClusterRole, KubeObject, Namespace, Pod, object_from_dict
-from netmodel.selectors import parse_selector
+from control.apiserver.http.watch import Hub
+from netmodel.cluster import Cluster
+from netmodel.errors import CompactedError, NotFoundError
+from netmodel.objects import KubeObject
 
 log = logging.getLogger("svclab.apiserver")
 
@@ -132,7 +130,7 @@ class API:
     def fixed(self) -> bool:
         return (self.state_dir / "cluster.yaml").exists()
 
-    def list(self, kind: str, namespace: str | None = None) -> list[KubeObject]:
+    def list(self, kind: str, namespace: str | None = None) -> builtins.list[KubeObject]:
         return self.store.list(kind, namespace) if self.fixed else []
 
     def get(self, kind: str, key: str) -> KubeObject:
@@ -155,9 +153,13 @@ class API:
         api = self.session.plane.apiserver
         for obj in bootstrap_policy():
             try:
-                self.store.get(obj.kind, obj.key)
+                have = self.store.get(obj.kind, obj.key)
             except NotFoundError:
                 api.create(obj, component="apiserver")
+                continue
+            fixed = reconcile_bootstrap(have, obj)
+            if fixed is not None:
+                api.update(fixed, component="apiserver")
         self._aggregate()
 
     def _aggregate(self) -> None:
@@ -219,7 +221,7 @@ class API:
             response = await self.handle(request)
         except APIError as e:
             response = _error(e)
-        except Exception as e:  # noqa: BLE001 - a bug must answer 500, not drop the connection
+        except Exception as e:
             log.exception("internal error on %s %s", request.method, request.url.path)
             response = _error(APIError(500, "InternalError", f"Internal error occurred: {e}"))
         self.requests += 1
@@ -244,7 +246,31 @@ class API:
             raise status.unauthorized() from None
         if user is None:
             raise status.unauthorized()
-        return user
+        return self._impersonate(user, request)
+
+    def _impersonate(self, user: User, request: Request) -> User:
+        """kube-apiserver's impersonation filter: ``Impersonate-User`` and
+        ``Impersonate-Group`` headers, each allowed by the ``impersonate`` verb on
+        ``users`` / ``groups``."""
+        as_user = request.headers.get("impersonate-user")
+        groups = request.headers.getlist("impersonate-group")
+        if not as_user:
+            if groups:
+                raise status.bad_request("requested impersonation of groups without a user")
+            return user
+        checks = [("users", as_user)] + [("groups", g) for g in groups]
+        for resource, name in checks:
+            a = Attributes(user, "impersonate", "", resource, "", "", name)
+            if not self.rbac.allowed(a):
+                raise APIError(
+                    403,
+                    "Forbidden",
+                    f'{resource} "{name}" is forbidden: {forbidden_message(a)}',
+                    {"name": name, "kind": resource},
+                )
+        from control.apiserver.http.authn import with_authenticated
+
+        return with_authenticated(as_user, list(groups))
 
     async def handle(self, request: Request) -> Response:
         path = request.url.path.rstrip("/") or "/"
@@ -286,7 +312,9 @@ class API:
             raise APIError(404, "NotFound", "the server could not find the requested resource", {})
         return await self.dispatch(request, info, user, params)
 
-    def parse(self, path: str, method: str, params: dict[str, list[str]]) -> RequestInfo | None:
+    def parse(
+        self, path: str, method: str, params: dict[str, builtins.list[str]]
+    ) -> RequestInfo | None:
         parts = [p for p in path.split("/") if p]
         info = RequestInfo()
         if parts and parts[0] == "api" and len(parts) >= 3:
@@ -331,7 +359,9 @@ class API:
         if not self.rbac.allowed(a):
             raise APIError(403, "Forbidden", f"forbidden: {forbidden_message(a)}", {})
 
-    def authorize(self, user: User, info: RequestInfo, params: dict[str, list[str]]) -> None:
+    def authorize(
+        self, user: User, info: RequestInfo, params: dict[str, builtins.list[str]]
+    ) -> None:
         res = info.resource
         assert res is not None
         verb = info.verb
@@ -368,7 +398,7 @@ class API:
             else {"group": res.group, "kind": res.name},
         )
 
-    def _field_terms(self, params: dict[str, list[str]]) -> list[wire.FieldTerm]:
+    def _field_terms(self, params: dict[str, builtins.list[str]]) -> builtins.list[wire.FieldTerm]:
         text = _q(params, "fieldSelector")
         if not text:
             return []
@@ -380,7 +410,7 @@ class API:
     # ---- dispatch
 
     async def dispatch(
-        self, request: Request, info: RequestInfo, user: User, params: dict[str, list[str]]
+        self, request: Request, info: RequestInfo, user: User, params: dict[str, builtins.list[str]]
     ) -> Response:
         res = info.resource
         assert res is not None
@@ -391,6 +421,18 @@ class API:
 
 
 def decode_body(raw: bytes, ctype: str) -> Any:
+    if "protobuf" in ctype:
+        from control.apiserver.http import proto
+
+        try:
+            return proto.decode(raw)
+        except proto.ProtobufError as e:
+            raise APIError(
+                415,
+                "UnsupportedMediaType",
+                f"the body of the request was in an unknown format - accepted media types include: application/json, application/yaml ({e})",
+                {},
+            ) from None
     if not raw:
         raise status.bad_request("the request body is empty")
     try:
@@ -415,25 +457,4 @@ def parse_continue(token: str) -> tuple[int, str]:
         raise status.bad_request("continue key is not valid") from None
 
 
-__all__ = [
-    "API",
-    "JSON",
-    "AsyncIterator",
-    "ClusterRole",
-    "ConflictError",
-    "InputError",
-    "Namespace",
-    "Pod",
-    "StreamingResponse",
-    "SvclabError",
-    "ValidationError",
-    "WatchEvent",
-    "Watcher",
-    "cluster_from_dict",
-    "decode_body",
-    "object_from_dict",
-    "parse_selector",
-    "patch",
-    "schema",
-    "tables",
-]
+__all__ = ["API", "continue_token", "decode_body", "parse_continue"]

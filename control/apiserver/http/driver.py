@@ -14,6 +14,7 @@ informer-based driver (components as API clients) plugs in with the same three.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from typing import TYPE_CHECKING, Protocol
 
@@ -52,18 +53,14 @@ class RunnerDriver:
     async def stop(self) -> None:
         if self._task is not None:
             self._task.cancel()
-            try:
+            with contextlib.suppress(asyncio.CancelledError):
                 await self._task
-            except asyncio.CancelledError:
-                pass
             self._task = None
 
     async def _run(self) -> None:
         while True:
-            try:
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), self.period)
-            except TimeoutError:
-                pass
             self._wake.clear()
             await self.converge()
 
@@ -76,7 +73,7 @@ class RunnerDriver:
             for _ in range(10_000):
                 try:
                     worked = plane.run_round()
-                except Exception:  # noqa: BLE001 - keep serving; the error is logged
+                except Exception:
                     log.exception("control-plane round failed")
                     worked = 0
                 self.rounds += 1

@@ -26,6 +26,7 @@ Contracts kept here (kube-apiserver's):
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 from collections.abc import AsyncIterator
@@ -44,13 +45,11 @@ from control.apiserver.http.watch import Watcher
 from control.store.base import WatchEvent
 from netmodel import schema
 from netmodel.cluster import cluster_from_dict
-from netmodel.errors import CompactedError, ConflictError, InputError, NotFoundError, SvclabError
+from netmodel.errors import CompactedError, InputError, NotFoundError, SvclabError
 from netmodel.objects import (
-    ClusterRole,
     EndpointSlice,
     Event,
     KubeObject,
-    Namespace,
     Pod,
     Service,
     object_from_dict,
@@ -91,7 +90,7 @@ def to_wire(api: API, res: Resource, obj: Any) -> dict[str, Any]:
         return wire.events_v1_event(obj) if res.group == "events.k8s.io" else wire.core_event(obj)
     if isinstance(obj, dict):
         return obj
-    return obj.to_dict()  # type: ignore[no-any-return]
+    return obj.to_dict()
 
 
 def to_bytes(api: API, res: Resource, obj: Any) -> bytes:
@@ -117,7 +116,7 @@ async def handle(
         raise APIError(404, "NotFound", "the server could not find the requested resource", {})
     if verb not in res.verbs and not sub:
         raise status.method_not_allowed()
-    if res.name in ("selfsubjectaccessreviews", "selfsubjectrulesreviews"):
+    if res.name in ("selfsubjectaccessreviews", "selfsubjectrulesreviews", "selfsubjectreviews"):
         return await _access_review(api, request, res, user)
     if res.group == "svclab.dev":
         return await _svclab_docs(api, request, info, params)
@@ -199,10 +198,7 @@ def _matcher(sel: Any, terms: list[tuple[Any, str, bool]]) -> Any:
     def matches(o: KubeObject) -> bool:
         if sel is not None and not sel.matches(o.labels):
             return False
-        for getter, value, eq in terms:
-            if (getter(o) == value) != eq:
-                return False
-        return True
+        return all((getter(o) == value) == eq for getter, value, eq in terms)
 
     return matches
 
@@ -295,7 +291,7 @@ def _watch(
     sel, terms, node = _selectors(api, res, params)
     matches = _matcher(sel, terms)
     table = _wants_table(request)
-    include = _q(params, "includeObject", "Metadata")
+    _q(params, "includeObject", "Metadata")
     bookmarks = _q(params, "allowWatchBookmarks") in ("true", "1")
     timeout = float(_q(params, "timeoutSeconds", "0") or 0) or 1800.0
     rv_text = _q(params, "resourceVersion")
@@ -429,16 +425,24 @@ def _validate_fields(
         return body, []
     if mode == "Strict":
         listed = ", ".join(f'unknown field "{u}"' for u in unknown)
-        raise status.bad_request(f"strict decoding error: {listed}")
+        raise status.bad_request(
+            f'{res.kind} in version "{res.version}" cannot be handled as a {res.kind}: '
+            f"strict decoding error: {listed}"
+        )
     if mode == "Warn":
         return pruned, [f'unknown field "{u}"' for u in unknown]
     return pruned, []
 
 
 def _warn_headers(warnings: list[str]) -> dict[str, str] | None:
+    """``Warning: 299 - "text"`` (RFC 7234 quoted-string, as kube-apiserver sends)."""
     if not warnings:
         return None
-    return {"Warning": ", ".join(f'299 - "{w.replace(chr(34), chr(39))}"' for w in warnings)}
+
+    def quoted(text: str) -> str:
+        return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+    return {"Warning": ", ".join(f"299 - {quoted(w)}" for w in warnings)}
 
 
 def _check_gvk(res: Resource, body: Any) -> None:
@@ -474,9 +478,8 @@ def _to_object(res: Resource, body: dict[str, Any]) -> KubeObject:
 def _namespace_must_exist(api: API, res: Resource, namespace: str) -> None:
     if not res.namespaced or not namespace:
         return
-    if not api.fixed:
-        if namespace in ("default", "kube-system", "svclab-system"):
-            return
+    if not api.fixed and namespace in ("default", "kube-system", "svclab-system"):
+        return
     try:
         api.get("Namespace", namespace)
     except NotFoundError:
@@ -567,8 +570,9 @@ async def _update(
     meta = body.get("metadata") or {}
     if meta.get("name") and meta["name"] != info.name:
         raise status.bad_request(
-            "the name of the object (%s) does not match the name on the URL (%s)"
-            % (meta["name"], info.name)
+            "the name of the object ({}) does not match the name on the URL ({})".format(
+                meta["name"], info.name
+            )
         )
     meta["name"] = info.name
     if res.namespaced:
@@ -626,7 +630,7 @@ def _write_update(
         raise status.from_svclab(e, res, res.kind, name) from None
     if not dry:
         _after_write(api, res, stored)
-    return stored  # type: ignore[no-any-return]
+    return stored
 
 
 async def _patch(
@@ -662,14 +666,14 @@ async def _patch(
                     raise status.APIError(
                         415,
                         "UnsupportedMediaType",
-                        f"the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml",
+                        "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml",
                     )
                 new = patches.strategic_merge(cur, body, res.kind)
             else:
                 raise APIError(
                     415,
                     "UnsupportedMediaType",
-                    f"the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml, application/strategic-merge-patch+json",
+                    "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml, application/strategic-merge-patch+json",
                 )
         except patches.PatchError as e:
             raise APIError(422, "Invalid", str(e), {}) from None
@@ -743,7 +747,7 @@ def _scale_of(res: Resource, obj: KubeObject) -> dict[str, Any]:
 async def _bind(
     api: API, request: Request, res: Resource, info: RequestInfo, user: User, dry: bool
 ) -> Response:
-    body = _decode(await request.body(), JSON)
+    body = _decode(await request.body(), request.headers.get("content-type", JSON))
     target = (body or {}).get("target") or {}
     node = target.get("name")
     if not node:
@@ -759,12 +763,8 @@ async def _bind(
     bound = current.evolve(spec=current.spec.evolve(node_name=node))
     extra = ((body or {}).get("metadata") or {}).get("annotations") or {}
     if isinstance(extra, dict) and extra:  # kube-apiserver copies the Binding's annotations
-        bound = bound.with_meta(
-            annotations={
-                **current.metadata.annotations,
-                **{str(k): str(v) for k, v in extra.items()},
-            }
-        )
+        ann = {**current.metadata.annotations, **{str(k): str(v) for k, v in extra.items()}}
+        bound = bound.with_meta(annotations=ann)
     try:
         if not dry:
             api.apiserver.update(bound, component=user.name)
@@ -823,10 +823,8 @@ def _delete_one(
     elif policy == "Foreground":
         for dep in _dependents(api, obj):
             dep_res = _resource_of(dep)
-            try:
+            with contextlib.suppress(APIError):
                 _delete_one(api, dep_res, dep, user, {"propagationPolicy": "Foreground"}, False)
-            except APIError:
-                pass
     force = options.get("gracePeriodSeconds") == 0
     try:
         last = apiserver.delete(obj.kind, obj.key, component=comp, force=force)
@@ -1161,7 +1159,7 @@ async def _access_review(api: API, request: Request, res: Resource, user: User) 
     from control.apiserver.http import nodeauthz
     from control.apiserver.http.rbac import Attributes, rule_allows
 
-    body = _decode(await request.body(), JSON)
+    body = _decode(await request.body(), request.headers.get("content-type", JSON))
     if not isinstance(body, dict):
         raise status.bad_request("the object must be a JSON object")
     spec = body.get("spec") or {}
@@ -1169,6 +1167,12 @@ async def _access_review(api: API, request: Request, res: Resource, user: User) 
     out.setdefault("apiVersion", res.api_version)
     out.setdefault("kind", res.kind)
     out.setdefault("metadata", {})
+    if res.name == "selfsubjectreviews":
+        info: dict[str, Any] = {"username": user.name, "groups": list(user.groups)}
+        if user.uid:
+            info["uid"] = user.uid
+        out["status"] = {"userInfo": info}
+        return _ok(out, 201)
     if res.name == "selfsubjectrulesreviews":
         ns = spec.get("namespace", "")
         rules = api.rbac.rules_for(user, ns) if "system:masters" not in user.groups else None
@@ -1224,4 +1228,4 @@ async def _access_review(api: API, request: Request, res: Resource, user: User) 
     return _ok(out, 201)
 
 
-__all__ = ["ClusterRole", "ConflictError", "Namespace", "handle"]
+__all__ = ["handle"]

@@ -350,19 +350,18 @@ def v3_index() -> bytes:
 
 def _to_v2(obj: Any) -> Any:
     if isinstance(obj, dict):
-        out = {}
+        out: dict[str, Any] = {}
         for k, v in obj.items():
             if k == "$ref" and isinstance(v, str):
                 out[k] = v.replace("#/components/schemas/", "#/definitions/")
             else:
                 out[k] = _to_v2(v)
         if "allOf" in out and len(out["allOf"]) == 1:
-            ref = out.pop("allOf")[0]
-            out = (
-                {**ref, **{k: v for k, v in out.items() if k != "$ref"}}
-                if "description" not in out
-                else {**ref, "description": out["description"]}
-            )
+            ref: dict[str, Any] = out.pop("allOf")[0]
+            desc = out.get("description")
+            out = dict(ref)
+            if desc:
+                out["description"] = desc
         return out
     if isinstance(obj, list):
         return [_to_v2(x) for x in obj]

@@ -76,11 +76,11 @@ def rule_allows(rule: PolicyRule, a: Attributes) -> bool:
     combined = f"{a.resource}/{a.subresource}" if a.subresource else a.resource
     ok = False
     for r in rule.resources:
-        if r in ("*", combined):
-            ok = True
-        elif a.subresource and r == f"*/{a.subresource}":
-            ok = True
-        elif not a.subresource and r == a.resource:
+        if (
+            r in ("*", combined)
+            or (a.subresource and r == f"*/{a.subresource}")
+            or (not a.subresource and r == a.resource)
+        ):
             ok = True
         if ok:
             break
@@ -134,7 +134,7 @@ class RBAC:
                 else:
                     try:
                         r = self.reader.get("Role", f"{namespace}/{b.role_ref.name}")
-                    except Exception:  # noqa: BLE001 - a dangling roleRef grants nothing
+                    except Exception:
                         continue
                     if isinstance(r, Role):
                         out += r.rules
@@ -287,7 +287,8 @@ def bootstrap_policy() -> list[KubeObject]:
                     "create",
                     "authorization.k8s.io",
                     "selfsubjectaccessreviews selfsubjectrulesreviews",
-                )
+                ),
+                _rule("create", "authentication.k8s.io", "selfsubjectreviews"),
             ],
         ),
         _cr(
@@ -368,6 +369,23 @@ def bootstrap_policy() -> list[KubeObject]:
         ),
         _crb("system:node-proxier", "system:node-proxier", [("User", "system:kube-proxy")]),
     ]
+
+
+def reconcile_bootstrap(have: KubeObject, want: KubeObject) -> KubeObject | None:
+    """kube-apiserver's bootstrap-policy reconciliation of a stored default object
+    annotated ``rbac.authorization.kubernetes.io/autoupdate: "true"``: missing rules or
+    subjects are added (nothing a user added is removed). None when nothing is missing."""
+    if have.metadata.annotations.get("rbac.authorization.kubernetes.io/autoupdate") != "true":
+        return None
+    if isinstance(have, ClusterRole) and isinstance(want, ClusterRole):
+        if have.aggregation_rule is not None:
+            return None
+        missing = [r for r in want.rules if r not in have.rules]
+        return have.evolve(rules=[*have.rules, *missing]) if missing else None
+    if isinstance(have, ClusterRoleBinding) and isinstance(want, ClusterRoleBinding):
+        missing_s = [s for s in want.subjects if s not in have.subjects]
+        return have.evolve(subjects=[*have.subjects, *missing_s]) if missing_s else None
+    return None
 
 
 def forbidden_message(a: Attributes) -> str:

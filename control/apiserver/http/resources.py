@@ -178,6 +178,16 @@ RESOURCES: tuple[Resource, ...] = (
         model="V1SelfSubjectRulesReview",
     ),
     _r(
+        "selfsubjectreviews",
+        "SelfSubjectReview",
+        "authentication.k8s.io",
+        "v1",
+        namespaced=False,
+        verbs=("create",),
+        stored=False,
+        model="V1SelfSubjectReview",
+    ),
+    _r(
         "clusters",
         "Cluster",
         SVCLAB,

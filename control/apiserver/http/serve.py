@@ -40,7 +40,7 @@ def _protocol_class() -> type:
     except ImportError:  # pragma: no cover - httptools missing
         from uvicorn.protocols.http.h11_impl import H11Protocol as Base  # type: ignore[assignment]
 
-    class TLSClientCertProtocol(Base):  # type: ignore[misc, valid-type]
+    class TLSClientCertProtocol(Base):
         """uvicorn's HTTP protocol, adding the peer certificate to each request's scope."""
 
         def connection_made(self, transport: Any) -> None:
@@ -73,7 +73,7 @@ class Server:
         compact_every: float = 30.0,
         live: bool = True,
     ) -> None:
-        self.live = live
+        self.live = live  # False: the deterministic runner drives the control plane
         self.state_dir = state_dir
         self.host = host
         self.port = port

@@ -293,8 +293,8 @@ async def apply(
     applied = set(_leaves(cfg, kind))
     try:
         current_obj = handlers._get(api, res, info.namespace, info.name)
-    except APIError as e:
-        if e.code != 404:
+    except APIError as err:
+        if err.code != 404:
             raise
         current_obj = None
     current = (
@@ -307,22 +307,22 @@ async def apply(
     cfg_values = _leaves(cfg, kind)
     previous: set[Path] = set()
     others: list[tuple[dict[str, Any], set[Path]]] = []
-    for e in entries:
-        paths = _from_fields(e.get("fieldsV1") or {})
-        if e.get("manager") == manager and e.get("operation") == "Apply":
+    for ent in entries:
+        paths = _from_fields(ent.get("fieldsV1") or {})
+        if ent.get("manager") == manager and ent.get("operation") == "Apply":
             previous = paths
             continue
-        others.append((e, paths))
-    for e, paths in others:
+        others.append((ent, paths))
+    for ent, paths in others:
         for p in applied & paths:
             if p[-1] == ".":
                 continue
             ok, value = _get(current, p)
             if ok and value != cfg_values.get(p):
-                conflicts.append((str(e.get("manager")), p))
+                conflicts.append((f'"{ent.get("manager")}" using {ent.get("apiVersion")}', p))
     if conflicts and not force:
         lines = [
-            f'conflict with "{m}": .{".".join(x[2:] for x in p if x != ".")}' for m, p in conflicts
+            f"conflict with {m}: ." + ".".join(x[2:] for x in p if x != ".") for m, p in conflicts
         ]
         n = len(conflicts)
         msg = f"Apply failed with {n} conflict{'s' if n > 1 else ''}: " + "\n".join(lines)
@@ -339,12 +339,12 @@ async def apply(
     new = _merge(copy.deepcopy(current), cfg, kind)
     owned_by_others: set[Path] = set()
     new_entries = []
-    for e, paths in others:
+    for ent, paths in others:
         if force:
             paths = paths - applied
         owned_by_others |= paths
         if paths:
-            new_entries.append({**e, "fieldsV1": _to_fields(paths)})
+            new_entries.append({**ent, "fieldsV1": _to_fields(paths)})
     for p in sorted(previous - applied - owned_by_others, key=len, reverse=True):
         _remove(new, p)
     new_entries.append(_entry(manager, "Apply", res.api_version, applied))
@@ -354,7 +354,7 @@ async def apply(
         obj = handlers._to_object(res, new)
         try:
             stored = api.apiserver.create(obj, component=user.name, dry_run=dry)
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:
             from netmodel.errors import SvclabError
 
             if isinstance(e, SvclabError):
