@@ -60,6 +60,16 @@ def _protocol_class() -> type:
     return TLSClientCertProtocol
 
 
+class _Uvicorn(uvicorn.Server):
+    """uvicorn's server, minus re-raising SIGINT/SIGTERM once it has shut down (which
+    killed the process before :meth:`Server.run` stopped the components and committed
+    the store): svclab finishes its own shutdown and exits 0."""
+
+    def handle_exit(self, sig: int, frame: Any) -> None:
+        super().handle_exit(sig, frame)
+        self._captured_signals.clear()
+
+
 class Server:
     def __init__(
         self,
@@ -120,7 +130,7 @@ class Server:
             timeout_graceful_shutdown=2,
             timeout_keep_alive=60,
         )
-        server = uvicorn.Server(config)
+        server = _Uvicorn(config)
         driver: RunnerDriver | LiveDriver
         if self.live:  # components as API clients (control/live.py)
             driver = LiveDriver(self.api, pki.server_url(self.host, self.port))

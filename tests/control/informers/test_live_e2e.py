@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
-from serve_helpers import Served, serve, wait_for
+from serve_helpers import ROOT, Served, free_port, serve, svclab_cmd, wait_for
 
 from control.apiserver.http import pki
 from control.informers import Reflector, SharedInformer
@@ -243,11 +243,51 @@ def test_reflector_relists_after_the_server_compacted_its_watch_log(served: Serv
         cm.close()
 
 
-def test_the_server_stops_cleanly_and_a_restart_continues(served: Served, tmp_path: Path) -> None:
+def _web_pods(s: Served) -> dict[str, str]:
+    pods = json.loads(s.svclab("get", "pods", "-o", "json").stdout)["items"]
+    return {
+        p["metadata"]["name"]: p["status"].get("podIP", "")
+        for p in pods
+        if p["metadata"]["name"].startswith("web-")
+    }
+
+
+def test_the_server_stops_cleanly_and_a_restart_continues(served: Served) -> None:
     # last in the module: SIGTERM ends the components and the server with exit 0
     s = served
+    before = _web_pods(s)
     s.proc.terminate()
     assert s.proc.wait(timeout=30) == 0, s.log_text()[-3000:]
     assert "stopped; state saved" in s.log_text()
-    pods = json.loads(s.svclab("get", "pods", "-o", "json").stdout)["items"]
-    assert sum(p["metadata"]["name"].startswith("web-") for p in pods) == 4
+    stopped = _web_pods(s)
+    assert len(stopped) == 4 and stopped == before
+    # a new server on the same state: the components resync from the store and find
+    # nothing to do (same pods, same addresses, no new pod)
+    port = free_port()
+    log = s.state.parent / "serve2.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            [*svclab_cmd(), "--state", str(s.state), "serve", "--listen", f"127.0.0.1:{port}"],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            cwd=ROOT,
+        )
+    try:
+        wait_for(
+            lambda: "component=kube-proxy/node-2 started" in log.read_text(),
+            BOUND,
+            "the restarted server's components start",
+        )
+        s2 = Served(s.state, port, proc, log)
+        assert s2.kubectl("scale", "deployment/web", "--replicas=5").returncode == 0
+        wait_for(lambda: len(_web_pods(s2)) == 5 and all(_web_pods(s2).values()), BOUND, "scale")
+        after = _web_pods(s2)
+        assert {k: v for k, v in after.items() if k in before} == before
+        assert len(set(after.values())) == 5  # the new pod got an address nobody holds
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
