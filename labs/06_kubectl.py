@@ -274,13 +274,16 @@ def steps(lab: Lab, checks: Checks, port: int) -> None:
     proc = lab.svclab(
         "trace", "--from", "node/node-1", "--to", "svc/default/web:80", "--all", "-o", "json"
     )
-    reached: set[str] = set()
+    reached: dict[str, float] = {}
     if proc.returncode == 0:
-        reached = set(re.findall(r"\b(10\.244\.\d+\.\d+)\b", proc.stdout))
+        for e in json.loads(proc.stdout).get("endpoints") or []:
+            reached[e["endpoint"].rsplit(":", 1)[0]] = e["probability"]
+        for ip, p in sorted(reached.items()):
+            print(f"    {ip}:8080  probability {p:.4f}")
     else:
         print(textwrap_indent(proc.stderr))
     checks.check(
-        bool(new_ips) and new_ips <= reached,
+        bool(new_ips) and new_ips <= set(reached) and len(reached) == 3,
         f"trace --all reaches the new endpoint {sorted(new_ips)}",
     )
 
