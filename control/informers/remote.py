@@ -13,12 +13,13 @@ the server knows who writes from the client certificate.
   final delete after it stopped the pod).
 * ``bind`` posts the ``pods/binding`` subresource (the scheduler uses it when present).
 * :class:`RemoteRecorder` posts core/v1 Events named ``<object>.<hex time>`` as
-  client-go's recorder does.
+  client-go's recorder does; one the server refuses is logged and dropped.
 """
 
 from __future__ import annotations
 
 import builtins
+import logging
 import threading
 import time
 from collections.abc import Collection
@@ -31,6 +32,8 @@ from control.store.base import WatchEvent
 from netmodel.errors import NotFoundError, SvclabError
 from netmodel.objects import Event, KubeObject, Namespace, ObjectMeta, ObjectReference, Pod
 from netmodel.selectors import LabelSelector
+
+log = logging.getLogger("svclab.events")
 
 
 class ReadOnlyError(SvclabError):
@@ -124,7 +127,13 @@ class RemoteRecorder(Recorder):
             type=type_,
             source_component=component,
         )
-        created = self.client.create(ev)
+        try:
+            created = self.client.create(ev)
+        except SvclabError as e:
+            # as client-go's recorder: an Event that cannot be written (e.g. into a
+            # Terminating namespace) is logged and dropped, never fails the caller's step
+            log.info("event %s %s/%s not recorded: %s", reason, ns, subject.name, e)
+            return ev
         assert isinstance(created, Event)
         return created
 

@@ -543,6 +543,22 @@ def _after_write(api: API, res: Resource, obj: KubeObject | None) -> None:
     api.wrote()
 
 
+def _finalize_namespace(api: API, res: Resource, info: RequestInfo, user: User) -> Response:
+    """PUT namespaces/NAME/finalize: the namespace controller's last step (the namespace
+    is removed once Terminating and empty; a refusal is a metav1.Status)."""
+    try:
+        last = api.apiserver.finalize_namespace(info.name, component=user.name)
+    except SvclabError as e:
+        raise status.from_svclab(e, res, "Namespace", info.name) from None
+    if last is None:
+        raise status.from_svclab(
+            NotFoundError(f'namespaces "{info.name}" not found'), res, "Namespace", info.name
+        )
+    api.cache.forget(last.kind, last.key)
+    api.wrote()
+    return _ok(to_bytes(api, res, last))
+
+
 async def _update(
     api: API,
     request: Request,
@@ -554,6 +570,8 @@ async def _update(
 ) -> Response:
     body = _decode(await request.body(), request.headers.get("content-type", JSON))
     sub = info.subresource
+    if sub == "finalize" and res.name == "namespaces" and not dry:
+        return _finalize_namespace(api, res, info, user)
     if sub == "scale":
         current = _get(api, res, info.namespace, info.name)
         replicas = ((body or {}).get("spec") or {}).get("replicas")

@@ -243,6 +243,21 @@ def test_reflector_relists_after_the_server_compacted_its_watch_log(served: Serv
         cm.close()
 
 
+def test_deleting_a_namespace_empties_it_then_removes_it(served: Served) -> None:
+    # namespace controller (deletes the content), kubelets (finalize the pods), the
+    # namespaces/finalize subresource: all over the API
+    s = served
+    assert s.kubectl("create", "namespace", "team").returncode == 0
+    out = s.kubectl("-n", "team", "create", "deployment", "app", "--image=nginx", "--replicas=2")
+    assert out.returncode == 0, out.stderr
+    out = s.kubectl("-n", "team", "rollout", "status", "deployment/app", "--timeout=30s")
+    assert out.returncode == 0, out.stderr
+    out = s.kubectl("delete", "namespace", "team", "--timeout=30s")  # waits until gone
+    assert out.returncode == 0, out.stderr
+    gone = s.kubectl("get", "namespace", "team")
+    assert gone.returncode == 1 and 'namespaces "team" not found' in gone.stderr
+
+
 def _web_pods(s: Served) -> dict[str, str]:
     pods = json.loads(s.svclab("get", "pods", "-o", "json").stdout)["items"]
     return {
