@@ -125,6 +125,11 @@ class _Informers:
             )
         return inf
 
+    def lister(self, kind: str) -> SharedInformer | None:
+        """The synced informer of all objects of ``kind`` (reads come from its cache)."""
+        inf = self.informers.get((kind, None))
+        return inf if inf is not None and inf.synced.is_set() else None
+
     def caught_up(self, api: RemoteAPI) -> bool:
         """Whether these informers have seen every write ``api`` made (or it timed out)."""
         pending = api.pending_writes()
@@ -359,7 +364,9 @@ class LiveControlPlane:
         cm = self._identity(CONTROLLER_MANAGER, "kube-controller-manager")
         client = cm.conn.api.client
         rec = cm.conn.api.recorder
-        apis = [RemoteAPI(client, clock=self.clock) for _ in range(7)]  # one per controller
+        apis = [  # one per controller (its own write expectations), reading cm's caches
+            RemoteAPI(client, clock=self.clock, cache_source=cm.lister) for _ in range(7)
+        ]
         controllers: list[tuple[Agent, RemoteAPI]] = [
             (NodeIPAMAgent(NodeIPAM(apis[0], self.cluster)), apis[0]),
             (DeploymentController(apis[1], rec), apis[1]),
@@ -376,6 +383,7 @@ class LiveControlPlane:
             )
         sched_group = self._identity(SCHEDULER, "kube-scheduler")
         sapi = sched_group.conn.api
+        sapi.store.cache_source = sched_group.lister
         sched = Scheduler(sapi, sapi.recorder, self.clock, seed=self.seed)
         self.components[sched.name] = LiveComponent(
             sched.name,

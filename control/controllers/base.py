@@ -1,24 +1,33 @@
 """The controller framework: informer cache → work queue → level-triggered ``reconcile(key)``.
 
-Shape (client-go's, single-threaded and deterministic):
+Shape (client-go's). A driver hands each component the events of the kinds it declares
+(:attr:`Controller.kinds`), in revision order, via :meth:`handle`, and calls
+:meth:`sync`; never both at once. Two drivers exist: the deterministic runner
+(:mod:`control.runner`: one thread, one watch read of the in-process store per step) and
+the live driver (:mod:`control.live`: informers over the HTTPS API, a worker thread per
+component, writes through an API client with the component's own identity).
 
-* The runner reads the store's watch once and hands each component the events of the
-  kinds it declares (:attr:`Controller.kinds`), in revision order, via :meth:`handle`.
+* The driver's informer (a reflector over a
+  :class:`~control.informers.listwatch.ListerWatcher`) lists, then watches from the
+  list's revision, and relists after 410 Gone.
 * :meth:`Controller.handle` applies each event to the controller's :class:`ObjectCache`
   (its informer: a local copy of the watched kinds, with indexes) and maps the event to
   keys (:meth:`Controller.keys_for`) that go into the :class:`WorkQueue`.
 * :meth:`Controller.sync` pops the keys queued so far and calls :meth:`reconcile` on each.
-  ``reconcile`` re-reads its primary object from the store, reads related objects from
-  the cache, and writes the difference through the apiserver. It is idempotent: running
+  ``reconcile`` re-reads its primary object (from the store, or a GET through the API),
+  reads related objects from the cache, and writes the difference through the apiserver. It is idempotent: running
   it twice in a row writes nothing the second time.
 * A reconcile that raises a :class:`~netmodel.errors.SvclabError` (a conflict, a missing
-  object, a refused write) is re-queued, at most :attr:`Controller.max_retries` times in
-  a row; then the key is dropped and a Warning Event records why. Any other exception
-  is a bug and propagates.
+  object, a refused write) is re-queued after the queue's rate limiter's delay (none
+  under the runner; exponential backoff under the live driver), at most
+  :attr:`Controller.max_retries` times in a row; then the key is dropped and a Warning
+  Event records why. Any other exception is a bug and propagates.
 
-Cache consistency: the runner delivers every write made up to the start of a component's
-:meth:`sync` before that sync runs, so a reconcile sees its own earlier writes in the
-cache. Within one sync a key is reconciled at most once.
+Cache consistency: a component's own earlier writes are in its cache when its
+:meth:`sync` runs. The runner delivers every write made up to the start of a sync before
+it; the live driver holds a sync back until the component's informers have seen its
+writes (:class:`~control.informers.remote.RemoteAPI`'s expectations). Within one sync a
+key is reconciled at most once.
 
 Keys are strings; a controller that watches several kinds of primary object encodes the
 kind in its keys (see :class:`GarbageCollector`).

@@ -6,8 +6,9 @@ in-process :class:`~control.apiserver.server.APIServer` keeps, over a
 kubelet and kube-proxy are the same code in both drivers. ``component=`` is not sent:
 the server knows who writes from the client certificate.
 
-* ``store`` is a read-only view (:class:`RemoteReader`): ``get`` and ``list`` are GETs,
-  what a reconcile's re-read of its primary object is; writes through it are refused.
+* ``store`` is a read-only view (:class:`RemoteReader`): a reconcile's re-read of its
+  primary object comes from the identity's informer cache (or a GET for a kind it has
+  no informer of); writes through it are refused.
 * ``finalize_namespace`` is a PUT of ``namespaces/NAME/finalize``.
 * ``finalize_pod_deletion`` is a DELETE with ``gracePeriodSeconds=0`` (the kubelet's
   final delete after it stopped the pod).
@@ -22,12 +23,13 @@ import builtins
 import logging
 import threading
 import time
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from contextlib import AbstractContextManager, nullcontext
 
 from control.clock import Clock, WallClock, rfc3339
 from control.events import SYSTEM_NAMESPACE, Recorder
 from control.informers.http import KubeClient, resource_path
+from control.informers.informer import SharedInformer
 from control.store.base import WatchEvent
 from netmodel.errors import NotFoundError, SvclabError
 from netmodel.objects import Event, KubeObject, Namespace, ObjectMeta, ObjectReference, Pod
@@ -41,10 +43,20 @@ class ReadOnlyError(SvclabError):
 
 
 class RemoteReader:
-    """The store-shaped read view of the API (get/list) a component re-reads through."""
+    """The store-shaped read view of the API (get/list) a component re-reads through.
 
-    def __init__(self, client: KubeClient) -> None:
+    With a ``cache_source`` (the live driver sets one: kind -> the identity's synced,
+    unfiltered informer of that kind, or None) reads come from the informer's cache, as
+    client-go's listers do; kinds without such an informer are read with a GET/LIST."""
+
+    def __init__(
+        self, client: KubeClient, cache_source: Callable[[str], SharedInformer | None] | None = None
+    ) -> None:
         self.client = client
+        self.cache_source = cache_source
+
+    def _informer(self, kind: str) -> SharedInformer | None:
+        return self.cache_source(kind) if self.cache_source is not None else None
 
     @property
     def revision(self) -> int:
@@ -55,7 +67,13 @@ class RemoteReader:
         return 0
 
     def get(self, kind: str, key: str) -> KubeObject:
-        return self.client.get(kind, key)
+        inf = self._informer(kind)
+        if inf is None:
+            return self.client.get(kind, key)
+        obj = inf.cache.get(kind, key)
+        if obj is None:
+            raise NotFoundError(f"{kind} {key!r} not found")
+        return obj
 
     def list(
         self,
@@ -63,7 +81,11 @@ class RemoteReader:
         namespace: str | None = None,
         selector: LabelSelector | None = None,
     ) -> builtins.list[KubeObject]:
-        objs = self.client.list(kind, namespace=namespace or None).objects
+        inf = self._informer(kind)
+        if inf is None:
+            objs = self.client.list(kind, namespace=namespace or None).objects
+        else:
+            objs = [o for o in inf.objects() if not namespace or o.namespace == namespace]
         if selector is not None:
             objs = [o for o in objs if selector.matches(o.labels)]
         return objs
@@ -154,10 +176,16 @@ class RemoteAPI:
 
     EXPECTATION_TIMEOUT = 10.0
 
-    def __init__(self, client: KubeClient, *, clock: Clock | None = None) -> None:
+    def __init__(
+        self,
+        client: KubeClient,
+        *,
+        clock: Clock | None = None,
+        cache_source: Callable[[str], SharedInformer | None] | None = None,
+    ) -> None:
         self.client = client
         self.clock: Clock = clock or WallClock()
-        self._reader = RemoteReader(client)
+        self._reader = RemoteReader(client, cache_source)
         self.recorder = RemoteRecorder(client, self.clock)
         self._expect: Expectations = {}
         self._expect_lock = threading.Lock()

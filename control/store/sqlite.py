@@ -162,13 +162,14 @@ class SqliteStore:
     def _read_data_version(self) -> int:
         return int(self._conn.execute("PRAGMA data_version").fetchone()[0])
 
-    def _refresh(self) -> None:
+    def _refresh(self, *, force: bool = False) -> None:
         """Catch up with what other processes committed (see the module docstring).
-        A no-op inside this process's own transaction: it holds the write lock."""
+        A no-op inside this process's own transaction: it holds the write lock.
+        ``force``: read the committed revision even if data_version did not move."""
         if self._in_sql_txn:
             return
         version = self._read_data_version()
-        if version == self._data_version:
+        if version == self._data_version and not force:
             return
         self._data_version = version
         db = self._conn
@@ -208,7 +209,7 @@ class SqliteStore:
     def _begin(self) -> None:
         if not self._in_sql_txn:
             self._conn.execute("BEGIN IMMEDIATE")  # the write lock, before reading state
-            self._refresh()
+            self._refresh(force=True)
             self._in_sql_txn = True
 
     @contextmanager
@@ -233,7 +234,7 @@ class SqliteStore:
             db.execute("COMMIT")
             self._in_sql_txn = False
             self._pending = 0
-            self._data_version = self._read_data_version()
+            # (our own commit leaves our data_version as it was: it counts others' commits)
 
     def _wrote(self) -> None:
         self._pending += 1
