@@ -51,6 +51,7 @@ from control.session import Session
 from dataplane.emulator.filters import IptablesRules, IpvsRules, NftRules
 from dataplane.linux import rules as linux_rules
 from dataplane.linux.cni import CniMode
+from dataplane.linux.names import CLUSTER_ID_RE, check_cluster_id
 from dataplane.linux.nsenter import inode, read_sysctl, write_sysctl
 from dataplane.linux.ready import wait_ready
 from dataplane.linux.realize import (
@@ -98,10 +99,15 @@ class RealRecord:
 
     @classmethod
     def read(cls, state_dir: Path) -> RealRecord | None:
-        """The record, or None when the directory has none (or an unreadable one)."""
+        """The record, or None when the directory has none, or an unreadable one, or one
+        whose cluster id is not valid: nothing in the kernel can carry such an id (every
+        name built from it is checked), so there is no cluster to find, and the next
+        ``up`` replaces the record (older versions wrote a refused id before checking)."""
         try:
             d = json.loads(cls.path(state_dir).read_text())
         except (FileNotFoundError, json.JSONDecodeError):
+            return None
+        if not isinstance(d, dict) or not CLUSTER_ID_RE.match(str(d.get("cluster_id", ""))):
             return None
         return cls(
             cluster_id=str(d["cluster_id"]),
@@ -154,6 +160,10 @@ def fingerprint(view: ClusterView) -> str:
         h.update(f"\0listen {ns} {sorted(ports)!r}".encode())
     for node, addrs in sorted(view.local_addresses.items()):
         h.update(f"\0local {node} {sorted(addrs)!r}".encode())
+    if view.dns_zone is not None:
+        h.update(f"\0dns {view.dns_zone.dumps()} {sorted(view.dns_servers)!r}".encode())
+    for ns, conf in sorted(view.resolv_confs.items()):
+        h.update(f"\0resolv {ns} {conf.render()}".encode())
     return h.hexdigest()
 
 
@@ -281,13 +291,27 @@ def server_ports(
 
 def serve(cluster: RealCluster, view: ClusterView) -> dict[str, int]:
     """Start (or keep) the pod servers the view's listeners call for and stop the ones
-    of pods that no longer listen. Returns pod -> server pid."""
-    wanted = server_ports(view.listeners)
+    of pods that no longer listen; the DNS pods run DNS servers instead
+    (:class:`dataplane.linux.dns.DnsServers`, answering from the view's zone), and every
+    pod namespace gets its resolv.conf in ``/etc/netns``. Returns pod -> server pid."""
+    from dataplane.linux import dnspods as dns
+
+    dns_pods = {ns[4:]: ns for ns in view.dns_servers}
+    dns_pids: dict[str, int] = {}
+    servers = dns.DnsServers(cluster.cluster_id)
+    if view.dns_zone is not None or any(servers.state.servers_dir.glob("dns-*.pid")):
+        zone = view.dns_zone if view.dns_zone is not None else dns.DnsZone()
+        dns_pids = servers.ensure(zone, dns_pods)
+    for logical, conf in view.resolv_confs.items():
+        netns = cluster.namespaces.get(logical)
+        if netns is not None:
+            dns.write_resolv_conf(netns, conf.render())
+    wanted = {k: v for k, v in server_ports(view.listeners).items() if k not in dns_pods}
     running = cluster.servers.running() if cluster.servers.supervisor_pid() else {}
     idle = [k for k in running if k not in wanted]
     if idle:
         cluster.servers.stop(idle)
-    return cluster.serve(wanted)
+    return {**cluster.serve(wanted), **dns_pids}
 
 
 #: Kernel settings every realised namespace gets on top of the model's sysctls.
@@ -368,6 +392,8 @@ def up(
     for another id than the recorded one is an error (``down`` first). ``cni`` defaults
     to the recorded mode, else ``bridge-plugin``. ``external_clients`` are added to the
     ones recorded (each gets a namespace hanging off the router)."""
+    if cluster_id is not None:
+        check_cluster_id(cluster_id)  # before real.json is written
     state_dir = _state_dir(session)
     record = RealRecord.read(state_dir)
     if record is not None and cluster_id is not None and cluster_id != record.cluster_id:
@@ -426,6 +452,7 @@ def down(state_dir: str | Path) -> Removed | None:
     d = Path(state_dir)
     record = RealRecord.read(d)
     if record is None:
+        RealRecord.remove(d)  # a damaged record (see RealRecord.read) names no cluster
         return None
     removed = teardown(record.cluster_id)
     RealRecord.remove(d)

@@ -23,6 +23,7 @@ import click
 
 from control.cli.main import Context, handle_errors
 from control.cli.printers import format_table
+from control.cli.types import CLUSTER_ID
 
 # control.real, control.backends and the emulation (pyroute2 and the emulator behind
 # them) are imported inside the commands (see control.cli.main's docstring: start-up).
@@ -58,13 +59,31 @@ def kernel(ctx: Context, files: tuple[str, ...], src: str) -> Iterator[tuple[Ses
         session.close()
 
 
-def _flow(session: Session, src: str, dst: str) -> tuple[str, str, int | None]:
+def _flow(
+    session: Session, src: str, dst: str, be: RealBackend | None = None
+) -> tuple[str, str, int | None]:
     from control import emulation
     from control.cli.traffic_cmd import _split_dst
 
     s = emulation.resolve_endpoint(session, src)
     d, port = _split_dst(emulation.resolve_endpoint(session, dst))
-    return s, d, port
+    return s, _by_name(be, s, d) if be is not None else d, port
+
+
+def _by_name(be: RealBackend, src: str, dst: str) -> str:
+    """A DNS name resolved by the source pod's own libc (getaddrinfo under ``ip netns
+    exec``); anything else as it is. Says what it resolved on stderr."""
+    from control import dnsqueries, names
+
+    if not names.is_name(dst, be.view.network.namespaces):
+        return dst
+    found = dnsqueries.resolve(be, src, dst)
+    if found.status != "ok":
+        from netmodel.errors import InputError
+
+        raise InputError(f"cannot resolve {dst!r} from {src}: {found.status}", field="DST")
+    click.echo(f"{dst} resolved to {found.addresses[0]} (getaddrinfo in {src})", err=True)
+    return found.addresses[0]
 
 
 def _refuse(conflicts: Mapping[str, object], what: str) -> None:
@@ -78,7 +97,9 @@ def _refuse(conflicts: Mapping[str, object], what: str) -> None:
 
 @click.command()
 @click.option("--real", "on_kernel", is_flag=True, help="Realise on network namespaces (root)")
-@click.option("--cluster-id", default=None, help="1-12 of [a-z0-9] (default: a new one)")
+@click.option(
+    "--cluster-id", type=CLUSTER_ID, default=None, help="1-12 of [a-z0-9] (default: a new one)"
+)
 @click.option(
     "--cni",
     type=click.Choice(CNI_MODES),
@@ -222,7 +243,7 @@ def real_trace(
     if proto not in ("tcp", "udp"):
         raise click.UsageError("trace --real follows tcp and udp connections (ping --real: ICMP)")
     with kernel(ctx, files, src) as (session, be):
-        s, d, port = _flow(session, src, dst)
+        s, d, port = _flow(session, src, dst, be)
         if port is None:
             raise click.UsageError(f"--to {dst}: give a port (IP:PORT or svc/NS/NAME:PORT)")
         t = be.trace(s, d, port, proto, sport=sport)  # type: ignore[arg-type]
@@ -233,26 +254,22 @@ def real_trace(
 
 
 def real_ping(ctx: Context, *, src: str, dst: str, count: int, files: tuple[str, ...]) -> None:
-    """``ping --real``: ICMP echo between real namespaces, ping-like output."""
+    """``ping --real``: ICMP echo between real namespaces, ping's output (times measured
+    from the raw socket's send to the reply's arrival)."""
     from control import emulation
+    from control.cli.traffic_cmd import Reply, _host, ping_report
 
     with kernel(ctx, files, src) as (session, be):
         s = emulation.resolve_endpoint(session, src)
-        d = emulation.resolve_endpoint(session, dst)
+        d = _by_name(be, s, _host(emulation.resolve_endpoint(session, dst)))
         target = be.dest_ip(d)
         results = be.ping(s, target, count)
-    click.echo(f"PING {dst} ({target}): 56 data bytes (kernel)")
-    ok = 0
-    for seq, r in enumerate(results, 1):
-        if r.ok:
-            ok += 1
-            click.echo(f"64 bytes from {r.reply_from}: icmp_seq={seq} ttl={r.ttl}")
-        else:
-            click.echo(f"icmp_seq={seq}: no reply")
-    loss = 100 * (count - ok) // max(count, 1)
-    click.echo(f"--- {dst} ping statistics ---")
-    click.echo(f"{count} packets transmitted, {ok} received, {loss}% packet loss")
-    if ok < count:
+    replies = [
+        Reply(seq, r.reply_from, r.ttl, r.rtt * 1000 if r.ok and r.rtt is not None else None)
+        for seq, r in enumerate(results, 1)
+    ]
+    click.echo(ping_report(dst, target, replies, count, suffix=" (kernel)"))
+    if not all(r.ok for r in results):
         raise SystemExit(1)
 
 
@@ -271,7 +288,7 @@ def real_connect(
     from control.cli.traffic_cmd import chi_square
 
     with kernel(ctx, files, src) as (session, be):
-        s, d, port = _flow(session, src, dst)
+        s, d, port = _flow(session, src, dst, be)
         if port is None:
             raise click.UsageError(f"{dst}: give a port (IP:PORT or svc/NS/NAME:PORT)")
         conns = be.connect(s, d, port, proto, count)  # type: ignore[arg-type]
