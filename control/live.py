@@ -165,7 +165,7 @@ class LiveComponent:
         informers: Sequence[SharedInformer],
         *,
         resync: Callable[[list[KubeObject]], None] | None = None,
-        idle_wakeup: float = 1.0,
+        idle_wakeup: float | None = None,
         writes: tuple[_Informers, RemoteAPI] | None = None,
     ) -> None:
         self.name = name
@@ -208,10 +208,15 @@ class LiveComponent:
         pending = getattr(self.agent, "pending", None)
         return int(pending()) if pending is not None else 0
 
-    def _wait_time(self) -> float:
+    def _wait_time(self) -> float | None:
+        """Until the next delayed retry is due, or ``idle_wakeup`` (time-based work),
+        or (None) until an event wakes it."""
         queue = getattr(self.agent, "queue", None)
         due = queue.next_ready_in() if isinstance(queue, WorkQueue) else None
-        return self.idle_wakeup if due is None else min(self.idle_wakeup, max(due, 0.001))
+        if due is None:
+            return self.idle_wakeup
+        due = max(due, 0.001)
+        return due if self.idle_wakeup is None else min(self.idle_wakeup, due)
 
     def run(self, stop: threading.Event) -> None:
         while not stop.is_set():
@@ -307,8 +312,10 @@ class LiveControlPlane:
         seed: int = 0,
         clock: Clock | None = None,
         watch_timeout: float = 30.0,
+        kube_proxies: bool = True,
     ) -> None:
         self.connect = connect
+        self.kube_proxies = kube_proxies
         self.cluster = cluster
         self.proxy_config = proxy_config
         self.seed = seed
@@ -379,7 +386,12 @@ class LiveControlPlane:
         for c, capi in controllers:
             name = str(getattr(c, "name", type(c).__name__))
             self.components[name] = LiveComponent(
-                name, c, [cm.get(k) for k in sorted(c.kinds)], writes=(cm, capi)
+                name,
+                c,
+                [cm.get(k) for k in sorted(c.kinds)],
+                writes=(cm, capi),
+                # time-based work (pod GC's quarantine) is due without any event
+                idle_wakeup=1.0 if isinstance(c, PodGarbageCollector) else None,
             )
         sched_group = self._identity(SCHEDULER, "kube-scheduler")
         sapi = sched_group.conn.api
@@ -427,6 +439,9 @@ class LiveControlPlane:
                 )
             )
             self._start_reflectors(kg)
+            if not self.kube_proxies:
+                log.info("node=%s kubelet started (no kube-proxy)", node)
+                return
             pg = self.proxy_group
             papi = pg.conn.api
             proxy = KubeProxy(
@@ -522,6 +537,7 @@ class LiveDriver:
             spec,
             proxy_config=session.proxy_config,
             seed=spec.seed,
+            kube_proxies=bool(getattr(session, "with_proxies", True)),
         )
         threading.Thread(target=self.plane.start, name="live-control-plane", daemon=True).start()
         self._pump_task = asyncio.get_running_loop().create_task(self._pump())

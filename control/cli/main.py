@@ -384,7 +384,7 @@ def delete(
         for k, key in targets:
             obj = session.plane.apiserver.delete(k, key)
             click.echo(f'{k.lower()} "{obj.name}" deleted')
-        session.converge()
+        session.plane.run_until_idle()
     finally:
         session.close()
 
@@ -441,8 +441,8 @@ def _register_optional() -> None:
         "control.cli.rules_cmd",
         "control.cli.traffic_cmd",
         "control.cli.real_cmd",
-        "control.cli.serve_cmd",
         "control.cli.dig_cmd",
+        "control.cli.serve_cmd",
     ):
         try:
             mod = importlib.import_module(module)

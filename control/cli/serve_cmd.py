@@ -41,6 +41,20 @@ def parse_listen(text: str) -> tuple[str, int]:
     show_default=True,
     help="Seconds between compactions of the watch log.",
 )
+@click.option(
+    "--kube-proxies/--no-kube-proxies",
+    default=True,
+    show_default=True,
+    help="Run one emulated kube-proxy per node in the server (off for large clusters).",
+)
+@click.option(
+    "--control-plane",
+    type=click.Choice(["live", "runner"]),
+    default="live",
+    show_default=True,
+    help="live: controllers, scheduler, kubelets and kube-proxies are API clients with "
+    "their own identities; runner: the deterministic runner inside the server.",
+)
 @click.pass_obj
 @handle_errors
 def serve(
@@ -49,6 +63,8 @@ def serve(
     token_auth_file: Path | None,
     watch_history: int,
     compact_every: float,
+    kube_proxies: bool,
+    control_plane: str,
 ) -> None:
     """Serve the state directory's cluster as a Kubernetes API (HTTPS) for kubectl and
     client libraries. Creates DIR/pki/ and DIR/kubeconfig (cluster-admin) on first
@@ -64,6 +80,8 @@ def serve(
             token_file=token_auth_file,
             watch_history=watch_history,
             compact_every=compact_every,
+            kube_proxies=kube_proxies,
+            control_plane=control_plane,
         )
     except OSError as e:
         raise InputError(f"cannot serve on {listen}: {e.strerror or e}", field="--listen") from None

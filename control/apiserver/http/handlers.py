@@ -69,7 +69,7 @@ def _q(params: dict[str, list[str]], name: str, default: str = "") -> str:
     return v[0] if v else default
 
 
-def _ok(data: Any, code: int = 200, headers: dict[str, str] | None = None) -> Response:
+def respond(data: Any, code: int = 200, headers: dict[str, str] | None = None) -> Response:
     body = data if isinstance(data, bytes) else wire.dumps(data)
     return Response(body, status_code=code, media_type=JSON, headers=headers)
 
@@ -124,11 +124,11 @@ async def handle(
         return _endpoints(api, request, info, params)
     if verb == "get":
         if sub == "scale":
-            return _ok(_scale_of(res, _get(api, res, info.namespace, info.name)))
-        obj = _get(api, res, info.namespace, info.name)
+            return respond(_scale_of(res, get_object(api, res, info.namespace, info.name)))
+        obj = get_object(api, res, info.namespace, info.name)
         if _wants_table(request):
-            return _ok(_table(api, res, [obj], str(obj.resource_version)))
-        return _ok(to_bytes(api, res, obj))
+            return respond(_table(api, res, [obj], str(obj.resource_version)))
+        return respond(to_bytes(api, res, obj))
     if verb == "list":
         return _list(api, request, res, info.namespace, params)
     if verb == "watch":
@@ -152,7 +152,7 @@ async def handle(
 # --------------------------------------------------------------------------- reads
 
 
-def _get(api: API, res: Resource, namespace: str, name: str) -> KubeObject:
+def get_object(api: API, res: Resource, namespace: str, name: str) -> KubeObject:
     assert res.store_kind is not None
     if not api.fixed:
         raise status.not_found(res, name)
@@ -239,7 +239,9 @@ def _list(
         objs = objs[:limit]
         cont = continue_token(rv, objs[-1].key)
     if _wants_table(request):
-        return _ok(_table(api, res, objs, str(rv), cont, params=params))
+        if _q(params, "includeObject", "Metadata") == "Metadata" and res.kind != "Event":
+            return respond(_table_bytes(api, res, objs, str(rv), cont))
+        return respond(_table(api, res, objs, str(rv), cont, params=params))
     meta: dict[str, Any] = {"resourceVersion": str(rv)}
     if cont:
         meta["continue"] = cont
@@ -247,7 +249,7 @@ def _list(
     head = wire.dumps({"kind": _list_kind(res), "apiVersion": res.api_version, "metadata": meta})
     items = b",".join(to_bytes(api, res, o) for o in objs)
     body = head[:-1] + b',"items":[' + items + b"]}"
-    return _ok(body)
+    return respond(body)
 
 
 def _row_object(api: API, res: Resource, obj: Any, include: str) -> dict[str, Any]:
@@ -279,6 +281,29 @@ def _table(
     return tables.table(
         res, rows, resource_version=rv, continue_token=cont, with_columns=with_columns
     )
+
+
+_PARTIAL = b'"object":{"kind":"PartialObjectMetadata","apiVersion":"meta.k8s.io/v1","metadata":'
+
+
+def _table_bytes(
+    api: API, res: Resource, objs: list[KubeObject], rv: str, cont: str | None
+) -> bytes:
+    """:func:`_table` for stored objects with row metadata, written as bytes from the
+    cached metadata JSON (a LIST of every pod as a Table)."""
+    head = wire.dumps(tables.table(res, [], resource_version=rv, continue_token=cont))
+    now = time.time()
+    rows = [
+        b'{"cells":'
+        + wire.dumps(tables.row_cells(res, o, now))
+        + b","
+        + _PARTIAL
+        + api.cache.encode_metadata(o)
+        + b"}}"
+        for o in objs
+    ]
+    assert head.endswith(b'"rows":[]}')
+    return head[: -len(b"]}")] + b",".join(rows) + b"]}"
 
 
 # --------------------------------------------------------------------------- watch
@@ -322,11 +347,7 @@ def _watch(
     initial: list[bytes] = []
     store = api.store
     if rv_text in ("", "0") or not api.fixed:
-        objs = (
-            api.list(res.store_kind, namespace or None)
-            if res.namespaced
-            else api.list(res.store_kind)
-        )
+        objs = _candidates(api, res, namespace, node)
         for o in objs:
             if matches(o):
                 w.matched.add(o.key)
@@ -345,13 +366,7 @@ def _watch(
             err = status.gone(f"too old resource version: {since} ({store.compacted_revision + 1})")
             line = wire.dumps({"type": "ERROR", "object": err.status()}) + b"\n"
             return Response(line, media_type=JSON)
-        for o in (
-            api.list(res.store_kind, namespace or None)
-            if res.namespaced
-            else api.list(res.store_kind)
-        ):
-            if matches(o):
-                w.matched.add(o.key)
+        w.matched = _matched_at(api, res, namespace, since, events, matches, node)
         from control.apiserver.http.watch import deliver
 
         for ev in events:
@@ -359,6 +374,60 @@ def _watch(
                 deliver(w, ev)
         api.hub.add(w)
     return _stream(api, w, initial, timeout, bookmarks, res)
+
+
+def _candidates(api: API, res: Resource, namespace: str, node: str | None) -> list[KubeObject]:
+    """The objects a watcher's selectors are tried on: a pod watcher with
+    ``spec.nodeName=X`` (a kubelet) gets only the pods bound to X (the hub's index)."""
+    assert res.store_kind is not None
+    if res.kind == "Pod" and node is not None and api.fixed:
+        out = []
+        for key in sorted(api.hub.pods_on(node, lambda: api.list("Pod"))):
+            try:
+                out.append(api.get("Pod", key))
+            except NotFoundError:
+                continue
+        return [o for o in out if not namespace or o.namespace == namespace]
+    if res.namespaced:
+        return api.list(res.store_kind, namespace or None)
+    return api.list(res.store_kind)
+
+
+def _matched_at(
+    api: API,
+    res: Resource,
+    namespace: str,
+    since: int,
+    events: list[WatchEvent],
+    matches: Any,
+    node: str | None = None,
+) -> set[str]:
+    """The keys that matched the watcher's selectors at revision ``since``: the current
+    matches, with each object changed since then taken as it was at ``since`` (its last
+    change at or before ``since`` in the watch log), so that a change in or out of the
+    selectors is sent as ADDED / DELETED."""
+    assert res.store_kind is not None
+    objs = _candidates(api, res, namespace, node)
+    touched: dict[str, WatchEvent] = {}
+    for ev in events:
+        touched.setdefault(ev.object.key, ev)
+    out = {o.key for o in objs if o.key not in touched and matches(o)}
+    if not touched:
+        return out
+    before: dict[str, WatchEvent] = {}
+    for ev in api.store.watch(api.store.compacted_revision, (res.store_kind,)):
+        if ev.revision > since:
+            break
+        if ev.object.key in touched:
+            before[ev.object.key] = ev
+    for key, first in touched.items():
+        prev = before.get(key)
+        if prev is not None:
+            if prev.type != "DELETED" and matches(prev.object):
+                out.add(key)
+        elif first.type != "ADDED" and matches(first.object):
+            out.add(key)  # its earlier states are compacted away: the nearest one
+    return out
 
 
 def _stream(
@@ -409,7 +478,7 @@ def _decode(raw: bytes, ctype: str) -> Any:
     return decode_body(raw, ctype)
 
 
-def _validate_fields(
+def validate_fields(
     res: Resource, body: dict[str, Any], params: dict[str, list[str]]
 ) -> tuple[dict[str, Any], list[str]]:
     """fieldValidation: returns (body to use, warnings)."""
@@ -434,7 +503,7 @@ def _validate_fields(
     return pruned, []
 
 
-def _warn_headers(warnings: list[str]) -> dict[str, str] | None:
+def warn_headers(warnings: list[str]) -> dict[str, str] | None:
     """``Warning: 299 - "text"`` (RFC 7234 quoted-string, as kube-apiserver sends)."""
     if not warnings:
         return None
@@ -445,7 +514,7 @@ def _warn_headers(warnings: list[str]) -> dict[str, str] | None:
     return {"Warning": ", ".join(f"299 - {quoted(w)}" for w in warnings)}
 
 
-def _check_gvk(res: Resource, body: Any) -> None:
+def check_gvk(res: Resource, body: Any) -> None:
     if not isinstance(body, dict):
         raise status.bad_request("the object must be a JSON object")
     api_version = body.get("apiVersion")
@@ -462,7 +531,7 @@ def _check_gvk(res: Resource, body: Any) -> None:
     body.setdefault("kind", res.kind)
 
 
-def _to_object(res: Resource, body: dict[str, Any]) -> KubeObject:
+def to_object(res: Resource, body: dict[str, Any]) -> KubeObject:
     d = wire.event_from_wire(res, body) if res.kind == "Event" else body
     try:
         return object_from_dict(d)
@@ -504,7 +573,7 @@ async def _create(
     dry: bool,
 ) -> Response:
     body = _decode(await request.body(), request.headers.get("content-type", JSON))
-    _check_gvk(res, body)
+    check_gvk(res, body)
     meta = body.setdefault("metadata", {}) if isinstance(body.get("metadata", {}), dict) else None
     if meta is None:
         raise status.bad_request("metadata must be an object")
@@ -517,12 +586,14 @@ async def _create(
             meta["namespace"] = namespace
         namespace = meta.get("namespace") or "default"
         meta["namespace"] = namespace
-    body, warnings = _validate_fields(res, body, params)
+    body, warnings = validate_fields(res, body, params)
     name = meta.get("name") or meta.get("generateName") or ""
     _namespace_must_exist(api, res, namespace)
     manager = ssa.manager_for(params, request, "create")
     body = ssa.record_update(body, None, manager, res.api_version)
-    obj = _to_object(res, body)
+    if res.kind == "Event":  # its place on the timeline, as the Recorder gives it
+        body = {**body, "revision": api.store.revision, "sequence": api.store.revision + 1}
+    obj = to_object(res, body)
     apiserver = api.apiserver
     try:
         stored = apiserver.create(obj, component=_component(user, params), dry_run=dry)
@@ -530,16 +601,16 @@ async def _create(
         raise status.from_svclab(e, res, res.kind, name, creating=True) from None
     if not dry:
         _after_write(api, res, stored)
-    return _ok(
+    return respond(
         to_bytes(api, res, stored) if not dry else wire.dumps(to_wire(api, res, stored)),
         201,
-        _warn_headers(warnings),
+        warn_headers(warnings),
     )
 
 
 def _after_write(api: API, res: Resource, obj: KubeObject | None) -> None:
     if res.name == "clusterroles":
-        api._aggregate()
+        api.aggregate_roles()
     api.wrote()
 
 
@@ -556,7 +627,7 @@ def _finalize_namespace(api: API, res: Resource, info: RequestInfo, user: User) 
         )
     api.cache.forget(last.kind, last.key)
     api.wrote()
-    return _ok(to_bytes(api, res, last))
+    return respond(to_bytes(api, res, last))
 
 
 async def _update(
@@ -573,7 +644,7 @@ async def _update(
     if sub == "finalize" and res.name == "namespaces" and not dry:
         return _finalize_namespace(api, res, info, user)
     if sub == "scale":
-        current = _get(api, res, info.namespace, info.name)
+        current = get_object(api, res, info.namespace, info.name)
         replicas = ((body or {}).get("spec") or {}).get("replicas")
         if not isinstance(replicas, int) or isinstance(replicas, bool):
             raise status.invalid(res, "Scale", info.name, "spec.replicas", "Required value")
@@ -582,9 +653,9 @@ async def _update(
         d["spec"]["replicas"] = replicas
         if rv:
             d["metadata"]["resourceVersion"] = rv
-        stored = _write_update(api, res, info.name, d, user, params, dry, request, current)
-        return _ok(_scale_of(res, stored))
-    _check_gvk(res, body)
+        stored = write_update(api, res, info.name, d, user, params, dry, request, current)
+        return respond(_scale_of(res, stored))
+    check_gvk(res, body)
     meta = body.get("metadata") or {}
     if meta.get("name") and meta["name"] != info.name:
         raise status.bad_request(
@@ -596,9 +667,9 @@ async def _update(
     if res.namespaced:
         meta["namespace"] = info.namespace
     body["metadata"] = meta
-    body, warnings = _validate_fields(res, body, params)
-    current = _get(api, res, info.namespace, info.name)
-    stored = _write_update(
+    body, warnings = validate_fields(res, body, params)
+    current = get_object(api, res, info.namespace, info.name)
+    stored = write_update(
         api,
         res,
         info.name,
@@ -610,14 +681,14 @@ async def _update(
         current,
         status_only=(sub == "status"),
     )
-    return _ok(
+    return respond(
         to_bytes(api, res, stored) if not dry else wire.dumps(to_wire(api, res, stored)),
         200,
-        _warn_headers(warnings),
+        warn_headers(warnings),
     )
 
 
-def _write_update(
+def write_update(
     api: API,
     res: Resource,
     name: str,
@@ -634,7 +705,7 @@ def _write_update(
     if operation != "apply" and not status_only:
         manager = ssa.manager_for(params, request, operation)
         body = ssa.record_update(body, current.to_dict(), manager, res.api_version)
-    obj = _to_object(res, body)
+    obj = to_object(res, body)
     apiserver = api.apiserver
     try:
         if status_only:
@@ -670,7 +741,7 @@ async def _patch(
         return await ssa.apply(api, request, res, info, user, params, dry, body)
     for _attempt in range(5):
         try:
-            current = _get(api, res, info.namespace, info.name)
+            current = get_object(api, res, info.namespace, info.name)
         except APIError:
             raise
         cur = _scale_of(res, current) if sub == "scale" else current.to_dict()
@@ -702,12 +773,12 @@ async def _patch(
             d["spec"]["replicas"] = (new.get("spec") or {}).get("replicas")
             d["metadata"]["resourceVersion"] = current.metadata.resource_version
             try:
-                stored = _write_update(api, res, info.name, d, user, params, dry, request, current)
+                stored = write_update(api, res, info.name, d, user, params, dry, request, current)
             except APIError as e:
                 if e.reason == "Conflict":
                     continue
                 raise
-            return _ok(_scale_of(res, stored))
+            return respond(_scale_of(res, stored))
         patched_rv = _meta(body).get("resourceVersion") if isinstance(body, dict) else None
         meta = new.setdefault("metadata", {})
         meta["name"] = info.name
@@ -715,9 +786,21 @@ async def _patch(
             meta["namespace"] = info.namespace
         if not patched_rv:
             meta["resourceVersion"] = current.metadata.resource_version
-        new, warnings = _validate_fields(res, new, params)
+        if ctype in (patches.MERGE_PATCH, patches.STRATEGIC) and isinstance(body, dict):
+            # the stored object was validated: only what the patch brings can be unknown
+            # (the whole result is pruned only when it does)
+            probe = {
+                **patches.strip_directives(body),
+                "apiVersion": res.api_version,
+                "kind": res.kind,
+            }
+            warnings: list[str] = []
+            if validate_fields(res, probe, params)[1]:
+                new, warnings = validate_fields(res, new, params)
+        else:
+            new, warnings = validate_fields(res, new, params)
         try:
-            stored = _write_update(
+            stored = write_update(
                 api,
                 res,
                 info.name,
@@ -734,10 +817,10 @@ async def _patch(
             if e.reason == "Conflict" and not patched_rv:
                 continue
             raise
-        return _ok(
+        return respond(
             to_bytes(api, res, stored) if not dry else wire.dumps(to_wire(api, res, stored)),
             200,
-            _warn_headers(warnings),
+            warn_headers(warnings),
         )
     raise status.conflict(res, info.name, status.STALE)
 
@@ -770,7 +853,7 @@ async def _bind(
     node = target.get("name")
     if not node:
         raise status.invalid(res, "Binding", info.name, "target.name", "Required value")
-    current = _get(api, res, info.namespace, info.name)
+    current = get_object(api, res, info.namespace, info.name)
     assert isinstance(current, Pod)
     if current.spec.node_name:
         raise status.conflict(
@@ -790,7 +873,7 @@ async def _bind(
         raise status.from_svclab(e, res, "Pod", info.name) from None
     if not dry:
         api.wrote()
-    return _ok(status.success(), 201)
+    return respond(status.success(), 201)
 
 
 # --------------------------------------------------------------------------- delete
@@ -905,14 +988,21 @@ async def _delete(
     opts = await _delete_options(request, params)
     if "All" in (opts.get("dryRun") or []):
         dry = True
-    obj = _get(api, res, info.namespace, info.name)
+    obj = get_object(api, res, info.namespace, info.name)
     left = _delete_one(api, res, obj, user, opts, dry)
     if left is not None and not dry and res.kind in ("Pod", "Namespace"):
-        return _ok(to_bytes(api, res, left), 200)
+        return respond(to_bytes(api, res, left), 200)
+    if res.kind == "Service":  # its registry returns the deleted object (ReturnDeletedObject)
+        return respond(
+            to_wire(
+                api, res, obj if dry else obj.with_meta(resource_version=str(api.store.revision))
+            ),
+            200,
+        )
     details = {"name": obj.name, "kind": res.name, "uid": obj.metadata.uid}
     if res.group:
         details["group"] = res.group
-    return _ok(status.success(details), 200)
+    return respond(status.success(details), 200)
 
 
 async def _delete_collection(
@@ -943,7 +1033,9 @@ async def _delete_collection(
             "metadata": {"resourceVersion": str(api.store.revision)},
         }
     )
-    return _ok(head[:-1] + b',"items":[' + b",".join(to_bytes(api, res, o) for o in gone) + b"]}")
+    return respond(
+        head[:-1] + b',"items":[' + b",".join(to_bytes(api, res, o) for o in gone) + b"]}"
+    )
 
 
 # --------------------------------------------------------------------------- computed resources
@@ -973,7 +1065,7 @@ def _endpoints(
         ep = _endpoints_of(api, info.namespace, info.name) if api.fixed else None
         if ep is None:
             raise status.not_found(res, info.name)
-        return _ok(_table(api, res, [ep], ep["metadata"]["resourceVersion"]) if table else ep)
+        return respond(_table(api, res, [ep], ep["metadata"]["resourceVersion"]) if table else ep)
     sel, terms, _ = _selectors(
         api, Resource("endpoints", "endpoints", "Service", "", "v1", True), params
     )
@@ -983,8 +1075,8 @@ def _endpoints(
     rv = str(api.store.revision if api.fixed else 0)
     if info.verb == "list":
         if table:
-            return _ok(_table(api, res, eps, rv, params=params))
-        return _ok(
+            return respond(_table(api, res, eps, rv, params=params))
+        return respond(
             {
                 "kind": "EndpointsList",
                 "apiVersion": "v1",
@@ -1092,12 +1184,12 @@ async def _svclab_docs(
     if info.verb == "get":
         if doc is None or doc["metadata"]["name"] != info.name:
             raise status.not_found(res, info.name)
-        return _ok(_table(api, res, [doc], "1") if table else doc)
+        return respond(_table(api, res, [doc], "1") if table else doc)
     if info.verb == "list":
         items = [doc] if doc is not None else []
         if table:
-            return _ok(_table(api, res, items, "1", params=params))
-        return _ok(
+            return respond(_table(api, res, items, "1", params=params))
+        return respond(
             {
                 "kind": res.kind + "List",
                 "apiVersion": res.api_version,
@@ -1134,7 +1226,7 @@ async def _svclab_docs(
         if _q(params, "dryRun") != "All":
             api.fix_cluster(cluster)
             api.wrote()
-        return _ok(_cluster_doc(api) or cluster.to_dict(), 201)
+        return respond(_cluster_doc(api) or cluster.to_dict(), 201)
     # update / patch: only metadata may change
     if doc is None or doc["metadata"]["name"] != info.name:
         raise status.not_found(res, info.name)
@@ -1170,7 +1262,7 @@ async def _svclab_docs(
             yaml.safe_dump(cluster.to_dict(), sort_keys=False)
         )
         api.session.cluster = cluster
-    return _ok(_cluster_doc(api) or {}, 200)
+    return respond(_cluster_doc(api) or {}, 200)
 
 
 async def _access_review(api: API, request: Request, res: Resource, user: User) -> Response:
@@ -1190,7 +1282,7 @@ async def _access_review(api: API, request: Request, res: Resource, user: User) 
         if user.uid:
             info["uid"] = user.uid
         out["status"] = {"userInfo": info}
-        return _ok(out, 201)
+        return respond(out, 201)
     if res.name == "selfsubjectrulesreviews":
         ns = spec.get("namespace", "")
         rules = api.rbac.rules_for(user, ns) if "system:masters" not in user.groups else None
@@ -1214,7 +1306,7 @@ async def _access_review(api: API, request: Request, res: Resource, user: User) 
                 if r.non_resource_ur_ls
             ]
         out["status"] = {"resourceRules": rr, "nonResourceRules": nr, "incomplete": False}
-        return _ok(out, 201)
+        return respond(out, 201)
     ra = spec.get("resourceAttributes")
     na = spec.get("nonResourceAttributes")
     if ra:
@@ -1243,7 +1335,7 @@ async def _access_review(api: API, request: Request, res: Resource, user: User) 
         st["reason"] = "RBAC: allowed"
     _ = rule_allows
     out["status"] = st
-    return _ok(out, 201)
+    return respond(out, 201)
 
 
 __all__ = ["handle"]

@@ -94,6 +94,11 @@ def _strip(v: Any) -> Any:
     return v
 
 
+def strip_directives(patch: Any) -> Any:
+    """A patch without its ``$`` directives and ``null`` deletions (what it sets)."""
+    return _strip(patch)
+
+
 def strategic_merge(orig: Any, patch: Any, kind: str, parents: tuple[str, ...] = ()) -> Any:
     if not isinstance(patch, dict):
         return copy.deepcopy(patch)

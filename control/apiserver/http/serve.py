@@ -17,8 +17,12 @@ that keeps the last ``watch_history`` revisions of the watch log (older watches 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import os
+import signal
 import ssl
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -27,9 +31,7 @@ import uvicorn
 from control.apiserver.http import pki
 from control.apiserver.http.app import API
 from control.apiserver.http.authn import Authenticator, load_token_file
-from control.apiserver.http.driver import RunnerDriver
-from control.live import LiveDriver
-from control.serving import serving
+from control.apiserver.http.driver import Driver, RunnerDriver
 
 log = logging.getLogger("svclab.serve")
 
@@ -61,13 +63,20 @@ def _protocol_class() -> type:
 
 
 class _Uvicorn(uvicorn.Server):
-    """uvicorn's server, minus re-raising SIGINT/SIGTERM once it has shut down (which
-    killed the process before :meth:`Server.run` stopped the components and committed
-    the store): svclab finishes its own shutdown and exits 0."""
+    """uvicorn's server; on SIGINT/SIGTERM it ends the open watches at once (so the
+    graceful shutdown does not wait for them) and exits normally afterwards instead of
+    re-raising the signal (the store is closed after :meth:`serve` returns)."""
+
+    def __init__(self, config: uvicorn.Config, api: API) -> None:
+        super().__init__(config)
+        self.api = api
 
     def handle_exit(self, sig: int, frame: Any) -> None:
-        super().handle_exit(sig, frame)
-        self._captured_signals.clear()
+        if self.should_exit and sig == signal.SIGINT:
+            self.force_exit = True
+        self.should_exit = True
+        with contextlib.suppress(RuntimeError):
+            asyncio.get_running_loop().call_soon_threadsafe(self.api.hub.close_all)
 
 
 class Server:
@@ -81,15 +90,23 @@ class Server:
         flush_every: float = 0.2,
         watch_history: int = 100_000,
         compact_every: float = 30.0,
-        live: bool = True,
+        kube_proxies: bool = True,
+        driver_factory: Callable[[API], Driver] | None = None,
     ) -> None:
-        self.live = live  # False: the deterministic runner drives the control plane
+        """``driver_factory``: builds the control-plane driver for the API (default:
+        :class:`RunnerDriver`, the deterministic runner on the event loop)."""
+        self.driver_factory = driver_factory
         self.state_dir = state_dir
         self.host = host
         self.port = port
         self.paths = pki.ensure_pki(state_dir, host, port)
         tokens = load_token_file(token_file) if token_file else {}
-        self.api = API(state_dir, Authenticator(tokens), server_address=f"{host}:{port}")
+        self.api = API(
+            state_dir,
+            Authenticator(tokens),
+            server_address=f"{host}:{port}",
+            kube_proxies=kube_proxies,
+        )
         self.flush_every = flush_every
         self.watch_history = watch_history
         self.compact_every = compact_every
@@ -105,14 +122,20 @@ class Server:
     async def _compactor(self) -> None:
         while True:
             await asyncio.sleep(self.compact_every)
-            self.compact()
+            await self.compact()
 
-    def compact(self) -> None:
+    #: revisions compacted per step; the loop serves requests between steps
+    COMPACT_STEP = 5000
+
+    async def compact(self) -> None:
         store = self.api.store
         target = min(self.api.hub.revision, store.revision - self.watch_history)
-        if target > store.compacted_revision:
-            store.compact(target)
-            log.info("compacted the watch log up to revision %d", target)
+        if target <= store.compacted_revision:
+            return
+        while store.compacted_revision < target:
+            store.compact(min(target, store.compacted_revision + self.COMPACT_STEP))
+            await asyncio.sleep(0)
+        log.info("compacted the watch log up to revision %d", target)
 
     async def run(self) -> None:
         config = uvicorn.Config(
@@ -128,14 +151,10 @@ class Server:
             log_level="warning",
             access_log=False,
             timeout_graceful_shutdown=2,
-            timeout_keep_alive=60,
+            timeout_keep_alive=120,
         )
-        server = _Uvicorn(config)
-        driver: RunnerDriver | LiveDriver
-        if self.live:  # components as API clients (control/live.py)
-            driver = LiveDriver(self.api, pki.server_url(self.host, self.port))
-        else:
-            driver = RunnerDriver(self.api)
+        server = _Uvicorn(config, self.api)
+        driver = (self.driver_factory or RunnerDriver)(self.api)
         self.api.driver = driver
         self.api.start()
         loop = asyncio.get_running_loop()
@@ -165,10 +184,22 @@ def serve(
     token_file: Path | None = None,
     watch_history: int = 100_000,
     compact_every: float = 30.0,
+    kube_proxies: bool = True,
+    control_plane: str = "live",
 ) -> None:
+    """``control_plane``: ``live`` (the components are API clients of this server, with
+    their own identities: :mod:`control.live`) or ``runner`` (the deterministic runner
+    on the event loop: :class:`RunnerDriver`)."""
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    from control.live import LiveDriver
+    from control.serving import serving
+
+    url = pki.server_url(host, port)
+    factory: Callable[[API], Driver] | None = None
+    if control_plane == "live":
+        factory = lambda api: LiveDriver(api, url)  # noqa: E731
     with serving(state_dir):  # CLI commands on DIR now leave the converging to us
         srv = Server(
             state_dir,
@@ -177,5 +208,19 @@ def serve(
             token_file=token_file,
             watch_history=watch_history,
             compact_every=compact_every,
+            kube_proxies=kube_proxies,
+            driver_factory=factory,
         )
-        asyncio.run(srv.run())
+        profile = os.environ.get("SVCLAB_PROFILE")
+        if not profile:
+            asyncio.run(srv.run())
+            return
+        import cProfile  # where the time goes, for scripts/bench_api.py --profile
+
+        prof = cProfile.Profile()
+        prof.enable()
+        try:
+            asyncio.run(srv.run())
+        finally:
+            prof.disable()
+            prof.dump_stats(profile)

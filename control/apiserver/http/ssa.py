@@ -179,7 +179,7 @@ def record_update(
     return _set_entries(new, out)
 
 
-def _get(obj: Any, path: Path) -> tuple[bool, Any]:
+def get_object(obj: Any, path: Path) -> tuple[bool, Any]:
     cur = obj
     for part in path:
         if part == ".":
@@ -206,7 +206,7 @@ def _get(obj: Any, path: Path) -> tuple[bool, Any]:
 def _remove(obj: Any, path: Path) -> None:
     parent: Any = obj
     for part in path[:-1]:
-        ok, parent = _get(parent, (part,))
+        ok, parent = get_object(parent, (part,))
         if not ok:
             return
     last = path[-1]
@@ -279,7 +279,7 @@ async def apply(
     force = (params.get("force") or [""])[0] in ("true", "1")
     if not isinstance(cfg, dict):
         raise status.bad_request("the applied configuration must be an object")
-    handlers._check_gvk(res, cfg)
+    handlers.check_gvk(res, cfg)
     meta = cfg.setdefault("metadata", {})
     if meta.get("name") and meta["name"] != info.name:
         raise status.bad_request(
@@ -288,11 +288,11 @@ async def apply(
     meta["name"] = info.name
     if res.namespaced:
         meta["namespace"] = info.namespace
-    cfg, warnings = handlers._validate_fields(res, cfg, params)
+    cfg, warnings = handlers.validate_fields(res, cfg, params)
     kind = res.kind
     applied = set(_leaves(cfg, kind))
     try:
-        current_obj = handlers._get(api, res, info.namespace, info.name)
+        current_obj = handlers.get_object(api, res, info.namespace, info.name)
     except APIError as err:
         if err.code != 404:
             raise
@@ -317,7 +317,7 @@ async def apply(
         for p in applied & paths:
             if p[-1] == ".":
                 continue
-            ok, value = _get(current, p)
+            ok, value = get_object(current, p)
             if ok and value != cfg_values.get(p):
                 conflicts.append((f'"{ent.get("manager")}" using {ent.get("apiVersion")}', p))
     if conflicts and not force:
@@ -351,7 +351,7 @@ async def apply(
     _set_entries(new, new_entries)
     if current_obj is None:
         new["metadata"].pop("resourceVersion", None)
-        obj = handlers._to_object(res, new)
+        obj = handlers.to_object(res, new)
         try:
             stored = api.apiserver.create(obj, component=user.name, dry_run=dry)
         except Exception as e:
@@ -362,11 +362,13 @@ async def apply(
             raise
         if not dry:
             api.wrote()
-        return handlers._ok(
-            handlers.to_wire(api, res, stored), 201, handlers._warn_headers(warnings)
+        return handlers.respond(
+            handlers.to_wire(api, res, stored), 201, handlers.warn_headers(warnings)
         )
     new["metadata"]["resourceVersion"] = current_obj.metadata.resource_version
-    stored = handlers._write_update(
+    stored = handlers.write_update(
         api, res, info.name, new, user, params, dry, request, current_obj, operation="apply"
     )
-    return handlers._ok(handlers.to_wire(api, res, stored), 200, handlers._warn_headers(warnings))
+    return handlers.respond(
+        handlers.to_wire(api, res, stored), 200, handlers.warn_headers(warnings)
+    )

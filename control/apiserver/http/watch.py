@@ -50,6 +50,20 @@ class Hub:
         self.revision = revision
         self._by_kind: dict[str, set[Watcher]] = {}
         self._by_node: dict[tuple[str, str], set[Watcher]] = {}
+        #: pod keys by spec.nodeName as of :attr:`revision` (built on first use, then
+        #: kept by :meth:`dispatch`): where a kubelet's watch starts
+        self._pods_by_node: dict[str, set[str]] | None = None
+
+    def pods_on(self, node: str, pods: Callable[[], list[KubeObject]]) -> set[str]:
+        """Keys of the pods bound to ``node``; ``pods`` lists every pod (first call)."""
+        if self._pods_by_node is None:
+            idx: dict[str, set[str]] = {}
+            for p in pods():
+                bound = p.spec.node_name  # type: ignore[attr-defined]
+                if bound:
+                    idx.setdefault(bound, set()).add(p.key)
+            self._pods_by_node = idx
+        return self._pods_by_node.get(node, set())
 
     def __len__(self) -> int:
         return sum(len(s) for s in self._by_kind.values()) + sum(
@@ -80,6 +94,7 @@ class Hub:
         self.close_all()
         self._by_kind.clear()
         self._by_node.clear()
+        self._pods_by_node = None
         self.revision = revision
 
     def dispatch(self, events: list[WatchEvent]) -> None:
@@ -91,6 +106,12 @@ class Hub:
                 node = obj.spec.node_name  # type: ignore[attr-defined]
                 if node:
                     targets += self._by_node.get((kind, node), ())
+                    if self._pods_by_node is not None:
+                        keys = self._pods_by_node.setdefault(node, set())
+                        if ev.type == "DELETED":
+                            keys.discard(obj.key)
+                        else:
+                            keys.add(obj.key)
             elif self._by_node:
                 targets += self._by_node.get((kind, obj.name), ())
             for w in targets:

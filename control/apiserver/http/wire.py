@@ -38,6 +38,7 @@ class JSONCache:
 
     def __init__(self) -> None:
         self._data: dict[tuple[str, str], tuple[str | None, bytes]] = {}
+        self._meta: dict[tuple[str, str], tuple[str | None, bytes]] = {}
 
     def encode(self, obj: KubeObject) -> bytes:
         ident = (obj.kind, obj.key)
@@ -50,8 +51,23 @@ class JSONCache:
             self._data[ident] = (rv, data)
         return data
 
+    def encode_metadata(self, obj: KubeObject) -> bytes:
+        """The object's ``metadata`` JSON (a Table row's PartialObjectMetadata)."""
+        ident = (obj.kind, obj.key)
+        rv = obj.metadata.resource_version
+        hit = self._meta.get(ident)
+        if hit is not None and hit[0] == rv and rv is not None:
+            return hit[1]
+        data = obj.metadata.model_dump_json(
+            by_alias=True, exclude_unset=True, exclude_none=True
+        ).encode()
+        if rv is not None:
+            self._meta[ident] = (rv, data)
+        return data
+
     def forget(self, kind: str, key: str) -> None:
         self._data.pop((kind, key), None)
+        self._meta.pop((kind, key), None)
 
 
 def core_event(ev: Event) -> dict[str, Any]:

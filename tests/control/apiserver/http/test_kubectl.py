@@ -401,3 +401,35 @@ def test_the_cluster_document_cannot_change(srv: Served, tmp_path: Path) -> None
         in out.stderr
     )
     assert srv.kubectl("get", "clusters", "-o", "name").stdout.strip() == "cluster.svclab.dev/lab"
+
+
+def test_deletecollection_and_selector_transitions_in_watch(srv: Served) -> None:
+    from kubernetes import client, config
+
+    v1 = client.CoreV1Api(config.new_client_from_config(str(srv.kubeconfig)))
+    for i in range(3):
+        v1.create_namespaced_service(
+            "default",
+            client.V1Service(
+                metadata=client.V1ObjectMeta(name=f"dc-{i}", labels={"grp": "dc"}),
+                spec=client.V1ServiceSpec(ports=[client.V1ServicePort(port=80)]),
+            ),
+        )
+    rv = v1.list_namespaced_service("default").metadata.resource_version
+    # dc-0 leaves the selector: a watcher of grp=dc sees it DELETED
+    v1.patch_namespaced_service("dc-0", "default", {"metadata": {"labels": {"grp": "other"}}})
+    code, text, _ = srv.raw(
+        "GET",
+        f"/api/v1/namespaces/default/services?watch=1&labelSelector=grp%3Ddc&resourceVersion={rv}&timeoutSeconds=1",
+    )
+    assert code == 200
+    events = (
+        [text]
+        if isinstance(text, dict)
+        else [json.loads(line) for line in text.splitlines() if line]
+    )
+    assert [(e["type"], e["object"]["metadata"]["name"]) for e in events] == [("DELETED", "dc-0")]
+    v1.delete_collection_namespaced_service("default", label_selector="grp=dc")
+    left = [s.metadata.name for s in v1.list_namespaced_service("default").items]
+    assert "dc-1" not in left and "dc-2" not in left and "dc-0" in left
+    v1.delete_namespaced_service("dc-0", "default")
