@@ -370,6 +370,9 @@ class LiveControlPlane:
         """Build the components and start their threads."""
         cm = self._identity(CONTROLLER_MANAGER, "kube-controller-manager")
         client = cm.conn.api.client
+        while not client.ready():  # the server may not be listening yet
+            if self._stop.wait(0.05):
+                return
         rec = cm.conn.api.recorder
         apis = [  # one per controller (its own write expectations), reading cm's caches
             RemoteAPI(client, clock=self.clock, cache_source=cm.lister) for _ in range(7)
@@ -539,7 +542,15 @@ class LiveDriver:
             seed=spec.seed,
             kube_proxies=bool(getattr(session, "with_proxies", True)),
         )
-        threading.Thread(target=self.plane.start, name="live-control-plane", daemon=True).start()
+        plane = self.plane
+
+        def start() -> None:
+            try:
+                plane.start()
+            except Exception:  # keep serving the API; the error is logged
+                log.exception("live control plane failed to start")
+
+        threading.Thread(target=start, name="live-control-plane", daemon=True).start()
         self._pump_task = asyncio.get_running_loop().create_task(self._pump())
         log.info("live control plane starting: components are API clients of %s", self.server)
 

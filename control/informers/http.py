@@ -161,6 +161,13 @@ class KubeClient:
     def close(self) -> None:
         self._http.close()
 
+    def ready(self) -> bool:
+        """Whether the server answers ``/readyz`` (False while it is not listening)."""
+        try:
+            return self._http.get("/readyz").status_code == 200
+        except httpx.TransportError:
+            return False
+
     def request(
         self,
         method: str,
