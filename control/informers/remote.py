@@ -49,6 +49,9 @@ class RemoteReader:
     unfiltered informer of that kind, or None) reads come from the informer's cache, as
     client-go's listers do; kinds without such an informer are read with a GET/LIST."""
 
+    #: writes never go through this view (Store protocol attribute)
+    TXN_REVISIONS = "consecutive"
+
     def __init__(
         self, client: KubeClient, cache_source: Callable[[str], SharedInformer | None] | None = None
     ) -> None:

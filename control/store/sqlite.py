@@ -107,6 +107,8 @@ _Undo = tuple[str, str, KubeObject | None]
 class SqliteStore:
     """A :class:`~control.store.base.Store` in one SQLite file. See the module docstring."""
 
+    TXN_REVISIONS = "consecutive"
+
     COMMIT_EVERY = 5000
     BUSY_TIMEOUT = 30.0
 
