@@ -231,17 +231,54 @@ class Session:
                 self.proxies[node.name] = proxy
                 self._plane.add_agent(proxy)
 
+    @property
+    def served(self) -> bool:
+        """Whether ``svclab serve`` runs on this state directory (its live components
+        converge the cluster; see :mod:`control.serving`)."""
+        if self.state_dir is None:
+            return False
+        from control.serving import is_served
+
+        return is_served(self.state_dir)
+
     def converge(self) -> None:
-        """Run every control loop (kube-proxies included) until nothing is left to do."""
+        """Run every control loop (kube-proxies included) until nothing is left to do.
+
+        While a server serves the state directory, only this session's kube-proxies run
+        (on the store as it is): the server's components do the rest, and a second
+        control plane would fight them."""
+        if self.served:
+            self._sync_proxies()
+            return
         self.plane.run_until_idle()
+
+    def _sync_proxies(self) -> None:
+        from control.agents.kubeproxy import KubeProxy
+
+        objs = [o for kind in ("Node", "Service", "EndpointSlice") for o in self.store.list(kind)]
+        for node in self.store.list("Node"):
+            proxy = self.proxies.get(node.name)
+            if proxy is None:
+                proxy = self.proxies[node.name] = KubeProxy(
+                    node.name,
+                    self.cluster.spec,
+                    self.proxy_config,
+                    self.rules,
+                    None,
+                    clock=self.clock,
+                )
+            proxy.resync(objs)
+            proxy.sync()
 
     def start_quietly(self) -> None:
         """Start the control plane over the stored cluster and let the kube-proxies do
         their start-up sync without recording it: what an apply then records is what the
         apply changed (kube-proxy's own syncs included), as on a cluster whose
         kube-proxies have been running all along; an apply that changes nothing records
-        nothing."""
+        nothing. A served state directory: nothing to do (the server's components run)."""
         plane = self.plane
+        if self.served:
+            return
         proxies = list(self.proxies.values())
         recorders = [p.recorder for p in proxies]
         for p in proxies:
@@ -256,7 +293,7 @@ class Session:
         self, objs: Sequence[KubeObject], *, source: str | None
     ) -> list[tuple[str, KubeObject]]:
         results = self.plane.apply(objs, source=source) if objs else []
-        self.plane.run_until_idle()
+        self.converge()
         return results
 
     def apply(self, manifests: Manifests) -> list[tuple[str, KubeObject]]:

@@ -1,13 +1,14 @@
 """Node agents (kubelet, kube-proxy) and the protocol every control-plane component keeps.
 
-An :class:`Agent` is what :class:`control.runner.ControlPlane` drives:
+An :class:`Agent` is what the drivers run — :class:`control.runner.ControlPlane` (the
+deterministic runner) and :class:`control.live.LiveControlPlane` (``svclab serve``):
 
 * ``kinds``: the object kinds whose watch events it wants;
 * ``handle(events)``: take the new watch events of those kinds, in revision order
   (cheap: note what changed, queue work; no writes);
 * ``sync() -> int``: do the queued work, return how many steps were done (0 = idle).
-  Writes go through the apiserver; the runner delivers their events before the next
-  ``sync`` of any component.
+  Writes go through the apiserver (or an API client); their events reach the agent
+  before its next ``sync``.
 
 Optional: ``name`` (shown in timing breakdowns) and ``resync(objects)``, called with every
 stored object of ``kinds`` when the agent starts or its watch must restart (the store

@@ -427,7 +427,7 @@ def delete(
         for k, key in targets:
             obj = session.plane.apiserver.delete(k, key)
             click.echo(f'{k.lower()} "{obj.name}" deleted')
-        session.plane.run_until_idle()
+        session.converge()  # a served directory: the server converges
     finally:
         session.close()
 

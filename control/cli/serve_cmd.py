@@ -47,6 +47,14 @@ def parse_listen(text: str) -> tuple[str, int]:
     show_default=True,
     help="Run one emulated kube-proxy per node in the server (off for large clusters).",
 )
+@click.option(
+    "--control-plane",
+    type=click.Choice(["live", "runner"]),
+    default="live",
+    show_default=True,
+    help="live: controllers, scheduler, kubelets and kube-proxies are API clients with "
+    "their own identities; runner: the deterministic runner inside the server.",
+)
 @click.pass_obj
 @handle_errors
 def serve(
@@ -56,6 +64,7 @@ def serve(
     watch_history: int,
     compact_every: float,
     kube_proxies: bool,
+    control_plane: str,
 ) -> None:
     """Serve the state directory's cluster as a Kubernetes API (HTTPS) for kubectl and
     client libraries. Creates DIR/pki/ and DIR/kubeconfig (cluster-admin) on first
@@ -72,6 +81,7 @@ def serve(
             watch_history=watch_history,
             compact_every=compact_every,
             kube_proxies=kube_proxies,
+            control_plane=control_plane,
         )
     except OSError as e:
         raise InputError(f"cannot serve on {listen}: {e.strerror or e}", field="--listen") from None

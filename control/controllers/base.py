@@ -1,24 +1,33 @@
 """The controller framework: informer cache → work queue → level-triggered ``reconcile(key)``.
 
-Shape (client-go's, single-threaded and deterministic):
+Shape (client-go's). A driver hands each component the events of the kinds it declares
+(:attr:`Controller.kinds`), in revision order, via :meth:`handle`, and calls
+:meth:`sync`; never both at once. Two drivers exist: the deterministic runner
+(:mod:`control.runner`: one thread, one watch read of the in-process store per step) and
+the live driver (:mod:`control.live`: informers over the HTTPS API, a worker thread per
+component, writes through an API client with the component's own identity).
 
-* The runner reads the store's watch once and hands each component the events of the
-  kinds it declares (:attr:`Controller.kinds`), in revision order, via :meth:`handle`.
+* The driver's informer (a reflector over a
+  :class:`~control.informers.listwatch.ListerWatcher`) lists, then watches from the
+  list's revision, and relists after 410 Gone.
 * :meth:`Controller.handle` applies each event to the controller's :class:`ObjectCache`
   (its informer: a local copy of the watched kinds, with indexes) and maps the event to
   keys (:meth:`Controller.keys_for`) that go into the :class:`WorkQueue`.
 * :meth:`Controller.sync` pops the keys queued so far and calls :meth:`reconcile` on each.
-  ``reconcile`` re-reads its primary object from the store, reads related objects from
-  the cache, and writes the difference through the apiserver. It is idempotent: running
+  ``reconcile`` re-reads its primary object (from the store, or a GET through the API),
+  reads related objects from the cache, and writes the difference through the apiserver. It is idempotent: running
   it twice in a row writes nothing the second time.
 * A reconcile that raises a :class:`~netmodel.errors.SvclabError` (a conflict, a missing
-  object, a refused write) is re-queued, at most :attr:`Controller.max_retries` times in
-  a row; then the key is dropped and a Warning Event records why. Any other exception
-  is a bug and propagates.
+  object, a refused write) is re-queued after the queue's rate limiter's delay (none
+  under the runner; exponential backoff under the live driver), at most
+  :attr:`Controller.max_retries` times in a row; then the key is dropped and a Warning
+  Event records why. Any other exception is a bug and propagates.
 
-Cache consistency: the runner delivers every write made up to the start of a component's
-:meth:`sync` before that sync runs, so a reconcile sees its own earlier writes in the
-cache. Within one sync a key is reconciled at most once.
+Cache consistency: a component's own earlier writes are in its cache when its
+:meth:`sync` runs. The runner delivers every write made up to the start of a sync before
+it; the live driver holds a sync back until the component's informers have seen its
+writes (:class:`~control.informers.remote.RemoteAPI`'s expectations). Within one sync a
+key is reconciled at most once.
 
 Keys are strings; a controller that watches several kinds of primary object encodes the
 kind in its keys (see :class:`GarbageCollector`).
@@ -26,14 +35,14 @@ kind in its keys (see :class:`GarbageCollector`).
 
 from __future__ import annotations
 
-import builtins
 import logging
 from abc import ABC, abstractmethod
-from collections import deque
-from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from typing import ClassVar, Protocol
 
 from control.events import Recorder
+from control.informers.cache import Indexer, ObjectCache
+from control.informers.workqueue import WorkQueue
 from control.store.base import Store, WatchEvent
 from netmodel.errors import NotFoundError, SvclabError
 from netmodel.objects import KINDS, KubeObject, OwnerReference
@@ -56,169 +65,6 @@ class APIClient(Protocol):
     def delete(self, kind: str, key: str, *, component: str = ...) -> KubeObject: ...
 
     def finalize_pod_deletion(self, key: str) -> None: ...
-
-
-# --------------------------------------------------------------------------- work queue
-
-
-class WorkQueue:
-    """A FIFO of keys with client-go's guarantees, for one thread.
-
-    * ``add`` of a key that is already queued does nothing (duplicates collapse).
-    * A key handed out by ``get`` is *processing* until ``done``; adding it meanwhile
-      marks it dirty, and ``done`` puts it back at the end of the queue. So a key is
-      never processed twice at once, and no add is lost.
-    * ``num_requeues`` counts consecutive failures (``requeue``) until ``forget``.
-    """
-
-    def __init__(self) -> None:
-        self._queue: deque[str] = deque()
-        self._queued: set[str] = set()
-        self._processing: set[str] = set()
-        self._dirty: set[str] = set()
-        self._failures: dict[str, int] = {}
-
-    def __len__(self) -> int:
-        return len(self._queue)
-
-    def __contains__(self, key: object) -> bool:
-        return key in self._queued
-
-    def add(self, key: str) -> None:
-        if key in self._processing:
-            self._dirty.add(key)
-            return
-        if key not in self._queued:
-            self._queued.add(key)
-            self._queue.append(key)
-
-    def get(self) -> str:
-        """The next key (IndexError when empty); it is processing until :meth:`done`."""
-        key = self._queue.popleft()
-        self._queued.discard(key)
-        self._processing.add(key)
-        return key
-
-    def done(self, key: str) -> None:
-        self._processing.discard(key)
-        if key in self._dirty:
-            self._dirty.discard(key)
-            self.add(key)
-
-    def requeue(self, key: str) -> int:
-        """Count one more failure of ``key`` and queue it again; returns the count."""
-        n = self._failures.get(key, 0) + 1
-        self._failures[key] = n
-        self.add(key)
-        return n
-
-    def num_requeues(self, key: str) -> int:
-        return self._failures.get(key, 0)
-
-    def forget(self, key: str) -> None:
-        self._failures.pop(key, None)
-
-    def clear(self) -> None:
-        self._queue.clear()
-        self._queued.clear()
-        self._dirty.clear()
-        self._failures.clear()
-
-
-# --------------------------------------------------------------------------- cache
-
-Indexer = Callable[[KubeObject], Iterable[str]]
-
-
-class ObjectCache:
-    """A controller's local copy of some kinds (an informer's indexer).
-
-    Fed in revision order through :meth:`apply`. ``indexers`` map an index name to a
-    function giving the index values of an object; :meth:`by_index` returns the objects
-    with a value, sorted by key (deterministic)."""
-
-    def __init__(self, indexers: dict[str, Indexer] | None = None) -> None:
-        self._objects: dict[str, dict[str, KubeObject]] = {}
-        self._indexers = dict(indexers or {})
-        # index name -> value -> {(kind, key): None} (an ordered set)
-        self._indexes: dict[str, dict[str, dict[tuple[str, str], None]]] = {
-            name: {} for name in self._indexers
-        }
-        self._values: dict[tuple[str, str], dict[str, tuple[str, ...]]] = {}
-
-    def apply(self, event: WatchEvent) -> KubeObject | None:
-        """Apply one watch event; returns the object's previous cached state."""
-        obj = event.object
-        if event.type == "DELETED":
-            return self.remove(obj.kind, obj.key)
-        return self.put(obj)
-
-    def put(self, obj: KubeObject) -> KubeObject | None:
-        key = obj.key
-        bucket = self._objects.setdefault(obj.kind, {})
-        old = bucket.get(key)
-        bucket[key] = obj
-        if self._indexers:
-            ident = (obj.kind, key)
-            values: dict[str, tuple[str, ...]] = {}
-            for name, fn in self._indexers.items():
-                vals = tuple(fn(obj))
-                if vals:
-                    values[name] = vals
-            if old is not None and self._values.get(ident, {}) == values:
-                return old  # same index values: the object was replaced in place
-            self._unindex(ident)
-            for name, vals in values.items():
-                index = self._indexes[name]
-                for v in vals:
-                    index.setdefault(v, {})[ident] = None
-            if values:
-                self._values[ident] = values
-        return old
-
-    def remove(self, kind: str, key: str) -> KubeObject | None:
-        old = self._objects.get(kind, {}).pop(key, None)
-        if old is not None and self._indexers:
-            self._unindex((kind, key))
-        return old
-
-    def _unindex(self, ident: tuple[str, str]) -> None:
-        values = self._values.pop(ident, None)
-        if not values:
-            return
-        for name, vals in values.items():
-            index = self._indexes[name]
-            for v in vals:
-                members = index.get(v)
-                if members is not None:
-                    members.pop(ident, None)
-                    if not members:
-                        del index[v]
-
-    def get(self, kind: str, key: str) -> KubeObject | None:
-        return self._objects.get(kind, {}).get(key)
-
-    def list(self, kind: str) -> list[KubeObject]:
-        bucket = self._objects.get(kind, {})
-        return [bucket[k] for k in sorted(bucket)]
-
-    def count(self, kind: str) -> int:
-        return len(self._objects.get(kind, {}))
-
-    def by_index(self, name: str, value: str) -> builtins.list[KubeObject]:
-        members = self._indexes[name].get(value)
-        if not members:
-            return []
-        return [self._objects[k][key] for k, key in sorted(members)]
-
-    def index_size(self, name: str, value: str) -> int:
-        return len(self._indexes[name].get(value, ()))
-
-    def clear(self) -> None:
-        self._objects.clear()
-        self._values.clear()
-        for index in self._indexes.values():
-            index.clear()
 
 
 # --------------------------------------------------------------------------- controllers

@@ -21,10 +21,13 @@ Contract:
 from __future__ import annotations
 
 from ipaddress import IPv4Network, IPv6Network
+from typing import Protocol
 
 from control.apiserver.allocators import Bitmap
 from control.apiserver.server import APIServer
-from control.clock import rfc3339
+from control.clock import Clock, rfc3339
+from control.controllers.base import APIClient
+from control.events import Recorder
 from netmodel.cluster import ClusterSpec, natural_key
 from netmodel.errors import NotFoundError
 from netmodel.ip import IPNetwork, parse_cidr
@@ -35,12 +38,24 @@ CONDITION = "NetworkUnavailable"
 NO_CIDR = "NoCIDRAvailable"
 
 
+class NodeIPAMClient(APIClient, Protocol):
+    """What node IPAM needs of an API client besides writes: a recorder and a clock."""
+
+    @property
+    def recorder(self) -> Recorder: ...
+
+    @property
+    def clock(self) -> Clock: ...
+
+
 class NodeIPAM:
     """The podCIDR allocator of one cluster. See the module docstring."""
 
-    def __init__(self, api: APIServer, cluster: ClusterSpec | None = None) -> None:
+    def __init__(self, api: APIServer | NodeIPAMClient, cluster: ClusterSpec | None = None) -> None:
         self.api = api
-        cluster = cluster or api.cluster
+        if cluster is None:
+            assert isinstance(api, APIServer), "an API client must be given the cluster"
+            cluster = api.cluster
         self.pod_net: IPNetwork = cluster.pod_net
         self.mask = cluster.node_cidr_mask_size
         self._shift = self.pod_net.max_prefixlen - self.mask

@@ -377,8 +377,12 @@ class Scheduler:
         node = decision.node
         assert node is not None
         ann = {**pod.metadata.annotations, SCHEDULING_ANNOTATION: decision.to_json()}
-        bound = pod.evolve(spec=pod.spec.evolve(node_name=node)).with_meta(annotations=ann)
-        updated = self.api.update(bound, component=self.name)
+        binder = getattr(self.api, "bind", None)
+        if binder is None:  # the in-process apiserver: one write sets node and annotation
+            bound = pod.evolve(spec=pod.spec.evolve(node_name=node)).with_meta(annotations=ann)
+            updated = self.api.update(bound, component=self.name)
+        else:  # an API client: the pods/binding subresource, which copies annotations
+            updated = binder(pod, node, {SCHEDULING_ANNOTATION: decision.to_json()})
         info.node = node
         self.table.add_pod(info)  # assume: visible to the next attempt at once
         self.stats.scheduled += 1
@@ -392,7 +396,9 @@ class Scheduler:
     def _fail(self, pod: Pod, decision: Decision) -> None:
         self.stats.failed += 1
         raw = decision.to_json()
-        if pod.metadata.annotations.get(SCHEDULING_ANNOTATION) != raw:
+        # an API client may not update pods (kube-scheduler's role): the condition says why
+        may_annotate = getattr(self.api, "bind", None) is None
+        if may_annotate and pod.metadata.annotations.get(SCHEDULING_ANNOTATION) != raw:
             ann = {**pod.metadata.annotations, SCHEDULING_ANNOTATION: raw}
             updated = self.api.update(pod.with_meta(annotations=ann), component=self.name)
             assert isinstance(updated, Pod)

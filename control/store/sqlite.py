@@ -19,7 +19,22 @@ Speed (the CLI loads tens of thousands of pods):
   without closing loses at most the writes since the last commit; the file is always a
   consistent revision.
 
-One process writes a given file at a time (the cache does not see other writers).
+Several processes may share one file (``svclab serve`` and CLI commands on the same
+state directory):
+
+* A write takes SQLite's write lock first (``BEGIN IMMEDIATE``, waiting up to
+  :attr:`SqliteStore.BUSY_TIMEOUT` seconds for another writer's commit), then catches
+  up with what other processes committed, then checks its compare-and-swap
+  (``expected_version``) against that. Revisions stay unique and gap-free across
+  processes, and no update is lost.
+* A read outside this process's own open transaction first asks SQLite whether another
+  connection committed since (``PRAGMA data_version``, a cheap check) and, if so, reads
+  the new ``log`` rows into the cache and the watch log (or drops the cache when the
+  other process compacted past them). So a reader sees a committed revision and, through
+  ``watch``, every write of every process.
+* A process sees another's writes once they are committed: a writer that batches (see
+  above) should :meth:`flush` when it goes idle; the deterministic runner does at the
+  end of each ``run_until_idle``. Readers never block writers (WAL).
 """
 
 from __future__ import annotations
@@ -95,12 +110,18 @@ class SqliteStore:
     TXN_REVISIONS = "consecutive"
 
     COMMIT_EVERY = 5000
+    BUSY_TIMEOUT = 30.0
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, *, commit_every: int | None = None) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        if commit_every is not None:
+            self.COMMIT_EVERY = max(1, commit_every)
         self._db: sqlite3.Connection | None = sqlite3.connect(
-            str(self.path), isolation_level=None, check_same_thread=False
+            str(self.path),
+            isolation_level=None,
+            check_same_thread=False,
+            timeout=self.BUSY_TIMEOUT,
         )
         db = self._db
         db.execute("PRAGMA journal_mode=WAL")
@@ -119,6 +140,7 @@ class SqliteStore:
         self._pending = 0
         self._depth = 0
         self._undo: builtins.list[_Undo] = []
+        self._data_version = self._read_data_version()
 
     # ------------------------------------------------------------------ plumbing
 
@@ -139,10 +161,69 @@ class SqliteStore:
             self._cache[kind] = bucket
         return bucket
 
+    def _read_data_version(self) -> int:
+        return int(self._conn.execute("PRAGMA data_version").fetchone()[0])
+
+    def _refresh(self, *, force: bool = False) -> None:
+        """Catch up with what other processes committed (see the module docstring).
+        A no-op inside this process's own transaction: it holds the write lock.
+        ``force``: read the committed revision even if data_version did not move."""
+        if self._in_sql_txn:
+            return
+        version = self._read_data_version()
+        if version == self._data_version and not force:
+            return
+        self._data_version = version
+        db = self._conn
+        meta = dict(db.execute("SELECT name, value FROM meta").fetchall())
+        rev, compacted = int(meta.get("revision", 0)), int(meta.get("compacted", 0))
+        if rev > self._revision:
+            rows = db.execute(
+                "SELECT rev, type, kind, key, data FROM log WHERE rev > ? AND rev <= ? ORDER BY rev",
+                (self._revision, rev),
+            ).fetchall()
+            if len(rows) != rev - self._revision:  # compacted past us: start over
+                self._cache.clear()
+                self._keys.clear()
+                self._log.clear()
+                self._log_revs.clear()
+                self._opened_at = rev
+            else:
+                with _bulk():
+                    for r, type_, kind, key, data in rows:
+                        obj = _load(kind, data)
+                        bucket = self._cache.get(kind)
+                        if bucket is not None:
+                            if type_ == "DELETED":
+                                bucket.pop(key, None)
+                            else:
+                                bucket[key] = obj
+                            self._keys.pop(kind, None)
+                        self._log.append(WatchEvent(type_, obj, r))
+                        self._log_revs.append(r)
+            self._revision = rev
+        if compacted > self._compacted:
+            cut = bisect.bisect_right(self._log_revs, compacted)
+            del self._log[:cut]
+            del self._log_revs[:cut]
+            self._compacted = compacted
+
     def _begin(self) -> None:
         if not self._in_sql_txn:
-            self._conn.execute("BEGIN")
+            self._conn.execute("BEGIN IMMEDIATE")  # the write lock, before reading state
+            self._refresh(force=True)
             self._in_sql_txn = True
+
+    @contextmanager
+    def _writing(self) -> Iterator[None]:
+        """Hold the write lock around one write's checks and changes; a write refused
+        outside any batch releases the lock at once."""
+        self._begin()
+        try:
+            yield
+        finally:
+            if self._depth == 0 and self._pending == 0:
+                self._commit()  # nothing written (refused, or a no-op): unlock
 
     def _commit(self) -> None:
         if self._in_sql_txn:
@@ -155,6 +236,7 @@ class SqliteStore:
             db.execute("COMMIT")
             self._in_sql_txn = False
             self._pending = 0
+            # (our own commit leaves our data_version as it was: it counts others' commits)
 
     def _wrote(self) -> None:
         self._pending += 1
@@ -186,13 +268,16 @@ class SqliteStore:
 
     @property
     def revision(self) -> int:
+        self._refresh()
         return self._revision
 
     @property
     def compacted_revision(self) -> int:
+        self._refresh()
         return self._compacted
 
     def get(self, kind: str, key: str) -> KubeObject:
+        self._refresh()
         try:
             return self._bucket(kind)[key]
         except KeyError:
@@ -204,6 +289,7 @@ class SqliteStore:
         namespace: str | None = None,
         selector: LabelSelector | None = None,
     ) -> builtins.list[KubeObject]:
+        self._refresh()
         bucket = self._bucket(kind)
         keys = self._keys.get(kind)
         if keys is None:
@@ -211,6 +297,7 @@ class SqliteStore:
         return iter_matching((bucket[k] for k in keys), namespace, selector)
 
     def watch(self, since: int, kinds: Collection[str] | None = None) -> builtins.list[WatchEvent]:
+        self._refresh()
         if since < self._compacted:
             raise CompactedError(
                 f"revision {since} has been compacted (oldest kept: {self._compacted})"
@@ -236,11 +323,14 @@ class SqliteStore:
     # ------------------------------------------------------------------ writes
 
     def create(self, obj: KubeObject) -> KubeObject:
+        with self._writing():
+            return self._create(obj)
+
+    def _create(self, obj: KubeObject) -> KubeObject:
         bucket = self._bucket(obj.kind)
         key = obj.key
         if key in bucket:
             raise ConflictError(f"{obj.kind} {key!r} already exists")
-        self._begin()
         self._revision += 1
         stored = obj.with_meta(resource_version=str(self._revision))
         data = _dump(stored)
@@ -255,13 +345,16 @@ class SqliteStore:
         return stored
 
     def update(self, obj: KubeObject, expected_version: int | None = None) -> KubeObject:
+        with self._writing():
+            return self._update(obj, expected_version)
+
+    def _update(self, obj: KubeObject, expected_version: int | None) -> KubeObject:
         bucket = self._bucket(obj.kind)
         key = obj.key
         current = bucket.get(key)
         if current is None:
             raise NotFoundError(f"{obj.kind} {key!r} not found")
         self._check_version(obj.kind, key, current, expected_version)
-        self._begin()
         self._revision += 1
         stored = obj.with_meta(resource_version=str(self._revision))
         data = _dump(stored)
@@ -275,12 +368,15 @@ class SqliteStore:
         return stored
 
     def delete(self, kind: str, key: str, expected_version: int | None = None) -> KubeObject:
+        with self._writing():
+            return self._delete(kind, key, expected_version)
+
+    def _delete(self, kind: str, key: str, expected_version: int | None) -> KubeObject:
         bucket = self._bucket(kind)
         current = bucket.get(key)
         if current is None:
             raise NotFoundError(f"{kind} {key!r} not found")
         self._check_version(kind, key, current, expected_version)
-        self._begin()
         self._revision += 1
         self._conn.execute("DELETE FROM objects WHERE kind = ? AND key = ?", (kind, key))
         self._append("DELETED", current, _dump(current))
@@ -291,10 +387,13 @@ class SqliteStore:
         return current
 
     def compact(self, revision: int) -> None:
+        with self._writing():
+            self._compact(revision)
+
+    def _compact(self, revision: int) -> None:
         revision = min(revision, self._revision)
         if revision <= self._compacted:
             return
-        self._begin()
         self._conn.execute("DELETE FROM log WHERE rev <= ?", (revision,))
         cut = bisect.bisect_right(self._log_revs, revision)
         del self._log[:cut]

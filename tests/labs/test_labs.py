@@ -114,3 +114,32 @@ def test_lab_07_dns() -> None:
     assert "example.com  -> ['203.0.113.80'] in 4 questions" in out
     assert ";; ->>HEADER<<- opcode: QUERY, status: NOERROR" in out
     assert "kube-system/kube-dns:dns has no endpoints" in out and "=> REJECT" in out
+
+
+# --------------------------------------------------------------------------- lab 06 (kubectl)
+
+
+def test_lab_06_checks_every_step_against_a_live_server() -> None:
+    proc = run_lab("06_kubectl")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    for step in (
+        "rollout status: 2 pods scheduled and Running, no CLI step driving them",
+        "core/v1 Endpoints web lists the same addresses",
+        "node-1's nat table has 2 KUBE-SEP chains for web",
+        "the rules gained one KUBE-SEP chain",
+        "trace --all reaches the new endpoint",
+        "jane is Forbidden to list pods (kube-apiserver's RBAC wording)",
+        "after the RoleBinding jane lists the pods",
+        "SIGTERM stops the server cleanly (exit 0)",
+    ):
+        assert f"[ok  ] {step}" in proc.stdout, step
+
+
+def test_lab_06_fails_without_kubectl() -> None:
+    (lab,) = (p for p in LABS if p.stem == "06_kubectl")
+    env = {"PATH": str(Path(sys.executable).parent), "HOME": "/nonexistent"}
+    proc = subprocess.run(
+        [sys.executable, str(lab)], capture_output=True, text=True, timeout=60, env=env
+    )
+    assert proc.returncode == 1
+    assert "[FAIL] kubectl is on PATH" in proc.stdout

@@ -58,7 +58,8 @@ def _sub_entries(r: Resource) -> list[dict[str, Any]]:
                     "singularName": "",
                     "namespaced": r.namespaced,
                     "kind": r.kind,
-                    "verbs": ["get", "patch", "update"],
+                    # namespaces/finalize: update only, as kube-apiserver lists it
+                    "verbs": ["update"] if sub == "finalize" else ["get", "patch", "update"],
                 }
             )
     return out

@@ -619,6 +619,22 @@ def _after_write(api: API, res: Resource, obj: KubeObject | None) -> None:
     api.wrote()
 
 
+def _finalize_namespace(api: API, res: Resource, info: RequestInfo, user: User) -> Response:
+    """PUT namespaces/NAME/finalize: the namespace controller's last step (the namespace
+    is removed once Terminating and empty; a refusal is a metav1.Status)."""
+    try:
+        last = api.apiserver.finalize_namespace(info.name, component=user.name)
+    except SvclabError as e:
+        raise status.from_svclab(e, res, "Namespace", info.name) from None
+    if last is None:
+        raise status.from_svclab(
+            NotFoundError(f'namespaces "{info.name}" not found'), res, "Namespace", info.name
+        )
+    api.cache.forget(last.kind, last.key)
+    api.wrote()
+    return respond(to_bytes(api, res, last))
+
+
 async def _update(
     api: API,
     request: Request,
@@ -630,6 +646,8 @@ async def _update(
 ) -> Response:
     body = _decode(await request.body(), request.headers.get("content-type", JSON))
     sub = info.subresource
+    if sub == "finalize" and res.name == "namespaces" and not dry:
+        return _finalize_namespace(api, res, info, user)
     if sub == "scale":
         current = get_object(api, res, info.namespace, info.name)
         replicas = ((body or {}).get("spec") or {}).get("replicas")
@@ -849,6 +867,10 @@ async def _bind(
             f'pod {info.name} is already assigned to node "{current.spec.node_name}"',
         )
     bound = current.evolve(spec=current.spec.evolve(node_name=node))
+    extra = ((body or {}).get("metadata") or {}).get("annotations") or {}
+    if isinstance(extra, dict) and extra:  # kube-apiserver copies the Binding's annotations
+        ann = {**current.metadata.annotations, **{str(k): str(v) for k, v in extra.items()}}
+        bound = bound.with_meta(annotations=ann)
     try:
         if not dry:
             api.apiserver.update(bound, component=user.name)

@@ -332,6 +332,8 @@ def bootstrap_policy() -> list[KubeObject]:
                 _rule(READ + " " + WRITE, "discovery.k8s.io", "endpointslices"),
                 _rule("create patch update", "events.k8s.io", "events"),
                 _rule(READ + " patch update", RBAC_GROUP, "clusterroles"),
+                # the namespace controller empties a Terminating namespace of every kind
+                _rule(READ + " delete deletecollection", RBAC_GROUP, "roles rolebindings"),
             ],
         ),
         _cr(

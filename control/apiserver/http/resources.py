@@ -88,7 +88,7 @@ RESOURCES: tuple[Resource, ...] = (
         "v1",
         namespaced=False,
         short=("ns",),
-        sub=("status",),
+        sub=("status", "finalize"),
         model="V1Namespace",
     ),
     _r("nodes", "Node", "", "v1", namespaced=False, short=("no",), sub=("status",), model="V1Node"),

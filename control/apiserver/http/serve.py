@@ -185,29 +185,42 @@ def serve(
     watch_history: int = 100_000,
     compact_every: float = 30.0,
     kube_proxies: bool = True,
+    control_plane: str = "live",
 ) -> None:
+    """``control_plane``: ``live`` (the components are API clients of this server, with
+    their own identities: :mod:`control.live`) or ``runner`` (the deterministic runner
+    on the event loop: :class:`RunnerDriver`)."""
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    srv = Server(
-        state_dir,
-        host,
-        port,
-        token_file=token_file,
-        watch_history=watch_history,
-        compact_every=compact_every,
-        kube_proxies=kube_proxies,
-    )
-    profile = os.environ.get("SVCLAB_PROFILE")
-    if not profile:
-        asyncio.run(srv.run())
-        return
-    import cProfile  # where the time goes, for scripts/bench_api.py --profile
+    from control.live import LiveDriver
+    from control.serving import serving
 
-    prof = cProfile.Profile()
-    prof.enable()
-    try:
-        asyncio.run(srv.run())
-    finally:
-        prof.disable()
-        prof.dump_stats(profile)
+    url = pki.server_url(host, port)
+    factory: Callable[[API], Driver] | None = None
+    if control_plane == "live":
+        factory = lambda api: LiveDriver(api, url)  # noqa: E731
+    with serving(state_dir):  # CLI commands on DIR now leave the converging to us
+        srv = Server(
+            state_dir,
+            host,
+            port,
+            token_file=token_file,
+            watch_history=watch_history,
+            compact_every=compact_every,
+            kube_proxies=kube_proxies,
+            driver_factory=factory,
+        )
+        profile = os.environ.get("SVCLAB_PROFILE")
+        if not profile:
+            asyncio.run(srv.run())
+            return
+        import cProfile  # where the time goes, for scripts/bench_api.py --profile
+
+        prof = cProfile.Profile()
+        prof.enable()
+        try:
+            asyncio.run(srv.run())
+        finally:
+            prof.disable()
+            prof.dump_stats(profile)

@@ -1,0 +1,595 @@
+"""The live driver: the control plane's components as API clients of ``svclab serve``.
+
+The same component classes the deterministic runner (:mod:`control.runner`) drives —
+node IPAM, Deployment, ReplicaSet, garbage-collector, namespace, pod-GC and
+EndpointSlice controllers, the scheduler, one kubelet and one kube-proxy per node —
+run here in threads of the serving process, each reading the cluster only through
+informers over a :class:`~control.informers.listwatch.ListerWatcher` and writing only
+through an API client, under its own identity:
+
+==============================  =============================================  =========================
+component                       identity (client certificate CN / O)           informers (kind: selector)
+==============================  =============================================  =========================
+controllers                     ``system:kube-controller-manager``             their kinds, all objects
+scheduler                       ``system:kube-scheduler``                      Pod, Node
+kubelet of node N               ``system:node:N`` / ``system:nodes``           Node ``metadata.name=N``,
+                                                                               Pod ``spec.nodeName=N``
+kube-proxy of node N            ``system:kube-proxy``                          Service, EndpointSlice,
+                                                                               Node ``metadata.name=N``
+==============================  =============================================  =========================
+
+Informers are shared per identity and (kind, selector): one reflector thread each
+(list, watch from the list's revision, relist on 410 Gone). Each component has one
+worker thread and one lock: informer events are handed to ``handle`` under the lock,
+and the worker runs ``sync`` (which pops keys from the component's rate-limited
+:class:`~control.informers.workqueue.WorkQueue` and reconciles each) under it; so a
+key is never reconciled twice at once. A component starts (``resync`` with its
+informers' contents) once all its informers have listed. Failed reconciles come back
+after exponential backoff (5 ms doubling, capped at 30 s). Kubelets and kube-proxies
+start for each Node the controller-manager's Node informer sees.
+
+Every step logs one structured line to the ``svclab.live`` logger (stderr in
+``svclab serve``): ``component=... synced=N pending=M ms=T`` at INFO when work was
+done; kube-proxy adds ``mode=... payload_lines=...`` like kube-proxy's sync log.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from control.agents import Agent
+from control.agents.kubelet import Kubelet
+from control.agents.kubeproxy import EmulatedRules, KubeProxy
+from control.agents.network import EmulatedCNI
+from control.clock import Clock, WallClock
+from control.controllers.base import GarbageCollector
+from control.controllers.deployment import DeploymentController
+from control.controllers.endpointslice import EndpointSliceController
+from control.controllers.namespace import NamespaceController
+from control.controllers.nodeipam import NodeIPAM
+from control.controllers.podgc import PodGarbageCollector
+from control.controllers.replicaset import ReplicaSetController
+from control.informers.informer import Reflector, SharedInformer
+from control.informers.listwatch import ListerWatcher
+from control.informers.remote import RemoteAPI
+from control.informers.workqueue import ExponentialBackoff, WorkQueue
+from control.runner import NodeIPAMAgent
+from control.scheduler import Scheduler
+from control.store.base import WatchEvent
+from netmodel.cluster import ClusterSpec
+from netmodel.objects import KubeObject, Node, Pod
+
+log = logging.getLogger("svclab.live")
+
+
+@dataclass(frozen=True)
+class Identity:
+    """Who a component is to the API server (client certificate CN and O)."""
+
+    user: str
+    groups: tuple[str, ...] = ()
+
+
+CONTROLLER_MANAGER = Identity("system:kube-controller-manager")
+SCHEDULER = Identity("system:kube-scheduler")
+KUBE_PROXY = Identity("system:kube-proxy")
+
+
+def node_identity(node: str) -> Identity:
+    return Identity(f"system:node:{node}", ("system:nodes",))
+
+
+@dataclass
+class Connection:
+    """What a component of one identity reads and writes through."""
+
+    lister_watcher: ListerWatcher
+    api: RemoteAPI
+
+
+#: (identity, user agent) -> a connection authenticated as that identity
+Connector = Callable[[Identity, str], Connection]
+
+
+class _Informers:
+    """One identity's shared informers, by (kind, field selector)."""
+
+    def __init__(self, name: str, conn: Connection, watch_timeout: float) -> None:
+        self.name = name
+        self.conn = conn
+        self.watch_timeout = watch_timeout
+        self.informers: dict[tuple[str, str | None], SharedInformer] = {}
+        self.reflectors: list[Reflector] = []
+
+    def get(self, kind: str, field_selector: str | None = None) -> SharedInformer:
+        inf = self.informers.get((kind, field_selector))
+        if inf is None:
+            inf = self.informers[(kind, field_selector)] = SharedInformer(
+                kind, field_selector=field_selector
+            )
+            sel = f"[{field_selector}]" if field_selector else ""
+            self.reflectors.append(
+                Reflector(
+                    self.conn.lister_watcher,
+                    inf,
+                    watch_timeout=self.watch_timeout,
+                    name=f"{self.name}/{kind}{sel}",
+                )
+            )
+        return inf
+
+    def lister(self, kind: str) -> SharedInformer | None:
+        """The synced informer of all objects of ``kind`` (reads come from its cache)."""
+        inf = self.informers.get((kind, None))
+        return inf if inf is not None and inf.synced.is_set() else None
+
+    def caught_up(self, api: RemoteAPI) -> bool:
+        """Whether these informers have seen every write ``api`` made (or it timed out)."""
+        pending = api.pending_writes()
+        if not pending:
+            return True
+        now = time.monotonic()
+        done: list[tuple[str, str]] = []
+        for (kind, key), (rv, when) in pending.items():
+            infs = [inf for (k, _), inf in self.informers.items() if k == kind]
+            if not infs or now - when > api.EXPECTATION_TIMEOUT:
+                done.append((kind, key))
+                continue
+            for inf in infs:
+                obj = inf.cache.get(kind, key)
+                if rv is None:
+                    seen = obj is None or obj.metadata.deletion_timestamp is not None
+                else:
+                    seen = inf.revision >= rv if obj is None else obj.resource_version >= rv
+                if seen:
+                    done.append((kind, key))
+                    break
+        api.observed(done)
+        return len(done) == len(pending)
+
+
+class LiveComponent:
+    """One component, its informers, its lock and its worker (see the module docstring)."""
+
+    def __init__(
+        self,
+        name: str,
+        agent: Agent,
+        informers: Sequence[SharedInformer],
+        *,
+        resync: Callable[[list[KubeObject]], None] | None = None,
+        idle_wakeup: float | None = None,
+        writes: tuple[_Informers, RemoteAPI] | None = None,
+    ) -> None:
+        self.name = name
+        self.writes = writes
+        self.agent = agent
+        self.informers = list(informers)
+        self._resync = resync or getattr(agent, "resync", None)
+        self.idle_wakeup = idle_wakeup
+        self.lock = threading.Lock()
+        self.wake = threading.Event()
+        self.started = threading.Event()
+        self.syncs = 0
+        self.steps = 0
+        for inf in self.informers:
+            inf.add_handler(self._on_events)
+        queue = getattr(agent, "queue", None)
+        if isinstance(queue, WorkQueue):
+            queue.use(ExponentialBackoff(), WallClock())
+
+    def _on_events(self, events: Sequence[WatchEvent]) -> None:
+        with self.lock:
+            if not self.started.is_set():
+                return  # the start snapshot, taken later, contains them
+            self.agent.handle(events)
+        self.wake.set()
+
+    def _start(self) -> None:
+        with self.lock:
+            objs: list[KubeObject] = []
+            for inf in self.informers:
+                objs += inf.objects()
+            if self._resync is not None:
+                self._resync(objs)
+            else:
+                self.agent.handle([WatchEvent("ADDED", o, o.resource_version) for o in objs])
+            self.started.set()
+        log.info("component=%s started objects=%d", self.name, len(objs))
+
+    def _pending(self) -> int:
+        pending = getattr(self.agent, "pending", None)
+        return int(pending()) if pending is not None else 0
+
+    def _wait_time(self) -> float | None:
+        """Until the next delayed retry is due, or ``idle_wakeup`` (time-based work),
+        or (None) until an event wakes it."""
+        queue = getattr(self.agent, "queue", None)
+        due = queue.next_ready_in() if isinstance(queue, WorkQueue) else None
+        if due is None:
+            return self.idle_wakeup
+        due = max(due, 0.001)
+        return due if self.idle_wakeup is None else min(self.idle_wakeup, due)
+
+    def run(self, stop: threading.Event) -> None:
+        while not stop.is_set():
+            if all(inf.synced.wait(0.1) for inf in self.informers):
+                break
+        if stop.is_set():
+            return
+        self._start()
+        self.wake.set()
+        while not stop.is_set():
+            self.wake.wait(self._wait_time())
+            self.wake.clear()
+            if stop.is_set():
+                return
+            self.step()
+
+    def step(self) -> int:
+        """Sync until nothing is ready (each sync reconciles the keys queued when it
+        began); returns the steps done. Errors other than refused writes are logged,
+        never fatal: the keys come back through the informers."""
+        total = 0
+        t0 = time.perf_counter()
+        for _ in range(100):
+            if self.writes is not None and not self.writes[0].caught_up(self.writes[1]):
+                break  # its own writes are not in its cache yet: the next event wakes it
+            with self.lock:
+                try:
+                    n = self.agent.sync()
+                except Exception as e:
+                    log.error("component=%s sync failed: %s: %s", self.name, type(e).__name__, e)
+                    n = 0
+                pending = self._pending()
+            total += n
+            if n == 0 or pending == 0:
+                break
+        if total:
+            self.syncs += 1
+            self.steps += total
+            log.info(
+                "component=%s synced=%d pending=%d ms=%.1f%s",
+                self.name,
+                total,
+                self._pending(),
+                (time.perf_counter() - t0) * 1e3,
+                self._detail(),
+            )
+        return total
+
+    def _detail(self) -> str:
+        if isinstance(self.agent, KubeProxy) and self.agent.last is not None:
+            payload = self.agent.last.restore_input
+            return f" mode={self.agent.mode} payload_lines={payload.count(chr(10))}"
+        return ""
+
+
+class _KubeletAgent:
+    """A single node's kubelet as an Agent whose ``resync`` takes a flat listing."""
+
+    def __init__(self, kubelet: Kubelet) -> None:
+        self.kubelet = kubelet
+        self.name = f"kubelet/{kubelet.node_name}"
+        self.kinds = kubelet.kinds
+        self.queue = kubelet.queue
+
+    def handle(self, events: Sequence[WatchEvent]) -> None:
+        self.kubelet.handle(events)
+
+    def resync(self, objs: list[KubeObject]) -> None:
+        node = next(
+            (o for o in objs if isinstance(o, Node) and o.name == self.kubelet.node_name), None
+        )
+        self.kubelet.resync(node, [o for o in objs if isinstance(o, Pod)])
+
+    def pending(self) -> int:
+        return self.kubelet.pending()
+
+    def sync(self) -> int:
+        return self.kubelet.sync()
+
+
+class LiveControlPlane:
+    """Runs every component as an API client until :meth:`stop`; see the module docstring.
+
+    ``connect`` makes the connection of an identity (the serving process gives one over
+    HTTPS with a client certificate issued from the cluster CA)."""
+
+    def __init__(
+        self,
+        connect: Connector,
+        cluster: ClusterSpec,
+        *,
+        proxy_config: Any = None,
+        seed: int = 0,
+        clock: Clock | None = None,
+        watch_timeout: float = 30.0,
+        kube_proxies: bool = True,
+    ) -> None:
+        self.connect = connect
+        self.kube_proxies = kube_proxies
+        self.cluster = cluster
+        self.proxy_config = proxy_config
+        self.seed = seed
+        self.clock: Clock = clock or WallClock()
+        self.watch_timeout = watch_timeout
+        self.rules = EmulatedRules()
+        self.components: dict[str, LiveComponent] = {}
+        self._groups: list[_Informers] = []
+        self._threads: list[threading.Thread] = []
+        self._stop = threading.Event()
+        self._nodes_lock = threading.Lock()
+        self._node_agents: set[str] = set()
+        self._connections: list[Connection] = []
+        self._spawned: set[str] = set()
+        self._reflecting: set[int] = set()
+        self._running = False
+
+    # ---- wiring
+
+    def _identity(self, ident: Identity, agent: str) -> _Informers:
+        conn = self.connect(ident, agent)
+        self._connections.append(conn)
+        group = _Informers(ident.user, conn, self.watch_timeout)
+        self._groups.append(group)
+        return group
+
+    def _add(self, comp: LiveComponent) -> None:
+        self.components[comp.name] = comp
+        if self._running:
+            self._spawn(comp)
+
+    def _spawn(self, comp: LiveComponent) -> None:
+        if comp.name in self._spawned or self._stop.is_set():
+            return
+        self._spawned.add(comp.name)
+        t = threading.Thread(target=comp.run, args=(self._stop,), name=comp.name, daemon=True)
+        self._threads.append(t)
+        t.start()
+
+    def _start_reflectors(self, group: _Informers) -> None:
+        for r in list(group.reflectors):
+            if id(r) in self._reflecting:
+                continue
+            self._reflecting.add(id(r))
+            t = threading.Thread(
+                target=r.run, args=(self._stop,), name=f"reflector {r.name}", daemon=True
+            )
+            self._threads.append(t)
+            t.start()
+
+    def start(self) -> None:
+        """Build the components and start their threads."""
+        cm = self._identity(CONTROLLER_MANAGER, "kube-controller-manager")
+        client = cm.conn.api.client
+        while not client.ready():  # the server may not be listening yet
+            if self._stop.wait(0.05):
+                return
+        rec = cm.conn.api.recorder
+        apis = [  # one per controller (its own write expectations), reading cm's caches
+            RemoteAPI(client, clock=self.clock, cache_source=cm.lister) for _ in range(7)
+        ]
+        controllers: list[tuple[Agent, RemoteAPI]] = [
+            (NodeIPAMAgent(NodeIPAM(apis[0], self.cluster)), apis[0]),
+            (DeploymentController(apis[1], rec), apis[1]),
+            (ReplicaSetController(apis[2], rec, seed=self.seed), apis[2]),
+            (GarbageCollector(apis[3], rec), apis[3]),
+            (NamespaceController(apis[4], rec, self.clock), apis[4]),
+            (PodGarbageCollector(apis[5], rec, self.clock), apis[5]),
+            (EndpointSliceController(apis[6], rec, seed=self.seed), apis[6]),
+        ]
+        for c, capi in controllers:
+            name = str(getattr(c, "name", type(c).__name__))
+            self.components[name] = LiveComponent(
+                name,
+                c,
+                [cm.get(k) for k in sorted(c.kinds)],
+                writes=(cm, capi),
+                # time-based work (pod GC's quarantine) is due without any event
+                idle_wakeup=1.0 if isinstance(c, PodGarbageCollector) else None,
+            )
+        sched_group = self._identity(SCHEDULER, "kube-scheduler")
+        sapi = sched_group.conn.api
+        sapi.store.cache_source = sched_group.lister
+        sched = Scheduler(sapi, sapi.recorder, self.clock, seed=self.seed)
+        self.components[sched.name] = LiveComponent(
+            sched.name,
+            sched,
+            [sched_group.get(k) for k in sorted(sched.kinds)],
+            writes=(sched_group, sapi),
+        )
+        # kubelets and kube-proxies follow the Nodes the controller-manager sees
+        cm.get("Node").add_handler(self._on_nodes)
+        self.proxy_group = self._identity(KUBE_PROXY, "kube-proxy")
+        with self._nodes_lock:
+            self._running = True
+            for comp in list(self.components.values()):
+                self._spawn(comp)
+            for group in list(self._groups):
+                self._start_reflectors(group)
+
+    def _on_nodes(self, events: Sequence[WatchEvent]) -> None:
+        for ev in events:
+            if ev.type != "DELETED" and isinstance(ev.object, Node):
+                self._start_node(ev.object.name)
+
+    def _start_node(self, node: str) -> None:
+        with self._nodes_lock:
+            if node in self._node_agents or self._stop.is_set():
+                return
+            self._node_agents.add(node)
+            kg = self._identity(node_identity(node), f"kubelet/{node}")
+            kapi = kg.conn.api
+            kubelet = Kubelet(node, kapi, kapi.recorder, self.clock, EmulatedCNI())
+            kagent = _KubeletAgent(kubelet)
+            self._add(
+                LiveComponent(
+                    kagent.name,
+                    kagent,
+                    [
+                        kg.get("Node", f"metadata.name={node}"),
+                        kg.get("Pod", f"spec.nodeName={node}"),
+                    ],
+                    writes=(kg, kapi),
+                )
+            )
+            self._start_reflectors(kg)
+            if not self.kube_proxies:
+                log.info("node=%s kubelet started (no kube-proxy)", node)
+                return
+            pg = self.proxy_group
+            papi = pg.conn.api
+            proxy = KubeProxy(
+                node, self.cluster, self.proxy_config, self.rules, papi.recorder, clock=self.clock
+            )
+            self._add(
+                LiveComponent(
+                    proxy.name,
+                    proxy,
+                    [
+                        pg.get("Service"),
+                        pg.get("EndpointSlice"),
+                        pg.get("Node", f"metadata.name={node}"),
+                    ],
+                )
+            )
+            self._start_reflectors(pg)
+            log.info("node=%s kubelet and kube-proxy started", node)
+
+    # ---- lifecycle
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Stop every thread (closing the connections ends open watches)."""
+        self._stop.set()
+        for comp in self.components.values():
+            comp.wake.set()
+        for conn in self._connections:
+            with contextlib.suppress(Exception):  # already closed
+                conn.api.client.close()
+        deadline = time.monotonic() + timeout
+        for t in self._threads:
+            t.join(max(0.0, deadline - time.monotonic()))
+
+    def __enter__(self) -> LiveControlPlane:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+# --------------------------------------------------------------------------- the serving seam
+
+
+def https_connector(state_dir: Path, server: str) -> Connector:
+    """Connections to ``server`` (``https://HOST:PORT``), each authenticated by a client
+    certificate issued for its identity from the state directory's CA (``DIR/pki``)."""
+    from control.apiserver.http import pki
+    from control.informers.http import Credentials, HTTPListerWatcher, KubeClient
+
+    ca = pki.load_ca(state_dir / "pki")
+    lock = threading.Lock()
+
+    def connect(ident: Identity, agent: str) -> Connection:
+        with lock:
+            cert, key = pki.client_cert(ca, ident.user, list(ident.groups))
+        creds = Credentials(server=server, ca_pem=ca.pem, cert_pem=cert, key_pem=key)
+        client = KubeClient(creds, user_agent=f"{agent} (svclab)")
+        return Connection(HTTPListerWatcher(client), RemoteAPI(client))
+
+    return connect
+
+
+class LiveDriver:
+    """The control-plane driver of ``svclab serve`` (the ``start``/``kick``/``stop``
+    seam of :mod:`control.apiserver.http.driver`): a :class:`LiveControlPlane` whose
+    components are HTTPS clients of this very server.
+
+    ``start`` (on the server's event loop, once the state holds a cluster) starts the
+    components in threads — they reach the API over the network like any client, so
+    nothing of theirs runs on the loop. ``kick`` has nothing to do: components learn
+    about writes from their watches. Every ``pump_every`` seconds the driver also
+    pumps the server's watch hub, so that commits made by other processes to the
+    state directory (CLI commands) reach the watchers too."""
+
+    def __init__(self, api: Any, server: str, *, pump_every: float = 0.2) -> None:
+        self.api = api
+        self.server = server
+        self.pump_every = pump_every
+        self.plane: LiveControlPlane | None = None
+        self._pump_task: Any = None
+
+    def start(self) -> None:
+        import asyncio
+
+        if self.plane is not None or not self.api.fixed:
+            return
+        logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request: too much
+        session = self.api.session
+        spec = session.cluster.spec
+        self.plane = LiveControlPlane(
+            https_connector(Path(self.api.state_dir), self.server),
+            spec,
+            proxy_config=session.proxy_config,
+            seed=spec.seed,
+            kube_proxies=bool(getattr(session, "with_proxies", True)),
+        )
+        plane = self.plane
+
+        def start() -> None:
+            try:
+                plane.start()
+            except Exception:  # keep serving the API; the error is logged
+                log.exception("live control plane failed to start")
+
+        threading.Thread(target=start, name="live-control-plane", daemon=True).start()
+        self._pump_task = asyncio.get_running_loop().create_task(self._pump())
+        log.info("live control plane starting: components are API clients of %s", self.server)
+
+    async def _pump(self) -> None:
+        import asyncio
+
+        while True:
+            await asyncio.sleep(self.pump_every)
+            try:
+                self.api.pump()
+            except Exception:  # keep serving; the error is logged
+                log.exception("watch pump failed")
+
+    def kick(self) -> None:
+        return None
+
+    async def stop(self) -> None:
+        import asyncio
+
+        if self._pump_task is not None:
+            self._pump_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._pump_task
+            self._pump_task = None
+        if self.plane is not None:
+            await asyncio.to_thread(self.plane.stop)
+            self.plane = None
+
+
+__all__ = [
+    "CONTROLLER_MANAGER",
+    "KUBE_PROXY",
+    "SCHEDULER",
+    "Connection",
+    "Connector",
+    "Identity",
+    "LiveComponent",
+    "LiveControlPlane",
+    "LiveDriver",
+    "https_connector",
+    "node_identity",
+]
