@@ -36,6 +36,10 @@ RESOURCES: dict[str, str] = {
     "ReplicaSet": "replicasets",
     "EndpointSlice": "endpointslices",
     "Event": "events",
+    "Role": "roles",
+    "ClusterRole": "clusterroles",
+    "RoleBinding": "rolebindings",
+    "ClusterRoleBinding": "clusterrolebindings",
 }
 
 #: svclab's own records (not Kubernetes objects)
