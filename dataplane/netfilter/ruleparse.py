@@ -227,12 +227,13 @@ _TARGET_OPTIONS: dict[str, dict[str, int]] = {
     "NFLOG": {"--nflog-group": 1, "--nflog-prefix": 1, "--nflog-range": 1,
               "--nflog-size": 1, "--nflog-threshold": 1},
     "CT": {"--notrack": 0, "--zone": 1},
+    "CHECKSUM": {"--checksum-fill": 0},
 }
 # Real iptables targets svclab does not evaluate: refused by name rather than being
 # mistaken for a jump to a chain.
 _KNOWN_UNSUPPORTED_TARGETS = {
     "REDIRECT", "TPROXY", "NETMAP", "TCPMSS", "CLASSIFY", "DSCP", "TOS", "ECN", "HMARK",
-    "SECMARK", "CONNSECMARK", "TEE", "QUEUE", "NFQUEUE", "AUDIT", "CHECKSUM", "IDLETIMER",
+    "SECMARK", "CONNSECMARK", "TEE", "QUEUE", "NFQUEUE", "AUDIT", "IDLETIMER",
     "LED", "RATEEST", "SET", "SYNPROXY", "TTL", "HL", "ULOG", "CLUSTERIP", "SAME",
     "CONNMARK2", "TCPOPTSTRIP", "DNPT", "SNPT",
 }
@@ -759,6 +760,14 @@ def _build_target(name: str, goto: bool, opts: list[_Opt], table: str) -> R.Targ
         return R.Notrack(has("--notrack"), zone)
     if name == "TRACE":
         return R.Trace()
+    if name == "CHECKSUM":
+        # fills in a checksum: nothing a path or verdict depends on (mangle only, as the
+        # kernel's xt_CHECKSUM; it needs --checksum-fill)
+        if table != "mangle":
+            raise _RuleError("target CHECKSUM is only valid in the mangle table")
+        if not has("--checksum-fill"):
+            raise _RuleError("CHECKSUM needs --checksum-fill")
+        return R.Log("CHECKSUM")
     raise _RuleError(f"unsupported target {name}", unsupported=True)  # pragma: no cover
 
 

@@ -7,7 +7,7 @@ rules, sysctls, ipsets, iptables rules and nft ruleset) and the *world* (the far
 every veth: it sends the flows that arrive from outside, with any source address, on the
 interface the node's own routing names for that source). ``kernel_outcomes`` sends a
 flow's first packets (TCP SYN or UDP datagram, from consecutive source ports) and reads
-the node's conntrack table: a confirmed entry means the node accepted the packet; its
+the node's conntrack events: a new (confirmed) entry means the node accepted the packet; its
 reply tuple gives the DNAT destination and the source address the destination sees.
 Nothing is sent outside these two namespaces.
 """
@@ -17,13 +17,14 @@ from __future__ import annotations
 import json
 import subprocess
 import textwrap
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 from dataplane.linux import netns as ns
-from dataplane.linux.conntrack import list_entries
+from dataplane.linux.conntrack import parse_line
 
 FAKE_GW = "169.254.254.1"
 _XT = ("filter", "nat", "mangle", "raw", "security")
@@ -198,7 +199,6 @@ def kernel_outcomes(
 ) -> set[tuple[str, str]]:
     """Send ``count`` new connections and return the set of (destination ``ip:port`` after
     DNAT, source address the destination sees) over those the node accepted."""
-    run(shaped.node, "conntrack", "-F")
     import sys
 
     if local:
@@ -210,23 +210,38 @@ def kernel_outcomes(
         run(where, "ip", "neigh", "replace", FAKE_GW, "lladdr", shaped.macs[in_iface], "dev", peer)
         run(where, "ip", "route", "replace", f"{dst}/32", "via", FAKE_GW, "dev", peer, "onlink")
         run(where, "ip", "addr", "add", f"{src}/32", "dev", "lo", "noprefixroute")
+    events = subprocess.Popen(
+        ["ip", "netns", "exec", shaped.node, "conntrack", "-E", "-e", "NEW", "-p", proto],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
     try:
+        time.sleep(0.3)  # subscribed before the first packet
+        args = [src, dst, str(dport), proto, str(sport), str(count)]
         subprocess.run(
-            ["ip", "netns", "exec", where, sys.executable, "-c", _SENDER]
-            + [src, dst, str(dport), proto, str(sport), str(count)],
+            ["ip", "netns", "exec", where, sys.executable, "-c", _SENDER, *args],
             check=True,
             timeout=30,
         )
     finally:
+        time.sleep(0.2)
+        events.terminate()
+        text, _ = events.communicate(timeout=10)
         if not local:
             run(where, "ip", "addr", "del", f"{src}/32", "dev", "lo")
             run(where, "ip", "route", "del", f"{dst}/32")
     out: set[tuple[str, str]] = set()
-    for e in list_entries(shaped.node):
+    for line in text.splitlines():
+        line = line.strip()
+        if not line.startswith("[NEW]"):
+            continue
+        e = parse_line(line[len("[NEW]") :].strip())
         if e.proto != proto or e.field("orig", "src") != src:
             continue
         sp = int(e.field("orig", "sport") or 0)
         if not sport <= sp < sport + count or e.field("orig", "dst") != dst:
             continue
-        out.add((f"{e.field('reply', 'src')}:{e.field('reply', 'sport')}", str(e.field("reply", "dst"))))
+        target = f"{e.field('reply', 'src')}:{e.field('reply', 'sport')}"
+        out.add((target, str(e.field("reply", "dst"))))
     return out
