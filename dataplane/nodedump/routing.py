@@ -213,6 +213,22 @@ def parse_rules(data: list[dict[str, Any]], source: str) -> list[Rule]:
     return out
 
 
+def _implicit_routes(addrs: list[Address]) -> list[Route]:
+    """The routes the kernel adds for every address (a hand-assembled dump may lack
+    them): ``local ADDR`` in table local, and the subnet route in main (unless /32)."""
+    out: list[Route] = []
+    for a in addrs:
+        if a.address.version != 4:
+            continue
+        host = a.network if a.scope == "host" else IPv4Network(f"{a.address}/32")
+        out.append(Route(255, "local", host, a.ifname, None, a.address, 0, f"local {a.address}"))
+        if a.prefixlen < 32 and not a.secondary:
+            net = a.network
+            text = f"{net} dev {a.ifname} proto kernel scope link src {a.address}"
+            out.append(Route(254, "unicast", net, a.ifname, None, a.address, 0, text))
+    return out
+
+
 _DEFAULT_RULES = [
     Rule(0, None, None, None, None, None, False, "lookup", 255),
     Rule(32766, None, None, None, None, None, False, "lookup", 254),
@@ -227,6 +243,7 @@ class Fib:
         self.addrs = addrs
         self.rules = rules or _DEFAULT_RULES
         self.tables: dict[int, list[Route]] = {}
+        routes = routes + _implicit_routes(addrs)
         for r in routes:
             if r.type in ("broadcast", "multicast", "anycast", "nat"):
                 continue
