@@ -168,6 +168,12 @@ def apply(ctx: Context, files: tuple[str, ...]) -> None:
     from netmodel.manifests import load
 
     manifests = load(list(files))
+    if manifests.skipped:
+        kinds = ", ".join(f"{n} {k}" for k, n in manifests.skipped)
+        total = sum(n for _, n in manifests.skipped)
+        click.echo(f"skipped {total} objects of kinds svclab does not model: {kinds}", err=True)
+    for note in manifests.warnings:
+        click.echo(f"warning: {note}", err=True)
     if not manifests.objects and manifests.cluster is None and manifests.proxy_config is None:
         raise InputError("no objects passed to apply")  # kubectl's words; nothing recorded
     fresh = not (ctx.state / "cluster.yaml").exists()
