@@ -177,8 +177,8 @@ def prepare(docs: list[dict[str, Any]], *, has_cluster: bool) -> PreparedDump:
         if kind == "Service":
             services.append(d)
         if kind == "Node":
-            spec = d.get("spec") or {}
-            for c in spec.get("podCIDRs") or ([spec["podCIDR"]] if spec.get("podCIDR") else []):
+            nspec = d.get("spec") or {}
+            for c in nspec.get("podCIDRs") or ([nspec["podCIDR"]] if nspec.get("podCIDR") else []):
                 net = ipaddress.ip_network(str(c), strict=False)
                 if isinstance(net, ipaddress.IPv4Network):
                     pod_cidrs.append(net)
