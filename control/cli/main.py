@@ -448,6 +448,7 @@ def _register_optional() -> None:
         "control.cli.traffic_cmd",
         "control.cli.real_cmd",
         "control.cli.nodedump_cmd",
+        "control.cli.diff_cmd",
     ):
         try:
             mod = importlib.import_module(module)
