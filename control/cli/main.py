@@ -449,6 +449,7 @@ def _register_optional() -> None:
         "control.cli.real_cmd",
         "control.cli.nodedump_cmd",
         "control.cli.diff_cmd",
+        "control.cli.import_cmd",
     ):
         try:
             mod = importlib.import_module(module)
