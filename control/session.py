@@ -58,6 +58,10 @@ class Session:
     #: persistent cluster (get, rules, trace, ...) turn this off, so that looking at a
     #: cluster does not add events to it; apply and delete keep it on.
     record_proxy_syncs: bool = True
+    #: run one emulated kube-proxy per node in :attr:`plane` (``svclab serve
+    #: --no-kube-proxies`` turns this off for large clusters: ``svclab rules`` renders
+    #: from the store either way)
+    with_proxies: bool = True
 
     # ---- construction
 
@@ -127,7 +131,8 @@ class Session:
                 self.store, self.cluster.spec, seed=self.cluster.spec.seed, clock=self.clock
             )
             self._plane.start()
-            self._add_proxies()
+            if self.with_proxies:
+                self._add_proxies()
         return self._plane
 
     @property

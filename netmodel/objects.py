@@ -529,9 +529,81 @@ class Event(KubeObject):
     sequence: int = 0
 
 
+# --------------------------------------------------------------------------- rbac/v1
+
+
+class PolicyRule(K8sModel):
+    """One RBAC rule: verbs over API groups and resources (or non-resource URLs)."""
+
+    verbs: list[str] = Field(default_factory=list)
+    api_groups: list[str] = Field(default_factory=list)
+    resources: list[str] = Field(default_factory=list)
+    resource_names: list[str] = Field(default_factory=list)
+    non_resource_ur_ls: list[str] = Field(default_factory=list, alias="nonResourceURLs")
+
+
+class AggregationRule(K8sModel):
+    cluster_role_selectors: list[LabelSelector] = Field(default_factory=list)
+
+
+class Subject(K8sModel):
+    kind: str
+    name: str
+    namespace: str | None = None
+    api_group: str | None = None
+
+
+class RoleRef(K8sModel):
+    api_group: str = "rbac.authorization.k8s.io"
+    kind: str
+    name: str
+
+
+class Role(KubeObject):
+    KIND = "Role"
+    API_VERSION = "rbac.authorization.k8s.io/v1"
+    rules: list[PolicyRule] = Field(default_factory=list)
+
+
+class ClusterRole(KubeObject):
+    KIND = "ClusterRole"
+    API_VERSION = "rbac.authorization.k8s.io/v1"
+    NAMESPACED = False
+    rules: list[PolicyRule] = Field(default_factory=list)
+    aggregation_rule: AggregationRule | None = None
+
+
+class RoleBinding(KubeObject):
+    KIND = "RoleBinding"
+    API_VERSION = "rbac.authorization.k8s.io/v1"
+    subjects: list[Subject] = Field(default_factory=list)
+    role_ref: RoleRef | None = None
+
+
+class ClusterRoleBinding(KubeObject):
+    KIND = "ClusterRoleBinding"
+    API_VERSION = "rbac.authorization.k8s.io/v1"
+    NAMESPACED = False
+    subjects: list[Subject] = Field(default_factory=list)
+    role_ref: RoleRef | None = None
+
+
 KINDS: dict[str, type[KubeObject]] = {
     cls.KIND: cls
-    for cls in (Namespace, Node, Pod, Service, Deployment, ReplicaSet, EndpointSlice, Event)
+    for cls in (
+        Namespace,
+        Node,
+        Pod,
+        Service,
+        Deployment,
+        ReplicaSet,
+        EndpointSlice,
+        Event,
+        Role,
+        ClusterRole,
+        RoleBinding,
+        ClusterRoleBinding,
+    )
 }
 
 

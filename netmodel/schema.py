@@ -26,6 +26,10 @@ KNOWN_KINDS: dict[tuple[str, str], str] = {
     ("apps/v1", "Deployment"): "V1Deployment",
     ("apps/v1", "ReplicaSet"): "V1ReplicaSet",
     ("discovery.k8s.io/v1", "EndpointSlice"): "V1EndpointSlice",
+    ("rbac.authorization.k8s.io/v1", "Role"): "V1Role",
+    ("rbac.authorization.k8s.io/v1", "ClusterRole"): "V1ClusterRole",
+    ("rbac.authorization.k8s.io/v1", "RoleBinding"): "V1RoleBinding",
+    ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"): "V1ClusterRoleBinding",
 }
 
 _LIST = re.compile(r"^[Ll]ist\[(.+)\]$")
@@ -127,3 +131,38 @@ def check(doc: Mapping[str, Any]) -> None:
             raise SchemaError(f"no kind {kind!r} in apiVersion {api!r}", field="apiVersion")
         raise SchemaError(f"unknown kind {kind!r} (svclab knows {', '.join(kinds)})", field="kind")
     _check_object(dict(doc), model, "")
+
+
+def _prune_value(value: Any, typ: str, path: str, unknown: list[str]) -> Any:
+    m = _LIST.match(typ)
+    if m and isinstance(value, list):
+        return [_prune_value(v, m.group(1), f"{path}[{i}]", unknown) for i, v in enumerate(value)]
+    m = _DICT.match(typ)
+    if m and isinstance(value, dict):
+        inner = m.group(1) or m.group(2)
+        return {k: _prune_value(v, inner, f"{path}.{k}", unknown) for k, v in value.items()}
+    if typ in ("str", "int", "float", "bool", "datetime", "date", "object") or m:
+        return value
+    if not isinstance(value, dict):
+        return value
+    fields = _fields(typ)
+    out = {}
+    for key, item in value.items():
+        sub = f"{path}.{key}" if path else str(key)
+        t = fields.get(key)
+        if t is None:
+            unknown.append(sub)
+            continue
+        out[key] = _prune_value(item, t, sub, unknown)
+    return out
+
+
+def prune(doc: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """``doc`` without the fields its schema lacks, and their paths (``spec.foo``), for
+    kube-apiserver's ``fieldValidation=Warn|Ignore``. A kind without a schema is
+    returned as it is."""
+    model = KNOWN_KINDS.get((str(doc.get("apiVersion")), str(doc.get("kind"))))
+    if model is None:
+        return dict(doc), []
+    unknown: list[str] = []
+    return _prune_value(dict(doc), model, "", unknown), unknown

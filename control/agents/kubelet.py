@@ -227,6 +227,7 @@ class Kubelet:
                     {
                         "name": c.name,
                         "image": c.image or "",
+                        "imageID": "",  # no registry, no digest (a required field)
                         "containerID": "svclab://"
                         + hashlib.sha256(f"{pod.metadata.uid}/{c.name}".encode()).hexdigest()[:16],
                         "ready": True,

@@ -114,6 +114,16 @@ def check_port_name(value: str) -> str | None:
     return None
 
 
+def check_path_segment(value: str) -> str | None:
+    """Kubernetes' ValidatePathSegmentName: the names of RBAC objects (``system:node``)."""
+    if value in (".", ".."):
+        return f"may not be '{value}'"
+    for bad in ("/", "%"):
+        if bad in value:
+            return f"may not contain '{bad}'"
+    return None
+
+
 def quote(value: object) -> str:
     """A value as Kubernetes prints it in ``Invalid value: ...`` (Go's %q for strings)."""
     if isinstance(value, str):

@@ -261,10 +261,18 @@ class APIServer:
 
     # ------------------------------------------------------------------ verbs
 
-    def create(self, obj: KubeObject, *, component: str = "apiserver") -> KubeObject:
+    def create(
+        self, obj: KubeObject, *, component: str = "apiserver", dry_run: bool = False
+    ) -> KubeObject:
         """Admit and store a new object. ConflictError if it exists; InvalidError /
-        AllocationError if refused (nothing stored, nothing allocated)."""
+        AllocationError if refused (nothing stored, nothing allocated). ``dry_run``:
+        admit only and return what would be stored (nothing written or allocated)."""
+        if obj.name and self._get(obj.kind, obj.key) is not None:
+            raise ConflictError(f"{obj.kind} {obj.key!r} already exists")
         adm = self._admit_create(obj, reserved=set(), uid_revision=self.store.revision + 1)
+        if dry_run:
+            adm.journal.rollback()
+            return adm.obj
         try:
             stored = self._write(adm)
         except BaseException:
@@ -274,10 +282,13 @@ class APIServer:
         self._record(component, stored, "Created", _message("created", adm.notes))
         return stored
 
-    def update(self, obj: KubeObject, *, component: str = "apiserver") -> KubeObject:
+    def update(
+        self, obj: KubeObject, *, component: str = "apiserver", dry_run: bool = False
+    ) -> KubeObject:
         """Admit and store a new version of an existing object (CAS when
         ``metadata.resourceVersion`` is set). Returns the stored object; a no-op update
-        returns the stored object unchanged without a write."""
+        returns the stored object unchanged without a write. ``dry_run``: admit only
+        and return what would be stored."""
         current = self.store.get(obj.kind, obj.key)
         if obj.metadata.resource_version and obj.resource_version != current.resource_version:
             raise ConflictError(
@@ -288,6 +299,9 @@ class APIServer:
         adm = self._admit_update(obj, current)
         if adm.action == "unchanged":
             return current
+        if dry_run:
+            adm.journal.rollback()
+            return adm.obj
         try:
             stored = self._write(adm)
         except BaseException:

@@ -20,6 +20,7 @@ from control.apiserver.names import (
     check_dns1123_label,
     check_dns1123_subdomain,
     check_label_value,
+    check_path_segment,
     check_port_name,
     check_qualified_name,
     quote,
@@ -163,6 +164,10 @@ def validate_update(obj: KubeObject, old: KubeObject) -> None:
 _NAME_CHECKS: dict[str, Callable[[str], str | None]] = {
     "Service": check_dns1035_label,
     "Namespace": check_dns1123_label,
+    "Role": check_path_segment,
+    "ClusterRole": check_path_segment,
+    "RoleBinding": check_path_segment,
+    "ClusterRoleBinding": check_path_segment,
 }
 
 

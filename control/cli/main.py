@@ -450,6 +450,7 @@ def _register_optional() -> None:
         "control.cli.nodedump_cmd",
         "control.cli.diff_cmd",
         "control.cli.import_cmd",
+        "control.cli.serve_cmd",
     ):
         try:
             mod = importlib.import_module(module)

@@ -1,0 +1,483 @@
+"""The HTTP API: an ASGI application in front of svclab's apiserver pipeline.
+
+Request path (kube-apiserver's filter chain, in order): authentication (:mod:`.authn`;
+401 Status) → request info (verb, group, version, resource, namespace, name,
+subresource) → authorization (system:masters, the Node authorizer, RBAC; 403 Status
+with RBAC's wording) → the handler. Every write goes through
+:class:`control.apiserver.APIServer` (defaulting, validation, admission, allocation),
+so the HTTP API and ``svclab apply`` refuse and accept exactly the same objects; a
+refused write changes nothing.
+
+Concurrency: everything runs on the server's event loop thread, the control-plane
+driver included (:mod:`.driver`), so the store is never used from two threads. After
+each write the watch hub is pumped and the driver is woken.
+"""
+
+from __future__ import annotations
+
+import base64
+import builtins
+import gc
+import json
+import logging
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs
+
+import yaml
+from starlette.requests import Request
+from starlette.responses import Response
+
+from control.apiserver.http import discovery, nodeauthz, openapi, status, wire
+from control.apiserver.http.authn import Authenticator, Unauthorized, User
+from control.apiserver.http.rbac import (
+    RBAC,
+    Attributes,
+    aggregate,
+    bootstrap_policy,
+    forbidden_message,
+    reconcile_bootstrap,
+)
+from control.apiserver.http.resources import Resource, by_path
+from control.apiserver.http.status import APIError
+from control.apiserver.http.watch import Hub
+from netmodel.cluster import Cluster
+from netmodel.errors import CompactedError, NotFoundError
+from netmodel.objects import KINDS, KubeObject
+
+log = logging.getLogger("svclab.apiserver")
+
+JSON = "application/json"
+VERSION = {
+    "major": "1",
+    "minor": "32",
+    "gitVersion": "v1.32.0-svclab",
+    "gitCommit": "svclab",
+    "gitTreeState": "clean",
+    "buildDate": "2026-01-01T00:00:00Z",
+    "goVersion": "python",
+    "compiler": "cpython",
+    "platform": "linux/amd64",
+}
+HEALTH = ("/healthz", "/livez", "/readyz")
+
+
+class RequestInfo:
+    __slots__ = ("group", "name", "namespace", "resource", "subresource", "verb", "version")
+
+    def __init__(self) -> None:
+        self.group = ""
+        self.version = ""
+        self.resource: Resource | None = None
+        self.namespace = ""
+        self.name = ""
+        self.subresource = ""
+        self.verb = ""
+
+
+def _json(
+    data: Any, code: int = 200, headers: dict[str, str] | None = None, ctype: str = JSON
+) -> Response:
+    return Response(wire.dumps(data), status_code=code, media_type=ctype, headers=headers)
+
+
+def _error(e: APIError) -> Response:
+    return _json(e.status(), e.code)
+
+
+def _q(params: dict[str, list[str]], name: str, default: str = "") -> str:
+    v = params.get(name)
+    return v[0] if v else default
+
+
+def _truthy(v: str) -> bool:
+    return v.lower() in ("1", "true", "yes")
+
+
+class API:
+    """The cluster behind the HTTP API; see the module docstring. ``driver`` is the
+    control-plane driver (anything with ``start()``, ``kick()`` and ``async stop()``),
+    chosen by the server; the default runs the deterministic runner."""
+
+    def __init__(
+        self,
+        state_dir: Path,
+        authenticator: Authenticator,
+        *,
+        server_address: str = "127.0.0.1:6443",
+        kube_proxies: bool = True,
+    ) -> None:
+        from control.session import Session
+
+        self.state_dir = state_dir
+        self.session = Session.open(state_dir, must_exist=False)
+        self.session.with_proxies = kube_proxies
+        self.auth = authenticator
+        self.server_address = server_address
+        self.cache = wire.JSONCache()
+        self.hub = Hub(self.session.store.revision)
+        self.rbac = RBAC(self)
+        self.driver: Any = None
+        self.on_write: list[Callable[[], None]] = []
+        self.requests = 0
+
+    # ---- the cluster
+
+    @property
+    def store(self) -> Any:
+        return self.session.store
+
+    @property
+    def fixed(self) -> bool:
+        return (self.state_dir / "cluster.yaml").exists()
+
+    def list(self, kind: str, namespace: str | None = None) -> builtins.list[KubeObject]:
+        return self.store.list(kind, namespace) if self.fixed else []
+
+    def get(self, kind: str, key: str) -> KubeObject:
+        return self.store.get(kind, key)
+
+    def start(self) -> None:
+        """Start the control plane when the state already holds a cluster. Then every
+        stored kind is loaded (the first write of an Event would otherwise load the
+        whole timeline in the middle of a request) and the objects made so far are moved
+        out of the cyclic GC's sight (``gc.freeze``: a full collection would rescan
+        them all, a pause of seconds with 30,000 pods)."""
+        if self.fixed:
+            self._started()
+            from netmodel import schema
+
+            for kind in KINDS:
+                objs = self.store.list(kind)
+                if objs:  # and the schema of each (field validation imports it lazily)
+                    schema.prune(objs[0].to_dict())
+        gc.collect()
+        gc.freeze()
+
+    def _started(self) -> None:
+        t0 = time.perf_counter()
+        self.session.plane  # noqa: B018 - starts the control plane (bootstraps nodes)
+        t1 = time.perf_counter()
+        self.session.converge()
+        log.info(
+            "control plane started in %.1f s (revision %d), converged in %.1f s",
+            t1 - t0,
+            self.store.revision,
+            time.perf_counter() - t1,
+        )
+        self._bootstrap_rbac()
+        self.hub.reset(self.store.revision)
+        if self.driver is not None:
+            self.driver.start()
+
+    def _bootstrap_rbac(self) -> None:
+        api = self.session.plane.apiserver
+        for obj in bootstrap_policy():
+            try:
+                have = self.store.get(obj.kind, obj.key)
+            except NotFoundError:
+                api.create(obj, component="apiserver")
+                continue
+            fixed = reconcile_bootstrap(have, obj)
+            if fixed is not None:
+                api.update(fixed, component="apiserver")
+        self.aggregate_roles()
+
+    def aggregate_roles(self) -> None:
+        api = self.session.plane.apiserver
+        for role in aggregate(self):
+            api.update(
+                role.with_meta(resource_version=None),
+                component="clusterrole-aggregation-controller",
+            )
+
+    def fix_cluster(self, cluster: Cluster | None) -> None:
+        """Fix the Cluster document (first write to a fresh state directory)."""
+        from netmodel.manifests import Manifests
+
+        self.session.apply(Manifests(cluster=cluster or Cluster()))
+        self._started()
+
+    @property
+    def apiserver(self) -> Any:
+        if not self.fixed:
+            self.fix_cluster(None)
+        return self.session.plane.apiserver
+
+    def wrote(self) -> None:
+        self.pump()
+        if self.driver is not None:
+            self.driver.kick()
+        for fn in self.on_write:
+            fn()
+
+    def pump(self) -> None:
+        store = self.store
+        if store.revision == self.hub.revision:
+            return
+        try:
+            events = store.watch(self.hub.revision)
+        except CompactedError:
+            self.hub.reset(store.revision)
+            return
+        self.hub.dispatch(events)
+        self.hub.revision = store.revision
+
+    # ---- ASGI
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "lifespan":
+            while True:
+                msg = await receive()
+                if msg["type"] == "lifespan.startup":
+                    await send({"type": "lifespan.startup.complete"})
+                elif msg["type"] == "lifespan.shutdown":
+                    await send({"type": "lifespan.shutdown.complete"})
+                    return
+        if scope["type"] != "http":
+            return
+        request = Request(scope, receive)
+        t0 = time.perf_counter()
+        try:
+            response = await self.handle(request)
+        except APIError as e:
+            response = _error(e)
+        except Exception as e:
+            log.exception("internal error on %s %s", request.method, request.url.path)
+            response = _error(APIError(500, "InternalError", f"Internal error occurred: {e}"))
+        self.requests += 1
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug(
+                "%s %s -> %s (%.1f ms)",
+                request.method,
+                request.url.path,
+                response.status_code,
+                (time.perf_counter() - t0) * 1000,
+            )
+        await response(scope, receive, send)
+
+    def user_of(self, request: Request) -> User:
+        tls = request.scope.get("extensions", {}).get("tls", {})
+        chain = tls.get("client_cert_chain") or []
+        try:
+            user = self.auth.authenticate(
+                request.headers.get("authorization"), chain[0] if chain else None
+            )
+        except Unauthorized:
+            raise status.unauthorized() from None
+        if user is None:
+            raise status.unauthorized()
+        return self._impersonate(user, request)
+
+    def _impersonate(self, user: User, request: Request) -> User:
+        """kube-apiserver's impersonation filter: ``Impersonate-User`` and
+        ``Impersonate-Group`` headers, each allowed by the ``impersonate`` verb on
+        ``users`` / ``groups``."""
+        as_user = request.headers.get("impersonate-user")
+        groups = request.headers.getlist("impersonate-group")
+        if not as_user:
+            if groups:
+                raise status.bad_request("requested impersonation of groups without a user")
+            return user
+        checks = [("users", as_user)] + [("groups", g) for g in groups]
+        for resource, name in checks:
+            a = Attributes(user, "impersonate", "", resource, "", "", name)
+            if not self.rbac.allowed(a):
+                raise APIError(
+                    403,
+                    "Forbidden",
+                    f'{resource} "{name}" is forbidden: {forbidden_message(a)}',
+                    {"name": name, "kind": resource},
+                )
+        from control.apiserver.http.authn import with_authenticated
+
+        return with_authenticated(as_user, list(groups))
+
+    async def handle(self, request: Request) -> Response:
+        path = request.url.path.rstrip("/") or "/"
+        user = self.user_of(request)
+        params = parse_qs(request.url.query, keep_blank_values=True)
+        if path in HEALTH or path.startswith(tuple(h + "/" for h in HEALTH)):
+            self.authorize_path(user, request.method, path)
+            return Response(b"ok", media_type="text/plain")
+        if path == "/version":
+            self.authorize_path(user, request.method, path)
+            return _json(VERSION)
+        if path.startswith("/openapi"):
+            self.authorize_path(user, request.method, path)
+            return openapi.serve(path, request.headers.get("accept", ""))
+        if path == "/api" or path == "/apis":
+            self.authorize_path(user, request.method, path)
+            agg = discovery.wants_aggregated(request.headers.get("accept", ""))
+            if agg is not None:
+                doc = discovery.aggregated(core=(path == "/api"))
+                if "v2beta1" in agg:
+                    doc["apiVersion"] = "apidiscovery.k8s.io/v2beta1"
+                return _json(doc, ctype=agg, headers={"Vary": "Accept"})
+            if path == "/api":
+                return _json(discovery.api_versions(self.server_address))
+            return _json(discovery.api_group_list())
+        info = self.parse(path, request.method, params)
+        if info is None:
+            parts = path.strip("/").split("/")
+            self.authorize_path(user, request.method, path)
+            if parts[0] == "apis" and len(parts) == 2:
+                grp = discovery.api_group(parts[1])
+                if grp is not None:
+                    return _json(grp)
+            if (parts[0] == "api" and len(parts) == 2) or (parts[0] == "apis" and len(parts) == 3):
+                g, v = ("", parts[1]) if parts[0] == "api" else (parts[1], parts[2])
+                rl = discovery.resource_list(g, v)
+                if rl is not None:
+                    return _json(rl)
+            raise APIError(404, "NotFound", "the server could not find the requested resource", {})
+        return await self.dispatch(request, info, user, params)
+
+    def parse(
+        self, path: str, method: str, params: dict[str, builtins.list[str]]
+    ) -> RequestInfo | None:
+        parts = [p for p in path.split("/") if p]
+        info = RequestInfo()
+        if parts and parts[0] == "api" and len(parts) >= 3:
+            info.version, rest = parts[1], parts[2:]
+        elif parts and parts[0] == "apis" and len(parts) >= 4:
+            info.group, info.version, rest = parts[1], parts[2], parts[3:]
+        else:
+            return None
+        if rest[0] == "namespaces" and len(rest) >= 3 and rest[2] not in ("status", "finalize"):
+            info.namespace, rest = rest[1], rest[2:]
+        res = by_path(info.group, info.version, rest[0])
+        if res is None:
+            if discovery.resource_list(info.group, info.version) is None:
+                return None
+            raise APIError(404, "NotFound", "the server could not find the requested resource", {})
+        info.resource = res
+        if len(rest) > 1:
+            info.name = rest[1]
+        if len(rest) > 2:
+            info.subresource = "/".join(rest[2:])
+        if res.name == "namespaces" and info.name:
+            info.namespace = info.name
+        named = bool(info.name)
+        info.verb = {
+            "GET": "get" if named else ("watch" if _truthy(_q(params, "watch")) else "list"),
+            "POST": "create",
+            "PUT": "update",
+            "PATCH": "patch",
+            "DELETE": "delete" if named else "deletecollection",
+        }.get(method, "")
+        if not info.verb:
+            raise status.method_not_allowed()
+        return info
+
+    # ---- authorization
+
+    def authorize_path(self, user: User, method: str, path: str) -> None:
+        verb = {"GET": "get", "HEAD": "head", "POST": "post", "PUT": "put", "DELETE": "delete"}.get(
+            method, method.lower()
+        )
+        a = Attributes(user, verb, path=path, resource_request=False)
+        if not self.rbac.allowed(a):
+            raise APIError(403, "Forbidden", f"forbidden: {forbidden_message(a)}", {})
+
+    def authorize(
+        self, user: User, info: RequestInfo, params: dict[str, builtins.list[str]]
+    ) -> None:
+        res = info.resource
+        assert res is not None
+        verb = info.verb
+        sub = info.subresource
+        a = Attributes(
+            user,
+            verb,
+            res.group,
+            res.name,
+            sub,
+            info.namespace if res.namespaced or res.name == "namespaces" else "",
+            info.name,
+        )
+        if nodeauthz.node_name(user.name, user.groups) is not None:
+            fs = {k: v for k, v, eq in self._field_terms(params) if eq}
+            pod_node = None
+            if res.name == "pods" and info.name and res.group == "":
+                try:
+                    pod = self.get("Pod", f"{info.namespace}/{info.name}")
+                    pod_node = pod.spec.node_name  # type: ignore[attr-defined]
+                except NotFoundError:
+                    pod_node = None
+            if nodeauthz.allowed(a, field_selector=fs, pod_node=pod_node):
+                return
+        if self.rbac.allowed(a):
+            return
+        what = f'{res.qualified()} "{info.name}"' if info.name else res.qualified()
+        raise APIError(
+            403,
+            "Forbidden",
+            f"{what} is forbidden: {forbidden_message(a)}",
+            {"name": info.name, "group": res.group, "kind": res.name}
+            if info.name
+            else {"group": res.group, "kind": res.name},
+        )
+
+    def _field_terms(self, params: dict[str, builtins.list[str]]) -> builtins.list[wire.FieldTerm]:
+        text = _q(params, "fieldSelector")
+        if not text:
+            return []
+        try:
+            return wire.parse_field_selector(text)
+        except ValueError as e:
+            raise status.bad_request(str(e)) from None
+
+    # ---- dispatch
+
+    async def dispatch(
+        self, request: Request, info: RequestInfo, user: User, params: dict[str, builtins.list[str]]
+    ) -> Response:
+        res = info.resource
+        assert res is not None
+        self.authorize(user, info, params)
+        from control.apiserver.http import handlers
+
+        return await handlers.handle(self, request, info, user, params)
+
+
+def decode_body(raw: bytes, ctype: str) -> Any:
+    if "protobuf" in ctype:
+        from control.apiserver.http import proto
+
+        try:
+            return proto.decode(raw)
+        except proto.ProtobufError as e:
+            raise APIError(
+                415,
+                "UnsupportedMediaType",
+                f"the body of the request was in an unknown format - accepted media types include: application/json, application/yaml ({e})",
+                {},
+            ) from None
+    if not raw:
+        raise status.bad_request("the request body is empty")
+    try:
+        if "yaml" in ctype:
+            return yaml.safe_load(raw)
+        return json.loads(raw)
+    except (ValueError, yaml.YAMLError) as e:
+        raise status.bad_request(
+            f"the body of the request was in an unknown format - accepted media types include: application/json, application/yaml ({e})"
+        ) from None
+
+
+def continue_token(rv: int, last_key: str) -> str:
+    return base64.urlsafe_b64encode(json.dumps({"rv": rv, "start": last_key}).encode()).decode()
+
+
+def parse_continue(token: str) -> tuple[int, str]:
+    try:
+        d = json.loads(base64.urlsafe_b64decode(token.encode()))
+        return int(d["rv"]), str(d["start"])
+    except (ValueError, KeyError, TypeError):
+        raise status.bad_request("continue key is not valid") from None
+
+
+__all__ = ["API", "continue_token", "decode_body", "parse_continue"]

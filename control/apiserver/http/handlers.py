@@ -1,0 +1,1307 @@
+"""The resource verbs: get, list, watch, create, update, patch, delete,
+deletecollection, and the subresources (status, scale, binding), for every resource of
+:data:`.resources.RESOURCES`.
+
+Contracts kept here (kube-apiserver's):
+
+* ``list``: ``labelSelector``, ``fieldSelector``, ``limit`` + ``continue`` (a token
+  naming the last key sent; the pages are read from the current state), items sorted
+  by namespace/name; ``resourceVersion`` of a list is the store's revision.
+* ``watch``: from ``resourceVersion`` (unset or "0": the current objects as ADDED
+  first); a revision older than the store keeps gets one ERROR event with a 410
+  Expired Status (client-go relists); ``allowWatchBookmarks`` sends BOOKMARK events;
+  ``timeoutSeconds`` ends the stream.
+* ``update`` is compare-and-swap when the body carries ``metadata.resourceVersion``
+  (409 Conflict otherwise); ``patch`` reads, patches and writes compare-and-swap on
+  the version it read (retried on a lost race).
+* ``dryRun=All``: admitted and answered, nothing written. ``fieldValidation``:
+  ``Strict`` refuses unknown fields (400), ``Warn`` drops them with a ``Warning``
+  header (the default, as kube-apiserver), ``Ignore`` drops them silently.
+* ``delete``: ``propagationPolicy`` Background (the garbage collector deletes the
+  dependents), Foreground (the dependents are deleted first, then the owner) or
+  Orphan (the dependents lose their ownerReference); ``gracePeriodSeconds=0`` removes
+  a bound pod at once; ``preconditions.resourceVersion``/``uid`` are checked.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Any
+
+from pydantic import ValidationError
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+
+from control.apiserver.http import patch as patches
+from control.apiserver.http import ssa, status, tables, wire
+from control.apiserver.http.authn import User
+from control.apiserver.http.resources import Resource
+from control.apiserver.http.status import APIError
+from control.apiserver.http.watch import Watcher
+from control.store.base import WatchEvent
+from netmodel import schema
+from netmodel.cluster import cluster_from_dict
+from netmodel.errors import CompactedError, InputError, NotFoundError, SvclabError
+from netmodel.objects import (
+    EndpointSlice,
+    Event,
+    KubeObject,
+    Pod,
+    Service,
+    object_from_dict,
+)
+from netmodel.selectors import parse_selector
+
+if TYPE_CHECKING:
+    from control.apiserver.http.app import API, RequestInfo
+
+JSON = "application/json"
+TABLE_MARK = "as=Table"
+BOOKMARK_EVERY = 5.0
+
+
+def _q(params: dict[str, list[str]], name: str, default: str = "") -> str:
+    v = params.get(name)
+    return v[0] if v else default
+
+
+def respond(data: Any, code: int = 200, headers: dict[str, str] | None = None) -> Response:
+    body = data if isinstance(data, bytes) else wire.dumps(data)
+    return Response(body, status_code=code, media_type=JSON, headers=headers)
+
+
+def _key(res: Resource, namespace: str, name: str) -> str:
+    return f"{namespace}/{name}" if res.namespaced else name
+
+
+def _wants_table(request: Request) -> bool:
+    return TABLE_MARK in request.headers.get("accept", "")
+
+
+# --------------------------------------------------------------------------- wire forms
+
+
+def to_wire(api: API, res: Resource, obj: Any) -> dict[str, Any]:
+    if res.kind == "Event" and isinstance(obj, Event):
+        return wire.events_v1_event(obj) if res.group == "events.k8s.io" else wire.core_event(obj)
+    if isinstance(obj, dict):
+        return obj
+    return obj.to_dict()
+
+
+def to_bytes(api: API, res: Resource, obj: Any) -> bytes:
+    if isinstance(obj, KubeObject) and res.kind != "Event":
+        return api.cache.encode(obj)
+    return wire.dumps(to_wire(api, res, obj))
+
+
+def _meta(d: dict[str, Any]) -> dict[str, Any]:
+    return d.get("metadata", {})
+
+
+# --------------------------------------------------------------------------- entry
+
+
+async def handle(
+    api: API, request: Request, info: RequestInfo, user: User, params: dict[str, list[str]]
+) -> Response:
+    res = info.resource
+    assert res is not None
+    verb, sub = info.verb, info.subresource
+    if sub and sub not in res.subresources:
+        raise APIError(404, "NotFound", "the server could not find the requested resource", {})
+    if verb not in res.verbs and not sub:
+        raise status.method_not_allowed()
+    if res.name in ("selfsubjectaccessreviews", "selfsubjectrulesreviews", "selfsubjectreviews"):
+        return await _access_review(api, request, res, user)
+    if res.group == "svclab.dev":
+        return await _svclab_docs(api, request, info, params)
+    if res.name == "endpoints":
+        return _endpoints(api, request, info, params)
+    if verb == "get":
+        if sub == "scale":
+            return respond(_scale_of(res, get_object(api, res, info.namespace, info.name)))
+        obj = get_object(api, res, info.namespace, info.name)
+        if _wants_table(request):
+            return respond(_table(api, res, [obj], str(obj.resource_version)))
+        return respond(to_bytes(api, res, obj))
+    if verb == "list":
+        return _list(api, request, res, info.namespace, params)
+    if verb == "watch":
+        return _watch(api, request, res, info.namespace, params)
+    dry = _q(params, "dryRun") == "All"
+    if verb == "create":
+        if sub == "binding":
+            return await _bind(api, request, res, info, user, dry)
+        return await _create(api, request, res, info.namespace, user, params, dry)
+    if verb == "update":
+        return await _update(api, request, res, info, user, params, dry)
+    if verb == "patch":
+        return await _patch(api, request, res, info, user, params, dry)
+    if verb == "delete":
+        return await _delete(api, request, res, info, user, params, dry)
+    if verb == "deletecollection":
+        return await _delete_collection(api, request, res, info.namespace, user, params, dry)
+    raise status.method_not_allowed()
+
+
+# --------------------------------------------------------------------------- reads
+
+
+def get_object(api: API, res: Resource, namespace: str, name: str) -> KubeObject:
+    assert res.store_kind is not None
+    if not api.fixed:
+        raise status.not_found(res, name)
+    try:
+        return api.get(res.store_kind, _key(res, namespace, name))
+    except NotFoundError:
+        raise status.not_found(res, name) from None
+
+
+def _selectors(
+    api: API, res: Resource, params: dict[str, list[str]]
+) -> tuple[Any, list[tuple[Any, str, bool]], str | None]:
+    """(label selector or None, [(getter, value, equal)], spec.nodeName / name value)."""
+    sel = None
+    text = _q(params, "labelSelector")
+    if text:
+        try:
+            sel = parse_selector(text)
+        except ValueError as e:
+            raise status.bad_request(f"unable to parse requirement: {e}") from None
+    terms = []
+    node = None
+    ftext = _q(params, "fieldSelector")
+    if ftext:
+        try:
+            parsed = wire.parse_field_selector(ftext)
+        except ValueError as e:
+            raise status.bad_request(str(e)) from None
+        for field, value, eq in parsed:
+            getter = wire.field_getter(res.store_kind or res.kind, field)
+            if getter is None:
+                raise status.bad_request(f"field label not supported: {field}")
+            terms.append((getter, value, eq))
+            if eq and (
+                (res.kind == "Pod" and field == "spec.nodeName")
+                or (res.kind == "Node" and field == "metadata.name")
+            ):
+                node = value
+    return sel, terms, node
+
+
+def _matcher(sel: Any, terms: list[tuple[Any, str, bool]]) -> Any:
+    def matches(o: KubeObject) -> bool:
+        if sel is not None and not sel.matches(o.labels):
+            return False
+        return all((getter(o) == value) == eq for getter, value, eq in terms)
+
+    return matches
+
+
+def _list_kind(res: Resource) -> str:
+    return res.kind + "List"
+
+
+def _list(
+    api: API, request: Request, res: Resource, namespace: str, params: dict[str, list[str]]
+) -> Response:
+    assert res.store_kind is not None
+    if res.namespaced and namespace:
+        objs = api.list(res.store_kind, namespace)
+    else:
+        objs = api.list(res.store_kind)
+    sel, terms, _ = _selectors(api, res, params)
+    if sel is not None or terms:
+        m = _matcher(sel, terms)
+        objs = [o for o in objs if m(o)]
+    rv = api.store.revision if api.fixed else 0
+    limit = int(_q(params, "limit", "0") or 0)
+    token = _q(params, "continue")
+    cont = None
+    remaining = None
+    if token:
+        from control.apiserver.http.app import parse_continue
+
+        _, start = parse_continue(token)
+        keys = [o.key for o in objs]
+        import bisect
+
+        objs = objs[bisect.bisect_right(keys, start) :]
+    if limit > 0 and len(objs) > limit:
+        from control.apiserver.http.app import continue_token
+
+        remaining = len(objs) - limit
+        objs = objs[:limit]
+        cont = continue_token(rv, objs[-1].key)
+    if _wants_table(request):
+        if _q(params, "includeObject", "Metadata") == "Metadata" and res.kind != "Event":
+            return respond(_table_bytes(api, res, objs, str(rv), cont))
+        return respond(_table(api, res, objs, str(rv), cont, params=params))
+    meta: dict[str, Any] = {"resourceVersion": str(rv)}
+    if cont:
+        meta["continue"] = cont
+        meta["remainingItemCount"] = remaining
+    head = wire.dumps({"kind": _list_kind(res), "apiVersion": res.api_version, "metadata": meta})
+    items = b",".join(to_bytes(api, res, o) for o in objs)
+    body = head[:-1] + b',"items":[' + items + b"]}"
+    return respond(body)
+
+
+def _row_object(api: API, res: Resource, obj: Any, include: str) -> dict[str, Any]:
+    if include == "None":
+        return {}
+    d = to_wire(api, res, obj) if not isinstance(obj, KubeObject) or res.kind == "Event" else None
+    if include == "Object":
+        return d if d is not None else json.loads(api.cache.encode(obj))
+    meta = _meta(d) if d is not None else obj.metadata.to_dict()
+    return tables.partial_metadata(res, meta)
+
+
+def _table(
+    api: API,
+    res: Resource,
+    objs: list[Any],
+    rv: str,
+    cont: str | None = None,
+    *,
+    params: dict[str, list[str]] | None = None,
+    with_columns: bool = True,
+) -> dict[str, Any]:
+    include = _q(params or {}, "includeObject", "Metadata")
+    now = time.time()
+    rows = []
+    for o in objs:
+        cells = tables.row_cells(res, o, now)
+        rows.append((cells, _row_object(api, res, o, include)))
+    return tables.table(
+        res, rows, resource_version=rv, continue_token=cont, with_columns=with_columns
+    )
+
+
+_PARTIAL = b'"object":{"kind":"PartialObjectMetadata","apiVersion":"meta.k8s.io/v1","metadata":'
+
+
+def _table_bytes(
+    api: API, res: Resource, objs: list[KubeObject], rv: str, cont: str | None
+) -> bytes:
+    """:func:`_table` for stored objects with row metadata, written as bytes from the
+    cached metadata JSON (a LIST of every pod as a Table)."""
+    head = wire.dumps(tables.table(res, [], resource_version=rv, continue_token=cont))
+    now = time.time()
+    rows = [
+        b'{"cells":'
+        + wire.dumps(tables.row_cells(res, o, now))
+        + b","
+        + _PARTIAL
+        + api.cache.encode_metadata(o)
+        + b"}}"
+        for o in objs
+    ]
+    assert head.endswith(b'"rows":[]}')
+    return head[: -len(b"]}")] + b",".join(rows) + b"]}"
+
+
+# --------------------------------------------------------------------------- watch
+
+
+def _watch(
+    api: API, request: Request, res: Resource, namespace: str, params: dict[str, list[str]]
+) -> Response:
+    assert res.store_kind is not None
+    sel, terms, node = _selectors(api, res, params)
+    matches = _matcher(sel, terms)
+    table = _wants_table(request)
+    _q(params, "includeObject", "Metadata")
+    bookmarks = _q(params, "allowWatchBookmarks") in ("true", "1")
+    timeout = float(_q(params, "timeoutSeconds", "0") or 0) or 1800.0
+    rv_text = _q(params, "resourceVersion")
+    sent_columns = [False]
+
+    def encode(w: Watcher, typ: str, obj: Any) -> bytes:
+        if table:
+            t = _table(
+                api,
+                res,
+                [obj],
+                str(getattr(obj, "resource_version", "")),
+                params=params,
+                with_columns=not sent_columns[0],
+            )
+            sent_columns[0] = True
+            return wire.dumps({"type": typ, "object": t}) + b"\n"
+        return b'{"type":"' + typ.encode() + b'","object":' + to_bytes(api, res, obj) + b"}\n"
+
+    w = Watcher(
+        res,
+        namespace if res.namespaced else "",
+        matches,
+        encode,
+        node=node,
+        kinds=(res.store_kind,),
+    )
+    initial: list[bytes] = []
+    store = api.store
+    if rv_text in ("", "0") or not api.fixed:
+        objs = (
+            api.list(res.store_kind, namespace or None)
+            if res.namespaced
+            else api.list(res.store_kind)
+        )
+        for o in objs:
+            if matches(o):
+                w.matched.add(o.key)
+                initial.append(encode(w, "ADDED", o))
+        api.hub.add(w)
+    else:
+        try:
+            since = int(rv_text)
+        except ValueError:
+            raise status.bad_request(f'invalid resource version: "{rv_text}"') from None
+        try:
+            events = store.watch(since, (res.store_kind,)) if since < api.hub.revision else []
+            if since < store.compacted_revision:
+                raise CompactedError("compacted")
+        except CompactedError:
+            err = status.gone(f"too old resource version: {since} ({store.compacted_revision + 1})")
+            line = wire.dumps({"type": "ERROR", "object": err.status()}) + b"\n"
+            return Response(line, media_type=JSON)
+        w.matched = _matched_at(api, res, namespace, since, events, matches)
+        from control.apiserver.http.watch import deliver
+
+        for ev in events:
+            if ev.revision <= api.hub.revision:
+                deliver(w, ev)
+        api.hub.add(w)
+    return _stream(api, w, initial, timeout, bookmarks, res)
+
+
+def _matched_at(
+    api: API,
+    res: Resource,
+    namespace: str,
+    since: int,
+    events: list[WatchEvent],
+    matches: Any,
+) -> set[str]:
+    """The keys that matched the watcher's selectors at revision ``since``: the current
+    matches, with each object changed since then taken as it was at ``since`` (its last
+    change at or before ``since`` in the watch log), so that a change in or out of the
+    selectors is sent as ADDED / DELETED."""
+    assert res.store_kind is not None
+    objs = (
+        api.list(res.store_kind, namespace or None) if res.namespaced else api.list(res.store_kind)
+    )
+    touched: dict[str, WatchEvent] = {}
+    for ev in events:
+        touched.setdefault(ev.object.key, ev)
+    out = {o.key for o in objs if o.key not in touched and matches(o)}
+    if not touched:
+        return out
+    before: dict[str, WatchEvent] = {}
+    for ev in api.store.watch(api.store.compacted_revision, (res.store_kind,)):
+        if ev.revision > since:
+            break
+        if ev.object.key in touched:
+            before[ev.object.key] = ev
+    for key, first in touched.items():
+        prev = before.get(key)
+        if prev is not None:
+            if prev.type != "DELETED" and matches(prev.object):
+                out.add(key)
+        elif first.type != "ADDED" and matches(first.object):
+            out.add(key)  # its earlier states are compacted away: the nearest one
+    return out
+
+
+def _stream(
+    api: API, w: Watcher, initial: list[bytes], timeout: float, bookmarks: bool, res: Resource
+) -> Response:
+    async def body() -> AsyncIterator[bytes]:
+        try:
+            if initial:
+                yield b"".join(initial)
+            deadline = time.monotonic() + timeout
+            while True:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return
+                try:
+                    item = await asyncio.wait_for(w.queue.get(), min(left, BOOKMARK_EVERY))
+                except TimeoutError:
+                    if bookmarks:
+                        bm = {
+                            "kind": res.kind,
+                            "apiVersion": res.api_version,
+                            "metadata": {"resourceVersion": str(api.hub.revision)},
+                        }
+                        yield wire.dumps({"type": "BOOKMARK", "object": bm}) + b"\n"
+                    continue
+                if item is None:
+                    return
+                chunk = [item]
+                while not w.queue.empty():
+                    nxt = w.queue.get_nowait()
+                    if nxt is None:
+                        yield b"".join(chunk)
+                        return
+                    chunk.append(nxt)
+                yield b"".join(chunk)
+        finally:
+            api.hub.remove(w)
+
+    return StreamingResponse(body(), media_type=JSON, headers={"Transfer-Encoding": "chunked"})
+
+
+# --------------------------------------------------------------------------- writes
+
+
+def _decode(raw: bytes, ctype: str) -> Any:
+    from control.apiserver.http.app import decode_body
+
+    return decode_body(raw, ctype)
+
+
+def validate_fields(
+    res: Resource, body: dict[str, Any], params: dict[str, list[str]]
+) -> tuple[dict[str, Any], list[str]]:
+    """fieldValidation: returns (body to use, warnings)."""
+    mode = _q(params, "fieldValidation", "Warn") or "Warn"
+    if mode not in ("Strict", "Warn", "Ignore"):
+        raise status.bad_request(
+            f'fieldValidation must be one of "Ignore", "Warn", or "Strict", got "{mode}"'
+        )
+    if res.kind == "Event" or res.store_kind is None:
+        return body, []
+    pruned, unknown = schema.prune(body)
+    if not unknown:
+        return body, []
+    if mode == "Strict":
+        listed = ", ".join(f'unknown field "{u}"' for u in unknown)
+        raise status.bad_request(
+            f'{res.kind} in version "{res.version}" cannot be handled as a {res.kind}: '
+            f"strict decoding error: {listed}"
+        )
+    if mode == "Warn":
+        return pruned, [f'unknown field "{u}"' for u in unknown]
+    return pruned, []
+
+
+def warn_headers(warnings: list[str]) -> dict[str, str] | None:
+    """``Warning: 299 - "text"`` (RFC 7234 quoted-string, as kube-apiserver sends)."""
+    if not warnings:
+        return None
+
+    def quoted(text: str) -> str:
+        return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+    return {"Warning": ", ".join(f"299 - {quoted(w)}" for w in warnings)}
+
+
+def check_gvk(res: Resource, body: Any) -> None:
+    if not isinstance(body, dict):
+        raise status.bad_request("the object must be a JSON object")
+    api_version = body.get("apiVersion")
+    kind = body.get("kind")
+    if kind and kind != res.kind:
+        raise status.bad_request(
+            f"the object provided is unrecognized (kind {kind} in a {res.name} request)"
+        )
+    if api_version and api_version != res.api_version:
+        raise status.bad_request(
+            f"the API version in the data ({api_version}) does not match the expected API version ({res.api_version})"
+        )
+    body.setdefault("apiVersion", res.api_version)
+    body.setdefault("kind", res.kind)
+
+
+def to_object(res: Resource, body: dict[str, Any]) -> KubeObject:
+    d = wire.event_from_wire(res, body) if res.kind == "Event" else body
+    try:
+        return object_from_dict(d)
+    except ValidationError as e:
+        err = e.errors()[0]
+        loc = ".".join(str(p) for p in err["loc"])
+        name = (_meta(body) or {}).get("name", "")
+        raise status.invalid(res, res.kind, name, loc, f"Invalid value: {err['msg']}") from None
+    except KeyError as e:
+        raise status.bad_request(str(e)) from None
+
+
+def _namespace_must_exist(api: API, res: Resource, namespace: str) -> None:
+    if not res.namespaced or not namespace:
+        return
+    if not api.fixed and namespace in ("default", "kube-system", "svclab-system"):
+        return
+    try:
+        api.get("Namespace", namespace)
+    except NotFoundError:
+        from control.apiserver.http.resources import by_path
+
+        ns_res = by_path("", "v1", "namespaces")
+        assert ns_res is not None
+        raise status.not_found(ns_res, namespace) from None
+
+
+def _component(user: User, params: dict[str, list[str]]) -> str:
+    return _q(params, "fieldManager") or user.name
+
+
+async def _create(
+    api: API,
+    request: Request,
+    res: Resource,
+    namespace: str,
+    user: User,
+    params: dict[str, list[str]],
+    dry: bool,
+) -> Response:
+    body = _decode(await request.body(), request.headers.get("content-type", JSON))
+    check_gvk(res, body)
+    meta = body.setdefault("metadata", {}) if isinstance(body.get("metadata", {}), dict) else None
+    if meta is None:
+        raise status.bad_request("metadata must be an object")
+    if res.namespaced:
+        if meta.get("namespace") and namespace and meta["namespace"] != namespace:
+            raise status.bad_request(
+                "the namespace of the provided object does not match the namespace sent on the request"
+            )
+        if namespace:
+            meta["namespace"] = namespace
+        namespace = meta.get("namespace") or "default"
+        meta["namespace"] = namespace
+    body, warnings = validate_fields(res, body, params)
+    name = meta.get("name") or meta.get("generateName") or ""
+    _namespace_must_exist(api, res, namespace)
+    manager = ssa.manager_for(params, request, "create")
+    body = ssa.record_update(body, None, manager, res.api_version)
+    if res.kind == "Event":  # its place on the timeline, as the Recorder gives it
+        body = {**body, "revision": api.store.revision, "sequence": api.store.revision + 1}
+    obj = to_object(res, body)
+    apiserver = api.apiserver
+    try:
+        stored = apiserver.create(obj, component=_component(user, params), dry_run=dry)
+    except SvclabError as e:
+        raise status.from_svclab(e, res, res.kind, name, creating=True) from None
+    if not dry:
+        _after_write(api, res, stored)
+    return respond(
+        to_bytes(api, res, stored) if not dry else wire.dumps(to_wire(api, res, stored)),
+        201,
+        warn_headers(warnings),
+    )
+
+
+def _after_write(api: API, res: Resource, obj: KubeObject | None) -> None:
+    if res.name == "clusterroles":
+        api.aggregate_roles()
+    api.wrote()
+
+
+async def _update(
+    api: API,
+    request: Request,
+    res: Resource,
+    info: RequestInfo,
+    user: User,
+    params: dict[str, list[str]],
+    dry: bool,
+) -> Response:
+    body = _decode(await request.body(), request.headers.get("content-type", JSON))
+    sub = info.subresource
+    if sub == "scale":
+        current = get_object(api, res, info.namespace, info.name)
+        replicas = ((body or {}).get("spec") or {}).get("replicas")
+        if not isinstance(replicas, int) or isinstance(replicas, bool):
+            raise status.invalid(res, "Scale", info.name, "spec.replicas", "Required value")
+        rv = ((body or {}).get("metadata") or {}).get("resourceVersion")
+        d = current.to_dict()
+        d["spec"]["replicas"] = replicas
+        if rv:
+            d["metadata"]["resourceVersion"] = rv
+        stored = write_update(api, res, info.name, d, user, params, dry, request, current)
+        return respond(_scale_of(res, stored))
+    check_gvk(res, body)
+    meta = body.get("metadata") or {}
+    if meta.get("name") and meta["name"] != info.name:
+        raise status.bad_request(
+            "the name of the object ({}) does not match the name on the URL ({})".format(
+                meta["name"], info.name
+            )
+        )
+    meta["name"] = info.name
+    if res.namespaced:
+        meta["namespace"] = info.namespace
+    body["metadata"] = meta
+    body, warnings = validate_fields(res, body, params)
+    current = get_object(api, res, info.namespace, info.name)
+    stored = write_update(
+        api,
+        res,
+        info.name,
+        body,
+        user,
+        params,
+        dry,
+        request,
+        current,
+        status_only=(sub == "status"),
+    )
+    return respond(
+        to_bytes(api, res, stored) if not dry else wire.dumps(to_wire(api, res, stored)),
+        200,
+        warn_headers(warnings),
+    )
+
+
+def write_update(
+    api: API,
+    res: Resource,
+    name: str,
+    body: dict[str, Any],
+    user: User,
+    params: dict[str, list[str]],
+    dry: bool,
+    request: Request,
+    current: KubeObject,
+    *,
+    status_only: bool = False,
+    operation: str = "update",
+) -> KubeObject:
+    if operation != "apply" and not status_only:
+        manager = ssa.manager_for(params, request, operation)
+        body = ssa.record_update(body, current.to_dict(), manager, res.api_version)
+    obj = to_object(res, body)
+    apiserver = api.apiserver
+    try:
+        if status_only:
+            if dry:
+                stored = current.evolve(status=obj.status)  # type: ignore[attr-defined]
+            else:
+                stored = apiserver.update_status(obj, component=_component(user, params))
+        else:
+            stored = apiserver.update(obj, component=_component(user, params), dry_run=dry)
+    except SvclabError as e:
+        raise status.from_svclab(e, res, res.kind, name) from None
+    if not dry:
+        _after_write(api, res, stored)
+    return stored
+
+
+async def _patch(
+    api: API,
+    request: Request,
+    res: Resource,
+    info: RequestInfo,
+    user: User,
+    params: dict[str, list[str]],
+    dry: bool,
+) -> Response:
+    ctype = request.headers.get("content-type", "").split(";")[0].strip()
+    raw = await request.body()
+    body = _decode(raw, "yaml" if ctype == patches.APPLY_YAML else JSON)
+    sub = info.subresource
+    if ctype == patches.APPLY_YAML:
+        if sub:
+            raise status.method_not_allowed("server-side apply of a subresource is not supported")
+        return await ssa.apply(api, request, res, info, user, params, dry, body)
+    for _attempt in range(5):
+        try:
+            current = get_object(api, res, info.namespace, info.name)
+        except APIError:
+            raise
+        cur = _scale_of(res, current) if sub == "scale" else current.to_dict()
+        try:
+            if ctype == patches.JSON_PATCH:
+                new = patches.json_patch(cur, body)
+            elif ctype == patches.MERGE_PATCH:
+                new = patches.merge_patch(cur, body)
+            elif ctype == patches.STRATEGIC:
+                if res.group == "svclab.dev":
+                    raise status.APIError(
+                        415,
+                        "UnsupportedMediaType",
+                        "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml",
+                    )
+                new = patches.strategic_merge(cur, body, res.kind)
+            else:
+                raise APIError(
+                    415,
+                    "UnsupportedMediaType",
+                    "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml, application/strategic-merge-patch+json",
+                )
+        except patches.PatchError as e:
+            raise APIError(422, "Invalid", str(e), {}) from None
+        if not isinstance(new, dict):
+            raise status.bad_request("the patch produced something that is not an object")
+        if sub == "scale":
+            d = current.to_dict()
+            d["spec"]["replicas"] = (new.get("spec") or {}).get("replicas")
+            d["metadata"]["resourceVersion"] = current.metadata.resource_version
+            try:
+                stored = write_update(api, res, info.name, d, user, params, dry, request, current)
+            except APIError as e:
+                if e.reason == "Conflict":
+                    continue
+                raise
+            return respond(_scale_of(res, stored))
+        patched_rv = _meta(body).get("resourceVersion") if isinstance(body, dict) else None
+        meta = new.setdefault("metadata", {})
+        meta["name"] = info.name
+        if res.namespaced:
+            meta["namespace"] = info.namespace
+        if not patched_rv:
+            meta["resourceVersion"] = current.metadata.resource_version
+        if ctype in (patches.MERGE_PATCH, patches.STRATEGIC) and isinstance(body, dict):
+            # the stored object was validated: only what the patch brings can be unknown
+            # (the whole result is pruned only when it does)
+            probe = {
+                **patches.strip_directives(body),
+                "apiVersion": res.api_version,
+                "kind": res.kind,
+            }
+            warnings: list[str] = []
+            if validate_fields(res, probe, params)[1]:
+                new, warnings = validate_fields(res, new, params)
+        else:
+            new, warnings = validate_fields(res, new, params)
+        try:
+            stored = write_update(
+                api,
+                res,
+                info.name,
+                new,
+                user,
+                params,
+                dry,
+                request,
+                current,
+                status_only=(sub == "status"),
+                operation="patch",
+            )
+        except APIError as e:
+            if e.reason == "Conflict" and not patched_rv:
+                continue
+            raise
+        return respond(
+            to_bytes(api, res, stored) if not dry else wire.dumps(to_wire(api, res, stored)),
+            200,
+            warn_headers(warnings),
+        )
+    raise status.conflict(res, info.name, status.STALE)
+
+
+def _scale_of(res: Resource, obj: KubeObject) -> dict[str, Any]:
+    spec = obj.spec  # type: ignore[attr-defined]
+    st = obj.status  # type: ignore[attr-defined]
+    sel = spec.selector
+    text = ",".join(f"{k}={v}" for k, v in sorted(sel.match_labels.items()))
+    return {
+        "kind": "Scale",
+        "apiVersion": "autoscaling/v1",
+        "metadata": {
+            "name": obj.name,
+            "namespace": obj.namespace,
+            "uid": obj.metadata.uid,
+            "resourceVersion": obj.metadata.resource_version,
+            "creationTimestamp": obj.metadata.creation_timestamp,
+        },
+        "spec": {"replicas": spec.replicas if spec.replicas is not None else 1},
+        "status": {"replicas": st.replicas or 0, "selector": text},
+    }
+
+
+async def _bind(
+    api: API, request: Request, res: Resource, info: RequestInfo, user: User, dry: bool
+) -> Response:
+    body = _decode(await request.body(), request.headers.get("content-type", JSON))
+    target = (body or {}).get("target") or {}
+    node = target.get("name")
+    if not node:
+        raise status.invalid(res, "Binding", info.name, "target.name", "Required value")
+    current = get_object(api, res, info.namespace, info.name)
+    assert isinstance(current, Pod)
+    if current.spec.node_name:
+        raise status.conflict(
+            res,
+            info.name,
+            f'pod {info.name} is already assigned to node "{current.spec.node_name}"',
+        )
+    bound = current.evolve(spec=current.spec.evolve(node_name=node))
+    try:
+        if not dry:
+            api.apiserver.update(bound, component=user.name)
+    except SvclabError as e:
+        raise status.from_svclab(e, res, "Pod", info.name) from None
+    if not dry:
+        api.wrote()
+    return respond(status.success(), 201)
+
+
+# --------------------------------------------------------------------------- delete
+
+
+def _dependents(api: API, owner: KubeObject) -> list[KubeObject]:
+    out = []
+    uid = owner.metadata.uid
+    for kind in ("ReplicaSet", "Pod", "EndpointSlice"):
+        for o in api.list(kind, owner.namespace or None):
+            if any(r.uid == uid for r in o.metadata.owner_references):
+                out.append(o)
+    return out
+
+
+def _delete_one(
+    api: API, res: Resource, obj: KubeObject, user: User, options: dict[str, Any], dry: bool
+) -> KubeObject | None:
+    """Delete ``obj`` with ``options`` (DeleteOptions); returns the object if it still
+    exists (marked for graceful deletion), else None."""
+    pre = options.get("preconditions") or {}
+    if pre.get("resourceVersion") and pre["resourceVersion"] != obj.metadata.resource_version:
+        raise status.conflict(
+            res,
+            obj.name,
+            f"the ResourceVersion in the precondition ({pre['resourceVersion']}) does not match the ResourceVersion in record ({obj.metadata.resource_version}). The object might have been modified",
+        )
+    if pre.get("uid") and pre["uid"] != obj.metadata.uid:
+        raise status.conflict(
+            res,
+            obj.name,
+            f"the UID in the precondition ({pre['uid']}) does not match the UID in record ({obj.metadata.uid}). The object might have been deleted and then recreated",
+        )
+    if dry:
+        return obj
+    policy = options.get("propagationPolicy")
+    if options.get("orphanDependents") is True:
+        policy = "Orphan"
+    apiserver = api.apiserver
+    comp = user.name
+    if policy == "Orphan":
+        for dep in _dependents(api, obj):
+            refs = [r for r in dep.metadata.owner_references if r.uid != obj.metadata.uid]
+            apiserver.update(
+                dep.with_meta(owner_references=refs, resource_version=None),
+                component="garbage-collector",
+            )
+    elif policy == "Foreground":
+        for dep in _dependents(api, obj):
+            dep_res = _resource_of(dep)
+            with contextlib.suppress(APIError):
+                _delete_one(api, dep_res, dep, user, {"propagationPolicy": "Foreground"}, False)
+    force = options.get("gracePeriodSeconds") == 0
+    try:
+        last = apiserver.delete(obj.kind, obj.key, component=comp, force=force)
+    except SvclabError as e:
+        raise status.from_svclab(e, res, res.kind, obj.name) from None
+    api.cache.forget(obj.kind, obj.key)
+    _after_write(api, res, None)
+    try:
+        return api.get(obj.kind, obj.key) and last
+    except NotFoundError:
+        return None
+
+
+def _resource_of(obj: KubeObject) -> Resource:
+    from control.apiserver.http.resources import for_kind
+
+    r = for_kind(obj.api_version, obj.kind)
+    assert r is not None
+    return r
+
+
+async def _delete_options(request: Request, params: dict[str, list[str]]) -> dict[str, Any]:
+    raw = await request.body()
+    opts: dict[str, Any] = {}
+    if raw:
+        body = _decode(raw, JSON)
+        if isinstance(body, dict):
+            opts.update(body)
+    if _q(params, "propagationPolicy"):
+        opts["propagationPolicy"] = _q(params, "propagationPolicy")
+    if _q(params, "gracePeriodSeconds"):
+        opts["gracePeriodSeconds"] = int(_q(params, "gracePeriodSeconds"))
+    if "propagationPolicy" in opts and opts["propagationPolicy"] not in (
+        "Orphan",
+        "Foreground",
+        "Background",
+    ):
+        raise status.invalid(
+            _DELETE_OPTIONS,
+            "DeleteOptions",
+            "",
+            "propagationPolicy",
+            f'Unsupported value: "{opts["propagationPolicy"]}": supported values: "Foreground", "Background", "Orphan", "nil"',
+        )
+    return opts
+
+
+_DELETE_OPTIONS = Resource("deleteoptions", "deleteoptions", "DeleteOptions", "", "v1", False)
+
+
+async def _delete(
+    api: API,
+    request: Request,
+    res: Resource,
+    info: RequestInfo,
+    user: User,
+    params: dict[str, list[str]],
+    dry: bool,
+) -> Response:
+    opts = await _delete_options(request, params)
+    if "All" in (opts.get("dryRun") or []):
+        dry = True
+    obj = get_object(api, res, info.namespace, info.name)
+    left = _delete_one(api, res, obj, user, opts, dry)
+    if left is not None and not dry and res.kind in ("Pod", "Namespace"):
+        return respond(to_bytes(api, res, left), 200)
+    if res.kind == "Service":  # its registry returns the deleted object (ReturnDeletedObject)
+        return respond(
+            to_wire(
+                api, res, obj if dry else obj.with_meta(resource_version=str(api.store.revision))
+            ),
+            200,
+        )
+    details = {"name": obj.name, "kind": res.name, "uid": obj.metadata.uid}
+    if res.group:
+        details["group"] = res.group
+    return respond(status.success(details), 200)
+
+
+async def _delete_collection(
+    api: API,
+    request: Request,
+    res: Resource,
+    namespace: str,
+    user: User,
+    params: dict[str, list[str]],
+    dry: bool,
+) -> Response:
+    assert res.store_kind is not None
+    opts = await _delete_options(request, params)
+    objs = (
+        api.list(res.store_kind, namespace or None) if res.namespaced else api.list(res.store_kind)
+    )
+    sel, terms, _ = _selectors(api, res, params)
+    m = _matcher(sel, terms)
+    gone = []
+    for o in objs:
+        if m(o):
+            _delete_one(api, res, o, user, opts, dry)
+            gone.append(o)
+    head = wire.dumps(
+        {
+            "kind": _list_kind(res),
+            "apiVersion": res.api_version,
+            "metadata": {"resourceVersion": str(api.store.revision)},
+        }
+    )
+    return respond(
+        head[:-1] + b',"items":[' + b",".join(to_bytes(api, res, o) for o in gone) + b"]}"
+    )
+
+
+# --------------------------------------------------------------------------- computed resources
+
+
+def _endpoints_of(api: API, namespace: str, name: str) -> dict[str, Any] | None:
+    try:
+        svc = api.get("Service", f"{namespace}/{name}")
+    except NotFoundError:
+        return None
+    assert isinstance(svc, Service)
+    slices = [
+        s
+        for s in api.list("EndpointSlice", namespace)
+        if isinstance(s, EndpointSlice) and s.labels.get(wire.SERVICE_NAME) == name
+    ]
+    return wire.endpoints_for(svc, slices)
+
+
+def _endpoints(
+    api: API, request: Request, info: RequestInfo, params: dict[str, list[str]]
+) -> Response:
+    res = info.resource
+    assert res is not None
+    table = _wants_table(request)
+    if info.verb == "get":
+        ep = _endpoints_of(api, info.namespace, info.name) if api.fixed else None
+        if ep is None:
+            raise status.not_found(res, info.name)
+        return respond(_table(api, res, [ep], ep["metadata"]["resourceVersion"]) if table else ep)
+    sel, terms, _ = _selectors(
+        api, Resource("endpoints", "endpoints", "Service", "", "v1", True), params
+    )
+    m = _matcher(sel, terms)
+    svcs = [s for s in api.list("Service", info.namespace or None) if m(s)]
+    eps = [e for s in svcs if (e := _endpoints_of(api, s.namespace, s.name)) is not None]
+    rv = str(api.store.revision if api.fixed else 0)
+    if info.verb == "list":
+        if table:
+            return respond(_table(api, res, eps, rv, params=params))
+        return respond(
+            {
+                "kind": "EndpointsList",
+                "apiVersion": "v1",
+                "metadata": {"resourceVersion": rv},
+                "items": eps,
+            }
+        )
+    # watch: Service and EndpointSlice changes, as Endpoints
+    sent_columns = [False]
+
+    def encode(w: Watcher, typ: str, obj: Any) -> bytes:
+        if typ == "DELETED" and isinstance(obj, str):
+            ns, _, nm = obj.partition("/")
+            obj = {
+                "apiVersion": "v1",
+                "kind": "Endpoints",
+                "metadata": {"name": nm, "namespace": ns, "resourceVersion": str(api.hub.revision)},
+            }
+        if table:
+            t = _table(
+                api,
+                res,
+                [obj],
+                obj["metadata"]["resourceVersion"],
+                params=params,
+                with_columns=not sent_columns[0],
+            )
+            sent_columns[0] = True
+            return wire.dumps({"type": typ, "object": t}) + b"\n"
+        return wire.dumps({"type": typ, "object": obj}) + b"\n"
+
+    def view(ev: WatchEvent) -> tuple[str, Any] | None:
+        o = ev.object
+        if info.namespace and o.namespace != info.namespace:
+            return None
+        name = o.name if isinstance(o, Service) else o.labels.get(wire.SERVICE_NAME)
+        if not name:
+            return None
+        key = f"{o.namespace}/{name}"
+        ep = _endpoints_of(api, o.namespace, name)
+        if ep is not None:
+            try:
+                svc = api.get("Service", key)
+            except NotFoundError:
+                return key, None
+            if not m(svc):
+                return key, None
+        return key, ep
+
+    w = Watcher(res, "", lambda o: True, encode, kinds=("Service", "EndpointSlice"), view=view)
+    initial = []
+    if _q(params, "resourceVersion") in ("", "0"):
+        for e in eps:
+            w.matched.add(f"{e['metadata']['namespace']}/{e['metadata']['name']}")
+            initial.append(encode(w, "ADDED", e))
+    else:
+        for e in eps:
+            w.matched.add(f"{e['metadata']['namespace']}/{e['metadata']['name']}")
+    api.hub.add(w)
+    timeout = float(_q(params, "timeoutSeconds", "0") or 0) or 1800.0
+    return _stream(
+        api, w, initial, timeout, _q(params, "allowWatchBookmarks") in ("true", "1"), res
+    )
+
+
+def _cluster_doc(api: API) -> dict[str, Any] | None:
+    if not api.fixed:
+        return None
+    d = api.session.cluster.to_dict()
+    meta = dict(d.get("metadata") or {})
+    meta.setdefault("name", "svclab")
+    meta["resourceVersion"] = "1"
+    meta.setdefault("uid", "00000000-0000-0000-0000-000000000001")
+    try:
+        st = (api.state_dir / "cluster.yaml").stat()
+        meta.setdefault(
+            "creationTimestamp", time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(st.st_mtime))
+        )
+    except OSError:
+        pass
+    d["metadata"] = meta
+    return d
+
+
+def _proxy_doc(api: API) -> dict[str, Any] | None:
+    pc = api.session.proxy_config
+    if pc is None or not api.fixed:
+        return None
+    d = pc.model_dump(by_alias=True, exclude_defaults=True, mode="json")
+    return {
+        "apiVersion": "svclab.dev/v1alpha1",
+        "kind": "KubeProxyConfiguration",
+        "metadata": {"name": "kube-proxy", "resourceVersion": "1"},
+        **{k: v for k, v in d.items() if k not in ("apiVersion", "kind")},
+    }
+
+
+async def _svclab_docs(
+    api: API, request: Request, info: RequestInfo, params: dict[str, list[str]]
+) -> Response:
+    res = info.resource
+    assert res is not None
+    doc = _cluster_doc(api) if res.kind == "Cluster" else _proxy_doc(api)
+    table = _wants_table(request)
+    if info.verb == "get":
+        if doc is None or doc["metadata"]["name"] != info.name:
+            raise status.not_found(res, info.name)
+        return respond(_table(api, res, [doc], "1") if table else doc)
+    if info.verb == "list":
+        items = [doc] if doc is not None else []
+        if table:
+            return respond(_table(api, res, items, "1", params=params))
+        return respond(
+            {
+                "kind": res.kind + "List",
+                "apiVersion": res.api_version,
+                "metadata": {"resourceVersion": "1"},
+                "items": items,
+            }
+        )
+    if res.kind != "Cluster":
+        raise status.method_not_allowed()
+    body = _decode(await request.body(), request.headers.get("content-type", JSON))
+    if info.verb == "create":
+        if not isinstance(body, dict):
+            raise status.bad_request("the object must be a JSON object")
+        name = (body.get("metadata") or {}).get("name", "")
+        meta = {
+            k: v
+            for k, v in (body.get("metadata") or {}).items()
+            if k in ("name", "labels", "annotations")
+        }
+        try:
+            cluster = cluster_from_dict({**body, "metadata": meta})
+        except InputError as e:
+            raise status.invalid(res, "Cluster", name, e.field, e.reason) from None
+        if doc is not None:
+            if doc["metadata"]["name"] == name:
+                raise status.already_exists(res, name)
+            raise status.invalid(
+                res,
+                "Cluster",
+                name,
+                "metadata.name",
+                f"Forbidden: this state already holds Cluster {doc['metadata']['name']!r}; the address plan cannot change",
+            )
+        if _q(params, "dryRun") != "All":
+            api.fix_cluster(cluster)
+            api.wrote()
+        return respond(_cluster_doc(api) or cluster.to_dict(), 201)
+    # update / patch: only metadata may change
+    if doc is None or doc["metadata"]["name"] != info.name:
+        raise status.not_found(res, info.name)
+    ctype = request.headers.get("content-type", "").split(";")[0].strip()
+    if info.verb == "patch":
+        if ctype == patches.JSON_PATCH:
+            new = patches.json_patch(doc, body)
+        else:
+            new = patches.merge_patch(doc, body)
+    else:
+        new = body
+    meta = {
+        k: v
+        for k, v in (new.get("metadata") or {}).items()
+        if k in ("name", "labels", "annotations")
+    }
+    try:
+        cluster = cluster_from_dict({**new, "metadata": meta})
+    except InputError as e:
+        raise status.invalid(res, "Cluster", info.name, e.field, e.reason) from None
+    if cluster.spec != api.session.cluster.spec:
+        raise status.invalid(
+            res,
+            "Cluster",
+            info.name,
+            "spec",
+            "Forbidden: the address plan cannot change (use a new state directory)",
+        )
+    if _q(params, "dryRun") != "All" and cluster != api.session.cluster:
+        import yaml
+
+        (api.state_dir / "cluster.yaml").write_text(
+            yaml.safe_dump(cluster.to_dict(), sort_keys=False)
+        )
+        api.session.cluster = cluster
+    return respond(_cluster_doc(api) or {}, 200)
+
+
+async def _access_review(api: API, request: Request, res: Resource, user: User) -> Response:
+    from control.apiserver.http import nodeauthz
+    from control.apiserver.http.rbac import Attributes, rule_allows
+
+    body = _decode(await request.body(), request.headers.get("content-type", JSON))
+    if not isinstance(body, dict):
+        raise status.bad_request("the object must be a JSON object")
+    spec = body.get("spec") or {}
+    out = dict(body)
+    out.setdefault("apiVersion", res.api_version)
+    out.setdefault("kind", res.kind)
+    out.setdefault("metadata", {})
+    if res.name == "selfsubjectreviews":
+        info: dict[str, Any] = {"username": user.name, "groups": list(user.groups)}
+        if user.uid:
+            info["uid"] = user.uid
+        out["status"] = {"userInfo": info}
+        return respond(out, 201)
+    if res.name == "selfsubjectrulesreviews":
+        ns = spec.get("namespace", "")
+        rules = api.rbac.rules_for(user, ns) if "system:masters" not in user.groups else None
+        if rules is None:
+            rr = [{"verbs": ["*"], "apiGroups": ["*"], "resources": ["*"]}]
+            nr = [{"verbs": ["*"], "nonResourceURLs": ["*"]}]
+        else:
+            rr = [
+                {
+                    "verbs": r.verbs,
+                    "apiGroups": r.api_groups,
+                    "resources": r.resources,
+                    **({"resourceNames": r.resource_names} if r.resource_names else {}),
+                }
+                for r in rules
+                if r.resources
+            ]
+            nr = [
+                {"verbs": r.verbs, "nonResourceURLs": r.non_resource_ur_ls}
+                for r in rules
+                if r.non_resource_ur_ls
+            ]
+        out["status"] = {"resourceRules": rr, "nonResourceRules": nr, "incomplete": False}
+        return respond(out, 201)
+    ra = spec.get("resourceAttributes")
+    na = spec.get("nonResourceAttributes")
+    if ra:
+        a = Attributes(
+            user,
+            ra.get("verb", ""),
+            ra.get("group", ""),
+            ra.get("resource", ""),
+            ra.get("subresource", ""),
+            ra.get("namespace", ""),
+            ra.get("name", ""),
+        )
+    elif na:
+        a = Attributes(user, na.get("verb", ""), path=na.get("path", ""), resource_request=False)
+    else:
+        raise status.invalid(
+            res,
+            res.kind,
+            "",
+            "spec.resourceAttributes",
+            "Required value: exactly one of nonResourceAttributes or resourceAttributes must be specified",
+        )
+    allowed = api.rbac.allowed(a) or bool(nodeauthz.allowed(a, field_selector={}, pod_node=None))
+    st: dict[str, Any] = {"allowed": allowed}
+    if allowed and "system:masters" not in user.groups:
+        st["reason"] = "RBAC: allowed"
+    _ = rule_allows
+    out["status"] = st
+    return respond(out, 201)
+
+
+__all__ = ["handle"]

@@ -1,0 +1,314 @@
+"""Request bodies in Kubernetes' protobuf encoding (``application/vnd.kubernetes.protobuf``),
+which kubectl's typed clients send (``auth can-i``, ``create rolebinding``,
+``create namespace``, ...).
+
+The envelope is ``k8s\\x00`` followed by a ``runtime.Unknown`` message (typeMeta,
+raw, contentEncoding, contentType); ``raw`` is the object's own message. The messages
+are described here as data (field name, number, type, as in Kubernetes'
+``generated.proto``) and decoded by the ``protobuf`` library from descriptors built at
+run time; only the fields svclab reads are described, the library skips the others.
+Kinds not described here are refused with 415 by the caller.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+from google.protobuf.json_format import MessageToDict
+
+MAGIC = b"k8s\x00"
+_PKG = "svclab.k8s"
+
+_T = descriptor_pb2.FieldDescriptorProto
+STR, BOOL, I64, I32, BYTES, MSG = (
+    _T.TYPE_STRING,
+    _T.TYPE_BOOL,
+    _T.TYPE_INT64,
+    _T.TYPE_INT32,
+    _T.TYPE_BYTES,
+    _T.TYPE_MESSAGE,
+)
+
+# message -> [(json name, number, type, repeated, message type or None)]
+Field = tuple[str, int, int, bool, str | None]
+MESSAGES: dict[str, list[Field]] = {
+    "TypeMeta": [("apiVersion", 1, STR, False, None), ("kind", 2, STR, False, None)],
+    "Unknown": [
+        ("typeMeta", 1, MSG, False, "TypeMeta"),
+        ("raw", 2, BYTES, False, None),
+        ("contentEncoding", 3, STR, False, None),
+        ("contentType", 4, STR, False, None),
+    ],
+    "OwnerReference": [
+        ("kind", 1, STR, False, None),
+        ("name", 3, STR, False, None),
+        ("uid", 4, STR, False, None),
+        ("apiVersion", 5, STR, False, None),
+        ("controller", 6, BOOL, False, None),
+        ("blockOwnerDeletion", 7, BOOL, False, None),
+    ],
+    "ObjectMeta": [
+        ("name", 1, STR, False, None),
+        ("generateName", 2, STR, False, None),
+        ("namespace", 3, STR, False, None),
+        ("uid", 5, STR, False, None),
+        ("resourceVersion", 6, STR, False, None),
+        ("labels", 11, MSG, True, "ObjectMeta.LabelsEntry"),
+        ("annotations", 12, MSG, True, "ObjectMeta.AnnotationsEntry"),
+        ("ownerReferences", 13, MSG, True, "OwnerReference"),
+        ("finalizers", 14, STR, True, None),
+    ],
+    "LabelSelectorRequirement": [
+        ("key", 1, STR, False, None),
+        ("operator", 2, STR, False, None),
+        ("values", 3, STR, True, None),
+    ],
+    "LabelSelector": [
+        ("matchLabels", 1, MSG, True, "LabelSelector.MatchLabelsEntry"),
+        ("matchExpressions", 2, MSG, True, "LabelSelectorRequirement"),
+    ],
+    "PolicyRule": [
+        ("verbs", 1, STR, True, None),
+        ("apiGroups", 2, STR, True, None),
+        ("resources", 3, STR, True, None),
+        ("resourceNames", 4, STR, True, None),
+        ("nonResourceURLs", 5, STR, True, None),
+    ],
+    "AggregationRule": [("clusterRoleSelectors", 1, MSG, True, "LabelSelector")],
+    "Subject": [
+        ("kind", 1, STR, False, None),
+        ("apiGroup", 2, STR, False, None),
+        ("name", 3, STR, False, None),
+        ("namespace", 4, STR, False, None),
+    ],
+    "RoleRef": [
+        ("apiGroup", 1, STR, False, None),
+        ("kind", 2, STR, False, None),
+        ("name", 3, STR, False, None),
+    ],
+    "Role": [("metadata", 1, MSG, False, "ObjectMeta"), ("rules", 2, MSG, True, "PolicyRule")],
+    "ClusterRole": [
+        ("metadata", 1, MSG, False, "ObjectMeta"),
+        ("rules", 2, MSG, True, "PolicyRule"),
+        ("aggregationRule", 3, MSG, False, "AggregationRule"),
+    ],
+    "RoleBinding": [
+        ("metadata", 1, MSG, False, "ObjectMeta"),
+        ("subjects", 2, MSG, True, "Subject"),
+        ("roleRef", 3, MSG, False, "RoleRef"),
+    ],
+    "ResourceAttributes": [
+        ("namespace", 1, STR, False, None),
+        ("verb", 2, STR, False, None),
+        ("group", 3, STR, False, None),
+        ("version", 4, STR, False, None),
+        ("resource", 5, STR, False, None),
+        ("subresource", 6, STR, False, None),
+        ("name", 7, STR, False, None),
+    ],
+    "NonResourceAttributes": [("path", 1, STR, False, None), ("verb", 2, STR, False, None)],
+    "SelfSubjectAccessReviewSpec": [
+        ("resourceAttributes", 1, MSG, False, "ResourceAttributes"),
+        ("nonResourceAttributes", 2, MSG, False, "NonResourceAttributes"),
+    ],
+    "SelfSubjectAccessReview": [
+        ("metadata", 1, MSG, False, "ObjectMeta"),
+        ("spec", 2, MSG, False, "SelfSubjectAccessReviewSpec"),
+    ],
+    "SelfSubjectRulesReviewSpec": [("namespace", 1, STR, False, None)],
+    "SelfSubjectRulesReview": [
+        ("metadata", 1, MSG, False, "ObjectMeta"),
+        ("spec", 2, MSG, False, "SelfSubjectRulesReviewSpec"),
+    ],
+    "SelfSubjectReview": [("metadata", 1, MSG, False, "ObjectMeta")],
+    # apps/v1 Deployment and core/v1 Service: the fields ``kubectl create`` sets
+    "Quantity": [("string", 1, STR, False, None)],
+    "IntOrString": [
+        ("type", 1, I64, False, None),
+        ("intVal", 2, I32, False, None),
+        ("strVal", 3, STR, False, None),
+    ],
+    "ContainerPort": [
+        ("name", 1, STR, False, None),
+        ("hostPort", 2, I32, False, None),
+        ("containerPort", 3, I32, False, None),
+        ("protocol", 4, STR, False, None),
+    ],
+    "EnvVar": [("name", 1, STR, False, None), ("value", 2, STR, False, None)],
+    "ResourceRequirements": [
+        ("limits", 1, MSG, True, "ResourceRequirements.LimitsEntry"),
+        ("requests", 2, MSG, True, "ResourceRequirements.RequestsEntry"),
+    ],
+    "Container": [
+        ("name", 1, STR, False, None),
+        ("image", 2, STR, False, None),
+        ("command", 3, STR, True, None),
+        ("args", 4, STR, True, None),
+        ("ports", 6, MSG, True, "ContainerPort"),
+        ("env", 7, MSG, True, "EnvVar"),
+        ("resources", 8, MSG, False, "ResourceRequirements"),
+        ("imagePullPolicy", 14, STR, False, None),
+    ],
+    "PodSpec": [
+        ("containers", 2, MSG, True, "Container"),
+        ("restartPolicy", 3, STR, False, None),
+        ("nodeSelector", 7, MSG, True, "PodSpec.NodeSelectorEntry"),
+        ("nodeName", 10, STR, False, None),
+        ("hostNetwork", 11, BOOL, False, None),
+        ("schedulerName", 19, STR, False, None),
+    ],
+    "PodTemplateSpec": [
+        ("metadata", 1, MSG, False, "ObjectMeta"),
+        ("spec", 2, MSG, False, "PodSpec"),
+    ],
+    "RollingUpdateDeployment": [
+        ("maxUnavailable", 1, MSG, False, "IntOrString"),
+        ("maxSurge", 2, MSG, False, "IntOrString"),
+    ],
+    "DeploymentStrategy": [
+        ("type", 1, STR, False, None),
+        ("rollingUpdate", 2, MSG, False, "RollingUpdateDeployment"),
+    ],
+    "DeploymentSpec": [
+        ("replicas", 1, I32, False, None),
+        ("selector", 2, MSG, False, "LabelSelector"),
+        ("template", 3, MSG, False, "PodTemplateSpec"),
+        ("strategy", 4, MSG, False, "DeploymentStrategy"),
+        ("minReadySeconds", 5, I32, False, None),
+        ("revisionHistoryLimit", 6, I32, False, None),
+        ("progressDeadlineSeconds", 9, I32, False, None),
+    ],
+    "Deployment": [
+        ("metadata", 1, MSG, False, "ObjectMeta"),
+        ("spec", 2, MSG, False, "DeploymentSpec"),
+    ],
+    "ServicePort": [
+        ("name", 1, STR, False, None),
+        ("protocol", 2, STR, False, None),
+        ("port", 3, I32, False, None),
+        ("targetPort", 4, MSG, False, "IntOrString"),
+        ("nodePort", 5, I32, False, None),
+        ("appProtocol", 6, STR, False, None),
+    ],
+    "ServiceSpec": [
+        ("ports", 1, MSG, True, "ServicePort"),
+        ("selector", 2, MSG, True, "ServiceSpec.SelectorEntry"),
+        ("clusterIP", 3, STR, False, None),
+        ("type", 4, STR, False, None),
+        ("externalIPs", 5, STR, True, None),
+        ("sessionAffinity", 7, STR, False, None),
+        ("externalName", 10, STR, False, None),
+    ],
+    "Service": [("metadata", 1, MSG, False, "ObjectMeta"), ("spec", 2, MSG, False, "ServiceSpec")],
+    "NamespaceSpec": [("finalizers", 1, STR, True, None)],
+    "Namespace": [
+        ("metadata", 1, MSG, False, "ObjectMeta"),
+        ("spec", 2, MSG, False, "NamespaceSpec"),
+    ],
+}
+#: map fields: message -> entry names (string -> string)
+_MAPS: dict[str, tuple[tuple[str, str | None], ...]] = {
+    "ObjectMeta": (("LabelsEntry", None), ("AnnotationsEntry", None)),
+    "LabelSelector": (("MatchLabelsEntry", None),),
+    "ResourceRequirements": (("LimitsEntry", "Quantity"), ("RequestsEntry", "Quantity")),
+    "PodSpec": (("NodeSelectorEntry", None),),
+    "ServiceSpec": (("SelectorEntry", None),),
+}
+#: kind -> message
+KINDS = {
+    "Role": "Role",
+    "ClusterRole": "ClusterRole",
+    "RoleBinding": "RoleBinding",
+    "ClusterRoleBinding": "RoleBinding",
+    "SelfSubjectAccessReview": "SelfSubjectAccessReview",
+    "SelfSubjectRulesReview": "SelfSubjectRulesReview",
+    "Namespace": "Namespace",
+    "SelfSubjectReview": "SelfSubjectReview",
+    "Deployment": "Deployment",
+    "Service": "Service",
+}
+
+
+class ProtobufError(ValueError):
+    """Not a Kubernetes protobuf body, or a kind svclab does not decode."""
+
+
+@functools.cache
+def _classes() -> dict[str, Any]:
+    fd = descriptor_pb2.FileDescriptorProto(name="svclab_k8s.proto", package=_PKG, syntax="proto2")
+    for name, fields in MESSAGES.items():
+        m = fd.message_type.add(name=name)
+        for entry, value_msg in _MAPS.get(name, ()):
+            e = m.nested_type.add(name=entry)
+            e.options.map_entry = True
+            e.field.add(name="key", number=1, type=STR, label=_T.LABEL_OPTIONAL)
+            v = e.field.add(name="value", number=2, type=STR, label=_T.LABEL_OPTIONAL)
+            if value_msg is not None:
+                v.type = MSG
+                v.type_name = f".{_PKG}.{value_msg}"
+        for jname, number, typ, repeated, ref in fields:
+            f = m.field.add(
+                name=jname,
+                json_name=jname,
+                number=number,
+                type=typ,
+                label=_T.LABEL_REPEATED if repeated else _T.LABEL_OPTIONAL,
+            )
+            if ref is not None:
+                f.type_name = f".{_PKG}.{ref}"
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(fd)
+    return {
+        n: message_factory.GetMessageClass(pool.FindMessageTypeByName(f"{_PKG}.{n}"))
+        for n in MESSAGES
+    }
+
+
+def decode(body: bytes) -> dict[str, Any]:
+    """The object of a Kubernetes protobuf body, as its JSON dict."""
+    if not body.startswith(MAGIC):
+        raise ProtobufError("missing the k8s protobuf envelope")
+    classes = _classes()
+    unknown = classes["Unknown"]()
+    try:
+        unknown.ParseFromString(body[len(MAGIC) :])
+    except Exception as e:
+        raise ProtobufError(f"malformed protobuf envelope: {e}") from None
+    api_version, kind = unknown.typeMeta.apiVersion, unknown.typeMeta.kind
+    msg_name = KINDS.get(kind)
+    if msg_name is None:
+        raise ProtobufError(f"protobuf bodies of kind {kind!r} are not supported; send JSON")
+    msg = classes[msg_name]()
+    try:
+        msg.ParseFromString(unknown.raw)
+    except Exception as e:
+        raise ProtobufError(f"malformed {kind}: {e}") from None
+    out: dict[str, Any] = {"apiVersion": api_version, "kind": kind}
+    out.update(_drop_empty(MessageToDict(msg, preserving_proto_field_name=True)))
+    return out
+
+
+_INT_OR_STRING = frozenset({"targetPort", "maxUnavailable", "maxSurge"})
+_QUANTITIES = frozenset({"limits", "requests"})
+#: optional (pointer) fields whose zero is a value, not "unset"
+_POINTERS = frozenset({"replicas", "revisionHistoryLimit", "progressDeadlineSeconds"})
+
+
+def _drop_empty(v: Any, key: str = "") -> Any:
+    """Kubernetes' protobuf writes unset strings as "": they mean unset. Quantities
+    (``{"string": "100m"}``) and int-or-strings become their JSON values."""
+    if isinstance(v, dict):
+        if key in _INT_OR_STRING:
+            return v.get("strVal", "") if str(v.get("type", "0")) == "1" else v.get("intVal", 0)
+        if key in _QUANTITIES:
+            return {k: q.get("string", "") if isinstance(q, dict) else q for k, q in v.items()}
+        return {
+            k: _drop_empty(x, k)
+            for k, x in v.items()
+            if not (x in ("", [], {}) or ((x is False or x == 0) and k not in _POINTERS))
+        }
+    if isinstance(v, list):
+        return [_drop_empty(x, key) for x in v]
+    return v

@@ -1,0 +1,213 @@
+"""``svclab serve``: the HTTP API over HTTPS with uvicorn.
+
+TLS: the serving certificate of :mod:`.pki`; client certificates are requested and,
+when given, verified against the cluster CA by the TLS layer (``CERT_OPTIONAL``). A
+certificate the CA did not sign fails the handshake (Python's ``ssl`` cannot accept a
+certificate it cannot verify; kube-apiserver answers 401 instead). The verified
+certificate reaches the app in the ASGI ``tls`` extension
+(``scope["extensions"]["tls"]["client_cert_chain"]``, DER), set by a small subclass
+of uvicorn's HTTP protocol: no HTTP parsing or X.509 handling is written here.
+
+Background work on the event loop: the control-plane driver (:mod:`.driver`), a
+flusher that commits the SQLite store every ``flush_every`` seconds, and a compactor
+that keeps the last ``watch_history`` revisions of the watch log (older watches get
+410 Gone). SIGINT/SIGTERM stop uvicorn; the store is then committed and closed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import ssl
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import uvicorn
+
+from control.apiserver.http import pki
+from control.apiserver.http.app import API
+from control.apiserver.http.authn import Authenticator, load_token_file
+from control.apiserver.http.driver import Driver, RunnerDriver
+
+log = logging.getLogger("svclab.serve")
+
+
+def _protocol_class() -> type:
+    try:
+        from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol as Base
+    except ImportError:  # pragma: no cover - httptools missing
+        from uvicorn.protocols.http.h11_impl import H11Protocol as Base  # type: ignore[assignment]
+
+    class TLSClientCertProtocol(Base):
+        """uvicorn's HTTP protocol, adding the peer certificate to each request's scope."""
+
+        def connection_made(self, transport: Any) -> None:
+            super().connection_made(transport)
+            sslobj = transport.get_extra_info("ssl_object")
+            der = sslobj.getpeercert(binary_form=True) if sslobj is not None else None
+            if der:
+                inner = self.app
+
+                async def with_cert(scope: dict[str, Any], receive: Any, send: Any) -> None:
+                    if scope["type"] == "http":
+                        scope.setdefault("extensions", {})["tls"] = {"client_cert_chain": [der]}
+                    await inner(scope, receive, send)
+
+                self.app = with_cert
+
+    return TLSClientCertProtocol
+
+
+class _Uvicorn(uvicorn.Server):
+    """uvicorn's server; on SIGINT/SIGTERM it ends the open watches at once (so the
+    graceful shutdown does not wait for them) and exits normally afterwards instead of
+    re-raising the signal (the store is closed after :meth:`serve` returns)."""
+
+    def __init__(self, config: uvicorn.Config, api: API) -> None:
+        super().__init__(config)
+        self.api = api
+
+    def handle_exit(self, sig: int, frame: Any) -> None:
+        if self.should_exit and sig == signal.SIGINT:
+            self.force_exit = True
+        self.should_exit = True
+        with contextlib.suppress(RuntimeError):
+            asyncio.get_running_loop().call_soon_threadsafe(self.api.hub.close_all)
+
+
+class Server:
+    def __init__(
+        self,
+        state_dir: Path,
+        host: str,
+        port: int,
+        *,
+        token_file: Path | None = None,
+        flush_every: float = 0.2,
+        watch_history: int = 100_000,
+        compact_every: float = 30.0,
+        kube_proxies: bool = True,
+        driver_factory: Callable[[API], Driver] | None = None,
+    ) -> None:
+        """``driver_factory``: builds the control-plane driver for the API (default:
+        :class:`RunnerDriver`, the deterministic runner on the event loop)."""
+        self.driver_factory = driver_factory
+        self.state_dir = state_dir
+        self.host = host
+        self.port = port
+        self.paths = pki.ensure_pki(state_dir, host, port)
+        tokens = load_token_file(token_file) if token_file else {}
+        self.api = API(
+            state_dir,
+            Authenticator(tokens),
+            server_address=f"{host}:{port}",
+            kube_proxies=kube_proxies,
+        )
+        self.flush_every = flush_every
+        self.watch_history = watch_history
+        self.compact_every = compact_every
+        self._tasks: list[asyncio.Task[None]] = []
+
+    async def _flusher(self) -> None:
+        while True:
+            await asyncio.sleep(self.flush_every)
+            flush = getattr(self.api.store, "flush", None)
+            if flush is not None:
+                flush()
+
+    async def _compactor(self) -> None:
+        while True:
+            await asyncio.sleep(self.compact_every)
+            await self.compact()
+
+    #: revisions compacted per step; the loop serves requests between steps
+    COMPACT_STEP = 5000
+
+    async def compact(self) -> None:
+        store = self.api.store
+        target = min(self.api.hub.revision, store.revision - self.watch_history)
+        if target <= store.compacted_revision:
+            return
+        while store.compacted_revision < target:
+            store.compact(min(target, store.compacted_revision + self.COMPACT_STEP))
+            await asyncio.sleep(0)
+        log.info("compacted the watch log up to revision %d", target)
+
+    async def run(self) -> None:
+        config = uvicorn.Config(
+            self.api,
+            host=self.host,
+            port=self.port,
+            http=_protocol_class(),
+            ssl_certfile=str(self.paths.server_crt),
+            ssl_keyfile=str(self.paths.server_key),
+            ssl_ca_certs=str(self.paths.ca_crt),
+            ssl_cert_reqs=ssl.CERT_OPTIONAL,
+            lifespan="off",
+            log_level="warning",
+            access_log=False,
+            timeout_graceful_shutdown=2,
+            timeout_keep_alive=120,
+        )
+        server = _Uvicorn(config, self.api)
+        driver = (self.driver_factory or RunnerDriver)(self.api)
+        self.api.driver = driver
+        self.api.start()
+        loop = asyncio.get_running_loop()
+        self._tasks = [loop.create_task(self._flusher()), loop.create_task(self._compactor())]
+        log.info(
+            "serving the Kubernetes API on https://%s:%d (state %s)",
+            self.host,
+            self.port,
+            self.state_dir,
+        )
+        try:
+            await server.serve()
+        finally:
+            self.api.hub.close_all()
+            await driver.stop()
+            for t in self._tasks:
+                t.cancel()
+            self.api.session.close()
+            log.info("stopped; state saved in %s", self.state_dir)
+
+
+def serve(
+    state_dir: Path,
+    host: str,
+    port: int,
+    *,
+    token_file: Path | None = None,
+    watch_history: int = 100_000,
+    compact_every: float = 30.0,
+    kube_proxies: bool = True,
+) -> None:
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    srv = Server(
+        state_dir,
+        host,
+        port,
+        token_file=token_file,
+        watch_history=watch_history,
+        compact_every=compact_every,
+        kube_proxies=kube_proxies,
+    )
+    profile = os.environ.get("SVCLAB_PROFILE")
+    if not profile:
+        asyncio.run(srv.run())
+        return
+    import cProfile  # where the time goes, for scripts/bench_api.py --profile
+
+    prof = cProfile.Profile()
+    prof.enable()
+    try:
+        asyncio.run(srv.run())
+    finally:
+        prof.disable()
+        prof.dump_stats(profile)

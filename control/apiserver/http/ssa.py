@@ -1,0 +1,374 @@
+"""Field ownership (``metadata.managedFields``) and server-side apply.
+
+Field sets use Kubernetes' FieldsV1 shape: ``{"f:spec": {"f:replicas": {}}}``;
+elements of lists with a merge key (:func:`.patch.merge_key`) are ``k:{"name":"web"}``
+entries; other lists and scalars are leaves.
+
+* Every create, update and patch records, for its field manager (``fieldManager``, or
+  kubectl's ``kubectl-*`` names, or the user agent's program name), an ``Update``
+  entry owning the leaves it changed; those leaves leave every other manager's set.
+* ``PATCH`` with ``application/apply-patch+yaml`` is server-side apply: the applied
+  configuration is merged into the object (maps recursively, keyed lists by key,
+  other lists and scalars replaced); leaves the manager applied before and no longer
+  applies are removed unless another manager owns them; a leaf another manager owns
+  with a different value is a conflict (409 ``Apply failed with N conflicts``)
+  unless ``force=true``, which takes it over. The manager's ``Apply`` entry becomes
+  exactly the applied set. Applying to a missing object creates it.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import time
+from typing import TYPE_CHECKING, Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from control.apiserver.http import patch as patches
+from control.apiserver.http import status
+from control.apiserver.http.authn import User
+from control.apiserver.http.resources import Resource
+from control.apiserver.http.status import APIError
+
+if TYPE_CHECKING:
+    from control.apiserver.http.app import API, RequestInfo
+
+Path = tuple[str, ...]
+_SKIP_META = frozenset(
+    {
+        "name",
+        "namespace",
+        "uid",
+        "resourceVersion",
+        "generation",
+        "creationTimestamp",
+        "deletionTimestamp",
+        "managedFields",
+        "selfLink",
+    }
+)
+
+
+def manager_for(params: dict[str, list[str]], request: Request, operation: str) -> str:
+    m = params.get("fieldManager")
+    if m and m[0]:
+        return m[0][:128]
+    agent = request.headers.get("user-agent", "")
+    prog = agent.split("/", 1)[0].strip() or "unknown"
+    return prog[:128]
+
+
+def _leaves(
+    obj: Any, kind: str, parents: tuple[str, ...] = (), prefix: Path = ()
+) -> dict[Path, Any]:
+    """leaf path -> value."""
+    out: dict[Path, Any] = {}
+    if not isinstance(obj, dict):
+        return out
+    for k, v in obj.items():
+        if not parents and k in ("apiVersion", "kind", "status"):
+            continue
+        if parents == () and k == "metadata" and isinstance(v, dict):
+            v = {mk: mv for mk, mv in v.items() if mk not in _SKIP_META}
+        p = (*prefix, "f:" + k)
+        if isinstance(v, dict) and v:
+            sub = _leaves(v, kind, (*parents, k), p)
+            if sub:
+                out.update(sub)
+            else:
+                out[p] = v
+        elif (
+            isinstance(v, list)
+            and v
+            and (mk := patches.merge_key(parents, k, kind)) is not None
+            and all(isinstance(x, dict) and mk in x for x in v)
+        ):
+            for item in v:
+                kp = (*p, "k:" + json.dumps({mk: item[mk]}, separators=(",", ":")))
+                sub = _leaves(item, kind, (*parents, k), kp)
+                out[(*kp, ".")] = None
+                out.update(sub)
+        else:
+            out[p] = v
+    return out
+
+
+def _to_fields(paths: set[Path] | list[Path]) -> dict[str, Any]:
+    root: dict[str, Any] = {}
+    for p in sorted(paths):
+        d = root
+        for part in p:
+            d = d.setdefault(part, {})
+    return root
+
+
+def _from_fields(fields: dict[str, Any], prefix: Path = ()) -> set[Path]:
+    out: set[Path] = set()
+    for k, v in fields.items():
+        p = (*prefix, k)
+        if isinstance(v, dict) and v:
+            out |= _from_fields(v, p)
+        else:
+            out.add(p)
+    return out
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def _entries(obj: dict[str, Any] | None) -> list[dict[str, Any]]:
+    if not obj:
+        return []
+    return [
+        dict(e)
+        for e in (obj.get("metadata") or {}).get("managedFields") or []
+        if isinstance(e, dict)
+    ]
+
+
+def _set_entries(obj: dict[str, Any], entries: list[dict[str, Any]]) -> dict[str, Any]:
+    meta = obj.setdefault("metadata", {})
+    kept = [e for e in entries if e.get("fieldsV1")]
+    if kept:
+        meta["managedFields"] = kept
+    else:
+        meta.pop("managedFields", None)
+    return obj
+
+
+def _entry(manager: str, operation: str, api_version: str, paths: set[Path]) -> dict[str, Any]:
+    return {
+        "manager": manager,
+        "operation": operation,
+        "apiVersion": api_version,
+        "time": _now(),
+        "fieldsType": "FieldsV1",
+        "fieldsV1": _to_fields(paths),
+    }
+
+
+def record_update(
+    new: dict[str, Any], before: dict[str, Any] | None, manager: str, api_version: str
+) -> dict[str, Any]:
+    """``new`` with managedFields updated for an Update by ``manager`` (the leaves that
+    differ from ``before`` move to it)."""
+    kind = str(new.get("kind", ""))
+    after = _leaves(new, kind)
+    prev = _leaves(before, kind) if before else {}
+    changed = {p for p, v in after.items() if p not in prev or prev[p] != v}
+    removed = {p for p in prev if p not in after}
+    entries = _entries(before) if before is not None else []
+    if not changed and not removed and entries:
+        return _set_entries(new, entries)
+    out: list[dict[str, Any]] = []
+    mine: set[Path] = set()
+    for e in entries:
+        paths = _from_fields(e.get("fieldsV1") or {})
+        if e.get("manager") == manager and e.get("operation") == "Update":
+            mine = paths
+            continue
+        paths -= changed | removed
+        if paths:
+            out.append({**e, "fieldsV1": _to_fields(paths)})
+    mine = (mine | changed) - removed
+    if mine:
+        out.append(_entry(manager, "Update", api_version, mine))
+    return _set_entries(new, out)
+
+
+def get_object(obj: Any, path: Path) -> tuple[bool, Any]:
+    cur = obj
+    for part in path:
+        if part == ".":
+            continue
+        if part.startswith("f:"):
+            if not isinstance(cur, dict) or part[2:] not in cur:
+                return False, None
+            cur = cur[part[2:]]
+        elif part.startswith("k:"):
+            want = json.loads(part[2:])
+            if not isinstance(cur, list):
+                return False, None
+            found = [
+                x
+                for x in cur
+                if isinstance(x, dict) and all(x.get(k) == v for k, v in want.items())
+            ]
+            if not found:
+                return False, None
+            cur = found[0]
+    return True, cur
+
+
+def _remove(obj: Any, path: Path) -> None:
+    parent: Any = obj
+    for part in path[:-1]:
+        ok, parent = get_object(parent, (part,))
+        if not ok:
+            return
+    last = path[-1]
+    if last == ".":
+        if len(path) >= 2:
+            _remove(obj, path[:-1])
+        return
+    if last.startswith("f:") and isinstance(parent, dict):
+        parent.pop(last[2:], None)
+    elif last.startswith("k:") and isinstance(parent, list):
+        want = json.loads(last[2:])
+        parent[:] = [
+            x
+            for x in parent
+            if not (isinstance(x, dict) and all(x.get(k) == v for k, v in want.items()))
+        ]
+
+
+def _merge(cur: Any, cfg: Any, kind: str, parents: tuple[str, ...] = ()) -> Any:
+    if not isinstance(cfg, dict) or not isinstance(cur, dict):
+        return copy.deepcopy(cfg)
+    out = dict(cur)
+    for k, v in cfg.items():
+        mk = patches.merge_key(parents, k, kind) if isinstance(v, list) else None
+        if isinstance(v, dict):
+            out[k] = _merge(out.get(k), v, kind, (*parents, k))
+        elif mk is not None and isinstance(out.get(k), list):
+            items = [copy.deepcopy(x) for x in out[k]]
+            for item in v:
+                idx = next(
+                    (
+                        i
+                        for i, x in enumerate(items)
+                        if isinstance(x, dict)
+                        and isinstance(item, dict)
+                        and x.get(mk) == item.get(mk)
+                    ),
+                    None,
+                )
+                if idx is None:
+                    items.append(copy.deepcopy(item))
+                else:
+                    items[idx] = _merge(items[idx], item, kind, (*parents, k))
+            out[k] = items
+        else:
+            out[k] = copy.deepcopy(v)
+    return out
+
+
+async def apply(
+    api: API,
+    request: Request,
+    res: Resource,
+    info: RequestInfo,
+    user: User,
+    params: dict[str, list[str]],
+    dry: bool,
+    cfg: Any,
+) -> Response:
+    from control.apiserver.http import handlers
+
+    manager = (params.get("fieldManager") or [""])[0]
+    if not manager:
+        raise APIError(
+            400,
+            "BadRequest",
+            'PatchOptions.meta.k8s.io "" is invalid: fieldManager: Required value: is required for apply patch',
+            {},
+        )
+    force = (params.get("force") or [""])[0] in ("true", "1")
+    if not isinstance(cfg, dict):
+        raise status.bad_request("the applied configuration must be an object")
+    handlers.check_gvk(res, cfg)
+    meta = cfg.setdefault("metadata", {})
+    if meta.get("name") and meta["name"] != info.name:
+        raise status.bad_request(
+            f"the name of the object ({meta['name']}) does not match the name on the URL ({info.name})"
+        )
+    meta["name"] = info.name
+    if res.namespaced:
+        meta["namespace"] = info.namespace
+    cfg, warnings = handlers.validate_fields(res, cfg, params)
+    kind = res.kind
+    applied = set(_leaves(cfg, kind))
+    try:
+        current_obj = handlers.get_object(api, res, info.namespace, info.name)
+    except APIError as err:
+        if err.code != 404:
+            raise
+        current_obj = None
+    current = (
+        current_obj.to_dict()
+        if current_obj is not None
+        else {"apiVersion": res.api_version, "kind": kind, "metadata": {}}
+    )
+    entries = _entries(current)
+    conflicts: list[tuple[str, Path]] = []
+    cfg_values = _leaves(cfg, kind)
+    previous: set[Path] = set()
+    others: list[tuple[dict[str, Any], set[Path]]] = []
+    for ent in entries:
+        paths = _from_fields(ent.get("fieldsV1") or {})
+        if ent.get("manager") == manager and ent.get("operation") == "Apply":
+            previous = paths
+            continue
+        others.append((ent, paths))
+    for ent, paths in others:
+        for p in applied & paths:
+            if p[-1] == ".":
+                continue
+            ok, value = get_object(current, p)
+            if ok and value != cfg_values.get(p):
+                conflicts.append((f'"{ent.get("manager")}" using {ent.get("apiVersion")}', p))
+    if conflicts and not force:
+        lines = [
+            f"conflict with {m}: ." + ".".join(x[2:] for x in p if x != ".") for m, p in conflicts
+        ]
+        n = len(conflicts)
+        msg = f"Apply failed with {n} conflict{'s' if n > 1 else ''}: " + "\n".join(lines)
+        raise APIError(
+            409,
+            "Conflict",
+            msg,
+            {
+                "causes": [
+                    {"reason": "FieldManagerConflict", "message": ln, "field": ""} for ln in lines
+                ]
+            },
+        )
+    new = _merge(copy.deepcopy(current), cfg, kind)
+    owned_by_others: set[Path] = set()
+    new_entries = []
+    for ent, paths in others:
+        if force:
+            paths = paths - applied
+        owned_by_others |= paths
+        if paths:
+            new_entries.append({**ent, "fieldsV1": _to_fields(paths)})
+    for p in sorted(previous - applied - owned_by_others, key=len, reverse=True):
+        _remove(new, p)
+    new_entries.append(_entry(manager, "Apply", res.api_version, applied))
+    _set_entries(new, new_entries)
+    if current_obj is None:
+        new["metadata"].pop("resourceVersion", None)
+        obj = handlers.to_object(res, new)
+        try:
+            stored = api.apiserver.create(obj, component=user.name, dry_run=dry)
+        except Exception as e:
+            from netmodel.errors import SvclabError
+
+            if isinstance(e, SvclabError):
+                raise status.from_svclab(e, res, kind, info.name, creating=True) from None
+            raise
+        if not dry:
+            api.wrote()
+        return handlers.respond(
+            handlers.to_wire(api, res, stored), 201, handlers.warn_headers(warnings)
+        )
+    new["metadata"]["resourceVersion"] = current_obj.metadata.resource_version
+    stored = handlers.write_update(
+        api, res, info.name, new, user, params, dry, request, current_obj, operation="apply"
+    )
+    return handlers.respond(
+        handlers.to_wire(api, res, stored), 200, handlers.warn_headers(warnings)
+    )

@@ -1,0 +1,109 @@
+"""``svclab serve`` (the Kubernetes API over HTTPS) and ``svclab kubeconfig`` (a client
+certificate and kubeconfig for a user, as ``kubeadm kubeconfig user``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from control.cli.main import Context, handle_errors
+from netmodel.errors import InputError
+
+DEFAULT_LISTEN = "127.0.0.1:6443"
+
+
+def parse_listen(text: str) -> tuple[str, int]:
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
+        raise click.BadParameter(f"expected HOST:PORT, got {text!r}", param_hint="--listen")
+    host = host.strip("[]") or "127.0.0.1"
+    return host, int(port)
+
+
+@click.command()
+@click.option("--listen", default=DEFAULT_LISTEN, show_default=True, help="HOST:PORT to serve on.")
+@click.option(
+    "--token-auth-file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help='kube-apiserver\'s static token CSV: token,user,uid,"group1,group2".',
+)
+@click.option(
+    "--watch-history",
+    default=100_000,
+    show_default=True,
+    help="Revisions the watch log keeps; older watches get 410 Gone.",
+)
+@click.option(
+    "--compact-every",
+    default=30.0,
+    show_default=True,
+    help="Seconds between compactions of the watch log.",
+)
+@click.option(
+    "--kube-proxies/--no-kube-proxies",
+    default=True,
+    show_default=True,
+    help="Run one emulated kube-proxy per node in the server (off for large clusters).",
+)
+@click.pass_obj
+@handle_errors
+def serve(
+    ctx: Context,
+    listen: str,
+    token_auth_file: Path | None,
+    watch_history: int,
+    compact_every: float,
+    kube_proxies: bool,
+) -> None:
+    """Serve the state directory's cluster as a Kubernetes API (HTTPS) for kubectl and
+    client libraries. Creates DIR/pki/ and DIR/kubeconfig (cluster-admin) on first
+    start; the control plane keeps running while it serves."""
+    host, port = parse_listen(listen)
+    from control.apiserver.http.serve import serve as run
+
+    try:
+        run(
+            ctx.state,
+            host,
+            port,
+            token_file=token_auth_file,
+            watch_history=watch_history,
+            compact_every=compact_every,
+            kube_proxies=kube_proxies,
+        )
+    except OSError as e:
+        raise InputError(f"cannot serve on {listen}: {e.strerror or e}", field="--listen") from None
+    except KeyboardInterrupt:
+        pass
+
+
+@click.command()
+@click.option("--user", "user", required=True, help="User name (the certificate's CN).")
+@click.option(
+    "--group", "groups", multiple=True, help="Group (an O of the certificate); repeatable."
+)
+@click.option("--server", default=None, help="API server URL (default: the one in DIR/kubeconfig).")
+@click.pass_obj
+@handle_errors
+def kubeconfig(ctx: Context, user: str, groups: tuple[str, ...], server: str | None) -> None:
+    """Issue a client certificate signed by the cluster CA and print its kubeconfig."""
+    import yaml
+
+    from control.apiserver.http import pki
+
+    state = ctx.state
+    if not (state / "pki" / "ca.key").exists():
+        raise InputError(f"{state / 'pki'}: no cluster CA here (run 'svclab serve' first)")
+    if server is None:
+        admin = state / "kubeconfig"
+        try:
+            doc = yaml.safe_load(admin.read_text())
+            server = doc["clusters"][0]["cluster"]["server"]
+        except (OSError, KeyError, IndexError, TypeError, yaml.YAMLError):
+            server = pki.server_url(*parse_listen(DEFAULT_LISTEN))
+    click.echo(pki.user_kubeconfig(state, user, list(groups), server), nl=False)
+
+
+COMMANDS = [serve, kubeconfig]

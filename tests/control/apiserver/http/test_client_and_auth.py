@@ -1,0 +1,271 @@
+"""The official kubernetes Python client against ``svclab serve`` (list, watch, create,
+patch, delete), authentication (client certificates, the static token file, 401 for
+anonymous and bad credentials), watch resumption and 410 Gone after compaction, and a
+restart that loses nothing."""
+
+from __future__ import annotations
+
+import ssl
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from kubernetes import client, config, watch
+from serving import WEB, Served
+
+pytestmark = pytest.mark.slow
+
+TOKENS = 'tok-admin,admin-by-token,1001,"system:masters"\ntok-dev,dave,1002,"devs,qa"\n'
+
+
+@pytest.fixture(scope="module")
+def srv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    base = tmp_path_factory.mktemp("serve")
+    tokens = base / "tokens.csv"
+    tokens.write_text(TOKENS)
+    s = Served(
+        base / "state",
+        "--token-auth-file",
+        str(tokens),
+        "--watch-history",
+        "5",
+        "--compact-every",
+        "0.5",
+    )
+    try:
+        s.start()
+        s.kubectl("apply", "-f", str(WEB))
+        s.kubectl("rollout", "status", "deploy/web", "--timeout=60s")
+        yield s
+    finally:
+        s.stop()
+
+
+@pytest.fixture(scope="module")
+def api(srv: Served) -> client.ApiClient:
+    return config.new_client_from_config(str(srv.kubeconfig))
+
+
+def test_python_client_list_create_patch_delete(api: client.ApiClient) -> None:
+    v1 = client.CoreV1Api(api)
+    pods = v1.list_namespaced_pod("default", label_selector="app=web")
+    assert len(pods.items) == 3 and all(p.status.phase == "Running" for p in pods.items)
+    svc = client.V1Service(
+        metadata=client.V1ObjectMeta(name="py"),
+        spec=client.V1ServiceSpec(
+            selector={"app": "web"},
+            ports=[client.V1ServicePort(name="a", port=8080, target_port=8080)],
+        ),
+    )
+    made = v1.create_namespaced_service("default", svc)
+    assert made.spec.cluster_ip.startswith("10.96.")
+    patched = v1.patch_namespaced_service("py", "default", {"metadata": {"labels": {"a": "b"}}})
+    assert patched.metadata.labels == {"a": "b"}
+    # strategic merge: the ports list merges on its key (port)
+    patched = v1.patch_namespaced_service(
+        "py", "default", {"spec": {"ports": [{"port": 9090, "targetPort": 9090, "name": "b"}]}}
+    )
+    assert sorted(p.port for p in patched.spec.ports) == [8080, 9090]
+    apps = client.AppsV1Api(api)
+    scale = apps.patch_namespaced_deployment_scale("web", "default", {"spec": {"replicas": 2}})
+    assert scale.spec.replicas == 2
+    apps.patch_namespaced_deployment_scale("web", "default", {"spec": {"replicas": 3}})
+    gone = v1.delete_namespaced_service("py", "default")
+    assert gone.metadata.name == "py"
+    st = apps.delete_namespaced_deployment(
+        "web", "default", propagation_policy="Orphan", dry_run="All"
+    )
+    status_of = st["status"] if isinstance(st, dict) else st.status
+    assert (
+        status_of == "Success"
+        and apps.read_namespaced_deployment("web", "default").metadata.name == "web"
+    )
+    with pytest.raises(client.ApiException) as e:
+        v1.read_namespaced_service("py", "default")
+    assert e.value.status == 404
+
+
+def test_python_client_watch(api: client.ApiClient, srv: Served) -> None:
+    v1 = client.CoreV1Api(api)
+    rv = v1.list_namespaced_pod("default").metadata.resource_version
+    seen: list[tuple[str, str, str | None]] = []
+
+    def run() -> None:
+        w = watch.Watch()
+        for ev in w.stream(
+            v1.list_namespaced_pod,
+            "default",
+            resource_version=rv,
+            field_selector="metadata.name=pw",
+            timeout_seconds=10,
+        ):
+            seen.append((ev["type"], ev["object"].metadata.name, ev["object"].status.phase))
+            if ev["type"] == "DELETED":
+                w.stop()
+
+    t = threading.Thread(target=run)
+    t.start()
+    time.sleep(1)
+    pod = client.V1Pod(
+        metadata=client.V1ObjectMeta(name="pw"),
+        spec=client.V1PodSpec(containers=[client.V1Container(name="c", image="nginx")]),
+    )
+    v1.create_namespaced_pod("default", pod)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and not any(s[2] == "Running" for s in seen):
+        time.sleep(0.1)
+    v1.delete_namespaced_pod("pw", "default")
+    t.join(20)
+    types = [s[0] for s in seen]
+    assert types[0] == "ADDED" and "MODIFIED" in types and types[-1] == "DELETED"
+    assert any(s[2] == "Running" for s in seen)
+
+
+def test_watch_from_a_compacted_revision_is_410_then_relist_works(srv: Served) -> None:
+    for i in range(8):  # move the revision well past the 5 the server keeps
+        srv.kubectl("annotate", "svc", "web", f"n={i}", "--overwrite")
+    time.sleep(1.5)
+    code, body, _ = srv.raw(
+        "GET", "/api/v1/namespaces/default/services?watch=1&resourceVersion=2&timeoutSeconds=2"
+    )
+    assert code == 200 and isinstance(body, dict)
+    assert body["type"] == "ERROR"
+    assert body["object"]["code"] == 410 and body["object"]["reason"] == "Expired"
+    assert body["object"]["message"].startswith("too old resource version: 2 (")
+    code, lst, _ = srv.raw("GET", "/api/v1/namespaces/default/services")
+    assert isinstance(lst, dict)
+    rv = lst["metadata"]["resourceVersion"]
+    code, _text, _ = srv.raw(
+        "GET",
+        f"/api/v1/namespaces/default/services?watch=1&resourceVersion={rv}&timeoutSeconds=1&allowWatchBookmarks=true",
+    )
+    assert code == 200  # no events, no error
+
+
+def test_anonymous_and_bad_credentials_get_401(srv: Served) -> None:
+    anon = srv.ssl_context(client=False)
+    code, body, _ = srv.raw("GET", "/api/v1/pods", ctx=anon)
+    assert code == 401 and body == {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": "Unauthorized",
+        "reason": "Unauthorized",
+        "code": 401,
+    }
+    code, _, _ = srv.raw("GET", "/api/v1/pods", ctx=anon, headers={"Authorization": "Bearer nope"})
+    assert code == 401
+    out = srv.kubectl("get", "pods", "--token=nope", check=False)
+    assert (
+        out.returncode == 1
+        and "error: You must be logged in to the server (Unauthorized)" in out.stderr
+    )
+
+
+def test_static_tokens(srv: Served) -> None:
+    anon = srv.ssl_context(client=False)
+    code, body, _ = srv.raw(
+        "GET",
+        "/api/v1/namespaces/default/pods",
+        ctx=anon,
+        headers={"Authorization": "Bearer tok-admin"},
+    )
+    assert code == 200 and isinstance(body, dict) and body["kind"] == "PodList"
+    code, body, _ = srv.raw(
+        "GET",
+        "/api/v1/namespaces/default/pods",
+        ctx=anon,
+        headers={"Authorization": "Bearer tok-dev"},
+    )
+    assert code == 403 and isinstance(body, dict)
+    assert (
+        body["message"]
+        == 'pods is forbidden: User "dave" cannot list resource "pods" in API group "" in the namespace "default"'
+    )
+    review = {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"}
+    code, body, _ = srv.raw(
+        "POST",
+        "/apis/authentication.k8s.io/v1/selfsubjectreviews",
+        review,
+        ctx=anon,
+        headers={"Authorization": "Bearer tok-dev"},
+    )
+    assert code == 201 and isinstance(body, dict)
+    assert body["status"]["userInfo"] == {
+        "username": "dave",
+        "groups": ["devs", "qa", "system:authenticated"],
+        "uid": "1002",
+    }
+
+
+def test_a_certificate_from_another_ca_is_refused(srv: Served, tmp_path: Path) -> None:
+    from control.apiserver.http import pki
+
+    other = pki.new_ca("someone-else")
+    crt, key = pki.client_cert(other, "mallory", ["system:masters"])
+    (tmp_path / "m.crt").write_bytes(crt)
+    (tmp_path / "m.key").write_bytes(key)
+    ctx = srv.ssl_context(client=False)
+    ctx.load_cert_chain(str(tmp_path / "m.crt"), str(tmp_path / "m.key"))
+    with pytest.raises((ssl.SSLError, OSError)):
+        srv.raw("GET", "/api/v1/pods", ctx=ctx)
+
+
+def test_restart_loses_nothing(srv: Served) -> None:
+    before = srv.kubectl("get", "all", "-A", "-o", "name").stdout.split()
+    rv_before = srv.kubectl(
+        "get", "svc", "web", "-o", "jsonpath={.metadata.resourceVersion}"
+    ).stdout
+    assert srv.stop() == 0
+    assert "stopped; state saved" in srv.log.read_text()
+    srv.start()
+    after = srv.kubectl("get", "all", "-A", "-o", "name").stdout.split()
+    assert sorted(after) == sorted(before)
+    assert (
+        srv.kubectl("get", "svc", "web", "-o", "jsonpath={.metadata.resourceVersion}").stdout
+        == rv_before
+    )
+    srv.kubectl("scale", "deploy/web", "--replicas=4")
+    srv.kubectl("rollout", "status", "deploy/web", "--timeout=60s")
+
+
+def test_cli_usage_and_errors(tmp_path: Path) -> None:
+    from serving import SVCLAB
+
+    bad = subprocess.run(
+        [SVCLAB, "--state", str(tmp_path), "serve", "--listen", "nope"],
+        capture_output=True,
+        text=True,
+    )
+    assert bad.returncode == 2 and "HOST:PORT" in bad.stderr
+    nopki = subprocess.run(
+        [SVCLAB, "--state", str(tmp_path), "kubeconfig", "--user", "x"],
+        capture_output=True,
+        text=True,
+    )
+    assert (
+        nopki.returncode == 1
+        and nopki.stderr.count("\n") == 1
+        and "no cluster CA here" in nopki.stderr
+    )
+    tokens = tmp_path / "t.csv"
+    tokens.write_text("onlytoken\n")
+    out = subprocess.run(
+        [
+            SVCLAB,
+            "--state",
+            str(tmp_path),
+            "serve",
+            "--listen",
+            "127.0.0.1:1",
+            "--token-auth-file",
+            str(tokens),
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert out.returncode == 1 and "t.csv: line 1: expected token,user,uid" in out.stderr

@@ -1,0 +1,208 @@
+"""Pure parts of the HTTP API: strategic merge patch, RBAC rule matching and
+aggregation, the Node authorizer, field selectors, kube's HumanDuration, protobuf
+bodies (no server)."""
+
+from __future__ import annotations
+
+import pytest
+
+from control.apiserver.http import nodeauthz, patch, tables, wire
+from control.apiserver.http.authn import (
+    Authenticator,
+    Unauthorized,
+    load_token_file,
+    with_authenticated,
+)
+from control.apiserver.http.rbac import RBAC, Attributes, bootstrap_policy, rule_allows
+from netmodel.errors import InputError
+from netmodel.objects import KubeObject, ObjectMeta, PolicyRule, RoleBinding, RoleRef, Subject
+
+
+def test_strategic_merge_merges_containers_by_name_and_ports_by_key() -> None:
+    cur = {
+        "spec": {
+            "containers": [
+                {"name": "a", "image": "x", "ports": [{"containerPort": 80}]},
+                {"name": "b", "image": "y"},
+            ],
+            "tolerations": [{"key": "t"}],
+        }
+    }
+    p = {
+        "spec": {
+            "containers": [
+                {"name": "a", "image": "x2", "ports": [{"containerPort": 81}]},
+                {"name": "b", "$patch": "delete"},
+            ],
+            "tolerations": [{"key": "u"}],
+        }
+    }
+    out = patch.strategic_merge(cur, p, "Pod")
+    assert out["spec"]["containers"] == [
+        {"name": "a", "image": "x2", "ports": [{"containerPort": 80}, {"containerPort": 81}]}
+    ]
+    assert out["spec"]["tolerations"] == [{"key": "u"}]  # no merge key: replaced
+    svc = {"spec": {"ports": [{"port": 80, "name": "a"}]}}
+    out = patch.strategic_merge(svc, {"spec": {"ports": [{"port": 81, "name": "b"}]}}, "Service")
+    assert [p["port"] for p in out["spec"]["ports"]] == [80, 81]
+
+
+def test_strategic_merge_directives() -> None:
+    cur = {"metadata": {"labels": {"a": "1", "b": "2"}, "finalizers": ["x", "y"]}}
+    out = patch.strategic_merge(
+        cur,
+        {"metadata": {"labels": {"a": None}, "$deleteFromPrimitiveList/finalizers": ["x"]}},
+        "Pod",
+    )
+    assert out == {"metadata": {"labels": {"b": "2"}, "finalizers": ["y"]}}
+    out = patch.strategic_merge(
+        cur, {"metadata": {"labels": {"$patch": "replace", "c": "3"}}}, "Pod"
+    )
+    assert out["metadata"]["labels"] == {"c": "3"}
+
+
+def test_merge_and_json_patch() -> None:
+    assert patch.merge_patch({"a": {"b": 1, "c": 2}}, {"a": {"b": None, "d": 3}}) == {
+        "a": {"c": 2, "d": 3}
+    }
+    assert patch.json_patch({"a": [1]}, [{"op": "add", "path": "/a/-", "value": 2}]) == {
+        "a": [1, 2]
+    }
+    with pytest.raises(patch.PatchError):
+        patch.json_patch({"a": 1}, [{"op": "remove", "path": "/nope"}])
+
+
+class _Reader:
+    def __init__(self, objs: list[KubeObject]) -> None:
+        self.objs = objs
+
+    def list(self, kind: str, namespace: str | None = None) -> list[KubeObject]:
+        return [
+            o
+            for o in self.objs
+            if o.kind == kind and (namespace is None or o.namespace == namespace)
+        ]
+
+    def get(self, kind: str, key: str) -> KubeObject:
+        for o in self.objs:
+            if o.kind == kind and o.key == key:
+                return o
+        raise KeyError(key)
+
+
+def test_rbac_default_roles_aggregate_and_bindings_scope() -> None:
+    alice = with_authenticated("alice", ["devs"])
+    rb = RoleBinding(
+        metadata=ObjectMeta(name="rb", namespace="team"),
+        role_ref=RoleRef(kind="ClusterRole", name="edit"),
+        subjects=[Subject(kind="Group", name="devs")],
+    )
+    rbac = RBAC(_Reader([*bootstrap_policy(), rb]))
+    assert rbac.allowed(Attributes(alice, "delete", "apps", "deployments", "", "team", "x"))
+    assert rbac.allowed(Attributes(alice, "list", "", "pods", "", "team"))  # edit aggregates view
+    assert not rbac.allowed(Attributes(alice, "list", "", "pods", "", "default"))
+    assert not rbac.allowed(
+        Attributes(alice, "create", "rbac.authorization.k8s.io", "rolebindings", "", "team")
+    )
+    assert rbac.allowed(Attributes(alice, "get", path="/version", resource_request=False))
+    assert rbac.allowed(
+        Attributes(alice, "create", "authorization.k8s.io", "selfsubjectaccessreviews")
+    )
+
+
+def test_rule_matching() -> None:
+    u = with_authenticated("u", [])
+    rule = PolicyRule(
+        verbs=["get"], api_groups=[""], resources=["pods/log", "services"], resource_names=["a"]
+    )
+    assert rule_allows(rule, Attributes(u, "get", "", "services", "", "ns", "a"))
+    assert not rule_allows(rule, Attributes(u, "get", "", "services", "", "ns", "b"))
+    assert not rule_allows(rule, Attributes(u, "list", "", "services", "", "ns"))
+    assert rule_allows(rule, Attributes(u, "get", "", "pods", "log", "ns", "a"))
+    assert not rule_allows(rule, Attributes(u, "get", "", "pods", "", "ns", "a"))
+
+
+def test_node_authorizer() -> None:
+    node = with_authenticated("system:node:n1", ["system:nodes"])
+    a = Attributes(node, "get", "", "nodes", "", "", "n1")
+    assert nodeauthz.allowed(a, field_selector={}, pod_node=None)
+    assert not nodeauthz.allowed(
+        Attributes(node, "get", "", "nodes", "", "", "n2"), field_selector={}, pod_node=None
+    )
+    lst = Attributes(node, "list", "", "pods")
+    assert nodeauthz.allowed(lst, field_selector={"spec.nodeName": "n1"}, pod_node=None)
+    assert not nodeauthz.allowed(lst, field_selector={}, pod_node=None)
+    assert nodeauthz.allowed(
+        Attributes(node, "get", "", "pods", "", "d", "p"), field_selector={}, pod_node="n1"
+    )
+    assert not nodeauthz.allowed(
+        Attributes(node, "get", "", "pods", "", "d", "p"), field_selector={}, pod_node="n2"
+    )
+    other = with_authenticated("system:node:n1", [])  # not in system:nodes
+    assert (
+        nodeauthz.allowed(
+            Attributes(other, "get", "", "nodes", "", "", "n1"), field_selector={}, pod_node=None
+        )
+        is None
+    )
+
+
+def test_token_file(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    f = tmp_path / "t.csv"
+    f.write_text('abc,alice,1,"a,b"\nxyz,bob,2\n')
+    tokens = load_token_file(f)
+    assert (
+        tokens["abc"].groups == ("a", "b", "system:authenticated") and tokens["xyz"].name == "bob"
+    )
+    auth = Authenticator(tokens)
+    assert auth.authenticate("Bearer abc", None) == tokens["abc"]
+    assert auth.authenticate(None, None) is None
+    with pytest.raises(Unauthorized):
+        auth.authenticate("Bearer nope", None)
+    f.write_text("abc,alice\n")
+    with pytest.raises(InputError, match="line 1"):
+        load_token_file(f)
+
+
+def test_field_selectors_and_human_duration() -> None:
+    assert wire.parse_field_selector("spec.nodeName=n1,status.phase!=Running") == [
+        ("spec.nodeName", "n1", True),
+        ("status.phase", "Running", False),
+    ]
+    with pytest.raises(ValueError):
+        wire.parse_field_selector("nope")
+    assert wire.field_getter("Pod", "spec.nodeName") is not None
+    assert wire.field_getter("Pod", "spec.bogus") is None
+    assert [
+        tables.human_duration(s)
+        for s in (5, 119, 150, 600, 3600 * 5 + 60, 3600 * 30, 86400 * 3 + 3600)
+    ] == ["5s", "119s", "2m30s", "10m", "5h1m", "30h", "3d1h"]
+
+
+def test_protobuf_body_of_a_rolebinding() -> None:
+    from control.apiserver.http import proto
+
+    cls = proto._classes()
+    rb = cls["RoleBinding"]()
+    rb.metadata.name = "rb1"
+    rb.metadata.namespace = ""
+    s = rb.subjects.add()
+    s.kind, s.name, s.apiGroup = "User", "alice", "rbac.authorization.k8s.io"
+    rb.roleRef.kind, rb.roleRef.name, rb.roleRef.apiGroup = (
+        "ClusterRole",
+        "view",
+        "rbac.authorization.k8s.io",
+    )
+    unk = cls["Unknown"]()
+    unk.typeMeta.apiVersion, unk.typeMeta.kind = "rbac.authorization.k8s.io/v1", "RoleBinding"
+    unk.raw = rb.SerializeToString()
+    d = proto.decode(proto.MAGIC + unk.SerializeToString())
+    assert d == {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "RoleBinding",
+        "metadata": {"name": "rb1"},
+        "subjects": [{"kind": "User", "name": "alice", "apiGroup": "rbac.authorization.k8s.io"}],
+        "roleRef": {"kind": "ClusterRole", "name": "view", "apiGroup": "rbac.authorization.k8s.io"},
+    }
+    with pytest.raises(proto.ProtobufError):
+        proto.decode(b"nope")
