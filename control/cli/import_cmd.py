@@ -35,12 +35,16 @@ _LISTS = (
 
 def read_cluster(kubeconfig: str, context: str | None) -> list[dict[str, Any]]:
     """Every object svclab models, as the API serves them (dicts in wire form)."""
+    import logging
+
+    import urllib3
     from kubernetes import client, config
     from kubernetes.client.rest import ApiException
     from rich.progress import Progress
 
     from netmodel.errors import InputError
 
+    logging.getLogger("urllib3").setLevel(logging.ERROR)  # one line on failure, not retries
     try:
         api = config.new_client_from_config(config_file=kubeconfig, context=context)
     except (config.ConfigException, OSError, KeyError, ValueError) as e:
@@ -56,8 +60,11 @@ def read_cluster(kubeconfig: str, context: str | None) -> list[dict[str, Any]]:
                 raise InputError(
                     f"{kind} list failed: {e.status} {e.reason}", file=kubeconfig
                 ) from None
-            except OSError as e:
-                raise InputError(f"cannot reach the API server: {e}", file=kubeconfig) from None
+            except (OSError, urllib3.exceptions.HTTPError) as e:
+                why = getattr(e, "reason", None) or e
+                raise InputError(
+                    f"cannot reach the API server {api.configuration.host}: {why}", file=kubeconfig
+                ) from None
             for obj in result.items:
                 d = api.sanitize_for_serialization(obj)
                 d["kind"], d["apiVersion"] = kind, version
