@@ -451,6 +451,7 @@ def _register_optional() -> None:
         "control.cli.diff_cmd",
         "control.cli.import_cmd",
         "control.cli.serve_cmd",
+        "control.cli.dig_cmd",
     ):
         try:
             mod = importlib.import_module(module)
