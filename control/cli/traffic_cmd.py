@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from control.session import Session
     from dataplane.emulator.cluster import EmulatedCluster
     from dataplane.emulator.filters import RulesetInput
+    from dataplane.netfilter.rules import Ruleset
 
 PROTOS = ["tcp", "udp", "icmp", "sctp"]
 REAL_HELP = "On the real kernel (svclab up --real; with -f a throw-away one) instead"
@@ -100,7 +101,7 @@ def at_trace(
     proto: str,
     *,
     all_branches: bool,
-    rules_text: str | None = None,
+    rules_text: str | Ruleset | None = None,
     linear: bool = False,
 ) -> dict[str, Any]:
     """``--at node/NAME``: the node's netfilter alone, as upstream's flow tests."""
@@ -385,7 +386,12 @@ def trace(
         raise click.UsageError("--at takes node/NAME")
     session = ctx.session(files)
     try:
-        rules_text = _read_text(iptables_save) if (iptables_save and node) else None
+        rules_text: str | Ruleset | None = None
+        if iptables_save and node:
+            from dataplane.netfilter.parse import parse_save
+
+            # parsed here so that errors name the file and line
+            rules_text = parse_save(_read_text(iptables_save), source=iptables_save)
         override = {} if node else _load_override(iptables_save, None) if iptables_save else {}
         _check_flows(flows, flows_file)
         for f in flows:

@@ -325,3 +325,18 @@ def test_cli_connect_node_dump_commits_each_connection(node: Path) -> None:
     assert set(res["counts"]) == {"192.0.2.10:8080", "10.244.1.7:80"}
     assert len({c["sport"] for c in res["connections"]}) == 40
     assert ip_address(res["connections"][0]["source"])
+
+
+def test_at_iptables_save_errors_name_the_file_and_line(tmp_path: Path) -> None:
+    bad = tmp_path / "node.save"
+    bad.write_text("*nat\n-A FOO -j ACCEPT\nCOMMIT\n")
+    web = Path(__file__).resolve().parents[3] / "examples" / "web.yaml"
+    r = CliRunner().invoke(
+        cli,
+        [
+            *("trace", "-f", str(web), "--at", "node/node-1", "--iptables-save", str(bad)),
+            *("--from", "10.0.0.1", "--to", "10.96.0.1:443"),
+        ],
+    )
+    assert r.exit_code == 1
+    assert f"{bad}:2: -A FOO -j ACCEPT" in r.output and "<iptables-save>" not in r.output
