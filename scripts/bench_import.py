@@ -19,7 +19,6 @@ Prints one JSON object.
 from __future__ import annotations
 
 import json
-import secrets
 import subprocess
 import sys
 import tempfile
@@ -188,9 +187,11 @@ def main() -> None:
         (nd / "iptables-save.txt").write_text(rules)
         result["node_dump_rules"] = sum(1 for line in rules.splitlines() if line.startswith("-A"))
         parse = best(lambda: load_node_dump(str(nd)))
-        ns = f"svclab-bench-{secrets.token_hex(4)}"
-        subprocess.run(["ip", "netns", "add", ns], check=True)
-        try:
+        from dataplane.linux import netns as netns_mod
+
+        # made through svclab's netns module: owned by this process, so no other
+        # svclab process's leftover cleanup takes it
+        with netns_mod.temporary("bench") as ns:
 
             def restore() -> None:
                 subprocess.run(
@@ -201,8 +202,6 @@ def main() -> None:
                 )
 
             legacy = best(restore)
-        finally:
-            subprocess.run(["ip", "netns", "del", ns], check=False)
         result["node_dump_parse_seconds"] = round(parse, 3)
         result["legacy_restore_seconds"] = round(legacy, 3)
         result["parse_to_legacy_restore_ratio"] = round(parse / legacy, 3)
