@@ -4,7 +4,8 @@
 A 3-node cluster, a Deployment `web` with 3 replicas and a Service `web` (80 -> 8080).
 Prints where each pod landed, the Service's ClusterIP and EndpointSlice, and the
 timeline of every control-plane step; then checks the result and exits non-zero if
-anything is wrong.
+anything is wrong. With ``--pictures DIR`` it also draws the timeline as a sequence
+diagram into DIR.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import EXAMPLES, Checks
+from _common import EXAMPLES, Checks, save_timeline
 
 from control.cli.printers import table
 from control.events import timeline
@@ -47,6 +48,7 @@ def main() -> None:
     print(table("EndpointSlice", slices, now=now, wide=False, all_namespaces=False))
     print("\n== timeline")
     print(table("Event", timeline(store), now=now, wide=False, all_namespaces=False))
+    save_timeline(session, "00_control_plane")
 
     print("\n== checks")
     c = Checks("lab 00")

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 from control.cli import printers
-from control.cli.types import SELECTOR
+from control.cli.types import SELECTOR, TIMELINE_FILE
 from netmodel.errors import NotFoundError, SvclabError
 
 if TYPE_CHECKING:
@@ -38,8 +38,11 @@ DEFAULT_STATE = ".svclab"
 
 
 class Context:
-    def __init__(self, state: str) -> None:
+    def __init__(self, state: str, store: str | None = None) -> None:
         self.state = Path(state)
+        #: ``--store URL`` / SVCLAB_STORE (None: what the state directory remembers, else
+        #: DIR/state.db); pass it to :meth:`control.session.Session.open` as store_url
+        self.store = store
 
     def session(self, files: Sequence[str] = (), *, read_only: bool = True) -> Session:
         """A throw-away session from ``files`` if given, else the persistent one
@@ -48,7 +51,7 @@ class Context:
 
         if files:
             return Session.from_files(list(files))
-        return Session.open(self.state, read_only=read_only)
+        return Session.open(self.state, read_only=read_only, store_url=self.store)
 
 
 def handle_errors(fn: F) -> F:
@@ -127,11 +130,20 @@ Shell completion (bash; zsh and fish likewise with zsh_source, fish_source):
     show_envvar=True,
     help="Directory of the persistent cluster.",
 )
+@click.option(
+    "--store",
+    default=None,
+    envvar="SVCLAB_STORE",
+    show_envvar=True,
+    metavar="URL",
+    help="Store holding the cluster: etcd://HOST:PORT[,HOST:PORT...] (all members, with "
+    "failover). Default: DIR/state.db (SQLite). The state directory remembers it.",
+)
 @click.version_option(package_name="svclab", prog_name="svclab", message="%(prog)s %(version)s")
 @click.pass_context
-def cli(ctx: click.Context, state: str) -> None:
+def cli(ctx: click.Context, state: str, store: str | None) -> None:
     """svclab: the Kubernetes Services dataplane, emulated and explained."""
-    ctx.obj = Context(state)
+    ctx.obj = Context(state, store)
 
 
 def dump(objs: Sequence[KubeObject], fmt: str, single: bool) -> str:
@@ -176,8 +188,8 @@ def apply(ctx: Context, files: tuple[str, ...]) -> None:
         click.echo(f"warning: {note}", err=True)
     if not manifests.objects and manifests.cluster is None and manifests.proxy_config is None:
         raise InputError("no objects passed to apply")  # kubectl's words; nothing recorded
-    fresh = not (ctx.state / "cluster.yaml").exists()
-    session = Session.open(ctx.state, must_exist=False)
+    session = Session.open(ctx.state, must_exist=False, store_url=ctx.store)
+    fresh = session.holds_no_cluster
     try:
         results = session.apply(manifests)
     finally:
@@ -320,10 +332,21 @@ def _get_all(
 
 @cli.command()
 @click.option("-o", "--output", type=click.Choice(["table", "json", "yaml"]), default="table")
-@click.option("--for", "for_", default=None, help="Only events about KIND/NAME")
+@click.option(
+    "--for",
+    "for_",
+    default=None,
+    help="Only events about KIND/NAME (--diagram: and what it caused)",
+)
+@click.option(
+    "--diagram",
+    type=TIMELINE_FILE,
+    default=None,
+    help="Draw the sequence diagram to FILE.svg|.png|.mmd",
+)
 @click.pass_obj
 @handle_errors
-def events(ctx: Context, output: str, for_: str | None) -> None:
+def events(ctx: Context, output: str, for_: str | None, diagram: str | None) -> None:
     """The timeline: every control-plane step in order (``-o json|yaml``: one v1 List
     of the Events, as kubectl prints a list)."""
     from control.events import timeline
@@ -334,9 +357,20 @@ def events(ctx: Context, output: str, for_: str | None) -> None:
         kind = printers.resolve_kind(k)
         if not slash or not name or kind is None:
             raise click.UsageError(f"--for {for_}: want KIND/NAME with a known kind, e.g. pod/web")
+    if diagram and output != "table":
+        raise click.UsageError("--diagram draws the timeline: not with -o")
     session = ctx.session()
     try:
         evs = timeline(session.store)
+        if diagram:
+            from control.cli import picture_cmd
+
+            if for_:
+                evs = picture_cmd.events_for(session, evs, for_)
+            title = f"timeline of {for_}" if for_ else "timeline"
+            picture_cmd.events_diagram(session, evs, diagram, title=title)
+            click.echo(f"{diagram}: {len(evs)} events")
+            return
         if for_:
             evs = [
                 e for e in evs if e.involved_object.kind == kind and e.involved_object.name == name
@@ -451,6 +485,8 @@ def _register_optional() -> None:
         "control.cli.diff_cmd",
         "control.cli.import_cmd",
         "control.cli.serve_cmd",
+        "control.cli.picture_cmd",
+        "control.cli.report_cmd",
         "control.cli.dig_cmd",
     ):
         try:

@@ -20,6 +20,7 @@ from control.cli.printers import format_table
 from control.cli.types import (
     COUNT,
     ENDPOINT,
+    GRAPH_FILE,
     NEW_FILE,
     NODE_REF,
     PORT,
@@ -306,6 +307,12 @@ def _no_cluster_options(
 @click.option("-o", "--output", type=click.Choice(["text", "json"]), default="text")
 @click.option("-f", "--filename", "files", multiple=True, help="Throw-away cluster from manifests")
 @click.option("--real", "on_kernel", is_flag=True, help=REAL_HELP)
+@click.option(
+    "--diagram",
+    type=GRAPH_FILE,
+    default=None,
+    help="Draw the topology with the path to FILE.svg|.png",
+)
 @click.pass_obj
 @handle_errors
 def trace(
@@ -323,14 +330,24 @@ def trace(
     output: str,
     files: tuple[str, ...],
     on_kernel: bool,
+    diagram: str | None,
 ) -> None:
     """Walk one packet and its reply, and explain every hop and rule."""
     if node_dump is not None:
         _no_cluster_options(
             "--node-dump",
-            {"--at": at, "--iptables-save": iptables_save, "--linear": linear},
+            {
+                "--at": at,
+                "--iptables-save": iptables_save,
+                "--linear": linear,
+                "--diagram": diagram,
+            },
             files,
             on_kernel,
+        )
+    if diagram and (on_kernel or all_branches or at or flows_file):
+        raise click.UsageError(
+            "--diagram draws one emulated trace: not with --real, --all, --at or --flows"
         )
     if on_kernel:
         from control.cli.real_cmd import real_trace
@@ -432,6 +449,10 @@ def trace(
                     click.echo(json.dumps(t.to_json(), indent=None if flows_file else 2))
                 else:
                     click.echo(t.render_text())
+                if diagram:
+                    from control.cli.picture_cmd import trace_diagram
+
+                    trace_diagram(session, t.to_json(), diagram, str(f["from"]))
     finally:
         session.close()
 
@@ -565,6 +586,9 @@ def chi_square(counts: list[int]) -> tuple[float, float]:
 @click.option("-f", "--filename", "files", multiple=True)
 @click.option("--real", "on_kernel", is_flag=True, help=REAL_HELP)
 @click.option("--node-dump", "node_dump", type=DUMP_DIR, default=None, help=NODE_DUMP_HELP)
+@click.option(
+    "--plot", type=GRAPH_FILE, default=None, help="Draw each endpoint's share to FILE.png|.svg"
+)
 @click.pass_obj
 @handle_errors
 def connect(
@@ -577,6 +601,7 @@ def connect(
     files: tuple[str, ...],
     on_kernel: bool,
     node_dump: str | None,
+    plot: str | None,
 ) -> None:
     """Open N connections SRC -> DST; per connection the endpoint and the rule that chose
     it; then per-endpoint counts and a chi-square test of equal shares."""
@@ -586,14 +611,16 @@ def connect(
     if node_dump is not None:
         from control.cli.nodedump_cmd import node_dump_connect
 
-        _no_cluster_options("--node-dump", {}, files, on_kernel)
+        _no_cluster_options("--node-dump", {"--plot": plot}, files, on_kernel)
         node_dump_connect(node_dump, src, dst, count, proto, as_json=output == "json")
         return
 
     if on_kernel:
         from control.cli.real_cmd import real_connect
 
-        real_connect(ctx, src=src, dst=dst, count=count, proto=proto, output=output, files=files)
+        real_connect(
+            ctx, src=src, dst=dst, count=count, proto=proto, output=output, files=files, plot=plot
+        )
         return
     session = ctx.session(files)
     try:
@@ -606,6 +633,10 @@ def connect(
         conns = emu.connect(s, d, proto, port, count)  # type: ignore[arg-type]
         counts = Counter(c.endpoint or c.verdict for c in conns)
         stat, p = chi_square(list(counts.values()))
+        if plot:
+            from control.cli.picture_cmd import shares_plot
+
+            shares_plot(counts, stat, p, plot, title=f"connect {src} -> {dst}, emulated")
         if output == "json":
             click.echo(
                 json.dumps(
