@@ -32,6 +32,10 @@ class Manifests:
     cluster: Cluster | None = None
     proxy_config: KubeProxyConfiguration | None = None
     sources: tuple[str, ...] = field(default=())
+    #: kinds a ``kubectl get -o yaml`` dump held that svclab does not model, with counts
+    skipped: tuple[tuple[str, int], ...] = ()
+    #: notes for the user (e.g. what was inferred about the cluster)
+    warnings: tuple[str, ...] = ()
 
 
 def _describe(doc: dict[str, Any]) -> str | None:
@@ -124,27 +128,55 @@ def load(paths: Sequence[str | Path]) -> Manifests:
 
 
 def _collect(texts: list[tuple[str, str]]) -> Manifests:
+    from netmodel import kubedump
+
     objects: list[KubeObject] = []
     cluster: Cluster | None = None
     proxy: KubeProxyConfiguration | None = None
+    located: list[tuple[str, int, dict[str, Any]]] = []
     for source, text in texts:
         for i, doc in enumerate(parse_documents(text, source=source), start=1):
-            value = decode(doc, source=source, index=i)
-            if isinstance(value, Cluster):
-                if cluster is not None:
-                    raise InputError("a second Cluster document", file=source, document=i)
-                cluster = value
-            elif isinstance(value, KubeProxyConfiguration):
-                if proxy is not None:
-                    raise InputError(
-                        "a second KubeProxyConfiguration document", file=source, document=i
-                    )
-                proxy = value
-            else:
-                objects.append(value)
+            located.append((source, i, doc))
+    skipped: tuple[tuple[str, int], ...] = ()
+    warnings: tuple[str, ...] = ()
+    if kubedump.is_cluster_dump(d for _, _, d in located):
+        has_cluster = any(
+            d.get("kind") == "Cluster" and d.get("apiVersion") == CLUSTER_API for _, _, d in located
+        )
+        prepared = kubedump.prepare([d for _, _, d in located], has_cluster=has_cluster)
+        kept: list[tuple[str, int, dict[str, Any]]] = []
+        for s, i, d in located:
+            if d.get("kind") in kubedump.MODELLED_KINDS or d.get("kind") in (
+                "Cluster",
+                "KubeProxyConfiguration",
+            ):
+                kept.append((s, i, d))
+        # prepare() keeps the modelled documents in order (stripped of server fields)
+        stripped = iter(prepared.docs)
+        located = [(s, i, next(stripped)) for s, i, _ in kept]
+        if prepared.cluster is not None:
+            located.insert(0, (texts[0][0] if texts else "<input>", 0, prepared.cluster))
+        skipped = tuple(sorted(prepared.skipped.items()))
+        warnings = tuple(prepared.warnings)
+    for source, i, doc in located:
+        value = decode(doc, source=source, index=i or None)
+        if isinstance(value, Cluster):
+            if cluster is not None:
+                raise InputError("a second Cluster document", file=source, document=i)
+            cluster = value
+        elif isinstance(value, KubeProxyConfiguration):
+            if proxy is not None:
+                raise InputError(
+                    "a second KubeProxyConfiguration document", file=source, document=i
+                )
+            proxy = value
+        else:
+            objects.append(value)
     return Manifests(
         objects=tuple(objects),
         cluster=cluster,
         proxy_config=proxy,
         sources=tuple(s for s, _ in texts),
+        skipped=skipped,
+        warnings=warnings,
     )

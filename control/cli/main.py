@@ -184,6 +184,12 @@ def apply(ctx: Context, files: tuple[str, ...]) -> None:
     from netmodel.manifests import load
 
     manifests = load(list(files))
+    if manifests.skipped:
+        kinds = ", ".join(f"{n} {k}" for k, n in manifests.skipped)
+        total = sum(n for _, n in manifests.skipped)
+        click.echo(f"skipped {total} objects of kinds svclab does not model: {kinds}", err=True)
+    for note in manifests.warnings:
+        click.echo(f"warning: {note}", err=True)
     if not manifests.objects and manifests.cluster is None and manifests.proxy_config is None:
         raise InputError("no objects passed to apply")  # kubectl's words; nothing recorded
     session = Session.open(ctx.state, must_exist=False, store_url=ctx.store)
@@ -484,10 +490,13 @@ def _register_optional() -> None:
         "control.cli.rules_cmd",
         "control.cli.traffic_cmd",
         "control.cli.real_cmd",
+        "control.cli.nodedump_cmd",
+        "control.cli.diff_cmd",
+        "control.cli.import_cmd",
+        "control.cli.serve_cmd",
         "control.cli.picture_cmd",
         "control.cli.report_cmd",
         "control.cli.dig_cmd",
-        "control.cli.serve_cmd",
     ):
         try:
             mod = importlib.import_module(module)

@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from control.session import Session
     from dataplane.emulator.cluster import EmulatedCluster
     from dataplane.emulator.filters import RulesetInput
+    from dataplane.netfilter.rules import Ruleset
 
 PROTOS = ["tcp", "udp", "icmp", "sctp"]
 REAL_HELP = "On the real kernel (svclab up --real; with -f a throw-away one) instead"
@@ -102,7 +103,7 @@ def at_trace(
     proto: str,
     *,
     all_branches: bool,
-    rules_text: str | None = None,
+    rules_text: str | Ruleset | None = None,
     linear: bool = False,
 ) -> dict[str, Any]:
     """``--at node/NAME``: the node's netfilter alone, as upstream's flow tests."""
@@ -247,6 +248,30 @@ def _by_name(emu: EmulatedCluster, src: str, dst: str, *, quiet: bool = False) -
 
 # --------------------------------------------------------------------------- trace
 
+NODE_DUMP_HELP = "Evaluate a real node's dump (see `svclab node-dump --help`); no cluster needed"
+DUMP_DIR = click.Path(exists=True, file_okay=False)
+
+
+def _check_flows(flows: list[Any], flows_file: str | None) -> None:
+    for i, f in enumerate(flows):
+        if not isinstance(f, dict) or "from" not in f or "to" not in f:
+            raise InputError("each flow needs 'from' and 'to'", file=flows_file, field=f"[{i}]")
+        for end in ("from", "to"):
+            try:
+                check_endpoint(str(f[end]))
+            except ValueError as e:
+                raise InputError(str(e), file=flows_file, field=f"[{i}].{end}") from None
+
+
+def _no_cluster_options(
+    what: str, given: dict[str, object], files: tuple[str, ...], on_kernel: bool
+) -> None:
+    """``--node-dump`` evaluates the dump alone: options about a cluster are refused."""
+    given = {**given, "-f": files, "--real": on_kernel}
+    clash = [k for k, v in given.items() if v]
+    if clash:
+        raise click.UsageError(f"{what} evaluates a node dump alone: no {', '.join(clash)}")
+
 
 @click.command()
 @click.option("--from", "src", type=ENDPOINT, help="pod/NS/NAME, node/NAME, an IP")
@@ -279,6 +304,7 @@ def _by_name(emu: EmulatedCluster, src: str, dst: str, *, quiet: bool = False) -
 @click.option(
     "--linear", is_flag=True, help="--at: walk rules one by one, report how many were visited"
 )
+@click.option("--node-dump", "node_dump", type=DUMP_DIR, default=None, help=NODE_DUMP_HELP)
 @click.option("-o", "--output", type=click.Choice(["text", "json"]), default="text")
 @click.option("-f", "--filename", "files", multiple=True, help="Throw-away cluster from manifests")
 @click.option("--real", "on_kernel", is_flag=True, help=REAL_HELP)
@@ -301,12 +327,25 @@ def trace(
     flows_file: str | None,
     iptables_save: str | None,
     linear: bool,
+    node_dump: str | None,
     output: str,
     files: tuple[str, ...],
     on_kernel: bool,
     diagram: str | None,
 ) -> None:
     """Walk one packet and its reply, and explain every hop and rule."""
+    if node_dump is not None:
+        _no_cluster_options(
+            "--node-dump",
+            {
+                "--at": at,
+                "--iptables-save": iptables_save,
+                "--linear": linear,
+                "--diagram": diagram,
+            },
+            files,
+            on_kernel,
+        )
     if diagram and (on_kernel or all_branches or at or flows_file):
         raise click.UsageError(
             "--diagram draws one emulated trace: not with --real, --all, --at or --flows"
@@ -353,21 +392,27 @@ def trace(
         if not src or not dst:
             raise click.UsageError("--from and --to are required (or --flows FILE)")
         flows = [{"from": src, "to": dst, "proto": proto}]
+    if node_dump is not None:
+        from control.cli.nodedump_cmd import node_dump_trace
+
+        _check_flows(flows, flows_file)
+        as_json = output == "json" or bool(flows_file)
+        node_dump_trace(node_dump, flows, sport=sport, all_branches=all_branches, as_json=as_json)
+        return
     node = at[5:] if at and at.startswith("node/") else None
     if at and node is None:
         raise click.UsageError("--at takes node/NAME")
     session = ctx.session(files)
     try:
-        rules_text = _read_text(iptables_save) if (iptables_save and node) else None
+        rules_text: str | Ruleset | None = None
+        if iptables_save and node:
+            from dataplane.netfilter.parse import parse_save
+
+            # parsed here so that errors name the file and line
+            rules_text = parse_save(_read_text(iptables_save), source=iptables_save)
         override = {} if node else _load_override(iptables_save, None) if iptables_save else {}
-        for i, f in enumerate(flows):
-            if not isinstance(f, dict) or "from" not in f or "to" not in f:
-                raise InputError("each flow needs 'from' and 'to'", file=flows_file, field=f"[{i}]")
-            for end in ("from", "to"):
-                try:
-                    check_endpoint(str(f[end]))
-                except ValueError as e:
-                    raise InputError(str(e), file=flows_file, field=f"[{i}].{end}") from None
+        _check_flows(flows, flows_file)
+        for f in flows:
             p = str(f.get("proto", "tcp")).lower()
             if node:
                 res = at_trace(
@@ -619,6 +664,7 @@ def _connection_record(c: Any, saved_rule: Any) -> dict[str, Any]:
 )
 @click.option("-f", "--filename", "files", multiple=True)
 @click.option("--real", "on_kernel", is_flag=True, help=REAL_HELP)
+@click.option("--node-dump", "node_dump", type=DUMP_DIR, default=None, help=NODE_DUMP_HELP)
 @click.option(
     "--plot", type=GRAPH_FILE, default=None, help="Draw each endpoint's share to FILE.png|.svg"
 )
@@ -633,6 +679,7 @@ def connect(
     output: str,
     files: tuple[str, ...],
     on_kernel: bool,
+    node_dump: str | None,
     plot: str | None,
 ) -> None:
     """Open N connections SRC -> DST; per connection the endpoint and the rule that chose
@@ -644,6 +691,13 @@ def connect(
     however large N is."""
     from control import emulation
     from dataplane.proxy.savefmt import saved_rule
+
+    if node_dump is not None:
+        from control.cli.nodedump_cmd import node_dump_connect
+
+        _no_cluster_options("--node-dump", {"--plot": plot}, files, on_kernel)
+        node_dump_connect(node_dump, src, dst, count, proto, as_json=output == "json")
+        return
 
     if on_kernel:
         from control.cli.real_cmd import real_connect

@@ -175,7 +175,8 @@ class CRule:
         elif isinstance(t, R.Connmark):
             self.kind, self.effect = K_CONNMARK, f"CONNMARK {t.mode}"
         elif isinstance(t, R.Log):
-            self.kind, self.effect = K_LOG, f"{t.kind} {t.prefix!r}"
+            self.kind = K_LOG
+            self.effect = "CHECKSUM fill" if t.kind == "CHECKSUM" else f"{t.kind} {t.prefix!r}"
         elif isinstance(t, R.Notrack):
             self.kind, self.effect = K_NOTRACK, "NOTRACK" if t.notrack else f"CT zone {t.zone}"
         else:

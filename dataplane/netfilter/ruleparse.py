@@ -456,6 +456,7 @@ _TARGET_OPTIONS: dict[str, dict[str, int]] = {
         "--nflog-threshold": 1,
     },
     "CT": {"--notrack": 0, "--zone": 1},
+    "CHECKSUM": {"--checksum-fill": 0},
 }
 # Real iptables targets svclab does not evaluate: refused by name rather than being
 # mistaken for a jump to a chain.
@@ -475,7 +476,6 @@ _KNOWN_UNSUPPORTED_TARGETS = {
     "QUEUE",
     "NFQUEUE",
     "AUDIT",
-    "CHECKSUM",
     "IDLETIMER",
     "LED",
     "RATEEST",
@@ -1168,6 +1168,14 @@ def _build_target(
         return R.Notrack(has("--notrack"), zone)
     if name == "TRACE":
         return R.Trace()
+    if name == "CHECKSUM":
+        # fills in a checksum: nothing a path or verdict depends on (mangle only, as the
+        # kernel's xt_CHECKSUM; it needs --checksum-fill)
+        if table != "mangle":
+            raise _RuleError("target CHECKSUM is only valid in the mangle table")
+        if not has("--checksum-fill"):
+            raise _RuleError("CHECKSUM needs --checksum-fill")
+        return R.Log("CHECKSUM")
     raise _RuleError(f"unsupported target {name}", unsupported=True)  # pragma: no cover
 
 

@@ -441,9 +441,10 @@ class Connmark:
 
 @dataclass(frozen=True, slots=True)
 class Log:
-    """``LOG`` / ``NFLOG``: non-terminating; the trace carries the prefix."""
+    """``LOG`` / ``NFLOG`` (and ``CHECKSUM --checksum-fill``, which changes nothing a
+    path depends on): non-terminating; the trace carries the prefix."""
 
-    kind: Literal["LOG", "NFLOG"] = "LOG"
+    kind: Literal["LOG", "NFLOG", "CHECKSUM"] = "LOG"
     prefix: str = ""
     level: str = ""
     group: int = 0

@@ -1,0 +1,232 @@
+"""``svclab node-dump collect DIR`` and the ``--node-dump DIR`` form of ``trace`` and
+``connect``: a real node's state, as the standard tools print it, evaluated as that
+node's kernel would (:mod:`dataplane.nodedump`).
+
+Flows name addresses only (``--from IP``, ``--to IP:PORT``): a node dump carries no
+cluster objects to resolve ``svc/`` or ``pod/`` names against.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from control.cli.main import handle_errors
+from control.cli.printers import format_table
+from netmodel.ip import split_host_port
+
+if TYPE_CHECKING:
+    from dataplane.nodedump import BranchOutcome, NodeFlow, NodeTracer
+
+__all__ = ["COMMANDS", "node_dump_connect", "node_dump_trace"]
+
+
+def _address(text: str, what: str, *, port: bool) -> tuple[str, int | None]:
+    """``IP`` or ``IP:PORT`` (``[v6]:PORT``); other forms need a cluster."""
+    from ipaddress import ip_address
+
+    if text.startswith(("svc/", "pod/", "node/")):
+        raise click.UsageError(
+            f"{what} {text}: a node dump has no cluster objects; give an address (IP or IP:PORT)"
+        )
+    host, p = text, None
+    if text.count(":") == 1 or text.startswith("["):
+        try:
+            host, p = split_host_port(text)
+        except ValueError as e:
+            raise click.UsageError(f"{what} {text}: {e}") from None
+    try:
+        ip_address(host)
+    except ValueError:
+        raise click.UsageError(f"{what} {text}: not an IP address") from None
+    if port and p is None:
+        raise click.UsageError(f"{what} {text}: give a port (IP:PORT)")
+    return host, p
+
+
+def _tracer(directory: str) -> NodeTracer:
+    from dataplane.nodedump import NodeTracer, load_node_dump
+
+    return NodeTracer(load_node_dump(directory))
+
+
+def _flow(src: str, dst: str, proto: str, sport: int | None) -> NodeFlow:
+    from dataplane.nodedump import NodeFlow
+
+    s, _ = _address(src, "--from", port=False)
+    d, dport = _address(dst, "--to", port=proto != "icmp")
+    if proto == "icmp" and dport is not None:
+        raise click.UsageError(f"--to {dst}: ICMP has no ports (--proto icmp)")
+    return NodeFlow(s, d, dport or 0, proto, 40000 if sport is None else sport)
+
+
+def _hops(b: BranchOutcome) -> list[dict[str, Any]]:
+    from dataplane.proxy.savefmt import saved_rule
+
+    return [r.to_dict() | {"text": saved_rule(r.text)} for r in b.records]
+
+
+def node_dump_trace(
+    directory: str,
+    flows: list[dict[str, Any]],
+    *,
+    sport: int | None,
+    all_branches: bool,
+    as_json: bool,
+    seed: int = 0,
+) -> None:
+    """``trace --node-dump DIR``: each flow through the node (one JSON line per flow
+    with ``--flows``; ``--all`` every branch, else one sampled from ``seed``)."""
+    import random
+
+    from dataplane.nodedump import summarise
+
+    tracer = _tracer(directory)
+    for f in flows:
+        flow = _flow(str(f["from"]), str(f["to"]), str(f.get("proto", "tcp")).lower(), sport)
+        origin = tracer.origin(flow)
+        if all_branches:
+            branches = tracer.trace(flow)
+        else:
+            branches = [tracer.sample(flow, random.Random(seed))]
+        res = summarise(flow, origin, branches)
+        res = {"at": f"node-dump {directory}", **res}
+        if tracer.dump.sysctls.assumed:
+            res["assumed"] = list(tracer.dump.sysctls.assumed)
+        res["rules_visited"] = branches[0].visited if branches else 0
+        res["hops"] = _hops(branches[0]) if branches else []
+        if f.get("name"):
+            res["name"] = f["name"]
+        click.echo(json.dumps(res) if as_json else render(res))
+
+
+def render(res: dict[str, Any]) -> str:
+    """The text form of one ``trace --node-dump`` answer."""
+    f = res["flow"]
+    port = f":{f['port']}" if f["proto"] != "icmp" else ""
+    if res["masquerade"]:
+        nat = f"source NAT on every branch, source seen: {res['source']}"
+    elif any(e["masquerade"] for e in res["endpoints"]):
+        nat = "source NAT on some branches only"
+    else:
+        nat = f"no source NAT, source seen: {res['source'] or f['from']}"
+    head = f"{f['proto']} {f['from']}:{f['sport']} -> {f['to']}{port} at {res['at']}: "
+    head += f"{res['verdict']} ({nat})"
+    lines = [head]
+    for r in res["reasons"]:
+        lines.append(f"  dropped by {r}")
+    rows = [["HOOK", "TABLE", "CHAIN", "RULE", "EFFECT", "NAT", "CTSTATE", "MARK"]]
+    keys = ("hook", "table", "chain", "rule", "effect", "nat", "ctstate", "mark")
+    rows += [[str(h[k] or ("-" if k == "rule" else "")) for k in keys] for h in res["hops"]]
+    lines.append(format_table(rows))
+    if res["endpoints"]:
+        lines.append("endpoints:")
+        for e in res["endpoints"]:
+            m = "source NAT" if e["masquerade"] else "no source NAT"
+            lines.append(
+                f"  {e['endpoint']}  p={e['probability']:.4f}  {e['verdict']}  {m}, "
+                f"source seen: {e['source']}"
+            )
+    if res.get("assumed"):
+        lines.append("assumed (no sysctl.txt): " + ", ".join(res["assumed"]))
+    return "\n".join(lines)
+
+
+def node_dump_connect(
+    directory: str, src: str, dst: str, count: int, proto: str, *, as_json: bool, seed: int = 0
+) -> None:
+    """``connect --node-dump DIR``: ``count`` connections from consecutive source ports,
+    each committed to the node's state (conntrack, ``recent``, IPVS schedulers)."""
+    import random
+
+    tracer = _tracer(directory)
+    rng = random.Random(seed)
+    conns = []
+    for i in range(count):
+        flow = _flow(src, dst, proto, 40000 + i)
+        b = tracer.sample(flow, rng, commit=True)
+        conns.append(
+            {
+                "sport": flow.sport,
+                "verdict": b.verdict,
+                "endpoint": b.endpoint,
+                "masquerade": b.masquerade,
+                "source": b.source if b.verdict == "ACCEPT" else None,
+                "reason": b.reason,
+            }
+        )
+    counts = Counter(str(c["endpoint"] or c["verdict"]) for c in conns)
+    from control.cli.traffic_cmd import chi_square
+
+    stat, p = chi_square(list(counts.values()))
+    if as_json:
+        out = {
+            "connections": conns,
+            "counts": dict(counts),
+            "chi_square": {"statistic": stat, "dof": max(len(counts) - 1, 0), "p_value": p},
+        }
+        click.echo(json.dumps(out, indent=2))
+        return
+    rows = [["#", "SPORT", "ENDPOINT", "SOURCE SEEN", "SOURCE NAT"]]
+    for i, c in enumerate(conns, 1):
+        rows.append(
+            [
+                str(i),
+                str(c["sport"]),
+                str(c["endpoint"] or c["verdict"]),
+                str(c["source"] or "-"),
+                "yes" if c["masquerade"] else "no",
+            ]
+        )
+    click.echo(format_table(rows))
+    total = sum(counts.values())
+    summary = [["ENDPOINT", "COUNT", "SHARE"]]
+    summary += [[k, str(v), f"{v / total:.3f}"] for k, v in counts.most_common()]
+    click.echo("\n" + format_table(summary))
+    dof = max(len(counts) - 1, 0)
+    click.echo(f"\nchi-square vs equal shares: {stat:.3f} (dof {dof}), p = {p:.4f}")
+
+
+@click.group("node-dump")
+def node_dump() -> None:
+    """A real node's dataplane state as the standard tools print it.
+
+    \b
+    DIR holds one file per tool (all optional; at least one rule source):
+      iptables-nft-save.txt     iptables-nft-save -c
+      iptables-legacy-save.txt  iptables-legacy-save -c
+      iptables-save.txt         iptables-save [-c] pasted from a node
+      nft-ruleset.txt           nft list ruleset
+      ip-addr.json              ip -j addr
+      ip-route.json             ip -j route show table all
+      ip-rule.json              ip -j rule
+      ip-neigh.json             ip -j neigh
+      ipset.txt                 ipset save, or an ipset -L listing
+      ipvsadm.txt               ipvsadm -Sn, or an ipvsadm -L -n listing
+      conntrack.txt             conntrack -L
+      sysctl.txt                sysctl lines: ip_forward, route_localnet, rp_filter,
+                                bridge-nf-call-iptables
+      manifest.json             what collect ran and skipped
+
+    Use it with `svclab trace --node-dump DIR` and `svclab connect --node-dump DIR`."""
+
+
+@node_dump.command("collect")
+@click.argument("directory", type=click.Path(file_okay=False))
+@handle_errors
+def collect_cmd(directory: str) -> None:
+    """Record this host's (or, under `ip netns exec NAME`, that namespace's) state
+    into DIR; missing tools are skipped and noted in DIR/manifest.json."""
+    from dataplane.linux.nodedump import collect
+
+    manifest = collect(directory)
+    for name, cmd in manifest["written"].items():
+        click.echo(f"wrote {name}  ({cmd})")
+    for name, why in manifest["skipped"].items():
+        click.echo(f"skipped {name}: {why}", err=True)
+
+
+COMMANDS = [node_dump]

@@ -1,0 +1,217 @@
+"""What ``kubectl get -A -o yaml`` (or ``-o json``) prints for a real cluster, made into
+svclab input.
+
+:func:`is_cluster_dump` tells a dump from hand-written manifests: a ``List`` document,
+or objects carrying server-set metadata (``uid``, ``resourceVersion``,
+``managedFields``, ``creationTimestamp``). :func:`prepare` then
+
+* drops the server-set metadata (``uid``, ``resourceVersion``, ``managedFields``,
+  ``creationTimestamp``, ``generation``, ``selfLink``) and the Service ``status``;
+* skips the kinds svclab does not model, counting them per kind (the caller reports
+  the counts); the kube-proxy ConfigMap (``kube-system/kube-proxy``, key
+  ``config.conf``) and ``ServiceCIDR`` objects are read, not applied;
+* infers the ``Cluster`` document when the dump has none: ``serviceCIDR`` from the
+  ServiceCIDR objects, else the smallest network whose first address is the
+  ``kubernetes`` Service's ClusterIP and that holds every ClusterIP of the dump;
+  ``podCIDR`` the smallest network holding every Node's podCIDRs, ``nodeCIDRMaskSize``
+  their prefix length; ``nodeNetwork`` the smallest network (at most /24) holding the
+  Nodes' InternalIPs; ``proxyMode`` from the kube-proxy ConfigMap; ``allocation:
+  recorded`` (ClusterIPs, NodePorts kept as recorded) and ``kubernetesService: false``
+  (the dump's own ``default/kubernetes`` is applied); ``nodes: 0`` (the Nodes come from
+  the dump).
+
+Values only: no I/O.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+
+__all__ = ["MODELLED_KINDS", "PreparedDump", "is_cluster_dump", "prepare"]
+
+MODELLED_KINDS = frozenset(
+    {"Deployment", "EndpointSlice", "Namespace", "Node", "Pod", "ReplicaSet", "Service"}
+)
+_SERVER_META = (
+    "uid",
+    "resourceVersion",
+    "managedFields",
+    "creationTimestamp",
+    "generation",
+    "selfLink",
+)
+_SVC_MODES = ("iptables", "ipvs", "nftables")
+
+
+@dataclass
+class PreparedDump:
+    """The documents to decode, what was skipped, the Cluster inferred, and warnings."""
+
+    docs: list[dict[str, Any]]
+    skipped: Counter[str] = field(default_factory=Counter)
+    cluster: dict[str, Any] | None = None
+    warnings: list[str] = field(default_factory=list)
+
+
+def is_cluster_dump(raw_docs: Iterable[Any]) -> bool:
+    """A ``List`` document, or any object with server-set metadata."""
+    for d in raw_docs:
+        if not isinstance(d, dict):
+            continue
+        if d.get("kind") == "List" and isinstance(d.get("items"), list):
+            return True
+        meta = d.get("metadata")
+        if isinstance(meta, dict) and any(k in meta for k in _SERVER_META[:4]):
+            return True
+    return False
+
+
+def _strip(doc: dict[str, Any]) -> dict[str, Any]:
+    out = dict(doc)
+    meta = out.get("metadata")
+    if isinstance(meta, dict):
+        out["metadata"] = {k: v for k, v in meta.items() if k not in _SERVER_META}
+        ann = out["metadata"].get("annotations")
+        if isinstance(ann, dict):
+            ann = {
+                k: v
+                for k, v in ann.items()
+                if k != "kubectl.kubernetes.io/last-applied-configuration"
+            }
+            out["metadata"]["annotations"] = ann
+            if not ann:
+                del out["metadata"]["annotations"]
+    if out.get("kind") == "Service":
+        out.pop("status", None)
+    return out
+
+
+def _covering(addrs: list[ipaddress.IPv4Network], longest: int = 32) -> ipaddress.IPv4Network:
+    """The smallest network (prefix at most ``longest``) holding every given network."""
+    first = addrs[0]
+    for plen in range(min(longest, min(a.prefixlen for a in addrs)), -1, -1):
+        net = ipaddress.ip_network(f"{first.network_address}/{plen}", strict=False)
+        if all(a.subnet_of(net) for a in addrs):  # type: ignore[arg-type]
+            return net  # type: ignore[return-value]
+    return ipaddress.IPv4Network("0.0.0.0/0")
+
+
+def _v4(text: object) -> ipaddress.IPv4Address | None:
+    try:
+        a = ipaddress.ip_address(str(text))
+    except ValueError:
+        return None
+    return a if isinstance(a, ipaddress.IPv4Address) else None
+
+
+def _service_cidr(services: list[dict[str, Any]], cidr_objs: list[str]) -> str | None:
+    if cidr_objs:
+        v4 = [c for c in cidr_objs if ":" not in c]
+        if v4:
+            return v4[0]
+    ips: list[ipaddress.IPv4Address] = []
+    kube: ipaddress.IPv4Address | None = None
+    for s in services:
+        spec = s.get("spec") or {}
+        ip = _v4(spec.get("clusterIP"))
+        if ip is None:
+            continue
+        ips.append(ip)
+        meta = s.get("metadata") or {}
+        if meta.get("name") == "kubernetes" and meta.get("namespace") == "default":
+            kube = ip
+    if kube is None:
+        return None
+    for plen in range(31, 7, -1):
+        net = ipaddress.ip_network(f"{kube}/{plen}", strict=False)
+        if net.network_address + 1 == kube and all(i in net for i in ips):
+            return str(net)
+    return None
+
+
+def _proxy_mode(doc: dict[str, Any]) -> str | None:
+    data = doc.get("data") or {}
+    text = data.get("config.conf")
+    if not isinstance(text, str):
+        return None
+    try:
+        conf = yaml.safe_load(text)
+    except yaml.YAMLError:
+        return None
+    mode = conf.get("mode") if isinstance(conf, dict) else None
+    return str(mode) if mode in _SVC_MODES else ("iptables" if mode == "" else None)
+
+
+def prepare(docs: list[dict[str, Any]], *, has_cluster: bool) -> PreparedDump:
+    """Dump documents (List items already unfolded) -> :class:`PreparedDump`."""
+    out = PreparedDump(docs=[])
+    services: list[dict[str, Any]] = []
+    cidr_objs: list[str] = []
+    pod_cidrs: list[ipaddress.IPv4Network] = []
+    node_ips: list[ipaddress.IPv4Network] = []
+    mode: str | None = None
+    for d in docs:
+        kind = str(d.get("kind", ""))
+        meta = d.get("metadata") or {}
+        if kind in ("Cluster", "KubeProxyConfiguration"):
+            out.docs.append(d)
+            continue
+        if kind == "ConfigMap":
+            if meta.get("namespace") == "kube-system" and meta.get("name") == "kube-proxy":
+                mode = _proxy_mode(d) or mode
+            out.skipped[kind] += 1
+            continue
+        if kind == "ServiceCIDR":
+            cidr_objs.extend(str(c) for c in (d.get("spec") or {}).get("cidrs") or [])
+            out.skipped[kind] += 1
+            continue
+        if kind not in MODELLED_KINDS:
+            out.skipped[kind or "<no kind>"] += 1
+            continue
+        if kind == "Service":
+            services.append(d)
+        if kind == "Node":
+            nspec = d.get("spec") or {}
+            for c in nspec.get("podCIDRs") or ([nspec["podCIDR"]] if nspec.get("podCIDR") else []):
+                net = ipaddress.ip_network(str(c), strict=False)
+                if isinstance(net, ipaddress.IPv4Network):
+                    pod_cidrs.append(net)
+            for a in (d.get("status") or {}).get("addresses") or []:
+                ip = _v4(a.get("address")) if a.get("type") == "InternalIP" else None
+                if ip is not None:
+                    node_ips.append(ipaddress.IPv4Network(f"{ip}/32"))
+        out.docs.append(_strip(d))
+    if not has_cluster:
+        spec: dict[str, Any] = {
+            "allocation": "recorded",
+            "kubernetesService": False,
+            "nodes": 0,
+        }
+        svc = _service_cidr(services, cidr_objs)
+        if svc is not None:
+            spec["serviceCIDR"] = svc
+            if not cidr_objs:
+                out.warnings.append(
+                    f"serviceCIDR {svc} inferred from the ClusterIPs (no ServiceCIDR object)"
+                )
+        if pod_cidrs:
+            pod = _covering(pod_cidrs)
+            spec["podCIDR"] = str(pod)
+            spec["nodeCIDRMaskSize"] = max(c.prefixlen for c in pod_cidrs)
+        if node_ips:
+            spec["nodeNetwork"] = str(_covering(node_ips, 24))
+        if mode is not None:
+            spec["proxyMode"] = mode
+        out.cluster = {
+            "apiVersion": "svclab.dev/v1alpha1",
+            "kind": "Cluster",
+            "metadata": {"name": "imported"},
+            "spec": spec,
+        }
+    return out

@@ -1,0 +1,342 @@
+"""Node dumps without the kernel: the listing formats, routing, MASQUERADE's address,
+sysctls, per-endpoint masquerade, errors naming file and line, and the CLI."""
+
+from __future__ import annotations
+
+import json
+from ipaddress import ip_address
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from control.cli.main import cli
+from dataplane.netfilter.ipset import parse_ipset_save
+from dataplane.netfilter.ipsetlist import parse_ipset_list
+from dataplane.netfilter.ipvsadm import parse_ipvsadm
+from dataplane.netfilter.ipvslist import parse_ipvsadm_list
+from dataplane.nodedump import NodeFlow, NodeTracer, load_node_dump, summarise
+from dataplane.nodedump.dump import strip_xt_tables
+from netmodel.errors import InputError
+
+DATA = Path(__file__).resolve().parents[2] / "data" / "node-dumps"
+
+IPSET_LIST = """\
+Name: KUBE-CLUSTER-IP
+Type: hash:ip,port
+Revision: 5
+Header: family inet hashsize 1024 maxelem 65536
+Size in memory: 600
+References: 2
+Number of entries: 2
+Members:
+10.96.0.1,tcp:443
+10.96.0.10,udp:53
+
+Name: KUBE-LOOP-BACK
+Type: hash:ip,port,ip
+Revision: 5
+Header: family inet hashsize 1024 maxelem 65536
+Members:
+10.244.1.5,tcp:80,10.244.1.5
+"""
+
+IPSET_SAVE = """\
+create KUBE-CLUSTER-IP hash:ip,port family inet hashsize 1024 maxelem 65536
+add KUBE-CLUSTER-IP 10.96.0.1,tcp:443
+add KUBE-CLUSTER-IP 10.96.0.10,udp:53
+create KUBE-LOOP-BACK hash:ip,port,ip family inet hashsize 1024 maxelem 65536
+add KUBE-LOOP-BACK 10.244.1.5,tcp:80,10.244.1.5
+"""
+
+
+def test_ipset_list_means_the_same_as_ipset_save() -> None:
+    assert parse_ipset_list(IPSET_LIST, "x") == parse_ipset_save(IPSET_SAVE, "y")
+
+
+def test_ipset_list_errors_name_file_and_line() -> None:
+    bad = IPSET_LIST.replace("10.96.0.10,udp:53", "10.96.0.10")
+    with pytest.raises(InputError, match=r"^dump/ipset.txt:10: "):
+        parse_ipset_list(bad, "dump/ipset.txt")
+    with pytest.raises(InputError, match=r"^f:1: 'Type' before any 'Name:' line"):
+        parse_ipset_list("Type: hash:ip\n", "f")
+
+
+def test_ipvsadm_listing_means_the_same_as_save() -> None:
+    listing = (DATA / "kube-proxy-ipvs-listing" / "ipvsadm.txt").read_text()
+    save = (
+        "-A -t 10.233.0.1:443 -s rr\n"
+        "-a -t 10.233.0.1:443 -r 172.31.35.21:6443 -m -w 1\n"
+        "-a -t 10.233.0.1:443 -r 172.31.35.37:6443 -m -w 1\n"
+        "-a -t 10.233.0.1:443 -r 172.31.35.38:6443 -m -w 1\n"
+    )
+    assert parse_ipvsadm_list(listing, "x") == parse_ipvsadm(save)
+
+
+def test_ipvsadm_listing_errors_name_file_and_line() -> None:
+    text = "TCP  10.0.0.1:80 rr\n  -> 10.1.0.1:80   Route 1 0 0\n"
+    with pytest.raises(InputError, match=r"^d/ipvsadm.txt:2: .*only Masq"):
+        parse_ipvsadm_list(text, "d/ipvsadm.txt")
+    with pytest.raises(InputError, match=r"^f:1: FWM 7 rr: firewall-mark"):
+        parse_ipvsadm_list("FWM 7 rr\n", "f")
+
+
+def test_ipvs_dump_round_robins_over_the_listed_servers() -> None:
+    tracer = NodeTracer(load_node_dump(str(DATA / "kube-proxy-ipvs-listing")))
+    flow = NodeFlow("172.31.40.9", "10.233.0.1", 443)
+    res = summarise(flow, tracer.origin(flow), tracer.trace(flow))
+    assert [e["endpoint"] for e in res["endpoints"]] == [
+        "172.31.35.21:6443",
+        "172.31.35.37:6443",
+        "172.31.35.38:6443",
+    ]
+    assert all(e["source"] == "172.31.40.9" and not e["masquerade"] for e in res["endpoints"])
+
+
+# --------------------------------------------------------------------------- a hand-built node
+
+
+def _write(d: Path, **files: str) -> Path:
+    d.mkdir(parents=True, exist_ok=True)
+    for name, text in files.items():
+        (d / name.replace("_", "-").replace("-json", ".json").replace("-txt", ".txt")).write_text(
+            text
+        )
+    return d
+
+
+ADDRS = json.dumps(
+    [
+        {"ifname": "lo", "addr_info": [{"local": "127.0.0.1", "prefixlen": 8, "scope": "host"}]},
+        {
+            "ifname": "eth0",
+            "addr_info": [
+                {"local": "192.0.2.10", "prefixlen": 24, "scope": "global"},
+                {"local": "198.51.100.10", "prefixlen": 24, "scope": "global"},
+            ],
+        },
+        {"ifname": "cni0", "addr_info": [{"local": "10.244.1.1", "prefixlen": 24}]},
+        {"ifname": "wg0", "addr_info": [{"local": "10.99.0.1", "prefixlen": 24}]},
+    ]
+)
+ROUTES = json.dumps(
+    [
+        {"dst": "default", "gateway": "198.51.100.1", "dev": "eth0"},
+        {"dst": "default", "gateway": "10.99.0.254", "dev": "wg0", "table": "100"},
+        {"dst": "203.0.113.0/24", "type": "blackhole"},
+        {"dst": "192.0.2.10", "type": "local", "dev": "eth0", "table": "local"},
+    ]
+)
+RULES = json.dumps(
+    [
+        {"priority": 0, "src": "all", "table": "local"},
+        {"priority": 100, "src": "all", "fwmark": "0x10", "fwmask": "0x10", "table": "100"},
+        {"priority": 32766, "src": "all", "table": "main"},
+        {"priority": 32767, "src": "all", "table": "default"},
+    ]
+)
+RULES_SAVE = """\
+*mangle
+:PREROUTING ACCEPT [0:0]
+:INPUT ACCEPT [0:0]
+:FORWARD ACCEPT [0:0]
+:OUTPUT ACCEPT [0:0]
+:POSTROUTING ACCEPT [0:0]
+-A PREROUTING -s 10.244.1.66/32 -j MARK --set-xmark 0x10/0x10
+COMMIT
+*nat
+:PREROUTING ACCEPT [0:0]
+:INPUT ACCEPT [0:0]
+:OUTPUT ACCEPT [0:0]
+:POSTROUTING ACCEPT [0:0]
+:SVC - [0:0]
+-A PREROUTING -d 10.96.0.5/32 -p tcp --dport 80 -j SVC
+-A OUTPUT -d 10.96.0.5/32 -p tcp --dport 80 -j SVC
+-A SVC -m statistic --mode random --probability 0.5 -j MARK --set-xmark 0x4000/0x4000
+-A SVC -p tcp -m statistic --mode random --probability 0.5 -j DNAT --to-destination 192.0.2.10:8080
+-A SVC -p tcp -j DNAT --to-destination 10.244.1.7:80
+-A POSTROUTING -m mark --mark 0x4000/0x4000 -j MASQUERADE
+-A POSTROUTING -s 10.244.0.0/16 ! -o cni0 -j MASQUERADE
+COMMIT
+"""
+
+
+@pytest.fixture
+def node(tmp_path: Path) -> Path:
+    return _write(
+        tmp_path / "node",
+        iptables_save_txt=RULES_SAVE,
+        ip_addr_json=ADDRS,
+        ip_route_json=ROUTES,
+        ip_rule_json=RULES,
+        sysctl_txt="net.ipv4.ip_forward = 1\n",
+    )
+
+
+def _trace(d: Path, src: str, dst: str, port: int, proto: str = "tcp") -> dict[str, object]:
+    tracer = NodeTracer(load_node_dump(str(d)))
+    flow = NodeFlow(src, dst, port, proto)
+    return summarise(flow, tracer.origin(flow), tracer.trace(flow))
+
+
+def test_masquerade_takes_the_output_interface_address_in_the_next_hops_subnet(node: Path) -> None:
+    # a pod to the internet: out eth0 via 198.51.100.1 -> eth0's address in that subnet
+    res = _trace(node, "10.244.1.5", "8.8.8.8", 443)
+    assert res["masquerade"] is True and res["source"] == "198.51.100.10"
+    assert res["out_dev"] == ["eth0"]
+
+
+def test_policy_routing_by_fwmark_picks_the_other_table(node: Path) -> None:
+    res = _trace(node, "10.244.1.66", "8.8.8.8", 443)
+    assert res["out_dev"] == ["wg0"] and res["source"] == "10.99.0.1"
+
+
+def test_blackhole_route_drops_with_the_reason(node: Path) -> None:
+    res = _trace(node, "10.244.1.5", "203.0.113.9", 443)
+    assert res["verdict"] == "DROP"
+    assert res["reasons"] and "blackhole" in res["reasons"][0]  # type: ignore[index]
+
+
+def test_per_endpoint_masquerade_and_source(node: Path) -> None:
+    """The mark is set on half the branches; SNAT happens only where the packet leaves:
+    the local endpoint (INPUT) is never source-NATed; the top-level flag is all-branches."""
+    res = _trace(node, "192.0.2.77", "10.96.0.5", 80)
+    eps = {e["endpoint"]: e for e in res["endpoints"]}  # type: ignore[union-attr]
+    local, pod = eps["192.0.2.10:8080"], eps["10.244.1.7:80"]
+    assert local["masquerade"] is False and local["source"] == "192.0.2.77"
+    assert local["probability"] == 0.5
+    assert pod["masquerade"] is False  # marked on one branch only
+    assert sorted(pod["source"]) == ["10.244.1.1", "192.0.2.77"]
+    assert res["masquerade"] is False
+
+
+def test_ip_forward_zero_drops_forwarded_traffic(node: Path) -> None:
+    (node / "sysctl.txt").write_text("net.ipv4.ip_forward = 0\n")
+    res = _trace(node, "10.244.1.5", "8.8.8.8", 443)
+    assert res["verdict"] == "DROP" and res["reasons"] == ["net.ipv4.ip_forward=0"]
+    # local delivery is not forwarding
+    assert _trace(node, "10.244.1.5", "192.0.2.10", 22)["verdict"] == "ACCEPT"
+
+
+def test_route_localnet_decides_a_dnat_to_loopback(tmp_path: Path) -> None:
+    save = RULES_SAVE.replace("192.0.2.10:8080", "127.0.0.1:8080").replace(
+        "--probability 0.5 -j DNAT", "--probability 1 -j DNAT"
+    )
+    d = _write(tmp_path / "n", iptables_save_txt=save, ip_addr_json=ADDRS, ip_route_json=ROUTES)
+    (d / "sysctl.txt").write_text("net.ipv4.conf.all.route_localnet = 0\n")
+    res = _trace(d, "192.0.2.77", "10.96.0.5", 80)
+    assert res["verdict"] == "DROP" and "martian destination" in res["reasons"][0]  # type: ignore[index]
+    (d / "sysctl.txt").write_text("net.ipv4.conf.eth0.route_localnet = 1\n")
+    assert _trace(d, "192.0.2.77", "10.96.0.5", 80)["verdict"] == "ACCEPT"
+
+
+def test_errors_name_the_dump_file_and_line(node: Path) -> None:
+    (node / "iptables-save.txt").write_text(
+        RULES_SAVE.replace("-j SVC\n-A OUTPUT", "-j NOPE\n-A OUTPUT")
+    )
+    with pytest.raises(InputError, match=rf"^{node}/iptables-save.txt:\d+: "):
+        load_node_dump(str(node))
+    (node / "iptables-save.txt").write_text(RULES_SAVE)
+    (node / "ip-route.json").write_text("[{\n")
+    with pytest.raises(InputError, match=rf"^{node}/ip-route.json:\d+: not JSON"):
+        load_node_dump(str(node))
+    (node / "ip-route.json").write_text(ROUTES)
+    (node / "sysctl.txt").write_text("net.ipv4.ip_forward 1\n")
+    with pytest.raises(InputError, match=rf"^{node}/sysctl.txt:1: expected"):
+        load_node_dump(str(node))
+
+
+def test_strip_xt_tables_keeps_line_numbers() -> None:
+    text = "table ip nat {\n\tchain X {\n\t}\n}\ntable inet kube-proxy {\n}\n"
+    out = strip_xt_tables(text)
+    assert out.splitlines() == ["", "", "", "", "table inet kube-proxy {", "}"]
+
+
+# --------------------------------------------------------------------------- CLI
+
+
+def test_cli_trace_node_dump_json_all_and_sport(node: Path) -> None:
+    r = CliRunner().invoke(
+        cli,
+        [
+            *("trace", "--node-dump", str(node), "--from", "192.0.2.77", "--to", "10.96.0.5:80"),
+            *("--all", "--sport", "1234", "-o", "json"),
+        ],
+    )
+    assert r.exit_code == 0, r.output
+    res = json.loads(r.output)
+    assert res["flow"]["sport"] == 1234
+    assert {e["endpoint"] for e in res["endpoints"]} == {"192.0.2.10:8080", "10.244.1.7:80"}
+
+
+def test_cli_trace_node_dump_text_says_where_snat_happened(node: Path) -> None:
+    r = CliRunner().invoke(
+        cli, ["trace", "--node-dump", str(node), "--from", "10.244.1.5", "--to", "8.8.8.8:443"]
+    )
+    assert r.exit_code == 0, r.output
+    assert "source NAT on every branch, source seen: 198.51.100.10" in r.output.splitlines()[0]
+
+
+def test_cli_node_dump_refusals(node: Path) -> None:
+    run = CliRunner().invoke
+    r = run(cli, ["trace", "--node-dump", str(node), "--from", "svc/a/b", "--to", "1.2.3.4:80"])
+    assert r.exit_code == 2 and "no cluster objects" in r.output
+    r = run(
+        cli,
+        [
+            "trace",
+            "--node-dump",
+            str(node),
+            "--at",
+            "node/x",
+            "--from",
+            "1.1.1.1",
+            "--to",
+            "1.2.3.4:1",
+        ],
+    )
+    assert r.exit_code == 2 and "--at" in r.output
+    r = run(cli, ["trace", "--node-dump", str(node), "--from", "1.1.1.1", "--to", "1.2.3.4"])
+    assert r.exit_code == 2 and "give a port" in r.output
+    (node / "iptables-save.txt").write_text("*nat\n-A FOO -j ACCEPT\n")
+    r = run(cli, ["trace", "--node-dump", str(node), "--from", "1.1.1.1", "--to", "1.2.3.4:1"])
+    assert r.exit_code == 1 and f"{node}/iptables-save.txt:" in r.output
+    assert "Traceback" not in r.output
+
+
+def test_cli_connect_node_dump_commits_each_connection(node: Path) -> None:
+    r = CliRunner().invoke(
+        cli,
+        [
+            "connect",
+            "192.0.2.77",
+            "10.96.0.5:80",
+            "-n",
+            "40",
+            "--node-dump",
+            str(node),
+            "-o",
+            "json",
+        ],
+    )
+    assert r.exit_code == 0, r.output
+    res = json.loads(r.output)
+    assert len(res["connections"]) == 40
+    assert set(res["counts"]) == {"192.0.2.10:8080", "10.244.1.7:80"}
+    assert len({c["sport"] for c in res["connections"]}) == 40
+    assert ip_address(res["connections"][0]["source"])
+
+
+def test_at_iptables_save_errors_name_the_file_and_line(tmp_path: Path) -> None:
+    bad = tmp_path / "node.save"
+    bad.write_text("*nat\n-A FOO -j ACCEPT\nCOMMIT\n")
+    web = Path(__file__).resolve().parents[3] / "examples" / "web.yaml"
+    r = CliRunner().invoke(
+        cli,
+        [
+            *("trace", "-f", str(web), "--at", "node/node-1", "--iptables-save", str(bad)),
+            *("--from", "10.0.0.1", "--to", "10.96.0.1:443"),
+        ],
+    )
+    assert r.exit_code == 1
+    assert f"{bad}:2: -A FOO -j ACCEPT" in r.output and "<iptables-save>" not in r.output
