@@ -8,6 +8,7 @@ import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from serving import KUBECTL, WEB, Served
@@ -364,7 +365,20 @@ def test_rbac_restricted_user_until_bound(srv: Served, tmp_path: Path) -> None:
     )
 
 
+def _pods_on_both_nodes(srv: Served, timeout: float = 60.0) -> list[dict[str, Any]]:
+    """The default namespace's pods once some are bound to node-1 and some to node-2: the live control plane
+    converges asynchronously, so earlier tests' writes may still be being scheduled."""
+    deadline = time.monotonic() + timeout
+    while True:
+        pods = json.loads(srv.kubectl("get", "pods", "-o", "json").stdout)["items"]
+        nodes = {p["spec"].get("nodeName") for p in pods}
+        if {"node-1", "node-2"} <= nodes or time.monotonic() > deadline:
+            return list(pods)
+        time.sleep(0.5)
+
+
 def test_node_authorizer(srv: Served, tmp_path: Path) -> None:
+    pods = _pods_on_both_nodes(srv)
     kc = tmp_path / "node1.kubeconfig"
     kc.write_text(
         srv.svclab("kubeconfig", "--user", "system:node:node-1", "--group", "system:nodes").stdout
@@ -383,7 +397,6 @@ def test_node_authorizer(srv: Served, tmp_path: Path) -> None:
     )
     assert mine.stdout.strip()
     assert srv.kubectl("get", "pods", "-A", kubeconfig=kc, check=False).returncode == 1
-    pods = json.loads(srv.kubectl("get", "pods", "-o", "json").stdout)["items"]
     theirs = next(p for p in pods if p["spec"].get("nodeName") == "node-2")
     out = srv.kubectl("get", "pod", theirs["metadata"]["name"], kubeconfig=kc, check=False)
     assert out.returncode == 1 and "forbidden" in out.stderr
