@@ -4,7 +4,8 @@
 A 3-node cluster, a Deployment `web` with 3 replicas and a Service `web` (80 -> 8080).
 Prints where each pod landed, the Service's ClusterIP and EndpointSlice, and the
 timeline of every control-plane step; then checks the result and exits non-zero if
-anything is wrong.
+anything is wrong. It runs the control plane only, so it has no ``--real`` mode (and no
+options at all).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import EXAMPLES, Checks
+from _common import EXAMPLES, Checks, parse_no_arguments
 
 from control.cli.printers import table
 from control.events import timeline
@@ -24,6 +25,7 @@ from netmodel.objects import EndpointSlice, Node, Pod, Service
 
 
 def main() -> None:
+    parse_no_arguments(__doc__ or "")
     session = Session.from_files([EXAMPLES / "web.yaml"])
     store, now = session.store, session.clock.now()
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
 
@@ -42,10 +43,23 @@ def backend(session, *, real: bool, external_clients=(), seed: int = 0):  # type
     return backends.emulator_backend(view, seed=seed)
 
 
+class LabArguments(argparse.ArgumentParser):
+    """A lab's command line: a usage error is one line on stderr and exit code 2."""
+
+    def __init__(self, doc: str, *, real: bool = True) -> None:
+        super().__init__(description=doc.splitlines()[0] if doc else None)
+        if real:
+            self.add_argument("--real", action="store_true", help="use real network namespaces")
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
 def parse_real_flag(doc: str) -> bool:
     """``--real`` on the command line: run on real network namespaces (root needed)."""
-    import argparse
+    return bool(LabArguments(doc).parse_args().real)
 
-    parser = argparse.ArgumentParser(description=doc.splitlines()[0] if doc else None)
-    parser.add_argument("--real", action="store_true", help="use real network namespaces")
-    return bool(parser.parse_args().real)
+
+def parse_no_arguments(doc: str) -> None:
+    """For a lab without options (no ``--real`` mode either): refuse any argument."""
+    LabArguments(doc, real=False).parse_args()
