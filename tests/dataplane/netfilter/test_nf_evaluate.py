@@ -360,28 +360,23 @@ COMMIT
     assert (res.verdict == "DROP") == matches
 
 
+
 def test_run_quick_carries_state_between_hooks_as_run_hook_does() -> None:
     """The fast path keeps a packet's state from one hook to the next (and returns the
     previous skb when a hook changed nothing); whatever runs in between on the same
     host, each hook's outcome is run_hook's."""
-    mangle = (
-        "*mangle\n:PREROUTING ACCEPT [0:0]\n"
-        "-A PREROUTING -d 10.1.0.0/16 -j MARK --set-xmark 0x8/0x8\nCOMMIT\n"
-    )
+    mangle = ("*mangle\n:PREROUTING ACCEPT [0:0]\n"
+              "-A PREROUTING -d 10.1.0.0/16 -j MARK --set-xmark 0x8/0x8\nCOMMIT\n")
     quick, full = nf_of(mangle + NAT, rng=Random(5)), nf_of(mangle + NAT, rng=Random(5))
     other = syn("10.0.0.9", "10.9.9.9", sport=999)
-    forward = (
-        ("PREROUTING", "cni0", None),
-        ("FORWARD", "cni0", "eth0"),
-        ("POSTROUTING", None, "eth0"),
-    )
+    forward = (("PREROUTING", "cni0", None), ("FORWARD", "cni0", "eth0"),
+               ("POSTROUTING", None, "eth0"))
     local_in = (("PREROUTING", "eth0", None), ("INPUT", "eth0", None))
     local_out = (("OUTPUT", None, "eth0"), ("POSTROUTING", None, "eth0"))
     reused = 0
 
-    def path(
-        p: Packet, hooks: tuple[tuple[str, str | None, str | None], ...], meddle: bool
-    ) -> None:
+    def path(p: Packet, hooks: tuple[tuple[str, str | None, str | None], ...],
+             meddle: bool) -> None:
         nonlocal reused
         prev_q: Skb | None = None
         prev_f: Skb | Packet = p
@@ -390,19 +385,13 @@ def test_run_quick_carries_state_between_hooks_as_run_hook_does() -> None:
             if hook == "FORWARD":  # the walk decrements the TTL before FORWARD
                 pkt = pkt.evolve(ttl=pkt.ttl - 1)
                 assert isinstance(prev_f, Skb)
-                prev_f = Skb(
-                    pkt, prev_f.conn, prev_f.direction, prev_f.state, prev_f.untracked, prev_f.masq
-                )
+                prev_f = Skb(pkt, prev_f.conn, prev_f.direction, prev_f.state,
+                             prev_f.untracked, prev_f.masq)
             v, out_q, _ = quick.run_quick(hook, pkt, prev_q, iif, oif, None, None, None)
             res = full.run_hook(hook, prev_f, in_iface=iif, out_iface=oif)
             assert res.skb is not None and out_q is not None
             assert (v, out_q.packet, out_q.state, out_q.direction, out_q.masq) == (
-                1,
-                res.skb.packet,
-                res.skb.state,
-                res.skb.direction,
-                res.skb.masq,
-            )
+                1, res.skb.packet, res.skb.state, res.skb.direction, res.skb.masq)
             reused += out_q is prev_q
             if meddle:  # another packet through the same host between two hooks
                 quick.run_hook("FORWARD", other, in_iface="cni0", out_iface="eth0")
