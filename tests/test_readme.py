@@ -6,6 +6,7 @@ in tests/kernel/test_readme_real.py; the labs in tests/labs/test_labs.py."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -76,3 +77,25 @@ def test_a_failing_line_is_reported(tmp_path: Path) -> None:
     assert "exited 1" in ok("svclab describe pod no-such-pod", proc)
     assert Block(1, ("svclab events",)).kind == "commands"
     assert bare("svclab events    # the timeline") == "svclab events"
+
+
+def test_ci_runs_the_readme_test_command() -> None:
+    install, test = (b.commands for b in blocks() if b.kind == "install")
+    assert install == ("bash scripts/install && .venv/bin/python labs/00_control_plane.py",)
+    assert test == ("bash scripts/test",)
+    ci = [ln for ln in (ROOT / ".ci" / "run").read_text().splitlines() if ln and ln[0] != "#"]
+    assert ci[-1] == "bash scripts/test"
+
+
+def test_install_puts_python_packages_only_into_the_project_environment() -> None:
+    """scripts/install never runs pip with the machine's Python: every pip call is
+    .venv's, and .venv is made with ``-m venv``."""
+    text = (ROOT / "scripts" / "install").read_text()
+    pips = [
+        ln.strip()
+        for ln in text.splitlines()
+        if re.search(r"\bpip\b", ln) and not ln.lstrip().startswith("#")
+    ]
+    assert pips and all(ln.startswith(".venv/bin/python -m pip install") for ln in pips), pips
+    assert '"$python" -m venv .venv' in text
+    assert (ROOT / ".gitignore").read_text().count(".venv") >= 1
