@@ -99,7 +99,7 @@ def run(command: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedPr
     )
 
 
-def ok(command: str, proc: subprocess.CompletedProcess[str]) -> str:
+def failure(command: str, proc: subprocess.CompletedProcess[str]) -> str:
     """Why ``proc`` (of ``command``) did not do what a README line must: exit 0 and no
     traceback; empty when it did."""
     if proc.returncode == 0 and "Traceback" not in proc.stderr + proc.stdout:

@@ -10,7 +10,7 @@ import re
 from pathlib import Path
 
 import pytest
-from readme_blocks import LINKED, ROOT, Block, bare, blocks, of_kind, ok, run, workdir
+from readme_blocks import LINKED, ROOT, Block, bare, blocks, failure, of_kind, run, workdir
 
 #: what some commands must print besides exiting 0 (the line, exactly as in the README)
 EXPECTED = {
@@ -43,7 +43,7 @@ def test_every_readme_command_runs_as_written(tmp_path: Path) -> None:
     assert set(EXPECTED) <= set(map(bare, commands)), "EXPECTED names a line no longer there"
     for command in commands:
         proc = run(command, cwd)
-        assert not ok(command, proc), ok(command, proc)
+        assert not failure(command, proc), failure(command, proc)
         want = EXPECTED.get(bare(command))
         assert want is None or want in proc.stdout, f"{command!r}: no {want!r} in\n{proc.stdout}"
         if "--at node/node-1 --all -o json" in command:
@@ -74,7 +74,7 @@ def test_blocks_are_told_apart(text: str, kinds: list[str]) -> None:
 
 def test_a_failing_line_is_reported(tmp_path: Path) -> None:
     proc = run("svclab describe pod no-such-pod", workdir(tmp_path))
-    assert "exited 1" in ok("svclab describe pod no-such-pod", proc)
+    assert "exited 1" in failure("svclab describe pod no-such-pod", proc)
     assert Block(1, ("svclab events",)).kind == "commands"
     assert bare("svclab events    # the timeline") == "svclab events"
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from readme_blocks import of_kind, ok, run, workdir
+from readme_blocks import failure, of_kind, run, workdir
 
 from dataplane.linux.testing import leftovers
 
@@ -26,14 +26,14 @@ def test_the_readme_real_block_runs_as_written(tmp_path: Path) -> None:
     assert apply.startswith("svclab apply -f examples/")
     real = of_kind("real")
     assert real[0].startswith("svclab up --real") and "svclab down" in real
-    assert not ok(apply, run(apply, cwd))
+    assert not failure(apply, run(apply, cwd))
     cluster: str | None = None
     try:
         for command in real:
             proc = run(command, cwd)
             m = UP.search(proc.stdout)
             cluster = cluster or (m.group(1) if m else None)
-            assert not ok(command, proc), ok(command, proc)
+            assert not failure(command, proc), failure(command, proc)
             if "--real" in command and command != real[0]:
                 assert "(kernel)" in proc.stdout or "ENDPOINT" in proc.stdout, proc.stdout
         assert cluster is not None
