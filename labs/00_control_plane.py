@@ -25,7 +25,7 @@ from netmodel.objects import EndpointSlice, Node, Pod, Service
 
 
 def main() -> None:
-    parse_no_arguments(__doc__ or "")
+    parse_no_arguments(__doc__ or "", "lab 00 has no options: no network, so no --real mode")
     session = Session.from_files([EXAMPLES / "web.yaml"])
     store, now = session.store, session.clock.now()
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import NoReturn
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
@@ -46,13 +47,14 @@ def backend(session, *, real: bool, external_clients=(), seed: int = 0):  # type
 class LabArguments(argparse.ArgumentParser):
     """A lab's command line: a usage error is one line on stderr and exit code 2."""
 
-    def __init__(self, doc: str, *, real: bool = True) -> None:
+    def __init__(self, doc: str, *, real: bool = True, hint: str = "see --help") -> None:
         super().__init__(description=doc.splitlines()[0] if doc else None)
+        self.hint = hint
         if real:
             self.add_argument("--real", action="store_true", help="use real network namespaces")
 
-    def error(self, message: str) -> None:  # type: ignore[override]
-        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} ({self.hint})\n")
 
 
 def parse_real_flag(doc: str) -> bool:
@@ -60,6 +62,7 @@ def parse_real_flag(doc: str) -> bool:
     return bool(LabArguments(doc).parse_args().real)
 
 
-def parse_no_arguments(doc: str) -> None:
-    """For a lab without options (no ``--real`` mode either): refuse any argument."""
-    LabArguments(doc, real=False).parse_args()
+def parse_no_arguments(doc: str, why: str) -> None:
+    """For a lab without options (no ``--real`` mode either): refuse any argument,
+    saying ``why`` it has none."""
+    LabArguments(doc, real=False, hint=why).parse_args()
