@@ -63,6 +63,8 @@ UDP_FATAL_UNREACH_CODES = frozenset({2, 3, 6, 7, 8, 9, 10, 13, 14, 15})
 ICMP_DEST_UNREACH = 3
 ICMP_TIME_EXCEEDED = 11
 EPHEMERAL = (32768, 60999)
+#: how many random source ports ``RealBackend.trace`` tries when one is taken
+TRACE_PORT_ATTEMPTS = 20
 VXLAN_PORT = "8472"
 
 
@@ -71,6 +73,9 @@ class PingOutcome:
     ok: bool
     reply_from: str | None
     ttl: int | None
+    #: round-trip time in seconds, when measured (the kernel backend); not part of the
+    #: outcome's identity (the differential tests compare outcomes across backends)
+    rtt: float | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -453,7 +458,14 @@ class RealBackend:
         for _ in range(count):
             r = self.cluster.ping(ns, ip, 1, timeout=self.timeout)
             ok = r.received == 1
-            out.append(PingOutcome(ok, ip if ok else None, r.ttls[0] if ok and r.ttls else None))
+            out.append(
+                PingOutcome(
+                    ok,
+                    ip if ok else None,
+                    r.ttls[0] if ok and r.ttls else None,
+                    r.rtts[0] if ok and r.rtts else None,
+                )
+            )
         return out
 
     def connect(
@@ -557,9 +569,20 @@ class RealBackend:
     ) -> RealTrace:
         """One connection with what the kernel did: its outcome, its conntrack entries,
         and the rules whose counters it moved."""
-        sport = sport if sport is not None else self._rng.randint(*EPHEMERAL)
+        from dataplane.linux.traffic import PortInUse
+
         before = self.counters()
-        [o] = self.connect(src, dst, dport, proto, 1, sports=[sport])
+        for attempt in range(TRACE_PORT_ATTEMPTS):
+            # a port of our own choosing (the conntrack read-back needs it even when the
+            # connection fails); one still held by a recent connection: another one
+            port = sport if sport is not None else self._rng.randint(*EPHEMERAL)
+            try:
+                [o] = self.connect(src, dst, dport, proto, 1, sports=[port])
+                break
+            except PortInUse:
+                if sport is not None or attempt == TRACE_PORT_ATTEMPTS - 1:
+                    raise
+        sport = port
         ct = self.flow_conntrack(sport, proto, source=o.source)
         after = self.counters()
         hits = []

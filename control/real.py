@@ -51,6 +51,7 @@ from control.session import Session
 from dataplane.emulator.filters import IptablesRules, IpvsRules, NftRules
 from dataplane.linux import rules as linux_rules
 from dataplane.linux.cni import CniMode
+from dataplane.linux.names import CLUSTER_ID_RE, check_cluster_id
 from dataplane.linux.nsenter import inode, read_sysctl, write_sysctl
 from dataplane.linux.ready import wait_ready
 from dataplane.linux.realize import (
@@ -98,10 +99,15 @@ class RealRecord:
 
     @classmethod
     def read(cls, state_dir: Path) -> RealRecord | None:
-        """The record, or None when the directory has none (or an unreadable one)."""
+        """The record, or None when the directory has none, or an unreadable one, or one
+        whose cluster id is not valid: nothing in the kernel can carry such an id (every
+        name built from it is checked), so there is no cluster to find, and the next
+        ``up`` replaces the record (older versions wrote a refused id before checking)."""
         try:
             d = json.loads(cls.path(state_dir).read_text())
         except (FileNotFoundError, json.JSONDecodeError):
+            return None
+        if not isinstance(d, dict) or not CLUSTER_ID_RE.match(str(d.get("cluster_id", ""))):
             return None
         return cls(
             cluster_id=str(d["cluster_id"]),
@@ -368,6 +374,8 @@ def up(
     for another id than the recorded one is an error (``down`` first). ``cni`` defaults
     to the recorded mode, else ``bridge-plugin``. ``external_clients`` are added to the
     ones recorded (each gets a namespace hanging off the router)."""
+    if cluster_id is not None:
+        check_cluster_id(cluster_id)  # before real.json is written
     state_dir = _state_dir(session)
     record = RealRecord.read(state_dir)
     if record is not None and cluster_id is not None and cluster_id != record.cluster_id:
@@ -426,6 +434,7 @@ def down(state_dir: str | Path) -> Removed | None:
     d = Path(state_dir)
     record = RealRecord.read(d)
     if record is None:
+        RealRecord.remove(d)  # a damaged record (see RealRecord.read) names no cluster
         return None
     removed = teardown(record.cluster_id)
     RealRecord.remove(d)

@@ -160,6 +160,23 @@ class Session:
         """Run every control loop (kube-proxies included) until nothing is left to do."""
         self.plane.run_until_idle()
 
+    def start_quietly(self) -> None:
+        """Start the control plane over the stored cluster and let the kube-proxies do
+        their start-up sync without recording it: what an apply then records is what the
+        apply changed (kube-proxy's own syncs included), as on a cluster whose
+        kube-proxies have been running all along; an apply that changes nothing records
+        nothing."""
+        plane = self.plane
+        proxies = list(self.proxies.values())
+        recorders = [p.recorder for p in proxies]
+        for p in proxies:
+            p.recorder = None
+        try:
+            plane.run_until_idle()
+        finally:
+            for p, r in zip(proxies, recorders, strict=True):
+                p.recorder = r
+
     def _apply_objects(
         self, objs: Sequence[KubeObject], *, source: str | None
     ) -> list[tuple[str, KubeObject]]:
@@ -190,6 +207,8 @@ class Session:
             self._plane = None
         if manifests.proxy_config is not None:
             self.proxy_config = manifests.proxy_config
+        if not fresh:
+            self.start_quietly()
         try:
             results = self._apply_objects(manifests.objects, source=",".join(manifests.sources))
         except BaseException:

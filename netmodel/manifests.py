@@ -118,6 +118,8 @@ def load(paths: Sequence[str | Path]) -> Manifests:
             texts.append((str(f), sys.stdin.read() if str(f) == "-" else f.read_text()))
         except OSError as e:
             raise InputError(f"cannot read: {e.strerror}", file=str(f)) from None
+        except UnicodeDecodeError:
+            raise InputError("not a text file (UTF-8)", file=str(f)) from None
     return _collect(texts)
 
 

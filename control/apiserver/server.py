@@ -458,7 +458,7 @@ class APIServer:
                 try:
                     plan.append(self._admit_apply(obj, batch, reserved))
                 except InputError as e:
-                    raise e.located(file=source, document=doc) from None
+                    raise _holder_in_batch(e, plan).located(file=source, document=doc) from None
                 except SvclabError as e:
                     raise InputError(str(e), file=source, document=doc, obj=obj.ref) from None
             results: list[tuple[str, KubeObject]] = []
@@ -649,3 +649,15 @@ class APIServer:
         if t != self._now_cache[0]:
             self._now_cache = (t, rfc3339(t))
         return self._now_cache[1]
+
+
+def _holder_in_batch(e: InputError, plan: Sequence[_Admitted]) -> InputError:
+    """An allocation refused because an object admitted earlier in the same apply holds
+    the address or port: say so, since that object is rolled back with the apply and is
+    then nowhere to be found (the allocators' message names the holder ``(to REF)``)."""
+    for adm in plan:
+        held = f"(to {adm.obj.ref})"
+        if adm.action == "created" and e.reason.endswith(held):
+            reason = e.reason[: -len(held)] + f"(to {adm.obj.ref}, earlier in this apply)"
+            return type(e)(reason, file=e.file, document=e.document, obj=e.obj, field=e.field)
+    return e

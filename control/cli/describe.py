@@ -13,7 +13,7 @@ from typing import Any
 from control.cli.printers import age, format_table
 from control.events import timeline
 from control.session import Session
-from netmodel.objects import KubeObject, Node, Pod, Service
+from netmodel.objects import EndpointSlice, KubeObject, Node, Pod, Service
 
 SCHEDULING_ANNOTATION = "svclab.dev/scheduling"
 
@@ -30,26 +30,50 @@ def _block(title: str, value: str, width: int = 18) -> list[str]:
 
 
 def scheduling_table(pod: Pod) -> str | None:
-    """The filter/score table of the pod's last scheduling attempt, or None."""
+    """The filter/score table of the pod's last scheduling attempt, or None. Each score
+    cell reads ``RAW x WEIGHT = WEIGHTED`` (the plugin's 0..100 score, its weight, their
+    product) so that TOTAL, the scheduler's weighted sum, is the sum of the row's cells."""
     raw = pod.metadata.annotations.get(SCHEDULING_ANNOTATION)
     if not raw:
         return None
     data: dict[str, Any] = json.loads(raw)
     nodes: list[dict[str, Any]] = data.get("nodes", [])
+    weights: dict[str, int] = {str(k): int(v) for k, v in (data.get("weights") or {}).items()}
     plugins: list[str] = sorted({p for n in nodes for p in (n.get("scores") or {})})
     rows = [["NODE", "FILTER", *[p.upper() for p in plugins], "TOTAL"]]
     for n in nodes:
         scores = n.get("scores") or {}
-        rows.append(
-            [
-                n["node"],
-                n.get("filter") or "fits",
-                *[str(scores.get(p, "-")) for p in plugins],
-                str(n.get("total", "-")),
-            ]
-        )
+        cells = []
+        for p in plugins:
+            if p not in scores:
+                cells.append("-")
+                continue
+            w = weights.get(p, 1)
+            cells.append(f"{scores[p]}x{w}={int(scores[p]) * w}")
+        rows.append([n["node"], n.get("filter") or "fits", *cells, str(n.get("total", "-"))])
     head = f"Result: {data.get('result', '?')}"
+    if plugins:
+        head += "\nWeights: " + ", ".join(f"{p}={weights.get(p, 1)}" for p in plugins)
+        head += " (a score cell is RAW x WEIGHT = WEIGHTED; TOTAL is their sum)"
     return head + "\n" + format_table(rows)
+
+
+def endpoints_text(slices: list[EndpointSlice], port_name: str, limit: int = 3) -> str:
+    """kubectl's Endpoints line for one Service port: the ready endpoints as
+    ``IP:PORT``, the first ``limit`` of them, then ``+ N more...``; ``<none>``."""
+    pairs: list[str] = []
+    for sl in slices:
+        port = next((sp.port for sp in sl.ports if (sp.name or "") == port_name), None)
+        if port is None:
+            continue
+        for ep in sl.endpoints:
+            if ep.conditions.ready is False:
+                continue
+            pairs += [f"[{a}]:{port}" if ":" in a else f"{a}:{port}" for a in ep.addresses]
+    if not pairs:
+        return "<none>"
+    more = len(pairs) - limit
+    return ",".join(pairs[:limit]) + (f" + {more} more..." if more > 0 else "")
 
 
 def describe_object(session: Session, obj: KubeObject) -> str:
@@ -92,19 +116,18 @@ def describe_object(session: Session, obj: KubeObject) -> str:
         lines += _block("Selector", _kv(s.selector or {}))
         lines += _block("Type", obj.service_type)
         lines += _block("IP", s.cluster_ip or "<none>")
+        slices = [
+            sl
+            for sl in session.store.list("EndpointSlice", obj.namespace)
+            if isinstance(sl, EndpointSlice)
+            and sl.labels.get("kubernetes.io/service-name") == obj.name
+        ]
         for p in s.ports:
             lines += _block("Port", f"{p.name or '<unset>'}  {p.port}/{p.protocol}")
             lines += _block("TargetPort", f"{p.target_port}/{p.protocol}")
             if p.node_port:
                 lines += _block("NodePort", f"{p.name or '<unset>'}  {p.node_port}/{p.protocol}")
-        eps = [
-            a
-            for sl in session.store.list("EndpointSlice", obj.namespace)
-            if sl.labels.get("kubernetes.io/service-name") == obj.name
-            for ep in getattr(sl, "endpoints", [])
-            for a in ep.addresses
-        ]
-        lines += _block("Endpoints", ",".join(eps) or "<none>")
+            lines += _block("Endpoints", endpoints_text(slices, p.name or ""))
         lines += _block("Session Affinity", s.session_affinity or "None")
         if s.external_traffic_policy:
             lines += _block("External Traffic Policy", s.external_traffic_policy, 26)

@@ -12,6 +12,7 @@ the top; the session, the pydantic models, the emulator, the real-kernel backend
 
 from __future__ import annotations
 
+import errno
 import json
 import sys
 from collections.abc import Callable, Sequence
@@ -22,6 +23,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 from control.cli import printers
+from control.cli.types import SELECTOR
 from netmodel.errors import NotFoundError, SvclabError
 
 if TYPE_CHECKING:
@@ -50,7 +52,8 @@ class Context:
 
 
 def handle_errors(fn: F) -> F:
-    """Turn svclab errors into one line on stderr and their exit code."""
+    """Turn svclab errors into one line on stderr and their exit code; an OSError that
+    escapes a command (a file that went away, a full disk) likewise, exit 1."""
 
     @wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -59,18 +62,72 @@ def handle_errors(fn: F) -> F:
         except SvclabError as e:
             click.echo(f"error: {e}", err=True)
             sys.exit(e.exit_code)
+        except OSError as e:
+            if e.errno == errno.EPIPE:
+                raise
+            where = f"{e.filename}: " if e.filename else ""
+            click.echo(f"error: {where}{e.strerror or e}", err=True)
+            sys.exit(1)
 
     return wrapper  # type: ignore[return-value]
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class OneLineUsageError(click.ClickException):
+    """A usage error printed as one line, ``error: WHY (see 'svclab CMD --help')``,
+    exit 2 (click's own report is a usage block of four lines)."""
+
+    exit_code = 2
+
+    def __init__(self, error: click.UsageError) -> None:
+        super().__init__(error.format_message())
+        self.command_path = error.ctx.command_path if error.ctx is not None else "svclab"
+
+    def show(self, file: Any = None) -> None:
+        click.echo(f"error: {self.message} (see '{self.command_path} --help')", err=True)
+
+
+class Group(click.Group):
+    """svclab's command group: usage errors, at any level, as one line."""
+
+    def make_context(
+        self,
+        info_name: str | None,
+        args: list[str],
+        parent: click.Context | None = None,
+        **extra: Any,
+    ) -> click.Context:
+        try:
+            return super().make_context(info_name, args, parent, **extra)
+        except click.UsageError as e:
+            raise OneLineUsageError(e) from None
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except click.UsageError as e:
+            raise OneLineUsageError(e) from None
+
+
+EPILOG = """\b
+Environment:
+  SVCLAB_STATE  the state directory when --state is not given
+
+\b
+Shell completion (bash; zsh and fish likewise with zsh_source, fish_source):
+  eval "$(_SVCLAB_COMPLETE=bash_source svclab)"
+"""
+
+
+@click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"]}, epilog=EPILOG)
 @click.option(
     "--state",
     default=DEFAULT_STATE,
     show_default=True,
     envvar="SVCLAB_STATE",
+    show_envvar=True,
     help="Directory of the persistent cluster.",
 )
+@click.version_option(package_name="svclab", prog_name="svclab", message="%(prog)s %(version)s")
 @click.pass_context
 def cli(ctx: click.Context, state: str) -> None:
     """svclab: the Kubernetes Services dataplane, emulated and explained."""
@@ -104,20 +161,25 @@ def parse_kind_name(kind: str, name: str | None) -> tuple[str, str | None]:
 @click.pass_obj
 @handle_errors
 def apply(ctx: Context, files: tuple[str, ...]) -> None:
-    """Create or update objects from multi-document YAML."""
+    """Create or update objects from multi-document YAML; says, as kubectl does, what
+    happened to each: created, configured or unchanged."""
     from control.session import Session
+    from netmodel.errors import InputError
     from netmodel.manifests import load
 
     manifests = load(list(files))
+    if not manifests.objects and manifests.cluster is None and manifests.proxy_config is None:
+        raise InputError("no objects passed to apply")  # kubectl's words; nothing recorded
+    fresh = not (ctx.state / "cluster.yaml").exists()
     session = Session.open(ctx.state, must_exist=False)
     try:
         results = session.apply(manifests)
     finally:
         session.close()
     if manifests.cluster is not None:
-        click.echo(
-            f"cluster.svclab.dev/{manifests.cluster.metadata.get('name', 'svclab')} configured"
-        )
+        # a Cluster that differs from the stored one is refused: the second is unchanged
+        name = manifests.cluster.metadata.get("name", "svclab")
+        click.echo(f"cluster.svclab.dev/{name} {'created' if fresh else 'unchanged'}")
     for verb, obj in results:
         click.echo(f"{obj.kind.lower()}/{obj.name} {verb}")
 
@@ -131,7 +193,7 @@ def apply(ctx: Context, files: tuple[str, ...]) -> None:
 @click.option("-n", "--namespace", default="default", show_default=True)
 @click.option("-A", "--all-namespaces", is_flag=True)
 @click.option("-o", "--output", type=click.Choice(["wide", "yaml", "json", "name"]))
-@click.option("-l", "--selector", default=None, help="Label selector, e.g. app=web")
+@click.option("-l", "--selector", type=SELECTOR, default=None, help="Label selector, e.g. app=web")
 @click.pass_obj
 @handle_errors
 def get(
@@ -144,8 +206,17 @@ def get(
     selector: str | None,
 ) -> None:
     """List objects, or show one: nodes, pods, services, endpointslices, deployments,
-    replicasets, events."""
+    replicasets, events; ``all``: pods, services, deployments and replicasets."""
+    if kind.lower() == "all":
+        if name is not None:
+            raise click.UsageError("'get all' takes no NAME")
+        if output not in (None, "wide", "name"):
+            raise click.UsageError(f"'get all' prints tables or names, not -o {output}")
+        _get_all(ctx, namespace, all_namespaces, output, selector)
+        return
     kind, name = parse_kind_name(kind, name)
+    if name is not None and selector:
+        raise click.UsageError("name cannot be provided when a selector is specified")
     session = ctx.session()
     try:
         cluster_scoped = kind in ("Node", "Namespace")
@@ -160,15 +231,7 @@ def get(
                     + ("" if cluster_scoped else f" in namespace {namespace!r}")
                 ) from None
         else:
-            sel = None
-            if selector:
-                from netmodel.selectors import parse_selector
-
-                try:
-                    sel = parse_selector(selector)
-                except ValueError as e:
-                    raise click.UsageError(str(e)) from None
-            objs = session.store.list(kind, ns, sel)
+            objs = session.store.list(kind, ns, _selector(selector))
             if kind == "Event":
                 objs = sorted(objs, key=lambda e: getattr(e, "sequence", 0))
         if output in ("yaml", "json"):
@@ -193,41 +256,87 @@ def get(
         session.close()
 
 
+def _selector(text: str | None) -> Any:
+    """The parsed ``-l`` selector (already checked by its click type), or None."""
+    if not text:
+        return None
+    from netmodel.selectors import parse_selector
+
+    return parse_selector(text)
+
+
+#: what ``get all`` lists, in kubectl's order, with the name prefix kubectl prints
+ALL_KINDS = (
+    ("Pod", "pod"),
+    ("Service", "service"),
+    ("Deployment", "deployment.apps"),
+    ("ReplicaSet", "replicaset.apps"),
+)
+
+
+def _get_all(
+    ctx: Context, namespace: str, all_namespaces: bool, output: str | None, selector: str | None
+) -> None:
+    """``get all``: one table per kind that has objects, names as ``KIND/NAME``, a blank
+    line between tables (kubectl's layout)."""
+    session = ctx.session()
+    try:
+        ns = None if all_namespaces else namespace
+        sel = _selector(selector)
+        blocks: list[str] = []
+        for kind, prefix in ALL_KINDS:
+            objs = session.store.list(kind, ns, sel)
+            if not objs:
+                continue
+            if output == "name":
+                blocks.append("\n".join(f"{prefix}/{o.name}" for o in objs))
+                continue
+            text = printers.table(
+                kind,
+                objs,
+                now=session.clock.now(),
+                wide=output == "wide",
+                all_namespaces=all_namespaces,
+                name_prefix=f"{prefix}/",
+            )
+            blocks.append(text)
+    finally:
+        session.close()
+    if not blocks:
+        where = "" if all_namespaces else f" in {namespace} namespace"
+        click.echo(f"No resources found{where}.", err=True)
+        return
+    click.echo(("\n" if output == "name" else "\n\n").join(blocks))
+
+
 # --------------------------------------------------------------------------- events
 
 
 @cli.command()
-@click.option("-o", "--output", type=click.Choice(["table", "json"]), default="table")
+@click.option("-o", "--output", type=click.Choice(["table", "json", "yaml"]), default="table")
 @click.option("--for", "for_", default=None, help="Only events about KIND/NAME")
 @click.pass_obj
 @handle_errors
 def events(ctx: Context, output: str, for_: str | None) -> None:
-    """The timeline: every control-plane step in order."""
+    """The timeline: every control-plane step in order (``-o json|yaml``: one v1 List
+    of the Events, as kubectl prints a list)."""
     from control.events import timeline
 
+    kind = name = None
+    if for_:
+        k, slash, name = for_.partition("/")
+        kind = printers.resolve_kind(k)
+        if not slash or not name or kind is None:
+            raise click.UsageError(f"--for {for_}: want KIND/NAME with a known kind, e.g. pod/web")
     session = ctx.session()
     try:
         evs = timeline(session.store)
         if for_:
-            k, _, n = for_.partition("/")
-            kind = printers.resolve_kind(k) or k
-            evs = [e for e in evs if e.involved_object.kind == kind and e.involved_object.name == n]
-        if output == "json":
-            for e in evs:
-                io = e.involved_object
-                click.echo(
-                    json.dumps(
-                        {
-                            "revision": e.revision,
-                            "sequence": e.sequence,
-                            "component": e.source_component,
-                            "type": e.type,
-                            "reason": e.reason,
-                            "object": f"{io.kind}/{io.namespace + '/' if io.namespace else ''}{io.name}",
-                            "message": e.message,
-                        }
-                    )
-                )
+            evs = [
+                e for e in evs if e.involved_object.kind == kind and e.involved_object.name == name
+            ]
+        if output in ("json", "yaml"):
+            click.echo(dump(evs, output, single=False))
         else:
             click.echo(
                 printers.table(
@@ -253,6 +362,8 @@ def delete(
 ) -> None:
     """Delete objects by kind and name, or those named in files."""
     targets: list[tuple[str, str]] = []
+    if files and (kind or names):
+        raise click.UsageError("give KIND NAME or -f FILE, not both")
     if files:
         from netmodel.manifests import load
 
@@ -269,6 +380,7 @@ def delete(
         raise click.UsageError("give KIND NAME or -f FILE")
     session = ctx.session(read_only=False)
     try:
+        session.start_quietly()  # what is recorded is what the delete changed
         for k, key in targets:
             obj = session.plane.apiserver.delete(k, key)
             click.echo(f'{k.lower()} "{obj.name}" deleted')
@@ -284,19 +396,39 @@ def delete(
 @click.argument("kind")
 @click.argument("name", required=False)
 @click.option("-n", "--namespace", default="default", show_default=True)
+@click.option("-A", "--all-namespaces", is_flag=True)
+@click.option("-l", "--selector", type=SELECTOR, default=None, help="Label selector, e.g. app=web")
 @click.pass_obj
 @handle_errors
-def describe(ctx: Context, kind: str, name: str | None, namespace: str) -> None:
-    """Show one object in detail, with its events (pods: the scheduler's table)."""
+def describe(
+    ctx: Context,
+    kind: str,
+    name: str | None,
+    namespace: str,
+    all_namespaces: bool,
+    selector: str | None,
+) -> None:
+    """Show objects in detail, with their events (pods: the scheduler's table). As
+    kubectl: NAME is an exact name or else a prefix (``describe pod web`` describes every
+    pod whose name starts with ``web``); without NAME, every object of the kind."""
     kind, name = parse_kind_name(kind, name)
-    if name is None:
-        raise click.UsageError("name required")
     from control.cli.describe import describe_object
 
+    cluster_scoped = kind in ("Node", "Namespace")
     session = ctx.session()
     try:
-        key = name if kind in ("Node", "Namespace") else f"{namespace}/{name}"
-        click.echo(describe_object(session, session.store.get(kind, key)))
+        ns = None if (all_namespaces or cluster_scoped) else namespace
+        objs = session.store.list(kind, ns, _selector(selector))
+        if name is not None:
+            exact = [o for o in objs if o.name == name]
+            objs = exact or [o for o in objs if o.name.startswith(name)]
+        if not objs:
+            what = f'{kind.lower()}s "{name}"' if name else f"{kind.lower()}s"
+            raise NotFoundError(
+                f"{what} not found"
+                + ("" if cluster_scoped or ns is None else f" in namespace {ns!r}")
+            )
+        click.echo("\n\n".join(describe_object(session, o) for o in objs))
     finally:
         session.close()
 

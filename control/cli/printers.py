@@ -106,10 +106,27 @@ def _node_row(n: Node, now: float, wide: bool) -> list[str]:
     roles = ",".join(
         sorted(k.split("/", 1)[1] for k in n.labels if k.startswith("node-role.kubernetes.io/"))
     )
-    row = [n.name, status, roles or "<none>", age(n.metadata.creation_timestamp, now), "svclab"]
+    info = node_info(n)
+    version = info.get("kubeletVersion") or "svclab"
+    row = [n.name, status, roles or "<none>", age(n.metadata.creation_timestamp, now), version]
     if wide:
-        row += [",".join(n.internal_ips) or "<none>", n.spec.pod_cidr or "<none>"]
+        external = [a.address for a in n.status.addresses if a.type == "ExternalIP"]
+        row += [
+            ",".join(n.internal_ips) or "<none>",
+            ",".join(external) or "<none>",
+            info.get("osImage") or "<none>",
+            info.get("kernelVersion") or "<none>",
+            info.get("containerRuntimeVersion") or "<none>",
+        ]
     return row
+
+
+def node_info(n: Node) -> dict[str, str]:
+    """The node's ``status.nodeInfo`` (kubelet's report of its OS, kernel, runtime), as
+    stored (the model keeps it as an extra field), or {} when the node has none."""
+    extra = n.status.model_extra or {}
+    info = extra.get("nodeInfo") or extra.get("node_info") or {}
+    return {str(k): str(v) for k, v in info.items()} if isinstance(info, dict) else {}
 
 
 def _eps_row(e: EndpointSlice, now: float, wide: bool) -> list[str]:
@@ -176,7 +193,7 @@ COLUMNS: dict[str, tuple[list[str], list[str], Row]] = {
     ),
     "Node": (
         ["NAME", "STATUS", "ROLES", "AGE", "VERSION"],
-        ["INTERNAL-IP", "POD-CIDR"],
+        ["INTERNAL-IP", "EXTERNAL-IP", "OS-IMAGE", "KERNEL-VERSION", "CONTAINER-RUNTIME"],
         _node_row,  # type: ignore[dict-item]
     ),
     "EndpointSlice": (
@@ -220,8 +237,15 @@ def format_table(rows: Sequence[Sequence[str]]) -> str:
 
 
 def table(
-    kind: str, objs: Sequence[KubeObject], *, now: float, wide: bool, all_namespaces: bool
+    kind: str,
+    objs: Sequence[KubeObject],
+    *,
+    now: float,
+    wide: bool,
+    all_namespaces: bool,
+    name_prefix: str = "",
 ) -> str:
+    """The ``get`` table of ``objs`` (``name_prefix``: ``get all``'s ``pod/`` etc.)."""
     base, extra, row = COLUMNS[kind]
     header = base + (extra if wide else [])
     namespaced = objs[0].NAMESPACED if objs else kind not in ("Node", "Namespace")
@@ -230,5 +254,6 @@ def table(
     rows = [header]
     for o in objs:
         r = row(o, now, wide)
+        r[0] = name_prefix + r[0]
         rows.append([o.namespace, *r] if all_namespaces and namespaced else r)
     return format_table(rows)

@@ -23,6 +23,7 @@ import click
 
 from control.cli.main import Context, handle_errors
 from control.cli.printers import format_table
+from control.cli.types import CLUSTER_ID
 
 # control.real, control.backends and the emulation (pyroute2 and the emulator behind
 # them) are imported inside the commands (see control.cli.main's docstring: start-up).
@@ -78,7 +79,9 @@ def _refuse(conflicts: Mapping[str, object], what: str) -> None:
 
 @click.command()
 @click.option("--real", "on_kernel", is_flag=True, help="Realise on network namespaces (root)")
-@click.option("--cluster-id", default=None, help="1-12 of [a-z0-9] (default: a new one)")
+@click.option(
+    "--cluster-id", type=CLUSTER_ID, default=None, help="1-12 of [a-z0-9] (default: a new one)"
+)
 @click.option(
     "--cni",
     type=click.Choice(CNI_MODES),
@@ -233,26 +236,22 @@ def real_trace(
 
 
 def real_ping(ctx: Context, *, src: str, dst: str, count: int, files: tuple[str, ...]) -> None:
-    """``ping --real``: ICMP echo between real namespaces, ping-like output."""
+    """``ping --real``: ICMP echo between real namespaces, ping's output (times measured
+    from the raw socket's send to the reply's arrival)."""
     from control import emulation
+    from control.cli.traffic_cmd import Reply, _host, ping_report
 
     with kernel(ctx, files, src) as (session, be):
         s = emulation.resolve_endpoint(session, src)
-        d = emulation.resolve_endpoint(session, dst)
+        d = _host(emulation.resolve_endpoint(session, dst))
         target = be.dest_ip(d)
         results = be.ping(s, target, count)
-    click.echo(f"PING {dst} ({target}): 56 data bytes (kernel)")
-    ok = 0
-    for seq, r in enumerate(results, 1):
-        if r.ok:
-            ok += 1
-            click.echo(f"64 bytes from {r.reply_from}: icmp_seq={seq} ttl={r.ttl}")
-        else:
-            click.echo(f"icmp_seq={seq}: no reply")
-    loss = 100 * (count - ok) // max(count, 1)
-    click.echo(f"--- {dst} ping statistics ---")
-    click.echo(f"{count} packets transmitted, {ok} received, {loss}% packet loss")
-    if ok < count:
+    replies = [
+        Reply(seq, r.reply_from, r.ttl, r.rtt * 1000 if r.ok and r.rtt is not None else None)
+        for seq, r in enumerate(results, 1)
+    ]
+    click.echo(ping_report(dst, target, replies, count, suffix=" (kernel)"))
+    if not all(r.ok for r in results):
         raise SystemExit(1)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING
 
 import click
@@ -64,6 +65,7 @@ def rules(
     """Print what NODE's kube-proxy would load: iptables-save text (filter, nat), or
     ipvsadm-save + ipset save + the iptables glue, or nft list ruleset text."""
     from dataplane.proxy.iptables import IptablesRender
+    from dataplane.proxy.savefmt import with_save_comments
 
     session = ctx.session(files)
     try:
@@ -74,6 +76,9 @@ def rules(
             text = out.save_text
             if isinstance(out, IptablesRender) and not text.endswith("\n"):
                 text += "\n"
+            # iptables-save's comment lines around each table (nft text has no tables
+            # of that form: unchanged)
+            text = with_save_comments(text, time.time())
         click.echo(text, nl=not text.endswith("\n"))
     finally:
         session.close()

@@ -7,7 +7,9 @@ tests' question); without ``--at`` the packet walks the whole emulated cluster.
 from __future__ import annotations
 
 import json
+import math
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -15,6 +17,16 @@ import click
 
 from control.cli.main import Context, handle_errors
 from control.cli.printers import format_table
+from control.cli.types import (
+    COUNT,
+    ENDPOINT,
+    NEW_FILE,
+    NODE_REF,
+    PORT,
+    READABLE_FILE,
+    check_endpoint,
+    endpoint_port,
+)
 from netmodel.errors import InputError, NotFoundError
 from netmodel.ip import split_host_port
 
@@ -67,11 +79,17 @@ def _load_override(path: str | None, node: str | None) -> dict[str, RulesetInput
         return {}
     if node is None:
         raise click.UsageError("--iptables-save needs --at node/NAME (whose rules it replaces)")
+    return {node: IptablesRules(_read_text(path), source=path)}
+
+
+def _read_text(path: str) -> str:
+    """A file's text, or an InputError naming it (gone, unreadable, not text)."""
     try:
-        text = Path(path).read_text()
+        return Path(path).read_text()
     except OSError as e:
         raise InputError(f"cannot read: {e.strerror}", file=path) from None
-    return {node: IptablesRules(text, source=path)}
+    except UnicodeDecodeError:
+        raise InputError("not a text file (UTF-8)", file=path) from None
 
 
 def at_trace(
@@ -88,6 +106,7 @@ def at_trace(
     """``--at node/NAME``: the node's netfilter alone, as upstream's flow tests."""
     from control.cli.rules_cmd import node_rules
     from dataplane.netfilter import Flow, FlowResult, FlowTracer
+    from dataplane.proxy.savefmt import saved_rule
     from netmodel.objects import Node
 
     try:
@@ -135,7 +154,7 @@ def at_trace(
         "masquerade": masq,
         "origin": result.origin,
         "rules_visited": visited,
-        "hops": [r.to_dict() for r in records],
+        "hops": [r.to_dict() | {"text": saved_rule(r.text)} for r in records],
     }
 
 
@@ -172,6 +191,11 @@ def _emulator_for(
     return emulation.emulator(session, external_clients=clients, rules_override=override)
 
 
+def _host(text: str) -> str:
+    """``IP:PORT`` -> ``IP``; other forms unchanged."""
+    return _split_dst(text)[0]
+
+
 def _split_dst(text: str) -> tuple[str, int | None]:
     if text.count(":") == 1 and not text.startswith(("pod/", "node/")):
         host, port = split_host_port(text)
@@ -202,15 +226,29 @@ def full_trace(
 
 
 @click.command()
-@click.option("--from", "src", help="pod/NS/NAME, node/NAME, an IP")
-@click.option("--to", "dst", help="pod/NS/NAME, node/NAME, IP, IP:PORT, svc/NS/NAME:PORT")
-@click.option("--proto", type=click.Choice(PROTOS), default="tcp", show_default=True)
-@click.option("--sport", type=int, default=None, help="Source port (default: ephemeral)")
-@click.option("--all", "all_branches", is_flag=True, help="Follow every branch of random choices")
-@click.option("--at", "at", default=None, help="node/NAME: evaluate only that node's netfilter")
-@click.option("--flows", "flows_file", default=None, help="YAML/JSON list of {from, to, proto}")
+@click.option("--from", "src", type=ENDPOINT, help="pod/NS/NAME, node/NAME, an IP")
 @click.option(
-    "--iptables-save", "iptables_save", default=None, help="Replace the node's rules by a dump"
+    "--to", "dst", type=ENDPOINT, help="pod/NS/NAME, node/NAME, IP, IP:PORT, svc/NS/NAME:PORT"
+)
+@click.option("--proto", type=click.Choice(PROTOS), default="tcp", show_default=True)
+@click.option("--sport", type=PORT, default=None, help="Source port (default: ephemeral)")
+@click.option("--all", "all_branches", is_flag=True, help="Follow every branch of random choices")
+@click.option(
+    "--at", "at", type=NODE_REF, default=None, help="node/NAME: evaluate only that node's netfilter"
+)
+@click.option(
+    "--flows",
+    "flows_file",
+    type=READABLE_FILE,
+    default=None,
+    help="YAML/JSON list of {from, to, proto}",
+)
+@click.option(
+    "--iptables-save",
+    "iptables_save",
+    type=READABLE_FILE,
+    default=None,
+    help="Replace the node's rules by a dump",
 )
 @click.option(
     "--linear", is_flag=True, help="--at: walk rules one by one, report how many were visited"
@@ -252,13 +290,24 @@ def trace(
             conflicts=conflicts,
         )
         return
+    # every option is evaluated or refused, never ignored
+    if proto == "icmp" and dst and endpoint_port(dst) is not None:
+        raise click.UsageError(f"--to {dst}: ICMP has no ports (--proto icmp)")
+    if proto == "icmp" and sport is not None:
+        raise click.UsageError("--sport: ICMP has no ports (--proto icmp)")
+    if flows_file and (src or dst):
+        raise click.UsageError("--flows FILE gives the flows: no --from/--to with it")
+    if linear and not at:
+        raise click.UsageError("--linear counts the rules --at node/NAME walks: give --at")
+    if sport is not None and at:
+        raise click.UsageError("--at evaluates a flow without a source port: no --sport")
     flows: list[dict[str, Any]]
     if flows_file:
         import yaml
 
         try:
-            data = yaml.safe_load(Path(flows_file).read_text())
-        except (OSError, yaml.YAMLError) as e:
+            data = yaml.safe_load(_read_text(flows_file))
+        except yaml.YAMLError as e:
             raise InputError(f"cannot read flows: {e}", file=flows_file) from None
         if not isinstance(data, list):
             raise InputError("expected a list of {from, to, proto}", file=flows_file)
@@ -272,11 +321,16 @@ def trace(
         raise click.UsageError("--at takes node/NAME")
     session = ctx.session(files)
     try:
-        rules_text = Path(iptables_save).read_text() if (iptables_save and node) else None
+        rules_text = _read_text(iptables_save) if (iptables_save and node) else None
         override = {} if node else _load_override(iptables_save, None) if iptables_save else {}
         for i, f in enumerate(flows):
             if not isinstance(f, dict) or "from" not in f or "to" not in f:
                 raise InputError("each flow needs 'from' and 'to'", file=flows_file, field=f"[{i}]")
+            for end in ("from", "to"):
+                try:
+                    check_endpoint(str(f[end]))
+                except ValueError as e:
+                    raise InputError(str(e), file=flows_file, field=f"[{i}].{end}") from None
             p = str(f.get("proto", "tcp")).lower()
             if node:
                 res = at_trace(
@@ -313,10 +367,63 @@ def trace(
 # --------------------------------------------------------------------------- ping
 
 
+#: the emulator's simulated one-way latency of a link between two namespaces (veth,
+#: bridge port or underlay alike): ping's ``time=`` is this times the links crossed
+#: by the request and the reply
+LINK_LATENCY_MS = 0.05
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """One echo request as ping prints it: ``rtt_ms`` None when it got no reply."""
+
+    seq: int
+    reply_from: str | None
+    ttl: int | None
+    rtt_ms: float | None
+    note: str = ""
+
+
+def ping_report(dst: str, target: str, replies: list[Reply], count: int, suffix: str = "") -> str:
+    """iputils ping's output: the header, one line per reply (``time=X ms``), the
+    statistics and ``rtt min/avg/max/mdev`` when any reply came back."""
+    lines = [f"PING {dst} ({target}) 56(84) bytes of data.{suffix}"]
+    for r in replies:
+        if r.rtt_ms is not None:
+            lines.append(
+                f"64 bytes from {r.reply_from}: icmp_seq={r.seq} ttl={r.ttl} "
+                f"time={_ms(r.rtt_ms)} ms{r.note}"
+            )
+        else:
+            lines.append(f"From {target} icmp_seq={r.seq} no reply{r.note}")
+    times = [r.rtt_ms for r in replies if r.rtt_ms is not None]
+    loss = 100 * (count - len(times)) // count
+    lines.append(f"--- {dst} ping statistics ---")
+    lines.append(f"{count} packets transmitted, {len(times)} received, {loss}% packet loss")
+    if times:
+        avg = sum(times) / len(times)
+        mdev = math.sqrt(max(sum(t * t for t in times) / len(times) - avg * avg, 0.0))
+        lines.append(
+            f"rtt min/avg/max/mdev = {min(times):.3f}/{avg:.3f}/{max(times):.3f}/{mdev:.3f} ms"
+        )
+    return "\n".join(lines)
+
+
+def _ms(t: float) -> str:
+    """ping's precision: 3 decimals under 1 ms, 2 under 10, 1 under 100, else none."""
+    if t < 1:
+        return f"{t:.3f}"
+    if t < 10:
+        return f"{t:.2f}"
+    if t < 100:
+        return f"{t:.1f}"
+    return f"{t:.0f}"
+
+
 @click.command()
-@click.argument("src")
-@click.argument("dst")
-@click.option("-c", "--count", type=int, default=3, show_default=True)
+@click.argument("src", type=ENDPOINT)
+@click.argument("dst", type=ENDPOINT)
+@click.option("-c", "--count", type=COUNT, default=3, show_default=True)
 @click.option("-f", "--filename", "files", multiple=True)
 @click.option("--real", "on_kernel", is_flag=True, help=REAL_HELP)
 @click.pass_obj
@@ -324,9 +431,13 @@ def trace(
 def ping(
     ctx: Context, src: str, dst: str, count: int, files: tuple[str, ...], on_kernel: bool
 ) -> None:
-    """ICMP echo from SRC to DST, ping-like output (TTL and path per reply)."""
+    """ICMP echo from SRC to DST, output as iputils ping's, with the path each request
+    took. time= on the emulator is simulated: 0.05 ms per link (veth, bridge port,
+    underlay) crossed by the request and its reply; with --real it is measured."""
     from control import emulation
 
+    if endpoint_port(dst) is not None:
+        raise click.UsageError(f"{dst}: ping sends ICMP echo to a host: give no port")
     if on_kernel:
         from control.cli.real_cmd import real_ping
 
@@ -336,22 +447,23 @@ def ping(
     try:
         emu = _emulator_for(session, src, dst, override={})
         s, d = emulation.resolve_endpoint(session, src), emulation.resolve_endpoint(session, dst)
+        d = _host(d)  # svc/NS/NAME resolves to its ClusterIP and (only) port
         results = emu.ping(s, d, count)
-        target = results[0].trace.packet.dst if results else d
-        click.echo(f"PING {dst} ({target}): 56 data bytes")
-        ok = 0
-        for r in results:
-            if r.ok:
-                ok += 1
-                click.echo(
-                    f"64 bytes from {r.reply_from}: icmp_seq={r.seq} ttl={r.ttl}   path: {' > '.join(r.path)}"
-                )
-            else:
-                click.echo(f"icmp_seq={r.seq}: {r.verdict}   path: {' > '.join(r.path)}")
-        loss = 100 * (count - ok) // max(count, 1)
-        click.echo(f"--- {dst} ping statistics ---")
-        click.echo(f"{count} packets transmitted, {ok} received, {loss}% packet loss")
-        if ok < count:
+        target = str(results[0].trace.packet.dst) if results else d
+        replies = [
+            Reply(
+                r.seq,
+                r.reply_from,
+                r.ttl,
+                LINK_LATENCY_MS * (max(len(r.path) - 1, 0) + max(len(r.reply_path) - 1, 0))
+                if r.ok
+                else None,
+                f"   path: {' > '.join(r.path)}" + ("" if r.ok else f" ({r.verdict})"),
+            )
+            for r in results
+        ]
+        click.echo(ping_report(dst, target, replies, count))
+        if not all(r.ok for r in results):
             raise SystemExit(1)
     finally:
         session.close()
@@ -372,9 +484,9 @@ def chi_square(counts: list[int]) -> tuple[float, float]:
 
 
 @click.command()
-@click.argument("src")
-@click.argument("dst")
-@click.option("-n", "count", type=int, default=100, show_default=True)
+@click.argument("src", type=ENDPOINT)
+@click.argument("dst", type=ENDPOINT)
+@click.option("-n", "count", type=COUNT, default=100, show_default=True)
 @click.option("--proto", type=click.Choice(["tcp", "udp"]), default="tcp", show_default=True)
 @click.option("-o", "--output", type=click.Choice(["text", "json"]), default="text")
 @click.option("-f", "--filename", "files", multiple=True)
@@ -394,6 +506,7 @@ def connect(
     """Open N connections SRC -> DST; per connection the endpoint and the rule that chose
     it; then per-endpoint counts and a chi-square test of equal shares."""
     from control import emulation
+    from dataplane.proxy.savefmt import saved_rule
 
     if on_kernel:
         from control.cli.real_cmd import real_connect
@@ -414,7 +527,10 @@ def connect(
             click.echo(
                 json.dumps(
                     {
-                        "connections": [c.to_json() for c in conns],
+                        "connections": [
+                            c.to_json() | {"chosen_by": c.chosen_by and saved_rule(c.chosen_by)}
+                            for c in conns
+                        ],
                         "counts": dict(counts),
                         "chi_square": {
                             "statistic": stat,
@@ -429,7 +545,13 @@ def connect(
         rows = [["#", "SPORT", "ENDPOINT", "POD", "CHOSEN BY"]]
         for i, c in enumerate(conns, 1):
             rows.append(
-                [str(i), str(c.sport), c.endpoint or c.verdict, c.pod or "-", c.chosen_by or "-"]
+                [
+                    str(i),
+                    str(c.sport),
+                    c.endpoint or c.verdict,
+                    c.pod or "-",
+                    saved_rule(c.chosen_by) if c.chosen_by else "-",
+                ]
             )
         click.echo(format_table(rows))
         click.echo("")
@@ -448,10 +570,10 @@ def connect(
 
 
 @click.command()
-@click.option("--from", "src", required=True)
-@click.option("--to", "dst", required=True)
+@click.option("--from", "src", type=ENDPOINT, required=True)
+@click.option("--to", "dst", type=ENDPOINT, required=True)
 @click.option("--proto", type=click.Choice(PROTOS), default="tcp")
-@click.option("-w", "write", required=True, help="pcap file to write")
+@click.option("-w", "write", type=NEW_FILE, required=True, help="pcap file to write")
 @click.option("-f", "--filename", "files", multiple=True)
 @click.pass_obj
 @handle_errors
@@ -459,6 +581,8 @@ def pcap(ctx: Context, src: str, dst: str, proto: str, write: str, files: tuple[
     """Trace one packet and write its frames on every hop as a pcap (Wireshark opens it)."""
     from control import emulation
 
+    if proto == "icmp" and endpoint_port(dst) is not None:
+        raise click.UsageError(f"--to {dst}: ICMP has no ports (--proto icmp)")
     session = ctx.session(files)
     try:
         emu = _emulator_for(session, src, dst, override={})
@@ -473,8 +597,10 @@ def pcap(ctx: Context, src: str, dst: str, proto: str, write: str, files: tuple[
 
 @click.command()
 @click.option("--node", "node_name", required=True)
-@click.option("--from", "src", default=None, help="First open a connection from here...")
-@click.option("--to", "dst", default=None, help="...to here")
+@click.option(
+    "--from", "src", type=ENDPOINT, default=None, help="First open a connection from here..."
+)
+@click.option("--to", "dst", type=ENDPOINT, default=None, help="...to here")
 @click.option("-f", "--filename", "files", multiple=True)
 @click.pass_obj
 @handle_errors
@@ -484,12 +610,16 @@ def conntrack(
     """Print a node's conntrack table like `conntrack -L` (optionally after a connection)."""
     from control import emulation
 
+    if (src is None) != (dst is None):
+        raise click.UsageError("--from and --to go together")
     session = ctx.session(files)
     try:
         emu = _emulator_for(session, *(x for x in (src, dst) if x), override={})
         if src and dst:
             d, port = _split_dst(emulation.resolve_endpoint(session, dst))
-            emu.connect(emulation.resolve_endpoint(session, src), d, "tcp", port or 80, 1)
+            if port is None:
+                raise click.UsageError(f"--to {dst}: give a port (IP:PORT or svc/NS/NAME:PORT)")
+            emu.connect(emulation.resolve_endpoint(session, src), d, "tcp", port, 1)
         for entry in emu.conntrack(node_name):
             click.echo(entry.text)
     finally:

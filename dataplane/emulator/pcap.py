@@ -4,7 +4,8 @@ Every frame the trace saw on a link is written once, in order: ARP requests and
 replies, and every IP frame as it left a device. Packets become
 ``Ether/IP/TCP|UDP|ICMP`` with the header fields the emulator tracks (addresses, ports,
 TTL, DF, TCP flags, ICMP type/code/id, ICMP errors quoting the offending header, the
-next-hop MTU of "fragmentation needed"), padded to the packet's IP length. Frames a
+next-hop MTU of "fragmentation needed"), padded to the packet's IP length; a SYN or
+SYN-ACK carries Linux's 20 bytes of TCP options (:data:`SYN_OPTIONS`), not payload. Frames a
 VXLAN device encapsulated are written as real VXLAN: outer ``Ether/IP/UDP(dport 8472)/
 VXLAN(vni)`` around the inner Ethernet frame, so Wireshark decodes them (flannel's port
 8472 needs "Decode As VXLAN" in Wireshark; 4789 is its default).
@@ -23,6 +24,18 @@ from netmodel.packet import Frame, Packet
 
 _IP_HEADER = 20
 _L4_HEADER = {"tcp": 20, "udp": 8, "icmp": 8}
+
+#: the options Linux puts on a SYN and a SYN-ACK (20 bytes, in its order: MSS, SACK
+#: permitted, timestamps, NOP, window scale): the emulator's SYNs are 60 bytes long,
+#: a 40-byte TCP header and no payload, as Linux sends them (MSS for a 1500-byte MTU)
+SYN_OPTIONS: list[tuple[str, Any]] = [
+    ("MSS", 1460),
+    ("SAckOK", b""),
+    ("Timestamp", (0, 0)),
+    ("NOP", None),
+    ("WScale", 7),
+]
+_SYN_OPTIONS_LEN = 20
 
 
 def frames(trace: Trace) -> Iterator[tuple[Hop, int | None]]:
@@ -112,6 +125,8 @@ def ip_layers(p: Packet, mtu: int | None = None, *, pad: bool = True) -> Any:
             if n in p.flags
         )
         l4 = TCP(sport=p.sport, dport=p.dport, flags=flags, window=64240)
+        if "SYN" in p.flags and p.length >= _IP_HEADER + 20 + _SYN_OPTIONS_LEN:
+            l4.options = SYN_OPTIONS
     elif p.proto == "udp":
         l4 = UDP(sport=p.sport, dport=p.dport)
     elif p.proto == "icmp":
@@ -129,7 +144,7 @@ def ip_layers(p: Packet, mtu: int | None = None, *, pad: bool = True) -> Any:
         l4 = Raw(b"")
     pkt = ip / l4
     if pad:
-        have = _IP_HEADER + _L4_HEADER.get(p.proto, 0)
+        have = len(bytes(pkt)) if p.proto == "tcp" else _IP_HEADER + _L4_HEADER.get(p.proto, 0)
         if p.length > have:
             pkt = pkt / Raw(b"\x00" * (p.length - have))
     return pkt

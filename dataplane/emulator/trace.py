@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from dataplane.proxy.savefmt import saved_rule
 from netmodel.packet import Frame, Packet
 
 Verdict = Literal[
@@ -99,7 +100,7 @@ class Hop:
         ):
             value = getattr(self, name)
             if value is not None:
-                out[name] = value
+                out[name] = saved_rule(value) if name == "rule" else value
         if self.packet is not None:
             out["packet"] = packet_json(self.packet)
         if self.frame is not None:
@@ -125,7 +126,7 @@ class Hop:
                 where += f" #{self.rule_number}"
             parts.append(f"{self.hook} {where}")
             if self.rule:
-                parts.append(self.rule)
+                parts.append(saved_rule(self.rule))
             if self.verdict:
                 parts.append(f"=> {self.verdict}")
         for text in (
@@ -262,10 +263,23 @@ class Trace:
         from rich.console import Console
         from rich.table import Table
 
+        # rules are never folded (a user finds each verbatim in 'svclab rules'): the
+        # console is as wide as the longest line needs, trailing padding stripped
+        longest = max((len(h.detail()) for t in self._chain() for h in t.hops), default=0)
         buf = StringIO()
-        console = Console(file=buf, width=width, color_system=None, soft_wrap=False)
+        console = Console(
+            file=buf, width=max(width, longest + 80), color_system=None, soft_wrap=False
+        )
         self._render(console, Table, title="request")
-        return buf.getvalue()
+        return "\n".join(line.rstrip() for line in buf.getvalue().split("\n"))
+
+    def _chain(self) -> list[Trace]:
+        out: list[Trace] = []
+        t: Trace | None = self
+        while t is not None:
+            out.append(t)
+            t = t.reply
+        return out
 
     def _render(self, console: Any, table_cls: Any, *, title: str) -> None:
         head = f"{title}: {self.packet.summary()}  [{self.src} -> {self.dst}]  => {self.verdict}"
@@ -290,7 +304,7 @@ class Trace:
         table.add_column("in")
         table.add_column("out")
         table.add_column("step")
-        table.add_column("detail", overflow="fold")
+        table.add_column("detail", no_wrap=True, overflow="ignore")
         from rich.text import Text
 
         for i, h in enumerate(self.hops, 1):

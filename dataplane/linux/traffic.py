@@ -40,6 +40,15 @@ class ConnectFailed(BackendError):
         self.reason = reason
 
 
+class PortInUse(BackendError):
+    """The source port asked for is taken in the client's namespace (bind: EADDRINUSE,
+    e.g. a recent connection on it is still closing); ``port`` says which."""
+
+    def __init__(self, port: int, message: str) -> None:
+        super().__init__(message)
+        self.port = port
+
+
 @dataclass(frozen=True, slots=True)
 class ConnectResult:
     """One answered connection: the pod that answered, the source (ip, port) the pod
@@ -93,8 +102,9 @@ def connect(
     timeout: float = 2.0,
 ) -> ConnectResult:
     """Connect from kernel namespace ``src_ns`` (None: this process's) to
-    ``dst_ip:dport`` and read the server's answer. ``sport`` pins the local port.
-    Raises :class:`ConnectFailed` when nothing answers within ``timeout``."""
+    ``dst_ip:dport`` and read the server's answer. ``sport`` pins the local port (None:
+    the kernel picks one). Raises :class:`ConnectFailed` when nothing answers within
+    ``timeout``, :class:`PortInUse` when ``sport`` cannot be bound."""
     what = f"{proto} {src_ns} -> {dst_ip}:{dport}"
     kind = socket.SOCK_STREAM if proto == "tcp" else socket.SOCK_DGRAM
     start = time.perf_counter()
@@ -103,7 +113,12 @@ def connect(
         s.settimeout(timeout)
         if sport is not None:
             s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            s.bind(("0.0.0.0", sport))
+            try:
+                s.bind(("0.0.0.0", sport))
+            except OSError as e:
+                if e.errno != errno.EADDRINUSE:
+                    raise
+                raise PortInUse(sport, f"{what}: source port {sport} is in use") from None
         try:
             s.connect((str(dst_ip), dport))
             if proto == "udp":

@@ -80,7 +80,7 @@ def probe(argv: list[str], watched: tuple[str, ...], cwd: Path) -> tuple[int, li
         (["trace"], 2),  # --from and --to missing
         (["up"], 2),  # without --real
         (["rules"], 2),  # --node missing
-        (["describe", "pod"], 2),  # name missing
+        (["describe"], 2),  # kind missing (without a name: every pod, as kubectl)
         (["delete"], 2),  # neither KIND NAME nor -f
         (["no-such-command"], 2),
     ],

@@ -350,3 +350,37 @@ def test_kubernetes_service_reaches_the_apiserver_address(pair: Pair) -> None:
     for src in ("pod/default/client", "node/node-3"):
         e, _ = single(pair, src, pair.svc("kubernetes"), 443)
         assert e.verdict == "refused"
+
+
+def test_real_trace_picks_another_source_port_when_its_random_one_is_taken(pair: Pair) -> None:
+    """``trace --real`` chooses the source port itself (its conntrack read-back needs it):
+    a port still held in the client's namespace makes it try another, not crash with
+    EADDRINUSE; a port the user asked for that is taken is a one-line error. Each case
+    is forced deterministically (the backend's RNG seeded so that its first choice is a
+    port held by a listening socket), then a few traces run in a row."""
+    import random
+    import socket
+
+    from control.backends import EPHEMERAL
+    from dataplane.linux import nsenter
+    from dataplane.linux.traffic import PortInUse
+
+    taken = random.Random(9).randint(*EPHEMERAL)
+    holder = nsenter.socket_in(
+        pair.real.cluster.netns("pod/default/client"), socket.AF_INET, socket.SOCK_STREAM
+    )
+    try:
+        holder.bind(("0.0.0.0", taken))
+        holder.listen(1)
+        pair.real._rng = random.Random(9)
+        t = pair.real.trace("pod/default/client", pair.svc("web"), 80)
+        assert t.outcome.verdict == "delivered"
+        assert t.outcome.sport not in (None, taken)
+        with pytest.raises(PortInUse, match=f"source port {taken} is in use"):
+            pair.real.trace("pod/default/client", pair.svc("web"), 80, sport=taken)
+    finally:
+        holder.close()
+    for _ in range(8):
+        assert pair.real.trace("pod/default/client", pair.svc("web"), 80).outcome.verdict == (
+            "delivered"
+        )

@@ -178,6 +178,8 @@ def test_up_connect_trace_ping_down(state: Path) -> None:
 
     res = run(state, "ping", "--real", "pod/client", "node/node-2", "-c", "2")
     assert res.exit_code == 0 and "2 received" in res.output and "ttl=63" in res.output
+    assert " ms" in res.output.split("time=")[1]  # measured, as ping prints it
+    assert "rtt min/avg/max/mdev = " in res.output
 
     res = run(
         state, "trace", "--real", "--all", "--from", "pod/client", "--to", "svc/default/web:80"

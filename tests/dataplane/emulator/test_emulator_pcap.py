@@ -45,3 +45,25 @@ def test_pcap_frag_needed_carries_the_next_hop_mtu(tmp_path: Path) -> None:
     assert errors
     assert errors[0][ICMP].code == 4 and errors[0][ICMP].nexthopmtu == 1450
     assert errors[-1][IP].dst == EXT
+
+
+def test_syn_and_syn_ack_carry_options_and_no_payload(tmp_path: Path) -> None:
+    """A SYN is 60 bytes on the wire as Linux sends it: a 40-byte TCP header (20 bytes
+    of options) and no payload; the SYN-ACK (40 bytes in the emulator) has neither; scapy
+    reads every length back consistent."""
+    c = cluster()
+    t = c.trace("pod/default/a", "pod/default/c", "tcp", 8080)
+    path = tmp_path / "syn.pcap"
+    c.pcap(t, path)
+    syns = [
+        f for f in rdpcap(str(path)) if f.haslayer(TCP) and not f.haslayer(UDP) and f[TCP].flags.S
+    ]
+    assert {str(f[TCP].flags) for f in syns} == {"S", "SA"}
+    for f in syns:
+        tcp = f[TCP]
+        if str(tcp.flags) == "S":
+            assert f[IP].len == 60 and tcp.dataofs * 4 == 40
+            options = [name for name, _ in tcp.options]
+            assert options == ["MSS", "SAckOK", "Timestamp", "NOP", "WScale"]
+        assert bytes(tcp.payload) == b""
+        assert f[IP].len == f[IP].ihl * 4 + tcp.dataofs * 4
