@@ -240,8 +240,16 @@ class EmulatorBackend:
 
     def __init__(self, view: ClusterView, *, seed: int = 0) -> None:
         self.view = view
+        from control.emulation import answerers
+
         self.cluster = EmulatedCluster(
-            view.network, view.rulesets, view.listeners, view.local_addresses, seed=seed
+            view.network,
+            view.rulesets,
+            view.listeners,
+            view.local_addresses,
+            seed=seed,
+            answerers=answerers(view),
+            resolv_confs=view.resolv_confs,
         )
 
     def ping(self, src: str, dst: str, count: int = 1) -> list[PingOutcome]:

@@ -1,6 +1,8 @@
 """From the control plane's state to the dataplane's inputs: the cluster network
-(:func:`netmodel.topology.build`), each node's kube-proxy rules, and each pod's
-listening ports. Both backends are fed from here, so they see the same cluster.
+(:func:`netmodel.topology.build`), each node's kube-proxy rules, each pod's
+listening ports, and cluster DNS (the zone snapshot the DNS pods answer from, which pods
+those are, and every pod's resolv.conf). Both backends are fed from here, so they see
+the same cluster.
 """
 
 from __future__ import annotations
@@ -10,14 +12,17 @@ from dataclasses import dataclass, field
 from ipaddress import IPv4Address, IPv4Network, ip_address
 
 from control.agents.kubeproxy import NodeRules
+from control.apiserver.clusterdns import is_dns_pod
 from control.session import Session
+from dataplane.dns import DnsZone, ResolvConf, ZoneAnswerer, build_zone, pod_resolv_conf
 from dataplane.emulator.cluster import EmulatedCluster
 from dataplane.emulator.filters import IptablesRules, IpvsRules, NftRules, RulesetInput
+from dataplane.emulator.traffic import Answerer
 from dataplane.netfilter import format_save
 from dataplane.proxy.ipvs import IpvsRender
 from netmodel.errors import InputError, NotFoundError
 from netmodel.network import ClusterNetwork
-from netmodel.objects import Node, Pod, Service
+from netmodel.objects import EndpointSlice, Namespace, Node, Pod, Service
 from netmodel.topology import PodInfo, build, node_info, pod_ns
 
 
@@ -30,6 +35,37 @@ class ClusterView:
     listeners: Mapping[str, frozenset[tuple[str, int]]]
     local_addresses: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     node_ips: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    #: cluster DNS: the zone its pods answer from (None: ``dns: false``), the pod
+    #: namespaces that serve it on port 53, and each pod namespace's resolv.conf
+    dns_zone: DnsZone | None = None
+    dns_servers: frozenset[str] = frozenset()
+    resolv_confs: Mapping[str, ResolvConf] = field(default_factory=dict)
+
+
+def dns_zone(session: Session) -> DnsZone | None:
+    """What cluster DNS answers from now (None when the Cluster has ``dns: false``)."""
+    spec = session.cluster.spec
+    if not spec.dns:
+        return None
+    store = session.store
+    return build_zone(
+        domain=spec.cluster_domain,
+        namespaces=[n for n in store.list("Namespace") if isinstance(n, Namespace)],
+        services=[s for s in store.list("Service") if isinstance(s, Service)],
+        slices=[s for s in store.list("EndpointSlice") if isinstance(s, EndpointSlice)],
+        dns_ip=spec.dns_service_ip(),
+        upstream=spec.dns_upstream,
+        serial=store.revision,
+    )
+
+
+def answerers(view: ClusterView) -> dict[str, dict[tuple[str, int], Answerer]]:
+    """The emulator's DNS servers: every DNS pod answers on 53/UDP and 53/TCP from the
+    view's zone (one shared answerer: one cache, as if the pods shared it)."""
+    if view.dns_zone is None or not view.dns_servers:
+        return {}
+    answer = ZoneAnswerer(view.dns_zone)
+    return {ns: {("udp", 53): answer, ("tcp", 53): answer} for ns in view.dns_servers}
 
 
 def running_pods(session: Session) -> list[Pod]:
@@ -98,7 +134,11 @@ def view(
         if isinstance(state.rendered, IpvsRender):
             local[name] = tuple(state.rendered.addresses)
     rulesets.update(rules_override or {})
-    return ClusterView(network, rulesets, listeners, local, node_ips)
+    running = running_pods(session)
+    zone = dns_zone(session)
+    dns_servers = frozenset(pod_ns(p.key) for p in running if zone is not None and is_dns_pod(p))
+    resolv = {pod_ns(p.key): pod_resolv_conf(p, spec) for p in running}
+    return ClusterView(network, rulesets, listeners, local, node_ips, zone, dns_servers, resolv)
 
 
 def emulator(
@@ -115,6 +155,8 @@ def emulator(
         v.listeners,
         v.local_addresses,
         seed=session.cluster.spec.seed if seed is None else seed,
+        answerers=answerers(v),
+        resolv_confs=v.resolv_confs,
     )
 
 

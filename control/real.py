@@ -160,6 +160,10 @@ def fingerprint(view: ClusterView) -> str:
         h.update(f"\0listen {ns} {sorted(ports)!r}".encode())
     for node, addrs in sorted(view.local_addresses.items()):
         h.update(f"\0local {node} {sorted(addrs)!r}".encode())
+    if view.dns_zone is not None:
+        h.update(f"\0dns {view.dns_zone.dumps()} {sorted(view.dns_servers)!r}".encode())
+    for ns, conf in sorted(view.resolv_confs.items()):
+        h.update(f"\0resolv {ns} {conf.render()}".encode())
     return h.hexdigest()
 
 
@@ -287,13 +291,27 @@ def server_ports(
 
 def serve(cluster: RealCluster, view: ClusterView) -> dict[str, int]:
     """Start (or keep) the pod servers the view's listeners call for and stop the ones
-    of pods that no longer listen. Returns pod -> server pid."""
-    wanted = server_ports(view.listeners)
+    of pods that no longer listen; the DNS pods run DNS servers instead
+    (:class:`dataplane.linux.dns.DnsServers`, answering from the view's zone), and every
+    pod namespace gets its resolv.conf in ``/etc/netns``. Returns pod -> server pid."""
+    from dataplane.linux import dnspods as dns
+
+    dns_pods = {ns[4:]: ns for ns in view.dns_servers}
+    dns_pids: dict[str, int] = {}
+    servers = dns.DnsServers(cluster.cluster_id)
+    if view.dns_zone is not None or any(servers.state.servers_dir.glob("dns-*.pid")):
+        zone = view.dns_zone if view.dns_zone is not None else dns.DnsZone()
+        dns_pids = servers.ensure(zone, dns_pods)
+    for logical, conf in view.resolv_confs.items():
+        netns = cluster.namespaces.get(logical)
+        if netns is not None:
+            dns.write_resolv_conf(netns, conf.render())
+    wanted = {k: v for k, v in server_ports(view.listeners).items() if k not in dns_pods}
     running = cluster.servers.running() if cluster.servers.supervisor_pid() else {}
     idle = [k for k in running if k not in wanted]
     if idle:
         cluster.servers.stop(idle)
-    return cluster.serve(wanted)
+    return {**cluster.serve(wanted), **dns_pids}
 
 
 #: Kernel settings every realised namespace gets on top of the model's sysctls.

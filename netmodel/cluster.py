@@ -12,6 +12,16 @@ be a node's first address); otherwise the first IPv4 address of the first node, 
 natural name order, among the nodes labelled ``node-role.kubernetes.io/control-plane``,
 or among all nodes when none is. It depends on this document only, so it is the same
 every time a cluster is opened.
+
+Cluster DNS (kubeadm's CoreDNS, see :mod:`dataplane.dns`): ``dns: true`` makes the
+control plane create the ``kube-system/kube-dns`` Service at the tenth address of
+serviceCIDR (:meth:`ClusterSpec.dns_service_ip`) and its two-replica ``coredns``
+Deployment, and gives pods kubelet's ``resolv.conf``. It is off by default: every
+existing scenario (exact pod counts, rule dumps, upstream replays) stays as it was, and a
+scenario opts in. ``clusterDomain`` (default ``cluster.local``) is kubelet's
+``--cluster-domain`` and the zone CoreDNS serves. Names outside it are what CoreDNS
+forwards upstream; svclab never asks the host's resolver: ``dnsUpstream`` is that
+upstream, a static table of names and their IPv4 addresses (any other name: NXDOMAIN).
 """
 
 from __future__ import annotations
@@ -27,6 +37,8 @@ from netmodel.errors import InputError
 from netmodel.ip import IPNetwork, nth_address, overlaps, parse_cidr, parse_ip
 
 API_VERSION = "svclab.dev/v1alpha1"
+
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 
 #: The label kubeadm puts on control-plane nodes (any value; ``""`` usually).
 CONTROL_PLANE_LABEL = "node-role.kubernetes.io/control-plane"
@@ -114,6 +126,48 @@ class ClusterSpec(_Strict):
     #: :meth:`apiserver_address`.
     advertise_address: str | None = None
     seed: int = 0
+    #: kubelet's ``--cluster-domain``: the zone cluster DNS answers for.
+    cluster_domain: str = "cluster.local"
+    #: create kube-system/kube-dns and the coredns Deployment; pods get kubelet's
+    #: ClusterFirst resolv.conf pointing at it.
+    dns: bool = False
+    #: the upstream resolver CoreDNS forwards names outside the cluster domain to: a
+    #: static table name -> IPv4 addresses (other names: NXDOMAIN).
+    dns_upstream: dict[str, list[str]] = Field(default_factory=dict)
+
+    @field_validator("cluster_domain")
+    @classmethod
+    def _domain(cls, v: str) -> str:
+        name = v.rstrip(".").lower()
+        if not name or len(name) > 253 or not all(_DNS_LABEL.fullmatch(p) for p in name.split(".")):
+            raise ValueError(
+                f"invalid cluster domain {v!r} (want lowercase RFC 1123 labels joined by dots)"
+            )
+        return name
+
+    @field_validator("dns_upstream")
+    @classmethod
+    def _upstream(cls, v: dict[str, list[str]]) -> dict[str, list[str]]:
+        out: dict[str, list[str]] = {}
+        for name, addrs in v.items():
+            key = name.rstrip(".").lower()
+            if (
+                not key
+                or len(key) > 253
+                or not all(_DNS_LABEL.fullmatch(p) for p in key.split("."))
+            ):
+                raise ValueError(f"invalid name {name!r}")
+            ips = []
+            for a in addrs:
+                try:
+                    ip = parse_ip(a)
+                except ValueError:
+                    raise ValueError(f"{name}: invalid IP address {a!r}") from None
+                if not isinstance(ip, IPv4Address):
+                    raise ValueError(f"{name}: {a!r} is not an IPv4 address")
+                ips.append(str(ip))
+            out[key] = ips
+        return out
 
     @field_validator("service_cidr", "pod_cidr", "node_network", "load_balancer_cidr")
     @classmethod
@@ -181,6 +235,13 @@ class ClusterSpec(_Strict):
             )
         if need > under.num_addresses - 3:
             raise ValueError(f"nodeNetwork {under} has no room for {need} nodes")
+        for name in self.dns_upstream:
+            if name == self.cluster_domain or name.endswith("." + self.cluster_domain):
+                raise ValueError(
+                    f"dnsUpstream name {name!r} is inside the cluster domain {self.cluster_domain}"
+                )
+        if self.dns and svc.num_addresses < 12:
+            raise ValueError(f"serviceCIDR {svc} has no tenth address for kube-dns")
         if self.advertise_address is not None:
             want = parse_ip(self.advertise_address)
             firsts = {parse_ip(e.addresses[0]) for e in self.node_entries()}
@@ -247,6 +308,10 @@ class ClusterSpec(_Strict):
                 if isinstance(addr, IPv4Address):
                     return str(addr)
         return None
+
+    def dns_service_ip(self) -> str:
+        """kube-dns's ClusterIP: the tenth address of serviceCIDR (kubeadm's choice)."""
+        return str(nth_address(self.service_net, 10))
 
     @property
     def gateway(self) -> str:

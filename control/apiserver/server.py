@@ -30,7 +30,9 @@ Contract:
 * :meth:`APIServer.bootstrap` (run each time a control plane starts) creates the system
   Namespaces and, unless the Cluster says ``kubernetesService: false``, the
   ``default/kubernetes`` Service and its EndpointSlice (:mod:`.endpoints`), repairing
-  the slice if it drifted.
+  the slice if it drifted; with ``dns: true`` also cluster DNS, as kubeadm installs it
+  (:mod:`.clusterdns`: the ``kube-system/kube-dns`` Service and the ``coredns``
+  Deployment, created when missing).
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from control.apiserver import endpoints
+from control.apiserver import clusterdns, endpoints
 from control.apiserver.allocators import Journal
 from control.apiserver.defaults import default_object
 from control.apiserver.nodes import nodes_for
@@ -186,10 +188,17 @@ class APIServer:
         """Create the system Namespaces and the ``default/kubernetes`` Service (first
         address of the serviceCIDR, port 443 ``https`` → 6443, no selector), then
         reconcile that Service's EndpointSlice (:meth:`reconcile_kubernetes_endpoints`).
-        With ``kubernetesService: false`` neither is created. Idempotent."""
+        With ``kubernetesService: false`` neither is created. With ``dns: true``, the
+        kube-dns Service and the coredns Deployment are created when missing
+        (:mod:`.clusterdns`). Idempotent."""
         for name in SYSTEM_NAMESPACES:
             if self._get(Namespace.KIND, name) is None:
                 self.create(Namespace(metadata=ObjectMeta(name=name)))
+        if self.cluster.dns:
+            if self._get(Service.KIND, clusterdns.SERVICE_KEY) is None:
+                self.create(clusterdns.kube_dns_service(self.cluster))
+            if self._get("Deployment", clusterdns.DEPLOYMENT_KEY) is None:
+                self.create(clusterdns.coredns_deployment())
         if not self.cluster.kubernetes_service:
             return
         if self._get(Service.KIND, endpoints.KEY) is None:

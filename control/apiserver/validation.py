@@ -396,6 +396,44 @@ def _pod_spec(spec: PodSpec, f: str, p: Problems) -> None:
         if t.operator == "Exists" and t.value:
             p.invalid(f"{tf}.operator", t.value, "value must be empty when `operator` is 'Exists'")
         p.enum(f"{tf}.effect", t.effect, ("NoExecute", "NoSchedule", "PreferNoSchedule"))
+    _pod_dns(spec, f, p)
+
+
+DNS_POLICIES = ("ClusterFirst", "ClusterFirstWithHostNet", "Default", "None")
+
+
+def _pod_dns(spec: PodSpec, f: str, p: Problems) -> None:
+    """``dnsPolicy`` and ``dnsConfig`` as Kubernetes' validateDNSPolicy and
+    validatePodDNSConfig check them (at most 3 nameservers, 32 search paths)."""
+    extra = spec.model_extra or {}
+    policy = extra.get("dnsPolicy")
+    if policy is not None:
+        p.enum(f"{f}.dnsPolicy", str(policy), DNS_POLICIES)
+    config = extra.get("dnsConfig")
+    cf = f"{f}.dnsConfig"
+    if config is None:
+        if policy == "None":
+            p.required(cf, "must provide `dnsConfig` when `dnsPolicy` is None")
+        return
+    if not isinstance(config, dict):
+        p.invalid(cf, config, "must be an object")
+    servers = config.get("nameservers") or []
+    if policy == "None" and not servers:
+        p.required(
+            f"{cf}.nameservers", "must provide at least one DNS nameserver when `dnsPolicy` is None"
+        )
+    if not isinstance(servers, list) or len(servers) > 3:
+        p.invalid(f"{cf}.nameservers", servers, "must not have more than 3 nameservers")
+    for i, server in enumerate(servers):
+        p.ip(f"{cf}.nameservers[{i}]", str(server))
+    searches = config.get("searches") or []
+    if not isinstance(searches, list) or len(searches) > 32:
+        p.invalid(f"{cf}.searches", searches, "must not have more than 32 search paths")
+    for i, search in enumerate(searches):
+        p.check(f"{cf}.searches[{i}]", str(search).rstrip("."), check_dns1123_subdomain)
+    for i, opt in enumerate(config.get("options") or []):
+        if not isinstance(opt, dict) or not opt.get("name"):
+            p.required(f"{cf}.options[{i}].name")
 
 
 def _container_ports(c: Container, cf: str, port_names: set[str], p: Problems) -> None:

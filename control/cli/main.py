@@ -437,7 +437,12 @@ def _register_optional() -> None:
     """Attach command groups that live in their own modules."""
     import importlib
 
-    for module in ("control.cli.rules_cmd", "control.cli.traffic_cmd", "control.cli.real_cmd"):
+    for module in (
+        "control.cli.rules_cmd",
+        "control.cli.traffic_cmd",
+        "control.cli.real_cmd",
+        "control.cli.dig_cmd",
+    ):
         try:
             mod = importlib.import_module(module)
         except ModuleNotFoundError as e:

@@ -59,13 +59,31 @@ def kernel(ctx: Context, files: tuple[str, ...], src: str) -> Iterator[tuple[Ses
         session.close()
 
 
-def _flow(session: Session, src: str, dst: str) -> tuple[str, str, int | None]:
+def _flow(
+    session: Session, src: str, dst: str, be: RealBackend | None = None
+) -> tuple[str, str, int | None]:
     from control import emulation
     from control.cli.traffic_cmd import _split_dst
 
     s = emulation.resolve_endpoint(session, src)
     d, port = _split_dst(emulation.resolve_endpoint(session, dst))
-    return s, d, port
+    return s, _by_name(be, s, d) if be is not None else d, port
+
+
+def _by_name(be: RealBackend, src: str, dst: str) -> str:
+    """A DNS name resolved by the source pod's own libc (getaddrinfo under ``ip netns
+    exec``); anything else as it is. Says what it resolved on stderr."""
+    from control import dnsqueries, names
+
+    if not names.is_name(dst, be.view.network.namespaces):
+        return dst
+    found = dnsqueries.resolve(be, src, dst)
+    if found.status != "ok":
+        from netmodel.errors import InputError
+
+        raise InputError(f"cannot resolve {dst!r} from {src}: {found.status}", field="DST")
+    click.echo(f"{dst} resolved to {found.addresses[0]} (getaddrinfo in {src})", err=True)
+    return found.addresses[0]
 
 
 def _refuse(conflicts: Mapping[str, object], what: str) -> None:
@@ -225,7 +243,7 @@ def real_trace(
     if proto not in ("tcp", "udp"):
         raise click.UsageError("trace --real follows tcp and udp connections (ping --real: ICMP)")
     with kernel(ctx, files, src) as (session, be):
-        s, d, port = _flow(session, src, dst)
+        s, d, port = _flow(session, src, dst, be)
         if port is None:
             raise click.UsageError(f"--to {dst}: give a port (IP:PORT or svc/NS/NAME:PORT)")
         t = be.trace(s, d, port, proto, sport=sport)  # type: ignore[arg-type]
@@ -243,7 +261,7 @@ def real_ping(ctx: Context, *, src: str, dst: str, count: int, files: tuple[str,
 
     with kernel(ctx, files, src) as (session, be):
         s = emulation.resolve_endpoint(session, src)
-        d = _host(emulation.resolve_endpoint(session, dst))
+        d = _by_name(be, s, _host(emulation.resolve_endpoint(session, dst)))
         target = be.dest_ip(d)
         results = be.ping(s, target, count)
     replies = [
@@ -270,7 +288,7 @@ def real_connect(
     from control.cli.traffic_cmd import chi_square
 
     with kernel(ctx, files, src) as (session, be):
-        s, d, port = _flow(session, src, dst)
+        s, d, port = _flow(session, src, dst, be)
         if port is None:
             raise click.UsageError(f"{dst}: give a port (IP:PORT or svc/NS/NAME:PORT)")
         conns = be.connect(s, d, port, proto, count)  # type: ignore[arg-type]

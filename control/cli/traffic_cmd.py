@@ -218,8 +218,29 @@ def full_trace(
     emu = _emulator_for(session, src, dst, override=override or {})
     s = emulation.resolve_endpoint(session, src)
     d, port = _split_dst(emulation.resolve_endpoint(session, dst))
+    from control import names
+
+    d, looked_up = names.destination(emu, s, d)  # a DNS name: resolved from the source pod
     fn = emu.trace_all if all_branches else emu.trace
-    return fn(s, d, proto, port, sport)  # type: ignore[arg-type]
+    t = fn(s, d, proto, port, sport)  # type: ignore[arg-type]
+    return t if looked_up is None else names.NamedTrace(looked_up, t)
+
+
+def _by_name(emu: EmulatedCluster, src: str, dst: str, *, quiet: bool = False) -> str:
+    """``dst`` itself, or the address a DNS name resolves to from ``src`` (the queries
+    are printed, one line each, unless ``quiet``)."""
+    from control import names
+
+    try:
+        addr, looked_up = names.destination(emu, src, dst)
+    except names.LookupFailed as e:
+        if not quiet:
+            click.echo(names.query_lines(e.resolution))
+        raise
+    if looked_up is not None and not quiet:
+        click.echo(names.query_lines(looked_up))
+        click.echo(f"{dst} resolved to {addr}")
+    return addr
 
 
 # --------------------------------------------------------------------------- trace
@@ -228,7 +249,10 @@ def full_trace(
 @click.command()
 @click.option("--from", "src", type=ENDPOINT, help="pod/NS/NAME, node/NAME, an IP")
 @click.option(
-    "--to", "dst", type=ENDPOINT, help="pod/NS/NAME, node/NAME, IP, IP:PORT, svc/NS/NAME:PORT"
+    "--to",
+    "dst",
+    type=ENDPOINT,
+    help="pod/NS/NAME, node/NAME, IP, IP:PORT, svc/NS/NAME:PORT, or a DNS NAME[:PORT]",
 )
 @click.option("--proto", type=click.Choice(PROTOS), default="tcp", show_default=True)
 @click.option("--sport", type=PORT, default=None, help="Source port (default: ephemeral)")
@@ -347,15 +371,23 @@ def trace(
                     res["name"] = f["name"]
                 click.echo(json.dumps(res) if output == "json" or flows_file else _render_at(res))
             else:
-                t = full_trace(
-                    session,
-                    str(f["from"]),
-                    str(f["to"]),
-                    p,
-                    sport=sport,
-                    all_branches=all_branches,
-                    override=override,
-                )
+                from control.names import LookupFailed, render_lookup
+
+                try:
+                    t = full_trace(
+                        session,
+                        str(f["from"]),
+                        str(f["to"]),
+                        p,
+                        sport=sport,
+                        all_branches=all_branches,
+                        override=override,
+                    )
+                except LookupFailed as e:  # show every query, then the error
+                    r = e.resolution
+                    out = json.dumps({"dns": r.to_json()}) if output == "json" else render_lookup(r)
+                    click.echo(out)
+                    raise
                 if output == "json" or flows_file:
                     click.echo(json.dumps(t.to_json(), indent=None if flows_file else 2))
                 else:
@@ -448,6 +480,7 @@ def ping(
         emu = _emulator_for(session, src, dst, override={})
         s, d = emulation.resolve_endpoint(session, src), emulation.resolve_endpoint(session, dst)
         d = _host(d)  # svc/NS/NAME resolves to its ClusterIP and (only) port
+        d = _by_name(emu, s, d)  # a DNS name: resolved from the source pod
         results = emu.ping(s, d, count)
         target = str(results[0].trace.packet.dst) if results else d
         replies = [
@@ -520,6 +553,7 @@ def connect(
         d, port = _split_dst(emulation.resolve_endpoint(session, dst))
         if port is None:
             raise click.UsageError(f"{dst}: give a port (IP:PORT or svc/NS/NAME:PORT)")
+        d = _by_name(emu, s, d, quiet=output == "json")
         conns = emu.connect(s, d, proto, port, count)  # type: ignore[arg-type]
         counts = Counter(c.endpoint or c.verdict for c in conns)
         stat, p = chi_square(list(counts.values()))

@@ -4,8 +4,9 @@ a usage error (exit 2, one line) before any cluster is opened.
 * :data:`PORT` — a TCP/UDP port, 1-65535 (what ``bind``/``connect`` accept as a port);
 * :data:`COUNT` — a count of packets or connections, at least 1;
 * :class:`Endpoint` — ``pod/NAME``, ``pod/NS/NAME``, ``node/NAME``, ``svc/NS/NAME[:PORT]``
-  (``service/`` too; PORT a number or a port name), an IP, ``IP:PORT`` or ``[IPv6]:PORT``;
-  the text is returned unchanged (the session resolves it), only its form is checked;
+  (``service/`` too; PORT a number or a port name), an IP, ``IP:PORT`` or ``[IPv6]:PORT``,
+  or a DNS name ``NAME[:PORT]`` (resolved from the source pod by cluster DNS); the text
+  is returned unchanged (the session resolves it), only its form is checked;
 * :class:`NodeRef` — ``node/NAME`` (``--at``); :class:`ClusterId` — ``up --cluster-id``;
 * :class:`Selector` — a ``-l`` label selector, checked as kubectl checks it;
 * :data:`READABLE_FILE` / :class:`NewFile` — a file to read that exists and is no
@@ -34,7 +35,9 @@ _NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
 #: an IANA service name, what a Service port's ``name`` may be
 _PORT_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
-FORMS = "pod/NS/NAME, node/NAME, svc/NS/NAME:PORT, an IP or IP:PORT"
+FORMS = "pod/NS/NAME, node/NAME, svc/NS/NAME:PORT, an IP or IP:PORT, a DNS NAME[:PORT]"
+#: a host name (labels of letters, digits, ``-`` and ``_``; at least one not all digits)
+_HOST = re.compile(r"^(?=.*[A-Za-z_-])[A-Za-z0-9_]([A-Za-z0-9_.-]*[A-Za-z0-9_.])?$")
 
 
 def check_port(text: str) -> int:
@@ -58,6 +61,13 @@ def _check_ip(text: str) -> None:
         ip_address(text)
     except ValueError:
         raise ValueError(f"{text!r} is not one of {FORMS}") from None
+
+
+def _check_host(text: str) -> None:
+    """An IP, or a DNS name (at most 253 characters)."""
+    if _HOST.match(text) and len(text.rstrip(".")) <= 253:
+        return
+    _check_ip(text)
 
 
 def check_endpoint(text: str) -> str:
@@ -95,10 +105,10 @@ def check_endpoint(text: str) -> str:
         return text
     if text.count(":") == 1:
         host, _, port = text.partition(":")
-        _check_ip(host)
+        _check_host(host)
         check_port(port)
         return text
-    _check_ip(text)
+    _check_host(text)
     return text
 
 

@@ -33,6 +33,7 @@ from pathlib import Path
 from random import Random
 from typing import Any, Literal
 
+from dataplane.dns.resolvconf import ResolvConf
 from dataplane.emulator.devices import Bridge, Epoch
 from dataplane.emulator.filters import (
     CompiledRules,
@@ -46,7 +47,7 @@ from dataplane.emulator.filters import (
 from dataplane.emulator.host import Host
 from dataplane.emulator.results import ConnResult, ConntrackEntry, PingResult
 from dataplane.emulator.trace import DeliveredTo, EndpointChance, Trace
-from dataplane.emulator.traffic import Endpoints
+from dataplane.emulator.traffic import Answerer, Endpoints
 from dataplane.emulator.walk import EPHEMERAL_PORTS, Walker, WalkResult
 from dataplane.netfilter.choice import Chooser, NthCounter, RandomChooser, explore
 from dataplane.netfilter.conntrack import (
@@ -133,7 +134,10 @@ class EmulatedCluster:
     tracks their connections). ``listeners``: per namespace name, the ``(proto, port)``
     pairs its sockets listen on. ``local_addresses``: per node name, extra addresses
     (``IP`` or ``IP/32``) that are LOCAL on that node (IPVS binds Service IPs to a
-    ``kube-ipvs0`` dummy device: they are added as such a device).
+    ``kube-ipvs0`` dummy device: they are added as such a device). ``answerers``: per
+    namespace, servers that compute their answer's payload from the request's
+    (``(proto, port) -> function``, see :mod:`.traffic`): the DNS pods.
+    ``resolv_confs``: per pod namespace, its resolv.conf (:mod:`.resolver` reads it).
     """
 
     def __init__(
@@ -145,6 +149,8 @@ class EmulatedCluster:
         *,
         seed: int = 0,
         clock: Clock | None = None,
+        answerers: Mapping[str, Mapping[tuple[str, int], Answerer]] | None = None,
+        resolv_confs: Mapping[str, ResolvConf] | None = None,
     ) -> None:
         self.network = network
         self.clock: Clock = clock or SimClock()
@@ -187,6 +193,9 @@ class EmulatedCluster:
                 cache=compiled,
             )
         self.endpoints = Endpoints.from_listeners(listeners or {})
+        self.endpoints.answerers = {k: dict(v) for k, v in (answerers or {}).items()}
+        #: each pod namespace's resolver configuration (what its libc reads)
+        self.resolv_confs: dict[str, ResolvConf] = dict(resolv_confs or {})
         self.walker = Walker(self.hosts, self.filters, self.endpoints, self.epoch)
         self._ports: dict[str, set[int]] = {}
         self._destinations: dict[str, tuple[IPAddress, int | None]] = {}
@@ -239,6 +248,10 @@ class EmulatedCluster:
             raise InputError(f"unknown destination {dst!r} (want pod/NS/NAME, node/NAME, "
                              f"IP or IP:PORT)", field="--to") from None
 
+    def dns_id(self) -> int:
+        """A DNS message ID for a question a socket of the cluster sends (seeded)."""
+        return self._rng.randint(0, 65535)
+
     def _ephemeral(self, netns: str) -> int:
         used = self._ports.setdefault(netns, set())
         lo, hi = EPHEMERAL_PORTS
@@ -261,6 +274,7 @@ class EmulatedCluster:
         ttl: int = 64,
         length: int | None = None,
         df: bool = True,
+        payload: bytes = b"",
     ) -> tuple[Host, Packet]:
         if proto not in ("tcp", "udp", "icmp"):
             raise InputError(f"unsupported protocol {proto!r} (tcp, udp, icmp)", field="--proto")
@@ -282,7 +296,8 @@ class EmulatedCluster:
         port = sport if sport is not None else self._ephemeral(host.name)
         flags = frozenset({"SYN"}) if proto == "tcp" else frozenset()
         pkt = Packet(src=src_ip, dst=daddr, proto=proto, sport=port, dport=dport or 0,  # type: ignore[arg-type]
-                     ttl=ttl, length=length or 60, flags=flags, df=df)
+                     ttl=ttl, length=length or (28 + len(payload) if payload else 60), flags=flags,
+                     df=df, payload=payload)
         return host, pkt
 
     def _open(self, host: Host, pkt: Packet) -> None:
@@ -335,16 +350,23 @@ class EmulatedCluster:
         ttl: int = 64,
         length: int | None = None,
         df: bool = True,
+        payload: bytes = b"",
+        record: bool = True,
     ) -> Trace:
         """Walk one packet (TCP SYN, UDP datagram or ICMP echo request) from ``src`` to
         ``dst`` and its answer back. ``endpoints`` holds the endpoint reached with the
-        probability of the random branch taken (see :meth:`trace_all` for all)."""
-        host, pkt = self._request(src, dst, proto, dport, sport, ttl=ttl, length=length, df=df)
+        probability of the random branch taken (see :meth:`trace_all` for all).
+        ``payload``: a UDP datagram's data (the answer's, if any, is in
+        ``reply.received.payload``). ``record`` False walks the same path without
+        keeping its hops (``hops`` empty: faster)."""
+        host, pkt = self._request(
+            src, dst, proto, dport, sport, ttl=ttl, length=length, df=df, payload=payload
+        )
         chooser = _ProbChooser(self._base_chooser)
         self._chooser_box[0] = chooser
         try:
             self._open(host, pkt)
-            res, reply = self._exchange(host, pkt, record=True)
+            res, reply = self._exchange(host, pkt, record=record)
             self._close(host, pkt)
         finally:
             self._chooser_box[0] = self._base_chooser
@@ -537,6 +559,40 @@ class EmulatedCluster:
             if close or proto != "tcp":
                 self._close(host, pkt)
         return out
+
+    def stream(
+        self, src: str, dst: str, dport: int | None, payload: bytes
+    ) -> tuple[Trace, Trace | None]:
+        """A TCP connection that sends ``payload`` once and closes: SYN (traced), ACK, one
+        data segment (traced: its answer's data is in ``reply.received.payload``), FIN.
+        Returns the SYN's trace and the data segment's (None when the handshake failed).
+        What DNS over TCP does after a truncated answer."""
+        host, syn = self._request(src, dst, "tcp", dport, None)
+        self._open(host, syn)
+        try:
+            res, reply = self._exchange(host, syn, record=True)
+            first = self._trace_value(src, dst, syn, res, reply)
+            ok = (
+                reply is not None
+                and reply.delivered is not None
+                and reply.delivered.reception.kind == "client"
+                and "SYN" in reply.delivered.packet.flags
+            )
+            if not ok:
+                return first, None
+            ack = syn.evolve(flags=frozenset({"ACK"}), length=40)
+            self._exchange(host, ack, record=False)
+            data = syn.evolve(
+                flags=frozenset({"PSH", "ACK"}), length=40 + len(payload), payload=payload
+            )
+            res, reply = self._exchange(host, data, record=True)
+            second = self._trace_value(src, dst, data, res, reply)
+            fin = syn.evolve(flags=frozenset({"FIN", "ACK"}), length=40)
+            self._exchange(host, fin, record=False)
+            self._exchange(host, ack, record=False)
+            return first, second
+        finally:
+            self._close(host, syn)
 
     def _tcp_follow_up(self, host: Host, syn: Packet, *, close: bool, record: bool) -> None:
         ack = syn.evolve(flags=frozenset({"ACK"}), length=40)

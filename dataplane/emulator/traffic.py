@@ -15,6 +15,11 @@ Contract, per namespace:
   answered with RST,ACK — unless it is itself an RST.
 * UDP: a datagram to a listener is answered by a datagram back; to a client socket it is
   consumed; otherwise the kernel answers ICMP port unreachable.
+* **Answerers** (DNS servers: ``netns -> (proto, port) -> function``) compute the
+  payload of an answer from the payload received: a UDP datagram to such a listener is
+  answered with ``answerer(payload, tcp=False)`` (None: nothing is sent back); a TCP data
+  segment with the 2-octet length prefix of DNS over TCP (RFC 1035 4.2.2) is answered
+  with the answer, length-prefixed. Other listeners answer as above, without payload.
 * Every listener that accepts a new connection or datagram records a :class:`Seen`
   (which source address it saw, for "source_seen"); the last :data:`SEEN_KEPT` are kept.
 """
@@ -22,7 +27,7 @@ Contract, per namespace:
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal, NamedTuple
 
@@ -42,6 +47,8 @@ ReceptionKind = Literal["listener", "client", "kernel", "refused", "consumed"]
 #: proto, local address, local port, remote address, remote port (addresses as integers:
 #: hashing ipaddress objects is slow on the hot path)
 FourTuple = tuple[str, int, int, int, int]
+#: payload received, over TCP? -> payload of the answer (None: no answer)
+Answerer = Callable[[bytes, bool], "bytes | None"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +92,7 @@ class Endpoints:
     server_conns: dict[str, dict[FourTuple, _ServerConn]] = field(default_factory=dict)
     seen: deque[Seen] = field(default_factory=lambda: deque(maxlen=SEEN_KEPT))
     pings: dict[str, set[int]] = field(default_factory=dict)
+    answerers: dict[str, dict[tuple[str, int], Answerer]] = field(default_factory=dict)
 
     @classmethod
     def from_listeners(cls, listeners: Mapping[str, Iterable[tuple[str, int]]]) -> Endpoints:
@@ -105,6 +113,7 @@ class Endpoints:
             },
             seen=deque(self.seen, maxlen=SEEN_KEPT),
             pings={k: set(v) for k, v in self.pings.items()},
+            answerers=self.answerers,
         )
 
     def listening(self, netns: str, proto: str, port: int) -> bool:
@@ -197,6 +206,14 @@ class Endpoints:
             conn.state = "last-ack"
             return Reception("listener", _tcp_answer(pkt, FIN_ACK), pkt.dport, "FIN-ACK")
         if "PSH" in flags:
+            answerer = self.answerers.get(netns, {}).get(("tcp", pkt.dport))
+            if answerer is not None and len(pkt.payload) >= 2:
+                out = answerer(pkt.payload[2:], True)
+                if out is None:
+                    return Reception("listener", None, pkt.dport, "data, no answer")
+                data = len(out).to_bytes(2, "big") + out
+                ans = _tcp_answer(pkt, PSH_ACK, length=40 + len(data)).evolve(payload=data)
+                return Reception("listener", ans, pkt.dport, "data answered")
             return Reception(
                 "listener", _tcp_answer(pkt, PSH_ACK, length=pkt.length), pkt.dport, "data"
             )
@@ -211,6 +228,21 @@ class Endpoints:
                 "refused", _port_unreachable(pkt), pkt.dport, f"no listener on udp/{pkt.dport}"
             )
         self.seen.append(Seen(netns, "udp", pkt.src, pkt.sport, pkt.dst, pkt.dport))
+        answerer = self.answerers.get(netns, {}).get(("udp", pkt.dport))
+        if answerer is not None:
+            out = answerer(pkt.payload, False)
+            if out is None:
+                return Reception("listener", None, pkt.dport, "datagram, no answer")
+            answer = Packet(
+                src=pkt.dst,
+                dst=pkt.src,
+                proto="udp",
+                sport=pkt.dport,
+                dport=pkt.sport,
+                length=28 + len(out),
+                payload=out,
+            )
+            return Reception("listener", answer, pkt.dport, "datagram answered")
         answer = Packet(
             src=pkt.dst,
             dst=pkt.src,

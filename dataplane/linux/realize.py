@@ -58,7 +58,7 @@ from typing import Any, Literal
 
 from pyroute2 import IPRoute
 
-from dataplane.linux import nsenter, rules, servers, state, traffic
+from dataplane.linux import dnspods, nsenter, rules, servers, state, traffic
 from dataplane.linux.cni import CniMode, CniResult, CniRunner, PodAttach
 from dataplane.linux.links import NsLink, tolerate
 from dataplane.linux.names import PREFIX, ClusterNames, check_ifname
@@ -356,6 +356,7 @@ def _remove_stale(cluster_id: str, wanted: set[str], pods: set[str]) -> None:
     kill_processes_in(stale)
     for n in stale:
         nsenter.remove_netns(n)
+        dnspods.remove_resolv_conf(n)
     for pod_key in gone:
         StateDir.of(cluster_id).cni_result(pod_key).unlink(missing_ok=True)
 
@@ -491,6 +492,7 @@ def cleanup(cluster_id: str | None = None, *, force: bool = False) -> Removed:
     root_links = remove_root_peers(plan.namespaces)
     for n in plan.namespaces:
         nsenter.remove_netns(n)
+        dnspods.remove_resolv_conf(n)  # /etc/netns/<n>: the pod's resolv.conf
     removed_dirs = []
     for d in plan.state_dirs:
         if d.exists():

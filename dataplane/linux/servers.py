@@ -27,6 +27,8 @@ from dataplane.linux.state import StateDir
 from netmodel.errors import BackendError
 
 SERVER_SCRIPT = Path(__file__).with_name("podserver.py")
+#: the DNS pods' server (:mod:`dataplane.linux.dns`): its pid files live here too
+DNS_SERVER_SCRIPT = "dnsserver.py"
 Proto = Literal["tcp", "udp"]
 
 # Supervisors started by this process: waited for on shutdown (no zombies).
@@ -158,14 +160,17 @@ def read_pid(path: Path) -> int | None:
 
 
 def is_ours(pid: int) -> bool:
-    """Is ``pid`` a live (not zombie) pod server or supervisor process?"""
+    """Is ``pid`` a live (not zombie) pod server, supervisor or DNS server
+    (:mod:`dataplane.linux.dnsserver`) process?"""
     try:
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return False
     state = stat.rsplit(")", 1)[1].split()[0]
-    return state != "Z" and SERVER_SCRIPT.name.encode() in cmdline
+    return state != "Z" and (
+        SERVER_SCRIPT.name.encode() in cmdline or DNS_SERVER_SCRIPT.encode() in cmdline
+    )
 
 
 def kill_pids(pids: Iterable[int | None], *, timeout: float = 5) -> None:

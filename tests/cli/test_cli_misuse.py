@@ -48,7 +48,8 @@ CASES: dict[str, tuple[list[str], int, str]] = {
         2,
         "--sport",
     ),
-    "trace --to not-an-address": (["trace", "--from", POD, "--to", "web:80"], 2, "web"),
+    # (a DNS name such as web:80 is a destination: cluster DNS resolves it)
+    "trace --to not-an-address": (["trace", "--from", POD, "--to", "web@x:80"], 2, "web@x"),
     "trace --to deploy/web": (["trace", "--from", POD, "--to", "deploy/web"], 2, "deploy/web"),
     "trace --at pod": (
         ["trace", "--at", "pod/x", "--from", "10.1.1.1", "--to", "10.96.0.2:80"],

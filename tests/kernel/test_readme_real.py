@@ -35,7 +35,7 @@ def test_the_readme_real_block_runs_as_written(tmp_path: Path) -> None:
             cluster = cluster or (m.group(1) if m else None)
             assert not failure(command, proc), failure(command, proc)
             if "--real" in command and command != real[0]:
-                assert "(kernel)" in proc.stdout or "ENDPOINT" in proc.stdout, proc.stdout
+                assert "kernel" in proc.stdout or "ENDPOINT" in proc.stdout, proc.stdout
         assert cluster is not None
     finally:
         run("svclab down", cwd)  # a no-op after the block's own down

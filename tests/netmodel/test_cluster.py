@@ -58,3 +58,34 @@ def test_bad_cluster(spec: str, fragment: str) -> None:
         cluster(spec)
     assert fragment in str(err.value)
     assert str(err.value).startswith("c.yaml (document 1): Cluster/svclab")
+
+
+def test_dns_fields() -> None:
+    s = cluster("{}")
+    assert s.cluster_domain == "cluster.local" and s.dns is False and s.dns_upstream == {}
+    assert s.dns_service_ip() == "10.96.0.10"
+    s = cluster(
+        "{dns: true, clusterDomain: Corp.Internal., dnsUpstream: {Example.COM.: [192.0.2.1]}}"
+    )
+    assert s.cluster_domain == "corp.internal" and s.dns
+    assert s.dns_upstream == {"example.com": ["192.0.2.1"]}
+
+
+@pytest.mark.parametrize(
+    ("spec", "fragment"),
+    [
+        ("{clusterDomain: 'cluster..local'}", "spec.clusterDomain: invalid cluster domain"),
+        ("{clusterDomain: 'under_score.local'}", "spec.clusterDomain: invalid cluster domain"),
+        ("{dns: maybe}", "spec.dns"),
+        ("{dnsUpstream: {example.com: [not-an-ip]}}", "invalid IP address 'not-an-ip'"),
+        ("{dnsUpstream: {example.com: ['2001:db8::1']}}", "is not an IPv4 address"),
+        ("{dnsUpstream: {'bad_name.com': [192.0.2.1]}}", "invalid name 'bad_name.com'"),
+        ("{dnsUpstream: {a.svc.cluster.local: [192.0.2.1]}}", "inside the cluster domain"),
+        ("{dns: true, serviceCIDR: 10.96.0.0/29}", "no tenth address for kube-dns"),
+    ],
+)
+def test_bad_dns_fields(spec: str, fragment: str) -> None:
+    with pytest.raises(InputError) as err:
+        cluster(spec)
+    assert fragment in str(err.value)
+    assert str(err.value).startswith("c.yaml (document 1): Cluster/svclab")

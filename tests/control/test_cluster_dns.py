@@ -1,0 +1,321 @@
+"""Cluster DNS end to end on the emulator: kubeadm's objects bootstrapped, questions
+walked through kube-proxy's DNAT to a DNS pod and back through conntrack, the pods'
+search lists, TCP after truncation, kube-dns without endpoints, and the CLI (``dig``,
+names as destinations of trace/connect/ping)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import dns.flags
+import pytest
+from click.testing import CliRunner
+
+from control import dnsqueries, emulation
+from control.apiserver.clusterdns import DEPLOYMENT_KEY, SERVICE_KEY
+from control.backends import emulator_backend
+from control.cli.main import cli
+from control.session import Session
+from dataplane.emulator.resolver import query, resolve
+from netmodel.manifests import load_text
+from netmodel.objects import Deployment, Pod, Service
+
+D = "cluster.local"
+CLIENT = "pod/default/client"
+
+MANIFEST = """
+apiVersion: svclab.dev/v1alpha1
+kind: Cluster
+spec: {nodes: 2, dns: true, dnsUpstream: {example.com: [203.0.113.80]}}
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: web}
+spec:
+  replicas: 2
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata: {labels: {app: web}}
+    spec: {containers: [{name: web, image: nginx, ports: [{containerPort: 80}]}]}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: web}
+spec: {selector: {app: web}, ports: [{name: http, port: 80}]}
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: many}
+spec:
+  replicas: 40
+  selector: {matchLabels: {app: many}}
+  template:
+    metadata: {labels: {app: many}}
+    spec: {containers: [{name: m, image: m, ports: [{containerPort: 9000}]}]}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: many}
+spec: {clusterIP: None, selector: {app: many}, ports: [{port: 9000}]}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: client}
+spec: {containers: [{name: c, image: busybox}]}
+"""
+
+
+@pytest.fixture(scope="module")
+def session() -> Session:
+    s = Session.ephemeral(load_text(MANIFEST, source="dns.yaml"))
+    s.converge()
+    return s
+
+
+def test_kubeadm_objects_are_bootstrapped(session: Session) -> None:
+    svc = session.store.get("Service", SERVICE_KEY)
+    assert isinstance(svc, Service)
+    assert svc.spec.cluster_ip == "10.96.0.10" and svc.spec.selector == {"k8s-app": "kube-dns"}
+    assert [(p.name, p.port, p.protocol) for p in svc.spec.ports] == [
+        ("dns", 53, "UDP"),
+        ("dns-tcp", 53, "TCP"),
+        ("metrics", 9153, "TCP"),
+    ]
+    dep = session.store.get("Deployment", DEPLOYMENT_KEY)
+    assert isinstance(dep, Deployment) and dep.spec.replicas == 2
+    pods = [
+        p for p in session.store.list("Pod") if isinstance(p, Pod) and p.namespace == "kube-system"
+    ]
+    assert len(pods) == 2 and all(p.labels["k8s-app"] == "kube-dns" and p.is_ready for p in pods)
+
+
+def test_no_dns_objects_unless_asked() -> None:
+    s = Session.ephemeral(
+        load_text("apiVersion: svclab.dev/v1alpha1\nkind: Cluster\nspec: {nodes: 1}\n", source="x")
+    )
+    s.converge()
+    assert [x.key for x in s.store.list("Service")] == ["default/kubernetes"]
+    assert not s.store.list("Deployment")
+    assert emulation.view(s).dns_zone is None
+
+
+def test_bootstrap_keeps_a_scaled_deployment(tmp_path: Path) -> None:
+    state = tmp_path / "st"
+    runner = CliRunner()
+    f = tmp_path / "c.yaml"
+    f.write_text("apiVersion: svclab.dev/v1alpha1\nkind: Cluster\nspec: {dns: true}\n")
+    assert runner.invoke(cli, ["--state", str(state), "apply", "-f", str(f)]).exit_code == 0
+    s = Session.open(state)
+    dep = s.store.get("Deployment", DEPLOYMENT_KEY)
+    assert isinstance(dep, Deployment)
+    s.plane.apiserver.update(dep.evolve(spec=dep.spec.evolve(replicas=0)))
+    s.converge()
+    s.close()
+    s = Session.open(state)  # a new control plane bootstraps again
+    s.converge()
+    dep = s.store.get("Deployment", DEPLOYMENT_KEY)
+    assert isinstance(dep, Deployment) and dep.spec.replicas == 0
+    s.close()
+
+
+def test_a_question_is_dnated_to_a_dns_pod_and_answered_back_through_conntrack(
+    session: Session,
+) -> None:
+    emu = emulation.emulator(session)
+    q = query(emu, CLIENT, "10.96.0.10", f"web.default.svc.{D}")
+    (t,) = q.traces
+    assert t.verdict == "delivered" and t.delivered_to is not None
+    assert (t.delivered_to.pod or "").startswith(
+        "kube-system/coredns-"
+    ) and t.delivered_to.port == 53
+    dnat = [h for h in t.hops if h.kind == "rule" and "DNAT" in (h.rule or "")]
+    assert dnat and "kube-system/kube-dns:dns" in (dnat[0].rule or "")
+    assert t.reply is not None and t.reply.delivered_to is not None
+    assert t.reply.delivered_to.pod == "default/client"
+    assert str(t.reply.received.src) == "10.96.0.10"  # type: ignore[union-attr]  # un-DNATed
+    web = session.store.get("Service", "default/web")
+    assert q.records() == [f"web.default.svc.{D}. 30 IN A {web.spec.cluster_ip}"]  # type: ignore[attr-defined]
+    assert q.path()[0] == CLIENT and q.path()[-1] == CLIENT
+
+
+def test_the_stub_resolver_walks_the_search_list(session: Session) -> None:
+    emu = emulation.emulator(session)
+    conf = emu.resolv_confs[CLIENT]
+    r = resolve(emu, CLIENT, "web.default", conf)
+    assert r.status == "ok" and r.answered_name == f"web.default.svc.{D}."
+    assert [(q.qname, q.rcode) for q in r.queries] == [
+        (f"web.default.default.svc.{D}.", "NXDOMAIN"),
+        (f"web.default.svc.{D}.", "NOERROR"),
+    ]
+    r = resolve(emu, CLIENT, "example.com", conf)
+    assert r.addresses == ("203.0.113.80",) and len(r.queries) == 4
+    r = resolve(emu, CLIENT, "nope", conf)
+    assert r.status == "NXDOMAIN" and len(r.queries) == 4
+
+
+def test_a_truncated_answer_is_asked_again_over_tcp(session: Session) -> None:
+    emu = emulation.emulator(session)
+    q = query(emu, CLIENT, "10.96.0.10", f"many.default.svc.{D}")
+    assert q.truncated_udp and q.proto == "tcp" and q.rcode == "NOERROR"
+    assert len(q.addresses()) == 40
+    udp, syn, data = q.traces
+    assert udp.packet.proto == "udp" and syn.packet.flags == {"SYN"}
+    assert data.delivered_to is not None and (data.delivered_to.pod or "").startswith(
+        "kube-system/coredns-"
+    )
+    m = q.message
+    assert m is not None and not m.flags & dns.flags.TC
+
+
+def test_both_backends_answer_the_same_through_dnsqueries(session: Session) -> None:
+    with emulator_backend(emulation.view(session)) as be:
+        o = dnsqueries.dig(be, CLIENT, f"_http._tcp.web.default.svc.{D}", "SRV")
+        assert (
+            o.status == "NOERROR"
+            and len(o.answer) == 1
+            and (o.server_pod or "").startswith("kube-system/")
+        )
+        assert dnsqueries.resolve(be, CLIENT, "web").status == "ok"
+        assert dnsqueries.resolve(be, CLIENT, "nope").status == "not-found"
+
+
+def test_kube_dns_without_endpoints_rejects_the_question() -> None:
+    s = Session.ephemeral(load_text(MANIFEST, source="dns.yaml"))
+    s.converge()
+    dep = s.store.get("Deployment", DEPLOYMENT_KEY)
+    assert isinstance(dep, Deployment)
+    s.plane.apiserver.update(dep.evolve(spec=dep.spec.evolve(replicas=0)))
+    s.converge()
+    emu = emulation.emulator(s)
+    q = query(emu, CLIENT, "10.96.0.10", f"web.default.svc.{D}")
+    assert q.response is None and q.error == "connection refused"
+    (t,) = q.traces
+    assert t.verdict == "REJECT"
+    assert any("kube-system/kube-dns:dns has no endpoints" in (h.rule or "") for h in t.rules())
+    r = resolve(emu, CLIENT, "web", emu.resolv_confs[CLIENT])
+    assert r.status == "error" and len(r.queries) == 1  # glibc gives up on ECONNREFUSED
+
+
+# ------------------------------------------------------------------------ CLI
+
+
+@pytest.fixture(scope="module")
+def manifest(tmp_path_factory: pytest.TempPathFactory) -> str:
+    p = tmp_path_factory.mktemp("dns") / "m.yaml"
+    p.write_text(MANIFEST)
+    return str(p)
+
+
+def run(*args: str) -> tuple[int, str, str]:
+    r = CliRunner().invoke(cli, list(args))
+    return r.exit_code, r.stdout, r.stderr
+
+
+def test_cli_dig_text(manifest: str) -> None:
+    code, out, _ = run("dig", "pod/client", f"web.default.svc.{D}", "-f", manifest)
+    assert code == 0
+    assert ";; ->>HEADER<<- opcode: QUERY, status: NOERROR" in out
+    assert ";; flags: qr aa rd ra; QUERY: 1, ANSWER: 1, AUTHORITY: 0, ADDITIONAL: 0" in out
+    assert ";; QUESTION SECTION:" in out and ";; ANSWER SECTION:" in out
+    assert ";; SERVER: 10.96.0.10#53(10.96.0.10) (UDP)" in out
+    assert ";; ANSWERED BY: pod/kube-system/coredns-" in out
+    code, out, _ = run("dig", "pod/default/client", f"nope.default.svc.{D}", "-f", manifest)
+    assert code == 0 and "status: NXDOMAIN" in out and ";; AUTHORITY SECTION:" in out
+
+
+def test_cli_dig_json_has_the_answer_and_the_path(manifest: str) -> None:
+    code, out, _ = run(
+        "dig", "pod/client", f"web.default.svc.{D}", "A", "-o", "json", "--hops", "-f", manifest
+    )
+    assert code == 0
+    j = json.loads(out)
+    assert j["status"] == "NOERROR" and j["answer"][0].startswith(f"web.default.svc.{D}. 30 IN A ")
+    assert j["path"][0] == CLIENT and any(
+        p.startswith("pod/kube-system/coredns-") for p in j["path"]
+    )
+    assert j["delivered_to"]["port"] == 53 and j["traces"][0]["verdict"] == "delivered"
+
+
+def test_cli_dig_tcp_search_and_errors(manifest: str) -> None:
+    code, out, _ = run("dig", "pod/client", f"web.default.svc.{D}", "--tcp", "-f", manifest)
+    assert code == 0 and "(TCP)" in out
+    code, out, _ = run("dig", "pod/client", "web", "--search", "-f", manifest)
+    assert code == 0 and f";web.default.svc.{D}." in out
+    code, _, err = run("dig", "node/node-1", "web", "-f", manifest)
+    assert code == 1 and "asked from a pod" in err
+    code, _, err = run("dig", "pod/client", "web", "BOGUS", "-f", manifest)
+    assert code == 1 and err.startswith("error: ") and len(err.strip().splitlines()) == 1
+    code, _, err = run("dig", "pod/client", "a" * 64 + ".com", "-f", manifest)
+    assert code == 1 and "label" in err.lower()
+
+
+def test_cli_trace_connect_ping_by_name(manifest: str) -> None:
+    code, out, _ = run("trace", "--from", "pod/default/client", "--to", "web:80", "-f", manifest)
+    assert code == 0
+    assert out.startswith(f"dns query 1: web.default.svc.{D}. A -> 10.96.0.10:53/udp: NOERROR")
+    assert "kube-system/kube-dns:dns" in out and "default/web:http" in out
+    code, out, _ = run(
+        "trace",
+        "--from",
+        "pod/default/client",
+        "--to",
+        "web.default:80",
+        "-o",
+        "json",
+        "-f",
+        manifest,
+    )
+    j = json.loads(out)
+    assert code == 0 and j["verdict"] == "delivered"
+    assert [q["status"] for q in j["dns"]["queries"]] == ["NXDOMAIN", "NOERROR"]
+    assert j["delivered_to"]["pod"].startswith("default/web-")
+    code, out, _ = run(
+        "connect", "pod/default/client", f"web.default.svc.{D}:80", "-n", "3", "-f", manifest
+    )
+    assert code == 0 and "resolved to" in out and out.count("default/web-") >= 3
+    code, out, _ = run("ping", "pod/default/client", "web", "-c", "1", "-f", manifest)
+    assert "web resolved to" in out  # a ClusterIP does not answer pings: the name resolved
+    code, out, err = run("trace", "--from", "pod/default/client", "--to", "nope:80", "-f", manifest)
+    assert code == 1 and "cannot resolve 'nope': NXDOMAIN (4 queries" in err
+    assert out.count("dns query") == 4
+
+
+@pytest.mark.parametrize(
+    ("spec", "error"),
+    [
+        (
+            "{dnsPolicy: Bogus}",
+            'spec.dnsPolicy: Unsupported value: "Bogus": supported values: "ClusterFirst", "ClusterFirstWithHostNet", "Default", "None"',
+        ),
+        (
+            '{dnsPolicy: "None"}',
+            "spec.dnsConfig: Required value: must provide `dnsConfig` when `dnsPolicy` is None",
+        ),
+        (
+            '{dnsPolicy: "None", dnsConfig: {searches: [a.b]}}',
+            "spec.dnsConfig.nameservers: Required value",
+        ),
+        ("{dnsConfig: {nameservers: [x]}}", 'spec.dnsConfig.nameservers[0]: Invalid value: "x"'),
+        (
+            "{dnsConfig: {nameservers: [192.0.2.1, 192.0.2.2, 192.0.2.3, 192.0.2.4]}}",
+            "must not have more than 3 nameservers",
+        ),
+        ("{dnsConfig: {searches: [a_b]}}", 'spec.dnsConfig.searches[0]: Invalid value: "a_b"'),
+        (
+            "{dnsConfig: {options: [{value: '1'}]}}",
+            "spec.dnsConfig.options[0].name: Required value",
+        ),
+    ],
+)
+def test_bad_dns_settings_of_a_pod_are_refused(tmp_path: Path, spec: str, error: str) -> None:
+    f = tmp_path / "p.yaml"
+    f.write_text(
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\n"
+        f"spec: {{containers: [{{name: c, image: x}}], {spec[1:]}\n"
+    )
+    state = tmp_path / "st"
+    r = CliRunner().invoke(cli, ["--state", str(state), "apply", "-f", str(f)])
+    assert r.exit_code == 1
+    assert r.stderr.startswith(f"error: {f} (document 1): Pod/default/p: ") and error in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
