@@ -17,7 +17,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import Checks, backend, parse_real_flag
+from _common import Checks, backend, parse_real_flag, save_trace
 
 from control import emulation
 from control.session import Session
@@ -57,6 +57,7 @@ def run(overlay: str, real: bool, c: Checks) -> None:
             c.check("vxlan" in steps, "vxlan: the request is encapsulated between the nodes")
         else:
             c.check("vxlan" not in steps, "host-gw: no encapsulation, routed via the peer node")
+    save_trace(session, f"01_ping_across_nodes_{overlay}", "pod/default/a", b_ip, "icmp")
     with backend(session, real=real) as be:
         results = be.ping("pod/default/a", b_ip, 3)
     for i, r in enumerate(results, 1):

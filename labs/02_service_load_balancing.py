@@ -19,7 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import Checks, backend, parse_real_flag
+from _common import Checks, backend, parse_real_flag, save_shares
 from scipy.stats import chisquare
 
 from control.session import Session
@@ -92,6 +92,7 @@ def main() -> None:
     counts = shares(plain, f"{N} connections to svc/web ({ip['web']}:80)")
     stat = chisquare(list(counts.values()))
     print(f"  chi-square vs equal shares: {stat.statistic:.2f} (dof 2), p = {stat.pvalue:.3f}")
+    save_shares(counts, "02_service_load_balancing", f"{N} connections to svc/web")
     c.check(all(o.verdict == "delivered" for o in plain), f"all {N} connections answered")
     c.check(set(counts) == web_pods, "every web pod got connections, and only web pods")
     c.check(stat.pvalue > 0.001, "shares consistent with 1/3 each (chi-square p > 0.001)")

@@ -20,7 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import Checks, backend, parse_real_flag
+from _common import Checks, backend, parse_real_flag, save_trace
 
 from control import emulation
 from control.session import Session
@@ -82,6 +82,7 @@ def main() -> None:
         )
         print("\ntrace of the first packet, eTP Cluster via node-1:")
         print(trace.render_text())
+    save_trace(session, "03_nodeport_source_ip", src, node_ip["node-1"], "tcp", 30080, [CLIENT])
     for node in ("node-1", "node-2"):
         o = results["web-cluster", node]
         c.check(

@@ -52,6 +52,7 @@ class LabArguments(argparse.ArgumentParser):
         self.hint = hint
         if real:
             self.add_argument("--real", action="store_true", help="use real network namespaces")
+        self.add_argument("--pictures", metavar="DIR", help=PICTURES_HELP)
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: error: {message} ({self.hint})\n")
@@ -62,7 +63,77 @@ def parse_real_flag(doc: str) -> bool:
     return bool(LabArguments(doc).parse_args().real)
 
 
-def parse_no_arguments(doc: str, why: str) -> None:
-    """For a lab without options (no ``--real`` mode either): refuse any argument,
-    saying ``why`` it has none."""
+def parse_without_real(doc: str, why: str) -> None:
+    """For a lab without a ``--real`` mode: only ``--pictures`` is accepted; anything
+    else (``--real`` included) is a usage error saying ``why``."""
     LabArguments(doc, real=False, hint=why).parse_args()
+
+
+# --------------------------------------------------------------------------- --pictures
+
+PICTURES_HELP = "also draw the lab's picture into DIR (SVG; lab 02 a PNG plot)"
+
+
+def pictures_dir() -> Path | None:
+    """``--pictures DIR`` on the command line (created if missing), or None."""
+    import argparse
+
+    parser = argparse.ArgumentParser(add_help=False)
+    parser.add_argument("--pictures", metavar="DIR", help=PICTURES_HELP)
+    value = parser.parse_known_args()[0].pictures
+    if value is None:
+        return None
+    path = Path(value)
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def _written(path: Path) -> None:
+    print(f"picture: {path}")
+
+
+def save_timeline(session, name: str) -> None:  # type: ignore[no-untyped-def]
+    """With ``--pictures DIR``: the timeline's sequence diagram as DIR/NAME.svg."""
+    out = pictures_dir()
+    if out is None:
+        return
+    from control.events import timeline
+    from control.pictures.files import write_graph
+    from control.pictures.scene import pod_nodes
+    from control.pictures.sequence import sequence_graph
+    from control.pictures.timeline import sequence
+
+    tl = sequence(timeline(session.store), pod_nodes(session))
+    _written(write_graph(sequence_graph(tl, title=name), out / f"{name}.svg"))
+
+
+def save_trace(session, name: str, src: str, dst: str, proto: str, port=None, clients=()):  # type: ignore[no-untyped-def]
+    """With ``--pictures DIR``: the emulated trace of SRC -> DST drawn over the topology
+    as DIR/NAME.svg (also after a ``--real`` run: the picture is the emulator's path)."""
+    out = pictures_dir()
+    if out is None:
+        return
+    from control import emulation
+    from control.pictures.files import write_graph
+    from control.pictures.path import path_graph
+    from control.pictures.scene import scene
+
+    view = emulation.view(session, external_clients=clients)
+    trace = emulation.emulator(session, external_clients=clients).trace(src, dst, proto, port)
+    graph = path_graph(scene(session, network=view.network), trace.to_json())
+    _written(write_graph(graph, out / f"{name}.svg"))
+
+
+def save_shares(counts, name: str, title: str) -> None:  # type: ignore[no-untyped-def]
+    """With ``--pictures DIR``: per-endpoint shares and the chi-square test as DIR/NAME.png."""
+    out = pictures_dir()
+    if out is None:
+        return
+    from scipy.stats import chisquare
+
+    from control.pictures.files import write_figure
+    from control.pictures.shares import ChiSquare, shares_figure
+
+    test = chisquare(list(counts.values()))
+    chi = ChiSquare(float(test.statistic), len(counts) - 1, float(test.pvalue))
+    _written(write_figure(shares_figure(counts, chi, title=title), out / f"{name}.png"))

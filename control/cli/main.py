@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 from control.cli import printers
-from control.cli.types import SELECTOR
+from control.cli.types import SELECTOR, TIMELINE_FILE
 from netmodel.errors import NotFoundError, SvclabError
 
 if TYPE_CHECKING:
@@ -314,10 +314,21 @@ def _get_all(
 
 @cli.command()
 @click.option("-o", "--output", type=click.Choice(["table", "json", "yaml"]), default="table")
-@click.option("--for", "for_", default=None, help="Only events about KIND/NAME")
+@click.option(
+    "--for",
+    "for_",
+    default=None,
+    help="Only events about KIND/NAME (--diagram: and what it caused)",
+)
+@click.option(
+    "--diagram",
+    type=TIMELINE_FILE,
+    default=None,
+    help="Draw the sequence diagram to FILE.svg|.png|.mmd",
+)
 @click.pass_obj
 @handle_errors
-def events(ctx: Context, output: str, for_: str | None) -> None:
+def events(ctx: Context, output: str, for_: str | None, diagram: str | None) -> None:
     """The timeline: every control-plane step in order (``-o json|yaml``: one v1 List
     of the Events, as kubectl prints a list)."""
     from control.events import timeline
@@ -328,9 +339,20 @@ def events(ctx: Context, output: str, for_: str | None) -> None:
         kind = printers.resolve_kind(k)
         if not slash or not name or kind is None:
             raise click.UsageError(f"--for {for_}: want KIND/NAME with a known kind, e.g. pod/web")
+    if diagram and output != "table":
+        raise click.UsageError("--diagram draws the timeline: not with -o")
     session = ctx.session()
     try:
         evs = timeline(session.store)
+        if diagram:
+            from control.cli import picture_cmd
+
+            if for_:
+                evs = picture_cmd.events_for(session, evs, for_)
+            title = f"timeline of {for_}" if for_ else "timeline"
+            picture_cmd.events_diagram(session, evs, diagram, title=title)
+            click.echo(f"{diagram}: {len(evs)} events")
+            return
         if for_:
             evs = [
                 e for e in evs if e.involved_object.kind == kind and e.involved_object.name == name
@@ -441,6 +463,8 @@ def _register_optional() -> None:
         "control.cli.rules_cmd",
         "control.cli.traffic_cmd",
         "control.cli.real_cmd",
+        "control.cli.picture_cmd",
+        "control.cli.report_cmd",
         "control.cli.dig_cmd",
     ):
         try:

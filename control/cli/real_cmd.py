@@ -282,9 +282,11 @@ def real_connect(
     proto: str,
     output: str,
     files: tuple[str, ...],
+    plot: str | None = None,
 ) -> None:
     """``connect --real``: N connections on the kernel; per connection the pod that
-    answered and the source it saw, then per-pod counts and a chi-square test."""
+    answered and the source it saw, then per-pod counts and a chi-square test
+    (``plot``: their shares drawn to that file)."""
     from control.cli.traffic_cmd import chi_square
 
     with kernel(ctx, files, src) as (session, be):
@@ -295,6 +297,10 @@ def real_connect(
     counts = Counter(_label(c) for c in conns)
     stat, p = chi_square(list(counts.values()))
     dof = max(len(counts) - 1, 0)
+    if plot:
+        from control.cli.picture_cmd import shares_plot
+
+        shares_plot(counts, stat, p, plot, title=f"connect {src} -> {dst}, real kernel")
     if output == "json":
         click.echo(
             json.dumps(

@@ -20,6 +20,7 @@ from control.cli.printers import format_table
 from control.cli.types import (
     COUNT,
     ENDPOINT,
+    GRAPH_FILE,
     NEW_FILE,
     NODE_REF,
     PORT,
@@ -280,6 +281,12 @@ def _by_name(emu: EmulatedCluster, src: str, dst: str, *, quiet: bool = False) -
 @click.option("-o", "--output", type=click.Choice(["text", "json"]), default="text")
 @click.option("-f", "--filename", "files", multiple=True, help="Throw-away cluster from manifests")
 @click.option("--real", "on_kernel", is_flag=True, help=REAL_HELP)
+@click.option(
+    "--diagram",
+    type=GRAPH_FILE,
+    default=None,
+    help="Draw the topology with the path to FILE.svg|.png",
+)
 @click.pass_obj
 @handle_errors
 def trace(
@@ -296,8 +303,13 @@ def trace(
     output: str,
     files: tuple[str, ...],
     on_kernel: bool,
+    diagram: str | None,
 ) -> None:
     """Walk one packet and its reply, and explain every hop and rule."""
+    if diagram and (on_kernel or all_branches or at or flows_file):
+        raise click.UsageError(
+            "--diagram draws one emulated trace: not with --real, --all, --at or --flows"
+        )
     if on_kernel:
         from control.cli.real_cmd import real_trace
 
@@ -392,6 +404,10 @@ def trace(
                     click.echo(json.dumps(t.to_json(), indent=None if flows_file else 2))
                 else:
                     click.echo(t.render_text())
+                if diagram:
+                    from control.cli.picture_cmd import trace_diagram
+
+                    trace_diagram(session, t.to_json(), diagram, str(f["from"]))
     finally:
         session.close()
 
@@ -524,6 +540,9 @@ def chi_square(counts: list[int]) -> tuple[float, float]:
 @click.option("-o", "--output", type=click.Choice(["text", "json"]), default="text")
 @click.option("-f", "--filename", "files", multiple=True)
 @click.option("--real", "on_kernel", is_flag=True, help=REAL_HELP)
+@click.option(
+    "--plot", type=GRAPH_FILE, default=None, help="Draw each endpoint's share to FILE.png|.svg"
+)
 @click.pass_obj
 @handle_errors
 def connect(
@@ -535,6 +554,7 @@ def connect(
     output: str,
     files: tuple[str, ...],
     on_kernel: bool,
+    plot: str | None,
 ) -> None:
     """Open N connections SRC -> DST; per connection the endpoint and the rule that chose
     it; then per-endpoint counts and a chi-square test of equal shares."""
@@ -544,7 +564,9 @@ def connect(
     if on_kernel:
         from control.cli.real_cmd import real_connect
 
-        real_connect(ctx, src=src, dst=dst, count=count, proto=proto, output=output, files=files)
+        real_connect(
+            ctx, src=src, dst=dst, count=count, proto=proto, output=output, files=files, plot=plot
+        )
         return
     session = ctx.session(files)
     try:
@@ -557,6 +579,10 @@ def connect(
         conns = emu.connect(s, d, proto, port, count)  # type: ignore[arg-type]
         counts = Counter(c.endpoint or c.verdict for c in conns)
         stat, p = chi_square(list(counts.values()))
+        if plot:
+            from control.cli.picture_cmd import shares_plot
+
+            shares_plot(counts, stat, p, plot, title=f"connect {src} -> {dst}, emulated")
         if output == "json":
             click.echo(
                 json.dumps(

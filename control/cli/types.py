@@ -238,8 +238,30 @@ class NewFile(click.ParamType):
         return str(p)
 
 
+class PictureFile(NewFile):
+    """A picture to write (a :class:`NewFile`) whose suffix names a format svclab draws."""
+
+    def __init__(self, *suffixes: str) -> None:
+        self.suffixes = suffixes
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        path = super().convert(value, param, ctx)
+        suffix = Path(path).suffix.lower()
+        if suffix not in self.suffixes:
+            self.fail(
+                f"{path!r}: unknown picture format {suffix or '(none)'!r}; use one of "
+                + ", ".join(self.suffixes),
+                param,
+                ctx,
+            )
+        return path
+
+
 ENDPOINT = Endpoint()
 NODE_REF = NodeRef()
 SELECTOR = Selector()
 CLUSTER_ID = ClusterId()
 NEW_FILE = NewFile()
+GRAPH_FILE = PictureFile(".svg", ".png")
+TIMELINE_FILE = PictureFile(".svg", ".png", ".mmd")
+HTML_FILE = PictureFile(".html", ".htm")

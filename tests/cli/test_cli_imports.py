@@ -33,6 +33,9 @@ NOT_AT_START = (
     "control.backends",
     "control.emulation",
     "control.session",
+    "graphviz",
+    "matplotlib",
+    "control.pictures",
 )
 
 #: runs ``control.cli.main`` on argv (JSON in sys.argv[1]) with standalone_mode=False,
@@ -83,6 +86,8 @@ def probe(argv: list[str], watched: tuple[str, ...], cwd: Path) -> tuple[int, li
         (["describe"], 2),  # kind missing (without a name: every pod, as kubectl)
         (["delete"], 2),  # neither KIND NAME nor -f
         (["no-such-command"], 2),
+        (["topology", "--help"], 0),
+        (["report"], 2),  # -o missing
     ],
     ids=lambda v: " ".join(v) if isinstance(v, list) else None,
 )
