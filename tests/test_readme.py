@@ -27,11 +27,15 @@ def test_the_readme_has_each_kind_of_block() -> None:
     assert {"commands", "real", "labs"} <= set(kinds)
 
 
+#: object references (KIND/NAME), not paths
+OBJECTS = ("pod/", "svc/", "node/", "deploy/", "deployment/", "service/", "ext/")
+
+
 def test_the_readme_commands_use_what_the_repository_has() -> None:
     """Relative paths in the commands are the linked directories or files they write."""
     for command in of_kind("commands") + of_kind("real") + of_kind("labs"):
         for word in bare(command).split():
-            if "/" in word and not word.startswith(("pod/", "svc/", "node/")):
+            if "/" in word and not word.startswith(OBJECTS):
                 top = word.split("/", 1)[0]
                 assert top in LINKED, f"{command!r}: {word} is not in {LINKED}"
                 assert (ROOT / word).exists(), f"{command!r}: {word} does not exist"
