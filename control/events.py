@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from control.clock import Clock, rfc3339
 from control.store.base import Store
+from netmodel.errors import ConflictError
 from netmodel.objects import Event, KubeObject, ObjectMeta, ObjectReference
 
 SYSTEM_NAMESPACE = "svclab-system"
@@ -17,8 +18,11 @@ class Recorder:
     """Writes Events straight into the store (events are not admitted by the apiserver).
 
     ``revision`` is the store revision the event describes (the write it follows);
-    ``sequence`` is the revision of the Event's own write, so it is unique, increasing,
-    and the timeline order, without any bookkeeping across restarts."""
+    ``sequence`` is the revision of the Event's own write, so it is increasing and the
+    timeline order, without any bookkeeping across restarts. In a store whose
+    transactions share one revision (etcd) events written in one transaction share a
+    sequence; the second one about a same-named subject then gets ``-N`` appended to
+    its name."""
 
     def __init__(self, store: Store, clock: Clock) -> None:
         self._store = store
@@ -54,7 +58,12 @@ class Recorder:
             revision=self._store.revision,
             sequence=seq,
         )
-        return self._store.create(ev)  # type: ignore[return-value]
+        for n in range(1, 100):
+            try:
+                return self._store.create(ev)  # type: ignore[return-value]
+            except ConflictError:
+                ev = ev.with_meta(name=f"{subject.name}.{seq:08d}-{n}")
+        raise ConflictError(f"Event {ns}/{ev.name}: no free name")
 
 
 def timeline(store: Store) -> list[Event]:

@@ -3,12 +3,20 @@ throw-away, built in memory from manifests.
 
 State directory layout (``--state DIR``, default ``.svclab/``)::
 
-    DIR/state.db          the store (SQLite backend)
-    DIR/cluster.yaml      the Cluster document, fixed by the first apply
-    DIR/kube-proxy.yaml   the KubeProxyConfiguration document, if one was applied
+    DIR/state.db          the store (SQLite backend, the default)
+    DIR/store.json        {"store": URL}: the store this directory uses, when it is not
+                          DIR/state.db (``--store etcd://...``); later commands without
+                          --store find the same cluster through it
+    DIR/cluster.yaml      the Cluster document, fixed by the first apply (SQLite)
+    DIR/kube-proxy.yaml   the KubeProxyConfiguration document, if one was applied (SQLite)
+
+A store that keeps records of its own (etcd: ``/registry/svclab.dev/records/``) holds the
+Cluster and KubeProxyConfiguration documents itself, so any machine that reaches the
+store finds the whole cluster.
 
 Contract: :meth:`Session.apply` validates everything first; on any error nothing is
-stored (the store's revision is unchanged) and no file in DIR changes.
+stored (the store's revision is unchanged) and no file in DIR changes. The first apply to
+an empty remote store that fails (etcd went away half-way) removes what it wrote.
 
 The control plane and the kube-proxies (the runner, the controllers, the scheduler and
 numpy, the renderers) are imported when :attr:`Session.plane` or :attr:`Session.rules`
@@ -17,10 +25,12 @@ is first used: commands that only read the store (``svclab get``) never load the
 
 from __future__ import annotations
 
+import contextlib
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import yaml
 
@@ -38,6 +48,10 @@ if TYPE_CHECKING:
     from control.runner import ControlPlane
 
 DEFAULT_STATE = ".svclab"
+STORE_FILE = "store.json"
+#: names of the documents a store with records keeps (see the module docstring)
+CLUSTER_RECORD = "cluster"
+PROXY_RECORD = "kube-proxy"
 
 
 class NoClusterError(SvclabError):
@@ -58,6 +72,8 @@ class Session:
     #: persistent cluster (get, rules, trace, ...) turn this off, so that looking at a
     #: cluster does not add events to it; apply and delete keep it on.
     record_proxy_syncs: bool = True
+    #: the store's URL when it is not the state directory's SQLite file
+    store_url: str | None = None
 
     # ---- construction
 
@@ -79,13 +95,21 @@ class Session:
 
     @classmethod
     def open(
-        cls, state_dir: str | Path, *, must_exist: bool = True, read_only: bool = False
+        cls,
+        state_dir: str | Path,
+        *,
+        must_exist: bool = True,
+        read_only: bool = False,
+        store_url: str | None = None,
     ) -> Session:
         """Open a persistent cluster. Raises NoClusterError when ``must_exist`` and the
-        directory holds no cluster."""
+        directory (or the store it names, or ``store_url``) holds no cluster."""
         from control.store.sqlite import SqliteStore
 
         d = Path(state_dir)
+        url = resolve_store_url(d, store_url)
+        if url is not None:
+            return cls._open_url(d, url, must_exist=must_exist, read_only=read_only)
         cfile = d / "cluster.yaml"
         if not cfile.exists():
             if must_exist:
@@ -113,6 +137,52 @@ class Session:
             state_dir=d,
             record_proxy_syncs=not read_only,
         )
+
+    @classmethod
+    def _open_url(cls, d: Path, url: str, *, must_exist: bool, read_only: bool) -> Session:
+        from control.store import open_store
+
+        store = open_store(url)
+        try:
+            records = _records(store, url)
+            doc = records.get_record(CLUSTER_RECORD)
+            if doc is None:
+                if must_exist:
+                    raise NoClusterError(
+                        f"{url}: no cluster here yet (run 'svclab --store {url} apply -f FILE' "
+                        "first)"
+                    )
+                cluster, proxy = Cluster(), None
+            else:
+                where = f"{url} (record {CLUSTER_RECORD})"
+                cluster = cluster_from_dict(doc, file=where)
+                pdoc = records.get_record(PROXY_RECORD)
+                proxy = (
+                    proxy_config_from_dict(pdoc, file=f"{url} (record {PROXY_RECORD})")
+                    if pdoc is not None
+                    else None
+                )
+        except BaseException:
+            store.close()
+            raise
+        return cls(
+            store=store,
+            cluster=cluster,
+            proxy_config=proxy,
+            clock=WallClock(),
+            state_dir=d,
+            record_proxy_syncs=not read_only,
+            store_url=url,
+        )
+
+    @property
+    def holds_no_cluster(self) -> bool:
+        """No apply has created a cluster here yet (the next one fixes the Cluster)."""
+        if self.state_dir is None:
+            return False
+        if self.store_url is not None:
+            return _records(self.store, self.store_url).get_record(CLUSTER_RECORD) is None
+        return not (self.state_dir / "cluster.yaml").exists()
 
     # ---- control plane
 
@@ -188,6 +258,8 @@ class Session:
         """Apply to a persistent cluster (the first apply fixes the Cluster document)."""
         if self.state_dir is None:
             return self._apply_objects(manifests.objects, source=None)
+        if self.store_url is not None:
+            return self._apply_to_store(manifests)
         d = self.state_dir
         fresh = not (d / "cluster.yaml").exists()
         if not fresh and manifests.cluster is not None and manifests.cluster != self.cluster:
@@ -219,18 +291,101 @@ class Session:
         if fresh:
             _write_yaml(d / "cluster.yaml", self.cluster.to_dict())
         if manifests.proxy_config is not None:
-            _write_yaml(
-                d / "kube-proxy.yaml",
-                manifests.proxy_config.model_dump(by_alias=True, exclude_defaults=True, mode="json")
-                | {
-                    "apiVersion": manifests.proxy_config.api_version,
-                    "kind": "KubeProxyConfiguration",
-                },
+            _write_yaml(d / "kube-proxy.yaml", _proxy_doc(manifests.proxy_config))
+        return results
+
+    def _apply_to_store(self, manifests: Manifests) -> list[tuple[str, KubeObject]]:
+        """:meth:`apply` for a store that keeps the Cluster document itself (etcd)."""
+        assert self.store_url is not None and self.state_dir is not None
+        url, records = self.store_url, _records(self.store, self.store_url)
+        fresh = records.get_record(CLUSTER_RECORD) is None
+        if not fresh and manifests.cluster is not None and manifests.cluster != self.cluster:
+            raise InputError(
+                "the Cluster document differs from the one this cluster was created with "
+                f"({url}, record {CLUSTER_RECORD}); the address plan cannot change",
+                obj=f"Cluster/{manifests.cluster.metadata.get('name', 'svclab')}",
             )
+        if fresh:
+            self.cluster = manifests.cluster or Cluster()
+            self.clock = WallClock()
+            self._plane = None
+        if manifests.proxy_config is not None:
+            self.proxy_config = manifests.proxy_config
+        try:
+            if fresh:
+                records.put_record(CLUSTER_RECORD, self.cluster.to_dict())
+            results = self._apply_objects(manifests.objects, source=",".join(manifests.sources))
+            if manifests.proxy_config is not None:
+                records.put_record(PROXY_RECORD, _proxy_doc(manifests.proxy_config))
+        except BaseException:
+            if fresh:
+                # the store may be gone: then the error being raised says so
+                with contextlib.suppress(SvclabError):
+                    records.delete_everything()
+            raise
+        remember_store_url(self.state_dir, url)
         return results
 
     def close(self) -> None:
         self.store.close()
+
+
+class _Records(Protocol):
+    """What a store that keeps svclab's own documents provides (etcd)."""
+
+    def get_record(self, name: str) -> dict[str, Any] | None: ...
+
+    def put_record(self, name: str, data: dict[str, Any]) -> None: ...
+
+    def delete_everything(self) -> None: ...
+
+
+def _records(store: Store, url: str) -> _Records:
+    if not all(hasattr(store, m) for m in ("get_record", "put_record", "delete_everything")):
+        store.close()
+        raise InputError(
+            f"store {url!r} cannot hold a cluster of its own (use etcd://... here, or "
+            "leave --store out for the state directory's SQLite file)",
+            field="store",
+        )
+    return store  # type: ignore[return-value]
+
+
+def resolve_store_url(state_dir: Path, given: str | None) -> str | None:
+    """The store URL for ``state_dir``: ``given`` (``--store`` / SVCLAB_STORE) or the one
+    the directory remembers (DIR/store.json); None means DIR/state.db. A given URL that
+    differs from the remembered one is an InputError (one directory, one cluster)."""
+    remembered = None
+    sfile = state_dir / STORE_FILE
+    if sfile.exists():
+        try:
+            remembered = json.loads(sfile.read_text())["store"]
+        except (ValueError, KeyError, TypeError):
+            raise InputError('not {"store": URL}', file=str(sfile)) from None
+    if given and remembered and given != remembered:
+        raise InputError(
+            f"this state directory uses store {remembered} ({sfile}), not {given}; "
+            "pass another --state for another cluster",
+            field="store",
+        )
+    return given or remembered
+
+
+def remember_store_url(state_dir: Path, url: str) -> None:
+    sfile = state_dir / STORE_FILE
+    if sfile.exists():
+        return
+    state_dir.mkdir(parents=True, exist_ok=True)
+    tmp = sfile.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"store": url}) + "\n")
+    tmp.replace(sfile)
+
+
+def _proxy_doc(config: KubeProxyConfiguration) -> dict[str, Any]:
+    return config.model_dump(by_alias=True, exclude_defaults=True, mode="json") | {
+        "apiVersion": config.api_version,
+        "kind": "KubeProxyConfiguration",
+    }
 
 
 def _read_yaml(path: Path) -> dict[str, Any]:

@@ -14,20 +14,31 @@ memory. Prints one JSON object:
     breakdown_seconds           per component: handle + sync seconds (writes included)
     steps, rounds, counts       work done and objects at the end
 
-Targets: converge <= 60 s, peak RSS <= 4 GiB, scheduler >= 700 pods/s.
+Targets: converge <= 60 s, peak RSS <= 4 GiB, scheduler >= 700 pods/s (in memory).
+
+``--store`` puts the cluster in another backend: ``sqlite`` (a temporary file),
+``etcd://HOST:PORT[,...]`` (an etcd that holds no svclab cluster yet; its /registry keys
+are deleted at the start), or ``etcd`` (a private one-member etcd on /dev/shm, started
+and stopped by this script). The target on etcd is <= 3x the SQLite time; the
+result carries ``store`` and, for etcd, the number of requests made.
+
 Usage: scripts/bench_control_plane.py [--nodes N] [--deployments D] [--pods P]
-       [--services S] [--seed N] [--profile FILE]
+       [--services S] [--seed N] [--store URL] [--profile FILE]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import cProfile
 import gc
 import json
 import resource
+import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -36,9 +47,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from control.clock import FakeClock
 from control.runner import ControlPlane, Timing
 from control.scheduler import SchedulerStats
-from control.store.memory import MemoryStore
+from control.store import Store, open_store
 from netmodel.cluster import ClusterSpec
 from netmodel.objects import KubeObject, object_from_dict
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def workload(deployments: int, pods: int, services: int) -> list[KubeObject]:
@@ -98,11 +111,41 @@ def workload(deployments: int, pods: int, services: int) -> list[KubeObject]:
     return objs
 
 
+@contextlib.contextmanager
+def open_bench_store(url: str) -> Iterator[Store]:
+    """The store ``--store`` names, emptied for the run, closed (and its private etcd or
+    temporary file removed) at the end."""
+    with contextlib.ExitStack() as stack:
+        if url == "sqlite":
+            url = "sqlite://" + stack.enter_context(tempfile.TemporaryDirectory())
+        elif url == "etcd":
+            sys.path.insert(0, str(ROOT / "tests"))
+            from etcd_procs import etcd_cluster
+
+            url = stack.enter_context(etcd_cluster(1)).url
+        if url.startswith("etcd://"):
+            endpoints = url.removeprefix("etcd://")
+            subprocess.run(
+                ["etcdctl", "--endpoints", endpoints, "del", "--prefix", "/registry/"],
+                env={"ETCDCTL_API": "3", "PATH": "/usr/bin:/bin"},
+                check=True,
+                capture_output=True,
+            )
+        store = open_store(url)
+        stack.callback(store.close)
+        yield store
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
+    with open_bench_store(args.store) as store:
+        out = _run(args, store)
+    return {"store": args.store, **out}
+
+
+def _run(args: argparse.Namespace, store: Store) -> dict[str, Any]:
     cluster = ClusterSpec.model_validate(
         {"nodes": args.nodes, "podCIDR": "10.128.0.0/12", "seed": args.seed}
     )
-    store = MemoryStore()
     plane = ControlPlane(store, cluster, seed=args.seed, clock=FakeClock())
     plane.start()
     plane.run_until_idle()  # nodes get their podCIDRs: the cluster is up before the clock
@@ -162,6 +205,7 @@ def main() -> int:
     ap.add_argument("--pods", type=int, default=30_000)
     ap.add_argument("--services", type=int, default=1000)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--store", default="memory", help="memory, sqlite, etcd or etcd://...")
     ap.add_argument("--profile", default=None, help="write cProfile stats to this file")
     args = ap.parse_args()
     out = run(args)

@@ -38,8 +38,11 @@ DEFAULT_STATE = ".svclab"
 
 
 class Context:
-    def __init__(self, state: str) -> None:
+    def __init__(self, state: str, store: str | None = None) -> None:
         self.state = Path(state)
+        #: ``--store URL`` / SVCLAB_STORE (None: what the state directory remembers, else
+        #: DIR/state.db); pass it to :meth:`control.session.Session.open` as store_url
+        self.store = store
 
     def session(self, files: Sequence[str] = (), *, read_only: bool = True) -> Session:
         """A throw-away session from ``files`` if given, else the persistent one
@@ -48,7 +51,7 @@ class Context:
 
         if files:
             return Session.from_files(list(files))
-        return Session.open(self.state, read_only=read_only)
+        return Session.open(self.state, read_only=read_only, store_url=self.store)
 
 
 def handle_errors(fn: F) -> F:
@@ -127,11 +130,20 @@ Shell completion (bash; zsh and fish likewise with zsh_source, fish_source):
     show_envvar=True,
     help="Directory of the persistent cluster.",
 )
+@click.option(
+    "--store",
+    default=None,
+    envvar="SVCLAB_STORE",
+    show_envvar=True,
+    metavar="URL",
+    help="Store holding the cluster: etcd://HOST:PORT[,HOST:PORT...] (all members, with "
+    "failover). Default: DIR/state.db (SQLite). The state directory remembers it.",
+)
 @click.version_option(package_name="svclab", prog_name="svclab", message="%(prog)s %(version)s")
 @click.pass_context
-def cli(ctx: click.Context, state: str) -> None:
+def cli(ctx: click.Context, state: str, store: str | None) -> None:
     """svclab: the Kubernetes Services dataplane, emulated and explained."""
-    ctx.obj = Context(state)
+    ctx.obj = Context(state, store)
 
 
 def dump(objs: Sequence[KubeObject], fmt: str, single: bool) -> str:
@@ -170,8 +182,8 @@ def apply(ctx: Context, files: tuple[str, ...]) -> None:
     manifests = load(list(files))
     if not manifests.objects and manifests.cluster is None and manifests.proxy_config is None:
         raise InputError("no objects passed to apply")  # kubectl's words; nothing recorded
-    fresh = not (ctx.state / "cluster.yaml").exists()
-    session = Session.open(ctx.state, must_exist=False)
+    session = Session.open(ctx.state, must_exist=False, store_url=ctx.store)
+    fresh = session.holds_no_cluster
     try:
         results = session.apply(manifests)
     finally:

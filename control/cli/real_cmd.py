@@ -137,7 +137,7 @@ def up(
     from control import real
     from control.session import Session
 
-    session = Session.open(ctx.state)
+    session = Session.open(ctx.state, store_url=ctx.store)
     try:
         cluster = real.up(
             session,

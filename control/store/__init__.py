@@ -1,8 +1,9 @@
 """Versioned object stores behind one protocol (:class:`Store`), and :func:`open_store`.
 
-Backends: ``memory`` (:class:`MemoryStore`), ``sqlite`` (:class:`SqliteStore`). Another
-backend (etcd) plugs in with :func:`register_backend` and is then reachable through
-``open_store("etcd://...")`` and the shared contract tests.
+Backends: ``memory`` (:class:`MemoryStore`), ``sqlite`` (:class:`SqliteStore`), ``etcd``
+(:class:`control.store.etcd.EtcdStore`, ``etcd://HOST:PORT[,HOST:PORT...]``; imported
+when first opened). Another backend plugs in with :func:`register_backend` and is then
+reachable through ``open_store("SCHEME://...")`` and the shared contract tests.
 """
 
 from __future__ import annotations
@@ -37,8 +38,15 @@ def _state_file(path: Path) -> Path:
     return path
 
 
+def _etcd(rest: str) -> Store:
+    from control.store.etcd import EtcdStore
+
+    return EtcdStore(rest)
+
+
 register_backend("memory", lambda _rest: MemoryStore())
 register_backend("sqlite", _sqlite)
+register_backend("etcd", _etcd)
 
 
 def open_store(url_or_path: str | Path) -> Store:
@@ -47,6 +55,7 @@ def open_store(url_or_path: str | Path) -> Store:
     * ``memory`` or ``memory://``: a fresh in-process store.
     * ``sqlite:///abs/path`` or ``sqlite://rel/path``: SQLite; a directory means
       ``DIR/state.db``.
+    * ``etcd://HOST:PORT[,HOST:PORT...]``: etcd (every member given, with failover).
     * ``SCHEME://...`` for any scheme given to :func:`register_backend`.
     * anything else is a path, as for ``sqlite://``.
 

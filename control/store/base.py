@@ -2,8 +2,10 @@
 
 Consistency contract (every backend keeps it; ``tests/control/store`` checks it):
 
-* One global revision, a positive integer that every successful write (create, update,
-  delete) increases by exactly one. ``revision`` is the latest one (0 for an empty store).
+* One global revision, an integer that only grows. A successful write (create, update,
+  delete) outside a transaction increases it by exactly one when this store is the only
+  writer (etcd: writes by other clients of the same etcd advance it too). ``revision`` is
+  the latest one (0 for an empty memory or SQLite store; a fresh etcd is at 1).
 * Every stored object carries ``metadata.resourceVersion`` = the revision of the write
   that produced it (as a decimal string, as Kubernetes does).
 * ``update`` and ``delete`` with ``expected_version`` are compare-and-swap: they fail with
@@ -16,8 +18,16 @@ Consistency contract (every backend keeps it; ``tests/control/store`` checks it)
   revision older than the compacted one raises :class:`CompactedError`; the watcher
   must re-list (``list`` + ``revision``) and watch from there.
 * ``list`` returns objects sorted by key; ``get`` raises :class:`NotFoundError`.
-* ``transaction()`` groups writes: either all of them become visible (consecutive
-  revisions) or, if the block raises, none does and the revision is unchanged.
+* ``transaction()`` groups writes: either all of them become visible or, if the block
+  raises, none does and the revision is unchanged. Reads in the block see its writes.
+  How the writes of a committed block are numbered is the backend's
+  ``TXN_REVISIONS``: ``"consecutive"`` (memory, SQLite: one revision and one watch
+  event per write, as outside a block) or ``"shared"`` (etcd: the block is one etcd
+  Txn, so its writes share one revision, and a key written several times in the block
+  is written once, with its final state: one watch event, or none for a key created
+  and deleted in the block). Either way ``revision + 1``, read in the block before a
+  write, is the revision that write will get, and a watcher still sees a subsequence
+  of each object's states.
 
 Keys: ``(kind, key)`` where key is ``namespace/name`` for namespaced kinds and ``name``
 for cluster-scoped ones (see :attr:`netmodel.objects.KubeObject.key`).
@@ -51,6 +61,9 @@ class WatchEvent:
 @runtime_checkable
 class Store(Protocol):
     """What every backend (memory, sqlite, etcd) provides. See the module docstring."""
+
+    #: how a committed transaction's writes are numbered: "consecutive" or "shared"
+    TXN_REVISIONS: str
 
     @property
     def revision(self) -> int: ...

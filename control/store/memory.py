@@ -16,6 +16,8 @@ from netmodel.selectors import LabelSelector
 class MemoryStore:
     """The default backend. Objects are immutable, so they are stored as they are."""
 
+    TXN_REVISIONS = "consecutive"
+
     def __init__(self) -> None:
         self._objects: dict[str, dict[str, KubeObject]] = {}
         self._log: list[WatchEvent] = []

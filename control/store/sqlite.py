@@ -92,6 +92,8 @@ _Undo = tuple[str, str, KubeObject | None]
 class SqliteStore:
     """A :class:`~control.store.base.Store` in one SQLite file. See the module docstring."""
 
+    TXN_REVISIONS = "consecutive"
+
     COMMIT_EVERY = 5000
 
     def __init__(self, path: str | Path) -> None:

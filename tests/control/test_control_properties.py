@@ -6,11 +6,13 @@ from __future__ import annotations
 import ipaddress
 from typing import Any
 
+from etcd_procs import EtcdCluster
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from control.clock import FakeClock
 from control.runner import ControlPlane
+from control.store import Store, open_store
 from control.store.memory import MemoryStore
 from netmodel.cluster import ClusterSpec
 from netmodel.errors import NotFoundError
@@ -152,10 +154,36 @@ def _check(plane: ControlPlane, cluster: ClusterSpec) -> None:
 def test_converged_cluster_invariants(
     nodes: int, mask: int, seed: int, operations: list[Any]
 ) -> None:
+    _converge_and_check(MemoryStore(), nodes, mask, seed, operations)
+
+
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    nodes=st.integers(1, 3),
+    mask=st.sampled_from([24, 27]),
+    seed=st.integers(0, 3),
+    operations=ops,
+)
+def test_converged_cluster_invariants_on_etcd(
+    etcd_member: EtcdCluster, nodes: int, mask: int, seed: int, operations: list[Any]
+) -> None:
+    """The same properties with the cluster in a real etcd (fewer examples: every write
+    is a round trip)."""
+    etcd_member.wipe()
+    store = open_store(etcd_member.url)
+    try:
+        _converge_and_check(store, nodes, mask, seed, operations)
+    finally:
+        store.close()
+
+
+def _converge_and_check(
+    store: Store, nodes: int, mask: int, seed: int, operations: list[Any]
+) -> None:
     cluster = ClusterSpec.model_validate(
         {"nodes": nodes, "nodeCIDRMaskSize": mask, "serviceCIDR": "10.96.0.0/24"}
     )
-    plane = ControlPlane(MemoryStore(), cluster, seed=seed, clock=FakeClock())
+    plane = ControlPlane(store, cluster, seed=seed, clock=FakeClock())
     plane.start()
     plane.run_until_idle()
     for op in operations:

@@ -1,10 +1,10 @@
 """The store backends the contract suite runs against.
 
-Hook for new backends (etcd): add a factory to :data:`FACTORIES`. A factory gets a
-per-test temporary directory and returns ``(open, reopen)``: ``open()`` makes the store
-under test; ``reopen()`` opens the same data again after the first was closed, or is
-None for a backend whose data does not outlive the process (memory). A factory that
-cannot run here (no etcd binary) calls ``pytest.skip``.
+A factory gets a per-test temporary directory and the pytest request, and returns
+``(open, reopen)``: ``open()`` makes the store under test (empty); ``reopen()`` opens the
+same data again after the first was closed, or is None for a backend whose data does
+not outlive the process (memory). etcd runs as a real process (the session's
+``etcd_member`` fixture), emptied before each test.
 """
 
 from __future__ import annotations
@@ -12,22 +12,35 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from control.store import MemoryStore, SqliteStore, Store
+import pytest
+
+from control.store import MemoryStore, SqliteStore, Store, open_store
 
 Opener = Callable[[], Store]
-Factory = Callable[[Path], tuple[Opener, Opener | None]]
+Factory = Callable[[Path, pytest.FixtureRequest], tuple[Opener, Opener | None]]
 
 
-def _memory(_tmp: Path) -> tuple[Opener, Opener | None]:
+def _memory(_tmp: Path, _request: pytest.FixtureRequest) -> tuple[Opener, Opener | None]:
     return MemoryStore, None
 
 
-def _sqlite(tmp: Path) -> tuple[Opener, Opener | None]:
+def _sqlite(tmp: Path, _request: pytest.FixtureRequest) -> tuple[Opener, Opener | None]:
     path = tmp / "state.db"
     return (lambda: SqliteStore(path)), (lambda: SqliteStore(path))
+
+
+def _etcd(_tmp: Path, request: pytest.FixtureRequest) -> tuple[Opener, Opener | None]:
+    cluster = request.getfixturevalue("etcd_member")
+
+    def fresh() -> Store:
+        cluster.wipe()
+        return open_store(cluster.url)
+
+    return fresh, (lambda: open_store(cluster.url))
 
 
 FACTORIES: dict[str, Factory] = {
     "memory": _memory,
     "sqlite": _sqlite,
+    "etcd": _etcd,
 }

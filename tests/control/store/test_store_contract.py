@@ -20,7 +20,7 @@ class Boom(Exception):
 
 @pytest.fixture(params=sorted(FACTORIES))
 def backend(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[Opener, Opener | None]:
-    return FACTORIES[request.param](tmp_path)
+    return FACTORIES[request.param](tmp_path, request)
 
 
 @pytest.fixture
@@ -38,25 +38,32 @@ def snapshot(s: Store) -> dict[str, list[KubeObject]]:
     return {k: s.list(k) for k in ("Pod", "Service", "Namespace")}
 
 
+# Revisions are checked relative to the store's revision when the test starts (r0): an
+# empty memory or SQLite store is at 0, a fresh etcd at 1 (and the etcd these tests share
+# has been written before). ``watch(r0)`` is "everything this test did".
+
+
 # --------------------------------------------------------------------------- revisions
 
 
 def test_every_write_adds_exactly_one_revision(store: Store) -> None:
-    assert store.revision == 0
+    r0 = store.revision
+    assert r0 == (0 if store.TXN_REVISIONS == "consecutive" else r0)
     a = store.create(pod("a"))
-    assert (store.revision, a.resource_version) == (1, 1)
-    assert a.metadata.resource_version == "1"
+    assert (store.revision, a.resource_version) == (r0 + 1, r0 + 1)
+    assert a.metadata.resource_version == str(r0 + 1)
     b = store.update(a.with_meta(labels={"x": "y"}))
-    assert (store.revision, b.resource_version) == (2, 2)
+    assert (store.revision, b.resource_version) == (r0 + 2, r0 + 2)
     store.create(Namespace(metadata=ObjectMeta(name="ns1")))
-    assert store.revision == 3
+    assert store.revision == r0 + 3
     gone = store.delete("Pod", "default/a")
-    assert store.revision == 4
-    assert gone.resource_version == 2  # the last stored state
-    assert store.get("Namespace", "ns1").resource_version == 3
+    assert store.revision == r0 + 4
+    assert gone.resource_version == r0 + 2  # the last stored state
+    assert store.get("Namespace", "ns1").resource_version == r0 + 3
 
 
 def test_create_existing_conflicts_and_missing_is_not_found(store: Store) -> None:
+    r0 = store.revision
     store.create(pod("a"))
     with pytest.raises(ConflictError):
         store.create(pod("a"))
@@ -66,10 +73,11 @@ def test_create_existing_conflicts_and_missing_is_not_found(store: Store) -> Non
         store.update(pod("b"))
     with pytest.raises(NotFoundError):
         store.delete("Pod", "default/b")
-    assert store.revision == 1
+    assert store.revision == r0 + 1
 
 
 def test_compare_and_swap(store: Store) -> None:
+    r0 = store.revision
     a = store.create(pod("a"))
     b = store.update(a.with_meta(labels={"v": "2"}), expected_version=a.resource_version)
     with pytest.raises(ConflictError):
@@ -77,7 +85,7 @@ def test_compare_and_swap(store: Store) -> None:
     with pytest.raises(ConflictError):
         store.delete("Pod", "default/a", expected_version=a.resource_version)
     assert store.get("Pod", "default/a") == b
-    assert store.revision == 2
+    assert store.revision == r0 + 2
     store.delete("Pod", "default/a", expected_version=b.resource_version)
     assert store.list("Pod") == []
 
@@ -86,6 +94,7 @@ def test_compare_and_swap(store: Store) -> None:
 
 
 def test_watch_from_revision_includes_deletes(store: Store) -> None:
+    r0 = store.revision
     a = store.create(pod("a"))
     mid = store.revision
     b = store.update(a.with_meta(labels={"v": "2"}))
@@ -93,25 +102,26 @@ def test_watch_from_revision_includes_deletes(store: Store) -> None:
     gone = store.delete("Pod", "default/a")
     events = store.watch(mid)
     assert [(e.type, e.kind, e.revision) for e in events] == [
-        ("MODIFIED", "Pod", 2),
-        ("ADDED", "Service", 3),
-        ("DELETED", "Pod", 4),
+        ("MODIFIED", "Pod", r0 + 2),
+        ("ADDED", "Service", r0 + 3),
+        ("DELETED", "Pod", r0 + 4),
     ]
     assert events[0].object == b
     assert events[1].object == svc
     assert events[2].object == gone == b  # last stored state, deleting revision
-    assert [e.revision for e in store.watch(0, kinds=["Pod"])] == [1, 2, 4]
+    assert [e.revision for e in store.watch(r0, kinds=["Pod"])] == [r0 + 1, r0 + 2, r0 + 4]
     assert store.watch(store.revision) == []
 
 
 def test_watcher_applying_events_converges_to_current_state(store: Store) -> None:
+    r0 = store.revision
     for i in range(5):
         store.create(pod(f"p{i}", app="x" if i % 2 else "y"))
     for i in range(0, 5, 2):
         store.update(store.get("Pod", f"default/p{i}").with_meta(labels={"app": "z"}))
     store.delete("Pod", "default/p1")
     seen: dict[str, KubeObject] = {}
-    for e in store.watch(0):
+    for e in store.watch(r0):
         if e.type == "DELETED":
             del seen[e.object.key]
         else:
@@ -120,38 +130,78 @@ def test_watcher_applying_events_converges_to_current_state(store: Store) -> Non
 
 
 def test_compaction(store: Store) -> None:
+    r0 = store.revision
     for i in range(4):
         store.create(pod(f"p{i}"))
-    store.compact(2)
-    assert store.compacted_revision == 2
+    store.compact(r0 + 2)
+    assert store.compacted_revision == r0 + 2
     with pytest.raises(CompactedError):
-        store.watch(1)
-    assert [e.revision for e in store.watch(2)] == [3, 4]
-    store.compact(1)  # never goes back
-    assert store.compacted_revision == 2
-    store.compact(99)  # capped at the current revision
-    assert store.compacted_revision == 4
-    assert store.watch(4) == []
+        store.watch(r0 + 1)
+    with pytest.raises(CompactedError):
+        store.watch(r0)
+    assert [e.revision for e in store.watch(r0 + 2)] == [r0 + 3, r0 + 4]
+    store.compact(r0 + 1)  # never goes back
+    assert store.compacted_revision == r0 + 2
+    store.compact(r0 + 99)  # capped at the current revision
+    assert store.compacted_revision == r0 + 4
+    assert store.watch(r0 + 4) == []
     assert len(store.list("Pod")) == 4  # compaction drops history, not objects
 
 
 # --------------------------------------------------------------------------- transactions
 
 
-def test_transaction_commits_consecutive_revisions(store: Store) -> None:
-    store.create(pod("a"))
+def test_transaction_commits_all_writes(store: Store) -> None:
+    """Consecutive revisions, or one shared revision (etcd): see TXN_REVISIONS."""
+    r1 = store.create(pod("a")).resource_version
+    with store.transaction():
+        assert store.revision == r1
+        b = store.create(pod("b"))
+        assert b.resource_version == r1 + 1  # revision + 1, read before the write
+        a = store.update(store.get("Pod", "default/a").with_meta(labels={"k": "v"}))
+        c = store.create(pod("c"))
+        assert store.get("Pod", "default/b") == b  # the block reads its own writes
+        assert [p.name for p in store.list("Pod")] == ["a", "b", "c"]
+    got = [(e.type, e.object.name, e.revision) for e in store.watch(r1)]
+    if store.TXN_REVISIONS == "consecutive":
+        assert store.revision == r1 + 3
+        assert (a.resource_version, c.resource_version) == (r1 + 2, r1 + 3)
+        assert got == [("ADDED", "b", r1 + 1), ("MODIFIED", "a", r1 + 2), ("ADDED", "c", r1 + 3)]
+    else:
+        assert store.TXN_REVISIONS == "shared"
+        assert store.revision == r1 + 1
+        assert a.resource_version == c.resource_version == r1 + 1
+        assert sorted(got) == [
+            ("ADDED", "b", r1 + 1),
+            ("ADDED", "c", r1 + 1),
+            ("MODIFIED", "a", r1 + 1),
+        ]
+    assert [store.get("Pod", f"default/{n}") for n in "abc"] == [a, b, c]
+
+
+def test_transaction_writing_a_key_twice(store: Store) -> None:
+    """A watcher sees a subsequence of each object's states, ending in the current one."""
+    r0 = store.revision
     with store.transaction():
         store.create(pod("b"))
-        store.update(store.get("Pod", "default/a").with_meta(labels={"k": "v"}))
-        store.delete("Pod", "default/b")
-    assert store.revision == 4
-    assert [e.revision for e in store.watch(1)] == [2, 3, 4]
+        store.update(store.get("Pod", "default/b").with_meta(labels={"k": "v"}))
+        store.create(pod("gone"))
+        store.delete("Pod", "default/gone")
+    events = store.watch(r0)
+    of_b = [e for e in events if e.object.name == "b"]
+    assert of_b[0].type == "ADDED" and of_b[-1].object == store.get("Pod", "default/b")
+    assert [p.name for p in store.list("Pod")] == ["b"]
+    if store.TXN_REVISIONS == "consecutive":
+        assert [e.revision for e in events] == [r0 + 1, r0 + 2, r0 + 3, r0 + 4]
+    else:
+        assert [(e.type, e.revision) for e in events] == [("ADDED", r0 + 1)]
 
 
 def test_transaction_rollback_leaves_everything_unchanged(store: Store) -> None:
+    r0 = store.revision
     a = store.create(pod("a"))
     store.create(pod("gone"))
-    before, rev, history = snapshot(store), store.revision, store.watch(0)
+    before, rev, history = snapshot(store), store.revision, store.watch(r0)
     with pytest.raises(Boom), store.transaction():
         store.create(pod("b"))
         store.update(a.with_meta(labels={"k": "v"}))
@@ -160,7 +210,7 @@ def test_transaction_rollback_leaves_everything_unchanged(store: Store) -> None:
         raise Boom
     assert store.revision == rev
     assert snapshot(store) == before
-    assert store.watch(0) == history
+    assert store.watch(r0) == history
     with pytest.raises(NotFoundError):
         store.get("Pod", "default/b")
     # the store keeps working after a rollback, revisions continue where they were
@@ -178,6 +228,7 @@ def test_failed_write_inside_transaction_rolls_back_the_batch(store: Store) -> N
 
 
 def test_nested_transaction_rollback_is_local(store: Store) -> None:
+    r0 = store.revision
     with store.transaction():
         store.create(pod("outer"))
         with pytest.raises(Boom), store.transaction():
@@ -185,7 +236,7 @@ def test_nested_transaction_rollback_is_local(store: Store) -> None:
             raise Boom
         store.create(pod("after"))
     assert [p.name for p in store.list("Pod")] == ["after", "outer"]
-    assert store.revision == 2
+    assert store.revision == r0 + (2 if store.TXN_REVISIONS == "consecutive" else 1)
 
 
 # --------------------------------------------------------------------------- list
@@ -225,22 +276,23 @@ def test_reopen_keeps_objects_revisions_and_history(
     if reopen is None:
         pytest.skip("backend does not persist")
     s = open_()
+    r0 = s.revision
     for i in range(3):
         s.create(pod(f"p{i}", app="web"))
     s.update(s.get("Pod", "default/p0").with_meta(labels={"app": "db"}))
     s.delete("Pod", "default/p2")
-    s.compact(1)
-    objects, rev, history = s.list("Pod"), s.revision, s.watch(1)
+    s.compact(r0 + 1)
+    objects, rev, history = s.list("Pod"), s.revision, s.watch(r0 + 1)
     s.close()
 
     s2 = reopen()
     try:
         assert s2.revision == rev
-        assert s2.compacted_revision == 1
+        assert s2.compacted_revision == r0 + 1
         assert s2.list("Pod") == objects
-        assert s2.watch(1) == history
+        assert s2.watch(r0 + 1) == history
         with pytest.raises(CompactedError):
-            s2.watch(0)
+            s2.watch(r0)
         nxt = s2.create(pod("p9"))
         assert nxt.resource_version == rev + 1
         assert [e.revision for e in s2.watch(rev)] == [rev + 1]

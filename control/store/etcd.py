@@ -1,0 +1,633 @@
+"""etcd backend: the cluster in a real etcd (>= 3.4), laid out as kube-apiserver lays it
+out (:mod:`control.store.etcd_layout`), reached through :mod:`control.store.etcd_client`.
+
+URL: ``etcd://HOST:PORT[,HOST:PORT...]``; every member given is used, with failover.
+One :class:`EtcdStore` serves one thread at a time (as :class:`SqliteStore` does); open
+one per thread, or share it behind a lock.
+
+How the store contract (:mod:`control.store.base`) maps onto etcd:
+
+* ``revision`` is etcd's header revision; an object's resourceVersion is its key's
+  ``mod_revision``; a list is read at one revision (pages of :attr:`EtcdStore.PAGE` keys
+  pinned to the first page's header revision). A fresh etcd is at revision 1, not 0.
+  Writes by other clients of the same etcd advance the revision too.
+* A write outside a transaction is one etcd Txn, so it takes exactly one revision:
+  create compares ``mod_revision == 0``; update and delete compare the object's
+  ``mod_revision`` with ``expected_version`` (without one: the key exists); a failed
+  compare is a ConflictError or NotFoundError, as for the other backends.
+* :meth:`EtcdStore.transaction` stages the block's writes in this process (reads in the
+  block see them) and commits them as ONE etcd Txn, comparing every touched key's
+  ``mod_revision`` with the one read when it was first touched. As in etcd, all writes of
+  a transaction then share one revision (memory and SQLite give them consecutive ones;
+  the contract allows both: :attr:`EtcdStore.TXN_REVISIONS`). Inside the block
+  ``revision`` stays at the revision before it, and the objects returned carry that
+  plus one: the revision the commit gets, unless another client wrote in between. A
+  key written twice in one block is sent once, with its final state (etcd allows one write per key per Txn), so a watcher sees
+  only the final state: a subsequence, as the contract promises. A block larger than
+  etcd's default limits (128 operations, 1.5 MiB per request) is committed in several
+  Txns; if one fails, the ones already committed are undone by compensating Txns
+  (history then shows both) and the error propagates.
+* Every svclab write Txn also puts :data:`MARKER_KEY` (a random token): its
+  ``mod_revision`` is the last svclab write, which tells :meth:`EtcdStore.watch` where
+  the events it must read end, and its token tells a write retried after a lost answer
+  whether the first attempt committed.
+* ``watch(since)`` is served from the cache's log (below) for revisions since the store
+  was opened; older history comes from etcd's watch stream over ``/registry/`` from
+  ``since`` up to the marker's revision, with ``prev_kv`` so that a DELETED event
+  carries the last stored state. A watch from a compacted revision gets etcd's
+  ``compact_revision`` cancellation, which becomes :class:`CompactedError`.
+* Reads are served from a cache in this process, as kube-apiserver's watch cache
+  serves lists: the objects of each kind read so far (one paged range on first use)
+  and a log of the events since the store was opened, which serves ``watch``. The
+  store's own writes go into it when they commit; writes by other clients arrive when
+  the cache is refreshed: one range read of the marker and, if another client wrote,
+  etcd's watch stream from the cache's revision. ``revision``, reads and ``watch``
+  refresh when the last refresh is older than :attr:`EtcdStore.MAX_STALENESS` seconds,
+  and every failed compare refreshes at once. With one writer the cache is exact;
+  with several, a read may be that many seconds behind, but a write with an expected
+  version is still a compare-and-swap in etcd, so a stale read cannot overwrite a
+  newer state (a write without one, as on every backend, is last-writer-wins). ``watch`` always
+  returns every change up to the ``revision`` last reported.
+* ``compact(rev)`` is etcd's compaction (physical). ``compacted_revision`` is found by
+  probing: a range read at revision r fails exactly when r is older than the compaction.
+"""
+
+from __future__ import annotations
+
+import bisect
+import builtins
+import json
+import math
+import time
+import uuid
+from collections.abc import Collection, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+from typing import Any
+
+from control.store.base import EventType, WatchEvent, iter_matching
+from control.store.etcd_client import EtcdClient, EtcdRequestError, parse_endpoints
+from control.store.etcd_layout import (
+    MARKER_KEY,
+    PREFIX,
+    RECORD_PREFIX,
+    RESOURCES,
+    b64,
+    decode_value,
+    encode_value,
+    object_key,
+    prefix_end,
+    resource_prefix,
+    unb64,
+)
+from control.store.etcd_watch import HistoryCompactedError, bulk, read_history
+from netmodel.errors import CompactedError, ConflictError, NotFoundError
+from netmodel.objects import KubeObject
+from netmodel.selectors import LabelSelector
+
+_OUT_OF_RANGE = 11  # gRPC code etcd uses for compacted and future revisions
+
+
+@dataclass
+class _Staged:
+    """One key touched in a transaction: its state when first touched, and now."""
+
+    kind: str
+    key: str
+    orig_mod: int  # 0: the key did not exist
+    orig: KubeObject | None
+    final: KubeObject | None
+
+
+@dataclass
+class _Txn:
+    staged: dict[str, _Staged]  # etcd key -> state, in order of first touch
+    base: int = 0  # header revision when the block first needed it (0: not yet)
+
+
+def _put(key: str, value: str) -> dict[str, Any]:
+    return {"request_put": {"key": b64(key), "value": b64(value)}}
+
+
+def _delete(key: str) -> dict[str, Any]:
+    return {"request_delete_range": {"key": b64(key)}}
+
+
+def _mod_is(key: str, rev: int) -> dict[str, Any]:
+    return {"key": b64(key), "target": "MOD", "result": "EQUAL", "mod_revision": str(rev)}
+
+
+def _exists(key: str) -> dict[str, Any]:
+    return {"key": b64(key), "target": "VERSION", "result": "GREATER", "version": "0"}
+
+
+def _rev(answer: dict[str, Any]) -> int:
+    return int(answer["header"]["revision"])
+
+
+class EtcdStore:
+    """A :class:`~control.store.base.Store` in etcd. See the module docstring."""
+
+    TXN_REVISIONS = "shared"
+    PAGE = 5000
+    #: etcd's default --max-txn-ops is 128 (the marker put takes one)
+    MAX_TXN_OPS = 127
+    #: etcd's default --max-request-bytes is 1.5 MiB; base64 grows values by 4/3
+    MAX_TXN_BYTES = 1_000_000
+    #: reads, ``revision`` and ``watch`` refresh the cache from etcd when the last
+    #: refresh is older than this many seconds (0: on every call)
+    MAX_STALENESS = 0.1
+
+    def __init__(
+        self, endpoints: str | list[tuple[str, int]], *, max_staleness: float | None = None
+    ) -> None:
+        pairs = parse_endpoints(endpoints) if isinstance(endpoints, str) else endpoints
+        self.client = EtcdClient(pairs)
+        self.url = "etcd://" + self.client.where
+        self.max_staleness = self.MAX_STALENESS if max_staleness is None else max_staleness
+        self._txn: _Txn | None = None
+        self._compacted = 0
+        self._closed = False
+        # the cache: objects of the kinds read so far, and the events since it began
+        self._cache: dict[str, dict[str, KubeObject]] = {}
+        self._keys: dict[str, builtins.list[str]] = {}  # sorted keys per kind, lazily
+        self._synced = 0  # every svclab event up to this revision is in cache and log
+        self._head = 0  # the newest revision known (>= _synced; own writes move it)
+        self._log_from = 0  # the log holds every event with revision > _log_from
+        self._log: builtins.list[WatchEvent] = []
+        self._log_revs: builtins.list[int] = []
+        self._refreshed_at = -math.inf
+
+    # ------------------------------------------------------------------ plumbing
+
+    def _call(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        if self._closed:
+            raise RuntimeError(f"store {self.url} is closed")
+        return self.client.call(path, body)
+
+    def _range(self, key: str, **fields: Any) -> dict[str, Any]:
+        return self._call("/kv/range", {"key": b64(key), **fields})
+
+    def _range_prefix(self, prefix: str) -> builtins.list[dict[str, Any]]:
+        """Every key-value under ``prefix``, in key order, read at one revision."""
+        out: builtins.list[dict[str, Any]] = []
+        start: bytes = prefix.encode()
+        end = prefix_end(prefix)
+        pinned: int | None = None
+        while True:
+            body: dict[str, Any] = {"key": b64(start), "range_end": end, "limit": self.PAGE}
+            if pinned is not None:
+                body["revision"] = str(pinned)
+            answer = self._call("/kv/range", body)
+            if pinned is None:
+                pinned = _rev(answer)
+            kvs = answer.get("kvs", [])
+            out += kvs
+            if not answer.get("more") or not kvs:
+                return out
+            start = unb64(kvs[-1]["key"]) + b"\0"
+
+    def _commit(
+        self, compare: builtins.list[dict[str, Any]], ops: builtins.list[dict[str, Any]]
+    ) -> tuple[bool, int]:
+        """One Txn: ``ops`` and the marker if every compare holds. Returns (succeeded,
+        revision). A Txn retried after a lost answer whose compare now fails checks the
+        marker: if it holds this Txn's token, the first attempt committed."""
+        token = uuid.uuid4().hex
+        answer = self._call(
+            "/kv/txn", {"compare": compare, "success": [*ops, _put(MARKER_KEY, token)]}
+        )
+        if answer.get("succeeded"):
+            return True, _rev(answer)
+        if self.client.retried:
+            marker = self._range(MARKER_KEY).get("kvs")
+            if marker and unb64(marker[0]["value"]).decode() == token:
+                return True, int(marker[0]["mod_revision"])
+        return False, _rev(answer)
+
+    # ------------------------------------------------------------------ the cache
+
+    def _bucket(self, kind: str) -> dict[str, KubeObject]:
+        """The cached objects of ``kind``, loaded (one paged range) on first use."""
+        bucket = self._cache.get(kind)
+        if bucket is None:
+            if not self._synced:
+                self._refresh(force=True)
+            base = len(resource_prefix(kind))
+            kvs = self._range_prefix(resource_prefix(kind))
+            with bulk():
+                bucket = {
+                    unb64(kv["key"]).decode()[base:]: decode_value(
+                        kind, unb64(kv["value"]), int(kv["mod_revision"])
+                    )
+                    for kv in kvs
+                }
+            self._cache[kind] = bucket
+            self._keys.pop(kind, None)
+        return bucket
+
+    def _refresh(self, *, force: bool = False) -> None:
+        """Bring the cache and the log up to etcd's present: one range read of the
+        marker, plus the watch stream when another client wrote since the last time."""
+        if not force and time.monotonic() - self._refreshed_at < self.max_staleness:
+            return
+        answer = self._range(MARKER_KEY)
+        head = _rev(answer)
+        kvs = answer.get("kvs")
+        last = int(kvs[0]["mod_revision"]) if kvs else 0
+        if not self._synced:
+            self._synced = self._log_from = head
+        elif last > self._synced:
+            try:
+                events = self._stream(self._synced, last)
+            except CompactedError:  # another client compacted past us: start again
+                self._reset(head)
+            else:
+                for ev in events:
+                    self._apply(ev)
+                self._synced = max([head] + [ev.revision for ev in events[-1:]])
+        else:
+            self._synced = max(self._synced, head)
+        self._head = max(self._head, self._synced)
+        self._refreshed_at = time.monotonic()
+
+    def _reset(self, head: int) -> None:
+        self._cache.clear()
+        self._keys.clear()
+        self._log.clear()
+        self._log_revs.clear()
+        self._synced = self._log_from = self._head = head
+
+    def _apply(self, ev: WatchEvent) -> None:
+        """An event read from etcd (revision > _synced): into the cache, unless the
+        cache already holds a newer state of the key (an own write), and into the log."""
+        obj = ev.object
+        bucket = self._cache.get(obj.kind)
+        if bucket is not None:
+            cur = bucket.get(obj.key)
+            if ev.type == "DELETED":
+                if cur is not None and cur.resource_version < ev.revision:
+                    del bucket[obj.key]
+                    self._keys.pop(obj.kind, None)
+            elif cur is None or cur.resource_version < ev.revision:
+                if cur is None:
+                    self._keys.pop(obj.kind, None)
+                bucket[obj.key] = obj
+        self._log.append(ev)
+        self._log_revs.append(ev.revision)
+
+    def _wrote(self, rev: int, changes: builtins.list[tuple[EventType, KubeObject]]) -> None:
+        """Own writes committed at ``rev``: into the cache now; into the log when nothing
+        came between (else the next refresh reads them back from etcd, in order)."""
+        for type_, obj in changes:
+            bucket = self._cache.get(obj.kind)
+            if bucket is None:
+                continue
+            if type_ == "DELETED":
+                if bucket.pop(obj.key, None) is not None:
+                    self._keys.pop(obj.kind, None)
+            else:
+                if obj.key not in bucket:
+                    self._keys.pop(obj.kind, None)
+                bucket[obj.key] = obj
+        if rev == self._synced + 1:
+            self._synced = rev
+            for type_, obj in changes:
+                self._log.append(WatchEvent(type_, obj, rev))
+                self._log_revs.append(rev)
+        self._head = max(self._head, rev)
+
+    def _stream(self, since: int, until: int) -> builtins.list[WatchEvent]:
+        try:
+            return read_history(self.client, since, until)
+        except HistoryCompactedError as e:
+            self._compacted = max(self._compacted, e.oldest)
+            raise
+
+    # ------------------------------------------------------------------ reads
+
+    @property
+    def revision(self) -> int:
+        """etcd's revision as last seen (refreshed as :attr:`MAX_STALENESS` says; own
+        writes move it); inside a transaction, the one before it (fixed for the block),
+        so that ``revision + 1`` is the revision its writes will share."""
+        if self._txn is not None:
+            return self._txn_base()
+        self._refresh()
+        return self._head
+
+    @property
+    def compacted_revision(self) -> int:
+        """Probed: the oldest revision a range read still accepts (cached; it only grows)."""
+        lo = self._compacted
+        if self._readable_at(max(lo, 1)):
+            return lo
+        self._refresh(force=True)
+        bad, good = max(lo, 1), self._head
+        while good - bad > 1:
+            mid = (bad + good) // 2
+            if self._readable_at(mid):
+                good = mid
+            else:
+                bad = mid
+        self._compacted = good
+        return good
+
+    def _readable_at(self, rev: int) -> bool:
+        try:
+            self._range(MARKER_KEY, revision=str(rev), count_only=True)
+        except EtcdRequestError as e:
+            if e.code == _OUT_OF_RANGE and "compacted" in str(e):
+                return False
+            if e.code == _OUT_OF_RANGE and "future" in str(e):
+                return True
+            raise
+        return True
+
+    def get(self, kind: str, key: str) -> KubeObject:
+        if kind not in RESOURCES:
+            raise NotFoundError(f"{kind} {key!r} not found")
+        staged = self._txn.staged.get(object_key(kind, key)) if self._txn else None
+        if staged is not None:
+            obj = staged.final
+        else:
+            self._refresh()
+            obj = self._bucket(kind).get(key)
+        if obj is None:
+            raise NotFoundError(f"{kind} {key!r} not found")
+        return obj
+
+    def list(
+        self,
+        kind: str,
+        namespace: str | None = None,
+        selector: LabelSelector | None = None,
+    ) -> builtins.list[KubeObject]:
+        if kind not in RESOURCES:
+            return []
+        self._refresh()
+        bucket = self._bucket(kind)
+        staged = [st for st in self._txn.staged.values() if st.kind == kind] if self._txn else []
+        if staged:
+            bucket = dict(bucket)
+            for st in staged:
+                if st.final is None:
+                    bucket.pop(st.key, None)
+                else:
+                    bucket[st.key] = st.final
+            keys = sorted(bucket)
+        else:
+            keys = self._keys.get(kind) or []
+            if len(keys) != len(bucket):
+                keys = self._keys[kind] = sorted(bucket)
+        return iter_matching((bucket[k] for k in keys), namespace, selector)
+
+    def watch(self, since: int, kinds: Collection[str] | None = None) -> builtins.list[WatchEvent]:
+        if since < self._compacted:
+            raise CompactedError(
+                f"revision {since} has been compacted (oldest kept: {self._compacted})"
+            )
+        self._refresh(force=self._synced < self._head)
+        ks = set(kinds) if kinds is not None else None
+        if since >= self._log_from:
+            events = self._log[bisect.bisect_right(self._log_revs, since) :]
+        else:  # older than this process's log: etcd's history
+            marker = self._range(MARKER_KEY).get("kvs")
+            last = int(marker[0]["mod_revision"]) if marker else 0
+            if last <= since:
+                if since >= 1 and not self._readable_at(since):
+                    raise CompactedError(f"revision {since} has been compacted")
+                return []
+            events = self._stream(since, last)
+        return events if ks is None else [e for e in events if e.object.kind in ks]
+
+    # ------------------------------------------------------------------ writes
+
+    def create(self, obj: KubeObject) -> KubeObject:
+        ekey = object_key(obj.kind, obj.key)
+        if self._txn is not None:
+            st = self._touch(obj.kind, obj.key)
+            if st.final is not None:
+                raise ConflictError(f"{obj.kind} {obj.key!r} already exists")
+            st.final = obj.with_meta(resource_version=str(self._predicted()))
+            return st.final
+        ok, rev = self._commit([_mod_is(ekey, 0)], [_put(ekey, encode_value(obj))])
+        if not ok:
+            self._refresh(force=True)
+            raise ConflictError(f"{obj.kind} {obj.key!r} already exists")
+        stored = obj.with_meta(resource_version=str(rev))
+        self._wrote(rev, [("ADDED", stored)])
+        return stored
+
+    def update(self, obj: KubeObject, expected_version: int | None = None) -> KubeObject:
+        ekey = object_key(obj.kind, obj.key)
+        if self._txn is not None:
+            st = self._touch(obj.kind, obj.key)
+            self._check(obj.kind, obj.key, st.final, expected_version)
+            st.final = obj.with_meta(resource_version=str(self._predicted()))
+            return st.final
+        cond = _exists(ekey) if expected_version is None else _mod_is(ekey, expected_version)
+        ok, rev = self._commit([cond], [_put(ekey, encode_value(obj))])
+        if not ok:
+            self._refresh(force=True)
+            self._check(obj.kind, obj.key, self._bucket(obj.kind).get(obj.key), expected_version)
+            raise ConflictError(f"{obj.kind} {obj.key!r}: changed by another writer")
+        stored = obj.with_meta(resource_version=str(rev))
+        self._wrote(rev, [("MODIFIED", stored)])
+        return stored
+
+    def delete(self, kind: str, key: str, expected_version: int | None = None) -> KubeObject:
+        if kind not in RESOURCES:
+            raise NotFoundError(f"{kind} {key!r} not found")
+        if self._txn is not None:
+            st = self._touch(kind, key)
+            current = self._check(kind, key, st.final, expected_version)
+            st.final = None
+            return current
+        ekey = object_key(kind, key)
+        for attempt in range(10):
+            if attempt:
+                self._refresh(force=True)
+            stored = self._bucket(kind).get(key)
+            if stored is None and not attempt:
+                continue  # the cache may be behind: look again after a refresh
+            last = self._check(kind, key, stored, expected_version)
+            ok, rev = self._commit([_mod_is(ekey, last.resource_version)], [_delete(ekey)])
+            if ok:
+                self._wrote(rev, [("DELETED", last)])
+                return last
+            # changed between the read and the delete: read again (and re-check)
+        raise ConflictError(f"{kind} {key!r}: changed by other writers ten times in a row")
+
+    @staticmethod
+    def _check(kind: str, key: str, current: KubeObject | None, expected: int | None) -> KubeObject:
+        if current is None:
+            raise NotFoundError(f"{kind} {key!r} not found")
+        if expected is not None and current.resource_version != expected:
+            raise ConflictError(
+                f"{kind} {key!r}: resourceVersion {expected} is stale "
+                f"(stored: {current.resource_version})"
+            )
+        return current
+
+    def compact(self, revision: int) -> None:
+        self._refresh(force=True)
+        revision = min(revision, self._head)
+        if revision <= self.compacted_revision:
+            return
+        try:
+            self._call("/kv/compaction", {"revision": str(revision), "physical": True})
+        except EtcdRequestError as e:
+            if not (e.code == _OUT_OF_RANGE and "compacted" in str(e)):
+                raise
+        self._compacted = max(self._compacted, revision)
+        cut = bisect.bisect_right(self._log_revs, revision)
+        del self._log[:cut]
+        del self._log_revs[:cut]
+        self._log_from = max(self._log_from, revision)
+
+    # ------------------------------------------------------------------ transactions
+
+    def _txn_base(self) -> int:
+        assert self._txn is not None
+        if not self._txn.base:
+            self._refresh()
+            self._txn.base = self._head
+        return self._txn.base
+
+    def _predicted(self) -> int:
+        return self._txn_base() + 1
+
+    def _touch(self, kind: str, key: str) -> _Staged:
+        assert self._txn is not None
+        if kind not in RESOURCES:
+            raise NotFoundError(f"{kind} {key!r}: no such kind")
+        ekey = object_key(kind, key)
+        st = self._txn.staged.get(ekey)
+        if st is None:
+            self._txn_base()
+            obj = self._bucket(kind).get(key)
+            mod = obj.resource_version if obj is not None else 0
+            st = self._txn.staged[ekey] = _Staged(kind, key, mod, obj, obj)
+        return st
+
+    @contextmanager
+    def transaction(self) -> Iterator[None]:
+        """Stage the block's writes and commit them as one etcd Txn (see the module
+        docstring); nests (a nested block that raises drops only its own writes)."""
+        outer = self._txn is None
+        if outer:
+            self._txn = _Txn({})
+        assert self._txn is not None
+        saved = {k: replace(st) for k, st in self._txn.staged.items()}
+        try:
+            yield
+        except BaseException:
+            if outer:
+                self._txn = None
+            else:
+                self._txn.staged = saved
+            raise
+        if outer:
+            txn, self._txn = self._txn, None
+            self._commit_staged(builtins.list(txn.staged.items()))
+
+    def _commit_staged(self, staged: builtins.list[tuple[str, _Staged]]) -> None:
+        chunks: builtins.list[builtins.list[tuple[str, _Staged, dict[str, Any] | None]]] = [[]]
+        size = 0
+        for ekey, st in staged:
+            op: dict[str, Any] | None = None
+            if st.final is None and st.orig is not None:
+                op = _delete(ekey)
+            elif st.final is not None and st.final != st.orig:
+                op = _put(ekey, encode_value(st.final))
+            nbytes = len(json.dumps(op)) if op else 0
+            if len(chunks[-1]) >= self.MAX_TXN_OPS or size + nbytes > self.MAX_TXN_BYTES:
+                chunks.append([])
+                size = 0
+            chunks[-1].append((ekey, st, op))
+            size += nbytes
+        if len(chunks) == 1:
+            self._commit_one(chunks[0])
+            return
+        done: builtins.list[tuple[builtins.list[tuple[str, _Staged, Any]], int]] = []
+        try:
+            for chunk in chunks:
+                ops = [op for _, _, op in chunk if op is not None]
+                if not ops:
+                    continue
+                ok, rev = self._commit([_mod_is(k, st.orig_mod) for k, st, _ in chunk], ops)
+                if not ok:
+                    raise ConflictError(
+                        "another writer changed an object this transaction read; "
+                        "nothing was applied"
+                    )
+                done.append((chunk, rev))
+        except BaseException:
+            self._compensate(done)
+            raise
+        finally:
+            self._refresh(force=True)  # the cache reads it all back, in order
+
+    def _commit_one(self, chunk: builtins.list[tuple[str, _Staged, dict[str, Any] | None]]) -> None:
+        ops = [op for _, _, op in chunk if op is not None]
+        if not ops:
+            return
+        ok, rev = self._commit([_mod_is(k, st.orig_mod) for k, st, _ in chunk], ops)
+        if not ok:
+            self._refresh(force=True)
+            raise ConflictError(
+                "another writer changed an object this transaction read; nothing was applied"
+            )
+        changes: builtins.list[tuple[EventType, KubeObject]] = []
+        for _, st, op in chunk:
+            if op is None:
+                continue
+            if st.final is None:
+                assert st.orig is not None
+                changes.append(("DELETED", st.orig))
+            else:
+                final = st.final.with_meta(resource_version=str(rev))
+                changes.append(("ADDED" if st.orig is None else "MODIFIED", final))
+        self._wrote(rev, changes)
+
+    def _compensate(
+        self, done: builtins.list[tuple[builtins.list[tuple[str, _Staged, Any]], int]]
+    ) -> None:
+        """Undo the chunks already committed (newest first): put back each key's state
+        from before the transaction, if nobody changed it since."""
+        for chunk, rev in reversed(done):
+            compare, ops = [], []
+            for ekey, st, op in chunk:
+                if op is None:
+                    continue
+                compare.append(_mod_is(ekey, 0 if st.final is None else rev))
+                ops.append(_delete(ekey) if st.orig is None else _put(ekey, encode_value(st.orig)))
+            self._commit(compare, ops)
+
+    # ------------------------------------------------------------------ records
+
+    def get_record(self, name: str) -> dict[str, Any] | None:
+        """One of svclab's own records (``cluster``: the Cluster document)."""
+        kvs = self._range(RECORD_PREFIX + name).get("kvs")
+        return json.loads(unb64(kvs[0]["value"])) if kvs else None
+
+    def put_record(self, name: str, data: dict[str, Any]) -> None:
+        self._call("/kv/put", {"key": b64(RECORD_PREFIX + name), "value": b64(json.dumps(data))})
+
+    def delete_everything(self) -> None:
+        """Remove every svclab key (objects, records, marker): undoes a first apply that
+        failed on a cluster that was empty."""
+        for res in sorted(set(RESOURCES.values())):
+            p = PREFIX + res + "/"
+            self._call("/kv/deleterange", {"key": b64(p), "range_end": prefix_end(p)})
+        p = RECORD_PREFIX.rsplit("records/", 1)[0]
+        self._call("/kv/deleterange", {"key": b64(p), "range_end": prefix_end(p)})
+        self._reset(0)
+
+    def flush(self) -> None:
+        """Nothing to do: every write outside a transaction is committed when it returns."""
+
+    def close(self) -> None:
+        self._closed = True
+        self.client.close()
