@@ -362,7 +362,13 @@ class APIServer:
         return stored
 
     def delete(
-        self, kind: str, key: str, *, component: str = "apiserver", force: bool = False
+        self,
+        kind: str,
+        key: str,
+        *,
+        component: str = "apiserver",
+        force: bool = False,
+        expected_version: int | None = None,
     ) -> KubeObject:
         """Delete an object and free what it holds. Returns the last stored state.
 
@@ -373,8 +379,16 @@ class APIServer:
         * A Namespace is marked Terminating (deletionTimestamp, ``status.phase``;
           marking twice is a no-op); :meth:`finalize_namespace` removes it once empty.
           ``default``, ``kube-system`` and ``kube-public``: InvalidError (Forbidden).
-        * Anything else is removed at once."""
+        * Anything else is removed at once.
+
+        ``expected_version`` is a precondition (DeleteOptions' resourceVersion): unless the
+        stored object has that resourceVersion, ConflictError and nothing changes."""
         current = self.store.get(kind, key)
+        if expected_version is not None and current.resource_version != expected_version:
+            raise ConflictError(
+                f"{kind} {key!r}: the resourceVersion in the precondition ({expected_version}) "
+                f"does not match the one in record ({current.resource_version})"
+            )
         if isinstance(current, Pod) and current.spec.node_name and not force:
             if current.is_terminating:
                 return current

@@ -62,7 +62,9 @@ class APIClient(Protocol):
 
     def update_status(self, obj: KubeObject, *, component: str = ...) -> KubeObject: ...
 
-    def delete(self, kind: str, key: str, *, component: str = ...) -> KubeObject: ...
+    def delete(
+        self, kind: str, key: str, *, component: str = ..., expected_version: int | None = ...
+    ) -> KubeObject: ...
 
     def finalize_pod_deletion(self, key: str) -> None: ...
 
@@ -288,7 +290,12 @@ class GarbageCollector(Controller):
             return
         if any(self._owner_exists(obj.namespace, r) for r in refs):
             return
-        self.api.delete(kind, obj_key, component=self.name)
+        # the read may be an informer's cache, behind the API: delete only the state this
+        # decision saw (a dependent orphaned meanwhile, e.g. by a propagationPolicy=Orphan
+        # delete of its owner, has a newer resourceVersion: ConflictError, and the retry
+        # re-reads it without the ownerReference), as upstream's collector checks the
+        # latest state before it deletes
+        self.api.delete(kind, obj_key, component=self.name, expected_version=obj.resource_version)
 
     def subject(self, key: str) -> KubeObject | None:
         kind, _, obj_key = key.partition("|")

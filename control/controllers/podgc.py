@@ -46,7 +46,13 @@ class PodGCAPI(APIClient, Protocol):
     """What the collector writes through: the apiserver's delete, with ``force``."""
 
     def delete(
-        self, kind: str, key: str, *, component: str = ..., force: bool = ...
+        self,
+        kind: str,
+        key: str,
+        *,
+        component: str = ...,
+        force: bool = ...,
+        expected_version: int | None = ...,
     ) -> KubeObject: ...
 
 

@@ -280,12 +280,24 @@ class KubeClient:
         }
         self.request("POST", resource_path("Pod", namespace, pod) + "/binding", body=body)
 
-    def delete(self, kind: str, key: str, *, grace_period: int | None = None) -> dict[str, Any]:
+    def delete(
+        self,
+        kind: str,
+        key: str,
+        *,
+        grace_period: int | None = None,
+        resource_version: int | None = None,
+    ) -> dict[str, Any]:
+        """DELETE with DeleteOptions: ``grace_period`` (gracePeriodSeconds) and
+        ``resource_version`` (a precondition: 409 → ConflictError unless it matches)."""
         ns, name = _split(kind, key)
-        body: dict[str, Any] | None = None
+        body: dict[str, Any] = {"apiVersion": "v1", "kind": "DeleteOptions"}
         if grace_period is not None:
-            body = {"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": grace_period}
-        return self.request("DELETE", resource_path(kind, ns, name), body=body)
+            body["gracePeriodSeconds"] = grace_period
+        if resource_version is not None:
+            body["preconditions"] = {"resourceVersion": str(resource_version)}
+        opts = body if len(body) > 2 else None
+        return self.request("DELETE", resource_path(kind, ns, name), body=opts)
 
 
 class HTTPListerWatcher:

@@ -226,10 +226,18 @@ class RemoteAPI:
         return self._wrote(self.client.update_status(obj))
 
     def delete(
-        self, kind: str, key: str, *, component: str = "", force: bool = False
+        self,
+        kind: str,
+        key: str,
+        *,
+        component: str = "",
+        force: bool = False,
+        expected_version: int | None = None,
     ) -> KubeObject:
         before = self.client.get(kind, key)
-        self.client.delete(kind, key, grace_period=0 if force else None)
+        self.client.delete(
+            kind, key, grace_period=0 if force else None, resource_version=expected_version
+        )
         self._deleted(kind, key)
         return before
 

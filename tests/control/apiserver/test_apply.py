@@ -237,3 +237,23 @@ def test_bad_taint_in_the_cluster_is_an_input_error() -> None:
     api = make_api(nodes=[{"name": "n", "taints": [{"key": "k", "effect": "Sometimes"}]}])
     with pytest.raises(InputError, match=r"^Cluster: spec\.nodes\[0\]\.taints\[0\]\.effect: "):
         api.bootstrap_nodes()
+
+
+def test_delete_with_a_stale_resource_version_precondition_changes_nothing() -> None:
+    """The garbage collector deletes with the resourceVersion it decided on: a dependent
+    updated meanwhile (e.g. orphaned) is not deleted from an old view of it."""
+    from netmodel.errors import ConflictError
+
+    api = make_api()
+    created = api.create(service("web"))
+    seen = created.resource_version
+    api.update(created.with_meta(labels={"orphaned": "yes"}))
+    rev = api.store.revision
+    with pytest.raises(ConflictError, match=r"precondition \(%d\)" % seen):
+        api.delete("Service", "default/web", expected_version=seen)
+    assert api.store.revision == rev
+    assert api.store.get("Service", "default/web").labels == {"orphaned": "yes"}
+    current = api.store.get("Service", "default/web").resource_version
+    api.delete("Service", "default/web", expected_version=current)
+    with pytest.raises(NotFoundError):
+        api.store.get("Service", "default/web")
