@@ -249,7 +249,7 @@ def test_delete_with_a_stale_resource_version_precondition_changes_nothing() -> 
     seen = created.resource_version
     api.update(created.with_meta(labels={"orphaned": "yes"}))
     rev = api.store.revision
-    with pytest.raises(ConflictError, match=r"precondition \(%d\)" % seen):
+    with pytest.raises(ConflictError, match=rf"precondition \({seen}\)"):
         api.delete("Service", "default/web", expected_version=seen)
     assert api.store.revision == rev
     assert api.store.get("Service", "default/web").labels == {"orphaned": "yes"}
