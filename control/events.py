@@ -23,12 +23,15 @@ def event_about(
     message: str,
     type_: str = "Normal",
     *,
-    revision: int = 0,
-    sequence: int = 0,
+    revision: int | None = None,
+    sequence: int | None = None,
 ) -> Event:
     """An Event NAME about SUBJECT, in the subject's namespace (``svclab-system`` for a
     cluster-scoped one), created at CREATED (RFC 3339) and reported by COMPONENT, with
-    its place on the timeline (``revision``, ``sequence``) when the writer knows it."""
+    its place on the timeline (``revision``, ``sequence``) when the writer knows it. Fields
+    not given stay unset, so they are not sent (:meth:`~netmodel.objects.K8sModel.to_dict`
+    keeps only fields that were set)."""
+    timeline = {k: v for k, v in (("revision", revision), ("sequence", sequence)) if v is not None}
     return Event(
         metadata=ObjectMeta(
             name=name,
@@ -45,8 +48,7 @@ def event_about(
         message=message,
         type=type_,
         source_component=component,
-        revision=revision,
-        sequence=sequence,
+        **timeline,
     )
 
 
