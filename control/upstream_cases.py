@@ -1,4 +1,4 @@
-"""Replay upstream kube-proxy test cases (../shared/kube-proxy/cases/*.yaml) as svclab
+"""Replay upstream kube-proxy test cases (tests/data/kube-proxy/cases/*.yaml) as svclab
 manifests: a Cluster and a KubeProxyConfiguration that state the case's ``node:`` block,
 plus its Services and EndpointSlices (``x-`` annotations of the case format dropped).
 

@@ -5,7 +5,7 @@ A 3-node cluster, a Deployment `web` with 3 replicas and a Service `web` (80 -> 
 Prints where each pod landed, the Service's ClusterIP and EndpointSlice, and the
 timeline of every control-plane step; then checks the result and exits non-zero if
 anything is wrong. With ``--pictures DIR`` it also draws the timeline as a sequence
-diagram into DIR.
+diagram into DIR. It runs the control plane only, so it has no ``--real`` mode.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import EXAMPLES, Checks, save_timeline
+from _common import EXAMPLES, Checks, parse_without_real, save_timeline
 
 from control.cli.printers import table
 from control.events import timeline
@@ -25,6 +25,7 @@ from netmodel.objects import EndpointSlice, Node, Pod, Service
 
 
 def main() -> None:
+    parse_without_real(__doc__ or "", "lab 00 runs the control plane only: no --real mode")
     session = Session.from_files([EXAMPLES / "web.yaml"])
     store, now = session.store, session.clock.now()
 

@@ -18,8 +18,8 @@ IP, port 8080):
 
 Two explicit examples (``@example``) always run first: one pod on each of two nodes,
 over each overlay. Generation is seeded (``derandomize``): every run checks the same
-scenarios. If the property fails, hypothesis prints the counterexample (on the emulator
-shrunk to a smallest one; its manifest is in the notes) and the lab exits non-zero. The
+scenarios. If the property fails, the lab prints the counterexample (on the emulator
+shrunk by hypothesis to a smallest one) with its manifest, and exits non-zero. The
 summary shows, for one cross-node pair per overlay, the hops that carry it: VXLAN
 encapsulation on the client's node and decapsulation on the server's, or host-gw's
 route via the server node's address.
@@ -44,8 +44,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import Checks, backend
-from hypothesis import HealthCheck, Phase, example, given, note, settings
+from _common import Checks, LabArguments, backend
+from hypothesis import HealthCheck, Phase, example, given, settings
 from hypothesis import strategies as st
 
 from control.backends import EmulatorBackend, RealBackend
@@ -91,6 +91,9 @@ class Scenario:
     def describe(self) -> str:
         pods = " ".join(f"p{i}@node-{n}" for i, n in enumerate(self.placement))
         return f"{self.nodes} nodes, {self.overlay}: {pods}"
+
+    def pair_text(self) -> str:
+        return ", ".join(f"p{c} -> p{v}" for c, v in self.pairs)
 
 
 @st.composite
@@ -179,16 +182,19 @@ class Example:
 @dataclass
 class Run:
     """What the property saw. ``failed``: stop printing progress once hypothesis
-    replays (and shrinks) a counterexample."""
+    replays (and shrinks) a counterexample. ``counterexample``: the scenario of the last
+    failing call. Hypothesis ends a failing run by calling the test once more with the
+    example it reports (the shrunk one), so this is that example, whatever hypothesis
+    version prints or attaches to the exception."""
 
     real: bool
     stats: Counter[str] = field(default_factory=Counter)
     examples: dict[str, Example] = field(default_factory=dict)
     failed: bool = False
+    counterexample: Scenario | None = None
 
     def check(self, s: Scenario) -> None:
         """The property over one scenario; what it saw counts once the scenario passed."""
-        note(s.manifest())
         session = Session.ephemeral(load_text(s.manifest(), source="lab04"))
         pods = {p.key: p for p in running_pods(session)}
         ip = {k: p.status.pod_ip or "" for k, p in pods.items()}
@@ -221,6 +227,7 @@ class Run:
                     )
         except Exception:
             self.failed = True
+            self.counterexample = s
             raise
         if self.failed:  # hypothesis replaying or shrinking a counterexample
             return
@@ -240,6 +247,7 @@ def prop(run: Run, examples: int) -> Callable[[], None]:
         database=None,
         deadline=None,
         print_blob=False,
+        report_multiple_bugs=False,
         phases=(Phase.explicit, Phase.generate)
         if run.real  # a kernel counterexample is reported as found, not shrunk
         else (Phase.explicit, Phase.generate, Phase.shrink),
@@ -269,8 +277,7 @@ def show(ex: Example, overlay: str) -> None:
 
 
 def parse_args(doc: str) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
-    parser.add_argument("--real", action="store_true", help="use real network namespaces")
+    parser = LabArguments(doc)
     parser.add_argument(
         "--examples",
         type=int,
@@ -298,11 +305,14 @@ def main() -> None:
     error: Exception | None = None
     try:
         prop(run, examples)()
-    except Exception as e:  # the counterexample and its manifest are in the notes
+    except Exception as e:
         error = e
         print(f"\n{type(e).__name__}: {e}")
-        for n in getattr(e, "__notes__", []):
-            print("\n".join(f"  {line}" for line in n.splitlines()))
+        bad = run.counterexample
+        if bad is not None:
+            how = "as found" if real else "shrunk by hypothesis"
+            print(f"Falsifying example ({how}): {bad.describe()}; pairs {bad.pair_text()}")
+            print("\n".join(f"  {line}" for line in bad.manifest().splitlines()))
     took = time.monotonic() - start
     s = run.stats
     print(

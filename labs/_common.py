@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
+from typing import NoReturn
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
@@ -42,14 +44,29 @@ def backend(session, *, real: bool, external_clients=(), seed: int = 0):  # type
     return backends.emulator_backend(view, seed=seed)
 
 
+class LabArguments(argparse.ArgumentParser):
+    """A lab's command line: a usage error is one line on stderr and exit code 2."""
+
+    def __init__(self, doc: str, *, real: bool = True, hint: str = "see --help") -> None:
+        super().__init__(description=doc.splitlines()[0] if doc else None)
+        self.hint = hint
+        if real:
+            self.add_argument("--real", action="store_true", help="use real network namespaces")
+        self.add_argument("--pictures", metavar="DIR", help=PICTURES_HELP)
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} ({self.hint})\n")
+
+
 def parse_real_flag(doc: str) -> bool:
     """``--real`` on the command line: run on real network namespaces (root needed)."""
-    import argparse
+    return bool(LabArguments(doc).parse_args().real)
 
-    parser = argparse.ArgumentParser(description=doc.splitlines()[0] if doc else None)
-    parser.add_argument("--real", action="store_true", help="use real network namespaces")
-    parser.add_argument("--pictures", metavar="DIR", help=PICTURES_HELP)
-    return bool(parser.parse_args().real)
+
+def parse_without_real(doc: str, why: str) -> None:
+    """For a lab without a ``--real`` mode: only ``--pictures`` is accepted; anything
+    else (``--real`` included) is a usage error saying ``why``."""
+    LabArguments(doc, real=False, hint=why).parse_args()
 
 
 # --------------------------------------------------------------------------- --pictures

@@ -81,7 +81,7 @@ DEFAULT_CAPACITY = {"cpu": "4", "memory": "16Gi", "pods": "110"}
 class NodeEnvironment(_Strict):
     """Facts about the nodes' tools that change what kube-proxy writes but are not
     KubeProxyConfiguration settings. Field names follow the ``node:`` block of upstream's
-    test cases (../shared/kube-proxy/README.md), so a case's environment can be stated:
+    test cases (tests/data/kube-proxy/README.md), so a case's environment can be stated:
 
     * ``masqueradeMark``: the mark text kube-proxy writes; real kube-proxy writes
       ``0x00004000`` (default, from masqueradeBit), upstream's test fake ``0x4000``;

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Print svclab manifests that reproduce an upstream kube-proxy case file.
 
-python3 scripts/case_manifests.py ../shared/kube-proxy/cases/TestOverallIPTablesRules.yaml > m.yaml
+python3 scripts/case_manifests.py tests/data/kube-proxy/cases/TestOverallIPTablesRules.yaml > m.yaml
 svclab rules -f m.yaml --node test-node --restore-input
 """
 

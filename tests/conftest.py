@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared"
-CASES = SHARED / "kube-proxy" / "cases"
+#: test data kept in the repository (tests/data/kube-proxy/PROVENANCE.md says where it is from)
+DATA = Path(__file__).resolve().parent / "data"
+CASES = DATA / "kube-proxy" / "cases"
 
 
 @pytest.fixture

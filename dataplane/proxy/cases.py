@@ -1,4 +1,4 @@
-"""Read the shared kube-proxy reference cases (``shared/kube-proxy/cases/*.yaml``).
+"""Read the shared kube-proxy reference cases (``tests/data/kube-proxy/cases/*.yaml``).
 
 A case file carries a ``node:`` block (the upstream fake proxier's settings), complete
 ``services`` / ``endpointslices`` and expectations (README.md there describes the

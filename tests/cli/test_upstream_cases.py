@@ -2,7 +2,7 @@
 EndpointSlices applied with a matching Cluster and KubeProxyConfiguration
 (control.upstream_cases), then ``svclab rules`` (dumps) and
 ``svclab trace --at node/NAME --all -o json`` (flows). Every case file of a supported
-kind in ../shared/kube-proxy/cases is picked up."""
+kind in tests/data/kube-proxy/cases is picked up."""
 
 from __future__ import annotations
 
@@ -18,12 +18,10 @@ from control.cli.main import cli
 from control.upstream_cases import case_yaml
 from dataplane.proxy import normalize
 
-CASES = Path(__file__).resolve().parents[2].parent / "shared" / "kube-proxy" / "cases"
+CASES = Path(__file__).resolve().parents[1] / "data" / "kube-proxy" / "cases"
 
 
 def _cases(kind: str) -> list[Path]:
-    if not CASES.is_dir():
-        return []
     out = []
     for p in sorted(CASES.glob("*.yaml")):
         data = yaml.safe_load(p.read_text())
@@ -42,7 +40,7 @@ def _manifests(tmp_path: Path, case: dict[str, Any]) -> Path:
     return f
 
 
-def test_the_shared_cases_are_found() -> None:
+def test_the_case_files_are_found() -> None:
     assert [p.name for p in _cases("dump")] == ["TestOverallIPTablesRules.yaml"]
     assert [p.name for p in _cases("flows")] == ["TestExternalTrafficPolicyLocal.yaml"]
 

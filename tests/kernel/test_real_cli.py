@@ -239,7 +239,9 @@ def test_real_with_files_is_a_throw_away_cluster(tmp_path: Path) -> None:
     )
     assert res.exit_code == 0, res.output
     assert {x["verdict"] for x in json.loads(res.output)["connections"]} == {"delivered"}
-    assert set(list_ours(include_held=True)) == before
+    # the throw-away cluster's namespaces (this process's) are gone; clusters that other
+    # processes brought up meanwhile are held by them and not counted
+    assert set(list_ours()) <= before
     assert not (tmp_path / "unused").exists()
 
 

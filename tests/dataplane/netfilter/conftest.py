@@ -13,7 +13,7 @@ import yaml
 
 from dataplane.netfilter import Ruleset, apply_restore, parse_save
 
-CASES = Path(__file__).resolve().parents[4] / "shared" / "kube-proxy" / "cases"
+CASES = Path(__file__).resolve().parents[2] / "data" / "kube-proxy" / "cases"
 
 JUMPS = [
     (

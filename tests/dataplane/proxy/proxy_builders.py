@@ -18,7 +18,7 @@ from dataplane.proxy.model import IPFamily, LocalDetector, NodeProxyConfig
 from dataplane.proxy.normalize import parse_tables, rule_target
 from netmodel.objects import EndpointSlice, Service
 
-CASES = Path(__file__).resolve().parents[4] / "shared" / "kube-proxy" / "cases"
+CASES = Path(__file__).resolve().parents[2] / "data" / "kube-proxy" / "cases"
 
 FAKE_NODE_IPS = (
     "127.0.0.1",
