@@ -14,6 +14,44 @@ from netmodel.objects import Event, KubeObject, ObjectMeta, ObjectReference
 SYSTEM_NAMESPACE = "svclab-system"
 
 
+def event_about(
+    subject: KubeObject,
+    name: str,
+    created: str,
+    component: str,
+    reason: str,
+    message: str,
+    type_: str = "Normal",
+    *,
+    revision: int | None = None,
+    sequence: int | None = None,
+) -> Event:
+    """An Event NAME about SUBJECT, in the subject's namespace (``svclab-system`` for a
+    cluster-scoped one), created at CREATED (RFC 3339) and reported by COMPONENT, with
+    its place on the timeline (``revision``, ``sequence``) when the writer knows it. Fields
+    not given stay unset, so they are not sent (:meth:`~netmodel.objects.K8sModel.to_dict`
+    keeps only fields that were set)."""
+    timeline = {k: v for k, v in (("revision", revision), ("sequence", sequence)) if v is not None}
+    return Event(
+        metadata=ObjectMeta(
+            name=name,
+            namespace=subject.namespace or SYSTEM_NAMESPACE,
+            creation_timestamp=created,
+        ),
+        involved_object=ObjectReference(
+            kind=subject.kind,
+            namespace=subject.namespace or None,
+            name=subject.name,
+            uid=subject.metadata.uid,
+        ),
+        reason=reason,
+        message=message,
+        type=type_,
+        source_component=component,
+        **timeline,
+    )
+
+
 class Recorder:
     """Writes Events straight into the store (events are not admitted by the apiserver).
 
@@ -39,22 +77,14 @@ class Recorder:
     ) -> Event:
         seq = self._store.revision + 1
         ns = subject.namespace or SYSTEM_NAMESPACE
-        ev = Event(
-            metadata=ObjectMeta(
-                name=f"{subject.name}.{seq:08d}",
-                namespace=ns,
-                creation_timestamp=rfc3339(self._clock.now()),
-            ),
-            involved_object=ObjectReference(
-                kind=subject.kind,
-                namespace=subject.namespace or None,
-                name=subject.name,
-                uid=subject.metadata.uid,
-            ),
-            reason=reason,
-            message=message,
-            type=type_,
-            source_component=component,
+        ev = event_about(
+            subject,
+            f"{subject.name}.{seq:08d}",
+            rfc3339(self._clock.now()),
+            component,
+            reason,
+            message,
+            type_,
             revision=self._store.revision,
             sequence=seq,
         )

@@ -27,12 +27,12 @@ from collections.abc import Callable, Collection
 from contextlib import AbstractContextManager, nullcontext
 
 from control.clock import Clock, WallClock, rfc3339
-from control.events import SYSTEM_NAMESPACE, Recorder
+from control.events import SYSTEM_NAMESPACE, Recorder, event_about
 from control.informers.http import KubeClient, resource_path
 from control.informers.informer import SharedInformer
 from control.store.base import WatchEvent
 from netmodel.errors import NotFoundError, SvclabError
-from netmodel.objects import Event, KubeObject, Namespace, ObjectMeta, ObjectReference, Pod
+from netmodel.objects import Event, KubeObject, Namespace, Pod
 from netmodel.selectors import LabelSelector
 
 log = logging.getLogger("svclab.events")
@@ -135,22 +135,14 @@ class RemoteRecorder(Recorder):
         type_: str = "Normal",
     ) -> Event:
         ns = subject.namespace or SYSTEM_NAMESPACE
-        ev = Event(
-            metadata=ObjectMeta(
-                name=f"{subject.name}.{self._suffix()}",
-                namespace=ns,
-                creation_timestamp=rfc3339(self._clock.now()),
-            ),
-            involved_object=ObjectReference(
-                kind=subject.kind,
-                namespace=subject.namespace or None,
-                name=subject.name,
-                uid=subject.metadata.uid,
-            ),
-            reason=reason,
-            message=message,
-            type=type_,
-            source_component=component,
+        ev = event_about(
+            subject,
+            f"{subject.name}.{self._suffix()}",
+            rfc3339(self._clock.now()),
+            component,
+            reason,
+            message,
+            type_,
         )
         try:
             created = self.client.create(ev)

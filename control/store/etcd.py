@@ -65,7 +65,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import Any
 
-from control.store.base import EventType, WatchEvent, iter_matching
+from control.store.base import EventType, WatchEvent, bulk, iter_matching
 from control.store.etcd_client import EtcdClient, EtcdRequestError, parse_endpoints
 from control.store.etcd_layout import (
     MARKER_KEY,
@@ -80,7 +80,7 @@ from control.store.etcd_layout import (
     resource_prefix,
     unb64,
 )
-from control.store.etcd_watch import HistoryCompactedError, bulk, read_history
+from control.store.etcd_watch import HistoryCompactedError, read_history
 from netmodel.errors import CompactedError, ConflictError, NotFoundError
 from netmodel.objects import KubeObject
 from netmodel.selectors import LabelSelector

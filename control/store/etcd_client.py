@@ -104,7 +104,11 @@ class EtcdClient:
 
     def _attempts(self) -> Iterator[int]:
         """Member indices to try, current first, round after round until the deadline;
-        raises StoreUnavailableError at the end."""
+        raises StoreUnavailableError at the end. Starts a call afresh: no attempt has
+        failed yet (``retried``, the all-refused flag and the last error are reset)."""
+        self.retried = False
+        self._all_refused = True
+        self._last_error = "no answer"
         start = time.monotonic()
         n = len(self._clients)
         while True:
@@ -125,9 +129,6 @@ class EtcdClient:
 
     def call(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         """POST ``/v3/PATH`` with failover; returns the decoded JSON answer."""
-        self.retried = False
-        self._all_refused = True
-        self._last_error = "no answer"
         for i in self._attempts():
             client = self._clients[i]
             try:
@@ -166,9 +167,6 @@ class EtcdClient:
     def watch(self, create_request: dict[str, Any]) -> Iterator[dict[str, Any]]:
         """Open a watch stream (failover on connect) and yield each message's ``result``.
         The caller stops reading when it has what it needs; the stream is closed then."""
-        self.retried = False
-        self._all_refused = True
-        self._last_error = "no answer"
         for i in self._attempts():
             client = self._clients[i]
             try:

@@ -14,12 +14,9 @@ starts at a compacted revision, so svclab reads the stream itself
 
 from __future__ import annotations
 
-import gc
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
-from control.store.base import EventType, WatchEvent
+from control.store.base import EventType, WatchEvent, bulk
 from control.store.etcd_client import EtcdClient, StoreUnavailableError
 from control.store.etcd_layout import (
     MARKER_KEY,
@@ -39,19 +36,6 @@ class HistoryCompactedError(CompactedError):
     def __init__(self, message: str, oldest: int) -> None:
         super().__init__(message)
         self.oldest = oldest
-
-
-@contextmanager
-def bulk() -> Iterator[None]:
-    """Pause the cyclic GC while decoding many objects (they are acyclic; a collection
-    rescanning tens of thousands of live objects makes a bulk load several times slower)."""
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()
 
 
 def read_history(client: EtcdClient, since: int, until: int) -> list[WatchEvent]:

@@ -41,14 +41,13 @@ from __future__ import annotations
 
 import bisect
 import builtins
-import gc
 import sqlite3
 from collections.abc import Collection, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from types import TracebackType
 
-from control.store.base import EventType, WatchEvent, iter_matching
+from control.store.base import EventType, WatchEvent, bulk, iter_matching
 from netmodel.errors import CompactedError, ConflictError, NotFoundError
 from netmodel.objects import KINDS, KubeObject
 from netmodel.selectors import LabelSelector
@@ -84,20 +83,6 @@ def _load(kind: str, data: str) -> KubeObject:
     if cls is None:
         raise KeyError(f"unknown kind {kind!r} in store")
     return cls.model_validate_json(data)
-
-
-@contextmanager
-def _bulk() -> Iterator[None]:
-    """Pause the cyclic GC while decoding many objects: with tens of thousands of live
-    objects each collection rescans them all, which makes a bulk load ~5x slower. The
-    objects are acyclic, so nothing is missed."""
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()
 
 
 # undo record: (kind, key, object before the write or None if it did not exist)
@@ -156,7 +141,7 @@ class SqliteStore:
             rows = self._conn.execute(
                 "SELECT key, data FROM objects WHERE kind = ? ORDER BY key", (kind,)
             ).fetchall()
-            with _bulk():
+            with bulk():
                 bucket = {key: _load(kind, data) for key, data in rows}
             self._cache[kind] = bucket
         return bucket
@@ -189,7 +174,7 @@ class SqliteStore:
                 self._log_revs.clear()
                 self._opened_at = rev
             else:
-                with _bulk():
+                with bulk():
                     for r, type_, kind, key, data in rows:
                         obj = _load(kind, data)
                         bucket = self._cache.get(kind)
@@ -309,7 +294,7 @@ class SqliteStore:
                 "SELECT rev, type, kind, data FROM log WHERE rev > ? AND rev <= ? ORDER BY rev",
                 (since, self._opened_at),
             ).fetchall()
-            with _bulk():
+            with bulk():
                 for rev, type_, kind, data in rows:
                     if ks is None or kind in ks:
                         events.append(WatchEvent(type_, _load(kind, data), rev))

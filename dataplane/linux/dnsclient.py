@@ -35,6 +35,15 @@ class RawAnswer:
     sport: int
 
 
+def _socket_error(e: OSError) -> str:
+    """How dig words a failed exchange: refused, timed out, or the socket's own text."""
+    if isinstance(e, ConnectionRefusedError):
+        return "connection refused"
+    if isinstance(e, TimeoutError):
+        return "timed out"
+    return e.strerror or str(e)
+
+
 def query(
     netns: str, server: str, wire: bytes, *, tcp: bool = False, timeout: float = 2.0
 ) -> RawAnswer:
@@ -49,12 +58,8 @@ def query(
             sport = s.getsockname()[1]
             s.send(wire)
             data = s.recv(65535)
-        except ConnectionRefusedError:
-            return RawAnswer(None, "udp", "connection refused", False, sport)
-        except TimeoutError:
-            return RawAnswer(None, "udp", "timed out", False, sport)
         except OSError as e:
-            return RawAnswer(None, "udp", e.strerror or str(e), False, sport)
+            return RawAnswer(None, "udp", _socket_error(e), False, sport)
         finally:
             s.close()
         if len(data) < 3 or not data[2] & 0x02:  # TC
@@ -72,12 +77,8 @@ def query(
             if not chunk:
                 break
             buf += chunk
-    except ConnectionRefusedError:
-        return RawAnswer(None, "tcp", "connection refused", truncated, sport)
-    except TimeoutError:
-        return RawAnswer(None, "tcp", "timed out", truncated, sport)
     except OSError as e:
-        return RawAnswer(None, "tcp", e.strerror or str(e), truncated, sport)
+        return RawAnswer(None, "tcp", _socket_error(e), truncated, sport)
     finally:
         t.close()
     if len(buf) < 2:

@@ -27,9 +27,8 @@ from pathlib import Path
 
 from dataplane.dns.zone import DnsZone
 from dataplane.linux.names import ClusterNames, short_hash
-from dataplane.linux.servers import is_ours, kill_pids, read_pid
+from dataplane.linux.servers import is_ours, kill_pids, read_pid, start_ready
 from dataplane.linux.state import StateDir
-from netmodel.errors import BackendError
 
 SERVER_SCRIPT = Path(__file__).with_name("dnsserver.py")
 NETNS_ETC = Path("/etc/netns")
@@ -107,33 +106,19 @@ class DnsServers:
         return out
 
     def _start(self, pod: str, netns: str) -> int:
-        log = (self.dir / "server.log").open("ab")
-        try:
-            proc = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-P",  # not the script's directory first: its dns*.py names
-                    str(SERVER_SCRIPT),
-                    netns,
-                    str(self.zone_file),
-                    pod,
-                    str(self.log_file),
-                ],
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=log,
-                start_new_session=True,
-                close_fds=True,
-            )
-        finally:
-            log.close()
-        assert proc.stdout is not None
-        line = proc.stdout.readline()
-        proc.stdout.close()
-        if line.strip() != b"ready":
-            proc.kill()
-            proc.wait()
-            raise BackendError(f"DNS server of pod {pod} did not start (see {self.dir}/server.log)")
+        proc = start_ready(
+            [
+                sys.executable,
+                "-P",  # not the script's directory first: its dns*.py names
+                str(SERVER_SCRIPT),
+                netns,
+                str(self.zone_file),
+                pod,
+                str(self.log_file),
+            ],
+            self.dir / "server.log",
+            f"DNS server of pod {pod}",
+        )
         _children[proc.pid] = proc
         self.pid_file(pod).write_text(f"{proc.pid}\n")
         return proc.pid

@@ -37,6 +37,33 @@ Proto = Literal["tcp", "udp"]
 _children: dict[Path, subprocess.Popen[bytes]] = {}
 
 
+def start_ready(argv: list[str], log_path: Path, what: str) -> subprocess.Popen[bytes]:
+    """Start ARGV in a session of its own (a Ctrl-C of the caller does not reach it),
+    its stderr appended to LOG_PATH, and wait for the ``ready`` line it prints on stdout;
+    a process that does not say it is killed and reaped, and BackendError names WHAT and
+    the log."""
+    log = log_path.open("ab")
+    try:
+        proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=log,
+            start_new_session=True,
+            close_fds=True,
+        )
+    finally:
+        log.close()
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    proc.stdout.close()
+    if line.strip() != b"ready":
+        proc.kill()
+        proc.wait()
+        raise BackendError(f"{what} did not start (see {log_path})")
+    return proc
+
+
 @dataclass(frozen=True, slots=True)
 class ServerSpec:
     """A pod server: the pod it answers for and its containerPorts."""
@@ -64,27 +91,11 @@ class PodServers:
         if pid is not None and self.state.supervisor_sock.exists():
             return pid
         self.state.ensure()
-        log = (self.dir / "supervisor.log").open("ab")
-        try:
-            proc = subprocess.Popen(
-                [sys.executable, "-I", str(SERVER_SCRIPT), str(self.dir)],
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=log,
-                start_new_session=True,  # a Ctrl-C of the caller does not reach it
-                close_fds=True,
-            )
-        finally:
-            log.close()
-        assert proc.stdout is not None
-        line = proc.stdout.readline()
-        proc.stdout.close()
-        if line.strip() != b"ready":
-            proc.kill()
-            proc.wait()
-            raise BackendError(
-                f"pod server supervisor did not start (see {self.dir}/supervisor.log)"
-            )
+        proc = start_ready(
+            [sys.executable, "-I", str(SERVER_SCRIPT), str(self.dir)],
+            self.dir / "supervisor.log",
+            "pod server supervisor",
+        )
         _children[self.dir] = proc
         return proc.pid
 

@@ -102,6 +102,15 @@ def to_bytes(api: API, res: Resource, obj: Any) -> bytes:
     return wire.dumps(to_wire(api, res, obj))
 
 
+def _written(
+    api: API, res: Resource, stored: Any, dry: bool, code: int, warnings: list[str]
+) -> Response:
+    """The answer to a create, update or patch: the stored object (a dry run's result is
+    encoded afresh, as it never reaches the cache) with any field warnings as headers."""
+    data = to_bytes(api, res, stored) if not dry else wire.dumps(to_wire(api, res, stored))
+    return respond(data, code, warn_headers(warnings))
+
+
 def _meta(d: dict[str, Any]) -> dict[str, Any]:
     return d.get("metadata", {})
 
@@ -606,11 +615,7 @@ async def _create(
         raise status.from_svclab(e, res, res.kind, name, creating=True) from None
     if not dry:
         _after_write(api, res, stored)
-    return respond(
-        to_bytes(api, res, stored) if not dry else wire.dumps(to_wire(api, res, stored)),
-        201,
-        warn_headers(warnings),
-    )
+    return _written(api, res, stored, dry, 201, warnings)
 
 
 def _after_write(api: API, res: Resource, obj: KubeObject | None) -> None:
@@ -686,11 +691,7 @@ async def _update(
         current,
         status_only=(sub == "status"),
     )
-    return respond(
-        to_bytes(api, res, stored) if not dry else wire.dumps(to_wire(api, res, stored)),
-        200,
-        warn_headers(warnings),
-    )
+    return _written(api, res, stored, dry, 200, warnings)
 
 
 def write_update(
@@ -822,11 +823,7 @@ async def _patch(
             if e.reason == "Conflict" and not patched_rv:
                 continue
             raise
-        return respond(
-            to_bytes(api, res, stored) if not dry else wire.dumps(to_wire(api, res, stored)),
-            200,
-            warn_headers(warnings),
-        )
+        return _written(api, res, stored, dry, 200, warnings)
     raise status.conflict(res, info.name, status.STALE)
 
 

@@ -67,18 +67,26 @@ def _write(path: Path, data: bytes, *, private: bool = False) -> None:
     tmp.replace(path)
 
 
-def new_ca(common_name: str = "kubernetes") -> CA:
-    key = _key()
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
-    cert = (
+def _builder(
+    subject: x509.Name,
+    issuer: x509.Name,
+    key: ec.EllipticCurvePrivateKey,
+    *,
+    days: int,
+    ca: bool,
+) -> x509.CertificateBuilder:
+    """What a CA and a leaf certificate share: SUBJECT's KEY issued by ISSUER, valid from
+    five minutes ago (clock skew) for DAYS, basic constraints and key usage (digital
+    signature, key encipherment, and certificate signing for a CA only), both critical."""
+    return (
         x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
+        .subject_name(subject)
+        .issuer_name(issuer)
         .public_key(key.public_key())
         .serial_number(x509.random_serial_number())
         .not_valid_before(_now() - dt.timedelta(minutes=5))
-        .not_valid_after(_now() + dt.timedelta(days=3650))
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .not_valid_after(_now() + dt.timedelta(days=days))
+        .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
         .add_extension(
             x509.KeyUsage(
                 digital_signature=True,
@@ -86,13 +94,21 @@ def new_ca(common_name: str = "kubernetes") -> CA:
                 key_encipherment=True,
                 data_encipherment=False,
                 key_agreement=False,
-                key_cert_sign=True,
+                key_cert_sign=ca,
                 crl_sign=False,
                 encipher_only=False,
                 decipher_only=False,
             ),
             critical=True,
         )
+    )
+
+
+def new_ca(common_name: str = "kubernetes") -> CA:
+    key = _key()
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
+    cert = (
+        _builder(name, name, key, days=3650, ca=True)
         .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
         .sign(key, hashes.SHA256())
     )
@@ -107,33 +123,9 @@ def _leaf(
     days: int = 365,
 ) -> tuple[bytes, bytes]:
     key = _key()
-    builder = (
-        x509.CertificateBuilder()
-        .subject_name(subject)
-        .issuer_name(ca.cert.subject)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(_now() - dt.timedelta(minutes=5))
-        .not_valid_after(_now() + dt.timedelta(days=days))
-        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=True,
-                content_commitment=False,
-                key_encipherment=True,
-                data_encipherment=False,
-                key_agreement=False,
-                key_cert_sign=False,
-                crl_sign=False,
-                encipher_only=False,
-                decipher_only=False,
-            ),
-            critical=True,
-        )
-        .add_extension(
-            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca.key.public_key()),
-            critical=False,
-        )
+    builder = _builder(subject, ca.cert.subject, key, days=days, ca=False).add_extension(
+        x509.AuthorityKeyIdentifier.from_issuer_public_key(ca.key.public_key()),
+        critical=False,
     )
     if server_names is not None:
         alt: list[x509.GeneralName] = []

@@ -35,6 +35,10 @@ _AGE: Col = (
     "CreationTimestamp is a timestamp representing the server time when this object was created.",
 )
 
+#: the pod-template columns of deployments and replicasets (values from :func:`_containers`)
+_CONTAINERS: Col = ("Containers", "string", 1, "Names of each container in the template.")
+_IMAGES: Col = ("Images", "string", 1, "Images referenced by each container in the template.")
+
 
 def human_duration(seconds: float) -> str:
     """k8s.io/apimachinery's duration.HumanDuration."""
@@ -406,8 +410,8 @@ TABLES: dict[str, tuple[list[Col], Callable[[Any, float], list[Any]]]] = {
                 "Total number of available pods (ready for at least minReadySeconds) targeted by this deployment.",
             ),
             _AGE,
-            ("Containers", "string", 1, "Names of each container in the template."),
-            ("Images", "string", 1, "Images referenced by each container in the template."),
+            _CONTAINERS,
+            _IMAGES,
             (
                 "Selector",
                 "string",
@@ -424,8 +428,8 @@ TABLES: dict[str, tuple[list[Col], Callable[[Any, float], list[Any]]]] = {
             ("Current", "integer", 0, "Replicas is the most recently observed number of replicas."),
             ("Ready", "integer", 0, "The number of ready replicas for this replica set."),
             _AGE,
-            ("Containers", "string", 1, "Names of each container in the template."),
-            ("Images", "string", 1, "Images referenced by each container in the template."),
+            _CONTAINERS,
+            _IMAGES,
             (
                 "Selector",
                 "string",
