@@ -18,7 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import EXAMPLES, Checks, parse_without_real, save_timeline
 
-from control.cli.printers import table
+from app.cli.printers import table
 from control.events import timeline
 from control.session import Session
 from netmodel.objects import EndpointSlice, Node, Pod, Service

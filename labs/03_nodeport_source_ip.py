@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import Checks, backend, parse_real_flag, save_trace
 
-from control import emulation
+from app import emulation
 from control.session import Session
 from netmodel.manifests import load_text
 

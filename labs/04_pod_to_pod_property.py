@@ -48,9 +48,9 @@ from _common import Checks, LabArguments, backend
 from hypothesis import HealthCheck, Phase, example, given, settings
 from hypothesis import strategies as st
 
-from control.backends import EmulatorBackend, RealBackend
-from control.emulation import running_pods
+from app.emulation import running_pods
 from control.session import Session
+from dataplane.backends import EmulatorBackend, RealBackend
 from dataplane.emulator.trace import Trace
 from dataplane.linux.conntrack import parse_line
 from netmodel.manifests import load_text

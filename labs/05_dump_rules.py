@@ -48,16 +48,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import Checks, backend, parse_real_flag
 
-from control.backends import EmulatorBackend, RealBackend
-from control.cli.rules_cmd import node_rules
+from app.cli.rules_cmd import node_rules
 from control.session import Session
-from dataplane.emulator.filters import IptablesRules
+from dataplane.backends import EmulatorBackend, RealBackend
 from dataplane.proxy.iptables import IptablesRender
 from dataplane.proxy.ipvs import IpvsRender
 from dataplane.proxy.naming import sep_chain, svc_chain
 from dataplane.proxy.normalize import Table, parse_tables, rule_target
 from netmodel.manifests import load_text
 from netmodel.objects import Node, Pod, Service
+from netmodel.rulesets import IptablesRules
 
 CLIENT = "203.0.113.5"
 NODE_PORT = 30081
@@ -374,7 +374,7 @@ def traffic(
 def kernel(c: Checks, be: RealBackend, save_text: str) -> None:
     """What node-1's own iptables-save prints, now that its rules are loaded, compared
     with what iptables-restore was given and with the text printed above."""
-    from control.real import kernel_holds
+    from dataplane.backends.realise import kernel_holds
     from dataplane.linux import rules as linux_rules
 
     print("\n== on the kernel: node-1's own iptables-save")

@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import Checks, backend, parse_real_flag
 
-from control import dnsqueries
+from app import dnsqueries
 from control.apiserver.clusterdns import DEPLOYMENT_KEY
 from control.session import Session
 from dataplane.dns.dig import render

@@ -36,7 +36,8 @@ class Checks:
 def backend(session, *, real: bool, external_clients=(), seed: int = 0):  # type: ignore[no-untyped-def]
     """A context manager yielding the emulator (default) or the real kernel (``--real``)
     for ``session``'s converged cluster: both realise the same ClusterView."""
-    from control import backends, emulation
+    from app import emulation
+    from dataplane import backends
 
     view = emulation.view(session, external_clients=external_clients)
     if real:
@@ -97,11 +98,11 @@ def save_timeline(session, name: str) -> None:  # type: ignore[no-untyped-def]
     out = pictures_dir()
     if out is None:
         return
+    from app.pictures.files import write_graph
+    from app.pictures.scene import pod_nodes
+    from app.pictures.sequence import sequence_graph
+    from app.pictures.timeline import sequence
     from control.events import timeline
-    from control.pictures.files import write_graph
-    from control.pictures.scene import pod_nodes
-    from control.pictures.sequence import sequence_graph
-    from control.pictures.timeline import sequence
 
     tl = sequence(timeline(session.store), pod_nodes(session))
     _written(write_graph(sequence_graph(tl, title=name), out / f"{name}.svg"))
@@ -113,10 +114,10 @@ def save_trace(session, name: str, src: str, dst: str, proto: str, port=None, cl
     out = pictures_dir()
     if out is None:
         return
-    from control import emulation
-    from control.pictures.files import write_graph
-    from control.pictures.path import path_graph
-    from control.pictures.scene import scene
+    from app import emulation
+    from app.pictures.files import write_graph
+    from app.pictures.path import path_graph
+    from app.pictures.scene import scene
 
     view = emulation.view(session, external_clients=clients)
     trace = emulation.emulator(session, external_clients=clients).trace(src, dst, proto, port)
@@ -131,8 +132,8 @@ def save_shares(counts, name: str, title: str) -> None:  # type: ignore[no-untyp
         return
     from scipy.stats import chisquare
 
-    from control.pictures.files import write_figure
-    from control.pictures.shares import ChiSquare, shares_figure
+    from app.pictures.files import write_figure
+    from app.pictures.shares import ChiSquare, shares_figure
 
     test = chisquare(list(counts.values()))
     chi = ChiSquare(float(test.statistic), len(counts) - 1, float(test.pvalue))

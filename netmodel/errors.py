@@ -1,21 +1,52 @@
-"""svclab's error tree. Every error a user can cause is one of these.
+"""svclab's error tree, in one place. Every error a user can cause is a
+:class:`SvclabError`; the CLI prints it as one line (``str(err)``) and exits with its
+``exit_code`` (1 for all of them today).
 
-::
+The bases are defined here; the subclasses next to the code that raises them (they carry
+its vocabulary), listed here with where each lives::
 
-    SvclabError                    exit code 1 unless stated
+    SvclabError
     ├── InputError                 bad manifest / flag value: names file, document, object, field
-    │   └── SchemaError            unknown kind or field, wrong type (strict field validation)
-    ├── InvalidError               the apiserver refused an object (validation / admission)
-    │   └── AllocationError        no free ClusterIP / NodePort / podCIDR / LB IP, or one taken
+    │   ├── SchemaError            unknown kind or field, wrong type (strict field validation)
+    │   ├── InvalidError           the apiserver refused an object (validation / admission)
+    │   │   └── AllocationError    no free ClusterIP / NodePort / podCIDR / LB IP, or one taken
+    │   ├── RestoreError           iptables-save/restore text refused (dataplane.netfilter.ruleparse)
+    │   ├── NftError               nft text refused (dataplane.netfilter.nftrules)
+    │   └── TooManyNodesError      a picture of more nodes than it can draw (app.pictures.scene)
     ├── ConflictError              resourceVersion compare-and-swap failed, or already exists
     ├── NotFoundError              no such object
     ├── CompactedError             watch from a revision older than the store keeps
+    │   └── HistoryCompactedError  etcd compacted the revision asked for (control.store.etcd_watch)
     ├── UnsupportedRuleError       a netfilter match/target svclab cannot evaluate (names the line)
-    └── BackendError               the real kernel backend failed (names the operation)
+    ├── BackendError               the real kernel backend failed (names the operation)
+    │   ├── CniError               a CNI plugin failed (dataplane.linux.cni)
+    │   ├── NotReady               a realised cluster did not become ready (dataplane.linux.ready)
+    │   ├── ConnectFailed          a kernel connection failed: its socket's verdict
+    │   │                          (dataplane.linux.traffic)
+    │   ├── PortInUse              the source port asked for is taken (dataplane.linux.traffic)
+    │   └── IpamMismatch           the real host-local IPAM chose another address than the
+    │                              model (app.realnet)
+    ├── NoClusterError             no cluster in the state directory (control.session)
+    ├── ConvergenceError           the runner found no fixed point (control.runner)
+    ├── AlreadyServedError         the state directory is served already (control.serving)
+    ├── StoreUnavailableError      no etcd member answers (control.store.etcd_client)
+    ├── EtcdRequestError           etcd refused a request (control.store.etcd_client)
+    ├── APIError                   the API server answered with an error status
+    │   │                          (control.informers.http)
+    │   └── AccessError            ... 401 or 403 (control.informers.http)
+    ├── ReadOnlyError              a write through a read-only API client (control.informers.remote)
+    ├── NoRealCluster              no real cluster recorded in the state directory (app.real)
+    └── LookupFailed               a DNS name did not resolve (app.names)
 
-    UsageError (exit code 2) is the CLI's (click.UsageError); it is not part of this tree.
+Outside the tree, on purpose:
 
-Each error renders as one line (``str(err)``), which is what the CLI prints.
+* ``UsageError`` (exit code 2) is the CLI's (``click.UsageError``, printed as one line by
+  ``app.cli.context.OneLineUsageError``);
+* the HTTP API server's own exceptions become Kubernetes ``Status`` responses, never CLI
+  errors: ``control.apiserver.http.status.APIError``, ``.authn.Unauthorized``,
+  ``.patch.PatchError``, ``.proto.ProtobufError``;
+* warnings: ``control.apiserver.validation.APIWarning`` (what kube-apiserver returns as
+  ``Warning`` headers), ``dataplane.backends.realise.DriftWarning``.
 """
 
 from __future__ import annotations

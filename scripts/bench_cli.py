@@ -11,7 +11,7 @@ made once in a temporary directory (``svclab --state DIR apply -f examples/web.y
     trace      svclab --state DIR trace --from pod/POD --to svc/default/web:80
 
 Also reported: ``python -c pass`` (the interpreter's own start-up, the floor) and the
-cumulative ``-X importtime`` of ``control.cli.main`` (best and median, seconds).
+cumulative ``-X importtime`` of ``app.cli.main`` (best and median, seconds).
 
 Two rounds: ``no_bytecode_cache`` runs in the caller's environment as it is (where
 ``PYTHONDONTWRITEBYTECODE`` is set, svclab's own modules are compiled from source on every
@@ -46,7 +46,7 @@ def svclab_script() -> list[str]:
     found = shutil.which("svclab")
     if found:
         return [found]
-    return [sys.executable, "-c", "import sys; from control.cli.main import main; main()"]
+    return [sys.executable, "-c", "import sys; from app.cli.main import main; main()"]
 
 
 def run(
@@ -135,7 +135,7 @@ def main() -> None:
             for name, argv in commands.items():
                 figures[name] = timed([*svclab, *argv], args.repeat, env)
             figures["importtime_control_cli_main"] = import_time(
-                "control.cli.main", args.repeat, env
+                "app.cli.main", args.repeat, env
             )
             result[label] = figures
     print(json.dumps(result, indent=2))

@@ -92,7 +92,7 @@ def cli_run(path: str, n: int) -> tuple[float, int]:
 
 def per_connection_ratio(path: str, n: int, rounds: int) -> dict[str, float]:
     """CPU time per connection: the CLI's loop over the bench's full path."""
-    from control import emulation
+    from app import emulation
     from control.session import Session
 
     session = Session.from_files([path])

@@ -39,9 +39,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from control import emulation
-from control.backends import emulator_backend, real_backend
+from app import emulation
 from control.session import Session
+from dataplane.backends import emulator_backend, real_backend
 from dataplane.emulator.resolver import query
 from netmodel.manifests import load_text
 

@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 N = 10_000
-SVCLAB = [sys.executable, "-c", "from control.cli.main import main; main()"]
+SVCLAB = [sys.executable, "-c", "from app.cli.main import main; main()"]
 
 
 def make_dump(n: int) -> dict[str, object]:

@@ -8,7 +8,7 @@ Two clusters, each applied once to a persistent state in a temporary directory:
   ``topology_whole`` is ``svclab topology FILE.svg`` (refused: too many nodes, exit 1,
   with the hint to use ``--node``); ``topology_node`` is ``svclab topology FILE.svg
   --node NAME`` for a node with a pod. The target: at most 10 s.
-* ``nodes_20``: tests/control/pictures/cluster20.yaml. ``topology_svg``,
+* ``nodes_20``: tests/app/pictures/cluster20.yaml. ``topology_svg``,
   ``topology_png``, ``events_svg`` (the whole timeline), ``events_for_svg``
   (``--for deploy/web``), ``trace_svg`` (``trace --diagram``), ``connect_png``
   (``connect -n 1000 --plot``), ``report`` (``report -o``).
@@ -55,7 +55,7 @@ spec:
 
 def svclab() -> list[str]:
     exe = shutil.which("svclab", path=str(Path(sys.executable).parent))
-    return [exe] if exe else [sys.executable, "-m", "control.cli.main"]
+    return [exe] if exe else [sys.executable, "-m", "app.cli.main"]
 
 
 def run(args: list[str], *, ok: tuple[int, ...] = (0,)) -> tuple[float, str]:
@@ -91,7 +91,7 @@ def main() -> None:
             "topology_node": timed([*big, "topology", str(t / "node.svg"), "--node", node], repeat),
         }
         small = [*cli, "--state", str(t / "small")]
-        run([*small, "apply", "-f", str(ROOT / "tests/control/pictures/cluster20.yaml")])
+        run([*small, "apply", "-f", str(ROOT / "tests/app/pictures/cluster20.yaml")])
         _, names = run([*small, "get", "pods", "-o", "name"])
         pod = "pod/default/" + sorted(names.split())[0].split("/", 1)[1]
         cases = {

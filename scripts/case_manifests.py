@@ -10,8 +10,7 @@ from __future__ import annotations
 import sys
 
 import yaml
-
-from control.upstream_cases import case_yaml
+from upstream_cases import case_yaml
 
 if __name__ == "__main__":
     if len(sys.argv) != 2:

@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 out=docs/images
 mkdir -p "$out"
 svclab=(svclab)
-command -v svclab >/dev/null || svclab=(python3 -m control.cli.main)
+command -v svclab >/dev/null || svclab=(python3 -m app.cli.main)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 s=("${svclab[@]}" --state "$tmp/state")

@@ -1,5 +1,5 @@
 """Cluster DNS's answers: CoreDNS's kubernetes plugin as kubeadm configures it, over a
-:class:`~dataplane.dns.zone.DnsZone`. Pure: bytes in, bytes out (wire format by
+:class:`~netmodel.dnszone.DnsZone`. Pure: bytes in, bytes out (wire format by
 dnspython).
 
 kubeadm's Corefile is ``kubernetes <domain> in-addr.arpa ip6.arpa { pods insecure;
@@ -69,7 +69,7 @@ import dns.rdataclass
 import dns.rdatatype
 import dns.rrset
 
-from dataplane.dns.zone import DnsZone, EndpointRecord, ServiceRecord
+from netmodel.dnszone import DnsZone, EndpointRecord, ServiceRecord
 
 TTL = 30
 UDP_LIMIT = 512

@@ -8,7 +8,7 @@ not change under it, so neither does the answer; the ID is the asker's)."""
 from __future__ import annotations
 
 from dataplane.dns.answer import answer_wire
-from dataplane.dns.zone import DnsZone
+from netmodel.dnszone import DnsZone
 
 CACHE_MAX = 10_000
 

@@ -11,8 +11,8 @@ from dataplane.emulator.cluster import (
     EmulatedCluster,
     PingResult,
 )
-from dataplane.emulator.filters import IptablesRules, IpvsRules, NftRules, RulesetInput
 from dataplane.emulator.trace import VERDICTS, DeliveredTo, EndpointChance, Hop, Trace
+from netmodel.rulesets import IptablesRules, IpvsRules, NftRules, RulesetInput
 
 __all__ = [
     "VERDICTS",

@@ -33,15 +33,10 @@ from pathlib import Path
 from random import Random
 from typing import Any, Literal
 
-from dataplane.dns.resolvconf import ResolvConf
 from dataplane.emulator.devices import Bridge, Epoch
 from dataplane.emulator.filters import (
     CompiledRules,
     EngineFilter,
-    IptablesRules,
-    IpvsRules,
-    NftRules,
-    RulesetInput,
     TrackingFilter,
 )
 from dataplane.emulator.host import Host
@@ -58,6 +53,8 @@ from netmodel.errors import InputError
 from netmodel.ip import IPAddress
 from netmodel.network import ClusterNetwork, Interface, Netns, stable_mac
 from netmodel.packet import ICMP_ECHO_REQUEST, Packet
+from netmodel.resolvconf import ResolvConf
+from netmodel.rulesets import IptablesRules, IpvsRules, NftRules, RulesetInput
 
 Proto = Literal["tcp", "udp", "icmp"]
 _P31 = 2**31

@@ -1,12 +1,7 @@
 """The netfilter of each emulated namespace, over :mod:`dataplane.netfilter`.
 
-:class:`RulesetInput` is what a node's rules can be given as (a small union):
-
-* :class:`IptablesRules` — ``iptables-save`` text (or an ``iptables-restore`` payload
-  applied to empty tables with ``restore=True``);
-* :class:`NftRules` — ``nft list ruleset`` / ``nft -f`` text;
-* :class:`IpvsRules` — ``ipvsadm-save -n`` text plus ``ipset save`` text plus the
-  iptables glue (``iptables-save`` text).
+:data:`~netmodel.rulesets.RulesetInput` (:mod:`netmodel.rulesets`) is what a node's
+rules can be given as: iptables, nftables or IPVS text, compiled here.
 
 :class:`EngineFilter` implements :class:`~dataplane.emulator.hooks.PacketFilter` with a
 :class:`dataplane.netfilter.evaluate.Netfilter`; a namespace without rules gets a
@@ -50,37 +45,7 @@ from dataplane.netfilter.rules import Ruleset
 from dataplane.netfilter.trace import TraceRecord
 from netmodel.ip import IPAddress
 from netmodel.packet import Packet
-
-
-@dataclass(frozen=True, slots=True)
-class IptablesRules:
-    """``iptables-save`` text; with ``restore`` an ``iptables-restore`` payload applied to
-    empty tables (kube-proxy's jump rules are then missing unless the text has them)."""
-
-    text: str
-    restore: bool = False
-    source: str = "<iptables-save>"
-
-
-@dataclass(frozen=True, slots=True)
-class NftRules:
-    """``nft`` ruleset text."""
-
-    text: str
-    source: str = "<nft>"
-
-
-@dataclass(frozen=True, slots=True)
-class IpvsRules:
-    """IPVS state: ``ipvsadm-save -n`` text, ``ipset save`` text and the iptables glue."""
-
-    ipvsadm: str
-    ipset: str
-    iptables: str
-    source: str = "<ipvs>"
-
-
-RulesetInput = IptablesRules | NftRules | IpvsRules
+from netmodel.rulesets import IptablesRules, IpvsRules, NftRules, RulesetInput
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,7 +5,7 @@ DNATed by kube-proxy to a DNS pod and its answer comes back through conntrack.
 * :func:`query` — one question to one server (``dig @SERVER NAME TYPE``): a UDP
   datagram; a truncated (TC) answer is asked again over TCP, as dig and glibc do.
 * :func:`resolve` — glibc's stub resolver (``res_nsearch``) for a pod: the names of
-  :func:`dataplane.dns.resolvconf.search_order` in turn, each asked of the pod's
+  :func:`netmodel.resolvconf.search_order` in turn, each asked of the pod's
   nameservers in order, until one answers with records. NXDOMAIN, NODATA and SERVFAIL go
   on to the next name; no answer at all (a REJECT's ICMP port unreachable, a DROP's
   timeout) ends the lookup, as ``res_nsearch`` gives up on ECONNREFUSED and timeouts.
@@ -24,10 +24,10 @@ import dns.name
 import dns.rcode
 import dns.rdatatype
 
-from dataplane.dns.resolvconf import ResolvConf, search_order
 from dataplane.emulator.cluster import EmulatedCluster
 from dataplane.emulator.trace import Trace
 from netmodel.errors import InputError
+from netmodel.resolvconf import ResolvConf, search_order
 
 DNS_PORT = 53
 

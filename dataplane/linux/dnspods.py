@@ -25,10 +25,10 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
-from dataplane.dns.zone import DnsZone
 from dataplane.linux.names import ClusterNames, short_hash
 from dataplane.linux.servers import is_ours, kill_pids, read_pid, start_ready
 from dataplane.linux.state import StateDir
+from netmodel.dnszone import DnsZone
 
 SERVER_SCRIPT = Path(__file__).with_name("dnsserver.py")
 NETNS_ETC = Path("/etc/netns")

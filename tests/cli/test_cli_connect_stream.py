@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner, Result
 
-from control.cli.main import cli
-from control.cli.traffic_cmd import wilson_interval
+from app.cli.main import cli
+from app.cli.traffic_cmd import wilson_interval
 
 ROOT = Path(__file__).resolve().parents[2]
 WEB = ROOT / "examples" / "web.yaml"

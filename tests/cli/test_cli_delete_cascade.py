@@ -8,7 +8,7 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from control.cli.main import cli
+from app.cli.main import cli
 from control.store.sqlite import SqliteStore
 from netmodel.objects import Pod
 

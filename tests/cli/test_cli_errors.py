@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from control.cli.main import cli
+from app.cli.main import cli
 from control.store.sqlite import SqliteStore
 
 GOOD = Path(__file__).resolve().parents[2] / "examples" / "web.yaml"

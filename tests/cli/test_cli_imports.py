@@ -20,7 +20,7 @@ WEB = ROOT / "examples" / "web.yaml"
 
 #: never imported by --help or a usage error (the brief: these four above all)
 NOT_AT_START = (
-    "control.real",
+    "app.real",
     "pyroute2",
     "scipy",
     "scapy",
@@ -30,20 +30,20 @@ NOT_AT_START = (
     "pydantic",
     "dataplane.linux",
     "dataplane.emulator",
-    "control.backends",
-    "control.emulation",
+    "dataplane.backends",
+    "app.emulation",
     "control.session",
     "graphviz",
     "matplotlib",
-    "control.pictures",
+    "app.pictures",
 )
 
-#: runs ``control.cli.main`` on argv (JSON in sys.argv[1]) with standalone_mode=False,
+#: runs ``app.cli.main`` on argv (JSON in sys.argv[1]) with standalone_mode=False,
 #: prints the exit status and every loaded module whose top package or prefix is asked
 PROBE = """
 import json, sys
 import click
-from control.cli.main import cli
+from app.cli.main import cli
 argv, watched = json.loads(sys.argv[1])
 try:
     cli.main(argv, prog_name="svclab", standalone_mode=False)
@@ -111,7 +111,7 @@ def test_get_reads_the_store_without_the_control_plane(tmp_path: Path) -> None:
     finally:
         session.close()
     heavy = (
-        "control.real",
+        "app.real",
         "pyroute2",
         "scipy",
         "scapy",
@@ -129,7 +129,7 @@ def test_get_reads_the_store_without_the_control_plane(tmp_path: Path) -> None:
 
 def test_constants_repeated_for_start_up_agree() -> None:
     """The two values the CLI repeats so that --help need not import their modules."""
-    from control.cli import main, rules_cmd
+    from app.cli import main, rules_cmd
     from control.session import DEFAULT_STATE
     from dataplane.proxy import MODES
 

@@ -12,7 +12,7 @@ import pytest
 import yaml
 from click.testing import CliRunner, Result
 
-from control.cli.main import cli
+from app.cli.main import cli
 
 ROOT = Path(__file__).resolve().parents[2]
 WEB = ROOT / "examples" / "web.yaml"

@@ -187,7 +187,7 @@ CASES: dict[str, tuple[list[str], int, str]] = {
 
 def svclab(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-c", "from control.cli.main import main; main()", *args],
+        [sys.executable, "-c", "from app.cli.main import main; main()", *args],
         capture_output=True,
         text=True,
         cwd=cwd,
@@ -256,7 +256,7 @@ def test_a_refused_cluster_id_leaves_no_real_json_and_a_damaged_one_bricks_nothi
 
 
 def test_the_cluster_id_pattern_agrees_with_the_real_backend() -> None:
-    from control.cli.types import CLUSTER_ID_PATTERN
+    from app.cli.types import CLUSTER_ID_PATTERN
     from dataplane.linux.names import CLUSTER_ID_RE
 
     assert CLUSTER_ID_RE.pattern == CLUSTER_ID_PATTERN

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner, Result
 
-from control.cli.main import cli
+from app.cli.main import cli
 
 WEB = Path(__file__).resolve().parents[2] / "examples" / "web.yaml"
 SVG = "{http://www.w3.org/2000/svg}"

@@ -18,7 +18,7 @@ from urllib.parse import quote
 import pytest
 from click.testing import CliRunner
 
-from control.cli.main import cli
+from app.cli.main import cli
 
 WEB = Path(__file__).resolve().parents[2] / "examples" / "web.yaml"
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"

@@ -1,6 +1,6 @@
 """Upstream kube-proxy cases through the whole CLI: the case's Services and
 EndpointSlices applied with a matching Cluster and KubeProxyConfiguration
-(control.upstream_cases), then ``svclab rules`` (dumps) and
+(upstream_cases), then ``svclab rules`` (dumps) and
 ``svclab trace --at node/NAME --all -o json`` (flows). Every case file of a supported
 kind in tests/data/kube-proxy/cases is picked up."""
 
@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 import yaml
 from click.testing import CliRunner
+from upstream_cases import case_yaml
 
-from control.cli.main import cli
-from control.upstream_cases import case_yaml
+from app.cli.main import cli
 from dataplane.proxy import normalize
 
 CASES = Path(__file__).resolve().parents[1] / "data" / "kube-proxy" / "cases"

@@ -12,11 +12,11 @@ import dns.flags
 import pytest
 from click.testing import CliRunner
 
-from control import dnsqueries, emulation
+from app import dnsqueries, emulation
+from app.cli.main import cli
 from control.apiserver.clusterdns import DEPLOYMENT_KEY, SERVICE_KEY
-from control.backends import emulator_backend
-from control.cli.main import cli
 from control.session import Session
+from dataplane.backends import emulator_backend
 from dataplane.emulator.resolver import query, resolve
 from netmodel.manifests import load_text
 from netmodel.objects import Deployment, Pod, Service

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from ipaddress import ip_address, ip_network
 
-from control.cli.rules_cmd import node_rules
+from app.cli.rules_cmd import node_rules
 from control.session import Session
 from dataplane.netfilter import Flow, FlowTracer, parse_save
 from dataplane.proxy import IptablesRender, normalize

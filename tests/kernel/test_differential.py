@@ -1,5 +1,5 @@
 """Differential tests: one scenario, realised by both backends from the same
-:class:`~control.emulation.ClusterView`, compared flow by flow.
+:class:`~netmodel.view.ClusterView`, compared flow by flow.
 
 Compared per flow: delivered or not (the socket's verdict), the receiving pod, the
 source address it sees, masquerade, the set of endpoints reached over N connections,
@@ -19,8 +19,9 @@ from dataclasses import dataclass
 
 import pytest
 
-from control import emulation
-from control.backends import (
+from app import emulation
+from control.session import Session
+from dataplane.backends import (
     ConnOutcome,
     EmulatorBackend,
     RealBackend,
@@ -28,7 +29,6 @@ from control.backends import (
     emulator_backend,
     real_backend,
 )
-from control.session import Session
 from dataplane.linux.netns import is_root
 from netmodel.manifests import load_text
 from netmodel.objects import Node, Pod, Service
@@ -361,7 +361,7 @@ def test_real_trace_picks_another_source_port_when_its_random_one_is_taken(pair:
     import random
     import socket
 
-    from control.backends import EPHEMERAL
+    from dataplane.backends.base import EPHEMERAL
     from dataplane.linux import nsenter
     from dataplane.linux.traffic import PortInUse
 

@@ -15,9 +15,9 @@ import dns.message
 import dns.rcode
 import pytest
 
-from control import dnsqueries, emulation
-from control.backends import EmulatorBackend, RealBackend, emulator_backend, real_backend
+from app import dnsqueries, emulation
 from control.session import Session
+from dataplane.backends import EmulatorBackend, RealBackend, emulator_backend, real_backend
 from dataplane.linux import dnsclient, netns
 from dataplane.linux.netns import is_root
 from dataplane.linux.servers import is_ours

@@ -1,5 +1,5 @@
 """Differential test of the kubelet's network plugin: the same control plane driven once
-with the emulated CNI and once with the real one (:class:`control.agents.realnet.RealCNI`:
+with the emulated CNI and once with the real one (:class:`app.realnet.RealCNI`:
 the real bridge + host-local plugins in realised node namespaces). Through creations,
 deletions and re-creations (host-local's round-robin), every pod gets the same address
 from both, and the pod's ``eth0`` in the kernel carries the network model's MAC."""
@@ -11,7 +11,7 @@ from ipaddress import IPv4Network
 
 import pytest
 
-from control.agents.realnet import RealCNI
+from app.realnet import RealCNI
 from control.runner import ControlPlane
 from control.store.memory import MemoryStore
 from dataplane.linux import inspect

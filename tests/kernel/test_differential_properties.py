@@ -33,15 +33,15 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, note, settings
 from hypothesis import strategies as st
 
-from control import emulation
-from control.backends import (
+from app import emulation
+from control.session import Session
+from dataplane.backends import (
     ConnOutcome,
     EmulatorBackend,
     RealBackend,
     conntrack_key,
     real_backend,
 )
-from control.session import Session
 from dataplane.linux.netns import is_root
 from netmodel.manifests import load_text
 from netmodel.objects import Node, Pod, Service

@@ -179,7 +179,7 @@ def test_conntrack_matches_the_emulators_for_the_same_connection(
     """Differential: the node's real iptables-save, given to the emulator, and the same
     connection (same source port) through both: the conntrack lines agree."""
     emulator = pytest.importorskip("dataplane.emulator.cluster")
-    from dataplane.emulator.filters import IptablesRules
+    from netmodel.rulesets import IptablesRules
 
     sample, c = cluster
     save = rules.iptables_save(c.node_netns("n0"), counters=False)

@@ -13,7 +13,7 @@ from pathlib import Path
 import yaml
 from click.testing import CliRunner
 
-from control.cli.main import cli
+from app.cli.main import cli
 from dataplane.linux import netns as ns
 
 ROOT = Path(__file__).resolve().parents[2]

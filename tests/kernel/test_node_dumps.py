@@ -21,7 +21,7 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from control.cli.main import cli
+from app.cli.main import cli
 from dataplane.nodedump import NodeFlow, NodeTracer, load_node_dump
 from tests.kernel.nodeshape import kernel_outcomes, shaped_node
 

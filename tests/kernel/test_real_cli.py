@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner, Result
 
-from control import real
-from control.cli.main import cli
+from app import real
+from app.cli.main import cli
 from dataplane.linux import rules
 from dataplane.linux.netns import is_root, list_ours
 from dataplane.linux.realize import RealCluster
@@ -252,7 +252,7 @@ def test_sigint_during_up_leaves_nothing_cleanup_cannot_remove(tmp_path: Path) -
         [
             sys.executable,
             "-c",
-            "from control.cli.main import main; main()",
+            "from app.cli.main import main; main()",
             "--state",
             str(d),
             "up",

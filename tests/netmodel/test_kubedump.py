@@ -10,7 +10,7 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from control.cli.main import cli
+from app.cli.main import cli
 from netmodel.errors import InputError
 from netmodel.manifests import load, load_text
 

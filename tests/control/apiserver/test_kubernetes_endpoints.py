@@ -12,12 +12,12 @@ import pytest
 from api_helpers import make_api
 from click.testing import CliRunner
 
+from app.cli.main import cli
+from app.emulation import emulator, view
 from control.apiserver.endpoints import SECURE_PORT
-from control.backends import EmulatorBackend
-from control.cli.main import cli
-from control.emulation import emulator, view
-from control.real import server_ports
 from control.session import Session
+from dataplane.backends import EmulatorBackend
+from dataplane.backends.realise import server_ports
 from dataplane.netfilter import Flow, FlowTracer
 from dataplane.proxy.naming import svc_chain
 from netmodel.cluster import ClusterSpec, cluster_from_dict

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from control.cli.main import cli
+from app.cli.main import cli
 
 # a `kubectl get -o yaml` dump (a List with server-set fields) of a cluster whose
 # Services and EndpointSlices carry leading-zero IPv4 addresses

@@ -34,7 +34,7 @@ def svclab_cmd() -> list[str]:
     script = Path(sys.executable).parent / "svclab"
     if script.exists():
         return [str(script)]
-    return [sys.executable, "-c", "import sys; from control.cli.main import main; sys.exit(main())"]
+    return [sys.executable, "-c", "import sys; from app.cli.main import main; sys.exit(main())"]
 
 
 def free_port() -> int:

@@ -8,10 +8,10 @@ from typing import Any
 import pytest
 from conftest import svg_root, svg_texts, svg_titles
 
-from control import emulation
-from control.pictures.files import render_graph
-from control.pictures.path import REPLY_COLOUR, REQUEST_COLOUR, path_graph, trace_path
-from control.pictures.scene import scene
+from app import emulation
+from app.pictures.files import render_graph
+from app.pictures.path import REPLY_COLOUR, REQUEST_COLOUR, path_graph, trace_path
+from app.pictures.scene import scene
 from control.session import Session
 from netmodel.manifests import load_text
 from netmodel.objects import Pod, Service

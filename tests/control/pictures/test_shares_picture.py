@@ -7,7 +7,7 @@ import math
 
 from conftest import png_size, svg_texts
 
-from control.pictures.shares import HEIGHT, WIDTH, ChiSquare, shares_figure, wilson
+from app.pictures.shares import HEIGHT, WIDTH, ChiSquare, shares_figure, wilson
 from control.session import Session
 
 
@@ -60,8 +60,8 @@ def test_a_rejected_chi_square_is_marked_red() -> None:
 def test_the_shares_of_a_20_node_service(cluster20: Session) -> None:
     from collections import Counter
 
-    from control import emulation
-    from control.cli.traffic_cmd import chi_square
+    from app import emulation
+    from app.cli.traffic_cmd import chi_square
 
     svc = cluster20.store.get("Service", "default/web")
     client = sorted(p.key for p in cluster20.store.list("Pod"))[0]

@@ -8,11 +8,11 @@ import re
 
 from conftest import svg_texts
 
+from app.pictures.files import render_graph
+from app.pictures.scene import pod_nodes
+from app.pictures.sequence import mermaid_id, sequence_graph, sequence_mermaid
+from app.pictures.timeline import caused_by, events_caused, sequence
 from control.events import timeline
-from control.pictures.files import render_graph
-from control.pictures.scene import pod_nodes
-from control.pictures.sequence import mermaid_id, sequence_graph, sequence_mermaid
-from control.pictures.timeline import caused_by, events_caused, sequence
 from control.session import Session
 from netmodel.objects import EndpointSlice, Pod, ReplicaSet
 

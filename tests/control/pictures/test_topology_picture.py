@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 from conftest import png_size, svg_points_size, svg_texts, svg_titles
 
-from control.pictures.files import render_graph
-from control.pictures.scene import TooManyNodesError, scene
-from control.pictures.topology import topology_graph
+from app.pictures.files import render_graph
+from app.pictures.scene import TooManyNodesError, scene
+from app.pictures.topology import topology_graph
 from control.session import Session
 from netmodel.errors import InputError
 from netmodel.manifests import load_text

@@ -87,7 +87,7 @@ def test_binding_sets_node_name_records_the_decision_and_an_event() -> None:
     ]
     assert evs[0].source_component == "default-scheduler"
     # the CLI's describe renders the table from the annotation
-    from control.cli.describe import scheduling_table
+    from app.cli.describe import scheduling_table
 
     table = scheduling_table(p)
     assert table is not None and p.spec.node_name in table and "SELECTORSPREAD" in table

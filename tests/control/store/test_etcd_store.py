@@ -14,7 +14,7 @@ import pytest
 from click.testing import CliRunner
 from etcd_procs import EtcdCluster, etcd_cluster, free_port
 
-from control.cli.main import cli
+from app.cli.main import cli
 from control.store import open_store
 from control.store.etcd import EtcdStore
 from netmodel.errors import CompactedError, ConflictError

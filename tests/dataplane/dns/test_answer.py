@@ -11,7 +11,7 @@ import dns.rdatatype
 import pytest
 
 from dataplane.dns import DnsZone, ZoneAnswerer, answer_wire
-from dataplane.dns.zone import EndpointRecord, PortRecord, ServiceRecord
+from netmodel.dnszone import EndpointRecord, PortRecord, ServiceRecord
 
 D = "cluster.local"
 PG = (PortRecord("pg", "tcp", 5432),)

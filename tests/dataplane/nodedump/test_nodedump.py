@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from control.cli.main import cli
+from app.cli.main import cli
 from dataplane.netfilter.ipset import parse_ipset_save
 from dataplane.netfilter.ipsetlist import parse_ipset_list
 from dataplane.netfilter.ipvsadm import parse_ipvsadm

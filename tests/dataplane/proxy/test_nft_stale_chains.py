@@ -20,7 +20,7 @@ from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from proxy_builders import endpoint, fake_config, service, service_sets, slice_
 
-from control.cli.main import cli
+from app.cli.main import cli
 from control.clock import FakeClock
 from control.session import Session
 from dataplane.netfilter import NftRuleset, parse_nft

@@ -1,5 +1,5 @@
 """``svclab report -o report.html``: the cluster on one self-contained page (see
-:mod:`control.pictures.report`). The explorer's traces are computed here: every running
+:mod:`app.pictures.report`). The explorer's traces are computed here: every running
 pod to every Service port with a ClusterIP when there are at most :data:`MAX_PAIRS`
 such pairs, else only the ``--pairs`` asked for.
 """
@@ -10,12 +10,12 @@ from typing import TYPE_CHECKING
 
 import click
 
-from control.cli.main import Context, handle_errors
-from control.cli.types import HTML_FILE
+from app.cli.context import Context, handle_errors
+from app.cli.types import HTML_FILE
 
 if TYPE_CHECKING:
-    from control.pictures.report import PairView, ServiceRow
-    from control.pictures.scene import Scene
+    from app.pictures.report import PairView, ServiceRow
+    from app.pictures.scene import Scene
     from control.session import Session
 
 #: the most pod x Service pairs traced without ``--pairs``
@@ -45,11 +45,11 @@ def parse_pairs(values: tuple[str, ...]) -> list[tuple[str, str]]:
 
 
 def _pair_views(session: Session, scene: Scene, pairs: list[tuple[str, str]]) -> list[PairView]:
-    from control import emulation
-    from control.pictures.files import render_graph
-    from control.pictures.path import path_graph
-    from control.pictures.report import PairView
-    from control.pictures.scene import scene as make_scene
+    from app import emulation
+    from app.pictures.files import render_graph
+    from app.pictures.path import path_graph
+    from app.pictures.report import PairView
+    from app.pictures.scene import scene as make_scene
 
     sources = [emulation.resolve_endpoint(session, s) for s, _ in pairs]
     clients = emulation.external_sources(session, *sources)
@@ -76,7 +76,7 @@ def _pair_views(session: Session, scene: Scene, pairs: list[tuple[str, str]]) ->
 
 
 def _service_rows(scene: Scene) -> list[ServiceRow]:
-    from control.pictures.report import ServiceRow
+    from app.pictures.report import ServiceRow
 
     return [
         ServiceRow(
@@ -107,13 +107,13 @@ def _service_rows(scene: Scene) -> list[ServiceRow]:
 def report(ctx: Context, output: str, pairs: tuple[str, ...], files: tuple[str, ...]) -> None:
     """Write one self-contained HTML page: topology, Services, timeline, and an
     explorer of traced paths (no network needed to open it)."""
+    from app.pictures import files as picture_files
+    from app.pictures.report import Report, report_html
+    from app.pictures.scene import MAX_NODES, TooManyNodesError, pod_nodes, scene
+    from app.pictures.sequence import sequence_graph
+    from app.pictures.timeline import sequence
+    from app.pictures.topology import topology_graph
     from control.events import timeline
-    from control.pictures import files as picture_files
-    from control.pictures.report import Report, report_html
-    from control.pictures.scene import MAX_NODES, TooManyNodesError, pod_nodes, scene
-    from control.pictures.sequence import sequence_graph
-    from control.pictures.timeline import sequence
-    from control.pictures.topology import topology_graph
 
     chosen = parse_pairs(pairs)
     session = ctx.session(files)

@@ -8,38 +8,21 @@ the same cluster.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
 from ipaddress import IPv4Address, IPv4Network, ip_address
 
 from control.agents.kubeproxy import NodeRules
 from control.apiserver.clusterdns import is_dns_pod
 from control.session import Session
-from dataplane.dns import DnsZone, ResolvConf, ZoneAnswerer, build_zone, pod_resolv_conf
+from dataplane.backends.emulated import answerers
+from dataplane.dns import DnsZone, build_zone, pod_resolv_conf
 from dataplane.emulator.cluster import EmulatedCluster
-from dataplane.emulator.filters import IptablesRules, IpvsRules, NftRules, RulesetInput
-from dataplane.emulator.traffic import Answerer
 from dataplane.netfilter import format_save
 from dataplane.proxy.ipvs import IpvsRender
 from netmodel.errors import InputError, NotFoundError
-from netmodel.network import ClusterNetwork
 from netmodel.objects import EndpointSlice, Namespace, Node, Pod, Service
+from netmodel.rulesets import IptablesRules, IpvsRules, NftRules, RulesetInput
 from netmodel.topology import PodInfo, build, node_info, pod_ns
-
-
-@dataclass(frozen=True)
-class ClusterView:
-    """Everything a backend needs to realise the cluster."""
-
-    network: ClusterNetwork
-    rulesets: Mapping[str, RulesetInput]
-    listeners: Mapping[str, frozenset[tuple[str, int]]]
-    local_addresses: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
-    node_ips: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
-    #: cluster DNS: the zone its pods answer from (None: ``dns: false``), the pod
-    #: namespaces that serve it on port 53, and each pod namespace's resolv.conf
-    dns_zone: DnsZone | None = None
-    dns_servers: frozenset[str] = frozenset()
-    resolv_confs: Mapping[str, ResolvConf] = field(default_factory=dict)
+from netmodel.view import ClusterView
 
 
 def dns_zone(session: Session) -> DnsZone | None:
@@ -57,15 +40,6 @@ def dns_zone(session: Session) -> DnsZone | None:
         upstream=spec.dns_upstream,
         serial=store.revision,
     )
-
-
-def answerers(view: ClusterView) -> dict[str, dict[tuple[str, int], Answerer]]:
-    """The emulator's DNS servers: every DNS pod answers on 53/UDP and 53/TCP from the
-    view's zone (one shared answerer: one cache, as if the pods shared it)."""
-    if view.dns_zone is None or not view.dns_servers:
-        return {}
-    answer = ZoneAnswerer(view.dns_zone)
-    return {ns: {("udp", 53): answer, ("tcp", 53): answer} for ns in view.dns_servers}
 
 
 def running_pods(session: Session) -> list[Pod]:

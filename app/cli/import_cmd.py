@@ -12,7 +12,7 @@ from typing import Any
 
 import click
 
-from control.cli.main import Context, handle_errors
+from app.cli.context import Context, handle_errors
 
 __all__ = ["COMMANDS"]
 

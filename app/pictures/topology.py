@@ -4,16 +4,16 @@ host-gw routes, the cni0 bridge (the podCIDR's gateway), one veth per pod and th
 eth0 with its IP; external clients on the underlay; Services on the right, each an
 arrow to the pods behind its endpoints.
 
-Pure: :func:`topology_graph` turns a :class:`~control.pictures.scene.Scene` into a
+Pure: :func:`topology_graph` turns a :class:`~app.pictures.scene.Scene` into a
 ``graphviz.Digraph``; :func:`point_id` names the graph node of an interface so that
-:mod:`control.pictures.path` can draw a packet over it.
+:mod:`app.pictures.path` can draw a packet over it.
 """
 
 from __future__ import annotations
 
 import graphviz
 
-from control.pictures.scene import Scene, ServiceBox
+from app.pictures.scene import Scene, ServiceBox
 from netmodel.network import Interface, Netns
 from netmodel.topology import pod_ns
 

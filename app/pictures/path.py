@@ -15,8 +15,8 @@ from typing import Any
 
 import graphviz
 
-from control.pictures.scene import Scene
-from control.pictures.topology import point_id, service_id, topology_graph
+from app.pictures.scene import Scene
+from app.pictures.topology import point_id, service_id, topology_graph
 
 REQUEST_COLOUR = "#c62828"
 REPLY_COLOUR = "#1565c0"

@@ -16,9 +16,9 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from control.cli.main import Context, handle_errors
-from control.cli.printers import format_table
-from control.cli.types import (
+from app.cli.context import Context, handle_errors
+from app.cli.printers import format_table
+from app.cli.types import (
     COUNT,
     ENDPOINT,
     GRAPH_FILE,
@@ -33,12 +33,12 @@ from netmodel.errors import InputError, NotFoundError
 from netmodel.ip import split_host_port
 
 # The session, the emulator and the netfilter tracer are imported inside the commands
-# (see control.cli.main's docstring: start-up).
+# (see app.cli.main's docstring: start-up).
 if TYPE_CHECKING:
     from control.session import Session
     from dataplane.emulator.cluster import EmulatedCluster
-    from dataplane.emulator.filters import RulesetInput
     from dataplane.netfilter.rules import Ruleset
+    from netmodel.rulesets import RulesetInput
 
 PROTOS = ["tcp", "udp", "icmp", "sctp"]
 REAL_HELP = "On the real kernel (svclab up --real; with -f a throw-away one) instead"
@@ -49,7 +49,7 @@ REAL_HELP = "On the real kernel (svclab up --real; with -f a throw-away one) ins
 
 def _ip_of(session: Session, text: str) -> tuple[str, int | None]:
     """An endpoint spec as (IP, port or None) for ``--at`` mode."""
-    from control import emulation
+    from app import emulation
     from netmodel.objects import Node, Pod
 
     text = emulation.resolve_endpoint(session, text)
@@ -76,7 +76,7 @@ def _ip_of(session: Session, text: str) -> tuple[str, int | None]:
 
 
 def _load_override(path: str | None, node: str | None) -> dict[str, RulesetInput]:
-    from dataplane.emulator.filters import IptablesRules
+    from netmodel.rulesets import IptablesRules
 
     if not path:
         return {}
@@ -107,7 +107,7 @@ def at_trace(
     linear: bool = False,
 ) -> dict[str, Any]:
     """``--at node/NAME``: the node's netfilter alone, as upstream's flow tests."""
-    from control.cli.rules_cmd import node_rules
+    from app.cli.rules_cmd import node_rules
     from dataplane.netfilter import Flow, FlowResult, FlowTracer
     from dataplane.proxy.savefmt import saved_rule
     from netmodel.objects import Node
@@ -187,7 +187,7 @@ def _render_at(res: dict[str, Any]) -> str:
 def _emulator_for(
     session: Session, *specs: str, override: dict[str, RulesetInput]
 ) -> EmulatedCluster:
-    from control import emulation
+    from app import emulation
 
     resolved = [emulation.resolve_endpoint(session, s) for s in specs]
     clients = emulation.external_sources(session, *resolved[:1])
@@ -216,12 +216,12 @@ def full_trace(
     all_branches: bool,
     override: dict[str, RulesetInput] | None = None,
 ) -> Any:
-    from control import emulation
+    from app import emulation
 
     emu = _emulator_for(session, src, dst, override=override or {})
     s = emulation.resolve_endpoint(session, src)
     d, port = _split_dst(emulation.resolve_endpoint(session, dst))
-    from control import names
+    from app import names
 
     d, looked_up = names.destination(emu, s, d)  # a DNS name: resolved from the source pod
     fn = emu.trace_all if all_branches else emu.trace
@@ -232,7 +232,7 @@ def full_trace(
 def _by_name(emu: EmulatedCluster, src: str, dst: str, *, quiet: bool = False) -> str:
     """``dst`` itself, or the address a DNS name resolves to from ``src`` (the queries
     are printed, one line each, unless ``quiet``)."""
-    from control import names
+    from app import names
 
     try:
         addr, looked_up = names.destination(emu, src, dst)
@@ -351,7 +351,7 @@ def trace(
             "--diagram draws one emulated trace: not with --real, --all, --at or --flows"
         )
     if on_kernel:
-        from control.cli.real_cmd import real_trace
+        from app.cli.real_cmd import real_trace
 
         conflicts = {"--all": all_branches, "--at": at, "--flows": flows_file}
         conflicts |= {"--iptables-save": iptables_save, "--linear": linear}
@@ -393,7 +393,7 @@ def trace(
             raise click.UsageError("--from and --to are required (or --flows FILE)")
         flows = [{"from": src, "to": dst, "proto": proto}]
     if node_dump is not None:
-        from control.cli.nodedump_cmd import node_dump_trace
+        from app.cli.nodedump_cmd import node_dump_trace
 
         _check_flows(flows, flows_file)
         as_json = output == "json" or bool(flows_file)
@@ -429,7 +429,7 @@ def trace(
                     res["name"] = f["name"]
                 click.echo(json.dumps(res) if output == "json" or flows_file else _render_at(res))
             else:
-                from control.names import LookupFailed, render_lookup
+                from app.names import LookupFailed, render_lookup
 
                 try:
                     t = full_trace(
@@ -451,7 +451,7 @@ def trace(
                 else:
                     click.echo(t.render_text())
                 if diagram:
-                    from control.cli.picture_cmd import trace_diagram
+                    from app.cli.picture_cmd import trace_diagram
 
                     trace_diagram(session, t.to_json(), diagram, str(f["from"]))
     finally:
@@ -528,12 +528,12 @@ def ping(
     """ICMP echo from SRC to DST, output as iputils ping's, with the path each request
     took. time= on the emulator is simulated: 0.05 ms per link (veth, bridge port,
     underlay) crossed by the request and its reply; with --real it is measured."""
-    from control import emulation
+    from app import emulation
 
     if endpoint_port(dst) is not None:
         raise click.UsageError(f"{dst}: ping sends ICMP echo to a host: give no port")
     if on_kernel:
-        from control.cli.real_cmd import real_ping
+        from app.cli.real_cmd import real_ping
 
         real_ping(ctx, src=src, dst=dst, count=count, files=files)
         return
@@ -689,18 +689,18 @@ def connect(
     Connections are opened one after the other, each forgotten once its record is
     written (records are streamed, nothing but the counts is kept), so memory stays flat
     however large N is."""
-    from control import emulation
+    from app import emulation
     from dataplane.proxy.savefmt import saved_rule
 
     if node_dump is not None:
-        from control.cli.nodedump_cmd import node_dump_connect
+        from app.cli.nodedump_cmd import node_dump_connect
 
         _no_cluster_options("--node-dump", {"--plot": plot}, files, on_kernel)
         node_dump_connect(node_dump, src, dst, count, proto, as_json=output == "json")
         return
 
     if on_kernel:
-        from control.cli.real_cmd import real_connect
+        from app.cli.real_cmd import real_connect
 
         if output == "jsonl":  # not streamed on the kernel yet: say so, never ignore it
             raise click.UsageError("-o jsonl: not available with --real (use -o json)")
@@ -755,7 +755,7 @@ def connect(
             progress.close()
         summary = tally.summary()
         if plot:
-            from control.cli.picture_cmd import shares_plot
+            from app.cli.picture_cmd import shares_plot
 
             chi = summary["chi_square"]
             shares_plot(
@@ -800,7 +800,7 @@ def connect(
 @handle_errors
 def pcap(ctx: Context, src: str, dst: str, proto: str, write: str, files: tuple[str, ...]) -> None:
     """Trace one packet and write its frames on every hop as a pcap (Wireshark opens it)."""
-    from control import emulation
+    from app import emulation
 
     if proto == "icmp" and endpoint_port(dst) is not None:
         raise click.UsageError(f"--to {dst}: ICMP has no ports (--proto icmp)")
@@ -829,7 +829,7 @@ def conntrack(
     ctx: Context, node_name: str, src: str | None, dst: str | None, files: tuple[str, ...]
 ) -> None:
     """Print a node's conntrack table like `conntrack -L` (optionally after a connection)."""
-    from control import emulation
+    from app import emulation
 
     if (src is None) != (dst is None):
         raise click.UsageError("--from and --to go together")

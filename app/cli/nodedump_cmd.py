@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from control.cli.main import handle_errors
-from control.cli.printers import format_table
+from app.cli.context import handle_errors
+from app.cli.printers import format_table
 from netmodel.ip import split_host_port
 
 if TYPE_CHECKING:
@@ -159,7 +159,7 @@ def node_dump_connect(
             }
         )
     counts = Counter(str(c["endpoint"] or c["verdict"]) for c in conns)
-    from control.cli.traffic_cmd import chi_square
+    from app.cli.traffic_cmd import chi_square
 
     stat, p = chi_square(list(counts.values()))
     if as_json:

@@ -22,7 +22,7 @@ import dns.name
 import dns.rcode
 import dns.rdatatype
 
-from control.backends import EmulatorBackend, RealBackend
+from dataplane.backends import EmulatorBackend, RealBackend
 from netmodel.errors import InputError
 
 _SRC = re.compile(r"src=(\S+)")

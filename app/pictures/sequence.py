@@ -1,8 +1,8 @@
-"""A :class:`~control.pictures.timeline.Timeline` drawn as a sequence diagram: by
+"""A :class:`~app.pictures.timeline.Timeline` drawn as a sequence diagram: by
 Graphviz (``dot``: one column per lane, one rank per message, lifelines as heavy edges
 that keep the columns straight), or as Mermaid ``sequenceDiagram`` text.
 
-Pure: both functions return a value; :mod:`control.pictures.files` writes it.
+Pure: both functions return a value; :mod:`app.pictures.files` writes it.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import re
 
 import graphviz
 
-from control.pictures.timeline import Timeline
+from app.pictures.timeline import Timeline
 
 FONT = "Helvetica"
 

@@ -1,10 +1,10 @@
 """Pictures from the command line: ``svclab topology FILE``, and the helpers behind
 ``events --diagram``, ``trace --diagram`` and ``connect --plot``.
 
-The options check their file at the edge (:class:`control.cli.types.PictureFile`: a
+The options check their file at the edge (:class:`app.cli.types.PictureFile`: a
 known suffix in a writable directory, else a usage error before any work). Each helper
 gathers values from the session, calls a pure drawing function of
-:mod:`control.pictures` and writes the file (checking the suffix again, for callers
+:mod:`app.pictures` and writes the file (checking the suffix again, for callers
 other than the CLI). Graphviz and matplotlib are imported here, inside the functions,
 never when ``svclab --help`` runs.
 """
@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from control.cli.main import Context, handle_errors
-from control.cli.types import GRAPH_FILE
+from app.cli.context import Context, handle_errors
+from app.cli.types import GRAPH_FILE
 
 if TYPE_CHECKING:
     from control.session import Session
@@ -33,9 +33,9 @@ MAX_MESSAGES = 500
 def events_for(session: Session, events: Sequence[Event], target: str) -> list[Event]:
     """The events about ``target`` (KIND/NAME, in its namespace ``default`` unless
     KIND/NS/NAME) and about everything it caused (see
-    :func:`control.pictures.timeline.caused_by`)."""
-    from control.cli.printers import resolve_kind
-    from control.pictures.timeline import caused_by, events_caused
+    :func:`app.pictures.timeline.caused_by`)."""
+    from app.cli.printers import resolve_kind
+    from app.pictures.timeline import caused_by, events_caused
     from netmodel.errors import InputError, NotFoundError
 
     k, _, rest = target.partition("/")
@@ -56,10 +56,10 @@ def events_diagram(
     session: Session, events: Sequence[Event], path: str, *, title: str = "timeline"
 ) -> None:
     """Write the sequence diagram of ``events`` to ``path`` (.svg, .png or .mmd)."""
-    from control.pictures import files
-    from control.pictures.scene import pod_nodes
-    from control.pictures.sequence import sequence_graph, sequence_mermaid
-    from control.pictures.timeline import sequence
+    from app.pictures import files
+    from app.pictures.scene import pod_nodes
+    from app.pictures.sequence import sequence_graph, sequence_mermaid
+    from app.pictures.timeline import sequence
     from netmodel.errors import InputError
 
     suffix = files.suffix_of(path, TIMELINE, option="--diagram")
@@ -78,10 +78,10 @@ def events_diagram(
 
 def trace_diagram(session: Session, trace: Mapping[str, Any], path: str, src: str) -> None:
     """Write the topology with ``trace``'s path (its JSON form) to ``path``."""
-    from control import emulation
-    from control.pictures import files
-    from control.pictures.path import path_graph
-    from control.pictures.scene import scene
+    from app import emulation
+    from app.pictures import files
+    from app.pictures.path import path_graph
+    from app.pictures.scene import scene
 
     files.suffix_of(path, GRAPH, option="--diagram")
     clients = emulation.external_sources(session, emulation.resolve_endpoint(session, src))
@@ -98,8 +98,8 @@ def shares_plot(
     title: str,
 ) -> None:
     """Write the per-endpoint shares of a connect run to ``path`` (.png or .svg)."""
-    from control.pictures import files
-    from control.pictures.shares import ChiSquare, shares_figure
+    from app.pictures import files
+    from app.pictures.shares import ChiSquare, shares_figure
 
     files.suffix_of(path, GRAPH, option="--plot")
     chi = ChiSquare(statistic, max(len(counts) - 1, 0), p_value)
@@ -116,9 +116,9 @@ def topology(ctx: Context, output: str, node: str | None, files: tuple[str, ...]
     """Draw the cluster to FILE (.svg or .png): nodes with addresses and podCIDRs,
     cni0, pod veths and IPs, flannel.1 (or host-gw routes), the underlay, Services
     pointing at their endpoints."""
-    from control.pictures import files as picture_files
-    from control.pictures.scene import scene
-    from control.pictures.topology import topology_graph
+    from app.pictures import files as picture_files
+    from app.pictures.scene import scene
+    from app.pictures.topology import topology_graph
 
     session = ctx.session(files)
     try:

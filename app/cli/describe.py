@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from control.cli.printers import age, format_table
+from app.cli.printers import age, format_table
 from control.events import timeline
 from control.session import Session
 from netmodel.objects import EndpointSlice, KubeObject, Node, Pod, Service

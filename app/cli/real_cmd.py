@@ -3,7 +3,7 @@
 :func:`real_ping` and :func:`real_connect`).
 
 ``--real`` on a persistent cluster (``--state DIR``) uses the cluster ``svclab up --real``
-realised, brought up to date first if the state changed since (:func:`control.real.
+realised, brought up to date first if the state changed since (:func:`app.real.
 ensure_current`); with ``-f FILE`` a throw-away real cluster is realised for the one
 command and removed after it. A source given as an IP nobody in the cluster owns is an
 external client: its namespace is added (hanging off the router) if missing.
@@ -21,15 +21,15 @@ from typing import TYPE_CHECKING
 
 import click
 
-from control.cli.main import Context, handle_errors
-from control.cli.printers import format_table
-from control.cli.types import CLUSTER_ID
+from app.cli.context import Context, handle_errors
+from app.cli.printers import format_table
+from app.cli.types import CLUSTER_ID
 
-# control.real, control.backends and the emulation (pyroute2 and the emulator behind
-# them) are imported inside the commands (see control.cli.main's docstring: start-up).
+# app.real, dataplane.backends and the emulation (pyroute2 and the emulator behind
+# them) are imported inside the commands (see app.cli.main's docstring: start-up).
 if TYPE_CHECKING:
-    from control.backends import ConnOutcome, RealBackend
     from control.session import Session
+    from dataplane.backends import ConnOutcome, RealBackend
     from dataplane.linux.realize import Removed
 
 CNI_MODES = ["bridge-plugin", "netlink"]
@@ -42,8 +42,8 @@ CNI_MODES = ["bridge-plugin", "netlink"]
 def kernel(ctx: Context, files: tuple[str, ...], src: str) -> Iterator[tuple[Session, RealBackend]]:
     """The session and a RealBackend over its real cluster (see the module docstring);
     ``src`` (as given on the command line) may add an external client."""
-    from control import emulation, real
-    from control.backends import RealBackend, real_backend
+    from app import emulation, real
+    from dataplane.backends import RealBackend, real_backend
 
     session = ctx.session(files)
     try:
@@ -62,8 +62,8 @@ def kernel(ctx: Context, files: tuple[str, ...], src: str) -> Iterator[tuple[Ses
 def _flow(
     session: Session, src: str, dst: str, be: RealBackend | None = None
 ) -> tuple[str, str, int | None]:
-    from control import emulation
-    from control.cli.traffic_cmd import _split_dst
+    from app import emulation
+    from app.cli.traffic_cmd import _split_dst
 
     s = emulation.resolve_endpoint(session, src)
     d, port = _split_dst(emulation.resolve_endpoint(session, dst))
@@ -73,7 +73,7 @@ def _flow(
 def _by_name(be: RealBackend, src: str, dst: str) -> str:
     """A DNS name resolved by the source pod's own libc (getaddrinfo under ``ip netns
     exec``); anything else as it is. Says what it resolved on stderr."""
-    from control import dnsqueries, names
+    from app import dnsqueries, names
 
     if not names.is_name(dst, be.view.network.namespaces):
         return dst
@@ -134,7 +134,7 @@ def up(
             IPv4Address(ip)
         except ValueError:
             raise click.UsageError(f"--external-client {ip}: not an IPv4 address") from None
-    from control import real
+    from app import real
     from control.session import Session
 
     session = Session.open(ctx.state, store_url=ctx.store)
@@ -179,7 +179,7 @@ def _report(removed: Removed) -> list[str]:
 @handle_errors
 def down(ctx: Context) -> None:
     """Remove the real cluster of --state DIR (namespaces, pod servers, CNI state)."""
-    from control import real
+    from app import real
 
     record = real.RealRecord.read(ctx.state)
     removed = real.down(ctx.state)
@@ -204,7 +204,7 @@ def cleanup(ctx: Context, force: bool) -> None:
     """Remove what svclab left in the kernel: namespaces with svclab's prefix, pod
     servers, state under /run/svclab, and the cluster of --state DIR if its 'up' was
     interrupted. Prints what it removed."""
-    from control import real
+    from app import real
 
     record = real.RealRecord.read(ctx.state)
     own = ctx.state if record is not None and (force or record.status != "up") else None
@@ -256,8 +256,8 @@ def real_trace(
 def real_ping(ctx: Context, *, src: str, dst: str, count: int, files: tuple[str, ...]) -> None:
     """``ping --real``: ICMP echo between real namespaces, ping's output (times measured
     from the raw socket's send to the reply's arrival)."""
-    from control import emulation
-    from control.cli.traffic_cmd import Reply, _host, ping_report
+    from app import emulation
+    from app.cli.traffic_cmd import Reply, _host, ping_report
 
     with kernel(ctx, files, src) as (session, be):
         s = emulation.resolve_endpoint(session, src)
@@ -287,7 +287,7 @@ def real_connect(
     """``connect --real``: N connections on the kernel; per connection the pod that
     answered and the source it saw, then per-pod counts and a chi-square test
     (``plot``: their shares drawn to that file)."""
-    from control.cli.traffic_cmd import chi_square
+    from app.cli.traffic_cmd import chi_square
 
     with kernel(ctx, files, src) as (session, be):
         s, d, port = _flow(session, src, dst, be)
@@ -298,7 +298,7 @@ def real_connect(
     stat, p = chi_square(list(counts.values()))
     dof = max(len(counts) - 1, 0)
     if plot:
-        from control.cli.picture_cmd import shares_plot
+        from app.cli.picture_cmd import shares_plot
 
         shares_plot(counts, stat, p, plot, title=f"connect {src} -> {dst}, real kernel")
     if output == "json":

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from control.cli.main import Context, handle_errors
+from app.cli.context import Context, handle_errors
 from netmodel.errors import InputError
 
 DEFAULT_LISTEN = "127.0.0.1:6443"

@@ -6,10 +6,10 @@ from typing import Any
 
 import pytest
 
-from dataplane.dns import ResolvConf, pod_resolv_conf, search_order
 from netmodel.cluster import ClusterSpec
 from netmodel.errors import InputError
 from netmodel.objects import Pod
+from netmodel.resolvconf import ResolvConf, pod_resolv_conf, search_order
 
 DNS = ClusterSpec(dns=True)
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import click
 
-from control.cli.main import Context, handle_errors
+from app.cli.context import Context, handle_errors
 from netmodel.errors import InputError
 
 NO_REPLY_EXIT = 9
@@ -50,7 +50,7 @@ def dig(
     on_kernel: bool,
 ) -> None:
     """Ask cluster DNS from pod SRC: NAME of TYPE (A, SRV, PTR, ...), dig-like output."""
-    from control import emulation
+    from app import emulation
 
     if search and tcp:
         raise click.UsageError("--search asks over UDP as libc does; drop --tcp")
@@ -89,7 +89,7 @@ def dig(
 
 
 def _source(session: Any, src: str) -> str:
-    from control import emulation
+    from app import emulation
 
     s = emulation.resolve_endpoint(session, src)
     if not s.startswith("pod/"):
@@ -111,8 +111,8 @@ def _real(
 ) -> None:
     """``dig --real``: the question from the real pod's namespace (``--search``: the
     pod's libc, ``getaddrinfo``)."""
-    from control import dnsqueries
-    from control.cli.real_cmd import kernel
+    from app import dnsqueries
+    from app.cli.real_cmd import kernel
     from dataplane.dns.dig import render
 
     with kernel(ctx, files, src) as (session, be):

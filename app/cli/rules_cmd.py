@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from control.cli.main import Context, handle_errors
+from app.cli.context import Context, handle_errors
 from netmodel.errors import NotFoundError
 
 if TYPE_CHECKING:

@@ -12,81 +12,31 @@ the top; the session, the pydantic models, the emulator, the real-kernel backend
 
 from __future__ import annotations
 
-import errno
 import json
-import sys
-from collections.abc import Callable, Sequence
-from functools import wraps
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from control.cli import printers
-from control.cli.types import SELECTOR, TIMELINE_FILE
-from netmodel.errors import NotFoundError, SvclabError
+from app.cli import (
+    diff_cmd,
+    dig_cmd,
+    import_cmd,
+    nodedump_cmd,
+    picture_cmd,
+    printers,
+    real_cmd,
+    report_cmd,
+    rules_cmd,
+    serve_cmd,
+    traffic_cmd,
+)
+from app.cli.context import DEFAULT_STATE, Context, OneLineUsageError, handle_errors
+from app.cli.types import SELECTOR, TIMELINE_FILE
+from netmodel.errors import NotFoundError
 
 if TYPE_CHECKING:
-    from control.session import Session
     from netmodel.objects import KubeObject
-
-F = TypeVar("F", bound=Callable[..., Any])
-
-#: ``--state`` when not given: :data:`control.session.DEFAULT_STATE`, repeated here so
-#: that ``--help`` does not import the session (a test checks that the two agree)
-DEFAULT_STATE = ".svclab"
-
-
-class Context:
-    def __init__(self, state: str, store: str | None = None) -> None:
-        self.state = Path(state)
-        #: ``--store URL`` / SVCLAB_STORE (None: what the state directory remembers, else
-        #: DIR/state.db); pass it to :meth:`control.session.Session.open` as store_url
-        self.store = store
-
-    def session(self, files: Sequence[str] = (), *, read_only: bool = True) -> Session:
-        """A throw-away session from ``files`` if given, else the persistent one
-        (``read_only``: the kube-proxies' syncs are not recorded as events)."""
-        from control.session import Session
-
-        if files:
-            return Session.from_files(list(files))
-        return Session.open(self.state, read_only=read_only, store_url=self.store)
-
-
-def handle_errors(fn: F) -> F:
-    """Turn svclab errors into one line on stderr and their exit code; an OSError that
-    escapes a command (a file that went away, a full disk) likewise, exit 1."""
-
-    @wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return fn(*args, **kwargs)
-        except SvclabError as e:
-            click.echo(f"error: {e}", err=True)
-            sys.exit(e.exit_code)
-        except OSError as e:
-            if e.errno == errno.EPIPE:
-                raise
-            where = f"{e.filename}: " if e.filename else ""
-            click.echo(f"error: {where}{e.strerror or e}", err=True)
-            sys.exit(1)
-
-    return wrapper  # type: ignore[return-value]
-
-
-class OneLineUsageError(click.ClickException):
-    """A usage error printed as one line, ``error: WHY (see 'svclab CMD --help')``,
-    exit 2 (click's own report is a usage block of four lines)."""
-
-    exit_code = 2
-
-    def __init__(self, error: click.UsageError) -> None:
-        super().__init__(error.format_message())
-        self.command_path = error.ctx.command_path if error.ctx is not None else "svclab"
-
-    def show(self, file: Any = None) -> None:
-        click.echo(f"error: {self.message} (see '{self.command_path} --help')", err=True)
 
 
 class Group(click.Group):
@@ -372,8 +322,6 @@ def events(ctx: Context, output: str, for_: str | None, diagram: str | None) -> 
     try:
         evs = timeline(session.store)
         if diagram:
-            from control.cli import picture_cmd
-
             if for_:
                 evs = picture_cmd.events_for(session, evs, for_)
             title = f"timeline of {for_}" if for_ else "timeline"
@@ -461,7 +409,7 @@ def describe(
     kubectl: NAME is an exact name or else a prefix (``describe pod web`` describes every
     pod whose name starts with ``web``); without NAME, every object of the kind."""
     kind, name = parse_kind_name(kind, name)
-    from control.cli.describe import describe_object
+    from app.cli.describe import describe_object
 
     cluster_scoped = kind in ("Node", "Namespace")
     session = ctx.session()
@@ -482,33 +430,31 @@ def describe(
         session.close()
 
 
-def _register_optional() -> None:
-    """Attach command groups that live in their own modules."""
-    import importlib
-
-    for module in (
-        "control.cli.rules_cmd",
-        "control.cli.traffic_cmd",
-        "control.cli.real_cmd",
-        "control.cli.nodedump_cmd",
-        "control.cli.diff_cmd",
-        "control.cli.import_cmd",
-        "control.cli.serve_cmd",
-        "control.cli.picture_cmd",
-        "control.cli.report_cmd",
-        "control.cli.dig_cmd",
-    ):
-        try:
-            mod = importlib.import_module(module)
-        except ModuleNotFoundError as e:
-            if e.name == module:
-                continue
-            raise
-        for command in getattr(mod, "COMMANDS", ()):
-            cli.add_command(command)
+#: the modules whose ``COMMANDS`` join the group, in ``--help`` order after the ones above
+COMMAND_MODULES = (
+    rules_cmd,
+    traffic_cmd,
+    real_cmd,
+    nodedump_cmd,
+    diff_cmd,
+    import_cmd,
+    serve_cmd,
+    picture_cmd,
+    report_cmd,
+    dig_cmd,
+)
 
 
-_register_optional()
+def register(group: click.Group) -> None:
+    """Attach every command module's commands to ``group``, explicitly: the command
+    modules import :mod:`app.cli.context`, never this module, so whichever of them is
+    imported first, ``svclab`` has all of its commands."""
+    for module in COMMAND_MODULES:
+        for command in module.COMMANDS:
+            group.add_command(command)
+
+
+register(cli)
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -13,7 +13,7 @@ import sys
 
 import click
 
-from control.cli.main import Context, handle_errors
+from app.cli.context import Context, handle_errors
 
 __all__ = ["COMMANDS"]
 
@@ -35,7 +35,7 @@ def diff(ctx: Context, node_name: str, node_dump: str, output: str, files: tuple
     """Show what kube-proxy on NODE should hold (from the cluster's objects) against what
     the node dump holds: missing Service chains, stale endpoints, a wrong masquerade
     mark, extra rules, and (IPVS mode) ipset members."""
-    from control.cli.rules_cmd import node_rules
+    from app.cli.rules_cmd import node_rules
     from control.proxyenv import proxy_mode
     from dataplane.netfilter.ipset import parse_ipset_save
     from dataplane.netfilter.parse import parse_save

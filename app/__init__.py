@@ -1,0 +1,1 @@
+"""The application layer: joins the control plane's state to a dataplane backend."""

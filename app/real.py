@@ -1,0 +1,236 @@
+"""A Session's cluster on the real kernel: ``svclab up --real`` / ``down`` / ``cleanup``.
+
+What :func:`up` realises is :func:`app.emulation.view` of the session — the one
+description both backends consume — with
+:func:`dataplane.backends.realise.realize_view` (``persistent=True``: a dev cluster that
+global cleanups and other sessions' leak checks leave alone): the network, each node's
+kube-proxy rules and a pod server per pod.
+
+The state directory keeps which real cluster belongs to it, in ``DIR/real.json``::
+
+    {"cluster_id": "s1a2b3c4d", "cni": "bridge-plugin", "external_clients": [...],
+     "status": "realising" | "up", "fingerprint": "<sha256 of the view>",
+     "nft": {"node-1": "<sha256 of the loaded nft text>"}}
+
+It is written *before* anything is created, so :func:`down` and :func:`cleanup` find a
+cluster whose ``up`` was interrupted (Ctrl-C, crash). The kernel-side state (namespaces,
+CNI results, pod servers) lives under ``/run/svclab/<cluster_id>/``
+(:mod:`dataplane.linux.state`).
+
+Contracts: :func:`up` is idempotent — a second call with an unchanged session changes
+nothing in the kernel (no namespace, address, rule, counter or server is touched: rules
+are compared with what the kernel holds before anything is loaded) — and converges: after
+the session changed, pods, rules and servers follow. :func:`ensure_current` is what
+traffic commands call: the recorded cluster as is when the session's view has not changed
+since ``up``, else ``up`` again.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from app import emulation
+from control.session import Session
+from dataplane.backends.realise import (
+    check_realisable,
+    fingerprint,
+    kept,
+    new_cluster_id,
+    realize_view,
+    summary,
+)
+from dataplane.linux.cni import CniMode
+from dataplane.linux.names import CLUSTER_ID_RE, check_cluster_id
+from dataplane.linux.nsenter import inode
+from dataplane.linux.realize import RealCluster, Removed, teardown
+from dataplane.linux.realize import cleanup as linux_cleanup
+from netmodel.errors import BackendError, SvclabError
+from netmodel.view import ClusterView
+
+__all__ = [
+    "REAL_FILE",
+    "NoRealCluster",
+    "RealRecord",
+    "cleanup",
+    "down",
+    "ensure_current",
+    "kept",
+    "summary",
+    "up",
+]
+
+REAL_FILE = "real.json"
+
+
+class NoRealCluster(SvclabError):
+    """The state directory has no real cluster (``svclab up --real`` was not run)."""
+
+
+@dataclass
+class RealRecord:
+    """``DIR/real.json``: the real cluster that belongs to a state directory."""
+
+    cluster_id: str
+    cni: CniMode = "bridge-plugin"
+    external_clients: tuple[str, ...] = ()
+    status: Literal["realising", "up"] = "realising"
+    fingerprint: str = ""
+    nft: dict[str, str] = field(default_factory=dict)
+
+    @staticmethod
+    def path(state_dir: Path) -> Path:
+        return Path(state_dir) / REAL_FILE
+
+    @classmethod
+    def read(cls, state_dir: Path) -> RealRecord | None:
+        """The record, or None when the directory has none, or an unreadable one, or one
+        whose cluster id is not valid: nothing in the kernel can carry such an id (every
+        name built from it is checked), so there is no cluster to find, and the next
+        ``up`` replaces the record (older versions wrote a refused id before checking)."""
+        try:
+            d = json.loads(cls.path(state_dir).read_text())
+        except (FileNotFoundError, json.JSONDecodeError):
+            return None
+        if not isinstance(d, dict) or not CLUSTER_ID_RE.match(str(d.get("cluster_id", ""))):
+            return None
+        return cls(
+            cluster_id=str(d["cluster_id"]),
+            cni=d.get("cni", "bridge-plugin"),
+            external_clients=tuple(d.get("external_clients", ())),
+            status=d.get("status", "realising"),
+            fingerprint=str(d.get("fingerprint", "")),
+            nft={str(k): str(v) for k, v in d.get("nft", {}).items()},
+        )
+
+    def write(self, state_dir: Path) -> None:
+        """Atomic (temp file + rename): an interrupted write leaves the old record."""
+        p = self.path(state_dir)
+        p.parent.mkdir(parents=True, exist_ok=True)
+        tmp = p.with_suffix(".tmp")
+        tmp.write_text(
+            json.dumps(
+                {
+                    "cluster_id": self.cluster_id,
+                    "cni": self.cni,
+                    "external_clients": list(self.external_clients),
+                    "status": self.status,
+                    "fingerprint": self.fingerprint,
+                    "nft": self.nft,
+                },
+                indent=1,
+                sort_keys=True,
+            )
+        )
+        tmp.replace(p)
+
+    @classmethod
+    def remove(cls, state_dir: Path) -> None:
+        cls.path(state_dir).unlink(missing_ok=True)
+
+
+# ---------------------------------------------------------------------------- up / down
+
+
+def _state_dir(session: Session) -> Path:
+    if session.state_dir is None:
+        raise NoRealCluster(
+            "a throw-away cluster (-f FILE) is realised per command; 'up' needs --state DIR"
+        )
+    return session.state_dir
+
+
+def up(
+    session: Session,
+    *,
+    cluster_id: str | None = None,
+    cni: CniMode | None = None,
+    external_clients: Iterable[str] = (),
+) -> RealCluster:
+    """Realise ``session``'s cluster (see the module docstring) and record it in the
+    state directory. ``cluster_id`` defaults to the one recorded, else a new one; asking
+    for another id than the recorded one is an error (``down`` first). ``cni`` defaults
+    to the recorded mode, else ``bridge-plugin``. ``external_clients`` are added to the
+    ones recorded (each gets a namespace hanging off the router)."""
+    if cluster_id is not None:
+        check_cluster_id(cluster_id)  # before real.json is written
+    state_dir = _state_dir(session)
+    record = RealRecord.read(state_dir)
+    if record is not None and cluster_id is not None and cluster_id != record.cluster_id:
+        raise BackendError(
+            f"{state_dir} is already realised as cluster {record.cluster_id}; "
+            "run 'svclab down' first"
+        )
+    if record is None:
+        record = RealRecord(cluster_id=cluster_id or new_cluster_id(), cni=cni or "bridge-plugin")
+    elif cni is not None and cni != record.cni:
+        raise BackendError(
+            f"cluster {record.cluster_id} was realised with cni={record.cni}; "
+            "run 'svclab down' first to change it"
+        )
+    record.external_clients = tuple(sorted({*record.external_clients, *external_clients}))
+    v = emulation.view(session, external_clients=record.external_clients)
+    check_realisable(v)
+    record.status = "realising"
+    record.write(state_dir)  # before anything exists: down/cleanup can find it
+    cluster, shas = realize_view(
+        v, cluster_id=record.cluster_id, cni=record.cni, persistent=True, loaded_nft=record.nft
+    )
+    record.nft = shas
+    record.fingerprint = fingerprint(v)
+    record.status = "up"
+    record.write(state_dir)
+    return cluster
+
+
+def ensure_current(
+    session: Session, *, external_clients: Iterable[str] = ()
+) -> tuple[ClusterView, RealCluster]:
+    """The session's real cluster, brought up to date: unchanged since ``up`` (and the
+    external clients asked for are realised) → loaded as is; otherwise :func:`up` again.
+    Raises :class:`NoRealCluster` when the state directory was never brought up."""
+    state_dir = _state_dir(session)
+    record = RealRecord.read(state_dir)
+    if record is None:
+        raise NoRealCluster(f"{state_dir}: no real cluster here (run 'svclab up --real' first)")
+    clients = tuple(sorted({*record.external_clients, *external_clients}))
+    v = emulation.view(session, external_clients=clients)
+    current = record.status == "up" and clients == record.external_clients
+    if current and record.fingerprint == fingerprint(v):
+        try:
+            cluster = RealCluster.load(record.cluster_id)
+        except BackendError:
+            cluster = None  # the state is gone (reboot, a foreign cleanup): realise again
+        if cluster is not None and all(inode(n) is not None for n in cluster.namespaces.values()):
+            return v, cluster
+    return v, up(session, external_clients=clients)
+
+
+def down(state_dir: str | Path) -> Removed | None:
+    """Tear down the real cluster of ``state_dir`` (namespaces, pod servers, CNI state)
+    and forget it. None when there was none. Tolerates a half-realised cluster."""
+    d = Path(state_dir)
+    record = RealRecord.read(d)
+    if record is None:
+        RealRecord.remove(d)  # a damaged record (see RealRecord.read) names no cluster
+        return None
+    removed = teardown(record.cluster_id)
+    RealRecord.remove(d)
+    return removed
+
+
+def cleanup(state_dir: str | Path | None = None, *, force: bool = False) -> list[Removed]:
+    """Remove what svclab left in the kernel: the real cluster of ``state_dir`` (even if
+    persistent: it is named), then every ``svclab-`` namespace and state dir that no
+    live process holds and no persistent cluster owns (``force``: those too). Returns
+    what each step removed."""
+    out: list[Removed] = []
+    if state_dir is not None:
+        gone = down(state_dir)
+        if gone is not None:
+            out.append(gone)
+    out.append(linux_cleanup(None, force=force))
+    return out
