@@ -112,23 +112,29 @@ def _real(
     """``dig --real``: the question from the real pod's namespace (``--search``: the
     pod's libc, ``getaddrinfo``)."""
     from app import dnsqueries
-    from app.cli.real_cmd import kernel
+    from app.cli.traffic_cmd import backend_for
+    from dataplane.backends import RealBackend
     from dataplane.dns.dig import render
 
-    with kernel(ctx, files, src) as (session, be):
-        s = _source(session, src)
-        if search:
-            lookup = dnsqueries.resolve(be, s, name)
-            out: dict[str, Any] = {
-                "name": name,
-                "status": lookup.status,
-                "addresses": list(lookup.addresses),
-            }
-            out["text"] = f"{name}: {lookup.status} {' '.join(lookup.addresses)}"
-            out["ok"] = lookup.status != "error"
-            _emit(out, output)
-            return
-        o = dnsqueries.dig(be, s, name, qtype, server=server, tcp=tcp)
+    session = ctx.session(files)
+    try:
+        with backend_for(session, src, real=True, throwaway=bool(files)) as be:
+            assert isinstance(be, RealBackend)
+            s = _source(session, src)
+            if search:
+                lookup = dnsqueries.resolve(be, s, name)
+                out: dict[str, Any] = {
+                    "name": name,
+                    "status": lookup.status,
+                    "addresses": list(lookup.addresses),
+                }
+                out["text"] = f"{name}: {lookup.status} {' '.join(lookup.addresses)}"
+                out["ok"] = lookup.status != "error"
+                _emit(out, output)
+                return
+            o = dnsqueries.dig(be, s, name, qtype, server=server, tcp=tcp)
+    finally:
+        session.close()
     srv = server or be.view.resolv_confs[s].nameservers[0]
     out = o.to_json()
     out["text"] = render(

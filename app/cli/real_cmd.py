@@ -1,95 +1,25 @@
-"""The real kernel from the command line: ``up --real``, ``down``, ``cleanup``, and what
-``trace``/``ping``/``connect`` do with ``--real`` (they delegate to :func:`real_trace`,
-:func:`real_ping` and :func:`real_connect`).
-
-``--real`` on a persistent cluster (``--state DIR``) uses the cluster ``svclab up --real``
-realised, brought up to date first if the state changed since (:func:`app.real.
-ensure_current`); with ``-f FILE`` a throw-away real cluster is realised for the one
-command and removed after it. A source given as an IP nobody in the cluster owns is an
-external client: its namespace is added (hanging off the router) if missing.
+"""The real kernel's own commands: ``up --real``, ``down``, ``cleanup``. The traffic
+commands take ``--real`` themselves (:mod:`app.cli.traffic_cmd`: one code path over
+either backend).
 """
 
 from __future__ import annotations
 
-import json
 import sys
-from collections import Counter
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
 from ipaddress import IPv4Address
 from typing import TYPE_CHECKING
 
 import click
 
 from app.cli.context import Context, handle_errors
-from app.cli.printers import format_table
 from app.cli.types import CLUSTER_ID
 
 # app.real, dataplane.backends and the emulation (pyroute2 and the emulator behind
 # them) are imported inside the commands (see app.cli.main's docstring: start-up).
 if TYPE_CHECKING:
-    from control.session import Session
-    from dataplane.backends import ConnOutcome, RealBackend
     from dataplane.linux.realize import Removed
 
 CNI_MODES = ["bridge-plugin", "netlink"]
-
-
-# --------------------------------------------------------------------------- helpers
-
-
-@contextmanager
-def kernel(ctx: Context, files: tuple[str, ...], src: str) -> Iterator[tuple[Session, RealBackend]]:
-    """The session and a RealBackend over its real cluster (see the module docstring);
-    ``src`` (as given on the command line) may add an external client."""
-    from app import emulation, real
-    from dataplane.backends import RealBackend, real_backend
-
-    session = ctx.session(files)
-    try:
-        clients = emulation.external_sources(session, emulation.resolve_endpoint(session, src))
-        if files:
-            view = emulation.view(session, external_clients=clients)
-            with real_backend(view) as be:
-                yield session, be
-        else:
-            view, cluster = real.ensure_current(session, external_clients=clients)
-            yield session, RealBackend(view, cluster, timeout=2.0)
-    finally:
-        session.close()
-
-
-def _flow(
-    session: Session, src: str, dst: str, be: RealBackend | None = None
-) -> tuple[str, str, int | None]:
-    from app import emulation
-    from app.cli.traffic_cmd import _split_dst
-
-    s = emulation.resolve_endpoint(session, src)
-    d, port = _split_dst(emulation.resolve_endpoint(session, dst))
-    return s, _by_name(be, s, d) if be is not None else d, port
-
-
-def _by_name(be: RealBackend, src: str, dst: str) -> str:
-    """A DNS name resolved by the source pod's own libc (getaddrinfo under ``ip netns
-    exec``); anything else as it is. Says what it resolved on stderr."""
-    from app import dnsqueries, names
-
-    if not names.is_name(dst, be.view.network.namespaces):
-        return dst
-    found = dnsqueries.resolve(be, src, dst)
-    if found.status != "ok":
-        from netmodel.errors import InputError
-
-        raise InputError(f"cannot resolve {dst!r} from {src}: {found.status}", field="DST")
-    click.echo(f"{dst} resolved to {found.addresses[0]} (getaddrinfo in {src})", err=True)
-    return found.addresses[0]
-
-
-def _refuse(conflicts: Mapping[str, object], what: str) -> None:
-    bad = [name for name, value in conflicts.items() if value]
-    if bad:
-        raise click.UsageError(f"{what} --real cannot be combined with {', '.join(bad)}")
 
 
 # --------------------------------------------------------------------------- up / down
@@ -219,118 +149,6 @@ def cleanup(ctx: Context, force: bool) -> None:
             f"kept {len(kept)} namespaces of realised clusters or of live svclab processes "
             "('svclab down' in their state dir, or --force, removes them)"
         )
-
-
-# --------------------------------------------------------------------------- --real
-
-
-def real_trace(
-    ctx: Context,
-    *,
-    src: str | None,
-    dst: str | None,
-    proto: str,
-    sport: int | None,
-    output: str,
-    files: tuple[str, ...],
-    conflicts: Mapping[str, object],
-) -> None:
-    """``trace --real``: one connection on the kernel, and what the kernel did with it
-    (verdict, pod, source seen, conntrack entries, counters of the rules that matched)."""
-    _refuse(conflicts, "trace")
-    if not src or not dst:
-        raise click.UsageError("--from and --to are required")
-    if proto not in ("tcp", "udp"):
-        raise click.UsageError("trace --real follows tcp and udp connections (ping --real: ICMP)")
-    with kernel(ctx, files, src) as (session, be):
-        s, d, port = _flow(session, src, dst, be)
-        if port is None:
-            raise click.UsageError(f"--to {dst}: give a port (IP:PORT or svc/NS/NAME:PORT)")
-        t = be.trace(s, d, port, proto, sport=sport)  # type: ignore[arg-type]
-    if output == "json":
-        click.echo(json.dumps(t.to_json(), indent=2))
-    else:
-        click.echo(t.render_text())
-
-
-def real_ping(ctx: Context, *, src: str, dst: str, count: int, files: tuple[str, ...]) -> None:
-    """``ping --real``: ICMP echo between real namespaces, ping's output (times measured
-    from the raw socket's send to the reply's arrival)."""
-    from app import emulation
-    from app.cli.traffic_cmd import Reply, _host, ping_report
-
-    with kernel(ctx, files, src) as (session, be):
-        s = emulation.resolve_endpoint(session, src)
-        d = _by_name(be, s, _host(emulation.resolve_endpoint(session, dst)))
-        target = be.dest_ip(d)
-        results = be.ping(s, target, count)
-    replies = [
-        Reply(seq, r.reply_from, r.ttl, r.rtt * 1000 if r.ok and r.rtt is not None else None)
-        for seq, r in enumerate(results, 1)
-    ]
-    click.echo(ping_report(dst, target, replies, count, suffix=" (kernel)"))
-    if not all(r.ok for r in results):
-        raise SystemExit(1)
-
-
-def real_connect(
-    ctx: Context,
-    *,
-    src: str,
-    dst: str,
-    count: int,
-    proto: str,
-    output: str,
-    files: tuple[str, ...],
-    plot: str | None = None,
-) -> None:
-    """``connect --real``: N connections on the kernel; per connection the pod that
-    answered and the source it saw, then per-pod counts and a chi-square test
-    (``plot``: their shares drawn to that file)."""
-    from app.cli.traffic_cmd import chi_square
-
-    with kernel(ctx, files, src) as (session, be):
-        s, d, port = _flow(session, src, dst, be)
-        if port is None:
-            raise click.UsageError(f"{dst}: give a port (IP:PORT or svc/NS/NAME:PORT)")
-        conns = be.connect(s, d, port, proto, count)  # type: ignore[arg-type]
-    counts = Counter(_label(c) for c in conns)
-    stat, p = chi_square(list(counts.values()))
-    dof = max(len(counts) - 1, 0)
-    if plot:
-        from app.cli.picture_cmd import shares_plot
-
-        shares_plot(counts, stat, p, plot, title=f"connect {src} -> {dst}, real kernel")
-    if output == "json":
-        click.echo(
-            json.dumps(
-                {
-                    "backend": "kernel",
-                    "connections": [c.to_json() for c in conns],
-                    "counts": dict(counts),
-                    "chi_square": {"statistic": stat, "dof": dof, "p_value": p},
-                },
-                indent=2,
-            )
-        )
-        return
-    rows = [["#", "SPORT", "ENDPOINT", "POD", "SOURCE SEEN", "VERDICT"]]
-    for i, c in enumerate(conns, 1):
-        seen = f"{c.source_seen}:{c.sport_seen}" if c.source_seen else "-"
-        rows.append([str(i), str(c.sport or "-"), c.endpoint or "-", c.pod or "-", seen, c.verdict])
-    click.echo(format_table(rows))
-    click.echo("")
-    total = sum(counts.values())
-    summary = [["ENDPOINT", "COUNT", "SHARE"]]
-    summary += [[k, str(v), f"{v / total:.3f}"] for k, v in counts.most_common()]
-    click.echo(format_table(summary))
-    click.echo(f"\nchi-square vs equal shares: {stat:.3f} (dof {dof}), p = {p:.4f}")
-
-
-def _label(c: ConnOutcome) -> str:
-    if c.verdict != "delivered":
-        return c.verdict
-    return c.endpoint or f"pod/{c.pod}"
 
 
 COMMANDS = [up, down, cleanup]

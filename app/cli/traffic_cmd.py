@@ -1,7 +1,15 @@
-"""Traffic commands on the emulator: ``trace``, ``ping``, ``connect``, ``pcap``, ``conntrack``.
+"""Traffic commands: ``trace``, ``ping``, ``connect``, ``pcap``, ``conntrack``.
+
+Each is written once, over a :class:`dataplane.backends.Backend` that ``--real`` chooses
+(:func:`backend_for`): the emulator by default; with ``--real`` the real kernel — on a
+persistent cluster (``--state DIR``) the cluster ``svclab up --real`` realised, brought up
+to date first if the state changed since (:func:`app.real.ensure_current`); with ``-f
+FILE`` a throw-away real cluster realised for the one command and removed after it. A
+source given as an IP nobody in the cluster owns is an external client: its namespace is
+added (hanging off the router) if missing. ``pcap`` and ``conntrack`` are the emulator's.
 
 ``trace --at node/NAME`` evaluates only that node's netfilter (kube-proxy's packet-flow
-tests' question); without ``--at`` the packet walks the whole emulated cluster.
+tests' question); without ``--at`` the packet walks the whole cluster.
 """
 
 from __future__ import annotations
@@ -10,6 +18,8 @@ import json
 import math
 import sys
 from collections import Counter
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -32,13 +42,15 @@ from app.cli.types import (
 from netmodel.errors import InputError, NotFoundError
 from netmodel.ip import split_host_port
 
-# The session, the emulator and the netfilter tracer are imported inside the commands
-# (see app.cli.main's docstring: start-up).
+# The session, the backends (the emulator, pyroute2) and the netfilter tracer are
+# imported inside the commands (see app.cli.main's docstring: start-up).
 if TYPE_CHECKING:
     from control.session import Session
-    from dataplane.emulator.cluster import EmulatedCluster
+    from dataplane.backends import EmulatorBackend, RealBackend
     from dataplane.netfilter.rules import Ruleset
     from netmodel.rulesets import RulesetInput
+
+    AnyBackend = EmulatorBackend | RealBackend
 
 PROTOS = ["tcp", "udp", "icmp", "sctp"]
 REAL_HELP = "On the real kernel (svclab up --real; with -f a throw-away one) instead"
@@ -184,14 +196,35 @@ def _render_at(res: dict[str, Any]) -> str:
     return head + "\n" + format_table(rows) + ("\nendpoints:\n" + eps if eps else "")
 
 
-def _emulator_for(
-    session: Session, *specs: str, override: dict[str, RulesetInput]
-) -> EmulatedCluster:
+@contextmanager
+def backend_for(
+    session: Session,
+    src: str | None,
+    *,
+    real: bool = False,
+    throwaway: bool = False,
+    override: Mapping[str, RulesetInput] | None = None,
+) -> Iterator[AnyBackend]:
+    """The backend ``--real`` chooses, over ``session``'s cluster (see the module
+    docstring; ``throwaway``: the session came from ``-f FILE``). ``src`` (as given on
+    the command line) may add an external client. ``override``: rules replacing some
+    nodes' (the emulator only)."""
     from app import emulation
+    from dataplane.backends import EmulatorBackend, RealBackend, real_backend
 
-    resolved = [emulation.resolve_endpoint(session, s) for s in specs]
-    clients = emulation.external_sources(session, *resolved[:1])
-    return emulation.emulator(session, external_clients=clients, rules_override=override)
+    specs = [emulation.resolve_endpoint(session, src)] if src else []
+    clients = emulation.external_sources(session, *specs)
+    if not real:
+        view = emulation.view(session, external_clients=clients, rules_override=override)
+        yield EmulatorBackend(view, seed=session.cluster.spec.seed)
+    elif throwaway:
+        with real_backend(emulation.view(session, external_clients=clients)) as be:
+            yield be
+    else:
+        from app import real as real_cluster
+
+        view, cluster = real_cluster.ensure_current(session, external_clients=clients)
+        yield RealBackend(view, cluster, timeout=2.0)
 
 
 def _host(text: str) -> str:
@@ -215,27 +248,52 @@ def full_trace(
     sport: int | None,
     all_branches: bool,
     override: dict[str, RulesetInput] | None = None,
+    real: bool = False,
+    throwaway: bool = False,
 ) -> Any:
-    from app import emulation
+    """One flow through the whole cluster on the chosen backend: the emulator's walk
+    (a :class:`~app.names.NamedTrace` when ``dst`` was a DNS name), or what the kernel
+    did with one connection (:class:`~dataplane.backends.RealTrace`)."""
+    from app import emulation, names
 
-    emu = _emulator_for(session, src, dst, override=override or {})
-    s = emulation.resolve_endpoint(session, src)
-    d, port = _split_dst(emulation.resolve_endpoint(session, dst))
+    with backend_for(session, src, real=real, throwaway=throwaway, override=override) as be:
+        s = emulation.resolve_endpoint(session, src)
+        d, port = _split_dst(emulation.resolve_endpoint(session, dst))
+        if be.name == "kernel":
+            d = _by_name(be, s, d)
+            if port is None:
+                raise click.UsageError(f"--to {dst}: give a port (IP:PORT or svc/NS/NAME:PORT)")
+            return be.trace(s, d, port, proto, sport=sport)  # type: ignore[arg-type]
+        from dataplane.backends import EmulatorBackend
+
+        assert isinstance(be, EmulatorBackend)
+        d, looked_up = names.destination(be.cluster, s, d)  # a DNS name: from the source pod
+        t = be.trace(s, d, port, proto, sport=sport, all_branches=all_branches)
+        return t if looked_up is None else names.NamedTrace(looked_up, t)
+
+
+def _by_name(be: AnyBackend, src: str, dst: str, *, quiet: bool = False) -> str:
+    """``dst`` itself, or the address a DNS name resolves to from ``src``. The emulator
+    resolves as the pod's resolver would and prints the queries, one line each, unless
+    ``quiet``; the kernel asks the source pod's own libc (getaddrinfo under ``ip netns
+    exec``) and says what it resolved on stderr."""
     from app import names
 
-    d, looked_up = names.destination(emu, s, d)  # a DNS name: resolved from the source pod
-    fn = emu.trace_all if all_branches else emu.trace
-    t = fn(s, d, proto, port, sport)  # type: ignore[arg-type]
-    return t if looked_up is None else names.NamedTrace(looked_up, t)
+    if be.name == "kernel":
+        if not names.is_name(dst, be.view.network.namespaces):
+            return dst
+        from app import dnsqueries
 
+        found = dnsqueries.resolve(be, src, dst)
+        if found.status != "ok":
+            raise InputError(f"cannot resolve {dst!r} from {src}: {found.status}", field="DST")
+        click.echo(f"{dst} resolved to {found.addresses[0]} (getaddrinfo in {src})", err=True)
+        return found.addresses[0]
+    from dataplane.backends import EmulatorBackend
 
-def _by_name(emu: EmulatedCluster, src: str, dst: str, *, quiet: bool = False) -> str:
-    """``dst`` itself, or the address a DNS name resolves to from ``src`` (the queries
-    are printed, one line each, unless ``quiet``)."""
-    from app import names
-
+    assert isinstance(be, EmulatorBackend)
     try:
-        addr, looked_up = names.destination(emu, src, dst)
+        addr, looked_up = names.destination(be.cluster, src, dst)
     except names.LookupFailed as e:
         if not quiet:
             click.echo(names.query_lines(e.resolution))
@@ -244,6 +302,12 @@ def _by_name(emu: EmulatedCluster, src: str, dst: str, *, quiet: bool = False) -
         click.echo(names.query_lines(looked_up))
         click.echo(f"{dst} resolved to {addr}")
     return addr
+
+
+def _refuse_on_kernel(conflicts: Mapping[str, object], what: str) -> None:
+    bad = [name for name, value in conflicts.items() if value]
+    if bad:
+        raise click.UsageError(f"{what} --real cannot be combined with {', '.join(bad)}")
 
 
 # --------------------------------------------------------------------------- trace
@@ -350,22 +414,16 @@ def trace(
         raise click.UsageError(
             "--diagram draws one emulated trace: not with --real, --all, --at or --flows"
         )
-    if on_kernel:
-        from app.cli.real_cmd import real_trace
-
+    if on_kernel:  # one connection on the kernel, and what the kernel did with it
         conflicts = {"--all": all_branches, "--at": at, "--flows": flows_file}
         conflicts |= {"--iptables-save": iptables_save, "--linear": linear}
-        real_trace(
-            ctx,
-            src=src,
-            dst=dst,
-            proto=proto,
-            sport=sport,
-            output=output,
-            files=files,
-            conflicts=conflicts,
-        )
-        return
+        _refuse_on_kernel(conflicts, "trace")
+        if not src or not dst:
+            raise click.UsageError("--from and --to are required")
+        if proto not in ("tcp", "udp"):
+            raise click.UsageError(
+                "trace --real follows tcp and udp connections (ping --real: ICMP)"
+            )
     # every option is evaluated or refused, never ignored
     if proto == "icmp" and dst and endpoint_port(dst) is not None:
         raise click.UsageError(f"--to {dst}: ICMP has no ports (--proto icmp)")
@@ -440,6 +498,8 @@ def trace(
                         sport=sport,
                         all_branches=all_branches,
                         override=override,
+                        real=on_kernel,
+                        throwaway=bool(files),
                     )
                 except LookupFailed as e:  # show every query, then the error
                     r = e.resolution
@@ -459,12 +519,6 @@ def trace(
 
 
 # --------------------------------------------------------------------------- ping
-
-
-#: the emulator's simulated one-way latency of a link between two namespaces (veth,
-#: bridge port or underlay alike): ping's ``time=`` is this times the links crossed
-#: by the request and the reply
-LINK_LATENCY_MS = 0.05
 
 
 @dataclass(frozen=True, slots=True)
@@ -527,37 +581,34 @@ def ping(
 ) -> None:
     """ICMP echo from SRC to DST, output as iputils ping's, with the path each request
     took. time= on the emulator is simulated: 0.05 ms per link (veth, bridge port,
-    underlay) crossed by the request and its reply; with --real it is measured."""
+    underlay) crossed by the request and its reply; with --real it is measured (from the
+    raw socket's send to the reply's arrival)."""
     from app import emulation
 
     if endpoint_port(dst) is not None:
         raise click.UsageError(f"{dst}: ping sends ICMP echo to a host: give no port")
-    if on_kernel:
-        from app.cli.real_cmd import real_ping
-
-        real_ping(ctx, src=src, dst=dst, count=count, files=files)
-        return
     session = ctx.session(files)
     try:
-        emu = _emulator_for(session, src, dst, override={})
-        s, d = emulation.resolve_endpoint(session, src), emulation.resolve_endpoint(session, dst)
-        d = _host(d)  # svc/NS/NAME resolves to its ClusterIP and (only) port
-        d = _by_name(emu, s, d)  # a DNS name: resolved from the source pod
-        results = emu.ping(s, d, count)
-        target = str(results[0].trace.packet.dst) if results else d
+        with backend_for(session, src, real=on_kernel, throwaway=bool(files)) as be:
+            s = emulation.resolve_endpoint(session, src)
+            d = _host(emulation.resolve_endpoint(session, dst))  # svc/NS/NAME: its ClusterIP
+            d = _by_name(be, s, d)  # a DNS name: resolved from the source pod
+            results = be.ping(s, d, count)
+            kernel = be.name == "kernel"
+        target = next((r.target for r in results if r.target), d)
         replies = [
             Reply(
-                r.seq,
+                seq,
                 r.reply_from,
                 r.ttl,
-                LINK_LATENCY_MS * (max(len(r.path) - 1, 0) + max(len(r.reply_path) - 1, 0))
-                if r.ok
-                else None,
-                f"   path: {' > '.join(r.path)}" + ("" if r.ok else f" ({r.verdict})"),
+                r.rtt * 1000 if r.ok and r.rtt is not None else None,
+                f"   path: {' > '.join(r.path)}" + ("" if r.ok else f" ({r.detail})")
+                if r.path
+                else "",
             )
-            for r in results
+            for seq, r in enumerate(results, 1)
         ]
-        click.echo(ping_report(dst, target, replies, count))
+        click.echo(ping_report(dst, target, replies, count, suffix=" (kernel)" if kernel else ""))
         if not all(r.ok for r in results):
             raise SystemExit(1)
     finally:
@@ -690,7 +741,6 @@ def connect(
     written (records are streamed, nothing but the counts is kept), so memory stays flat
     however large N is."""
     from app import emulation
-    from dataplane.proxy.savefmt import saved_rule
 
     if node_dump is not None:
         from app.cli.nodedump_cmd import node_dump_connect
@@ -699,35 +749,102 @@ def connect(
         node_dump_connect(node_dump, src, dst, count, proto, as_json=output == "json")
         return
 
-    if on_kernel:
-        from app.cli.real_cmd import real_connect
-
-        if output == "jsonl":  # not streamed on the kernel yet: say so, never ignore it
-            raise click.UsageError("-o jsonl: not available with --real (use -o json)")
-
-        real_connect(
-            ctx, src=src, dst=dst, count=count, proto=proto, output=output, files=files, plot=plot
-        )
-        return
+    if on_kernel and output == "jsonl":  # not streamed on the kernel yet: say so
+        raise click.UsageError("-o jsonl: not available with --real (use -o json)")
     session = ctx.session(files)
     try:
-        emu = _emulator_for(session, src, dst, override={})
-        s = emulation.resolve_endpoint(session, src)
-        d, port = _split_dst(emulation.resolve_endpoint(session, dst))
-        if port is None:
-            raise click.UsageError(f"{dst}: give a port (IP:PORT or svc/NS/NAME:PORT)")
-        d = _by_name(emu, s, d, quiet=output != "text")
-        conns = emu.iter_connect(
-            s,
-            d,
-            proto,  # type: ignore[arg-type]
-            port,
-            count,
-            record=False,
-            choice=True,
-            complete=False,
-            release=True,
-        )
+        with backend_for(session, src, real=on_kernel, throwaway=bool(files)) as be:
+            s = emulation.resolve_endpoint(session, src)
+            d, port = _split_dst(emulation.resolve_endpoint(session, dst))
+            if port is None:
+                raise click.UsageError(f"{dst}: give a port (IP:PORT or svc/NS/NAME:PORT)")
+            d = _by_name(be, s, d, quiet=output != "text")
+            conns: Any
+            if be.name == "kernel":
+                conns = be.connect(s, d, port, proto, count)  # type: ignore[arg-type]
+            else:
+                from dataplane.backends import EmulatorBackend
+
+                assert isinstance(be, EmulatorBackend)
+                conns = be.cluster.iter_connect(
+                    s,
+                    d,
+                    proto,  # type: ignore[arg-type]
+                    port,
+                    count,
+                    record=False,
+                    choice=True,
+                    complete=False,
+                    release=True,
+                )
+            report = ConnectReport(src, dst, count, output, plot, kernel=be.name == "kernel")
+            report.run(conns)
+    finally:
+        session.close()
+
+
+class ConnectReport:
+    """``connect``'s output, one formatter for both backends: per connection a line (or
+    record) as it is made, then per-endpoint counts, shares with Wilson intervals and the
+    chi-square test of equal shares; ``plot``: the shares drawn to that file. The kernel's
+    connections also show the source the pod saw and the socket's verdict; the emulator's
+    the rule that chose the endpoint."""
+
+    def __init__(
+        self, src: str, dst: str, count: int, output: str, plot: str | None, *, kernel: bool
+    ) -> None:
+        self.src, self.dst, self.count, self.output, self.plot = src, dst, count, output, plot
+        self.kernel = kernel
+
+    def run(self, conns: Any) -> None:
+        if self.kernel:
+            self._kernel(list(conns))
+        else:
+            self._emulated(conns)
+
+    def _plot(self, counts: Counter[str], stat: float, p: float, where: str) -> None:
+        if self.plot:
+            from app.cli.picture_cmd import shares_plot
+
+            title = f"connect {self.src} -> {self.dst}, {where}"
+            shares_plot(counts, stat, p, self.plot, title=title)
+
+    def _kernel(self, conns: list[Any]) -> None:
+        counts = Counter(_label(c) for c in conns)
+        stat, p = chi_square(list(counts.values()))
+        dof = max(len(counts) - 1, 0)
+        self._plot(counts, stat, p, "real kernel")
+        if self.output == "json":
+            click.echo(
+                json.dumps(
+                    {
+                        "backend": "kernel",
+                        "connections": [c.to_json() for c in conns],
+                        "counts": dict(counts),
+                        "chi_square": {"statistic": stat, "dof": dof, "p_value": p},
+                    },
+                    indent=2,
+                )
+            )
+            return
+        rows = [["#", "SPORT", "ENDPOINT", "POD", "SOURCE SEEN", "VERDICT"]]
+        for i, c in enumerate(conns, 1):
+            seen = f"{c.source_seen}:{c.sport_seen}" if c.source_seen else "-"
+            rows.append(
+                [str(i), str(c.sport or "-"), c.endpoint or "-", c.pod or "-", seen, c.verdict]
+            )
+        click.echo(format_table(rows))
+        click.echo("")
+        total = sum(counts.values())
+        summary = [["ENDPOINT", "COUNT", "SHARE"]]
+        summary += [[k, str(v), f"{v / total:.3f}"] for k, v in counts.most_common()]
+        click.echo(format_table(summary))
+        click.echo(f"\nchi-square vs equal shares: {stat:.3f} (dof {dof}), p = {p:.4f}")
+
+    def _emulated(self, conns: Any) -> None:
+        from dataplane.proxy.savefmt import saved_rule
+
+        output, count = self.output, self.count
         tally = ConnectTally(Counter())
         progress = _Progress(count)
         out = sys.stdout
@@ -754,17 +871,8 @@ def connect(
         finally:
             progress.close()
         summary = tally.summary()
-        if plot:
-            from app.cli.picture_cmd import shares_plot
-
-            chi = summary["chi_square"]
-            shares_plot(
-                tally.counts,
-                chi["statistic"],
-                chi["p_value"],
-                plot,
-                title=f"connect {src} -> {dst}, emulated",
-            )
+        chi = summary["chi_square"]
+        self._plot(tally.counts, chi["statistic"], chi["p_value"], "emulated")
         if output == "json":
             out.write("\n],\n" + json.dumps(summary, indent=2)[1:] + "\n")
             return
@@ -778,13 +886,16 @@ def connect(
             rows.append([k, str(v), f"{v / total:.3f}", f"{lo:.3f}-{hi:.3f}"])
         click.echo("")
         click.echo(format_table(rows))
-        chi = summary["chi_square"]
         click.echo(
             f"\nchi-square vs equal shares: {chi['statistic']:.3f} (dof {chi['dof']}), "
             f"p = {chi['p_value']:.4f}"
         )
-    finally:
-        session.close()
+
+
+def _label(c: Any) -> str:
+    if c.verdict != "delivered":
+        return c.verdict
+    return c.endpoint or f"pod/{c.pod}"
 
 
 # --------------------------------------------------------------------------- pcap, conntrack
@@ -806,11 +917,14 @@ def pcap(ctx: Context, src: str, dst: str, proto: str, write: str, files: tuple[
         raise click.UsageError(f"--to {dst}: ICMP has no ports (--proto icmp)")
     session = ctx.session(files)
     try:
-        emu = _emulator_for(session, src, dst, override={})
-        s = emulation.resolve_endpoint(session, src)
-        d, port = _split_dst(emulation.resolve_endpoint(session, dst))
-        t = emu.trace(s, d, proto, port)  # type: ignore[arg-type]
-        n = emu.pcap(t, write)
+        from dataplane.backends import EmulatorBackend
+
+        with backend_for(session, src) as be:
+            assert isinstance(be, EmulatorBackend)
+            s = emulation.resolve_endpoint(session, src)
+            d, port = _split_dst(emulation.resolve_endpoint(session, dst))
+            t = be.trace(s, d, port, proto)
+            n = be.cluster.pcap(t, write)
         click.echo(f"{n} frames written to {write} ({t.verdict})")
     finally:
         session.close()
@@ -835,14 +949,18 @@ def conntrack(
         raise click.UsageError("--from and --to go together")
     session = ctx.session(files)
     try:
-        emu = _emulator_for(session, *(x for x in (src, dst) if x), override={})
-        if src and dst:
-            d, port = _split_dst(emulation.resolve_endpoint(session, dst))
-            if port is None:
-                raise click.UsageError(f"--to {dst}: give a port (IP:PORT or svc/NS/NAME:PORT)")
-            emu.connect(emulation.resolve_endpoint(session, src), d, "tcp", port, 1)
-        for entry in emu.conntrack(node_name):
-            click.echo(entry.text)
+        from dataplane.backends import EmulatorBackend
+
+        with backend_for(session, src or dst) as be:
+            assert isinstance(be, EmulatorBackend)
+            if src and dst:
+                d, port = _split_dst(emulation.resolve_endpoint(session, dst))
+                if port is None:
+                    raise click.UsageError(f"--to {dst}: give a port (IP:PORT or svc/NS/NAME:PORT)")
+                # the connection stays open: its entry is ESTABLISHED
+                be.cluster.connect(emulation.resolve_endpoint(session, src), d, "tcp", port, 1)
+            for line in be.conntrack(node_name):
+                click.echo(line)
     finally:
         session.close()
 

@@ -59,12 +59,21 @@ VXLAN_PORT = "8472"
 
 @dataclass(frozen=True, slots=True)
 class PingOutcome:
+    """One echo request. ``ok``, ``reply_from`` and ``ttl`` compare across backends; the
+    rest describes how this backend saw it and is not part of the outcome's identity."""
+
     ok: bool
     reply_from: str | None
     ttl: int | None
-    #: round-trip time in seconds, when measured (the kernel backend); not part of the
-    #: outcome's identity (the differential tests compare outcomes across backends)
+    #: round-trip time in seconds: measured by the kernel backend, simulated by the
+    #: emulator (:data:`~dataplane.backends.emulated.LINK_LATENCY` per link crossed)
     rtt: float | None = field(default=None, compare=False)
+    #: the address the request was sent to
+    target: str | None = field(default=None, compare=False)
+    #: the namespaces the request crossed (the emulator's walk; empty on the kernel)
+    path: tuple[str, ...] = field(default=(), compare=False)
+    #: the emulator's verdict for the request (``delivered``, ``DROP``, ...)
+    detail: str | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True, slots=True)

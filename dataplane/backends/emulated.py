@@ -24,6 +24,11 @@ from dataplane.emulator.traffic import Answerer
 from netmodel.packet import Packet
 from netmodel.view import ClusterView
 
+#: the simulated one-way latency of a link between two namespaces (veth, bridge port or
+#: underlay alike), in seconds: a ping's round trip is this times the links crossed by
+#: the request and the reply
+LINK_LATENCY = 0.05e-3
+
 
 def answerers(view: ClusterView) -> dict[str, dict[tuple[str, int], Answerer]]:
     """The emulator's DNS servers: every DNS pod answers on 53/UDP and 53/TCP from the
@@ -115,9 +120,35 @@ class EmulatorBackend:
 
     def ping(self, src: str, dst: str, count: int = 1) -> list[PingOutcome]:
         return [
-            PingOutcome(r.ok, r.reply_from if r.ok else None, r.ttl)
+            PingOutcome(
+                r.ok,
+                r.reply_from if r.ok else None,
+                r.ttl,
+                LINK_LATENCY * (max(len(r.path) - 1, 0) + max(len(r.reply_path) - 1, 0))
+                if r.ok
+                else None,
+                target=str(r.trace.packet.dst),
+                path=tuple(r.path),
+                detail=r.verdict,
+            )
             for r in self.cluster.ping(src, dst, count)
         ]
+
+    def trace(
+        self,
+        src: str,
+        dst: str,
+        dport: int | None,
+        proto: str = "tcp",
+        *,
+        sport: int | None = None,
+        all_branches: bool = False,
+    ) -> Trace:
+        """One packet's walk and its reply, hop by hop (``all_branches``: every branch of
+        every random rule, with its probability)."""
+        if all_branches:
+            return self.cluster.trace_all(src, dst, proto, dport, sport)  # type: ignore[arg-type]
+        return self.cluster.trace(src, dst, proto, dport, sport)  # type: ignore[arg-type]
 
     def _outcome(self, trace: Trace, proto: str, client: str, sport: int) -> ConnOutcome:
         verdict = socket_verdict(trace, proto, client)

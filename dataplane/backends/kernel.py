@@ -167,6 +167,7 @@ class RealBackend:
                     ip if ok else None,
                     r.ttls[0] if ok and r.ttls else None,
                     r.rtts[0] if ok and r.rtts else None,
+                    target=ip,
                 )
             )
         return out
