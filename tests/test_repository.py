@@ -37,6 +37,7 @@ SCANNED = (
     "netmodel",
     "dataplane",
     "control",
+    "app",
 )
 TEXT_SUFFIXES = {"", ".py", ".md", ".yaml", ".yml", ".toml", ".txt", ".json", ".sh", ".cfg"}
 

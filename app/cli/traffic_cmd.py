@@ -937,29 +937,45 @@ def pcap(ctx: Context, src: str, dst: str, proto: str, write: str, files: tuple[
 )
 @click.option("--to", "dst", type=ENDPOINT, default=None, help="...to here")
 @click.option("-f", "--filename", "files", multiple=True)
+@click.option("--real", "on_kernel", is_flag=True, help=REAL_HELP)
 @click.pass_obj
 @handle_errors
 def conntrack(
-    ctx: Context, node_name: str, src: str | None, dst: str | None, files: tuple[str, ...]
+    ctx: Context,
+    node_name: str,
+    src: str | None,
+    dst: str | None,
+    files: tuple[str, ...],
+    on_kernel: bool,
 ) -> None:
-    """Print a node's conntrack table like `conntrack -L` (optionally after a connection)."""
+    """Print a node's conntrack table like `conntrack -L` (optionally after a connection:
+    on the emulator it stays open, ESTABLISHED; the kernel's client closes it, so its
+    entry is in TIME_WAIT)."""
     from app import emulation
 
     if (src is None) != (dst is None):
         raise click.UsageError("--from and --to go together")
     session = ctx.session(files)
     try:
-        from dataplane.backends import EmulatorBackend
-
-        with backend_for(session, src or dst) as be:
-            assert isinstance(be, EmulatorBackend)
+        with backend_for(session, src or dst, real=on_kernel, throwaway=bool(files)) as be:
+            node = node_name
+            if be.name == "kernel":  # the emulator checks its own (any namespace)
+                node = node_name.removeprefix("node/")
+                if f"node/{node}" not in be.view.network.namespaces:
+                    raise InputError(f"no such node {node_name!r}", field="--node")
             if src and dst:
+                s = emulation.resolve_endpoint(session, src)
                 d, port = _split_dst(emulation.resolve_endpoint(session, dst))
                 if port is None:
                     raise click.UsageError(f"--to {dst}: give a port (IP:PORT or svc/NS/NAME:PORT)")
-                # the connection stays open: its entry is ESTABLISHED
-                be.cluster.connect(emulation.resolve_endpoint(session, src), d, "tcp", port, 1)
-            for line in be.conntrack(node_name):
+                if be.name == "kernel":
+                    be.connect(s, _by_name(be, s, d), port, "tcp", 1)
+                else:
+                    from dataplane.backends import EmulatorBackend
+
+                    assert isinstance(be, EmulatorBackend)
+                    be.cluster.connect(s, d, "tcp", port, 1)  # left open: ESTABLISHED
+            for line in be.conntrack(node):
                 click.echo(line)
     finally:
         session.close()

@@ -175,7 +175,7 @@ def test_pairs_option(tmp_path: Path) -> None:
 
 
 def test_a_20_node_report(tmp_path: Path) -> None:
-    manifest = Path(__file__).resolve().parents[1] / "control" / "pictures" / "cluster20.yaml"
+    manifest = Path(__file__).resolve().parents[1] / "app" / "pictures" / "cluster20.yaml"
     out = tmp_path / "r20.html"
     res = CliRunner().invoke(cli, ["report", "-o", str(out), "-f", str(manifest)])
     assert res.exit_code == 0, res.output

@@ -176,6 +176,18 @@ def test_up_connect_trace_ping_down(state: Path) -> None:
     conns = json.loads(res.output)["connections"]
     assert {x["verdict"] for x in conns} == {"delivered"} and all(x["masquerade"] for x in conns)
 
+    # conntrack --real: the node's table after one connection, closed by the client
+    res = run(
+        state, "conntrack", "--real", "--node", "node-1", "--from", "pod/client",
+        "--to", "svc/default/web:80",
+    )  # fmt: skip
+    assert res.exit_code == 0, res.output
+    assert any(
+        "TIME_WAIT" in line and f"src={client_ip}" in line for line in res.output.splitlines()
+    )
+    res = run(state, "conntrack", "--real", "--node", "nope")
+    assert res.exit_code == 1 and "no such node 'nope'" in res.output
+
     res = run(state, "ping", "--real", "pod/client", "node/node-2", "-c", "2")
     assert res.exit_code == 0 and "2 received" in res.output and "ttl=63" in res.output
     assert " ms" in res.output.split("time=")[1]  # measured, as ping prints it
