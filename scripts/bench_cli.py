@@ -134,7 +134,7 @@ def main() -> None:
             }
             for name, argv in commands.items():
                 figures[name] = timed([*svclab, *argv], args.repeat, env)
-            figures["importtime_control_cli_main"] = import_time(
+            figures["importtime_app_cli_main"] = import_time(
                 "app.cli.main", args.repeat, env
             )
             result[label] = figures
