@@ -7,6 +7,7 @@ the object and the field. It never returns a partial result.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -50,10 +51,26 @@ def _describe(doc: dict[str, Any]) -> str | None:
     return f"{kind}/{ns}/{name}" if ns else f"{kind}/{name}"
 
 
+#: libyaml's loader when PyYAML was built with it (the same YAML 1.1 safe constructors,
+#: about ten times faster than the pure-Python one on a ``kubectl get -A -o yaml`` dump)
+_LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+def _load_all(text: str) -> list[Any]:
+    """Every document of ``text``. ``-o json`` output (one JSON value) is read by the
+    json module, which is faster still; text that is not strict JSON is read as YAML."""
+    if text.lstrip()[:1] in ("{", "["):
+        try:
+            return [json.loads(text)]
+        except ValueError:
+            pass  # JSON-like YAML (comments, trailing documents): the YAML reader says
+    return list(yaml.load_all(text, Loader=_LOADER))
+
+
 def parse_documents(text: str, *, source: str = "<input>") -> list[dict[str, Any]]:
     """Split YAML text into mapping documents (empty documents and ``List`` items unfolded)."""
     try:
-        raw = list(yaml.safe_load_all(text))
+        raw = _load_all(text)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
