@@ -64,7 +64,14 @@ def _load_all(text: str) -> list[Any]:
             return [json.loads(text)]
         except ValueError:
             pass  # JSON-like YAML (comments, trailing documents): the YAML reader says
-    return list(yaml.load_all(text, Loader=_LOADER))
+    try:
+        return list(yaml.load_all(text, Loader=_LOADER))
+    except yaml.YAMLError:
+        if _LOADER is yaml.SafeLoader:
+            raise
+    # refused: the pure-Python reader says where, in its words (libyaml places some
+    # problems at the end of the input instead of where they start)
+    return list(yaml.safe_load_all(text))
 
 
 def parse_documents(text: str, *, source: str = "<input>") -> list[dict[str, Any]]:
