@@ -7,8 +7,10 @@ the object and the field. It never returns a partial result.
 
 from __future__ import annotations
 
+import gc
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -56,9 +58,28 @@ def _describe(doc: dict[str, Any]) -> str | None:
 _LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
+@contextmanager
+def _gc_paused() -> Iterator[None]:
+    """Pause the cyclic GC while a dump is read: it builds hundreds of thousands of
+    acyclic dicts, lists and strings, and each collection rescans all of them (half the
+    reading time of a 10,000-Service dump)."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
 def _load_all(text: str) -> list[Any]:
     """Every document of ``text``. ``-o json`` output (one JSON value) is read by the
     json module, which is faster still; text that is not strict JSON is read as YAML."""
+    with _gc_paused():
+        return _read_all(text)
+
+
+def _read_all(text: str) -> list[Any]:
     if text.lstrip()[:1] in ("{", "["):
         try:
             return [json.loads(text)]
@@ -152,6 +173,11 @@ def load(paths: Sequence[str | Path]) -> Manifests:
 
 
 def _collect(texts: list[tuple[str, str]]) -> Manifests:
+    with _gc_paused():
+        return _collect_paused(texts)
+
+
+def _collect_paused(texts: list[tuple[str, str]]) -> Manifests:
     from netmodel import kubedump
 
     objects: list[KubeObject] = []

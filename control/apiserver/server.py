@@ -52,7 +52,7 @@ from control.apiserver.services import ServiceAllocators
 from control.apiserver.validation import validate, validate_update
 from control.clock import Clock, rfc3339
 from control.events import Recorder
-from control.store.base import Store
+from control.store.base import Store, bulk
 from netmodel.cluster import ClusterSpec
 from netmodel.errors import (
     ConflictError,
@@ -486,6 +486,12 @@ class APIServer:
         ``metadata.resourceVersion`` in the objects is ignored (replayed dumps apply).
         Returns ``(action, object)`` per input, action ``created`` / ``configured`` /
         ``unchanged``."""
+        with bulk():  # many acyclic values made at once: no GC rescans (store.base)
+            return self._apply(objs, source, documents)
+
+    def _apply(
+        self, objs: Sequence[KubeObject], source: str | None, documents: Sequence[int] | None
+    ) -> list[tuple[str, KubeObject]]:
         plan: list[_Admitted] = []
         batch: dict[tuple[str, str], KubeObject] = {}
         reserved: set[str] = set()  # keys taken in this batch (for generateName)
