@@ -5,8 +5,11 @@ svclab input.
 or objects carrying server-set metadata (``uid``, ``resourceVersion``,
 ``managedFields``, ``creationTimestamp``). :func:`prepare` then
 
-* drops the server-set metadata (``uid``, ``resourceVersion``, ``managedFields``,
-  ``creationTimestamp``, ``generation``, ``selfLink``) and the Service ``status``;
+* drops the server-set metadata (``resourceVersion``, ``managedFields``,
+  ``creationTimestamp``, ``generation``, ``selfLink``) and the Service ``status``; the
+  ``uid`` is kept (the apiserver keeps it on create, so ownerReferences still name their
+  owners), and so is a Pod's status (``spec.nodeName`` with ``status.podIP(s)``: the
+  Pod stays bound there with those addresses, see ``control.apiserver.podips``);
 * skips the kinds svclab does not model, counting them per kind (the caller reports
   the counts); the kube-proxy ConfigMap (``kube-system/kube-proxy``, key
   ``config.conf``) and ``ServiceCIDR`` objects are read, not applied;
@@ -39,13 +42,14 @@ MODELLED_KINDS = frozenset(
     {"Deployment", "EndpointSlice", "Namespace", "Node", "Pod", "ReplicaSet", "Service"}
 )
 _SERVER_META = (
-    "uid",
     "resourceVersion",
     "managedFields",
     "creationTimestamp",
     "generation",
     "selfLink",
 )
+#: metadata only a server sets: its presence tells a dump from hand-written manifests
+_DUMP_META = ("uid", "resourceVersion", "managedFields", "creationTimestamp")
 _SVC_MODES = ("iptables", "ipvs", "nftables")
 
 
@@ -67,7 +71,7 @@ def is_cluster_dump(raw_docs: Iterable[Any]) -> bool:
         if d.get("kind") == "List" and isinstance(d.get("items"), list):
             return True
         meta = d.get("metadata")
-        if isinstance(meta, dict) and any(k in meta for k in _SERVER_META[:4]):
+        if isinstance(meta, dict) and any(k in meta for k in _DUMP_META):
             return True
     return False
 
