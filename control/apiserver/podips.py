@@ -110,9 +110,7 @@ def check_recorded_pod_ips(
                 elif addr == inside.network_address + 1:
                     why = f"the gateway of podCIDR {inside} (the node's bridge holds it)"
                 if why is not None:
-                    err = InvalidError(
-                        f"Invalid value: {ip!r}: {why}", obj=pod.ref, field=field
-                    )
+                    err = InvalidError(f"Invalid value: {ip!r}: {why}", obj=pod.ref, field=field)
                     return [(i, err)]
             holder = owner.get(str(addr))
             if holder is not None and holder != pod.key:
