@@ -222,6 +222,8 @@ def _collect_paused(texts: list[tuple[str, str]]) -> Manifests:
             proxy = value
         else:
             objects.append(value)
+    if cluster is not None:
+        warnings = (*warnings, *cluster.spec.layout_warnings())
     return Manifests(
         objects=tuple(objects),
         cluster=cluster,

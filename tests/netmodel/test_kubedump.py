@@ -177,3 +177,33 @@ def test_recorded_pod_ips_outside_the_node_or_taken_are_refused(
     assert f"Pod/default/web-7d9c5b-{refused}: {field}: Invalid value: '{ip}': {why}" in line, line
     assert str(f) in line
     assert not (s / "cluster.yaml").exists() or not _get(s, "pods")
+
+
+GKE = DUMP.with_name("gke-routes-list.yaml")
+
+
+def test_gke_routes_layout_applies_with_a_warning_and_routes_cluster_ips(tmp_path: Path) -> None:
+    """The services range inside the cluster's pod range (kube-proxy's clusterCIDR) is
+    accepted with a warning; a ClusterIP inside the pod range is DNATed before routing,
+    so it reaches both endpoints, on the emulated cluster and at one node (--at)."""
+    s = tmp_path / "s"
+    run = CliRunner().invoke
+    r = run(cli, ["--state", str(s), "apply", "-f", str(GKE)])
+    assert r.exit_code == 0, r.output
+    assert "warning: serviceCIDR 10.7.240.0/21 lies inside podCIDR 10.4.0.0/14" in r.output
+    pods = _get(s, "pods")
+    assert {n: p["status"]["podIP"] for n, p in pods.items()} == {
+        "client": "10.4.0.6",
+        "web-0": "10.4.0.5",
+        "web-1": "10.4.1.9",
+    }
+    base = ["--state", str(s), "trace", "--proto", "tcp", "--all", "-o", "json"]
+    for where in (
+        ["--from", "pod/default/client"],
+        ["--from", "10.128.0.9", "--at", "node/gke-pool-1-a"],
+    ):
+        r = run(cli, [*base, *where, "--to", "10.7.245.17:80"])
+        assert r.exit_code == 0, r.output
+        out = json.loads(r.output)
+        got = sorted(e["endpoint"] for e in out["endpoints"])
+        assert got == ["10.4.0.5:8080", "10.4.1.9:8080"], out
