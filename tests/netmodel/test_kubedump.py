@@ -197,13 +197,20 @@ def test_gke_routes_layout_applies_with_a_warning_and_routes_cluster_ips(tmp_pat
         "web-0": "10.4.0.5",
         "web-1": "10.4.1.9",
     }
-    base = ["--state", str(s), "trace", "--proto", "tcp", "--all", "-o", "json"]
-    for where in (
+    # on the applied state, and on a throw-away cluster built from the dump (-f): its
+    # Nodes come from the dump, and each runs a kube-proxy all the same
+    bases = [["--state", str(s), "trace"], ["trace", "-f", str(GKE)]]
+    wheres = (
         ["--from", "pod/default/client"],
         ["--from", "10.128.0.9", "--at", "node/gke-pool-1-a"],
-    ):
-        r = run(cli, [*base, *where, "--to", "10.7.245.17:80"])
-        assert r.exit_code == 0, r.output
-        out = json.loads(r.output)
-        got = sorted(e["endpoint"] for e in out["endpoints"])
-        assert got == ["10.4.0.5:8080", "10.4.1.9:8080"], out
+    )
+    for base in bases:
+        for where in wheres:
+            r = run(
+                cli,
+                [*base, "--proto", "tcp", "--all", "-o", "json", *where, "--to", "10.7.245.17:80"],
+            )
+            assert r.exit_code == 0, r.output
+            out = json.loads(r.output)
+            got = sorted(e["endpoint"] for e in out["endpoints"])
+            assert got == ["10.4.0.5:8080", "10.4.1.9:8080"], (base, where, out)
