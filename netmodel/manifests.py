@@ -59,7 +59,7 @@ _LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 _STR, _MAP, _SEQ = (f"tag:yaml.org,2002:{t}" for t in ("str", "map", "seq"))
 
 
-class _TreeLoader(_LOADER):  # type: ignore[misc,valid-type]
+class _TreeLoader(_LOADER):
     """The safe loader, with plain maps, sequences and strings (all of a kubectl dump but
     its numbers and booleans) built in one recursive pass instead of the constructor's
     generator machinery: half the reading time of a 10,000-Service dump. Every other
