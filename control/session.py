@@ -293,6 +293,8 @@ class Session:
         self, objs: Sequence[KubeObject], *, source: str | None
     ) -> list[tuple[str, KubeObject]]:
         results = self.plane.apply(objs, source=source) if objs else []
+        if self.with_proxies and self._plane is not None:
+            self._add_proxies()  # Nodes this apply created (a kubectl dump's) run one too
         self.converge()
         return results
 

@@ -101,6 +101,11 @@ class NodeEnvironment(_Strict):
     large_cluster_endpoints_threshold: int = 1000
 
 
+def _carved(svc: IPNetwork, pod: IPNetwork) -> bool:
+    """The service range is a strict part of the pod range (and leaves room for pods)."""
+    return svc.version == pod.version and svc.prefixlen > pod.prefixlen and svc.subnet_of(pod)  # type: ignore[arg-type]
+
+
 class ClusterSpec(_Strict):
     service_cidr: str = Field(default="10.96.0.0/12", alias="serviceCIDR")
     pod_cidr: str = Field(default="10.244.0.0/16", alias="podCIDR")
@@ -220,7 +225,7 @@ class ClusterSpec(_Strict):
         pairs = [("serviceCIDR", svc), ("podCIDR", pod), ("nodeNetwork", under)]
         for i, (na, a) in enumerate(pairs):
             for nb, b in pairs[i + 1 :]:
-                if overlaps(a, b):
+                if overlaps(a, b) and not (a is svc and b is pod and _carved(svc, pod)):
                     raise ValueError(f"{na} {a} overlaps {nb} {b}")
         if not (pod.prefixlen <= self.node_cidr_mask_size <= pod.max_prefixlen - 2):
             raise ValueError(
@@ -248,6 +253,21 @@ class ClusterSpec(_Strict):
             if want not in firsts:
                 raise ValueError(f"advertiseAddress {want} is not the (first) address of any node")
         return self
+
+    def layout_warnings(self) -> list[str]:
+        """What is unusual but accepted in this address plan: a serviceCIDR carved out
+        of the podCIDR (GKE's routes-based clusters, whose services range is a block at
+        the end of the cluster's pod range). Node IPAM then never hands out a node
+        subnet that overlaps it (kube-controller-manager filters the service range out of
+        its node CIDR allocator), and Service VIPs are DNATed before routing, so they
+        never meet the pod routes."""
+        svc, pod = self.service_net, self.pod_net
+        if _carved(svc, pod):
+            return [
+                f"serviceCIDR {svc} lies inside podCIDR {pod} (as on GKE routes-based "
+                "clusters): node podCIDRs are allocated around it"
+            ]
+        return []
 
     # ---- derived values
 

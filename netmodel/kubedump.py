@@ -5,16 +5,21 @@ svclab input.
 or objects carrying server-set metadata (``uid``, ``resourceVersion``,
 ``managedFields``, ``creationTimestamp``). :func:`prepare` then
 
-* drops the server-set metadata (``uid``, ``resourceVersion``, ``managedFields``,
-  ``creationTimestamp``, ``generation``, ``selfLink``) and the Service ``status``;
+* drops the server-set metadata (``resourceVersion``, ``managedFields``,
+  ``creationTimestamp``, ``generation``, ``selfLink``) and the Service ``status``; the
+  ``uid`` is kept (the apiserver keeps it on create, so ownerReferences still name their
+  owners), and so is a Pod's status (``spec.nodeName`` with ``status.podIP(s)``: the
+  Pod stays bound there with those addresses, see ``control.apiserver.podips``);
 * skips the kinds svclab does not model, counting them per kind (the caller reports
   the counts); the kube-proxy ConfigMap (``kube-system/kube-proxy``, key
   ``config.conf``) and ``ServiceCIDR`` objects are read, not applied;
 * infers the ``Cluster`` document when the dump has none: ``serviceCIDR`` from the
   ServiceCIDR objects, else the smallest network whose first address is the
   ``kubernetes`` Service's ClusterIP and that holds every ClusterIP of the dump;
-  ``podCIDR`` the smallest network holding every Node's podCIDRs, ``nodeCIDRMaskSize``
-  their prefix length; ``nodeNetwork`` the smallest network (at most /24) holding the
+  ``podCIDR`` the kube-proxy ConfigMap's ``clusterCIDR`` when it holds every Node's
+  podCIDRs, else the smallest network holding them, ``nodeCIDRMaskSize`` their prefix
+  length (a serviceCIDR inside that podCIDR, as GKE's routes-based clusters have, is
+  accepted with a warning: ``ClusterSpec.layout_warnings``); ``nodeNetwork`` the smallest network (at most /24) holding the
   Nodes' InternalIPs; ``proxyMode`` from the kube-proxy ConfigMap; ``allocation:
   recorded`` (ClusterIPs, NodePorts kept as recorded) and ``kubernetesService: false``
   (the dump's own ``default/kubernetes`` is applied); ``nodes: 0`` (the Nodes come from
@@ -39,13 +44,14 @@ MODELLED_KINDS = frozenset(
     {"Deployment", "EndpointSlice", "Namespace", "Node", "Pod", "ReplicaSet", "Service"}
 )
 _SERVER_META = (
-    "uid",
     "resourceVersion",
     "managedFields",
     "creationTimestamp",
     "generation",
     "selfLink",
 )
+#: metadata only a server sets: its presence tells a dump from hand-written manifests
+_DUMP_META = ("uid", "resourceVersion", "managedFields", "creationTimestamp")
 _SVC_MODES = ("iptables", "ipvs", "nftables")
 
 
@@ -67,7 +73,7 @@ def is_cluster_dump(raw_docs: Iterable[Any]) -> bool:
         if d.get("kind") == "List" and isinstance(d.get("items"), list):
             return True
         meta = d.get("metadata")
-        if isinstance(meta, dict) and any(k in meta for k in _SERVER_META[:4]):
+        if isinstance(meta, dict) and any(k in meta for k in _DUMP_META):
             return True
     return False
 
@@ -135,17 +141,34 @@ def _service_cidr(services: list[dict[str, Any]], cidr_objs: list[str]) -> str |
     return None
 
 
-def _proxy_mode(doc: dict[str, Any]) -> str | None:
+def _proxy_conf(doc: dict[str, Any]) -> dict[str, Any]:
     data = doc.get("data") or {}
     text = data.get("config.conf")
     if not isinstance(text, str):
-        return None
+        return {}
     try:
         conf = yaml.safe_load(text)
     except yaml.YAMLError:
-        return None
-    mode = conf.get("mode") if isinstance(conf, dict) else None
+        return {}
+    return conf if isinstance(conf, dict) else {}
+
+
+def _proxy_mode(conf: dict[str, Any]) -> str | None:
+    mode = conf.get("mode")
     return str(mode) if mode in _SVC_MODES else ("iptables" if mode == "" else None)
+
+
+def _cluster_cidr(conf: dict[str, Any]) -> ipaddress.IPv4Network | None:
+    """kube-proxy's ``clusterCIDR`` (the cluster's whole pod range; comma-separated when
+    dual-stack): its IPv4 network, if any."""
+    for part in str(conf.get("clusterCIDR") or "").split(","):
+        try:
+            net = ipaddress.ip_network(part.strip(), strict=False)
+        except ValueError:
+            continue
+        if isinstance(net, ipaddress.IPv4Network):
+            return net
+    return None
 
 
 def prepare(docs: list[dict[str, Any]], *, has_cluster: bool) -> PreparedDump:
@@ -156,6 +179,7 @@ def prepare(docs: list[dict[str, Any]], *, has_cluster: bool) -> PreparedDump:
     pod_cidrs: list[ipaddress.IPv4Network] = []
     node_ips: list[ipaddress.IPv4Network] = []
     mode: str | None = None
+    cluster_cidr: ipaddress.IPv4Network | None = None
     for d in docs:
         kind = str(d.get("kind", ""))
         meta = d.get("metadata") or {}
@@ -164,7 +188,9 @@ def prepare(docs: list[dict[str, Any]], *, has_cluster: bool) -> PreparedDump:
             continue
         if kind == "ConfigMap":
             if meta.get("namespace") == "kube-system" and meta.get("name") == "kube-proxy":
-                mode = _proxy_mode(d) or mode
+                conf = _proxy_conf(d)
+                mode = _proxy_mode(conf) or mode
+                cluster_cidr = _cluster_cidr(conf) or cluster_cidr
             out.skipped[kind] += 1
             continue
         if kind == "ServiceCIDR":
@@ -202,6 +228,8 @@ def prepare(docs: list[dict[str, Any]], *, has_cluster: bool) -> PreparedDump:
                 )
         if pod_cidrs:
             pod = _covering(pod_cidrs)
+            if cluster_cidr is not None and pod.subnet_of(cluster_cidr):
+                pod = cluster_cidr  # the whole pod range, as kube-proxy was told it
             spec["podCIDR"] = str(pod)
             spec["nodeCIDRMaskSize"] = max(c.prefixlen for c in pod_cidrs)
         if node_ips:

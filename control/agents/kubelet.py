@@ -13,6 +13,9 @@ For a pod bound to its node (``spec.nodeName``), :meth:`Kubelet.reconcile`:
    container, CNI DEL (the address becomes reusable), then
    ``finalize_pod_deletion`` removes the pod from the store.
 
+A pod that arrives holding a ``status.podIP`` (a replayed dump) keeps that address: it
+is reserved in the IPAM before anything is allocated, and CNI ADD hands it back.
+
 Pods are ready as soon as they run (no probes). A pod whose node has no podCIDR yet is
 retried when the Node object changes. :class:`KubeletPool` is how the runner drives all
 kubelets as one component: it creates a kubelet per Node object and routes each watch
@@ -104,6 +107,8 @@ class Kubelet:
                     self._waiting.clear()
                 elif obj.spec.node_name == self.node_name:
                     sb = self.sandboxes.get(obj.key)
+                    if sb is None:
+                        self._keep_recorded(obj)
                     if _needs_work(obj) or sb is None or sb.uid != obj.metadata.uid:
                         self.queue.add(obj.key)
 
@@ -121,6 +126,21 @@ class Kubelet:
         for p in mine:
             if _needs_work(p):
                 self.queue.add(p.key)
+
+    def _keep_recorded(self, pod: Pod) -> None:
+        """A pod that arrives already holding an address (a replayed dump: ``podIP`` in
+        its status, no sandbox here yet) keeps it: the address is reserved in the IPAM as
+        the events arrive, before any sync, so no pod without an address that this sync
+        starts can be given it, and the sandbox made later gets it back (CNI ADD of an
+        owner that holds an address returns that address)."""
+        if (
+            pod.status.pod_ip
+            and not pod.spec.host_network
+            and not pod.is_terminating
+            and self.node is not None
+            and self.node.spec.pod_cidr
+        ):
+            self.plugin.restore(self.node, [pod])
 
     def pending(self) -> int:
         return len(self.queue)
@@ -185,6 +205,7 @@ class Kubelet:
             sb = Sandbox(pod.metadata.uid, pod, ip, None)
             msg = f"Created pod sandbox in the host network namespace ({ip})"
         else:
+            self._keep_recorded(pod)
             try:
                 res = self.plugin.add(node, pod)
             except SvclabError as e:

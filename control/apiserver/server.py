@@ -48,11 +48,12 @@ from control.apiserver import clusterdns, endpoints
 from control.apiserver.allocators import Journal
 from control.apiserver.defaults import default_object
 from control.apiserver.nodes import nodes_for
+from control.apiserver.podips import check_recorded_pod_ips, recorded_ips
 from control.apiserver.services import ServiceAllocators
 from control.apiserver.validation import validate, validate_update
 from control.clock import Clock, rfc3339
 from control.events import Recorder
-from control.store.base import Store
+from control.store.base import Store, bulk
 from netmodel.cluster import ClusterSpec
 from netmodel.errors import (
     ConflictError,
@@ -483,9 +484,18 @@ class APIServer:
         Any error raises an :class:`InputError` naming ``source`` (the file), the document
         (``documents[i]`` if given, else the 1-based position in ``objs``), the object and
         the field; then nothing is stored and the revision is unchanged.
-        ``metadata.resourceVersion`` in the objects is ignored (replayed dumps apply).
+        ``metadata.resourceVersion`` in the objects is ignored (replayed dumps apply); a
+        ``metadata.uid`` is kept on create, and Pods created with ``spec.nodeName`` and
+        ``status.podIP(s)`` keep those addresses once :mod:`.podips` has checked them
+        (a replayed ``kubectl get -A -o yaml`` dump keeps its identities and addresses).
         Returns ``(action, object)`` per input, action ``created`` / ``configured`` /
         ``unchanged``."""
+        with bulk():  # many acyclic values made at once: no GC rescans (store.base)
+            return self._apply(objs, source, documents)
+
+    def _apply(
+        self, objs: Sequence[KubeObject], source: str | None, documents: Sequence[int] | None
+    ) -> list[tuple[str, KubeObject]]:
         plan: list[_Admitted] = []
         batch: dict[tuple[str, str], KubeObject] = {}
         reserved: set[str] = set()  # keys taken in this batch (for generateName)
@@ -498,6 +508,7 @@ class APIServer:
                     raise _holder_in_batch(e, plan).located(file=source, document=doc) from None
                 except SvclabError as e:
                     raise InputError(str(e), file=source, document=doc, obj=obj.ref) from None
+            self._check_pod_ips(plan, source, documents)
             results: list[tuple[str, KubeObject]] = []
             with self.store.transaction():
                 for adm in plan:
@@ -516,6 +527,30 @@ class APIServer:
             adm.journal.commit()
         return results
 
+    def _check_pod_ips(
+        self, plan: Sequence[_Admitted], source: str | None, documents: Sequence[int] | None
+    ) -> None:
+        """Pods created with recorded addresses (:mod:`.podips`), checked once the whole
+        batch is admitted, so that a dump's Nodes may come after its Pods."""
+        at = [
+            i
+            for i, adm in enumerate(plan)
+            if adm.action == "created" and isinstance(adm.obj, Pod) and recorded_ips(adm.obj)
+        ]
+        if not at:
+            return
+        nodes = {a.obj.name: a.obj for a in plan if isinstance(a.obj, Node)}
+
+        def node(name: str) -> Node | None:
+            n = nodes.get(name) or self._get(Node.KIND, name)
+            return n if isinstance(n, Node) else None
+
+        pods = [plan[i].obj for i in at]
+        held = [p for p in self.store.list(Pod.KIND) if isinstance(p, Pod)]
+        for j, err in check_recorded_pod_ips(pods, node=node, held=held):  # type: ignore[arg-type]
+            i = at[j]
+            raise err.located(file=source, document=documents[i] if documents else i + 1)
+
     # ------------------------------------------------------------------ admission
 
     def _admit_apply(
@@ -525,7 +560,7 @@ class APIServer:
         ident = (obj.kind, obj.key)
         current = batch.get(ident) or (self._get(obj.kind, obj.key) if obj.name else None)
         if current is None:
-            adm = self._admit_create(obj, reserved=reserved)
+            adm = self._admit_create(obj, reserved=reserved, keep_uid=True)
         else:
             adm = self._admit_update(obj, current)
             if ident in batch:
@@ -535,11 +570,23 @@ class APIServer:
         return adm
 
     def _admit_create(
-        self, obj: KubeObject, *, reserved: set[str], uid_revision: int | None = None
+        self,
+        obj: KubeObject,
+        *,
+        reserved: set[str],
+        uid_revision: int | None = None,
+        keep_uid: bool = False,
     ) -> _Admitted:
         """``uid_revision``: the revision the write will get, when known (then the uid is
-        set here; otherwise at write time)."""
-        obj = default_object(self._new_metadata(obj, reserved, uid_revision), self.cluster)
+        set here; otherwise at write time). ``keep_uid`` (apply): a uid the object
+        carries is kept, so that a replayed dump's ownerReferences still name their
+        owners (else the garbage collector would take every dependent for an orphan of a
+        deleted owner)."""
+        given = obj.metadata.uid if keep_uid else None
+        obj = self._new_metadata(obj, reserved, uid_revision)
+        if given:
+            obj = obj.with_meta(uid=given)
+        obj = default_object(obj, self.cluster)
         validate(obj, self.cluster)
         self._check_namespace_active(obj)
         journal = Journal()

@@ -226,6 +226,9 @@ class DeploymentController(Controller):
         owned = self._owned(d)
         h = pod_template_hash(d.spec.template)
         new = next((rs for rs in owned if rs.labels.get(TEMPLATE_HASH_LABEL) == h), None)
+        if new is None:  # upstream's FindNewReplicaSet: same template, whatever its hash
+            # (a ReplicaSet replayed from a real cluster carries that cluster's hash)
+            new = next((rs for rs in owned if pod_template_hash(rs.spec.template) == h), None)
         olds = sorted((rs for rs in owned if rs is not new), key=_by_age)
         revision = max((revision_of(rs) for rs in olds), default=0) + 1
         if new is not None and revision_of(new) < revision:

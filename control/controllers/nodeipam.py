@@ -8,7 +8,8 @@ Contract:
   the apiserver with compare-and-swap). A Node that already has one keeps it: the subnet
   (or every subnet it covers, for a user-given CIDR of another size) is marked taken.
   A Node that is gone gives its subnets back.
-* Subnets are disjoint and inside the podCIDR. A user-given podCIDR that overlaps another
+* Subnets are disjoint and inside the podCIDR, and never overlap a serviceCIDR carved
+  out of the podCIDR (GKE routes-based layouts). A user-given podCIDR that overlaps another
   Node's is not taken twice: the Node gets a Warning Event ``CIDRNotAvailable``.
 * Running out is a state, not a crash: the Node gets the condition
   ``NetworkUnavailable=True`` (reason ``NoCIDRAvailable``) and a Warning Event
@@ -36,6 +37,8 @@ from netmodel.objects import Condition, Node
 COMPONENT = "nodeipam-controller"
 CONDITION = "NetworkUnavailable"
 NO_CIDR = "NoCIDRAvailable"
+#: the owner of node subnets that overlap a serviceCIDR carved out of the podCIDR
+SERVICE_RANGE = "<serviceCIDR>"
 
 
 class NodeIPAMClient(APIClient, Protocol):
@@ -62,6 +65,10 @@ class NodeIPAM:
         self._bits = Bitmap(2 ** (self.mask - self.pod_net.prefixlen))
         self._held: dict[str, list[int]] = {}  # node -> subnets it holds
         self._wanted: dict[str, list[int]] = {}  # node -> subnets its podCIDR(s) cover
+        # a serviceCIDR carved out of the podCIDR (GKE routes-based): its subnets are
+        # never handed out (upstream's range allocator filters the service range out)
+        for offset in self._offsets(cluster.service_net) or []:
+            self._bits.allocate(offset, SERVICE_RANGE)
         for node in self._nodes():
             if node.spec.pod_cidr:
                 self._occupy(node)

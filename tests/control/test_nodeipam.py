@@ -142,3 +142,15 @@ def test_running_out_is_a_condition_and_recovers() -> None:
     assert n5.spec.pod_cidr == "10.244.1.0/24"
     (cond,) = [c for c in n5.status.conditions if c.type == "NetworkUnavailable"]
     assert (cond.status, cond.reason) == ("False", "CIDRAssigned")
+
+
+def test_subnets_of_a_service_range_inside_the_pod_range_are_never_handed_out() -> None:
+    """A serviceCIDR carved out of the podCIDR (GKE routes-based) is filtered out of the
+    node ranges, as kube-controller-manager's allocator does."""
+    api = cluster_api(nodes=3, podCIDR="10.4.0.0/22", serviceCIDR="10.4.1.0/24")
+    NodeIPAM(api, api.cluster).sync_all()
+    assert cidrs(api) == {
+        "node-1": "10.4.0.0/24",
+        "node-2": "10.4.2.0/24",
+        "node-3": "10.4.3.0/24",
+    }

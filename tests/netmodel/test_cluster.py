@@ -89,3 +89,14 @@ def test_bad_dns_fields(spec: str, fragment: str) -> None:
         cluster(spec)
     assert fragment in str(err.value)
     assert str(err.value).startswith("c.yaml (document 1): Cluster/svclab")
+
+
+def test_service_range_carved_out_of_the_pod_range_is_accepted_with_a_warning() -> None:
+    """GKE routes-based clusters: the services range is a block of the cluster range."""
+    s = cluster("{podCIDR: 10.4.0.0/14, serviceCIDR: 10.7.240.0/20}")
+    (warning,) = s.layout_warnings()
+    assert "serviceCIDR 10.7.240.0/20 lies inside podCIDR 10.4.0.0/14" in warning
+    assert cluster("{}").layout_warnings() == []
+    # the other way round (pods inside the service range) is still refused
+    with pytest.raises(InputError, match=r"serviceCIDR 10\.4\.0\.0/14 overlaps podCIDR"):
+        cluster("{podCIDR: 10.7.240.0/20, serviceCIDR: 10.4.0.0/14}")

@@ -63,3 +63,154 @@ def test_apply_keeps_recorded_cluster_ips_and_node_ports(tmp_path: Path) -> None
     assert items["web"]["spec"]["clusterIP"] == "10.8.12.34"
     assert items["web"]["spec"]["ports"][0]["nodePort"] == 31234
     assert items["kubernetes"]["spec"]["clusterIP"] == "10.8.0.1"
+
+
+PODS = DUMP.with_name("pods-list.yaml")
+
+
+def _get(state: Path, kind: str) -> dict[str, dict]:  # type: ignore[type-arg]
+    r = CliRunner().invoke(cli, ["--state", str(state), "get", kind, "-A", "-o", "json"])
+    assert r.exit_code == 0, r.output
+    return {i["metadata"]["name"]: i for i in json.loads(r.output)["items"]}
+
+
+def test_apply_keeps_recorded_pods_owners_and_pod_ips(tmp_path: Path) -> None:
+    """Pods bound to their nodes with their recorded IPs, uids kept (so the owners'
+    ReplicaSet and Deployment adopt them instead of replacing them), EndpointSlices
+    from those IPs, podCIDRs and ClusterIPs as recorded."""
+    s = tmp_path / "s"
+    r = CliRunner().invoke(cli, ["--state", str(s), "apply", "-f", str(PODS)])
+    assert r.exit_code == 0, r.output
+    pods = _get(s, "pods")
+    assert {n: (p["spec"]["nodeName"], p["status"]["podIP"]) for n, p in pods.items()} == {
+        "web-7d9c5b-abcde": ("worker-1", "10.4.1.7"),
+        "web-7d9c5b-fghij": ("worker-2", "10.4.2.12"),
+    }
+    assert pods["web-7d9c5b-abcde"]["metadata"]["uid"] == "p1"
+    assert all(p["status"]["phase"] == "Running" for p in pods.values())
+    assert list(_get(s, "replicasets")) == ["web-7d9c5b"]
+    nodes = _get(s, "nodes")
+    assert nodes["worker-2"]["spec"]["podCIDR"] == "10.4.2.0/24"
+    assert _get(s, "services")["web"]["spec"]["clusterIP"] == "10.8.3.4"
+    (slice_,) = [v for k, v in _get(s, "endpointslices").items() if k.startswith("web-")]
+    assert sorted(a for e in slice_["endpoints"] for a in e["addresses"]) == [
+        "10.4.1.7",
+        "10.4.2.12",
+    ]
+
+
+def test_new_pods_get_free_addresses_beside_recorded_ones(tmp_path: Path) -> None:
+    """A later pod on the node is given an address no recorded pod holds; a pod replayed
+    later with its address keeps it (the kubelet reserves it, never reallocates)."""
+    s = tmp_path / "s"
+    doc = yaml.safe_load(PODS.read_text())
+    late = next(i for i in doc["items"] if i["metadata"].get("name") == "web-7d9c5b-abcde")
+    doc["items"].remove(late)
+    # the first apply has a pod on worker-1 without any address: .2 upwards is free
+    doc["items"].append(
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "solo", "namespace": "default", "uid": "p9"},
+            "spec": {"nodeName": "worker-1", "containers": [{"name": "c", "image": "x"}]},
+        }
+    )
+    first = tmp_path / "first.yaml"
+    first.write_text(yaml.safe_dump(doc))
+    run = CliRunner().invoke
+    assert run(cli, ["--state", str(s), "apply", "-f", str(first)]).exit_code == 0
+    solo_ip = _get(s, "pods")["solo"]["status"]["podIP"]
+    # applied later as a plain manifest (a second dump would infer a second Cluster)
+    late_doc = tmp_path / "late.yaml"
+    del late["metadata"]["uid"]
+    late["status"]["podIP"] = "10.4.1.9"
+    late["status"]["podIPs"] = [{"ip": "10.4.1.9"}]
+    late_doc.write_text(yaml.safe_dump(late))
+    r = run(cli, ["--state", str(s), "apply", "-f", str(late_doc)])
+    assert r.exit_code == 0, r.output
+    pods = _get(s, "pods")
+    assert pods["web-7d9c5b-abcde"]["status"]["podIP"] == "10.4.1.9"
+    assert pods["solo"]["status"]["podIP"] == solo_ip != "10.4.1.9"
+    # one more pod without an address: neither .9 nor solo's
+    extra = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "extra", "namespace": "default"},
+        "spec": {"nodeName": "worker-1", "containers": [{"name": "c", "image": "x"}]},
+    }
+    (tmp_path / "extra.yaml").write_text(yaml.safe_dump(extra))
+    assert run(cli, ["--state", str(s), "apply", "-f", str(tmp_path / "extra.yaml")]).exit_code == 0
+    ips = [p["status"]["podIP"] for p in _get(s, "pods").values()]
+    assert len(ips) == len(set(ips)) == 4
+
+
+@pytest.mark.parametrize(
+    ("ip", "node", "refused", "why"),
+    [
+        ("10.4.9.7", "worker-1", "abcde", "not in the podCIDR of node worker-1 (10.4.1.0/24)"),
+        ("10.4.1.1", "worker-1", "abcde", "the gateway of podCIDR 10.4.1.0/24"),
+        (
+            "10.4.1.255",
+            "worker-1",
+            "abcde",
+            "the network or broadcast address of podCIDR 10.4.1.0/24",
+        ),
+        # the second holder in the dump's order is the one refused
+        ("10.4.2.12", "worker-2", "fghij", "address already held by Pod/default/web-7d9c5b-abcde"),
+    ],
+)
+def test_recorded_pod_ips_outside_the_node_or_taken_are_refused(
+    tmp_path: Path, ip: str, node: str, refused: str, why: str
+) -> None:
+    doc = yaml.safe_load(PODS.read_text())
+    pod = next(i for i in doc["items"] if i["metadata"].get("name") == "web-7d9c5b-abcde")
+    pod["spec"]["nodeName"] = node
+    pod["status"]["podIP"] = ip
+    pod["status"]["podIPs"] = [{"ip": ip}]
+    f = tmp_path / "dump.yaml"
+    f.write_text(yaml.safe_dump(doc))
+    s = tmp_path / "s"
+    r = CliRunner().invoke(cli, ["--state", str(s), "apply", "-f", str(f)])
+    assert r.exit_code == 1
+    (line,) = r.output.strip().splitlines()[-1:]
+    field = "status.podIPs[0].ip"
+    assert f"Pod/default/web-7d9c5b-{refused}: {field}: Invalid value: '{ip}': {why}" in line, line
+    assert str(f) in line
+    assert not (s / "cluster.yaml").exists() or not _get(s, "pods")
+
+
+GKE = DUMP.with_name("gke-routes-list.yaml")
+
+
+def test_gke_routes_layout_applies_with_a_warning_and_routes_cluster_ips(tmp_path: Path) -> None:
+    """The services range inside the cluster's pod range (kube-proxy's clusterCIDR) is
+    accepted with a warning; a ClusterIP inside the pod range is DNATed before routing,
+    so it reaches both endpoints, on the emulated cluster and at one node (--at)."""
+    s = tmp_path / "s"
+    run = CliRunner().invoke
+    r = run(cli, ["--state", str(s), "apply", "-f", str(GKE)])
+    assert r.exit_code == 0, r.output
+    assert "warning: serviceCIDR 10.7.240.0/21 lies inside podCIDR 10.4.0.0/14" in r.output
+    pods = _get(s, "pods")
+    assert {n: p["status"]["podIP"] for n, p in pods.items()} == {
+        "client": "10.4.0.6",
+        "web-0": "10.4.0.5",
+        "web-1": "10.4.1.9",
+    }
+    # on the applied state, and on a throw-away cluster built from the dump (-f): its
+    # Nodes come from the dump, and each runs a kube-proxy all the same
+    bases = [["--state", str(s), "trace"], ["trace", "-f", str(GKE)]]
+    wheres = (
+        ["--from", "pod/default/client"],
+        ["--from", "10.128.0.9", "--at", "node/gke-pool-1-a"],
+    )
+    for base in bases:
+        for where in wheres:
+            r = run(
+                cli,
+                [*base, "--proto", "tcp", "--all", "-o", "json", *where, "--to", "10.7.245.17:80"],
+            )
+            assert r.exit_code == 0, r.output
+            out = json.loads(r.output)
+            got = sorted(e["endpoint"] for e in out["endpoints"])
+            assert got == ["10.4.0.5:8080", "10.4.1.9:8080"], (base, where, out)
