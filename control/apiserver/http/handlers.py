@@ -295,27 +295,18 @@ def _table(
     )
 
 
-_PARTIAL = b'"object":{"kind":"PartialObjectMetadata","apiVersion":"meta.k8s.io/v1","metadata":'
-
-
 def _table_bytes(
     api: API, res: Resource, objs: list[KubeObject], rv: str, cont: str | None
 ) -> bytes:
     """:func:`_table` for stored objects with row metadata, written as bytes from the
-    cached metadata JSON (a LIST of every pod as a Table)."""
+    cached rows (a LIST of every pod as a Table)."""
     head = wire.dumps(tables.table(res, [], resource_version=rv, continue_token=cont))
     now = time.time()
-    rows = [
-        b'{"cells":'
-        + wire.dumps(tables.row_cells(res, o, now))
-        + b","
-        + _PARTIAL
-        + api.cache.encode_metadata(o)
-        + b"}}"
-        for o in objs
-    ]
+    ages: dict[str, bytes] = {}
+    row = api.cache.table_row
+    rows = b",".join([row(res, o, now, ages) for o in objs])
     assert head.endswith(b'"rows":[]}')
-    return head[: -len(b"]}")] + b",".join(rows) + b"]}"
+    return head[: -len(b"]}")] + rows + b"]}"
 
 
 # --------------------------------------------------------------------------- watch
