@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import queue
 import subprocess
 import sys
 import threading
@@ -232,9 +233,10 @@ class LiveComponent:
             log.info("component=%s stopped", self.name)
 
     def _run(self, stop: threading.Event) -> None:
-        while not stop.is_set():
-            if all(inf.synced.wait(0.1) for inf in self.informers):
-                break
+        for inf in self.informers:  # (a second's wait: thousands of these may wait)
+            while not inf.synced.wait(1.0):
+                if stop.is_set():
+                    return
         if stop.is_set():
             return
         self._start()
@@ -353,6 +355,7 @@ class LiveControlPlane:
         #: node -> what runs for it: its stop event, its components, the kubelet's
         #: connection and the kube-proxy's Node informer
         self._nodes: dict[str, _NodeAgents] = {}
+        self._node_starts: queue.Queue[str] = queue.Queue()
         self._connections: list[Connection] = []
         self._spawned: set[str] = set()
         self._reflecting: set[int] = set()
@@ -453,6 +456,9 @@ class LiveControlPlane:
             self.proxy_group.get("EndpointSlice")
         with self._nodes_lock:
             self._running = True
+            starter = threading.Thread(target=self._node_starter, name="node-starter", daemon=True)
+            self._threads.append(starter)
+            starter.start()
             for comp in list(self.components.values()):
                 self._spawn(comp)
             for group in list(self._groups):
@@ -465,13 +471,35 @@ class LiveControlPlane:
             if ev.type == "DELETED":
                 self._stop_node(ev.object.name)
             else:
-                self._start_node(ev.object.name)
+                with self._nodes_lock:
+                    if ev.object.name not in self._nodes and not self._stop.is_set():
+                        self._nodes[ev.object.name] = _NodeAgents(threading.Event())
+                        self._node_starts.put(ev.object.name)
 
-    def _start_node(self, node: str) -> None:
+    #: seconds the node starter waits for one node's informers to list before the next
+    NODE_START_WAIT = 5.0
+
+    def _node_starter(self) -> None:
+        """Start the nodes' kubelets and kube-proxies one at a time, each once the one
+        before has listed (or after :data:`NODE_START_WAIT`): a thousand nodes starting
+        at once would be thousands of TLS handshakes and LISTs queued on the server at
+        the same instant, most of them timing out and retrying."""
+        while not self._stop.is_set():
+            try:
+                node = self._node_starts.get(timeout=0.5)
+            except queue.Empty:
+                continue
+            agents = self._start_node(node)
+            deadline = time.monotonic() + self.NODE_START_WAIT
+            for comp in agents.components if agents is not None else ():
+                for inf in comp.informers:
+                    inf.synced.wait(max(0.0, deadline - time.monotonic()))
+
+    def _start_node(self, node: str) -> _NodeAgents | None:
         with self._nodes_lock:
-            if node in self._nodes or self._stop.is_set():
-                return
-            agents = self._nodes[node] = _NodeAgents(threading.Event())
+            agents = self._nodes.get(node)
+            if agents is None or agents.components or self._stop.is_set():
+                return None  # deleted meanwhile, or started
             kg = self._identity(node_identity(node), f"kubelet/{node}")
             agents.connection = kg.conn
             kapi = kg.conn.api
@@ -492,7 +520,7 @@ class LiveControlPlane:
             self._start_reflectors(kg, agents.stop)
             if not self.kube_proxies:
                 log.info("node=%s kubelet started (no kube-proxy)", node)
-                return
+                return agents
             pg = self.proxy_group
             papi = pg.conn.api
             proxy = KubeProxy(
@@ -509,6 +537,7 @@ class LiveControlPlane:
             self._add(agents.components[-1], agents.stop)
             self._start_reflectors(pg, agents.stop)  # the node's informer only: see start()
             log.info("node=%s kubelet and kube-proxy started", node)
+            return agents
 
     def _stop_node(self, node: str) -> None:
         """The Node is gone: stop its kubelet and kube-proxy (their threads end, and so do
