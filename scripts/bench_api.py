@@ -307,6 +307,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     log = open(state.parent / "bench-serve.log", "ab")  # noqa: SIM115
     t0 = time.perf_counter()
     cmd = [svclab, "--state", str(state), "serve", "--listen", f"127.0.0.1:{port}"]
+    cmd += ["--control-plane", args.control_plane]
     if not args.kube_proxies:
         cmd.append("--no-kube-proxies")
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
@@ -515,6 +516,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "nodes": len(nodes),
             "pods": len(names),
             "watchers": len(watch_nodes),
+            "control_plane": args.control_plane,
             "load_average": os.getloadavg(),
         }
     finally:
@@ -548,6 +550,14 @@ def main() -> int:
         action="store_true",
         help="also run a kube-proxy per node in the server (off by default, as in serve's "
         "advice for large clusters)",
+    )
+    ap.add_argument(
+        "--control-plane",
+        choices=["live", "runner"],
+        default="runner",
+        help="serve's control plane: runner (default: the deterministic runner on the "
+        "server's loop) or live (components as API clients in a process of their own: "
+        "a kubelet per node, which takes minutes to start with 1,000 nodes on a busy host)",
     )
     ap.add_argument("--state", default=None, help="state directory to build into / reuse")
     args = ap.parse_args()
