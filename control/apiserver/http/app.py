@@ -122,6 +122,7 @@ class API:
         self.driver: Any = None
         self.on_write: list[Callable[[], None]] = []
         self.requests = 0
+        self._fixed = False
 
     # ---- the cluster
 
@@ -131,7 +132,11 @@ class API:
 
     @property
     def fixed(self) -> bool:
-        return (self.state_dir / "cluster.yaml").exists()
+        """Whether the state holds a cluster (once it does, it always will: the answer
+        is kept, not a file system call on every request)."""
+        if not self._fixed:
+            self._fixed = (self.state_dir / "cluster.yaml").exists()
+        return self._fixed
 
     def list(self, kind: str, namespace: str | None = None) -> builtins.list[KubeObject]:
         return self.store.list(kind, namespace) if self.fixed else []

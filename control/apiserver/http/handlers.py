@@ -989,7 +989,8 @@ async def _delete(
         and (res.kind in ("Pod", "Namespace") or left.metadata.deletion_timestamp is not None)
     ):  # marked, not removed yet (graceful, or a foreground deletion's finalizer)
         return respond(to_bytes(api, res, left), 200)
-    if res.kind == "Service":  # its registry returns the deleted object (ReturnDeletedObject)
+    if res.kind in ("Service", "Pod"):  # their registries return the deleted object
+        # (ReturnDeletedObject)
         return respond(
             to_wire(
                 api, res, obj if dry else obj.with_meta(resource_version=str(api.store.revision))

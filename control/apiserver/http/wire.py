@@ -183,7 +183,7 @@ def event_from_wire(res: Resource, body: dict[str, Any]) -> dict[str, Any]:
     if res.group == "events.k8s.io":
         d["involvedObject"] = d.pop("regarding", {}) or {}
         d["message"] = d.pop("note", "") or ""
-        d["sourceComponent"] = d.pop("reportingController", "") or ""
+        d["sourceComponent"] = d.pop("reportingController", "") or d.get("sourceComponent") or ""
         for k in (
             "reportingInstance",
             "action",
@@ -198,7 +198,9 @@ def event_from_wire(res: Resource, body: dict[str, Any]) -> dict[str, Any]:
             d.pop(k, None)
     else:
         src = d.pop("source", None) or {}
-        d["sourceComponent"] = src.get("component", "") if isinstance(src, dict) else ""
+        component = src.get("component", "") if isinstance(src, dict) else ""
+        # (svclab's own clients post the stored shape: their sourceComponent stays)
+        d["sourceComponent"] = component or d.get("sourceComponent") or ""
         for k in (
             "firstTimestamp",
             "lastTimestamp",
