@@ -3,7 +3,8 @@
 The same component classes the deterministic runner (:mod:`control.runner`) drives —
 node IPAM, Deployment, ReplicaSet, garbage-collector, namespace, pod-GC and
 EndpointSlice controllers, the scheduler, one kubelet and one kube-proxy per node —
-run here in threads of the serving process, each reading the cluster only through
+run here as threads of one process beside the server (``python -m control.live``,
+started by :class:`LiveDriver`), each reading the cluster only through
 informers over a :class:`~control.informers.listwatch.ListerWatcher` and writing only
 through an API client, under its own identity:
 
@@ -26,7 +27,8 @@ and the worker runs ``sync`` (which pops keys from the component's rate-limited
 key is never reconciled twice at once. A component starts (``resync`` with its
 informers' contents) once all its informers have listed. Failed reconciles come back
 after exponential backoff (5 ms doubling, capped at 30 s). Kubelets and kube-proxies
-start for each Node the controller-manager's Node informer sees.
+start for each Node the controller-manager's Node informer sees, one node at a time
+(the next once the previous has listed), and stop when their Node is deleted.
 
 Every step logs one structured line to the ``svclab.live`` logger (stderr in
 ``svclab serve``): ``component=... synced=N pending=M ms=T`` at INFO when work was

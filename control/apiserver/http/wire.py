@@ -74,7 +74,9 @@ class JSONCache:
             self._meta[ident] = (rv, data)
         return data
 
-    def table_row(self, res: Resource, obj: KubeObject, now: float, ages: dict[str, bytes]) -> bytes:
+    def table_row(
+        self, res: Resource, obj: KubeObject, now: float, ages: dict[str, bytes]
+    ) -> bytes:
         """One row of a Table with PartialObjectMetadata row objects, as JSON:
         ``{"cells":[...],"object":{...}}``. ``ages``: Age cells already encoded in this
         response, by creationTimestamp (shared by the rows of one LIST)."""
