@@ -3,7 +3,8 @@
 The same component classes the deterministic runner (:mod:`control.runner`) drives —
 node IPAM, Deployment, ReplicaSet, garbage-collector, namespace, pod-GC and
 EndpointSlice controllers, the scheduler, one kubelet and one kube-proxy per node —
-run here in threads of the serving process, each reading the cluster only through
+run here as threads of one process beside the server (``python -m control.live``,
+started by :class:`LiveDriver`), each reading the cluster only through
 informers over a :class:`~control.informers.listwatch.ListerWatcher` and writing only
 through an API client, under its own identity:
 
@@ -26,7 +27,8 @@ and the worker runs ``sync`` (which pops keys from the component's rate-limited
 key is never reconciled twice at once. A component starts (``resync`` with its
 informers' contents) once all its informers have listed. Failed reconciles come back
 after exponential backoff (5 ms doubling, capped at 30 s). Kubelets and kube-proxies
-start for each Node the controller-manager's Node informer sees.
+start for each Node the controller-manager's Node informer sees, one node at a time
+(the next once the previous has listed), and stop when their Node is deleted.
 
 Every step logs one structured line to the ``svclab.live`` logger (stderr in
 ``svclab serve``): ``component=... synced=N pending=M ms=T`` at INFO when work was
@@ -37,10 +39,13 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import queue
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -185,6 +190,11 @@ class LiveComponent:
         if isinstance(queue, WorkQueue):
             queue.use(ExponentialBackoff(), WallClock())
 
+    def detach(self) -> None:
+        """Stop receiving informer events (the component is being stopped)."""
+        for inf in self.informers:
+            inf.remove_handler(self._on_events)
+
     def _on_events(self, events: Sequence[WatchEvent]) -> None:
         with self.lock:
             if not self.started.is_set():
@@ -219,9 +229,16 @@ class LiveComponent:
         return due if self.idle_wakeup is None else min(self.idle_wakeup, due)
 
     def run(self, stop: threading.Event) -> None:
-        while not stop.is_set():
-            if all(inf.synced.wait(0.1) for inf in self.informers):
-                break
+        try:
+            self._run(stop)
+        finally:
+            log.info("component=%s stopped", self.name)
+
+    def _run(self, stop: threading.Event) -> None:
+        for inf in self.informers:  # (a second's wait: thousands of these may wait)
+            while not inf.synced.wait(1.0):
+                if stop.is_set():
+                    return
         if stop.is_set():
             return
         self._start()
@@ -297,6 +314,16 @@ class _KubeletAgent:
         return self.kubelet.sync()
 
 
+@dataclass
+class _NodeAgents:
+    """What runs for one Node (see :meth:`LiveControlPlane._stop_node`)."""
+
+    stop: threading.Event
+    components: list[LiveComponent] = field(default_factory=list)
+    connection: Connection | None = None
+    node_informer: tuple[str, str] | None = None
+
+
 class LiveControlPlane:
     """Runs every component as an API client until :meth:`stop`; see the module docstring.
 
@@ -327,7 +354,10 @@ class LiveControlPlane:
         self._threads: list[threading.Thread] = []
         self._stop = threading.Event()
         self._nodes_lock = threading.Lock()
-        self._node_agents: set[str] = set()
+        #: node -> what runs for it: its stop event, its components, the kubelet's
+        #: connection and the kube-proxy's Node informer
+        self._nodes: dict[str, _NodeAgents] = {}
+        self._node_starts: queue.Queue[str] = queue.Queue()
         self._connections: list[Connection] = []
         self._spawned: set[str] = set()
         self._reflecting: set[int] = set()
@@ -342,29 +372,43 @@ class LiveControlPlane:
         self._groups.append(group)
         return group
 
-    def _add(self, comp: LiveComponent) -> None:
+    def _add(self, comp: LiveComponent, stop: threading.Event | None = None) -> None:
         self.components[comp.name] = comp
         if self._running:
-            self._spawn(comp)
+            self._spawn(comp, stop)
 
-    def _spawn(self, comp: LiveComponent) -> None:
+    def _spawn(self, comp: LiveComponent, stop: threading.Event | None = None) -> None:
         if comp.name in self._spawned or self._stop.is_set():
             return
         self._spawned.add(comp.name)
-        t = threading.Thread(target=comp.run, args=(self._stop,), name=comp.name, daemon=True)
+        t = threading.Thread(
+            target=comp.run, args=(stop or self._stop,), name=comp.name, daemon=True
+        )
         self._threads.append(t)
         t.start()
 
-    def _start_reflectors(self, group: _Informers) -> None:
+    def _start_reflectors(self, group: _Informers, stop: threading.Event | None = None) -> None:
+        """Start the group's reflectors not started yet; they run until ``stop`` (default:
+        the plane's)."""
         for r in list(group.reflectors):
             if id(r) in self._reflecting:
                 continue
             self._reflecting.add(id(r))
             t = threading.Thread(
-                target=r.run, args=(self._stop,), name=f"reflector {r.name}", daemon=True
+                target=self._reflect,
+                args=(r, stop or self._stop),
+                name=f"reflector {r.name}",
+                daemon=True,
             )
             self._threads.append(t)
             t.start()
+
+    @staticmethod
+    def _reflect(r: Reflector, stop: threading.Event) -> None:
+        try:
+            r.run(stop)
+        finally:
+            log.info("reflector=%s stopped", r.name)
 
     def start(self) -> None:
         """Build the components and start their threads."""
@@ -409,8 +453,14 @@ class LiveControlPlane:
         # kubelets and kube-proxies follow the Nodes the controller-manager sees
         cm.get("Node").add_handler(self._on_nodes)
         self.proxy_group = self._identity(KUBE_PROXY, "kube-proxy")
+        if self.kube_proxies:  # the informers every kube-proxy shares
+            self.proxy_group.get("Service")
+            self.proxy_group.get("EndpointSlice")
         with self._nodes_lock:
             self._running = True
+            starter = threading.Thread(target=self._node_starter, name="node-starter", daemon=True)
+            self._threads.append(starter)
+            starter.start()
             for comp in list(self.components.values()):
                 self._spawn(comp)
             for group in list(self._groups):
@@ -418,19 +468,46 @@ class LiveControlPlane:
 
     def _on_nodes(self, events: Sequence[WatchEvent]) -> None:
         for ev in events:
-            if ev.type != "DELETED" and isinstance(ev.object, Node):
-                self._start_node(ev.object.name)
+            if not isinstance(ev.object, Node):
+                continue
+            if ev.type == "DELETED":
+                self._stop_node(ev.object.name)
+            else:
+                with self._nodes_lock:
+                    if ev.object.name not in self._nodes and not self._stop.is_set():
+                        self._nodes[ev.object.name] = _NodeAgents(threading.Event())
+                        self._node_starts.put(ev.object.name)
 
-    def _start_node(self, node: str) -> None:
+    #: seconds the node starter waits for one node's informers to list before the next
+    NODE_START_WAIT = 5.0
+
+    def _node_starter(self) -> None:
+        """Start the nodes' kubelets and kube-proxies one at a time, each once the one
+        before has listed (or after :data:`NODE_START_WAIT`): a thousand nodes starting
+        at once would be thousands of TLS handshakes and LISTs queued on the server at
+        the same instant, most of them timing out and retrying."""
+        while not self._stop.is_set():
+            try:
+                node = self._node_starts.get(timeout=0.5)
+            except queue.Empty:
+                continue
+            agents = self._start_node(node)
+            deadline = time.monotonic() + self.NODE_START_WAIT
+            for comp in agents.components if agents is not None else ():
+                for inf in comp.informers:
+                    inf.synced.wait(max(0.0, deadline - time.monotonic()))
+
+    def _start_node(self, node: str) -> _NodeAgents | None:
         with self._nodes_lock:
-            if node in self._node_agents or self._stop.is_set():
-                return
-            self._node_agents.add(node)
+            agents = self._nodes.get(node)
+            if agents is None or agents.components or self._stop.is_set():
+                return None  # deleted meanwhile, or started
             kg = self._identity(node_identity(node), f"kubelet/{node}")
+            agents.connection = kg.conn
             kapi = kg.conn.api
             kubelet = Kubelet(node, kapi, kapi.recorder, self.clock, EmulatedCNI())
             kagent = _KubeletAgent(kubelet)
-            self._add(
+            agents.components.append(
                 LiveComponent(
                     kagent.name,
                     kagent,
@@ -441,35 +518,63 @@ class LiveControlPlane:
                     writes=(kg, kapi),
                 )
             )
-            self._start_reflectors(kg)
+            self._add(agents.components[-1], agents.stop)
+            self._start_reflectors(kg, agents.stop)
             if not self.kube_proxies:
                 log.info("node=%s kubelet started (no kube-proxy)", node)
-                return
+                return agents
             pg = self.proxy_group
             papi = pg.conn.api
             proxy = KubeProxy(
                 node, self.cluster, self.proxy_config, self.rules, papi.recorder, clock=self.clock
             )
-            self._add(
+            agents.node_informer = ("Node", f"metadata.name={node}")
+            agents.components.append(
                 LiveComponent(
                     proxy.name,
                     proxy,
-                    [
-                        pg.get("Service"),
-                        pg.get("EndpointSlice"),
-                        pg.get("Node", f"metadata.name={node}"),
-                    ],
+                    [pg.get("Service"), pg.get("EndpointSlice"), pg.get(*agents.node_informer)],
                 )
             )
-            self._start_reflectors(pg)
+            self._add(agents.components[-1], agents.stop)
+            self._start_reflectors(pg, agents.stop)  # the node's informer only: see start()
             log.info("node=%s kubelet and kube-proxy started", node)
+            return agents
+
+    def _stop_node(self, node: str) -> None:
+        """The Node is gone: stop its kubelet and kube-proxy (their threads end, and so do
+        their reflectors: the kubelet's connection is closed at once, the kube-proxy's
+        Node watch ends with its timeout)."""
+        with self._nodes_lock:
+            agents = self._nodes.pop(node, None)
+            if agents is None:
+                return
+            agents.stop.set()
+            for comp in agents.components:
+                comp.detach()
+                comp.wake.set()
+                self.components.pop(comp.name, None)
+                self._spawned.discard(comp.name)
+            if agents.connection is not None:
+                self._groups = [g for g in self._groups if g.conn is not agents.connection]
+                self._connections.remove(agents.connection)
+                with contextlib.suppress(Exception):  # already closed
+                    agents.connection.api.client.close()
+            if agents.node_informer is not None:
+                pg = self.proxy_group
+                inf = pg.informers.pop(agents.node_informer, None)
+                pg.reflectors = [r for r in pg.reflectors if r.informer is not inf]
+        log.info("node=%s deleted: its kubelet and kube-proxy stop", node)
 
     # ---- lifecycle
 
     def stop(self, timeout: float = 5.0) -> None:
         """Stop every thread (closing the connections ends open watches)."""
         self._stop.set()
-        for comp in self.components.values():
+        with self._nodes_lock:
+            for agents in self._nodes.values():
+                agents.stop.set()
+        for comp in list(self.components.values()):
             comp.wake.set()
         for conn in self._connections:
             with contextlib.suppress(Exception):  # already closed
@@ -511,48 +616,45 @@ def https_connector(state_dir: Path, server: str) -> Connector:
 class LiveDriver:
     """The control-plane driver of ``svclab serve`` (the ``start``/``kick``/``stop``
     seam of :mod:`control.apiserver.http.driver`): a :class:`LiveControlPlane` whose
-    components are HTTPS clients of this very server.
+    components are HTTPS clients of this very server, in a process of its own
+    (``python -m control.live``), as kube-controller-manager, kube-scheduler and the
+    kubelets are processes of their own beside kube-apiserver. In the serving process
+    their thousands of threads (three per node) would share one interpreter lock with
+    the API's event loop and starve it.
 
     ``start`` (on the server's event loop, once the state holds a cluster) starts the
-    components in threads — they reach the API over the network like any client, so
-    nothing of theirs runs on the loop. ``kick`` has nothing to do: components learn
-    about writes from their watches. Every ``pump_every`` seconds the driver also
-    pumps the server's watch hub, so that commits made by other processes to the
-    state directory (CLI commands) reach the watchers too."""
+    child; it reads the cluster from the state directory and reaches the API over the
+    network like any client. ``kick`` has nothing to do: components learn about writes
+    from their watches. ``stop`` closes the child's standard input, which makes it
+    stop its components and exit (so it also ends if the server dies). Every
+    ``pump_every`` seconds the driver also pumps the server's watch hub, so that
+    commits made by other processes to the state directory (CLI commands) reach the
+    watchers too."""
+
+    STOP_TIMEOUT = 20.0
 
     def __init__(self, api: Any, server: str, *, pump_every: float = 0.2) -> None:
         self.api = api
         self.server = server
         self.pump_every = pump_every
-        self.plane: LiveControlPlane | None = None
+        self.process: subprocess.Popen[bytes] | None = None
         self._pump_task: Any = None
 
     def start(self) -> None:
         import asyncio
 
-        if self.plane is not None or not self.api.fixed:
+        if self.process is not None or not self.api.fixed:
             return
-        logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request: too much
-        session = self.api.session
-        spec = session.cluster.spec
-        self.plane = LiveControlPlane(
-            https_connector(Path(self.api.state_dir), self.server),
-            spec,
-            proxy_config=session.proxy_config,
-            seed=spec.seed,
-            kube_proxies=bool(getattr(session, "with_proxies", True)),
-        )
-        plane = self.plane
-
-        def start() -> None:
-            try:
-                plane.start()
-            except Exception:  # keep serving the API; the error is logged
-                log.exception("live control plane failed to start")
-
-        threading.Thread(target=start, name="live-control-plane", daemon=True).start()
+        cmd = [sys.executable, "-m", "control.live", str(self.api.state_dir), self.server]
+        if not getattr(self.api.session, "with_proxies", True):
+            cmd.append("--no-kube-proxies")
+        self.process = subprocess.Popen(cmd, stdin=subprocess.PIPE)
         self._pump_task = asyncio.get_running_loop().create_task(self._pump())
-        log.info("live control plane starting: components are API clients of %s", self.server)
+        log.info(
+            "live control plane starting (pid %d): components are API clients of %s",
+            self.process.pid,
+            self.server,
+        )
 
     async def _pump(self) -> None:
         import asyncio
@@ -575,9 +677,75 @@ class LiveDriver:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._pump_task
             self._pump_task = None
-        if self.plane is not None:
-            await asyncio.to_thread(self.plane.stop)
-            self.plane = None
+        proc = self.process
+        if proc is None:
+            return
+        self.process = None
+        if proc.stdin is not None:
+            with contextlib.suppress(OSError):
+                proc.stdin.close()
+        try:
+            await asyncio.to_thread(proc.wait, self.STOP_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            log.warning("live control plane (pid %d) did not stop: killed", proc.pid)
+            proc.kill()
+            await asyncio.to_thread(proc.wait)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m control.live STATE_DIR SERVER [--no-kube-proxies]``: run the live
+    control plane of the cluster stored in STATE_DIR against the API at SERVER until
+    standard input ends (its server closed it, or died) or SIGTERM/SIGINT."""
+    import argparse
+    import signal
+
+    import yaml
+
+    from netmodel.cluster import cluster_from_dict
+    from netmodel.proxyconfig import proxy_config_from_dict
+
+    ap = argparse.ArgumentParser(prog="python -m control.live")
+    ap.add_argument("state_dir", type=Path)
+    ap.add_argument("server")
+    ap.add_argument("--no-kube-proxies", dest="kube_proxies", action="store_false")
+    args = ap.parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request: too much
+    cfile = args.state_dir / "cluster.yaml"
+    spec = cluster_from_dict(yaml.safe_load(cfile.read_text()), file=str(cfile)).spec
+    pfile = args.state_dir / "kube-proxy.yaml"
+    proxy_config = (
+        proxy_config_from_dict(yaml.safe_load(pfile.read_text()), file=str(pfile))
+        if pfile.exists()
+        else None
+    )
+    done = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: done.set())
+
+    def until_eof() -> None:
+        with contextlib.suppress(OSError, ValueError):
+            while sys.stdin.buffer.read(4096):
+                pass
+        done.set()
+
+    threading.Thread(target=until_eof, name="stdin", daemon=True).start()
+    plane = LiveControlPlane(
+        https_connector(args.state_dir, args.server),
+        spec,
+        proxy_config=proxy_config,
+        seed=spec.seed,
+        kube_proxies=args.kube_proxies,
+    )
+    starter = threading.Thread(target=plane.start, name="live-control-plane", daemon=True)
+    starter.start()
+    while not done.wait(0.5):  # the main thread stays free for the signal handlers
+        pass
+    plane.stop()
+    log.info("live control plane stopped")
+    return 0
 
 
 __all__ = [
@@ -591,5 +759,10 @@ __all__ = [
     "LiveControlPlane",
     "LiveDriver",
     "https_connector",
+    "main",
     "node_identity",
 ]
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -79,6 +79,15 @@ class ObjectMeta(K8sModel):
         return None
 
 
+#: the finalizer of a foreground deletion (metav1.FinalizerDeleteDependents)
+FOREGROUND = "foregroundDeletion"
+
+
+def finalizers(obj: KubeObject) -> list[str]:
+    """``metadata.finalizers`` (kept as an extra field of :class:`ObjectMeta`)."""
+    return list((obj.metadata.model_extra or {}).get("finalizers") or [])
+
+
 class Condition(K8sModel):
     type: str
     status: str = "True"

@@ -63,6 +63,7 @@ from netmodel.errors import (
     SvclabError,
 )
 from netmodel.objects import (
+    FOREGROUND,
     KINDS,
     EndpointSlice,
     KubeObject,
@@ -73,6 +74,7 @@ from netmodel.objects import (
     Service,
     ServicePort,
     ServiceSpec,
+    finalizers,
 )
 
 Action = Literal["created", "configured", "unchanged"]
@@ -312,6 +314,11 @@ class APIServer:
         if dry_run:
             adm.journal.rollback()
             return adm.obj
+        if current.metadata.deletion_timestamp is not None and not finalizers(adm.obj):
+            # the last finalizer removed: the deletion completes (kube-apiserver's
+            # graceful deletion of a finalized object); what is returned is the last state
+            adm.journal.rollback()
+            return self._remove(current, component, "deleted (its finalizers are done)")
         try:
             stored = self._write(adm)
         except BaseException:
@@ -370,8 +377,16 @@ class APIServer:
         component: str = "apiserver",
         force: bool = False,
         expected_version: int | None = None,
+        propagation: str | None = None,
     ) -> KubeObject:
         """Delete an object and free what it holds. Returns the last stored state.
+
+        * ``propagation="Foreground"`` (DeleteOptions' propagationPolicy), for anything
+          but a Pod or a Namespace: the object is only marked, as kube-apiserver does it
+          (deletionTimestamp, and the ``foregroundDeletion`` finalizer); it stays while
+          the garbage collector deletes its dependents, which then removes the
+          finalizer, and the update that removes an object's last finalizer removes it
+          (:meth:`update`).
 
         * A Pod bound to a node is only marked (deletionTimestamp set, stays stored;
           marking twice is a no-op); the kubelet finishes it with
@@ -404,16 +419,40 @@ class APIServer:
             return stored
         if isinstance(current, Namespace):
             return self._mark_namespace(current, component)
+        if not isinstance(current, Pod) and current.metadata.deletion_timestamp is not None:
+            return current  # being deleted already (its finalizers are pending)
+        if propagation == "Foreground" and not isinstance(current, Pod):
+            fins = finalizers(current)
+            doomed = current.with_meta(
+                deletion_timestamp=self._now(),
+                finalizers=fins if FOREGROUND in fins else [*fins, FOREGROUND],
+            )
+            kept = self.store.update(doomed, expected_version=current.resource_version)
+            self._record(
+                component,
+                kept,
+                "Deleting",
+                "marked for deletion in the foreground: the garbage collector deletes its "
+                "dependents first",
+            )
+            return kept
+        message = "deleted"
+        if force and isinstance(current, Pod) and current.spec.node_name:
+            message = f"deleted at once (force, grace period 0; was on {current.spec.node_name})"
+        return self._remove(current, component, message)
+
+    def _remove(self, current: KubeObject, component: str, message: str) -> KubeObject:
+        """Remove ``current`` from the store and free what it holds (a Service's
+        addresses and ports); returns the last state."""
         journal = Journal()
         notes: list[str] = []
         if isinstance(current, Service):
             notes = [f"released {n}" for n in self.services.release(current, journal)]
-        deleted = self.store.delete(kind, key, expected_version=current.resource_version)
+        deleted = self.store.delete(
+            current.kind, current.key, expected_version=current.resource_version
+        )
         journal.commit()
-        message = _message("deleted", notes)
-        if force and isinstance(current, Pod) and current.spec.node_name:
-            message = f"deleted at once (force, grace period 0; was on {current.spec.node_name})"
-        self._record(component, deleted, "Deleted", message)
+        self._record(component, deleted, "Deleted", _message(message, notes))
         return deleted
 
     def _mark_namespace(self, current: Namespace, component: str) -> Namespace:

@@ -45,7 +45,7 @@ from control.informers.cache import Indexer, ObjectCache
 from control.informers.workqueue import WorkQueue
 from control.store.base import Store, WatchEvent
 from netmodel.errors import NotFoundError, SvclabError
-from netmodel.objects import KINDS, KubeObject, OwnerReference
+from netmodel.objects import FOREGROUND, KINDS, KubeObject, OwnerReference, finalizers
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +63,13 @@ class APIClient(Protocol):
     def update_status(self, obj: KubeObject, *, component: str = ...) -> KubeObject: ...
 
     def delete(
-        self, kind: str, key: str, *, component: str = ..., expected_version: int | None = ...
+        self,
+        kind: str,
+        key: str,
+        *,
+        component: str = ...,
+        expected_version: int | None = ...,
+        propagation: str | None = ...,
     ) -> KubeObject: ...
 
     def finalize_pod_deletion(self, key: str) -> None: ...
@@ -221,6 +227,8 @@ class GarbageCollector(Controller):
         # owner id -> dependents' keys; dependent key -> owner ids
         self._dependents: dict[str, dict[str, None]] = {}
         self._owners: dict[str, tuple[str, ...]] = {}
+        # owner id -> key, of the owners being deleted in the foreground
+        self._foreground: dict[str, str] = {}
 
     def handle(self, events: Sequence[WatchEvent]) -> None:
         # No object cache: owners are checked against the store, dependents indexed here.
@@ -240,8 +248,17 @@ class GarbageCollector(Controller):
         obj = event.object
         key = f"{obj.kind}|{obj.key}"
         if event.type == "DELETED":
+            # a dependent gone: the owners waiting for it in the foreground look again
+            yield from [
+                self._foreground[o] for o in self._owners.get(key, ()) if o in self._foreground
+            ]
             self._unlink(key)
             uid = obj.metadata.uid
+            for ident in (
+                owner_id(obj.kind, obj.namespace, obj.name, uid),
+                owner_id(obj.kind, obj.namespace, obj.name, None),
+            ):
+                self._foreground.pop(ident, None)
             ident = owner_id(obj.kind, obj.namespace, obj.name, uid)
             yield from list(self._dependents.pop(ident, {}))
             if uid:  # dependents that referenced it by name only
@@ -258,6 +275,13 @@ class GarbageCollector(Controller):
                 for o in owners:
                     self._dependents.setdefault(o, {})[key] = None
         if owners and event.type == "ADDED":
+            yield key
+        if obj.metadata.deletion_timestamp is not None and FOREGROUND in finalizers(obj):
+            for ident in (
+                owner_id(obj.kind, obj.namespace, obj.name, obj.metadata.uid),
+                owner_id(obj.kind, obj.namespace, obj.name, None),
+            ):
+                self._foreground[ident] = key
             yield key
 
     def _unlink(self, key: str) -> None:
@@ -285,8 +309,12 @@ class GarbageCollector(Controller):
             obj = self.store.get(kind, obj_key)
         except NotFoundError:
             return
+        if obj.metadata.deletion_timestamp is not None:
+            if FOREGROUND in finalizers(obj):
+                self._delete_dependents_first(obj)
+            return
         refs = obj.metadata.owner_references
-        if not refs or obj.metadata.deletion_timestamp is not None:
+        if not refs:
             return
         if any(self._owner_exists(obj.namespace, r) for r in refs):
             return
@@ -296,6 +324,29 @@ class GarbageCollector(Controller):
         # re-reads it without the ownerReference), as upstream's collector checks the
         # latest state before it deletes
         self.api.delete(kind, obj_key, component=self.name, expected_version=obj.resource_version)
+
+    def _delete_dependents_first(self, owner: KubeObject) -> None:
+        """Foreground deletion: delete the owner's dependents (in the foreground too);
+        once none is left, remove the ``foregroundDeletion`` finalizer, which lets the
+        apiserver remove the owner. A dependent's DELETED event brings the owner back."""
+        ids = (
+            owner_id(owner.kind, owner.namespace, owner.name, owner.metadata.uid),
+            owner_id(owner.kind, owner.namespace, owner.name, None),
+        )
+        left = 0
+        for dep_key in [k for i in ids for k in self._dependents.get(i, {})]:
+            kind, _, obj_key = dep_key.partition("|")
+            try:
+                dep = self.store.get(kind, obj_key)
+            except NotFoundError:
+                continue
+            left += 1
+            if dep.metadata.deletion_timestamp is None:
+                self.api.delete(kind, obj_key, component=self.name, propagation="Foreground")
+        if left:
+            return
+        rest = [f for f in finalizers(owner) if f != FOREGROUND]
+        self.api.update(owner.with_meta(finalizers=rest), component=self.name)
 
     def subject(self, key: str) -> KubeObject | None:
         kind, _, obj_key = key.partition("|")

@@ -53,6 +53,7 @@ class PodGCAPI(APIClient, Protocol):
         component: str = ...,
         force: bool = ...,
         expected_version: int | None = ...,
+        propagation: str | None = ...,
     ) -> KubeObject: ...
 
 

@@ -287,13 +287,17 @@ class KubeClient:
         *,
         grace_period: int | None = None,
         resource_version: int | None = None,
+        propagation: str | None = None,
     ) -> dict[str, Any]:
-        """DELETE with DeleteOptions: ``grace_period`` (gracePeriodSeconds) and
-        ``resource_version`` (a precondition: 409 → ConflictError unless it matches)."""
+        """DELETE with DeleteOptions: ``grace_period`` (gracePeriodSeconds),
+        ``resource_version`` (a precondition: 409 → ConflictError unless it matches) and
+        ``propagation`` (propagationPolicy)."""
         ns, name = _split(kind, key)
         body: dict[str, Any] = {"apiVersion": "v1", "kind": "DeleteOptions"}
         if grace_period is not None:
             body["gracePeriodSeconds"] = grace_period
+        if propagation is not None:
+            body["propagationPolicy"] = propagation
         if resource_version is not None:
             body["preconditions"] = {"resourceVersion": str(resource_version)}
         opts = body if len(body) > 2 else None

@@ -53,7 +53,12 @@ class SharedInformer:
         self._lock = threading.Lock()
 
     def add_handler(self, handler: Handler) -> None:
-        self._handlers.append(handler)
+        # a new list: a reflector thread may be iterating over the old one
+        self._handlers = [*self._handlers, handler]
+
+    def remove_handler(self, handler: Handler) -> None:
+        """Stop telling ``handler`` (a component that stopped); absent: nothing to do."""
+        self._handlers = [h for h in self._handlers if h != handler]
 
     def objects(self) -> list[KubeObject]:
         """A snapshot of the cache (sorted by key)."""

@@ -225,10 +225,15 @@ class RemoteAPI:
         component: str = "",
         force: bool = False,
         expected_version: int | None = None,
+        propagation: str | None = None,
     ) -> KubeObject:
         before = self.client.get(kind, key)
         self.client.delete(
-            kind, key, grace_period=0 if force else None, resource_version=expected_version
+            kind,
+            key,
+            grace_period=0 if force else None,
+            resource_version=expected_version,
+            propagation=propagation,
         )
         self._deleted(kind, key)
         return before

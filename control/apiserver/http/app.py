@@ -122,6 +122,7 @@ class API:
         self.driver: Any = None
         self.on_write: list[Callable[[], None]] = []
         self.requests = 0
+        self._fixed = False
 
     # ---- the cluster
 
@@ -131,7 +132,11 @@ class API:
 
     @property
     def fixed(self) -> bool:
-        return (self.state_dir / "cluster.yaml").exists()
+        """Whether the state holds a cluster (once it does, it always will: the answer
+        is kept, not a file system call on every request)."""
+        if not self._fixed:
+            self._fixed = (self.state_dir / "cluster.yaml").exists()
+        return self._fixed
 
     def list(self, kind: str, namespace: str | None = None) -> builtins.list[KubeObject]:
         return self.store.list(kind, namespace) if self.fixed else []
@@ -159,13 +164,13 @@ class API:
     def _started(self) -> None:
         t0 = time.perf_counter()
         self.session.plane  # noqa: B018 - starts the control plane (bootstraps nodes)
-        t1 = time.perf_counter()
-        self.session.converge()
+        # No converging here: the driver's components do it as they start (this
+        # session's own kube-proxies would sync every node's rules in the serving
+        # process, minutes with 1,000 nodes, for rules nobody reads).
         log.info(
-            "control plane started in %.1f s (revision %d), converged in %.1f s",
-            t1 - t0,
+            "control plane started in %.1f s (revision %d)",
+            time.perf_counter() - t0,
             self.store.revision,
-            time.perf_counter() - t1,
         )
         self._bootstrap_rbac()
         self.hub.reset(self.store.revision)

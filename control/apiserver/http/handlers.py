@@ -26,7 +26,6 @@ Contracts kept here (kube-apiserver's):
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import time
 from collections.abc import AsyncIterator
@@ -295,27 +294,18 @@ def _table(
     )
 
 
-_PARTIAL = b'"object":{"kind":"PartialObjectMetadata","apiVersion":"meta.k8s.io/v1","metadata":'
-
-
 def _table_bytes(
     api: API, res: Resource, objs: list[KubeObject], rv: str, cont: str | None
 ) -> bytes:
     """:func:`_table` for stored objects with row metadata, written as bytes from the
-    cached metadata JSON (a LIST of every pod as a Table)."""
+    cached rows (a LIST of every pod as a Table)."""
     head = wire.dumps(tables.table(res, [], resource_version=rv, continue_token=cont))
     now = time.time()
-    rows = [
-        b'{"cells":'
-        + wire.dumps(tables.row_cells(res, o, now))
-        + b","
-        + _PARTIAL
-        + api.cache.encode_metadata(o)
-        + b"}}"
-        for o in objs
-    ]
+    ages: dict[str, bytes] = {}
+    row = api.cache.table_row
+    rows = b",".join([row(res, o, now, ages) for o in objs])
     assert head.endswith(b'"rows":[]}')
-    return head[: -len(b"]}")] + b",".join(rows) + b"]}"
+    return head[: -len(b"]}")] + rows + b"]}"
 
 
 # --------------------------------------------------------------------------- watch
@@ -923,14 +913,15 @@ def _delete_one(
                 dep.with_meta(owner_references=refs, resource_version=None),
                 component="garbage-collector",
             )
-    elif policy == "Foreground":
-        for dep in _dependents(api, obj):
-            dep_res = _resource_of(dep)
-            with contextlib.suppress(APIError):
-                _delete_one(api, dep_res, dep, user, {"propagationPolicy": "Foreground"}, False)
     force = options.get("gracePeriodSeconds") == 0
     try:
-        last = apiserver.delete(obj.kind, obj.key, component=comp, force=force)
+        last = apiserver.delete(
+            obj.kind,
+            obj.key,
+            component=comp,
+            force=force,
+            propagation="Foreground" if policy == "Foreground" else None,
+        )
     except SvclabError as e:
         raise status.from_svclab(e, res, res.kind, obj.name) from None
     api.cache.forget(obj.kind, obj.key)
@@ -992,9 +983,14 @@ async def _delete(
         dry = True
     obj = get_object(api, res, info.namespace, info.name)
     left = _delete_one(api, res, obj, user, opts, dry)
-    if left is not None and not dry and res.kind in ("Pod", "Namespace"):
+    if (
+        left is not None
+        and not dry
+        and (res.kind in ("Pod", "Namespace") or left.metadata.deletion_timestamp is not None)
+    ):  # marked, not removed yet (graceful, or a foreground deletion's finalizer)
         return respond(to_bytes(api, res, left), 200)
-    if res.kind == "Service":  # its registry returns the deleted object (ReturnDeletedObject)
+    if res.kind in ("Service", "Pod"):  # their registries return the deleted object
+        # (ReturnDeletedObject)
         return respond(
             to_wire(
                 api, res, obj if dry else obj.with_meta(resource_version=str(api.store.revision))

@@ -2,8 +2,16 @@
 
 TLS: the serving certificate of :mod:`.pki`; client certificates are requested and,
 when given, verified against the cluster CA by the TLS layer (``CERT_OPTIONAL``). A
-certificate the CA did not sign fails the handshake (Python's ``ssl`` cannot accept a
-certificate it cannot verify; kube-apiserver answers 401 instead). The verified
+certificate the CA did not sign fails the handshake, where kube-apiserver answers 401.
+Python's ``ssl`` cannot do what kube-apiserver does: Go's ``tls.RequestClientCert``
+requests a certificate without verifying it (the authenticator verifies it later),
+but CPython's ``_ssl`` module sets OpenSSL's verification with no verify callback
+(``SSL_CTX_set_verify(ctx, mode, NULL)``), so with ``CERT_OPTIONAL`` or
+``CERT_REQUIRED`` any certificate that does not chain to a loaded CA aborts the
+handshake (alert ``unknown_ca``), and ``CERT_NONE`` requests no certificate at all. Nor
+can it name the acceptable CAs in the CertificateRequest (OpenSSL's
+``SSL_CTX_set_client_CA_list`` is not exposed), which would make a Go client such as
+kubectl send no certificate and get 401 as an anonymous request. The verified
 certificate reaches the app in the ASGI ``tls`` extension
 (``scope["extensions"]["tls"]["client_cert_chain"]``, DER), set by a small subclass
 of uvicorn's HTTP protocol: no HTTP parsing or X.509 handling is written here.

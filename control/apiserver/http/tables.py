@@ -563,6 +563,12 @@ def columns(res: Resource) -> list[dict[str, Any]]:
     ]
 
 
+def age_column(res: Resource) -> int | None:
+    """The index of the table's Age column (its cell is the object's age), or None."""
+    cols = TABLES.get(res.name, ([_NAME, _AGE], _default))[0]
+    return next((i for i, c in enumerate(cols) if c is _AGE), None)
+
+
 def row_cells(res: Resource, obj: Any, now: float | None = None) -> list[Any]:
     fn = TABLES.get(res.name, ([_NAME, _AGE], _default))[1]
     return fn(obj, time.time() if now is None else now)

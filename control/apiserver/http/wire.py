@@ -17,10 +17,12 @@ resourceVersion). Three resources are views of something stored:
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from typing import Any
 
+import orjson
+
+from control.apiserver.http import tables
 from control.apiserver.http.resources import Resource
 from netmodel.objects import (
     EndpointSlice,
@@ -33,12 +35,19 @@ SERVICE_NAME = "kubernetes.io/service-name"
 
 
 class JSONCache:
-    """``(kind, key) -> (resourceVersion, JSON bytes)``: each stored version is encoded
-    once, however many GETs, LISTs and watchers send it."""
+    """Encoded forms of stored objects, each made once per resourceVersion however many
+    GETs, LISTs and watchers send it:
+
+    * ``(kind, key) -> (resourceVersion, JSON bytes)`` (:meth:`encode`);
+    * ``(kind, key) -> (resourceVersion, metadata JSON)`` (:meth:`encode_metadata`);
+    * ``(kind, key) -> (resourceVersion, Table row)`` (:meth:`table_row`): the row's
+      bytes with a hole for its Age cell, the only cell that changes with time.
+    """
 
     def __init__(self) -> None:
         self._data: dict[tuple[str, str], tuple[str | None, bytes]] = {}
         self._meta: dict[tuple[str, str], tuple[str | None, bytes]] = {}
+        self._rows: dict[tuple[str, str], tuple[str | None, str, _Row]] = {}
 
     def encode(self, obj: KubeObject) -> bytes:
         ident = (obj.kind, obj.key)
@@ -65,9 +74,62 @@ class JSONCache:
             self._meta[ident] = (rv, data)
         return data
 
+    def table_row(
+        self, res: Resource, obj: KubeObject, now: float, ages: dict[str, bytes]
+    ) -> bytes:
+        """One row of a Table with PartialObjectMetadata row objects, as JSON:
+        ``{"cells":[...],"object":{...}}``. ``ages``: Age cells already encoded in this
+        response, by creationTimestamp (shared by the rows of one LIST)."""
+        ident = (obj.kind, obj.key)
+        rv = obj.metadata.resource_version
+        hit = self._rows.get(ident)
+        if hit is not None and hit[0] == rv and hit[1] == res.name and rv is not None:
+            row = hit[2]
+        else:
+            row = self._row(res, obj, now)
+            if rv is not None:
+                self._rows[ident] = (rv, res.name, row)
+        if row.age_at is None:
+            return row.before
+        ts = obj.metadata.creation_timestamp or ""
+        cell = ages.get(ts)
+        if cell is None:
+            cell = ages[ts] = orjson.dumps(tables.age(ts or None, now))
+        return row.before + cell + row.after
+
+    def _row(self, res: Resource, obj: KubeObject, now: float) -> _Row:
+        cells = tables.row_cells(res, obj, now)
+        tail = b"]," + _PARTIAL + self.encode_metadata(obj) + b"}}"
+        i = tables.age_column(res)
+        if i is None or cells[i] != tables.age(obj.metadata.creation_timestamp, now):
+            return _Row(b'{"cells":' + dumps(cells)[:-1] + tail, None)
+        before = b",".join(dumps(c) for c in cells[:i])
+        after = b",".join(dumps(c) for c in cells[i + 1 :])
+        return _Row(
+            b'{"cells":[' + before + (b"," if i else b""),
+            i,
+            (b"," if after else b"") + after + tail,
+        )
+
     def forget(self, kind: str, key: str) -> None:
         self._data.pop((kind, key), None)
         self._meta.pop((kind, key), None)
+        self._rows.pop((kind, key), None)
+
+
+_PARTIAL = b'"object":{"kind":"PartialObjectMetadata","apiVersion":"meta.k8s.io/v1","metadata":'
+
+
+class _Row:
+    """A cached Table row: ``before`` + the Age cell + ``after`` (``age_at`` is the Age
+    column's index; None: no Age cell to fill, ``before`` is the whole row)."""
+
+    __slots__ = ("after", "age_at", "before")
+
+    def __init__(self, before: bytes, age_at: int | None, after: bytes = b"") -> None:
+        self.before = before
+        self.age_at = age_at
+        self.after = after
 
 
 def core_event(ev: Event) -> dict[str, Any]:
@@ -123,7 +185,7 @@ def event_from_wire(res: Resource, body: dict[str, Any]) -> dict[str, Any]:
     if res.group == "events.k8s.io":
         d["involvedObject"] = d.pop("regarding", {}) or {}
         d["message"] = d.pop("note", "") or ""
-        d["sourceComponent"] = d.pop("reportingController", "") or ""
+        d["sourceComponent"] = d.pop("reportingController", "") or d.get("sourceComponent") or ""
         for k in (
             "reportingInstance",
             "action",
@@ -138,7 +200,9 @@ def event_from_wire(res: Resource, body: dict[str, Any]) -> dict[str, Any]:
             d.pop(k, None)
     else:
         src = d.pop("source", None) or {}
-        d["sourceComponent"] = src.get("component", "") if isinstance(src, dict) else ""
+        component = src.get("component", "") if isinstance(src, dict) else ""
+        # (svclab's own clients post the stored shape: their sourceComponent stays)
+        d["sourceComponent"] = component or d.get("sourceComponent") or ""
         for k in (
             "firstTimestamp",
             "lastTimestamp",
@@ -210,7 +274,9 @@ def endpoints_for(svc: Service, slices: list[EndpointSlice]) -> dict[str, Any]:
 
 
 def dumps(data: Any) -> bytes:
-    return json.dumps(data, separators=(",", ":")).encode()
+    """Compact JSON (orjson: keys that are not strings are written as strings, as
+    :func:`json.dumps` does)."""
+    return orjson.dumps(data, option=orjson.OPT_NON_STR_KEYS)
 
 
 # --------------------------------------------------------------------------- field selectors

@@ -306,3 +306,37 @@ def test_the_server_stops_cleanly_and_a_restart_continues(served: Served) -> Non
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+def test_a_deleted_nodes_kubelet_and_kube_proxy_stop(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    # its own server: the module's keeps both nodes
+    with serve(tmp_path_factory.mktemp("serve-node")) as s:
+        wait_for(
+            lambda: "component=kube-proxy/node-2 started" in s.log_text(),
+            BOUND,
+            "node-2's components start",
+        )
+        out = s.kubectl("delete", "node", "node-2")
+        assert out.returncode == 0, out.stderr
+        stopped = [
+            "component=kubelet/node-2 stopped",
+            "component=kube-proxy/node-2 stopped",
+            "reflector=system:node:node-2/Node[metadata.name=node-2] stopped",
+            "reflector=system:node:node-2/Pod[spec.nodeName=node-2] stopped",
+            # the kube-proxy's Node watch (a shared connection) ends with its timeout
+            "reflector=system:kube-proxy/Node[metadata.name=node-2] stopped",
+        ]
+        wait_for(
+            lambda: all(line in s.log_text() for line in stopped),
+            BOUND + 30,
+            f"all of {stopped} in the log",
+        )
+        log = s.log_text()
+        assert "node-1 stopped" not in log
+        # node-1 keeps working: a new pod there is run by its kubelet
+        out = s.kubectl("create", "deployment", "one", "--image=nginx", "--replicas=1")
+        assert out.returncode == 0, out.stderr
+        out = s.kubectl("rollout", "status", "deployment/one", "--timeout=30s")
+        assert out.returncode == 0, out.stderr
