@@ -63,7 +63,7 @@ from pyroute2 import IPRoute
 
 from dataplane.linux import dnspods, nsenter, rules, servers, state, traffic
 from dataplane.linux.cni import CniMode, CniResult, CniRunner, PodAttach
-from dataplane.linux.links import NsLink, tolerate
+from dataplane.linux.links import NsLink, ensure_tables, tolerate
 from dataplane.linux.names import PREFIX, ClusterNames, check_ifname
 from dataplane.linux.netns import list_ours
 from dataplane.linux.servers import PodServers, Proto, ServerSpec
@@ -294,19 +294,12 @@ def realize(
                 if itf.kind == "vxlan":
                     link(logical).ensure_vxlan(itf)
                 link(logical).configure(itf)
-        for logical, ns in nss.items():
-            if by_plugin and ns.role == "pod":
-                continue
-            lk = link(logical)
-            for route in ns.routes:
-                lk.ensure_route(route)
-            for n in ns.neighbors:
-                lk.ensure_neigh(n)
-            for f in ns.fdb:
-                lk.ensure_fdb(f)
     finally:
         for lk in links.values():
             lk.close()
+    for logical, ns in nss.items():
+        if not (by_plugin and ns.role == "pod"):
+            ensure_tables(kernel[logical], ns.routes, ns.neighbors, ns.fdb)
 
     # 3. pods
     results: dict[str, CniResult] = {}
