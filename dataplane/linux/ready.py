@@ -3,8 +3,13 @@
 A realised cluster is *ready* when (1) every node's and the router's kernel state holds
 what the model asks for (routes, permanent neighbours, VXLAN FDB entries, links up), and
 (2) probes that cross every part of the dataplane answer: each node pings every other
-node's address (the underlay), every pod of its own (``cni0``), and every pod of every
-other node (the overlay, or the host-gw routes and the peer's forwarding).
+node's address (the underlay), every pod of its own (``cni0``), one pod of every other
+node (the overlay, or the host-gw routes and the peer's forwarding, between every pair
+of nodes), and every pod of the next node in name order (so that every pod answers a
+remote node too: its reply leaves through its default route and the gateway, which a
+probe from its own node, answered on-link, does not use). Every part of the path is
+crossed at least once, with N·(N-1)·2 + 2·P probes instead of N·(N-1+P): 5,120 instead
+of 41,560 for 40 nodes × 25 pods.
 
 :func:`wait_ready` checks both. Drift in (1) is handed to a ``reconcile`` callback once
 (flannel does the same: its host-gw and VXLAN backends re-add missing routes and
@@ -112,14 +117,22 @@ def probes(network: ClusterNetwork) -> list[Probe]:
         (ns for ns in network.namespaces.values() if ns.role == "pod"), key=lambda p: p.name
     )
     node_ip = {n.name: n.interface("eth0").addresses[0].ip for n in nodes}
+    on_node: dict[str, list[Netns]] = {}
+    for p in pods:
+        on_node.setdefault(f"node/{p.node}", []).append(p)
     out: list[Probe] = []
-    for n in nodes:
+    for i, n in enumerate(nodes):
+        nxt = nodes[(i + 1) % len(nodes)].name
         for peer in nodes:
             if peer.name != n.name:
                 out.append(Probe(n.name, node_ip[peer.name], f"underlay to {peer.name}"))
-        for p in pods:
-            where = "own pod" if p.node == n.node else f"pod on node/{p.node}"
-            out.append(Probe(n.name, p.interface("eth0").addresses[0].ip, f"{where} {p.pod}"))
+        for peer in nodes:
+            group = on_node.get(peer.name, [])
+            if peer.name != nxt and peer.name != n.name:
+                group = group[:1]  # one pod: the overlay between these two nodes
+            for p in group:
+                where = "own pod" if peer.name == n.name else f"pod on {peer.name}"
+                out.append(Probe(n.name, p.interface("eth0").addresses[0].ip, f"{where} {p.pod}"))
     return out
 
 

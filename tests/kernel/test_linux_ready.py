@@ -42,6 +42,20 @@ def test_probes_cross_the_underlay_the_bridge_and_the_overlay() -> None:
     }
 
 
+def test_probes_cover_every_node_pair_and_every_pod_from_two_nodes() -> None:
+    sample = sample_network(5, 4)
+    got = ready.probes(sample.network)
+    assert len(got) == len({(p.src, p.dst) for p in got})  # no probe twice
+    node_of = {str(p.ip): f"node/{p.node}" for p in sample.pods}
+    pairs = {(p.src, node_of[str(p.dst)]) for p in got if str(p.dst) in node_of}
+    nodes = {f"node/{n.name}" for n in sample.nodes}
+    assert pairs == {(a, b) for a in nodes for b in nodes}  # own pods and the overlay
+    for pod in sample.pods:
+        sources = {p.src for p in got if p.dst == pod.ip}
+        assert f"node/{pod.node}" in sources and len(sources) >= 2
+    assert len(got) == 5 * (4 + 4 + 3 + 4)
+
+
 def test_compare_names_what_is_missing_or_down() -> None:
     ns = sample_network(2, 1, overlay="host-gw").network.namespaces["node/n0"]
     dump = inspect.NetnsDump(
@@ -123,9 +137,12 @@ def test_hundreds_of_echo_replies_at_once_are_all_counted() -> None:
 @kernel
 def test_eight_nodes_of_twenty_five_pods_come_up_ready() -> None:
     """The scale at which ``up`` used to fail with hundreds of unanswered probes: every
-    node reaches every node and every one of the 200 pods."""
+    node reaches every node and a pod on every node; every pod answers its own node and
+    one other node."""
     net = sample_network(8, 25).network
     with realized(net, cni="netlink") as c:
         r = ready.wait_ready(net, c.namespaces, timeout=20)
         assert not r.reconciled
-        assert len(ready.probes(net)) == 8 * (7 + 200)
+        # per node: 7 peers, its 25 pods, one pod of each of 6 other nodes, the next
+        # node's 25 pods
+        assert len(ready.probes(net)) == 8 * (7 + 25 + 6 + 25)
