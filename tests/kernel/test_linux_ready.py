@@ -74,6 +74,30 @@ def test_compare_names_what_is_missing_or_down() -> None:
 
 @pytest.mark.kernel
 @kernel
+@pytest.mark.parametrize("overlay", ["vxlan", "host-gw"])
+def test_tables_read_by_iproute2_match_the_netlink_dump(overlay: str) -> None:
+    """Readiness reads routes, neighbours, FDB and link states through iproute2's JSON;
+    every line must be the one pyroute2's :func:`inspect.dump` gives, for every kind of
+    namespace (host routes, onlink, scope link, proto kernel, src, VXLAN FDB)."""
+    net = sample_network(3, 2, overlay=overlay).network  # type: ignore[arg-type]
+    with realized(net) as c:
+        with NsLink(c.node_netns("n0")) as lk:  # a host route and a down link too
+            lk.ipr.route("add", dst="10.77.0.5/32", oif=lk.must_index("eth0"), scope=253)
+            lk.ipr.link("add", ifname="br9", kind="bridge")
+        for logical, netns in c.namespaces.items():
+            d, t = inspect.dump(netns), inspect.tables(netns)
+            assert (t.routes, t.neighbours, t.fdb) == (d.routes, d.neighbours, d.fdb), logical
+            for line in d.links:
+                name = line.split()[0]
+                assert t.is_up(name) == d.is_up(name), (logical, name)
+            assert t.links == {x.split()[0] for x in d.links}
+        n0 = inspect.tables(c.node_netns("n0"))
+        assert "10.77.0.5/32 dev eth0 scope link" in n0.routes and n0.is_up("br9") is False
+        assert n0.is_up("nope") is None
+
+
+@pytest.mark.kernel
+@kernel
 def test_a_lost_route_is_named_then_reconciled() -> None:
     net = sample_network(2, 1, overlay="host-gw").network
     with realized(net, cni="netlink") as c:
