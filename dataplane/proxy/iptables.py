@@ -26,6 +26,7 @@ from operator import attrgetter, is_not
 from typing import NamedTuple
 
 from dataplane.proxy import naming
+from dataplane.proxy.naming import hash16
 from dataplane.proxy.hostchains import (
     JUMP_RULES,
     KUBELET_JUMP_RULES,
@@ -59,7 +60,13 @@ NAT_TOP_CHAINS = ("KUBE-SERVICES", "KUBE-NODEPORTS", "KUBE-POSTROUTING", "KUBE-M
 
 def probability(n: int) -> str:
     """``1/n`` as kube-proxy prints it: 10 decimals (``%0.10f``)."""
-    return f"{1.0 / n:0.10f}"
+    text = _PROBABILITY.get(n)
+    if text is None:
+        text = _PROBABILITY[n] = f"{1.0 / n:0.10f}"
+    return text
+
+
+_PROBABILITY: dict[int, str] = {}  # n -> its text: services share their endpoint counts
 
 
 # --------------------------------------------------------------------------- per service
@@ -120,9 +127,11 @@ def _endpoint_rules(
 
 def _fragment(st: ServicePortState, ctx: _Ctx) -> _Fragment:
     info = st.info
-    sep_of = {ep.endpoint: st.sep_chain(ep) for ep in st.endpoints}
     spn = info.name.text
     p = info.proto
+    # naming.sep_chain, with the port's part of the hashed text built once
+    prefix = spn + p
+    sep_of = {ep.endpoint: "KUBE-SEP-" + hash16(prefix + ep.endpoint) for ep in st.endpoints}
     pm = f"-m {p} -p {p}"
     cip, port = info.cluster_ip, info.port
     filt: list[str] = []
