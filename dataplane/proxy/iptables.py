@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Collection, Iterable
-from itertools import compress
+from itertools import accumulate, compress
 from operator import attrgetter, is_not
 from typing import NamedTuple
 
@@ -299,6 +299,7 @@ class _Memo:
         "last",
         "last_frags",
         "last_states",
+        "offsets",
         "positions",
         "stale",
         "stale_for",
@@ -323,6 +324,8 @@ class _Memo:
         self.stale_for: frozenset[str] | None = None
         # field name -> (fragments, the concatenation of that field over them)
         self.texts: dict[str, tuple[list[_Fragment], str]] = {}
+        # field name -> where each fragment's text starts in ``texts`` (+ the end)
+        self.offsets: dict[str, list[int]] = {}
 
 
 _MEMOS: dict[_Ctx, _Memo] = {}
@@ -408,9 +411,8 @@ def _fragments_walk(snapshot: list[ServicePortState], memo: _Memo, ctx: _Ctx) ->
 
 def _joined(memo: _Memo, field: str, frags: list[_Fragment]) -> str:
     """The concatenation of ``field`` over ``frags``, patched from the last one: only
-    the fragments that were replaced and whose text changed are spliced in (their
-    offsets summed at C level), so a sync after one change copies the text once
-    instead of joining 10,000 pieces."""
+    the fragments that were replaced and whose text changed are spliced in, so a sync
+    after one change copies the text once instead of joining 10,000 pieces."""
     get = attrgetter(field)
     prev = memo.texts.get(field)
     if prev is not None and len(prev[0]) == len(frags):
@@ -419,13 +421,29 @@ def _joined(memo: _Memo, field: str, frags: list[_Fragment]) -> str:
         changed = [i for i in moved if get(frags[i]) != get(old_frags[i])]
         if len(changed) <= 16:
             for i in changed:  # in order: the text before i is already the new one
-                at = sum(map(len, map(get, frags[:i])))
-                text = text[:at] + get(frags[i]) + text[at + len(get(old_frags[i])) :]
+                at = _offset(memo, field, frags, i)
+                old_len, new = len(get(old_frags[i])), get(frags[i])
+                text = text[:at] + new + text[at + old_len :]
+                if len(new) != old_len:
+                    memo.offsets.pop(field, None)
             memo.texts[field] = (frags, text)
             return text
+    memo.offsets.pop(field, None)
     text = "".join(map(get, frags))
     memo.texts[field] = (frags, text)
     return text
+
+
+def _offset(memo: _Memo, field: str, frags: list[_Fragment], i: int) -> int:
+    """Where fragment ``i``'s ``field`` starts in :func:`_joined`'s text: from the
+    offsets table (kept while no spliced text changed length), else summed at C level
+    and the table rebuilt for the next call."""
+    table = memo.offsets.get(field)
+    if table is None:
+        at = sum(map(len, map(attrgetter(field), frags[:i])))
+        memo.offsets[field] = list(accumulate(map(len, map(attrgetter(field), frags)), initial=0))
+        return at
+    return table[i]
 
 
 def _positions(memo: _Memo, frags: list[_Fragment]) -> dict[str, list[int]]:
@@ -504,8 +522,6 @@ def clear_cache() -> None:
 
 
 _FILTER_RULES = attrgetter("filter_rules")
-_NAT_TOP = attrgetter("nat_top_rules")
-_KEY = attrgetter("service_key")
 
 
 def _lines(lines: list[str]) -> str:
@@ -737,13 +753,13 @@ def render_iptables(
         pos = _positions(memo, frags)
         hits = sorted(i for key in changed_keys for i in pos.get(key, ()))
         top = _joined(memo, "nat_top_rules", frags)
-        at = first = 0  # text offset and fragment position already written
+        at = 0  # text already written
         for i in hits:
             nat_chains.append(frags[i].chain_lines)
-            end = at + sum(map(len, map(_NAT_TOP, frags[first : i + 1])))
+            end = _offset(memo, "nat_top_rules", frags, i) + len(frags[i].nat_top_rules)
             nat_rules.append(top[at:end])
             nat_rules.append(frags[i].chain_rules)
-            at, first = end, i + 1
+            at = end
         nat_rules.append(top[at:])
     nat_chains.extend(f":{c} - [0:0]\n" for c in stale)
     nat_rules.extend(f"-X {c}\n" for c in stale)
