@@ -43,7 +43,6 @@ from dataplane.proxy.model import (
     ServicePortName,
     ServicePortState,
 )
-from dataplane.proxy.naming import hash16
 
 NODEPORTS_LAST_COMMENT = (
     '"kubernetes service nodeports; NOTE: this must be the last rule in this chain"'
@@ -114,24 +113,28 @@ def _endpoint_rules(
                 f"-j {sep}"
             )
     n = len(eps)
-    for i, (ep, sep) in enumerate(zip(eps, seps, strict=True)):
-        cm = "" if large else f'-m comment --comment "{spn} -> {ep.endpoint}" '
-        if i < n - 1:
-            out.append(
-                f"-A {chain} {cm}-m statistic --mode random --probability {probability(n - i)} "
-                f"-j {sep}"
-            )
-        else:
-            out.append(f"-A {chain} {cm}-j {sep}")
+    if n == 0:
+        return
+    head = f"-A {chain} " if large else f'-A {chain} -m comment --comment "{spn} -> '
+    mid = (
+        "-m statistic --mode random --probability "
+        if large
+        else '" -m statistic --mode random --probability '
+    )
+    last_mid = "-j " if large else '" -j '
+    prob = probability
+    for i in range(n - 1):
+        ep = "" if large else eps[i].endpoint
+        out.append(f"{head}{ep}{mid}{prob(n - i)} -j {seps[i]}")
+    out.append(f"{head}{'' if large else eps[-1].endpoint}{last_mid}{seps[-1]}")
 
 
 def _fragment(st: ServicePortState, ctx: _Ctx) -> _Fragment:
     info = st.info
     spn = info.name.text
     p = info.proto
-    # naming.sep_chain, with the port's part of the hashed text built once
-    prefix = spn + p
-    sep_of = {ep.endpoint: "KUBE-SEP-" + hash16(prefix + ep.endpoint) for ep in st.endpoints}
+    names = [ep.endpoint for ep in st.endpoints]
+    sep_of = dict(zip(names, naming.sep_chains(spn, p, names), strict=True))
     pm = f"-m {p} -p {p}"
     cip, port = info.cluster_ip, info.port
     filt: list[str] = []
@@ -267,17 +270,21 @@ def _fragment(st: ServicePortState, ctx: _Ctx) -> _Fragment:
         _endpoint_rules(st, st.svl_chain, st.local_endpoints, ctx.large, rules, sep_of)
     # [10] endpoint chains
     cm = "" if ctx.large else f"-m comment --comment {spn} "
+    dnat = f"{pm} -j DNAT --to-destination "
+    affinity = bool(info.affinity_timeout)
     for ep in st.reachable_endpoints:
         sep = sep_of[ep.endpoint]
         chains.append(sep)
         rules.append(f"-A {sep} {cm}-s {ep.ip} -j KUBE-MARK-MASQ")
-        recent = f"-m recent --name {sep} --set " if info.affinity_timeout else ""
-        rules.append(f"-A {sep} {cm}{recent}{pm} -j DNAT --to-destination {ep.endpoint}")
+        if affinity:
+            rules.append(f"-A {sep} {cm}-m recent --name {sep} --set {dnat}{ep.endpoint}")
+        else:
+            rules.append(f"-A {sep} {cm}{dnat}{ep.endpoint}")
 
     return _Fragment(
         filter_rules=_lines(filt),
         nat_top_rules=_lines(top),
-        chain_lines="".join(f":{c} - [0:0]\n" for c in chains),
+        chain_lines=":" + " - [0:0]\n:".join(chains) + " - [0:0]\n" if chains else "",
         chain_rules=_lines(rules),
         active=tuple(chains),
         service_key=info.name.service_key,

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+from collections.abc import Iterable
 
 #: Prefixes of the per-service chains kube-proxy owns (and deletes when stale).
 SERVICE_CHAIN_PREFIXES: tuple[str, ...] = (
@@ -67,6 +68,29 @@ def hash16(text: str) -> str:
         + t[n >> 10 & 1023]
         + t[n & 1023]
     )
+
+
+def sep_chains(port_name: str, protocol: str, endpoints: Iterable[str]) -> list[str]:
+    """:func:`sep_chain` of each endpoint, in order. Not memoised: a renderer asks for
+    these once per changed service port, where a 50,000-entry cache costs more than the
+    hashing (SHA-256 runs in C; the base32 digits are two table lookups per 10 bits)."""
+    prefix = port_name + protocol.lower()
+    t = _B32_PAIRS
+    out = []
+    for endpoint in endpoints:
+        n = _from_bytes(_sha256((prefix + endpoint).encode()).digest()[:10], "big")
+        out.append(
+            "KUBE-SEP-"
+            + t[n >> 70]
+            + t[n >> 60 & 1023]
+            + t[n >> 50 & 1023]
+            + t[n >> 40 & 1023]
+            + t[n >> 30 & 1023]
+            + t[n >> 20 & 1023]
+            + t[n >> 10 & 1023]
+            + t[n & 1023]
+        )
+    return out
 
 
 def _hash8(text: str) -> str:
