@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from ipaddress import IPv4Address
 
@@ -46,6 +47,9 @@ NUD_STATES = {
     0x40: "NOARP",
     0x80: "PERMANENT",
 }
+
+
+_WORKERS = 8  # namespaces checked at once (iproute2 processes, ping sockets)
 
 
 class NotReady(BackendError):
@@ -139,11 +143,12 @@ def probes(network: ClusterNetwork) -> list[Probe]:
 def observe(network: ClusterNetwork, kernel: Mapping[str, str]) -> list[str]:
     """Drift between the model and the kernel for the router and every node (read with
     :func:`dataplane.linux.inspect.tables`)."""
-    out: list[str] = []
-    for logical, ns in sorted(network.namespaces.items()):
-        if ns.role in ("router", "node"):
-            out += compare(logical, ns, inspect.tables(kernel[logical]))
-    return out
+    infra = [
+        (lg, ns) for lg, ns in sorted(network.namespaces.items()) if ns.role in ("router", "node")
+    ]
+    with ThreadPoolExecutor(max_workers=max(1, min(_WORKERS, len(infra)))) as pool:
+        found = list(pool.map(lambda item: inspect.tables(kernel[item[0]]), infra))
+    return [line for (lg, ns), t in zip(infra, found, strict=True) for line in compare(lg, ns, t)]
 
 
 def failed_probes(
@@ -154,11 +159,18 @@ def failed_probes(
     by_src: dict[str, list[Probe]] = {}
     for p in checks:
         by_src.setdefault(p.src, []).append(p)
-    failed: list[Probe] = []
-    for src, group in by_src.items():
-        answered = ping_many(kernel[src], [p.dst for p in group], timeout=timeout)
-        failed += [p for p in group if str(p.dst) not in answered]
-    return failed
+
+    def answered(group: list[Probe]) -> set[str]:
+        return ping_many(kernel[group[0].src], [p.dst for p in group], timeout=timeout)
+
+    # sources in parallel (each its own socket in its own namespace): their waits for
+    # replies overlap instead of adding up
+    groups = list(by_src.values())
+    with ThreadPoolExecutor(max_workers=max(1, min(_WORKERS, len(groups)))) as pool:
+        replies = list(pool.map(answered, groups))
+    return [
+        p for group, ok in zip(groups, replies, strict=True) for p in group if str(p.dst) not in ok
+    ]
 
 
 def neighbour_lines(netns: str) -> list[str]:

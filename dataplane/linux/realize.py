@@ -54,6 +54,7 @@ import shutil
 import signal
 import time
 from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from ipaddress import IPv4Address, IPv4Interface, IPv4Network
 from pathlib import Path
@@ -297,9 +298,14 @@ def realize(
     finally:
         for lk in links.values():
             lk.close()
-    for logical, ns in nss.items():
-        if not (by_plugin and ns.role == "pod"):
-            ensure_tables(kernel[logical], ns.routes, ns.neighbors, ns.fdb)
+    # one ip/bridge -batch pair per namespace, several namespaces at once
+    tables = [
+        (kernel[logical], ns)
+        for logical, ns in nss.items()
+        if not (by_plugin and ns.role == "pod") and (ns.routes or ns.neighbors or ns.fdb)
+    ]
+    with ThreadPoolExecutor(max_workers=max(1, min(workers, len(tables)))) as pool:
+        list(pool.map(lambda t: ensure_tables(t[0], t[1].routes, t[1].neighbors, t[1].fdb), tables))
 
     # 3. pods
     results: dict[str, CniResult] = {}

@@ -124,8 +124,8 @@ def _endpoint_rules(
     last_mid = "-j " if large else '" -j '
     prob = probability
     for i in range(n - 1):
-        ep = "" if large else eps[i].endpoint
-        out.append(f"{head}{ep}{mid}{prob(n - i)} -j {seps[i]}")
+        text = "" if large else eps[i].endpoint
+        out.append(f"{head}{text}{mid}{prob(n - i)} -j {seps[i]}")
     out.append(f"{head}{'' if large else eps[-1].endpoint}{last_mid}{seps[-1]}")
 
 
