@@ -22,6 +22,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Collection, Iterable
 from itertools import accumulate, compress
+from itertools import chain as concat
 from operator import attrgetter, is_not
 from typing import NamedTuple
 
@@ -529,6 +530,8 @@ def clear_cache() -> None:
 
 
 _FILTER_RULES = attrgetter("filter_rules")
+_CHAIN_LINES = attrgetter("chain_lines")
+_TOP_AND_RULES = attrgetter("nat_top_rules", "chain_rules")
 
 
 def _lines(lines: list[str]) -> str:
@@ -750,10 +753,8 @@ def render_iptables(
     nat_chains.extend(f":{c} - [0:0]\n" for c in NAT_TOP_CHAINS)
     nat_rules: list[str] = [_lines(_postrouting_rules(cfg))]
     if changed_keys is None:
-        nat_chains.extend(fr.chain_lines for fr in frags)
-        for fr in frags:
-            nat_rules.append(fr.nat_top_rules)
-            nat_rules.append(fr.chain_rules)
+        nat_chains.extend(map(_CHAIN_LINES, frags))
+        nat_rules.extend(concat.from_iterable(map(_TOP_AND_RULES, frags)))
     else:
         # the changed services' ports, by position; their chains' rules go right after
         # their own KUBE-SERVICES rules, cut into the joined text of all of those
@@ -774,7 +775,7 @@ def render_iptables(
     nat_rules.append("COMMIT\n")
 
     return IptablesRender(
-        "".join(filt) + "".join(nat_chains) + "".join(nat_rules),
+        "".join([*filt, *nat_chains, *nat_rules]),
         snapshot=snapshot,
         config=cfg,
         frags=frags,
