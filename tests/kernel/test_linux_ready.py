@@ -170,3 +170,37 @@ def test_eight_nodes_of_twenty_five_pods_come_up_ready() -> None:
         # per node: 7 peers, its 25 pods, one pod of each of 6 other nodes, the next
         # node's 25 pods
         assert len(ready.probes(net)) == 8 * (7 + 25 + 6 + 25)
+
+
+@pytest.mark.kernel
+@kernel
+def test_batched_tables_are_idempotent_and_a_refused_entry_is_named() -> None:
+    """``links.ensure_tables`` (``ip -batch`` / ``bridge -batch``): a second call changes
+    nothing, and the first entry the kernel refuses is named with iproute2's reason."""
+    from ipaddress import IPv4Network
+
+    from dataplane.linux import netns as ns
+    from dataplane.linux.links import ensure_tables
+    from netmodel.errors import BackendError
+    from netmodel.network import Neighbor, Route
+
+    with ns.temporary("t") as name:
+        with NsLink(name) as lk:
+            lk.ipr.link("add", ifname="br9", kind="bridge")
+            lk.ipr.link("set", index=lk.must_index("br9"), state="up")
+            lk.ipr.addr("add", index=lk.must_index("br9"), address="10.9.0.1", prefixlen=24)
+        routes = [
+            Route(IPv4Network("10.77.0.0/24"), dev="br9", via=IPv4Address("10.9.0.7")),
+            Route(IPv4Network("10.78.0.5/32"), dev="br9", scope="link"),
+        ]
+        neigh = [Neighbor(IPv4Address("10.9.0.7"), "02:00:00:00:00:07", "br9")]
+        for _ in range(2):
+            ensure_tables(name, routes, neigh)
+            t = inspect.tables(name)
+            assert {r.describe() for r in routes} <= set(t.routes)
+            assert t.neighbours == ("10.9.0.7 02:00:00:00:00:07 br9",)
+        bad = Route(IPv4Network("10.79.0.0/24"), dev="br9", via=IPv4Address("192.0.2.1"))
+        with pytest.raises(BackendError) as e:
+            ensure_tables(name, [routes[0], bad], neigh)
+        assert "route 10.79.0.0/24 via 192.0.2.1 dev br9" in str(e.value)
+        assert name in str(e.value)
