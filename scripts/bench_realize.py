@@ -16,6 +16,11 @@ connect`` runs them, with traces; ``..._untraced`` without), or null with the re
 ``emulated_note``. ``emulated_to_real_connection_ratio``: the untraced emulated
 connection's median over the real one's, both measured in this run (target <= 1.0).
 With ``--repeat`` the up/down figures are medians over the runs.
+``realize_cpu_seconds`` and ``realize_children_cpu_seconds``: CPU time of this process
+and of the processes it ran (CNI plugins, iproute2) during realize, and
+``ready_cpu_seconds`` during the readiness check: figures that other load on a shared
+machine moves much less than the wall-clock ones (the pod servers' own CPU is not
+counted: the supervisor, not this process, reaps them).
 ``targets`` holds the goal for ``up_seconds`` at ``--nodes 40 --pods-per-node 25``
 (10 s); ``load_average`` puts the figures in context on a shared machine. Needs root.
 """
@@ -25,6 +30,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
 import sys
 import time
@@ -45,16 +51,24 @@ def _targets(sample: Sample, n: int) -> list[tuple[str, str]]:
     return [(f"pod/{src.key}", str(others[i % len(others)].ip)) for i in range(n)]
 
 
+def _cpu() -> tuple[float, float]:
+    """CPU seconds used so far by this process and by its reaped children (the CNI
+    plugins and iproute2 runs)."""
+    me = resource.getrusage(resource.RUSAGE_SELF)
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime, kids.ru_utime + kids.ru_stime
+
+
 def run_real(sample: Sample, cni: str, connections: int) -> dict[str, float]:
     cid = unique_cluster_id("b")
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), _cpu()
     try:
         cluster = realize(sample.network, cluster_id=cid, cni=cni)  # type: ignore[arg-type]
-        t1 = time.perf_counter()
+        t1, c1 = time.perf_counter(), _cpu()
         cluster.serve({p.key: [(PORT, "tcp")] for p in sample.pods})
-        t2 = time.perf_counter()
+        t2, c2 = time.perf_counter(), _cpu()
         wait_ready(sample.network, cluster.namespaces)
-        t2r = time.perf_counter()
+        t2r, c2r = time.perf_counter(), _cpu()
         times = []
         for src, dst in _targets(sample, connections):
             times.append(cluster.connect(src, dst, PORT).seconds)
@@ -70,6 +84,9 @@ def run_real(sample: Sample, cni: str, connections: int) -> dict[str, float]:
         "serve_seconds": t2 - t1,
         "ready_seconds": t2r - t2,
         "up_seconds": t2r - t0,
+        "realize_cpu_seconds": c1[0] - c0[0],
+        "realize_children_cpu_seconds": c1[1] - c0[1],
+        "ready_cpu_seconds": sum(c2r) - sum(c2),
         "down_seconds": t4 - t3,
         "real_connection_seconds_median": statistics.median(times),
     }

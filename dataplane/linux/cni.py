@@ -2,12 +2,19 @@
 
 A runtime runs a plugin in *its own* (host) network namespace and tells it the
 container's namespace by path. In svclab the "host" of a pod is its node namespace, so
-each plugin runs as ``ip netns exec <node-ns> /usr/lib/cni/<plugin>``: ``ip netns exec``
-enters the node's network namespace and also gives the plugin a private mount namespace
-with ``/sys`` remounted for that network namespace (the bridge plugin reads
-``/sys/class/net``) while ``/var/run/netns`` stays visible, so ``CNI_NETNS`` resolves.
-Verified here with containernetworking-plugins (Debian): the host veth and the ``cni0``
-bridge appear in the node namespace, ``eth0`` in the pod namespace.
+each plugin is started from a thread that has entered the node's network namespace
+(:func:`dataplane.linux.nsenter.entered`; a new process inherits the namespaces of the
+thread that forks it), exactly as ``ip netns exec <node-ns>`` would run it but without
+that extra process per call (1,000 pods meant 2,000 of them). The plugin shares our
+mount namespace, so ``CNI_NETNS`` (``/var/run/netns/...``) resolves, and it reaches the
+node's ``/proc/sys/net`` (which follows the opener's network namespace). It does not
+get the ``/sys`` that ``ip netns exec`` remounts for the node: the plugins read no
+``/sys/class/net`` (checked with strace on containernetworking-plugins 1.x, Debian;
+they use netlink and ``/proc/sys``). Verified here: the host veth and the ``cni0``
+bridge appear in the node namespace, ``eth0`` in the pod namespace. The plugins (Go
+programs that live a few milliseconds) get ``GOMAXPROCS=1``: they do one thing at a
+time, and a runtime with one processor starts fewer threads (about 15% less CPU per
+pod here, with 8 attached concurrently).
 
 Calls per pod, as a runtime does: ``loopback`` ADD for ``lo`` and ``bridge`` ADD for
 ``eth0`` with this network configuration (stdin)::
@@ -197,21 +204,21 @@ class CniRunner:
             "CNI_NETNS": nsenter.netns_path(self.names.netns(f"pod/{pod_key}")),
             "CNI_IFNAME": ifname,
             "CNI_PATH": str(self.plugin_dir),
+            "GOMAXPROCS": "1",
         }
         if args:
             env["CNI_ARGS"] = args
-        argv = ["ip", "netns", "exec", self.names.netns(f"node/{node}")]
-        argv.append(str(self.plugin_dir / plugin))
         try:
-            proc = subprocess.run(
-                argv,
-                input=json.dumps(conf),
-                env=env,
-                capture_output=True,
-                text=True,
-                timeout=self.timeout,
-                check=False,
-            )
+            with nsenter.entered(self.names.netns(f"node/{node}")):
+                proc = subprocess.run(
+                    [str(self.plugin_dir / plugin)],
+                    input=json.dumps(conf),
+                    env=env,
+                    capture_output=True,
+                    text=True,
+                    timeout=self.timeout,
+                    check=False,
+                )
         except subprocess.TimeoutExpired as e:
             raise CniError(f"CNI {command} {plugin} for pod {pod_key}: timed out") from e
         if proc.returncode != 0:

@@ -3,8 +3,13 @@
 A realised cluster is *ready* when (1) every node's and the router's kernel state holds
 what the model asks for (routes, permanent neighbours, VXLAN FDB entries, links up), and
 (2) probes that cross every part of the dataplane answer: each node pings every other
-node's address (the underlay), every pod of its own (``cni0``), and every pod of every
-other node (the overlay, or the host-gw routes and the peer's forwarding).
+node's address (the underlay), every pod of its own (``cni0``), one pod of every other
+node (the overlay, or the host-gw routes and the peer's forwarding, between every pair
+of nodes), and every pod of the next node in name order (so that every pod answers a
+remote node too: its reply leaves through its default route and the gateway, which a
+probe from its own node, answered on-link, does not use). Every part of the path is
+crossed at least once, with 2N(N-1) + 2P probes instead of N(N-1+P): 5,120 instead
+of 41,560 for 40 nodes of 25 pods.
 
 :func:`wait_ready` checks both. Drift in (1) is handed to a ``reconcile`` callback once
 (flannel does the same: its host-gw and VXLAN backends re-add missing routes and
@@ -22,6 +27,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from ipaddress import IPv4Address
 
@@ -41,6 +47,9 @@ NUD_STATES = {
     0x40: "NOARP",
     0x80: "PERMANENT",
 }
+
+
+_WORKERS = 8  # namespaces checked at once (iproute2 processes, ping sockets)
 
 
 class NotReady(BackendError):
@@ -83,7 +92,7 @@ def expected_state(ns: Netns) -> dict[str, tuple[str, ...]]:
     }
 
 
-def compare(logical: str, ns: Netns, dump: inspect.NetnsDump) -> list[str]:
+def compare(logical: str, ns: Netns, dump: inspect.NetnsDump | inspect.NetnsTables) -> list[str]:
     """The model's expectations for ``ns`` that ``dump`` lacks, one line each
     (``node/n1: route 10.244.1.0/24 via 172.18.0.3 dev eth0 missing``). Pure."""
     want = expected_state(ns)
@@ -95,10 +104,10 @@ def compare(logical: str, ns: Netns, dump: inspect.NetnsDump) -> list[str]:
         if line not in have[section]
     ]
     for name in want["up"]:
-        link = dump.link(name)
-        if link is None:
+        up = dump.is_up(name)
+        if up is None:
             out.append(f"{logical}: link {name} missing")
-        elif link.split()[5] != "up":
+        elif not up:
             out.append(f"{logical}: link {name} down")
     return out
 
@@ -112,24 +121,34 @@ def probes(network: ClusterNetwork) -> list[Probe]:
         (ns for ns in network.namespaces.values() if ns.role == "pod"), key=lambda p: p.name
     )
     node_ip = {n.name: n.interface("eth0").addresses[0].ip for n in nodes}
+    on_node: dict[str, list[Netns]] = {}
+    for p in pods:
+        on_node.setdefault(f"node/{p.node}", []).append(p)
     out: list[Probe] = []
-    for n in nodes:
+    for i, n in enumerate(nodes):
+        nxt = nodes[(i + 1) % len(nodes)].name
         for peer in nodes:
             if peer.name != n.name:
                 out.append(Probe(n.name, node_ip[peer.name], f"underlay to {peer.name}"))
-        for p in pods:
-            where = "own pod" if p.node == n.node else f"pod on node/{p.node}"
-            out.append(Probe(n.name, p.interface("eth0").addresses[0].ip, f"{where} {p.pod}"))
+        for peer in nodes:
+            group = on_node.get(peer.name, [])
+            if peer.name != nxt and peer.name != n.name:
+                group = group[:1]  # one pod: the overlay between these two nodes
+            for p in group:
+                where = "own pod" if peer.name == n.name else f"pod on {peer.name}"
+                out.append(Probe(n.name, p.interface("eth0").addresses[0].ip, f"{where} {p.pod}"))
     return out
 
 
 def observe(network: ClusterNetwork, kernel: Mapping[str, str]) -> list[str]:
-    """Drift between the model and the kernel for the router and every node."""
-    out: list[str] = []
-    for logical, ns in sorted(network.namespaces.items()):
-        if ns.role in ("router", "node"):
-            out += compare(logical, ns, inspect.dump(kernel[logical]))
-    return out
+    """Drift between the model and the kernel for the router and every node (read with
+    :func:`dataplane.linux.inspect.tables`)."""
+    infra = [
+        (lg, ns) for lg, ns in sorted(network.namespaces.items()) if ns.role in ("router", "node")
+    ]
+    with ThreadPoolExecutor(max_workers=max(1, min(_WORKERS, len(infra)))) as pool:
+        found = list(pool.map(lambda item: inspect.tables(kernel[item[0]]), infra))
+    return [line for (lg, ns), t in zip(infra, found, strict=True) for line in compare(lg, ns, t)]
 
 
 def failed_probes(
@@ -140,11 +159,18 @@ def failed_probes(
     by_src: dict[str, list[Probe]] = {}
     for p in checks:
         by_src.setdefault(p.src, []).append(p)
-    failed: list[Probe] = []
-    for src, group in by_src.items():
-        answered = ping_many(kernel[src], [p.dst for p in group], timeout=timeout)
-        failed += [p for p in group if str(p.dst) not in answered]
-    return failed
+
+    def answered(group: list[Probe]) -> set[str]:
+        return ping_many(kernel[group[0].src], [p.dst for p in group], timeout=timeout)
+
+    # sources in parallel (each its own socket in its own namespace): their waits for
+    # replies overlap instead of adding up
+    groups = list(by_src.values())
+    with ThreadPoolExecutor(max_workers=max(1, min(_WORKERS, len(groups)))) as pool:
+        replies = list(pool.map(answered, groups))
+    return [
+        p for group, ok in zip(groups, replies, strict=True) for p in group if str(p.dst) not in ok
+    ]
 
 
 def neighbour_lines(netns: str) -> list[str]:

@@ -54,6 +54,7 @@ import shutil
 import signal
 import time
 from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from ipaddress import IPv4Address, IPv4Interface, IPv4Network
 from pathlib import Path
@@ -63,7 +64,7 @@ from pyroute2 import IPRoute
 
 from dataplane.linux import dnspods, nsenter, rules, servers, state, traffic
 from dataplane.linux.cni import CniMode, CniResult, CniRunner, PodAttach
-from dataplane.linux.links import NsLink, tolerate
+from dataplane.linux.links import NsLink, ensure_tables, tolerate
 from dataplane.linux.names import PREFIX, ClusterNames, check_ifname
 from dataplane.linux.netns import list_ours
 from dataplane.linux.servers import PodServers, Proto, ServerSpec
@@ -294,19 +295,17 @@ def realize(
                 if itf.kind == "vxlan":
                     link(logical).ensure_vxlan(itf)
                 link(logical).configure(itf)
-        for logical, ns in nss.items():
-            if by_plugin and ns.role == "pod":
-                continue
-            lk = link(logical)
-            for route in ns.routes:
-                lk.ensure_route(route)
-            for n in ns.neighbors:
-                lk.ensure_neigh(n)
-            for f in ns.fdb:
-                lk.ensure_fdb(f)
     finally:
         for lk in links.values():
             lk.close()
+    # one ip/bridge -batch pair per namespace, several namespaces at once
+    tables = [
+        (kernel[logical], ns)
+        for logical, ns in nss.items()
+        if not (by_plugin and ns.role == "pod") and (ns.routes or ns.neighbors or ns.fdb)
+    ]
+    with ThreadPoolExecutor(max_workers=max(1, min(workers, len(tables)))) as pool:
+        list(pool.map(lambda t: ensure_tables(t[0], t[1].routes, t[1].neighbors, t[1].fdb), tables))
 
     # 3. pods
     results: dict[str, CniResult] = {}

@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Collection, Iterable
-from itertools import compress
+from itertools import accumulate, compress
+from itertools import chain as concat
 from operator import attrgetter, is_not
 from typing import NamedTuple
 
@@ -59,7 +60,13 @@ NAT_TOP_CHAINS = ("KUBE-SERVICES", "KUBE-NODEPORTS", "KUBE-POSTROUTING", "KUBE-M
 
 def probability(n: int) -> str:
     """``1/n`` as kube-proxy prints it: 10 decimals (``%0.10f``)."""
-    return f"{1.0 / n:0.10f}"
+    text = _PROBABILITY.get(n)
+    if text is None:
+        text = _PROBABILITY[n] = f"{1.0 / n:0.10f}"
+    return text
+
+
+_PROBABILITY: dict[int, str] = {}  # n -> its text: services share their endpoint counts
 
 
 # --------------------------------------------------------------------------- per service
@@ -107,22 +114,28 @@ def _endpoint_rules(
                 f"-j {sep}"
             )
     n = len(eps)
-    for i, (ep, sep) in enumerate(zip(eps, seps, strict=True)):
-        cm = "" if large else f'-m comment --comment "{spn} -> {ep.endpoint}" '
-        if i < n - 1:
-            out.append(
-                f"-A {chain} {cm}-m statistic --mode random --probability {probability(n - i)} "
-                f"-j {sep}"
-            )
-        else:
-            out.append(f"-A {chain} {cm}-j {sep}")
+    if n == 0:
+        return
+    head = f"-A {chain} " if large else f'-A {chain} -m comment --comment "{spn} -> '
+    mid = (
+        "-m statistic --mode random --probability "
+        if large
+        else '" -m statistic --mode random --probability '
+    )
+    last_mid = "-j " if large else '" -j '
+    prob = probability
+    for i in range(n - 1):
+        text = "" if large else eps[i].endpoint
+        out.append(f"{head}{text}{mid}{prob(n - i)} -j {seps[i]}")
+    out.append(f"{head}{'' if large else eps[-1].endpoint}{last_mid}{seps[-1]}")
 
 
 def _fragment(st: ServicePortState, ctx: _Ctx) -> _Fragment:
     info = st.info
-    sep_of = {ep.endpoint: st.sep_chain(ep) for ep in st.endpoints}
     spn = info.name.text
     p = info.proto
+    names = [ep.endpoint for ep in st.endpoints]
+    sep_of = dict(zip(names, naming.sep_chains(spn, p, names), strict=True))
     pm = f"-m {p} -p {p}"
     cip, port = info.cluster_ip, info.port
     filt: list[str] = []
@@ -258,17 +271,21 @@ def _fragment(st: ServicePortState, ctx: _Ctx) -> _Fragment:
         _endpoint_rules(st, st.svl_chain, st.local_endpoints, ctx.large, rules, sep_of)
     # [10] endpoint chains
     cm = "" if ctx.large else f"-m comment --comment {spn} "
+    dnat = f"{pm} -j DNAT --to-destination "
+    affinity = bool(info.affinity_timeout)
     for ep in st.reachable_endpoints:
         sep = sep_of[ep.endpoint]
         chains.append(sep)
         rules.append(f"-A {sep} {cm}-s {ep.ip} -j KUBE-MARK-MASQ")
-        recent = f"-m recent --name {sep} --set " if info.affinity_timeout else ""
-        rules.append(f"-A {sep} {cm}{recent}{pm} -j DNAT --to-destination {ep.endpoint}")
+        if affinity:
+            rules.append(f"-A {sep} {cm}-m recent --name {sep} --set {dnat}{ep.endpoint}")
+        else:
+            rules.append(f"-A {sep} {cm}{dnat}{ep.endpoint}")
 
     return _Fragment(
         filter_rules=_lines(filt),
         nat_top_rules=_lines(top),
-        chain_lines="".join(f":{c} - [0:0]\n" for c in chains),
+        chain_lines=":" + " - [0:0]\n:".join(chains) + " - [0:0]\n" if chains else "",
         chain_rules=_lines(rules),
         active=tuple(chains),
         service_key=info.name.service_key,
@@ -281,7 +298,21 @@ class _Memo:
     snapshot whose stale chains were looked for (updated by difference, so that a
     partial sync does not rebuild a 60,000-name set)."""
 
-    __slots__ = ("active", "by_id", "by_port", "by_state", "last")
+    __slots__ = (
+        "active",
+        "by_id",
+        "by_port",
+        "by_state",
+        "delta",
+        "last",
+        "last_frags",
+        "last_states",
+        "offsets",
+        "positions",
+        "stale",
+        "stale_for",
+        "texts",
+    )
 
     def __init__(self) -> None:
         self.by_id: dict[int, tuple[ServicePortState, _Fragment]] = {}
@@ -289,6 +320,20 @@ class _Memo:
         self.by_port: dict[str, _Fragment] = {}
         self.active: set[str] = set()
         self.last: list[_Fragment] = []  # the fragments ``active`` describes
+        # chains removed from / added to ``active`` by the last _active_set (None: rebuilt)
+        self.delta: tuple[list[str], list[str]] | None = None
+        # the states of the last render and their fragments, position by position
+        self.last_states: list[ServicePortState] = []
+        self.last_frags: list[_Fragment] = []
+        # service key -> positions of its ports in ``last_frags`` (None: to be rebuilt)
+        self.positions: dict[str, list[int]] | None = None
+        # stale service chains of ``stale_for`` (the existing-chain set last asked about)
+        self.stale: set[str] = set()
+        self.stale_for: frozenset[str] | None = None
+        # field name -> (fragments, the concatenation of that field over them)
+        self.texts: dict[str, tuple[list[_Fragment], str]] = {}
+        # field name -> where each fragment's text starts in ``texts`` (+ the end)
+        self.offsets: dict[str, list[int]] = {}
 
 
 _MEMOS: dict[_Ctx, _Memo] = {}
@@ -306,9 +351,52 @@ def _memo(ctx: _Ctx) -> _Memo:
 def _fragments(snapshot: ProxySnapshot, memo: _Memo, ctx: _Ctx) -> list[_Fragment]:
     """Every port's fragment, reusing text rendered for an equal state before.
 
+    When the snapshot has as many ports as the last one, its states are compared with
+    the last ones by identity (C-level), and only the replaced positions are looked up:
+    a sync after one change does not walk 10,000 states in Python.
+
     The memo is trimmed to the current snapshot when it grows past twice its size, and
     only a few node contexts are kept, so memory stays proportional to one snapshot.
     """
+    states = list(snapshot.ports.values())
+    last = memo.last_states
+    if len(last) == len(states) and len(memo.last_frags) == len(states):
+        moved = list(compress(range(len(states)), map(is_not, states, last)))
+        if len(moved) <= 64:
+            frags = list(memo.last_frags)
+            for i in moved:
+                fr = _lookup(memo, ctx, states[i])
+                if fr.port_key != frags[i].port_key:
+                    memo.positions = None  # another port at this position
+                frags[i] = fr
+            memo.last_states, memo.last_frags = states, frags
+            _trim(memo, states, frags)
+            return frags
+    memo.positions = None
+    frags = _fragments_walk(states, memo, ctx)
+    memo.last_states, memo.last_frags = states, frags
+    return frags
+
+
+def _lookup(memo: _Memo, ctx: _Ctx, st: ServicePortState) -> _Fragment:
+    hit = memo.by_id.get(id(st))
+    if hit is not None and hit[0] is st:
+        return hit[1]
+    fr = memo.by_state.get(st)
+    if fr is None:
+        fr = memo.by_state[st] = _fragment(st, ctx)
+    memo.by_id[id(st)] = (st, fr)
+    return fr
+
+
+def _trim(memo: _Memo, states: list[ServicePortState], out: list[_Fragment]) -> None:
+    if len(memo.by_id) > 2 * len(out) + 1024 or len(memo.by_state) > 2 * len(out) + 1024:
+        memo.by_state = dict(zip(states, out, strict=True))
+        memo.by_id = {id(st): (st, fr) for st, fr in zip(states, out, strict=True)}
+
+
+def _fragments_walk(snapshot: list[ServicePortState], memo: _Memo, ctx: _Ctx) -> list[_Fragment]:
+    """:func:`_fragments` for a snapshot unlike the last one: every state looked up."""
     by_id = memo.by_id
     get = by_id.get
     out: list[_Fragment] = []
@@ -325,10 +413,72 @@ def _fragments(snapshot: ProxySnapshot, memo: _Memo, ctx: _Ctx) -> list[_Fragmen
             fr = memo.by_state[st] = _fragment(st, ctx)
         by_id[id(st)] = (st, fr)
         append(fr)
-    if len(by_id) > 2 * len(out) + 1024 or len(memo.by_state) > 2 * len(out) + 1024:
-        memo.by_state = dict(zip(snapshot, out, strict=True))
-        memo.by_id = {id(st): (st, fr) for st, fr in zip(snapshot, out, strict=True)}
+    _trim(memo, snapshot, out)
     return out
+
+
+def _joined(memo: _Memo, field: str, frags: list[_Fragment]) -> str:
+    """The concatenation of ``field`` over ``frags``, patched from the last one: only
+    the fragments that were replaced and whose text changed are spliced in, so a sync
+    after one change copies the text once instead of joining 10,000 pieces."""
+    get = attrgetter(field)
+    prev = memo.texts.get(field)
+    if prev is not None and len(prev[0]) == len(frags):
+        old_frags, text = prev
+        moved = list(compress(range(len(frags)), map(is_not, frags, old_frags)))
+        changed = [i for i in moved if get(frags[i]) != get(old_frags[i])]
+        if len(changed) <= 16:
+            for i in changed:  # in order: the text before i is already the new one
+                at = _offset(memo, field, frags, i)
+                old_len, new = len(get(old_frags[i])), get(frags[i])
+                text = text[:at] + new + text[at + old_len :]
+                if len(new) != old_len:
+                    memo.offsets.pop(field, None)
+            memo.texts[field] = (frags, text)
+            return text
+    memo.offsets.pop(field, None)
+    text = "".join(map(get, frags))
+    memo.texts[field] = (frags, text)
+    return text
+
+
+def _offset(memo: _Memo, field: str, frags: list[_Fragment], i: int) -> int:
+    """Where fragment ``i``'s ``field`` starts in :func:`_joined`'s text: from the
+    offsets table (kept while no spliced text changed length), else summed at C level
+    and the table rebuilt for the next call."""
+    table = memo.offsets.get(field)
+    if table is None:
+        at = sum(map(len, map(attrgetter(field), frags[:i])))
+        memo.offsets[field] = list(accumulate(map(len, map(attrgetter(field), frags)), initial=0))
+        return at
+    return table[i]
+
+
+def _positions(memo: _Memo, frags: list[_Fragment]) -> dict[str, list[int]]:
+    """Service key -> positions of its ports in ``frags`` (kept while the order of
+    ports does not change)."""
+    if memo.positions is None:
+        pos: dict[str, list[int]] = {}
+        for i, fr in enumerate(frags):
+            pos.setdefault(fr.service_key, []).append(i)
+        memo.positions = pos
+    return memo.positions
+
+
+def _stale(memo: _Memo, existing: set[str] | frozenset[str], current: set[str]) -> tuple[str, ...]:
+    """Service chains of ``existing`` that ``current`` lacks, sorted. For the same
+    (immutable) ``existing`` as last time, updated from the chains the last
+    :func:`_active_set` removed and added rather than by a 60,000-name difference."""
+    if isinstance(existing, frozenset) and memo.stale_for is existing and memo.delta is not None:
+        removed, added = memo.delta
+        for c in removed:
+            if c in existing and c not in current and naming.is_service_chain(c):
+                memo.stale.add(c)
+        memo.stale.difference_update(added)
+    else:
+        memo.stale = {c for c in existing - current if naming.is_service_chain(c)}
+        memo.stale_for = existing if isinstance(existing, frozenset) else None
+    return tuple(sorted(memo.stale))
 
 
 def _active_set(memo: _Memo, frags: list[_Fragment]) -> set[str]:
@@ -341,12 +491,18 @@ def _active_set(memo: _Memo, frags: list[_Fragment]) -> set[str]:
         # with C-level identity tests instead of a dictionary walk
         moved = list(compress(range(len(frags)), map(is_not, frags, last)))
         if all(frags[i].port_key == last[i].port_key for i in moved):
+            removed: list[str] = []
+            added: list[str] = []
             for i in moved:
+                removed += last[i].active
+                added += frags[i].active
                 active.difference_update(last[i].active)
                 active.update(frags[i].active)
                 memo.by_port[frags[i].port_key] = frags[i]
             memo.last = frags
+            memo.delta = (removed, added)
             return active
+    memo.delta = None
     prev = memo.by_port
     now: dict[str, _Fragment] = {}
     for fr in frags:
@@ -374,8 +530,8 @@ def clear_cache() -> None:
 
 
 _FILTER_RULES = attrgetter("filter_rules")
-_NAT_TOP = attrgetter("nat_top_rules")
-_KEY = attrgetter("service_key")
+_CHAIN_LINES = attrgetter("chain_lines")
+_TOP_AND_RULES = attrgetter("nat_top_rules", "chain_rules")
 
 
 def _lines(lines: list[str]) -> str:
@@ -579,7 +735,7 @@ def render_iptables(
     if ipv4_localhost:
         filt.append(":KUBE-FIREWALL - [0:0]\n")
         filt.append(KUBE_FIREWALL_RULE + "\n")
-    filt.extend(map(_FILTER_RULES, frags))
+    filt.append(_joined(memo, "filter_rules", frags))
     filt.append(_lines(_forward_rules(cfg)))
     filt.append("COMMIT\n")
 
@@ -592,31 +748,34 @@ def render_iptables(
             else set(existing_chains)
         )
         if existing:
-            current = _active_set(memo, frags)
-            stale = tuple(sorted(c for c in existing - current if naming.is_service_chain(c)))
+            stale = _stale(memo, existing, _active_set(memo, frags))
     nat_chains: list[str] = ["*nat\n"]
     nat_chains.extend(f":{c} - [0:0]\n" for c in NAT_TOP_CHAINS)
     nat_rules: list[str] = [_lines(_postrouting_rules(cfg))]
     if changed_keys is None:
-        nat_chains.extend(fr.chain_lines for fr in frags)
-        for fr in frags:
-            nat_rules.append(fr.nat_top_rules)
-            nat_rules.append(fr.chain_rules)
+        nat_chains.extend(map(_CHAIN_LINES, frags))
+        nat_rules.extend(concat.from_iterable(map(_TOP_AND_RULES, frags)))
     else:
-        # C-level scans: the positions of the changed services' ports
-        hits = list(compress(range(len(frags)), map(changed_keys.__contains__, map(_KEY, frags))))
-        top = list(map(_NAT_TOP, frags))
+        # the changed services' ports, by position; their chains' rules go right after
+        # their own KUBE-SERVICES rules, cut into the joined text of all of those
+        pos = _positions(memo, frags)
+        hits = sorted(i for key in changed_keys for i in pos.get(key, ()))
+        top = _joined(memo, "nat_top_rules", frags)
+        at = 0  # text already written
         for i in hits:
             nat_chains.append(frags[i].chain_lines)
-            top[i] += frags[i].chain_rules
-        nat_rules.extend(top)
+            end = _offset(memo, "nat_top_rules", frags, i) + len(frags[i].nat_top_rules)
+            nat_rules.append(top[at:end])
+            nat_rules.append(frags[i].chain_rules)
+            at = end
+        nat_rules.append(top[at:])
     nat_chains.extend(f":{c} - [0:0]\n" for c in stale)
     nat_rules.extend(f"-X {c}\n" for c in stale)
     nat_rules.append(_lines(_nodeports_jumps(cfg)))
     nat_rules.append("COMMIT\n")
 
     return IptablesRender(
-        "".join(filt) + "".join(nat_chains) + "".join(nat_rules),
+        "".join([*filt, *nat_chains, *nat_rules]),
         snapshot=snapshot,
         config=cfg,
         frags=frags,

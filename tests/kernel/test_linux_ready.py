@@ -42,6 +42,20 @@ def test_probes_cross_the_underlay_the_bridge_and_the_overlay() -> None:
     }
 
 
+def test_probes_cover_every_node_pair_and_every_pod_from_two_nodes() -> None:
+    sample = sample_network(5, 4)
+    got = ready.probes(sample.network)
+    assert len(got) == len({(p.src, p.dst) for p in got})  # no probe twice
+    node_of = {str(p.ip): f"node/{p.node}" for p in sample.pods}
+    pairs = {(p.src, node_of[str(p.dst)]) for p in got if str(p.dst) in node_of}
+    nodes = {f"node/{n.name}" for n in sample.nodes}
+    assert pairs == {(a, b) for a in nodes for b in nodes}  # own pods and the overlay
+    for pod in sample.pods:
+        sources = {p.src for p in got if p.dst == pod.ip}
+        assert f"node/{pod.node}" in sources and len(sources) >= 2
+    assert len(got) == 5 * (4 + 4 + 3 + 4)
+
+
 def test_compare_names_what_is_missing_or_down() -> None:
     ns = sample_network(2, 1, overlay="host-gw").network.namespaces["node/n0"]
     dump = inspect.NetnsDump(
@@ -56,6 +70,30 @@ def test_compare_names_what_is_missing_or_down() -> None:
         "node/n0: link eth0 missing",
         "node/n0: link cni0 down",
     ]
+
+
+@pytest.mark.kernel
+@kernel
+@pytest.mark.parametrize("overlay", ["vxlan", "host-gw"])
+def test_tables_read_by_iproute2_match_the_netlink_dump(overlay: str) -> None:
+    """Readiness reads routes, neighbours, FDB and link states through iproute2's JSON;
+    every line must be the one pyroute2's :func:`inspect.dump` gives, for every kind of
+    namespace (host routes, onlink, scope link, proto kernel, src, VXLAN FDB)."""
+    net = sample_network(3, 2, overlay=overlay).network  # type: ignore[arg-type]
+    with realized(net) as c:
+        with NsLink(c.node_netns("n0")) as lk:  # a host route and a down link too
+            lk.ipr.route("add", dst="10.77.0.5/32", oif=lk.must_index("eth0"), scope=253)
+            lk.ipr.link("add", ifname="br9", kind="bridge")
+        for logical, netns in c.namespaces.items():
+            d, t = inspect.dump(netns), inspect.tables(netns)
+            assert (t.routes, t.neighbours, t.fdb) == (d.routes, d.neighbours, d.fdb), logical
+            for line in d.links:
+                name = line.split()[0]
+                assert t.is_up(name) == d.is_up(name), (logical, name)
+            assert t.links == {x.split()[0] for x in d.links}
+        n0 = inspect.tables(c.node_netns("n0"))
+        assert "10.77.0.5/32 dev eth0 scope link" in n0.routes and n0.is_up("br9") is False
+        assert n0.is_up("nope") is None
 
 
 @pytest.mark.kernel
@@ -123,9 +161,46 @@ def test_hundreds_of_echo_replies_at_once_are_all_counted() -> None:
 @kernel
 def test_eight_nodes_of_twenty_five_pods_come_up_ready() -> None:
     """The scale at which ``up`` used to fail with hundreds of unanswered probes: every
-    node reaches every node and every one of the 200 pods."""
+    node reaches every node and a pod on every node; every pod answers its own node and
+    one other node."""
     net = sample_network(8, 25).network
     with realized(net, cni="netlink") as c:
         r = ready.wait_ready(net, c.namespaces, timeout=20)
         assert not r.reconciled
-        assert len(ready.probes(net)) == 8 * (7 + 200)
+        # per node: 7 peers, its 25 pods, one pod of each of 6 other nodes, the next
+        # node's 25 pods
+        assert len(ready.probes(net)) == 8 * (7 + 25 + 6 + 25)
+
+
+@pytest.mark.kernel
+@kernel
+def test_batched_tables_are_idempotent_and_a_refused_entry_is_named() -> None:
+    """``links.ensure_tables`` (``ip -batch`` / ``bridge -batch``): a second call changes
+    nothing, and the first entry the kernel refuses is named with iproute2's reason."""
+    from ipaddress import IPv4Network
+
+    from dataplane.linux import netns as ns
+    from dataplane.linux.links import ensure_tables
+    from netmodel.errors import BackendError
+    from netmodel.network import Neighbor, Route
+
+    with ns.temporary("t") as name:
+        with NsLink(name) as lk:
+            lk.ipr.link("add", ifname="br9", kind="bridge")
+            lk.ipr.link("set", index=lk.must_index("br9"), state="up")
+            lk.ipr.addr("add", index=lk.must_index("br9"), address="10.9.0.1", prefixlen=24)
+        routes = [
+            Route(IPv4Network("10.77.0.0/24"), dev="br9", via=IPv4Address("10.9.0.7")),
+            Route(IPv4Network("10.78.0.5/32"), dev="br9", scope="link"),
+        ]
+        neigh = [Neighbor(IPv4Address("10.9.0.7"), "02:00:00:00:00:07", "br9")]
+        for _ in range(2):
+            ensure_tables(name, routes, neigh)
+            t = inspect.tables(name)
+            assert {r.describe() for r in routes} <= set(t.routes)
+            assert t.neighbours == ("10.9.0.7 02:00:00:00:00:07 br9",)
+        bad = Route(IPv4Network("10.79.0.0/24"), dev="br9", via=IPv4Address("192.0.2.1"))
+        with pytest.raises(BackendError) as e:
+            ensure_tables(name, [routes[0], bad], neigh)
+        assert "route 10.79.0.0/24 via 192.0.2.1 dev br9" in str(e.value)
+        assert name in str(e.value)
