@@ -16,6 +16,10 @@ one) until a round does no work:
 * components run in a fixed order (node IPAM, deployment, replicaset, garbage
   collector, namespace, pod GC, scheduler, kubelets, endpointslice, then added agents
   in the order added);
+* each component's ``sync`` runs in one store batch (:func:`control.store.base.batched`):
+  on etcd its writes go out in a few Txns when it returns instead of one round trip
+  each; should another client have written a key the step wrote meanwhile, the step's
+  other writes stand and every component re-lists;
 * all randomness (pod names, slice names, scheduler tie-breaks) comes from generators
   seeded by ``seed``. Same store, same seed, same calls → same objects, same Events.
 
@@ -54,7 +58,7 @@ from control.controllers.replicaset import ReplicaSetController
 from control.events import Recorder
 from control.informers.listwatch import StoreListerWatcher
 from control.scheduler import Scheduler
-from control.store.base import Store, WatchEvent
+from control.store.base import BatchConflictError, Store, WatchEvent, batched
 from netmodel.cluster import ClusterSpec
 from netmodel.errors import CompactedError, SvclabError
 from netmodel.objects import KubeObject, Node
@@ -251,7 +255,14 @@ class ControlPlane:
         for comp in self.components:
             self._pump()
             t0 = time.perf_counter()
-            n = comp.sync()
+            try:
+                with batched(self.store):
+                    n = comp.sync()
+            except BatchConflictError:
+                # another client wrote keys this step wrote (its other writes landed):
+                # every component starts again from the store's state
+                n = 1
+                self._list()
             self.timing.add(_name(comp), time.perf_counter() - t0, n)
             worked += n
         return worked
