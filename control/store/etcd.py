@@ -25,8 +25,16 @@ How the store contract (:mod:`control.store.base`) maps onto etcd:
   key written twice in one block is sent once, with its final state (etcd allows one write per key per Txn), so a watcher sees
   only the final state: a subsequence, as the contract promises. A block larger than
   etcd's default limits (128 operations, 1.5 MiB per request) is committed in several
-  Txns; if one fails, the ones already committed are undone by compensating Txns
-  (history then shows both) and the error propagates.
+  Txns, none of which can hold it all. Each but the last also writes an undo record
+  (``/registry/svclab.dev/pending/TOKEN/N``: the touched keys' states from before),
+  the first a key tied to a lease of :attr:`EtcdStore.PENDING_TTL` seconds (the writer
+  is alive), and the last deletes the records in the same Txn that finishes the
+  transaction. If a Txn fails (a compare, or etcd going away), the writer undoes the
+  committed ones from the records at once (history then shows both) and the error
+  propagates; if it cannot (etcd down), the records stay, and the next store opened
+  on that etcd rolls the transaction back once the lease has expired. A reader in
+  between may see part of such a transaction: etcd has no atomic write larger than
+  one Txn.
 * Every svclab write Txn also puts :data:`MARKER_KEY` (a random token): its
   ``mod_revision`` is the last svclab write, which tells :meth:`EtcdStore.watch` where
   the events it must read end, and its token tells a write retried after a lost answer
@@ -56,6 +64,7 @@ from __future__ import annotations
 
 import bisect
 import builtins
+import contextlib
 import json
 import math
 import time
@@ -69,6 +78,7 @@ from control.store.base import BatchConflictError, EventType, WatchEvent, bulk, 
 from control.store.etcd_client import EtcdClient, EtcdRequestError, parse_endpoints
 from control.store.etcd_layout import (
     MARKER_KEY,
+    PENDING_PREFIX,
     PREFIX,
     RECORD_PREFIX,
     RESOURCES,
@@ -82,7 +92,7 @@ from control.store.etcd_layout import (
     unb64,
 )
 from control.store.etcd_watch import HistoryCompactedError, read_history
-from netmodel.errors import CompactedError, ConflictError, NotFoundError
+from netmodel.errors import CompactedError, ConflictError, NotFoundError, SvclabError
 from netmodel.objects import KubeObject
 from netmodel.selectors import LabelSelector
 
@@ -171,6 +181,8 @@ class EtcdStore:
     #: reads, ``revision`` and ``watch`` refresh the cache from etcd when the last
     #: refresh is older than this many seconds (0: on every call)
     MAX_STALENESS = 0.1
+    #: seconds a writer's lease on an unfinished multi-Txn transaction lasts (see above)
+    PENDING_TTL = 30
 
     def __init__(
         self, endpoints: str | list[tuple[str, int]], *, max_staleness: float | None = None
@@ -285,6 +297,8 @@ class EtcdStore:
         kvs = answer.get("kvs")
         last = int(kvs[0]["mod_revision"]) if kvs else 0
         if not self._synced:
+            if self._recover():
+                head = _rev(self._range(MARKER_KEY))
             self._synced = self._log_from = head
         elif last > self._synced:
             try:
@@ -763,8 +777,12 @@ class EtcdStore:
                 op = _delete(ekey)
             elif st.final is not None and st.final != st.orig:
                 op = _put(ekey, encode_value(st.final))
+            # with the undo record (the state before) that a multi-Txn commit writes
             nbytes = len(json.dumps(op)) if op else 0
-            if len(chunks[-1]) >= self.MAX_TXN_OPS or size + nbytes > self.MAX_TXN_BYTES:
+            if op is not None and st.orig is not None:
+                nbytes += _op_bytes(ekey, encode_value(st.orig))
+            # 2 more operations per Txn when it is split: its undo record, the lease key
+            if len(chunks[-1]) >= self.MAX_TXN_OPS - 2 or size + nbytes > self.MAX_TXN_BYTES:
                 chunks.append([])
                 size = 0
             chunks[-1].append((ekey, st, op))
@@ -772,24 +790,45 @@ class EtcdStore:
         if len(chunks) == 1:
             self._commit_one(chunks[0])
             return
-        done: builtins.list[tuple[builtins.list[tuple[str, _Staged, Any]], int]] = []
+        token = uuid.uuid4().hex
+        base = PENDING_PREFIX + token + "/"
+        lease = self._call("/lease/grant", {"TTL": str(self.PENDING_TTL)})["ID"]
+        alive = {"request_put": {"key": b64(base + "alive"), "value": b64(""), "lease": lease}}
         try:
-            for chunk in chunks:
+            for i, chunk in enumerate(chunks):
                 ops = [op for _, _, op in chunk if op is not None]
-                if not ops:
-                    continue
-                ok, rev = self._commit([_mod_is(k, st.orig_mod) for k, st, _ in chunk], ops)
+                if i == len(chunks) - 1:  # the last Txn removes the undo records with it
+                    ops.append(
+                        {"request_delete_range": {"key": b64(base), "range_end": prefix_end(base)}}
+                    )
+                else:
+                    undo = [  # [key, state before or None, whether the Txn deletes it]
+                        [
+                            ekey,
+                            encode_value(st.orig) if st.orig is not None else None,
+                            st.final is None,
+                        ]
+                        for ekey, st, op in chunk
+                        if op is not None
+                    ]
+                    ops.append(_put(f"{base}{i:06d}", json.dumps(undo)))
+                    if i == 0:
+                        ops.append(alive)
+                ok, _ = self._commit([_mod_is(k, st.orig_mod) for k, st, _ in chunk], ops)
                 if not ok:
                     raise ConflictError(
                         "another writer changed an object this transaction read; "
                         "nothing was applied"
                     )
-                done.append((chunk, rev))
         except BaseException:
-            self._compensate(done)
+            with contextlib.suppress(SvclabError):  # etcd gone: the next opener undoes it
+                self._roll_back(token)
             raise
         finally:
-            self._refresh(force=True)  # the cache reads it all back, in order
+            with contextlib.suppress(SvclabError):
+                self._call("/lease/revoke", {"ID": lease})
+            with contextlib.suppress(SvclabError):
+                self._refresh(force=True)  # the cache reads it all back, in order
 
     def _commit_one(self, chunk: builtins.list[tuple[str, _Staged, dict[str, Any] | None]]) -> None:
         ops = [op for _, _, op in chunk if op is not None]
@@ -813,19 +852,35 @@ class EtcdStore:
                 changes.append(("ADDED" if st.orig is None else "MODIFIED", final))
         self._wrote(rev, changes)
 
-    def _compensate(
-        self, done: builtins.list[tuple[builtins.list[tuple[str, _Staged, Any]], int]]
-    ) -> None:
-        """Undo the chunks already committed (newest first): put back each key's state
-        from before the transaction, if nobody changed it since."""
-        for chunk, rev in reversed(done):
-            compare, ops = [], []
-            for ekey, st, op in chunk:
-                if op is None:
-                    continue
-                compare.append(_mod_is(ekey, 0 if st.final is None else rev))
-                ops.append(_delete(ekey) if st.orig is None else _put(ekey, encode_value(st.orig)))
-            self._commit(compare, ops)
+    def _roll_back(self, token: str) -> None:
+        """Undo a transaction committed in several Txns that did not finish, from its undo
+        records (newest first): each key a record's Txn wrote and nobody changed since
+        (its mod_revision is still that Txn's revision; a deleted key is still absent)
+        gets its state from before the transaction back; then the record goes. Idempotent: a rollback cut short is
+        finished by the next one."""
+        base = PENDING_PREFIX + token + "/"
+        records = [
+            kv for kv in self._range_prefix(base) if not unb64(kv["key"]).decode().endswith("/alive")
+        ]
+        for kv in reversed(records):
+            rev = int(kv["mod_revision"])
+            for ekey, orig, deleted in json.loads(unb64(kv["value"])):
+                op = _delete(ekey) if orig is None else _put(ekey, orig)
+                self._commit([_mod_is(ekey, 0 if deleted else rev)], [op])
+            self._call("/kv/deleterange", {"key": kv["key"]})
+        self._call("/kv/deleterange", {"key": b64(base), "range_end": prefix_end(base)})
+
+    def _recover(self) -> bool:
+        """Roll back every multi-Txn transaction left unfinished by a writer that is gone
+        (its lease key, kept for :attr:`PENDING_TTL` seconds, has expired)."""
+        tokens: dict[str, bool] = {}
+        for kv in self._range_prefix(PENDING_PREFIX):
+            token, _, part = unb64(kv["key"]).decode()[len(PENDING_PREFIX) :].partition("/")
+            tokens[token] = tokens.get(token, False) or part == "alive"
+        gone = [token for token, alive in tokens.items() if not alive]
+        for token in gone:
+            self._roll_back(token)
+        return bool(gone)
 
     # ------------------------------------------------------------------ records
 
