@@ -557,7 +557,6 @@ class EtcdStore:
         del self._log_revs[:cut]
         self._log_from = max(self._log_from, revision)
 
-
     # ------------------------------------------------------------------ batches
 
     @contextmanager
@@ -661,9 +660,7 @@ class EtcdStore:
             live = [(k, w) for k, w in chunk if w.final is not None or w.orig is not None]
             for _attempt in range(10):
                 compare = [_mod_is(k, w.orig_mod) for k, w in live]
-                ops = [
-                    _delete(k) if w.final is None else _put(k, w.value or "") for k, w in live
-                ]
+                ops = [_delete(k) if w.final is None else _put(k, w.value or "") for k, w in live]
                 ok, rev, answer = self._txn_call(compare, ops, [_range_op(k) for k, _ in live])
                 if ok:
                     break
@@ -701,7 +698,9 @@ class EtcdStore:
                 continue
             kvs = self._range(ekey).get("kvs")
             if kvs:
-                bucket[key] = decode_value(kind, unb64(kvs[0]["value"]), int(kvs[0]["mod_revision"]))
+                bucket[key] = decode_value(
+                    kind, unb64(kvs[0]["value"]), int(kvs[0]["mod_revision"])
+                )
             else:
                 bucket.pop(key, None)
             self._keys.pop(kind, None)
@@ -860,7 +859,9 @@ class EtcdStore:
         finished by the next one."""
         base = PENDING_PREFIX + token + "/"
         records = [
-            kv for kv in self._range_prefix(base) if not unb64(kv["key"]).decode().endswith("/alive")
+            kv
+            for kv in self._range_prefix(base)
+            if not unb64(kv["key"]).decode().endswith("/alive")
         ]
         for kv in reversed(records):
             rev = int(kv["mod_revision"])
