@@ -31,14 +31,16 @@ def event_about(
     its place on the timeline (``revision``, ``sequence``) when the writer knows it. Fields
     not given stay unset, so they are not sent (:meth:`~netmodel.objects.K8sModel.to_dict`
     keeps only fields that were set)."""
+    # built without validation (every value is a str or int already): the recorder writes
+    # one Event per control-plane step, and validating three models each was ~5% of a run
     timeline = {k: v for k, v in (("revision", revision), ("sequence", sequence)) if v is not None}
-    return Event(
-        metadata=ObjectMeta(
+    return Event.model_construct(
+        metadata=ObjectMeta.model_construct(
             name=name,
             namespace=subject.namespace or SYSTEM_NAMESPACE,
             creation_timestamp=created,
         ),
-        involved_object=ObjectReference(
+        involved_object=ObjectReference.model_construct(
             kind=subject.kind,
             namespace=subject.namespace or None,
             name=subject.name,

@@ -20,6 +20,7 @@ The value is stored as written; kube-proxy's renderers read it sloppily (normali
 
 from __future__ import annotations
 
+import functools
 import re
 import warnings
 from collections.abc import Callable, Iterable, Mapping
@@ -124,6 +125,9 @@ class Problems:
     def ip(
         self, field: str, value: str, *, version: int | None = None, warn_legacy: bool = True
     ) -> None:
+        known = _canonical_ip_version(value)
+        if known is not None and (version is None or known == version):
+            return  # a canonical address (no warning to give) of the right family
         try:
             addr = parse_ip_legacy(value)
         except ValueError:
@@ -140,6 +144,18 @@ class Problems:
         for k, v in labels.items():
             self.check(field, k, check_qualified_name)
             self.check(f"{field}[{k}]", v, check_label_value)
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _canonical_ip_version(value: str) -> int | None:
+    """4 or 6 for an address in canonical form, else None (invalid, or accepted with a
+    warning: :meth:`Problems.ip` says which). Cached: the EndpointSlice controller writes
+    the same pod addresses over and over."""
+    try:
+        addr = parse_ip_legacy(value)
+    except ValueError:
+        return None
+    return None if leading_zero_warning("", value) else addr.version
 
 
 # --------------------------------------------------------------------------- dispatch
