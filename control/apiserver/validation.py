@@ -75,7 +75,11 @@ class APIWarning(UserWarning):
     the write is accepted. ``str()`` is the text kubectl prints after ``Warning: ``."""
 
 
+_WARNINGS = [0]  # how many warnings were given (a check that warned is not cached)
+
+
 def warn(text: str) -> None:
+    _WARNINGS[0] += 1
     warnings.warn(APIWarning(text), stacklevel=3)
 
 
@@ -418,12 +422,19 @@ def _non_special_ip(field: str, value: str, p: Problems) -> None:
 # --------------------------------------------------------------------------- Pods
 
 
-def _pod_spec(spec: PodSpec, f: str, p: Problems) -> None:
-    if not spec.containers:
-        p.required(f"{f}.containers")
+#: container lists found valid without a warning, by identity (each held, so that its id
+#: is not reused): a ReplicaSet's pods share their template's list, and a pod's later
+#: writes (binding, status) keep it
+_VALID_CONTAINERS: dict[int, list[Container]] = {}
+
+
+def _containers(containers: list[Container], f: str, p: Problems) -> None:
+    if _VALID_CONTAINERS.get(id(containers)) is containers:
+        return
+    warned = _WARNINGS[0]
     names: set[str] = set()
     port_names: set[str] = set()
-    for i, c in enumerate(spec.containers):
+    for i, c in enumerate(containers):
         cf = f"{f}.containers[{i}]"
         if not c.name:
             p.required(f"{cf}.name")
@@ -432,6 +443,16 @@ def _pod_spec(spec: PodSpec, f: str, p: Problems) -> None:
             p.duplicate(f"{cf}.name", c.name)
         names.add(c.name)
         _container_ports(c, cf, port_names, p)
+    if _WARNINGS[0] == warned:
+        if len(_VALID_CONTAINERS) >= 4096:
+            _VALID_CONTAINERS.clear()
+        _VALID_CONTAINERS[id(containers)] = containers
+
+
+def _pod_spec(spec: PodSpec, f: str, p: Problems) -> None:
+    if not spec.containers:
+        p.required(f"{f}.containers")
+    _containers(spec.containers, f, p)
     if spec.node_name:
         p.check(f"{f}.nodeName", spec.node_name, check_dns1123_subdomain)
     p.labels(f"{f}.nodeSelector", spec.node_selector)
