@@ -4,6 +4,7 @@ and the deterministic runner can drive time."""
 from __future__ import annotations
 
 import datetime as _dt
+import functools
 import time
 from typing import Protocol
 
@@ -32,7 +33,13 @@ class FakeClock:
 
 def rfc3339(t: float) -> str:
     """Kubernetes' timestamp format (second precision, UTC)."""
-    return _dt.datetime.fromtimestamp(int(t), tz=_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return _rfc3339(int(t))
+
+
+@functools.lru_cache(maxsize=64)
+def _rfc3339(t: int) -> str:
+    # every Event and every write stamps the time; under a FakeClock it rarely changes
+    return _dt.datetime.fromtimestamp(t, tz=_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def parse_rfc3339(text: str) -> float:

@@ -21,6 +21,7 @@ from pydantic.alias_generators import to_camel
 from netmodel.selectors import LabelSelector
 
 M = TypeVar("M", bound="K8sModel")
+_set = object.__setattr__
 
 #: A resource quantity ("100m", "1Gi", 2): kept as its text.
 Quantity = Annotated[str, BeforeValidator(lambda v: v if isinstance(v, str) else str(v))]
@@ -38,8 +39,26 @@ class K8sModel(BaseModel):
     )
 
     def evolve(self: M, **changes: Any) -> M:
-        """A copy with ``changes`` applied (field names in snake_case)."""
-        return self.model_copy(update=changes)
+        """A copy with ``changes`` applied (field names in snake_case): what pydantic's
+        ``model_copy(update=changes)`` gives (no validation; an unknown name becomes an
+        extra field), made directly. It is the hottest call of the control plane (every
+        write stamps a resourceVersion), and the objects are frozen, so the copy shares
+        the unchanged values and the extra fields' dict."""
+        cls = type(self)
+        new = cls.__new__(cls)
+        values = self.__dict__.copy()
+        extra = self.__pydantic_extra__
+        fields = cls.__pydantic_fields__
+        for name, value in changes.items():
+            if name in fields:
+                values[name] = value
+            else:
+                extra = {**(extra or {}), name: value}
+        _set(new, "__dict__", values)
+        _set(new, "__pydantic_extra__", extra)
+        _set(new, "__pydantic_fields_set__", self.__pydantic_fields_set__ | changes.keys())
+        _set(new, "__pydantic_private__", getattr(self, "__pydantic_private__", None))
+        return new
 
     def to_dict(self) -> dict[str, Any]:
         """The Kubernetes JSON form: camelCase, only fields that were given or set (never

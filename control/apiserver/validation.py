@@ -20,6 +20,7 @@ The value is stored as written; kube-proxy's renderers read it sloppily (normali
 
 from __future__ import annotations
 
+import functools
 import re
 import warnings
 from collections.abc import Callable, Iterable, Mapping
@@ -74,7 +75,11 @@ class APIWarning(UserWarning):
     the write is accepted. ``str()`` is the text kubectl prints after ``Warning: ``."""
 
 
+_WARNINGS = [0]  # how many warnings were given (a check that warned is not cached)
+
+
 def warn(text: str) -> None:
+    _WARNINGS[0] += 1
     warnings.warn(APIWarning(text), stacklevel=3)
 
 
@@ -124,6 +129,9 @@ class Problems:
     def ip(
         self, field: str, value: str, *, version: int | None = None, warn_legacy: bool = True
     ) -> None:
+        known = _canonical_ip_version(value)
+        if known is not None and (version is None or known == version):
+            return  # a canonical address (no warning to give) of the right family
         try:
             addr = parse_ip_legacy(value)
         except ValueError:
@@ -140,6 +148,18 @@ class Problems:
         for k, v in labels.items():
             self.check(field, k, check_qualified_name)
             self.check(f"{field}[{k}]", v, check_label_value)
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _canonical_ip_version(value: str) -> int | None:
+    """4 or 6 for an address in canonical form, else None (invalid, or accepted with a
+    warning: :meth:`Problems.ip` says which). Cached: the EndpointSlice controller writes
+    the same pod addresses over and over."""
+    try:
+        addr = parse_ip_legacy(value)
+    except ValueError:
+        return None
+    return None if leading_zero_warning("", value) else addr.version
 
 
 # --------------------------------------------------------------------------- dispatch
@@ -402,12 +422,19 @@ def _non_special_ip(field: str, value: str, p: Problems) -> None:
 # --------------------------------------------------------------------------- Pods
 
 
-def _pod_spec(spec: PodSpec, f: str, p: Problems) -> None:
-    if not spec.containers:
-        p.required(f"{f}.containers")
+#: container lists found valid without a warning, by identity (each held, so that its id
+#: is not reused): a ReplicaSet's pods share their template's list, and a pod's later
+#: writes (binding, status) keep it
+_VALID_CONTAINERS: dict[int, list[Container]] = {}
+
+
+def _containers(containers: list[Container], f: str, p: Problems) -> None:
+    if _VALID_CONTAINERS.get(id(containers)) is containers:
+        return
+    warned = _WARNINGS[0]
     names: set[str] = set()
     port_names: set[str] = set()
-    for i, c in enumerate(spec.containers):
+    for i, c in enumerate(containers):
         cf = f"{f}.containers[{i}]"
         if not c.name:
             p.required(f"{cf}.name")
@@ -416,6 +443,16 @@ def _pod_spec(spec: PodSpec, f: str, p: Problems) -> None:
             p.duplicate(f"{cf}.name", c.name)
         names.add(c.name)
         _container_ports(c, cf, port_names, p)
+    if _WARNINGS[0] == warned:
+        if len(_VALID_CONTAINERS) >= 4096:
+            _VALID_CONTAINERS.clear()
+        _VALID_CONTAINERS[id(containers)] = containers
+
+
+def _pod_spec(spec: PodSpec, f: str, p: Problems) -> None:
+    if not spec.containers:
+        p.required(f"{f}.containers")
+    _containers(spec.containers, f, p)
     if spec.node_name:
         p.check(f"{f}.nodeName", spec.node_name, check_dns1123_subdomain)
     p.labels(f"{f}.nodeSelector", spec.node_selector)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from control.store.base import Store, WatchEvent
+from control.store.base import BatchConflictError, Store, WatchEvent, batched
 from control.store.memory import MemoryStore
 from control.store.sqlite import SqliteStore
 from netmodel.errors import InputError
@@ -76,10 +76,12 @@ def open_store(url_or_path: str | Path) -> Store:
 
 __all__ = [
     "STATE_FILE",
+    "BatchConflictError",
     "MemoryStore",
     "SqliteStore",
     "Store",
     "WatchEvent",
+    "batched",
     "open_store",
     "register_backend",
 ]

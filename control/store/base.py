@@ -28,6 +28,21 @@ Consistency contract (every backend keeps it; ``tests/control/store`` checks it)
   and deleted in the block). Either way ``revision + 1``, read in the block before a
   write, is the revision that write will get, and a watcher still sees a subsequence
   of each object's states.
+* ``batch()`` (optional: use :func:`batched`, which falls back to no batching for a
+  store without it) groups writes for speed, NOT for atomicity. Each write in a batch
+  is checked when it is called, against the store's state including the batch's
+  earlier writes (ConflictError / NotFoundError raised at the call, as outside a
+  batch), and reads in the batch see it. What changes is when the writes reach the
+  backend: memory and SQLite apply each at once (the block is a no-op); etcd sends
+  them when the block ends, many per Txn. Each write stays its own all-or-nothing,
+  compare-and-swap unit: when the batch is sent, a write whose compare fails in the
+  backend (only possible when another client wrote that key after this store read
+  it) is not applied, every other write of the batch is, and the block's exit raises
+  :class:`BatchConflictError` naming the refused writes (never a silent drop). A block
+  that raises still sends the writes made before the error (each was acknowledged).
+  A transaction inside a batch first sends the batch's writes, then commits as it
+  would outside. ``watch`` shows a batch's writes once they are sent. With one
+  writer, each object returned in a batch carries the resourceVersion it gets.
 
 Keys: ``(kind, key)`` where key is ``namespace/name`` for namespaced kinds and ``name``
 for cluster-scoped ones (see :attr:`netmodel.objects.KubeObject.key`).
@@ -38,10 +53,11 @@ from __future__ import annotations
 import builtins
 import gc
 from collections.abc import Callable, Collection, Iterator
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Literal, Protocol, runtime_checkable
 
+from netmodel.errors import ConflictError
 from netmodel.objects import KubeObject
 from netmodel.selectors import LabelSelector
 
@@ -96,6 +112,28 @@ class Store(Protocol):
     def transaction(self) -> AbstractContextManager[None]: ...
 
     def close(self) -> None: ...
+
+
+class BatchConflictError(ConflictError):
+    """Writes of a batch that the backend refused when the batch was sent (another client
+    wrote those keys since this store read them); every other write was applied.
+    ``refused``: the ``(kind, key)`` of each refused write."""
+
+    def __init__(self, refused: Collection[tuple[str, str]]) -> None:
+        self.refused = sorted(refused)
+        shown = ", ".join(f"{k} {key!r}" for k, key in self.refused[:3])
+        more = f" and {len(self.refused) - 3} more" if len(self.refused) > 3 else ""
+        super().__init__(
+            f"changed by another writer while batched: {shown}{more} "
+            "(not written; the batch's other writes were)"
+        )
+
+
+def batched(store: object) -> AbstractContextManager[None]:
+    """``store.batch()`` when the store has one, else a block that changes nothing (each
+    write is applied when called). See the module docstring."""
+    batch = getattr(store, "batch", None)
+    return batch() if batch is not None else nullcontext()
 
 
 @contextmanager

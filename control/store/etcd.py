@@ -25,8 +25,16 @@ How the store contract (:mod:`control.store.base`) maps onto etcd:
   key written twice in one block is sent once, with its final state (etcd allows one write per key per Txn), so a watcher sees
   only the final state: a subsequence, as the contract promises. A block larger than
   etcd's default limits (128 operations, 1.5 MiB per request) is committed in several
-  Txns; if one fails, the ones already committed are undone by compensating Txns
-  (history then shows both) and the error propagates.
+  Txns, none of which can hold it all. Each but the last also writes an undo record
+  (``/registry/svclab.dev/pending/TOKEN/N``: the touched keys' states from before),
+  the first a key tied to a lease of :attr:`EtcdStore.PENDING_TTL` seconds (the writer
+  is alive), and the last deletes the records in the same Txn that finishes the
+  transaction. If a Txn fails (a compare, or etcd going away), the writer undoes the
+  committed ones from the records at once (history then shows both) and the error
+  propagates; if it cannot (etcd down), the records stay, and the next store opened
+  on that etcd rolls the transaction back once the lease has expired. A reader in
+  between may see part of such a transaction: etcd has no atomic write larger than
+  one Txn.
 * Every svclab write Txn also puts :data:`MARKER_KEY` (a random token): its
   ``mod_revision`` is the last svclab write, which tells :meth:`EtcdStore.watch` where
   the events it must read end, and its token tells a write retried after a lost answer
@@ -56,19 +64,21 @@ from __future__ import annotations
 
 import bisect
 import builtins
+import contextlib
 import json
 import math
 import time
 import uuid
 from collections.abc import Collection, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from control.store.base import EventType, WatchEvent, bulk, iter_matching
+from control.store.base import BatchConflictError, EventType, WatchEvent, bulk, iter_matching
 from control.store.etcd_client import EtcdClient, EtcdRequestError, parse_endpoints
 from control.store.etcd_layout import (
     MARKER_KEY,
+    PENDING_PREFIX,
     PREFIX,
     RECORD_PREFIX,
     RESOURCES,
@@ -78,10 +88,11 @@ from control.store.etcd_layout import (
     object_key,
     prefix_end,
     resource_prefix,
+    split_key,
     unb64,
 )
 from control.store.etcd_watch import HistoryCompactedError, read_history
-from netmodel.errors import CompactedError, ConflictError, NotFoundError
+from netmodel.errors import CompactedError, ConflictError, NotFoundError, SvclabError
 from netmodel.objects import KubeObject
 from netmodel.selectors import LabelSelector
 
@@ -97,6 +108,30 @@ class _Staged:
     orig_mod: int  # 0: the key did not exist
     orig: KubeObject | None
     final: KubeObject | None
+
+
+@dataclass
+class _BatchWrite:
+    """One key written in a batch: its state before the batch, its final state, the
+    chunk (one Txn) it is sent in, and the encoded final value."""
+
+    kind: str
+    key: str
+    orig_mod: int  # 0: the key did not exist
+    orig: KubeObject | None
+    final: KubeObject | None
+    chunk: int = -1
+    value: str | None = None
+    size: int = 0
+
+
+@dataclass
+class _Batch:
+    base: int  # the revision before the batch: chunk i is committed at base + i + 1
+    writes: dict[str, _BatchWrite] = field(default_factory=dict)  # etcd key -> write
+    counts: builtins.list[int] = field(default_factory=lambda: [0])  # keys per chunk
+    sizes: builtins.list[int] = field(default_factory=lambda: [0])  # request bytes per chunk
+    refused: builtins.list[tuple[str, str]] = field(default_factory=list)
 
 
 @dataclass
@@ -121,6 +156,15 @@ def _exists(key: str) -> dict[str, Any]:
     return {"key": b64(key), "target": "VERSION", "result": "GREATER", "version": "0"}
 
 
+def _range_op(key: str) -> dict[str, Any]:
+    return {"request_range": {"key": b64(key)}}
+
+
+def _op_bytes(key: str, value: str | None) -> int:
+    """What one put or delete adds to a Txn request (base64 grows text by 4/3)."""
+    return (len(key) + len(value or "")) * 4 // 3 + 64
+
+
 def _rev(answer: dict[str, Any]) -> int:
     return int(answer["header"]["revision"])
 
@@ -137,6 +181,8 @@ class EtcdStore:
     #: reads, ``revision`` and ``watch`` refresh the cache from etcd when the last
     #: refresh is older than this many seconds (0: on every call)
     MAX_STALENESS = 0.1
+    #: seconds a writer's lease on an unfinished multi-Txn transaction lasts (see above)
+    PENDING_TTL = 30
 
     def __init__(
         self, endpoints: str | list[tuple[str, int]], *, max_staleness: float | None = None
@@ -146,6 +192,7 @@ class EtcdStore:
         self.url = "etcd://" + self.client.where
         self.max_staleness = self.MAX_STALENESS if max_staleness is None else max_staleness
         self._txn: _Txn | None = None
+        self._batch: _Batch | None = None
         self._compacted = 0
         self._closed = False
         # the cache: objects of the kinds read so far, and the events since it began
@@ -193,17 +240,29 @@ class EtcdStore:
         """One Txn: ``ops`` and the marker if every compare holds. Returns (succeeded,
         revision). A Txn retried after a lost answer whose compare now fails checks the
         marker: if it holds this Txn's token, the first attempt committed."""
+        ok, rev, _ = self._txn_call(compare, ops)
+        return ok, rev
+
+    def _txn_call(
+        self,
+        compare: builtins.list[dict[str, Any]],
+        ops: builtins.list[dict[str, Any]],
+        failure: builtins.list[dict[str, Any]] | None = None,
+    ) -> tuple[bool, int, dict[str, Any]]:
+        """:meth:`_commit`, with ``failure`` ops run when a compare fails; returns the
+        answer too (its ``responses`` are the failure ops' when not succeeded)."""
         token = uuid.uuid4().hex
-        answer = self._call(
-            "/kv/txn", {"compare": compare, "success": [*ops, _put(MARKER_KEY, token)]}
-        )
+        body: dict[str, Any] = {"compare": compare, "success": [*ops, _put(MARKER_KEY, token)]}
+        if failure:
+            body["failure"] = failure
+        answer = self._call("/kv/txn", body)
         if answer.get("succeeded"):
-            return True, _rev(answer)
+            return True, _rev(answer), answer
         if self.client.retried:
             marker = self._range(MARKER_KEY).get("kvs")
             if marker and unb64(marker[0]["value"]).decode() == token:
-                return True, int(marker[0]["mod_revision"])
-        return False, _rev(answer)
+                return True, int(marker[0]["mod_revision"]), answer
+        return False, _rev(answer), answer
 
     # ------------------------------------------------------------------ the cache
 
@@ -229,6 +288,8 @@ class EtcdStore:
     def _refresh(self, *, force: bool = False) -> None:
         """Bring the cache and the log up to etcd's present: one range read of the
         marker, plus the watch stream when another client wrote since the last time."""
+        if self._batch is not None and self._synced:
+            return  # a batch reads its own view; its compares guard it when it is sent
         if not force and time.monotonic() - self._refreshed_at < self.max_staleness:
             return
         answer = self._range(MARKER_KEY)
@@ -236,6 +297,8 @@ class EtcdStore:
         kvs = answer.get("kvs")
         last = int(kvs[0]["mod_revision"]) if kvs else 0
         if not self._synced:
+            if self._recover():
+                head = _rev(self._range(MARKER_KEY))
             self._synced = self._log_from = head
         elif last > self._synced:
             try:
@@ -313,6 +376,8 @@ class EtcdStore:
         so that ``revision + 1`` is the revision its writes will share."""
         if self._txn is not None:
             return self._txn_base()
+        if self._batch is not None:
+            return self._batch.base + len(self._batch.counts) - 1
         self._refresh()
         return self._head
 
@@ -411,6 +476,8 @@ class EtcdStore:
                 raise ConflictError(f"{obj.kind} {obj.key!r} already exists")
             st.final = obj.with_meta(resource_version=str(self._predicted()))
             return st.final
+        if self._batch is not None:
+            return self._batched(obj.kind, obj.key, obj, None, create=True)
         ok, rev = self._commit([_mod_is(ekey, 0)], [_put(ekey, encode_value(obj))])
         if not ok:
             self._refresh(force=True)
@@ -426,6 +493,8 @@ class EtcdStore:
             self._check(obj.kind, obj.key, st.final, expected_version)
             st.final = obj.with_meta(resource_version=str(self._predicted()))
             return st.final
+        if self._batch is not None:
+            return self._batched(obj.kind, obj.key, obj, expected_version)
         cond = _exists(ekey) if expected_version is None else _mod_is(ekey, expected_version)
         ok, rev = self._commit([cond], [_put(ekey, encode_value(obj))])
         if not ok:
@@ -444,6 +513,8 @@ class EtcdStore:
             current = self._check(kind, key, st.final, expected_version)
             st.final = None
             return current
+        if self._batch is not None:
+            return self._batched(kind, key, None, expected_version)
         ekey = object_key(kind, key)
         for attempt in range(10):
             if attempt:
@@ -486,6 +557,154 @@ class EtcdStore:
         del self._log_revs[:cut]
         self._log_from = max(self._log_from, revision)
 
+    # ------------------------------------------------------------------ batches
+
+    @contextmanager
+    def batch(self) -> Iterator[None]:
+        """Group writes into as few etcd Txns as etcd's limits allow (the store contract's
+        ``batch``). Each write is checked against the cache at the call and goes into the
+        cache at once (reads in the block see it); the block's end sends them, chunk by
+        chunk (:attr:`MAX_TXN_OPS`, :attr:`MAX_TXN_BYTES`), each Txn comparing every key's
+        ``mod_revision`` with the one the cache had. A Txn whose compare fails reads the
+        keys back in the same request (its failure branch), and is sent again without
+        the writes whose keys changed; those are refused (:class:`BatchConflictError`
+        at the end, after every other write was sent) and their cache entries re-read.
+        Inside a transaction, or inside another batch, the block joins it."""
+        if self._txn is not None or self._batch is not None:
+            yield
+            return
+        self._refresh()
+        self._batch = _Batch(self._head)
+        try:
+            yield
+        finally:
+            self._end_batch()
+
+    def _end_batch(self) -> None:
+        batch, self._batch = self._batch, None
+        assert batch is not None
+        refused = batch.refused
+        try:
+            refused += self._send_batch(batch)
+        except BaseException:
+            # some chunks may not have been sent: read the cache again from etcd
+            self._cache.clear()
+            self._keys.clear()
+            raise
+        if refused:
+            raise BatchConflictError(refused)
+
+    def _batched(
+        self,
+        kind: str,
+        key: str,
+        new: KubeObject | None,
+        expected: int | None,
+        *,
+        create: bool = False,
+    ) -> KubeObject:
+        """One write in a batch: checked against the cache, staged in a chunk, and put in
+        the cache with the revision its chunk will get. ``new`` None: a delete."""
+        batch = self._batch
+        assert batch is not None
+        if kind not in RESOURCES:
+            raise NotFoundError(f"{kind} {key!r}: no such kind")
+        bucket = self._bucket(kind)
+        current = bucket.get(key)
+        if create:
+            if current is not None:
+                raise ConflictError(f"{kind} {key!r} already exists")
+        else:
+            self._check(kind, key, current, expected)
+        ekey = object_key(kind, key)
+        w = batch.writes.get(ekey)
+        if w is None:
+            mod = current.resource_version if current is not None else 0
+            w = _BatchWrite(kind, key, mod, current, current)
+        value = encode_value(new) if new is not None else None
+        size = _op_bytes(ekey, value)
+        if w.chunk < 0:
+            c = len(batch.counts) - 1
+            if batch.counts[c] >= self.MAX_TXN_OPS or batch.sizes[c] + size > self.MAX_TXN_BYTES:
+                batch.counts.append(0)
+                batch.sizes.append(0)
+                c += 1
+            w.chunk = c
+            batch.counts[c] += 1
+            batch.writes[ekey] = w
+        batch.sizes[w.chunk] += size - w.size
+        w.size, w.value = size, value
+        if new is None:
+            assert current is not None
+            w.final = None
+            del bucket[key]
+            self._keys.pop(kind, None)
+            return current
+        stored = new.with_meta(resource_version=str(batch.base + w.chunk + 1))
+        w.final = stored
+        if current is None:
+            self._keys.pop(kind, None)
+        bucket[key] = stored
+        return stored
+
+    def _send_batch(self, batch: _Batch) -> builtins.list[tuple[str, str]]:
+        """Send a batch's chunks in order (an empty one still takes its revision, so that
+        the revisions handed out stay exact); returns the refused writes."""
+        chunks: builtins.list[builtins.list[tuple[str, _BatchWrite]]] = [[] for _ in batch.counts]
+        for ekey, w in batch.writes.items():
+            chunks[w.chunk].append((ekey, w))
+        if not batch.writes:
+            return []
+        refused: builtins.list[tuple[str, str]] = []
+        for chunk in chunks:
+            live = [(k, w) for k, w in chunk if w.final is not None or w.orig is not None]
+            for _attempt in range(10):
+                compare = [_mod_is(k, w.orig_mod) for k, w in live]
+                ops = [_delete(k) if w.final is None else _put(k, w.value or "") for k, w in live]
+                ok, rev, answer = self._txn_call(compare, ops, [_range_op(k) for k, _ in live])
+                if ok:
+                    break
+                stale = set()
+                for (k, w), resp in zip(live, answer.get("responses", []), strict=False):
+                    kvs = resp.get("response_range", {}).get("kvs") or []
+                    if (int(kvs[0]["mod_revision"]) if kvs else 0) != w.orig_mod:
+                        stale.add(k)
+                refused += [(w.kind, w.key) for k, w in live if k in stale]
+                self._reread([k for k in stale])
+                live = [(k, w) for k, w in live if k not in stale]
+            else:
+                raise ConflictError("a batched Txn kept failing its compares; nothing more sent")
+            changes: builtins.list[tuple[EventType, KubeObject]] = []
+            for _, w in live:
+                if w.final is None:
+                    assert w.orig is not None
+                    changes.append(("DELETED", w.orig))
+                else:
+                    final = w.final
+                    if final.resource_version != rev:
+                        final = final.with_meta(resource_version=str(rev))
+                    changes.append(("ADDED" if w.orig is None else "MODIFIED", final))
+            self._wrote(rev, changes)
+        return refused
+
+    def _reread(self, ekeys: builtins.list[str]) -> None:
+        """Put the state etcd holds for these keys into the cache (after a refused write)."""
+        for ekey in ekeys:
+            kind_key = split_key(ekey)
+            assert kind_key is not None
+            kind, key = kind_key
+            bucket = self._cache.get(kind)
+            if bucket is None:
+                continue
+            kvs = self._range(ekey).get("kvs")
+            if kvs:
+                bucket[key] = decode_value(
+                    kind, unb64(kvs[0]["value"]), int(kvs[0]["mod_revision"])
+                )
+            else:
+                bucket.pop(key, None)
+            self._keys.pop(kind, None)
+
     # ------------------------------------------------------------------ transactions
 
     def _txn_base(self) -> int:
@@ -516,6 +735,22 @@ class EtcdStore:
         """Stage the block's writes and commit them as one etcd Txn (see the module
         docstring); nests (a nested block that raises drops only its own writes)."""
         outer = self._txn is None
+        paused = self._batch if outer else None
+        if paused is not None:  # in a batch: send what it holds, then commit as outside
+            self._batch = None
+            try:
+                paused.refused += self._send_batch(paused)
+            except BaseException:
+                self._cache.clear()
+                self._keys.clear()
+                raise
+        try:
+            yield from self._transaction(outer)
+        finally:
+            if paused is not None:
+                self._batch = _Batch(self._head, refused=paused.refused)
+
+    def _transaction(self, outer: bool) -> Iterator[None]:
         if outer:
             self._txn = _Txn({})
         assert self._txn is not None
@@ -541,8 +776,12 @@ class EtcdStore:
                 op = _delete(ekey)
             elif st.final is not None and st.final != st.orig:
                 op = _put(ekey, encode_value(st.final))
+            # with the undo record (the state before) that a multi-Txn commit writes
             nbytes = len(json.dumps(op)) if op else 0
-            if len(chunks[-1]) >= self.MAX_TXN_OPS or size + nbytes > self.MAX_TXN_BYTES:
+            if op is not None and st.orig is not None:
+                nbytes += _op_bytes(ekey, encode_value(st.orig))
+            # 2 more operations per Txn when it is split: its undo record, the lease key
+            if len(chunks[-1]) >= self.MAX_TXN_OPS - 2 or size + nbytes > self.MAX_TXN_BYTES:
                 chunks.append([])
                 size = 0
             chunks[-1].append((ekey, st, op))
@@ -550,24 +789,45 @@ class EtcdStore:
         if len(chunks) == 1:
             self._commit_one(chunks[0])
             return
-        done: builtins.list[tuple[builtins.list[tuple[str, _Staged, Any]], int]] = []
+        token = uuid.uuid4().hex
+        base = PENDING_PREFIX + token + "/"
+        lease = self._call("/lease/grant", {"TTL": str(self.PENDING_TTL)})["ID"]
+        alive = {"request_put": {"key": b64(base + "alive"), "value": b64(""), "lease": lease}}
         try:
-            for chunk in chunks:
+            for i, chunk in enumerate(chunks):
                 ops = [op for _, _, op in chunk if op is not None]
-                if not ops:
-                    continue
-                ok, rev = self._commit([_mod_is(k, st.orig_mod) for k, st, _ in chunk], ops)
+                if i == len(chunks) - 1:  # the last Txn removes the undo records with it
+                    ops.append(
+                        {"request_delete_range": {"key": b64(base), "range_end": prefix_end(base)}}
+                    )
+                else:
+                    undo = [  # [key, state before or None, whether the Txn deletes it]
+                        [
+                            ekey,
+                            encode_value(st.orig) if st.orig is not None else None,
+                            st.final is None,
+                        ]
+                        for ekey, st, op in chunk
+                        if op is not None
+                    ]
+                    ops.append(_put(f"{base}{i:06d}", json.dumps(undo)))
+                    if i == 0:
+                        ops.append(alive)
+                ok, _ = self._commit([_mod_is(k, st.orig_mod) for k, st, _ in chunk], ops)
                 if not ok:
                     raise ConflictError(
                         "another writer changed an object this transaction read; "
                         "nothing was applied"
                     )
-                done.append((chunk, rev))
         except BaseException:
-            self._compensate(done)
+            with contextlib.suppress(SvclabError):  # etcd gone: the next opener undoes it
+                self._roll_back(token)
             raise
         finally:
-            self._refresh(force=True)  # the cache reads it all back, in order
+            with contextlib.suppress(SvclabError):
+                self._call("/lease/revoke", {"ID": lease})
+            with contextlib.suppress(SvclabError):
+                self._refresh(force=True)  # the cache reads it all back, in order
 
     def _commit_one(self, chunk: builtins.list[tuple[str, _Staged, dict[str, Any] | None]]) -> None:
         ops = [op for _, _, op in chunk if op is not None]
@@ -591,19 +851,37 @@ class EtcdStore:
                 changes.append(("ADDED" if st.orig is None else "MODIFIED", final))
         self._wrote(rev, changes)
 
-    def _compensate(
-        self, done: builtins.list[tuple[builtins.list[tuple[str, _Staged, Any]], int]]
-    ) -> None:
-        """Undo the chunks already committed (newest first): put back each key's state
-        from before the transaction, if nobody changed it since."""
-        for chunk, rev in reversed(done):
-            compare, ops = [], []
-            for ekey, st, op in chunk:
-                if op is None:
-                    continue
-                compare.append(_mod_is(ekey, 0 if st.final is None else rev))
-                ops.append(_delete(ekey) if st.orig is None else _put(ekey, encode_value(st.orig)))
-            self._commit(compare, ops)
+    def _roll_back(self, token: str) -> None:
+        """Undo a transaction committed in several Txns that did not finish, from its undo
+        records (newest first): each key a record's Txn wrote and nobody changed since
+        (its mod_revision is still that Txn's revision; a deleted key is still absent)
+        gets its state from before the transaction back; then the record goes. Idempotent: a rollback cut short is
+        finished by the next one."""
+        base = PENDING_PREFIX + token + "/"
+        records = [
+            kv
+            for kv in self._range_prefix(base)
+            if not unb64(kv["key"]).decode().endswith("/alive")
+        ]
+        for kv in reversed(records):
+            rev = int(kv["mod_revision"])
+            for ekey, orig, deleted in json.loads(unb64(kv["value"])):
+                op = _delete(ekey) if orig is None else _put(ekey, orig)
+                self._commit([_mod_is(ekey, 0 if deleted else rev)], [op])
+            self._call("/kv/deleterange", {"key": kv["key"]})
+        self._call("/kv/deleterange", {"key": b64(base), "range_end": prefix_end(base)})
+
+    def _recover(self) -> bool:
+        """Roll back every multi-Txn transaction left unfinished by a writer that is gone
+        (its lease key, kept for :attr:`PENDING_TTL` seconds, has expired)."""
+        tokens: dict[str, bool] = {}
+        for kv in self._range_prefix(PENDING_PREFIX):
+            token, _, part = unb64(kv["key"]).decode()[len(PENDING_PREFIX) :].partition("/")
+            tokens[token] = tokens.get(token, False) or part == "alive"
+        gone = [token for token, alive in tokens.items() if not alive]
+        for token in gone:
+            self._roll_back(token)
+        return bool(gone)
 
     # ------------------------------------------------------------------ records
 

@@ -46,6 +46,8 @@ RESOURCES: dict[str, str] = {
 SVCLAB_PREFIX = PREFIX + "svclab.dev/"
 #: written in every svclab write transaction; its mod_revision is the last svclab write
 MARKER_KEY = SVCLAB_PREFIX + "revision"
+#: undo records of a transaction committed in several Txns (see control.store.etcd)
+PENDING_PREFIX = SVCLAB_PREFIX + "pending/"
 #: records by name (the Cluster document is ``clusters/<name>``)
 RECORD_PREFIX = SVCLAB_PREFIX + "records/"
 

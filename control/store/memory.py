@@ -156,5 +156,11 @@ class MemoryStore:
             if self._txn_depth == 0:
                 self._undo.clear()
 
+    @contextmanager
+    def batch(self) -> Iterator[None]:
+        """Writes in the block are applied at once, as outside it (the store contract's
+        ``batch``: nothing to group here)."""
+        yield
+
     def close(self) -> None:
         pass

@@ -432,6 +432,12 @@ class SqliteStore:
             del self._log_revs[log_mark:]
         self._revision = rev
 
+    @contextmanager
+    def batch(self) -> Iterator[None]:
+        """Writes in the block are applied at once, as outside it (the store contract's
+        ``batch``: nothing to group here)."""
+        yield
+
     def flush(self) -> None:
         """Commit what is written so far (no-op inside a transaction)."""
         if self._depth == 0:

@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -17,6 +18,7 @@ from etcd_procs import EtcdCluster, etcd_cluster, free_port
 from app.cli.main import cli
 from control.store import open_store
 from control.store.etcd import EtcdStore
+from control.store.etcd_client import StoreUnavailableError
 from netmodel.errors import CompactedError, ConflictError
 from netmodel.objects import Node, ObjectMeta, Pod, Service
 
@@ -125,7 +127,7 @@ def test_transaction_lost_to_another_writer_applies_nothing(
 def test_transaction_beyond_etcd_limits_is_undone_by_compensation(
     store: EtcdStore, member: EtcdCluster
 ) -> None:
-    store.MAX_TXN_OPS = 3  # etcd's limit is 128 operations per Txn: split into 4 Txns
+    store.MAX_TXN_OPS = 5  # 3 objects per Txn (+ undo record, lease key): 4 Txns
     other = EtcdStore(member.endpoints)
     keep = store.create(pod("keep"))
     with pytest.raises(ConflictError), store.transaction():
@@ -143,6 +145,77 @@ def test_transaction_beyond_etcd_limits_is_undone_by_compensation(
             store.create(pod(f"q{i}"))
     assert len(store.list("Pod")) == 9
     other.close()
+
+
+def _after_txns(store: EtcdStore, n: int, then: Callable[[], None]) -> None:
+    """Run ``then`` once ``n`` of this store's write Txns have committed (fault injection
+    between the Txns of one transaction; etcd itself is real)."""
+    commit = store._commit
+    done = 0
+
+    def counting(compare: list[dict[str, Any]], ops: list[dict[str, Any]]) -> tuple[bool, int]:
+        nonlocal done
+        out = commit(compare, ops)
+        done += 1
+        if done == n:
+            then()
+        return out
+
+    store._commit = counting  # type: ignore[method-assign]
+
+
+def _pods_in_etcd(cluster: EtcdCluster) -> list[str]:
+    return [k.rsplit("/", 1)[1] for k in keys(cluster, "/registry/pods/")]
+
+
+def test_etcd_dying_between_the_txns_of_a_transaction_leaves_nothing_half_written() -> None:
+    with etcd_cluster(1) as c:
+        store = EtcdStore(c.endpoints)
+        store.MAX_TXN_OPS = 5  # 3 objects per Txn: the transaction below takes 5 Txns
+        store.PENDING_TTL = 2
+        store.client.deadline = store.client.refused_grace = 2.0
+        keep = store.create(pod("keep"))
+        _after_txns(store, 2, lambda: c.kill(0))  # etcd dies after the 2nd of 5 Txns
+        with pytest.raises(StoreUnavailableError), store.transaction():
+            store.delete("Pod", "default/keep")
+            for i in range(12):
+                store.create(pod(f"p{i:02d}"))
+        store.close()
+        c.start(0)
+        c.wait_healthy()
+        # the first two Txns are in etcd (a reader sees them until someone recovers)
+        assert "p00" in _pods_in_etcd(c) and "keep" not in _pods_in_etcd(c)
+        assert keys(c, "/registry/svclab.dev/pending/")
+        time.sleep(4)  # the writer's lease expires (etcd renews it once on restart)
+        again = EtcdStore(c.endpoints)
+        assert [p.name for p in again.list("Pod")] == ["keep"]
+        restored = again.get("Pod", "default/keep")
+        assert restored.with_meta(resource_version=None) == keep.with_meta(resource_version=None)
+        assert _pods_in_etcd(c) == ["keep"]
+        assert keys(c, "/registry/svclab.dev/pending/") == []
+        again.close()
+
+
+def test_unfinished_transaction_of_a_live_writer_is_left_alone(
+    store: EtcdStore, member: EtcdCluster
+) -> None:
+    """Another store opened while a multi-Txn transaction is under way does not undo it
+    (the writer's lease is alive); the transaction completes."""
+    store.MAX_TXN_OPS = 5
+    seen: list[list[str]] = []
+
+    def open_another() -> None:
+        other = EtcdStore(member.endpoints)
+        seen.append([p.name for p in other.list("Pod")])
+        other.close()
+
+    _after_txns(store, 1, open_another)
+    with store.transaction():
+        for i in range(7):
+            store.create(pod(f"p{i}"))
+    assert seen == [["p0", "p1", "p2"]]  # a reader between Txns sees part of it
+    assert [p.name for p in store.list("Pod")] == [f"p{i}" for i in range(7)]
+    assert keys(member, "/registry/svclab.dev/pending/") == []
 
 
 # --------------------------------------------------------------------------- watch

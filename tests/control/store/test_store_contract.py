@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from store_backends import FACTORIES, Opener
 
-from control.store import Store, WatchEvent
+from control.store import BatchConflictError, Store, WatchEvent, batched
 from netmodel.errors import CompactedError, ConflictError, NotFoundError
 from netmodel.objects import KubeObject, Namespace, ObjectMeta, Pod, Service
 from netmodel.selectors import LabelSelector, parse_selector
@@ -299,3 +300,132 @@ def test_reopen_keeps_objects_revisions_and_history(
         assert isinstance(s2.watch(rev)[0], WatchEvent)
     finally:
         s2.close()
+
+
+# --------------------------------------------------------------------------- batches
+
+
+def test_batch_checks_each_write_at_the_call_and_reads_its_writes(store: Store) -> None:
+    r0 = store.revision
+    a = store.create(pod("a"))
+    with batched(store):
+        b = store.create(pod("b"))
+        with pytest.raises(ConflictError):
+            store.create(pod("a"))  # exists: refused at the call
+        with pytest.raises(ConflictError):
+            store.update(a.with_meta(labels={"k": "v"}), expected_version=a.resource_version - 1)
+        with pytest.raises(NotFoundError):
+            store.delete("Pod", "default/nope")
+        a2 = store.update(a.with_meta(labels={"k": "v"}), expected_version=a.resource_version)
+        assert store.get("Pod", "default/b") == b  # reads see the batch's writes
+        a3 = store.update(a2.with_meta(labels={"k": "w"}), expected_version=a2.resource_version)
+        gone = store.create(pod("gone"))
+        store.delete("Pod", "default/gone", expected_version=gone.resource_version)
+        assert [p.name for p in store.list("Pod")] == ["a", "b"]
+    # one writer: the objects returned carry the versions they were stored with
+    assert store.get("Pod", "default/a") == a3
+    assert store.get("Pod", "default/b") == b
+    assert a3.labels == {"k": "w"}
+    # a watcher applying the events converges to the state
+    state: dict[str, KubeObject] = {}
+    for e in store.watch(r0):
+        if e.type == "DELETED":
+            state.pop(e.object.key, None)
+        else:
+            state[e.object.key] = e.object
+    assert sorted(state.values(), key=lambda o: o.key) == store.list("Pod")
+    assert store.revision >= a3.resource_version
+
+
+def test_batch_larger_than_one_etcd_txn(store: Store) -> None:
+    """Over etcd's 128 operations per Txn: every write lands, with the version returned."""
+    r0 = store.revision
+    made: list[KubeObject] = []
+    with batched(store):
+        for i in range(300):
+            made.append(store.create(pod(f"p{i:03d}", app="web")))
+        for i in range(0, 300, 3):  # rewrite some, in chunks sent earlier
+            cur = store.get("Pod", f"default/p{i:03d}")
+            made[i] = store.update(cur.with_meta(labels={"app": "db"}), cur.resource_version)
+        store.create(Namespace(metadata=ObjectMeta(name="ns-after")))
+    assert store.list("Pod") == sorted(made, key=lambda o: o.key)
+    assert store.get("Namespace", "ns-after")
+    added = [e for e in store.watch(r0) if e.type == "ADDED" and e.kind == "Pod"]
+    assert len(added) == 300
+    revs = [e.revision for e in store.watch(r0)]
+    assert revs == sorted(revs)
+
+
+def test_batch_block_that_raises_keeps_the_writes_made_before(store: Store) -> None:
+    """Each write of a batch was acknowledged when it returned: an error later in the
+    block does not take it back (a batch is not a transaction)."""
+    with pytest.raises(Boom), batched(store):
+        a = store.create(pod("a"))
+        raise Boom
+    assert store.get("Pod", "default/a") == a
+
+
+def test_transaction_inside_a_batch_is_all_or_nothing(store: Store) -> None:
+    with batched(store):
+        store.create(pod("before"))
+        with pytest.raises(Boom), store.transaction():
+            store.create(pod("rolled-back"))
+            raise Boom
+        with store.transaction():
+            store.create(pod("in-txn"))
+        after = store.create(pod("after"))
+    assert [p.name for p in store.list("Pod")] == ["after", "before", "in-txn"]
+    assert store.get("Pod", "default/after") == after
+
+
+def _settle(s: Store) -> None:
+    """Let other clients see this one's writes: SQLite commits in batches (flush); etcd's
+    reads may be ``max_staleness`` seconds behind other clients (wait that long)."""
+    flush = getattr(s, "flush", None)
+    if flush is not None:
+        flush()
+    time.sleep(getattr(s, "max_staleness", 0.0) * 1.5)
+
+
+def test_batch_conflict_with_another_writer_refuses_only_that_write(
+    backend: tuple[Opener, Opener | None],
+) -> None:
+    """A key another client changed after this store read it: that write is refused (at
+    the call, or when the batch is sent: BatchConflictError naming it), never silently,
+    and the batch's other writes are applied."""
+    open_, reopen = backend
+    if reopen is None:
+        pytest.skip("a memory store has no other writer")
+    s = open_()
+    other = reopen()
+    try:
+        x = s.create(pod("x"))
+        y = s.create(pod("y"))
+        _settle(s)
+        other.get("Pod", "default/x")
+        refused: list[tuple[str, str]] = []
+        try:
+            with batched(s):
+                s.create(pod("new"))
+                _settle(s)
+                theirs = other.update(
+                    other.get("Pod", "default/x").with_meta(labels={"by": "other"})
+                )
+                _settle(other)
+                try:
+                    s.update(x.with_meta(labels={"by": "me"}), expected_version=x.resource_version)
+                except ConflictError:
+                    refused.append(("Pod", "default/x"))
+                s.update(y.with_meta(labels={"by": "me"}), expected_version=y.resource_version)
+        except BatchConflictError as e:
+            refused += e.refused
+        assert refused == [("Pod", "default/x")]
+        _settle(s)
+        for reader in (s, other):
+            assert reader.get("Pod", "default/x").labels == {"by": "other"}
+            assert reader.get("Pod", "default/y").labels == {"by": "me"}
+            assert reader.get("Pod", "default/new")
+        assert s.get("Pod", "default/x") == theirs
+    finally:
+        other.close()
+        s.close()
