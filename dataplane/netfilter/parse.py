@@ -28,7 +28,7 @@ from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass
 
 from . import rules as R
-from .ruleparse import TARGET_HOOKS, RestoreError, _unsupported, _where, parse_rule, tokenize
+from .ruleparse import TARGET_HOOKS, RestoreError, parse_rule, tokenize, unsupported, where
 
 __all__ = [
     "RestoreError",
@@ -141,7 +141,7 @@ def _apply_restore(
                 name = line[1:].strip()
                 if name not in R.BUILTIN_CHAINS:
                     raise RestoreError(
-                        f"{_where(source, lineno, line)}: table name {name!r} invalid"
+                        f"{where(source, lineno, line)}: table name {name!r} invalid"
                     )
                 old = tables.get(name)
                 if old is None:
@@ -154,7 +154,7 @@ def _apply_restore(
                             c.rules = []
                 cur_start = lineno
                 continue
-            raise RestoreError(f"{_where(source, lineno, line)}: line outside a *table section")
+            raise RestoreError(f"{where(source, lineno, line)}: line outside a *table section")
         if line == "COMMIT":
             _check_table(cur, source, cur_start)
             tables[cur.name] = _freeze(cur)
@@ -163,7 +163,7 @@ def _apply_restore(
         try:
             _apply_line(cur, line, lineno, family, source, ipsets)
         except (ValueError, IndexError) as e:
-            raise RestoreError(f"{_where(source, lineno, line)}: {e}") from None
+            raise RestoreError(f"{where(source, lineno, line)}: {e}") from None
     if cur is not None:
         # like iptables-restore, name the line where COMMIT was expected
         end = len(text.splitlines()) + 1
@@ -242,7 +242,7 @@ def _apply_line(
         try:
             toks = tokenize(spec)
         except ValueError as e:
-            raise RestoreError(f"{_where(source, lineno, line)}: {e}") from None
+            raise RestoreError(f"{where(source, lineno, line)}: {e}") from None
         rule = parse_rule(
             chain,
             toks,
@@ -257,12 +257,12 @@ def _apply_line(
             for m in rule.matches:
                 if isinstance(m, R.SetMatch) and m.name not in ipsets:
                     raise RestoreError(
-                        f"{_where(source, lineno, line)}: Set {m.name} doesn't exist."
+                        f"{where(source, lineno, line)}: Set {m.name} doesn't exist."
                     )
         # like iptables-restore, a jump names a chain declared on an earlier line
         if isinstance(rule.target, R.Jump) and rule.target.chain not in t.chains:
             raise RestoreError(
-                f"{_where(source, lineno, line)}: Couldn't load target "
+                f"{where(source, lineno, line)}: Couldn't load target "
                 f"`{rule.target.chain}': no such chain in table {t.name}"
             )
         return rule
@@ -353,7 +353,7 @@ def _apply_line(
         t.chains = {(new if k == old else k): c for k, c in t.chains.items()}
         ch.rules = [R.Rule(new, r.matches, r.target, r.spec, r.line, r.counters) for r in ch.rules]
     else:
-        raise _unsupported(source, lineno, line, f"unsupported command {head!r}")
+        raise unsupported(source, lineno, line, f"unsupported command {head!r}")
 
 
 def _referrers(t: _MTable, name: str) -> list[str]:
@@ -389,12 +389,12 @@ def _check_table(t: _MTable, source: str, start: int) -> None:
             dest = t.chains.get(tg.chain)
             if dest is None:
                 raise RestoreError(
-                    f"{_where(source, r.line, r.text)}: Couldn't load target "
+                    f"{where(source, r.line, r.text)}: Couldn't load target "
                     f"`{tg.chain}': no such chain in table {t.name}"
                 )
             if dest.policy is not None:
                 raise RestoreError(
-                    f"{_where(source, r.line, r.text)}: cannot jump to built-in chain {tg.chain}"
+                    f"{where(source, r.line, r.text)}: cannot jump to built-in chain {tg.chain}"
                 )
     # loop detection: DFS over the chain graph, from the built-in chains first; a loop
     # is reported at the latest rule on the path that closes it (where the kernel finds
@@ -421,7 +421,7 @@ def _check_table(t: _MTable, source: str, start: int) -> None:
                     key=lambda r: r.line,
                 )
                 raise RestoreError(
-                    f"{_where(source, worst.line, worst.text)}: *{t.name}: loop through chain {nxt}"
+                    f"{where(source, worst.line, worst.text)}: *{t.name}: loop through chain {nxt}"
                 )
             if s == 0:
                 state[nxt] = 1
@@ -467,7 +467,7 @@ def _check_hooks(
         for hook, line in hooks_of(chain).items():
             if hook not in allowed:
                 raise RestoreError(
-                    f"{_where(source, max(line, r.line), r.text)}: target {name} in chain "
+                    f"{where(source, max(line, r.line), r.text)}: target {name} in chain "
                     f"{chain} is reached from {hook}, where it is not valid"
                 )
 

@@ -21,19 +21,21 @@ from netmodel.ip import IPAddress, IPNetwork
 
 from . import rules as R
 
-__all__ = ["RestoreError", "parse_rule", "tokenize"]
+__all__ = ["RestoreError", "nat_range", "parse_rule", "tokenize", "unsupported", "where"]
 
 
 class RestoreError(InputError):
     """Malformed iptables-save/restore input; the message names the line."""
 
 
-def _where(source: str, line: int, text: str) -> str:
+def where(source: str, line: int, text: str) -> str:
+    """The prefix of an error about one input line: ``SOURCE:LINE: TEXT``."""
     return f"{source}:{line}: {text.strip()}"
 
 
-def _unsupported(source: str, line: int, text: str, why: str) -> UnsupportedRuleError:
-    return UnsupportedRuleError(f"{_where(source, line, text)}: {why}")
+def unsupported(source: str, line: int, text: str, why: str) -> UnsupportedRuleError:
+    """The error for a line the kernel accepts but svclab cannot evaluate."""
+    return UnsupportedRuleError(f"{where(source, line, text)}: {why}")
 
 
 # --------------------------------------------------------------------------- tokens
@@ -124,7 +126,7 @@ def _iface(text: str) -> str:
     return text
 
 
-def _nat_range(text: str) -> R.NatRange:
+def nat_range(text: str) -> R.NatRange:
     """``a[-b][:p[-q]]`` or ``[v6][-[v6]]:p``; also ``:p`` (port only)."""
     addr_part, port_part = text, ""
     if text.startswith("["):
@@ -595,10 +597,10 @@ def parse_rule(
     except _RuleError as e:
         full = f"-A {chain} {text}"
         if e.unsupported:
-            raise _unsupported(source, line, full, str(e)) from None
-        raise RestoreError(f"{_where(source, line, full)}: {e}") from None
+            raise unsupported(source, line, full, str(e)) from None
+        raise RestoreError(f"{where(source, line, full)}: {e}") from None
     except (ValueError, IndexError) as e:
-        raise RestoreError(f"{_where(source, line, f'-A {chain} {text}')}: {e}") from None
+        raise RestoreError(f"{where(source, line, f'-A {chain} {text}')}: {e}") from None
 
 
 def _parse_rule(
@@ -1113,7 +1115,7 @@ def _build_target(
         opt = "--to-destination" if name == "DNAT" else "--to-source"
         if not has(opt):
             raise _RuleError(f"{name} needs {opt}")
-        rng = _nat_range(o_by[opt][0])
+        rng = nat_range(o_by[opt][0])
         if rng.port_lo is not None and proto not in _PORT_PROTOS:
             raise _RuleError("Need TCP, UDP, SCTP or DCCP with port specification")
         if name == "DNAT":
