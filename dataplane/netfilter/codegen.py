@@ -48,6 +48,7 @@ def _body(chain: CChain, ns: Ns, sets: Mapping[str, IpSet]) -> list[str]:
         K_RETURN,
         K_SNAT,
         apply_connmark,
+        apply_ct,
     )
 
     builtin = chain.policy is not None
@@ -143,9 +144,7 @@ def _body(chain: CChain, ns: Ns, sets: Mapping[str, IpSet]) -> list[str]:
             out += [f"{ind}{ns.bind(apply_connmark)}(w, {ns.bind(t)})", rec_plain]
         elif k == K_NOTRACK:
             assert isinstance(t, R.Notrack)
-            if t.notrack:
-                out.append(f"{ind}w.untracked = True")
-            out.append(rec_plain)
+            out += [f"{ind}{ns.bind(apply_ct)}(w, {ns.bind(t)})", rec_plain]
         else:  # no target, LOG, NFLOG, TRACE
             out.append(rec_plain)
     out += ["    w.visited += n", f"    {end_rec}", f"    return {end}"]

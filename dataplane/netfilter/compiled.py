@@ -42,6 +42,8 @@ __all__ = [
     "NatNote",
     "RawTrace",
     "apply_connmark",
+    "apply_ct",
+    "ct_effect",
     "hostport",
     "materialize",
     "walk_indexed",
@@ -80,6 +82,33 @@ def apply_connmark(w: Work, t: R.Connmark) -> None:
         ct.mark = (ct.mark & ~t.ctmask & 0xFFFFFFFF) ^ (w.mark & t.nfmask)
     else:
         w.mark = (w.mark & ~t.nfmask & 0xFFFFFFFF) ^ (ct.mark & t.ctmask)
+
+
+def ct_effect(t: R.Notrack) -> str:
+    """How a trace names a NOTRACK/CT rule's effect."""
+    if t.notrack:
+        return "NOTRACK"
+    if t.by_mark:
+        zone = "mark"
+    else:
+        zone = str(t.zone)
+    if t.zone_dirs == R.ZONE_ORIG:
+        return f"CT zone-orig {zone}"
+    if t.zone_dirs == R.ZONE_REPLY:
+        return f"CT zone-reply {zone}"
+    return f"CT zone {zone}"
+
+
+def apply_ct(w: Work, t: R.Notrack) -> None:
+    """The NOTRACK and CT targets (xt_CT): a conntrack template for a packet that has
+    none yet (the first such rule wins, a looped-back packet keeps its connection):
+    untracked, or the zone that conntrack looks the packet up in (:attr:`Work.ctzone`)."""
+    if w.ctzone is not None:
+        return
+    if t.notrack:
+        w.untracked = True
+    elif not w.untracked and w.ct is None:
+        w.ctzone = t
 
 
 # A NAT note is ((addr, port) before, (addr, port) after), or a reason text.
@@ -192,7 +221,7 @@ class CRule:
             self.kind = K_LOG
             self.effect = "CHECKSUM fill" if t.kind == "CHECKSUM" else f"{t.kind} {t.prefix!r}"
         elif isinstance(t, R.Notrack):
-            self.kind, self.effect = K_NOTRACK, "NOTRACK" if t.notrack else f"CT zone {t.zone}"
+            self.kind, self.effect = K_NOTRACK, ct_effect(t)
         else:
             self.kind, self.effect = K_TRACE, "TRACE"
 
@@ -333,8 +362,7 @@ def walk_indexed(chain: CChain, w: Work, rec: RawTrace | None) -> int:
             apply_connmark(w, r.target)  # type: ignore[arg-type]
             v = CONTINUE
         elif k == K_NOTRACK:
-            if r.target.notrack:  # type: ignore[union-attr]
-                w.untracked = True
+            apply_ct(w, r.target)  # type: ignore[arg-type]
             v = CONTINUE
         else:  # K_NONE, K_LOG, K_TRACE
             v = CONTINUE

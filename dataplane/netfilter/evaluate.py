@@ -399,7 +399,16 @@ class Netfilter:
                 p.sport if ip_ is None else ip_,
                 p.dport if ip_ is None else ip_,
             )
-        ps = self.conntrack.classify(t, w.flags, w.itype, inner, commit=w.commit)
+        tmpl = w.ctzone
+        if tmpl is not None and tmpl.zoned:
+            # CT --zone: the packet's connection is looked up (and made) in that zone,
+            # per direction (nf_ct_zone_tmpl; ``mark``: the mark as conntrack sees it)
+            zid = w.mark & 0xFFFF if tmpl.by_mark else tmpl.zone
+            dirs = tmpl.zone_dirs
+            zone = (zid if dirs & R.ZONE_ORIG else 0, zid if dirs & R.ZONE_REPLY else 0)
+            ps = self.conntrack.classify(t, w.flags, w.itype, inner, commit=w.commit, zone=zone)
+        else:
+            ps = self.conntrack.classify(t, w.flags, w.itype, inner, commit=w.commit)
         w.ct = ps.conn
         w.ctdir = ps.direction
         w.ctname = ps.state
@@ -473,6 +482,7 @@ class Netfilter:
         w.phys_out = phys_out
         w.bridged = bool(phys_in or phys_out)
         w.smac = smac
+        w.ctzone = None
         if skb is not None and skb.state:
             w.ct = skb.conn  # type: ignore[assignment]
             w.ctdir = skb.direction
@@ -625,6 +635,7 @@ class Netfilter:
             w.inner = pkt.inner
             w.commit = True
             w.smac = ""
+            w.ctzone = None
             if prev is not None and prev.state:
                 w.ct = prev.conn  # type: ignore[assignment]
                 w.ctdir = prev.direction

@@ -457,7 +457,16 @@ _TARGET_OPTIONS: dict[str, dict[str, int]] = {
         "--nflog-size": 1,
         "--nflog-threshold": 1,
     },
-    "CT": {"--notrack": 0, "--zone": 1},
+    "CT": {
+        "--notrack": 0,
+        "--zone": 1,
+        "--zone-orig": 1,
+        "--zone-reply": 1,
+        "--helper": 1,
+        "--ctevents": 1,
+        "--expevents": 1,
+        "--timeout": 1,
+    },
     "CHECKSUM": {"--checksum-fill": 0},
 }
 # Real iptables targets svclab does not evaluate: refused by name rather than being
@@ -1156,18 +1165,10 @@ def _build_target(
     if name == "NOTRACK":
         return R.Notrack()
     if name == "CT":
-        zone = int(o_by["--zone"][0]) if has("--zone") else None
-        if zone is not None and not 0 <= zone <= 65535:
-            raise _RuleError(f"Cannot parse {zone} as a zone ID")
-        if zone:  # zone 0 is every packet's zone: nothing to evaluate
-            raise _RuleError(
-                f"CT --zone {zone}: conntrack zones are not emulated (svclab keeps one "
-                "conntrack table per host, zone 0)",
-                unsupported=True,
-            )
-        if not has("--notrack") and zone is None:
-            raise _RuleError("CT: only --notrack and --zone are supported", unsupported=True)
-        return R.Notrack(has("--notrack"), zone)
+        for o in opts:
+            if o.name in _CT_UNSUPPORTED:
+                raise _RuleError(f"CT {o.name}: {_CT_UNSUPPORTED[o.name]}", unsupported=True)
+        return _build_ct(opts, has("--notrack"))
     if name == "TRACE":
         return R.Trace()
     if name == "CHECKSUM":
@@ -1179,6 +1180,60 @@ def _build_target(
             raise _RuleError("CHECKSUM needs --checksum-fill")
         return R.Log("CHECKSUM")
     raise _RuleError(f"unsupported target {name}", unsupported=True)  # pragma: no cover
+
+
+# CT options svclab does not evaluate (refused by name; --notrack and the zones are)
+_CT_UNSUPPORTED = {
+    "--helper": "conntrack helpers are not emulated",
+    "--ctevents": "conntrack events are not emulated",
+    "--expevents": "conntrack expectation events are not emulated",
+    "--timeout": "conntrack timeout policies are not emulated",
+}
+
+_STRTOUL = re.compile(r"\+?(?:0[xX][0-9a-fA-F]+|0[0-7]*|[1-9][0-9]*)")
+
+
+def _strtoul(text: str, hi: int) -> int | None:
+    """``xtables_strtoul(text, NULL, &v, 0, hi)``: an unsigned number in C's base 0
+    (``0x`` hexadecimal, a leading ``0`` octal), the whole text, at most ``hi``; None
+    when it is not one."""
+    if _STRTOUL.fullmatch(text) is None:
+        return None
+    body = text.lstrip("+")
+    if body[:2] in ("0x", "0X"):
+        v = int(body[2:], 16)
+    elif body.startswith("0"):
+        v = int(body, 8)
+    else:
+        v = int(body)
+    return v if v <= hi else None
+
+
+def _build_ct(opts: list[_Opt], notrack: bool) -> R.Notrack:
+    """``CT [--notrack] [--zone|--zone-orig|--zone-reply ID|mark]...`` as libxt_CT reads
+    it: each zone option sets the zone (the last one wins; ``mark``: the packet's mark
+    when conntrack looks the packet up), ``--zone-orig``/``--zone-reply`` add their
+    direction, and ``mark`` once given stays."""
+    zone = 0
+    dirs = 0
+    by_mark = False
+    for o in opts:
+        if o.name == "--zone-orig":
+            dirs |= R.ZONE_ORIG
+        elif o.name == "--zone-reply":
+            dirs |= R.ZONE_REPLY
+        elif o.name != "--zone":
+            continue
+        text = o.args[0]
+        zone = 0
+        if text.lower() == "mark":
+            by_mark = True
+        else:
+            v = _strtoul(text, 0xFFFF)
+            if v is None:
+                raise _RuleError(f"Cannot parse {text} as a zone ID")
+            zone = v
+    return R.Notrack(notrack, zone, dirs or R.ZONE_BOTH, by_mark)
 
 
 def _build_mark(o_by: dict[str, list[str]], target: str) -> R.SetMark:
