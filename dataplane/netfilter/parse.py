@@ -231,46 +231,20 @@ def _apply_line(
         return
     head, _, rest = line.partition(" ")
     rest = rest.strip()
+    if head == "-A" or head == "--append":
+        chain, _, spec = rest.partition(" ")
+        _chain_of(t, chain).rules.append(
+            _rule_from(t, chain, spec.strip(), line, lineno, family, source, ipsets, counters)
+        )
+        return
 
     def chain_of(name: str) -> _MChain:
-        ch = t.chains.get(name)
-        if ch is None:
-            raise ValueError(f"no chain {name!r} in table {t.name}")
-        return ch
+        return _chain_of(t, name)
 
     def rule_from(chain: str, spec: str) -> R.Rule:
-        try:
-            toks = tokenize(spec)
-        except ValueError as e:
-            raise RestoreError(f"{where(source, lineno, line)}: {e}") from None
-        rule = parse_rule(
-            chain,
-            toks,
-            spec=spec,
-            line=lineno,
-            table=t.name,
-            family=family,
-            source=source,
-            counters=counters,
-        )
-        if ipsets is not None:
-            for m in rule.matches:
-                if isinstance(m, R.SetMatch) and m.name not in ipsets:
-                    raise RestoreError(
-                        f"{where(source, lineno, line)}: Set {m.name} doesn't exist."
-                    )
-        # like iptables-restore, a jump names a chain declared on an earlier line
-        if isinstance(rule.target, R.Jump) and rule.target.chain not in t.chains:
-            raise RestoreError(
-                f"{where(source, lineno, line)}: Couldn't load target "
-                f"`{rule.target.chain}': no such chain in table {t.name}"
-            )
-        return rule
+        return _rule_from(t, chain, spec, line, lineno, family, source, ipsets, counters)
 
-    if head in ("-A", "--append"):
-        chain, _, spec = rest.partition(" ")
-        chain_of(chain).rules.append(rule_from(chain, spec.strip()))
-    elif head in ("-I", "--insert"):
+    if head in ("-I", "--insert"):
         chain, _, spec = rest.partition(" ")
         spec = spec.strip()
         pos = 1
@@ -356,6 +330,53 @@ def _apply_line(
         raise unsupported(source, lineno, line, f"unsupported command {head!r}")
 
 
+def _chain_of(t: _MTable, name: str) -> _MChain:
+    ch = t.chains.get(name)
+    if ch is None:
+        raise ValueError(f"no chain {name!r} in table {t.name}")
+    return ch
+
+
+def _rule_from(
+    t: _MTable,
+    chain: str,
+    spec: str,
+    line: str,
+    lineno: int,
+    family: int,
+    source: str,
+    ipsets: Collection[str] | None,
+    counters: tuple[int, int] | None,
+) -> R.Rule:
+    """The rule of an ``-A``/``-I``/``-D``/``-R`` line (``spec``: after the chain)."""
+    try:
+        toks = tokenize(spec)
+    except ValueError as e:
+        raise RestoreError(f"{where(source, lineno, line)}: {e}") from None
+    rule = parse_rule(
+        chain,
+        toks,
+        spec=spec,
+        line=lineno,
+        table=t.name,
+        family=family,
+        source=source,
+        counters=counters,
+    )
+    if ipsets is not None:
+        for m in rule.matches:
+            if isinstance(m, R.SetMatch) and m.name not in ipsets:
+                raise RestoreError(f"{where(source, lineno, line)}: Set {m.name} doesn't exist.")
+    # like iptables-restore, a jump names a chain declared on an earlier line
+    tg = rule.target
+    if tg.__class__ is R.Jump and tg.chain not in t.chains:
+        raise RestoreError(
+            f"{where(source, lineno, line)}: Couldn't load target "
+            f"`{tg.chain}': no such chain in table {t.name}"
+        )
+    return rule
+
+
 def _referrers(t: _MTable, name: str) -> list[str]:
     return [
         c.name
@@ -371,6 +392,8 @@ def _check_table(t: _MTable, source: str, start: int) -> None:
     builtins = frozenset(R.BUILTIN_CHAINS[t.name])
     callers: dict[str, list[tuple[str, int]]] = {}
     restricted: list[tuple[str, R.Rule, str, frozenset[str]]] = []
+    # chain -> the chains it jumps or goes to (a dict as an ordered set)
+    succ: dict[str, dict[str, None]] = {}
     names = _TARGET_NAMES
     for c in t.chains.values():
         user = c.policy is None
@@ -386,6 +409,11 @@ def _check_table(t: _MTable, source: str, start: int) -> None:
                             restricted.append((cname, r, name, allowed))
                 continue
             callers.setdefault(tg.chain, []).append((cname, r.line))
+            out = succ.get(cname)
+            if out is None:
+                succ[cname] = {tg.chain: None}
+            else:
+                out[tg.chain] = None
             dest = t.chains.get(tg.chain)
             if dest is None:
                 raise RestoreError(
@@ -404,7 +432,7 @@ def _check_table(t: _MTable, source: str, start: int) -> None:
     for root in roots:
         if state.get(root):
             continue
-        stack: list[tuple[str, Iterator[str]]] = [(root, iter(_succ(t, root)))]
+        stack: list[tuple[str, Iterator[str]]] = [(root, iter(sorted(succ.get(root, ()))))]
         state[root] = 1
         while stack:
             node, it = stack[-1]
@@ -425,7 +453,7 @@ def _check_table(t: _MTable, source: str, start: int) -> None:
                 )
             if s == 0:
                 state[nxt] = 1
-                stack.append((nxt, iter(_succ(t, nxt))))
+                stack.append((nxt, iter(sorted(succ.get(nxt, ())))))
     if restricted:
         _check_hooks(builtins, callers, restricted, source)
 
@@ -478,10 +506,6 @@ _TARGET_NAMES: dict[type, str] = {
     R.Snat: "SNAT",
     R.Masquerade: "MASQUERADE",
 }
-
-
-def _succ(t: _MTable, name: str) -> list[str]:
-    return sorted({r.target.chain for r in t.chains[name].rules if isinstance(r.target, R.Jump)})
 
 
 def _jump(t: _MTable, src: str, dst: str) -> R.Rule:

@@ -50,7 +50,16 @@ def tokenize(line: str) -> list[str]:
     quotes are ordinary characters (iptables-restore does not group with them)."""
     if '"' not in line:
         return line.split()
-    out: list[str] = []
+    if "\\" not in line and line.count('"') == 2:
+        # one quoted word without escapes (a comment): split around it, with the
+        # regex's rule that the quoted word stands alone between spaces
+        head, word, tail = line.split('"')
+        if (not head or head[-1].isspace()) and (not tail or tail[0].isspace()):
+            out = head.split()
+            out.append(word)
+            out += tail.split()
+            return out
+    out = []
     pos = 0
     n = len(line.rstrip())
     while pos < n:
@@ -546,6 +555,7 @@ def _limit_rate(text: str) -> float:
     return rate
 
 
+# the generic matches of a rule (any spelling -> the short option)
 _GENERIC = {
     "-s": "-s",
     "--source": "-s",
@@ -560,6 +570,25 @@ _GENERIC = {
     "-p": "-p",
     "--protocol": "-p",
 }
+# how the rule parser treats a token in option position (None: a module's or the
+# target's option, or an error)
+_KINDS: dict[str, str] = {
+    **_GENERIC,
+    "!": "!",
+    "-f": "-f",
+    "--fragment": "-f",
+    "-m": "-m",
+    "--match": "-m",
+    "-j": "-j",
+    "--jump": "-j",
+    "-g": "-g",
+    "--goto": "-g",
+    "-c": "-c",
+    "--set-counters": "-c",
+}
+_JUMPS: dict[tuple[str, bool], R.Jump] = {}
+# AddrMatch values by (option, text, inverted, family): kube-proxy repeats them
+_ADDR_MATCHES: dict[tuple[str, str, bool, int], R.AddrMatch] = {}
 
 
 # --------------------------------------------------------------------------- rule parser
@@ -630,10 +659,11 @@ def _parse_rule(
     proto: str | None = None
     i = 0
     n = len(tokens)
-
     seen_generic: set[str] = set()
+    kinds = _KINDS
+    module_options = _MODULE_OPTIONS
 
-    def take(k: int) -> tuple[list[str], bool]:
+    def take(k: int) -> list[str]:
         nonlocal i
         if k and i < n and tokens[i] == "!":
             # iptables >= 1.8 refuses the legacy "-s ! ADDR" form
@@ -642,99 +672,114 @@ def _parse_rule(
             raise _RuleError(f"option {tokens[i - 1]} needs {k} argument(s)")
         args = tokens[i : i + k]
         i += k
-        return args, False
+        return args
 
     while i < n:
         tok = tokens[i]
         i += 1
-        if tok == "!":
+        kind = kinds.get(tok)
+        if kind is None:
+            if not tok.startswith("--"):
+                raise _RuleError(f"unexpected token {tok!r}")
+            name = _OPTION_ALIASES.get(tok, tok)
+            if target_name is not None and not goto:
+                topts = _TARGET_OPTIONS.get(target_name)
+                if topts is not None and name in topts:
+                    target_opts.append(_Opt(name, take(topts[name]), pending))
+                    pending = False
+                    continue
+            owner = None
+            for m in reversed(modules):
+                if name in module_options[m.name]:
+                    owner = m
+                    break
+            if owner is None:
+                if target_name is not None and target_name in _KNOWN_UNSUPPORTED_TARGETS:
+                    raise _RuleError(f"unsupported target {target_name}", unsupported=True)
+                raise _RuleError(f'unknown option "{tok}"')
+            args = take(module_options[owner.name][name])
+            if pending and name in _NOT_INVERTIBLE.get(owner.name, ()):
+                raise _RuleError(f'{owner.name}: option "{name}" cannot be inverted')
+            # (an option given twice is refused by the module's builder)
+            owner.opts.append(_Opt(name, args, pending))
+            pending = False
+            continue
+        if kind == "!":
             pending = True
             continue
-        g = _GENERIC.get(tok)
-        if g is not None:
-            if g in seen_generic:
-                raise _RuleError(f"multiple {g} flags not allowed")
-            seen_generic.add(g)
-            (arg,), inv = take(1)
-            inv ^= pending
-            pending = False
-            if g in ("-s", "-d"):
-                net = _net(arg)
-                if net.version != family:
-                    raise _RuleError(f"{arg} is not an IPv{family} address")
-                generic.append(R.AddrMatch("src" if g == "-s" else "dst", net, inv))
-            elif g in ("-i", "-o"):
-                pref = arg.endswith("+")
-                generic.append(
-                    R.IfaceMatch("in" if g == "-i" else "out", _iface(arg).rstrip("+"), pref, inv)
-                )
-            else:
-                p = arg.lower()
-                p = PROTO_ALIASES.get(p, p)
-                if p != "all":
-                    generic.append(R.ProtoMatch(p, inv))
-                    if not inv:
-                        proto = p
-                        mod = {"icmp": "icmp", "ipv6-icmp": "icmp6"}.get(p, p)
-                        if mod in _MODULE_OPTIONS and not any(m.name == mod for m in modules):
-                            modules.append(_Module(mod, implicit=True))
+        if kind == "-m":
+            if pending:
+                raise _RuleError("'!' before -m is not allowed")
+            (name,) = take(1)
+            name = _MODULE_ALIASES.get(name, name)
+            if name not in module_options:
+                if name in _KNOWN_UNSUPPORTED_MODULES:
+                    raise _RuleError(f"unsupported match module {name!r}", unsupported=True)
+                raise _RuleError(f"Couldn't load match `{name}': no such match")
+            for m in modules:
+                if m.name == name and m.implicit:
+                    m.implicit = False
+                    modules.remove(m)
+                    break
+            modules.append(_Module(name))
             continue
-        if tok in ("-f", "--fragment"):
+        if kind == "-j" or kind == "-g":
+            if target_name is not None:
+                raise _RuleError("more than one target")
+            (target_name,) = take(1)
+            goto = kind == "-g"
+            if not goto and target_name in _KNOWN_UNSUPPORTED_TARGETS:
+                raise _RuleError(f"unsupported target {target_name}", unsupported=True)
+            continue
+        if kind == "-f":
             if "-f" in seen_generic:
                 raise _RuleError("multiple -f flags not allowed")
             seen_generic.add("-f")
             generic.append(R.FragmentMatch(pending))
             pending = False
             continue
-        if tok in ("-m", "--match"):
-            if pending:
-                raise _RuleError("'!' before -m is not allowed")
-            (name,), _ = take(1)
-            name = _MODULE_ALIASES.get(name, name)
-            if name not in _MODULE_OPTIONS:
-                if name in _KNOWN_UNSUPPORTED_MODULES:
-                    raise _RuleError(f"unsupported match module {name!r}", unsupported=True)
-                raise _RuleError(f"Couldn't load match `{name}': no such match")
-            existing = next((m for m in modules if m.name == name and m.implicit), None)
-            if existing is not None:
-                existing.implicit = False
-                modules.remove(existing)
-            modules.append(_Module(name))
-            continue
-        if tok in ("-j", "--jump", "-g", "--goto"):
-            if target_name is not None:
-                raise _RuleError("more than one target")
-            (target_name,), _ = take(1)
-            goto = tok in ("-g", "--goto")
-            if not goto and target_name in _KNOWN_UNSUPPORTED_TARGETS:
-                raise _RuleError(f"unsupported target {target_name}", unsupported=True)
-            continue
-        if tok in ("-c", "--set-counters"):
-            args, _ = take(2)
+        if kind == "-c":
+            args = take(2)
             counters = (int(args[0]), int(args[1]))
             continue
-        if tok.startswith("--"):
-            name = _OPTION_ALIASES.get(tok, tok)
-            if target_name is not None and not goto:
-                topts = _TARGET_OPTIONS.get(target_name)
-                if topts is not None and name in topts:
-                    args, inv = take(topts[name])
-                    target_opts.append(_Opt(name, args, inv ^ pending))
-                    pending = False
-                    continue
-            owner = next((m for m in reversed(modules) if name in _MODULE_OPTIONS[m.name]), None)
-            if owner is None:
-                if target_name is not None and target_name in _KNOWN_UNSUPPORTED_TARGETS:
-                    raise _RuleError(f"unsupported target {target_name}", unsupported=True)
-                raise _RuleError(f'unknown option "{tok}"')
-            args, inv = take(_MODULE_OPTIONS[owner.name][name])
-            if pending and name in _NOT_INVERTIBLE.get(owner.name, ()):
-                raise _RuleError(f'{owner.name}: option "{name}" cannot be inverted')
-            # (an option given twice is refused by the module's builder)
-            owner.opts.append(_Opt(name, args, inv ^ pending))
-            pending = False
-            continue
-        raise _RuleError(f"unexpected token {tok!r}")
+        # a generic match: -s, -d, -i, -o, -p
+        if kind in seen_generic:
+            raise _RuleError(f"multiple {kind} flags not allowed")
+        seen_generic.add(kind)
+        (arg,) = take(1)
+        inv = pending
+        pending = False
+        if kind == "-s" or kind == "-d":
+            key = (kind, arg, inv, family)
+            hit = _ADDR_MATCHES.get(key)
+            if hit is None:
+                net = _net(arg)
+                if net.version != family:
+                    raise _RuleError(f"{arg} is not an IPv{family} address")
+                hit = R.AddrMatch("src" if kind == "-s" else "dst", net, inv)
+                if len(_ADDR_MATCHES) > 100_000:
+                    _ADDR_MATCHES.clear()
+                _ADDR_MATCHES[key] = hit
+            generic.append(hit)
+        elif kind == "-i" or kind == "-o":
+            pref = arg.endswith("+")
+            generic.append(
+                R.IfaceMatch("in" if kind == "-i" else "out", _iface(arg).rstrip("+"), pref, inv)
+            )
+        else:
+            p = arg.lower()
+            p = PROTO_ALIASES.get(p, p)
+            if p != "all":
+                generic.append(R.ProtoMatch(p, inv))
+                if not inv:
+                    proto = p
+                    mod = "icmp6" if p == "ipv6-icmp" else p
+                    if mod in module_options:
+                        for m in modules:
+                            if m.name == mod:
+                                break
+                        else:
+                            modules.append(_Module(mod, implicit=True))
     if pending:
         raise _RuleError("dangling '!'")
 
@@ -1087,14 +1132,19 @@ def _build_conntrack(opts: list[_Opt], family: int) -> R.Match:
 def _build_target(
     name: str, goto: bool, opts: list[_Opt], table: str, chain: str, proto: str | None
 ) -> R.Target:
-    if goto:
-        return R.Jump(name, goto=True)
-    if name in _KNOWN_UNSUPPORTED_TARGETS:
-        raise _RuleError(f"unsupported target {name}", unsupported=True)
-    if name not in _TARGET_OPTIONS:
-        if opts:
-            raise _RuleError(f"unsupported option {opts[0].name}", unsupported=True)
-        return R.Jump(name)
+    if goto or name not in _TARGET_OPTIONS:
+        if not goto:
+            if name in _KNOWN_UNSUPPORTED_TARGETS:
+                raise _RuleError(f"unsupported target {name}", unsupported=True)
+            if opts:
+                raise _RuleError(f"unsupported option {opts[0].name}", unsupported=True)
+        # one value per chain name: jump targets repeat (KUBE-MARK-MASQ, ...)
+        jump = _JUMPS.get((name, goto))
+        if jump is None:
+            if len(_JUMPS) > 200_000:
+                _JUMPS.clear()
+            jump = _JUMPS[(name, goto)] = R.Jump(name, goto=goto)
+        return jump
     want = TARGET_TABLE.get(name)
     if want is not None and table != want:
         raise _RuleError(f"target {name} is only valid in the {want} table")
