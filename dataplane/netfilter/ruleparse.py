@@ -15,6 +15,7 @@ import ipaddress
 import re
 from dataclasses import dataclass, field
 from functools import lru_cache
+from typing import Any
 
 from netmodel.errors import InputError, UnsupportedRuleError
 from netmodel.ip import IPAddress, IPNetwork
@@ -587,6 +588,8 @@ _KINDS: dict[str, str] = {
     "--set-counters": "-c",
 }
 _JUMPS: dict[tuple[str, bool], R.Jump] = {}
+# PortMatch values by (protocol, option, text, inverted)
+_PORT_MATCHES: dict[tuple[str, str, str, bool], R.PortMatch] = {}
 # AddrMatch values by (option, text, inverted, family): kube-proxy repeats them
 _ADDR_MATCHES: dict[tuple[str, str, bool, int], R.AddrMatch] = {}
 
@@ -630,6 +633,10 @@ def parse_rule(
     Raises :class:`UnsupportedRuleError` for an unknown module/target/option and
     :class:`RestoreError` for malformed values; both name ``source:line`` and the text."""
     text = spec or " ".join(tokens)
+    if FAST_PATH:
+        rule = _common_rule(chain, tokens, text, line, table, family, counters)
+        if rule is not None:
+            return rule
     try:
         return _parse_rule(chain, tokens, text, line, table, family, counters)
     except _RuleError as e:
@@ -639,6 +646,165 @@ def parse_rule(
         raise RestoreError(f"{where(source, line, full)}: {e}") from None
     except (ValueError, IndexError) as e:
         raise RestoreError(f"{where(source, line, f'-A {chain} {text}')}: {e}") from None
+
+
+#: Whether :func:`parse_rule` tries :func:`_common_rule` first (tests turn it off to
+#: check that both give equal rules).
+FAST_PATH = True
+_L4 = frozenset({"tcp", "udp", "sctp"})
+_FAST_MODULE_OPTIONS = {"--comment": "comment", "--dport": None, "--sport": None}
+
+
+def _common_rule(
+    chain: str,
+    tokens: list[str],
+    spec: str,
+    line: int,
+    table: str,
+    family: int,
+    counters: tuple[int, int] | None,
+) -> R.Rule | None:
+    """The rule kube-proxy and most CNIs write most, parsed without the general
+    machinery: only ``[!] -s|-d ADDR``, ``[!] -p tcp|udp|sctp``, ``-m comment --comment
+    TEXT``, ``-m tcp|udp|sctp [!] --dport|--sport PORTS`` and ``-j TARGET`` (options only
+    for ``DNAT --to-destination``), each spelled short. It follows :func:`_parse_rule`
+    step by step for those (same values, same order) and returns None for anything
+    else, and on any error, so that :func:`_parse_rule` decides and words it."""
+    try:
+        return _common_rule_or_none(chain, tokens, spec, line, table, family, counters)
+    except Exception:
+        return None
+
+
+def _common_rule_or_none(
+    chain: str,
+    tokens: list[str],
+    spec: str,
+    line: int,
+    table: str,
+    family: int,
+    counters: tuple[int, int] | None,
+) -> R.Rule | None:
+    generic: list[R.Match] = []
+    # modules as [name, implicit, [(option, argument, inverted), ...]]
+    mods: list[list[Any]] = []
+    target_name: str | None = None
+    to_dest: str | None = None
+    proto: str | None = None
+    pending = False
+    seen = ""
+    i = 0
+    n = len(tokens)
+    while i < n:
+        tok = tokens[i]
+        i += 1
+        if tok == "!":
+            if pending:
+                return None
+            pending = True
+            continue
+        if i >= n:
+            return None
+        arg = tokens[i]
+        i += 1
+        if arg == "!":
+            return None
+        if tok == "-s" or tok == "-d":
+            if tok in seen:
+                return None
+            seen += tok
+            key = (tok, arg, pending, family)
+            hit = _ADDR_MATCHES.get(key)
+            if hit is None:
+                net = _net(arg)
+                if net.version != family:
+                    return None
+                hit = R.AddrMatch("src" if tok == "-s" else "dst", net, pending)
+                if len(_ADDR_MATCHES) > 100_000:
+                    _ADDR_MATCHES.clear()
+                _ADDR_MATCHES[key] = hit
+            generic.append(hit)
+        elif tok == "-p":
+            if "-p" in seen:
+                return None
+            seen += "-p"
+            p = arg.lower()
+            p = PROTO_ALIASES.get(p, p)
+            if p not in _L4:
+                return None
+            generic.append(R.ProtoMatch(p, pending))
+            if not pending:
+                proto = p
+                for m in mods:
+                    if m[0] == p:
+                        break
+                else:
+                    mods.append([p, True, []])
+        elif tok == "-m":
+            if pending or not (arg == "comment" or arg in _L4):
+                return None
+            for m in mods:
+                if m[0] == arg and m[1]:
+                    mods.remove(m)
+                    break
+            mods.append([arg, False, []])
+        elif tok in _FAST_MODULE_OPTIONS:
+            owner = None
+            for m in reversed(mods):
+                if tok in _MODULE_OPTIONS[m[0]]:
+                    owner = m
+                    break
+            if owner is None or (pending and owner[0] == "comment"):
+                return None
+            owner[2].append((tok, arg, pending))
+        elif tok == "-j":
+            if target_name is not None or pending:
+                return None
+            target_name = arg
+        elif tok == "--to-destination":
+            if target_name != "DNAT" or to_dest is not None or pending:
+                return None
+            to_dest = arg
+        else:
+            return None
+        pending = False
+    if pending:
+        return None
+    matches = generic
+    for name, implicit, opts in mods:
+        if not opts:
+            if implicit:
+                continue
+            if name == "comment":
+                return None
+            if proto != name:
+                return None
+            continue
+        if name == "comment":
+            if len(opts) != 1:
+                return None
+            matches.append(R.CommentMatch(opts[0][1]))
+            continue
+        if proto != name or (len(opts) > 1 and opts[0][0] == opts[1][0]) or len(opts) > 2:
+            return None
+        for oname, oarg, inv in opts:
+            key4 = (name, oname, oarg, inv)
+            pm = _PORT_MATCHES.get(key4)
+            if pm is None:
+                pm = R.PortMatch(name, oname[2:], _port_range(oarg), inv)
+                if len(_PORT_MATCHES) > 100_000:
+                    _PORT_MATCHES.clear()
+                _PORT_MATCHES[key4] = pm
+            matches.append(pm)
+    target: R.Target | None = None
+    if target_name is not None:
+        if target_name in _KNOWN_UNSUPPORTED_TARGETS:
+            return None
+        topts = [_Opt("--to-destination", [to_dest], False)] if to_dest is not None else []
+        target = _build_target(target_name, False, topts, table, chain, proto)
+    elif to_dest is not None:
+        return None
+    return R.Rule(chain, tuple(matches), target, spec, line, counters)
 
 
 def _parse_rule(
@@ -697,7 +863,12 @@ def _parse_rule(
                 if target_name is not None and target_name in _KNOWN_UNSUPPORTED_TARGETS:
                     raise _RuleError(f"unsupported target {target_name}", unsupported=True)
                 raise _RuleError(f'unknown option "{tok}"')
-            args = take(module_options[owner.name][name])
+            k = module_options[owner.name][name]
+            if k == 1 and i < n and tokens[i] != "!":
+                args = [tokens[i]]
+                i += 1
+            else:
+                args = take(k)
             if pending and name in _NOT_INVERTIBLE.get(owner.name, ()):
                 raise _RuleError(f'{owner.name}: option "{name}" cannot be inverted')
             # (an option given twice is refused by the module's builder)
@@ -810,6 +981,11 @@ def _single(m: _Module | None, opts: list[_Opt], name: str) -> _Opt | None:
 
 def _build_match(m: _Module, proto: str | None, family: int) -> R.Match:
     name, opts = m.name, m.opts
+    if name == "comment":  # first: every kube-proxy rule has one
+        o = _single(m, opts, "--comment")
+        if o is None:
+            raise _RuleError("comment needs --comment")
+        return R.CommentMatch(o.args[0])
     if name in ("icmp", "icmp6"):
         v6 = name == "icmp6"
         if proto != ("ipv6-icmp" if v6 else "icmp"):
@@ -859,11 +1035,6 @@ def _build_match(m: _Module, proto: str | None, family: int) -> R.Match:
             _single(m, opts, "--limit-iface-in") is not None,
             _single(m, opts, "--limit-iface-out") is not None,
         )
-    if name == "comment":
-        o = _single(m, opts, "--comment")
-        if o is None:
-            raise _RuleError("comment needs --comment")
-        return R.CommentMatch(o.args[0])
     if name == "statistic":
         return _build_statistic(m, opts)
     if name == "recent":
@@ -1003,7 +1174,14 @@ def _build_l4(proto: str, opts: list[_Opt]) -> list[R.Match]:
     built: list[R.Match] = []
     for o in opts:
         if o.name in ("--sport", "--dport"):
-            built.append(R.PortMatch(proto, o.name[2:], _port_range(o.args[0]), o.invert))  # type: ignore[arg-type]
+            key = (proto, o.name, o.args[0], o.invert)
+            pm = _PORT_MATCHES.get(key)
+            if pm is None:
+                pm = R.PortMatch(proto, o.name[2:], _port_range(o.args[0]), o.invert)  # type: ignore[arg-type]
+                if len(_PORT_MATCHES) > 100_000:
+                    _PORT_MATCHES.clear()
+                _PORT_MATCHES[key] = pm
+            built.append(pm)
         elif o.name == "--tcp-flags":
             built.append(R.TcpFlagsMatch(_flags(o.args[0]), _flags(o.args[1]), o.invert))
         elif o.name == "--syn":
