@@ -394,36 +394,45 @@ def _check_table(t: _MTable, source: str, start: int) -> None:
     restricted: list[tuple[str, R.Rule, str, frozenset[str]]] = []
     # chain -> the chains it jumps or goes to (a dict as an ordered set)
     succ: dict[str, dict[str, None]] = {}
-    names = _TARGET_NAMES
-    for c in t.chains.values():
+    # the restricted targets this table's built-in chains do not all allow
+    limited = {
+        cls: (name, TARGET_HOOKS[name])
+        for cls, name in _TARGET_NAMES.items()
+        if not builtins <= TARGET_HOOKS[name]
+    }
+    jump_cls = R.Jump
+    chains = t.chains
+    for c in chains.values():
         user = c.policy is None
         cname = c.name
+        outs: dict[str, None] = {}
         for r in c.rules:
             tg = r.target
-            if not isinstance(tg, R.Jump):
+            if tg.__class__ is not jump_cls:
                 if user and tg is not None:
-                    name = names.get(type(tg))
-                    if name is not None:
-                        allowed = TARGET_HOOKS[name]
-                        if not builtins <= allowed:
-                            restricted.append((cname, r, name, allowed))
+                    hit = limited.get(tg.__class__)
+                    if hit is not None:
+                        restricted.append((cname, r, hit[0], hit[1]))
                 continue
-            callers.setdefault(tg.chain, []).append((cname, r.line))
-            out = succ.get(cname)
-            if out is None:
-                succ[cname] = {tg.chain: None}
+            dname = tg.chain
+            lst = callers.get(dname)
+            if lst is None:
+                callers[dname] = [(cname, r.line)]
             else:
-                out[tg.chain] = None
-            dest = t.chains.get(tg.chain)
+                lst.append((cname, r.line))
+            outs[dname] = None
+            dest = chains.get(dname)
             if dest is None:
                 raise RestoreError(
                     f"{where(source, r.line, r.text)}: Couldn't load target "
-                    f"`{tg.chain}': no such chain in table {t.name}"
+                    f"`{dname}': no such chain in table {t.name}"
                 )
             if dest.policy is not None:
                 raise RestoreError(
-                    f"{where(source, r.line, r.text)}: cannot jump to built-in chain {tg.chain}"
+                    f"{where(source, r.line, r.text)}: cannot jump to built-in chain {dname}"
                 )
+        if outs:
+            succ[cname] = outs
     # loop detection: DFS over the chain graph, from the built-in chains first; a loop
     # is reported at the latest rule on the path that closes it (where the kernel finds
     # it: the rule that made it reachable or closed it)
