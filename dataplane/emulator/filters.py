@@ -24,7 +24,6 @@ from dataplane.emulator.trace import Hop, HopKind
 from dataplane.netfilter import evaluate as nf_eval
 from dataplane.netfilter import rules as R
 from dataplane.netfilter.choice import Chooser
-from dataplane.netfilter.compiled import REJECT, STOLEN
 from dataplane.netfilter.conntrack import (
     CONFIRMED,
     REPLY,
@@ -43,6 +42,7 @@ from dataplane.netfilter.nft import NftEngine, NftRuleset, parse_nft
 from dataplane.netfilter.parse import apply_restore, parse_save
 from dataplane.netfilter.rules import Ruleset
 from dataplane.netfilter.trace import TraceRecord
+from dataplane.netfilter.verdict import REJECT, STOLEN
 from netmodel.ip import IPAddress
 from netmodel.packet import Packet
 from netmodel.rulesets import IptablesRules, IpvsRules, NftRules, RulesetInput

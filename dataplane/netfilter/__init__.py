@@ -15,11 +15,13 @@ Public entry points (stable for the emulator, the CLI and the Linux backend):
 * :class:`CompiledRuleset` — compile once, share between hosts with the same rules.
 * :class:`TraceRecord` — the trace format.
 
-Modules: ``rules`` (model), ``ruleparse`` (one rule), ``parse`` (save/restore text),
-``compile`` (match tests, index), ``codegen`` (chain functions), ``compiled`` (compiled
-ruleset, raw traces), ``evaluate`` (hooks, NAT, paths), ``conntrack``, ``recent``,
-``ipset``, ``choice`` (random decisions, enumeration), ``nftrules``/``nft``, ``ipvs``,
-``ipvsadm``, ``flowtrace``, ``trace``.
+Modules: ``verdict`` (verdict codes, a leaf), ``rules`` (model), ``ruleparse`` (one
+rule), ``parse`` (save/restore text), ``compile`` (match tests, index), ``codegen``
+(chain functions), ``compiled`` (compiled ruleset, raw traces), ``evaluate`` (hooks,
+paths, the :class:`~.evaluate.Provider` protocol of nftables and IPVS), ``nat`` (NAT
+targets and the nat stage), ``conntrack``, ``recent``, ``limit``, ``ipset``/``ipsetlist``,
+``choice`` (random decisions, enumeration), ``nftrules``/``nft``, ``ipvs``,
+``ipvsadm``/``ipvslist``, ``flowtrace``, ``trace``.
 """
 
 from .choice import Branch, Explorer, RandomChooser, explore

@@ -4,7 +4,7 @@ For a chain with rules ``r1 .. rn`` the generated function ``(w, rec) -> verdict
 each rule in order with its matches inlined (short-circuit ``and``, kernel order) and
 runs the target: a jump calls the target chain's function and continues unless it
 returned a verdict, a goto returns whatever the target chain returns, a verdict returns
-its code, MARK/CONNMARK/LOG continue, NAT targets call the host. ``w.visited`` grows by
+its code, MARK/CONNMARK/LOG continue, NAT targets call :mod:`.nat`. ``w.visited`` grows by
 the number of rules examined. With ``rec`` not None each matched rule appends a raw
 trace entry (see :func:`.evaluate.materialize`).
 
@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import rules as R
 from .compile import Ns, match_expr
+from .nat import dnat, dnat_ints, range_ints, snat
 
 if TYPE_CHECKING:
     from .compiled import CChain
@@ -46,6 +47,8 @@ def _body(chain: CChain, ns: Ns, sets: Mapping[str, IpSet]) -> list[str]:
         K_REJECT,
         K_RETURN,
         K_SNAT,
+        apply_connmark,
+        apply_ct,
     )
 
     builtin = chain.policy is not None
@@ -118,12 +121,12 @@ def _body(chain: CChain, ns: Ns, sets: Mapping[str, IpSet]) -> list[str]:
             ]
         elif k == K_DNAT:
             assert isinstance(t, R.Dnat)
-            ints = _dnat_ints(t)
+            ints = range_ints(t)
             if t.random or t.persistent or ints[0] != ints[1]:
                 # an address range or a flag: the general path (hash, --random ports)
-                call = f"w.host._dnat(w, {ns.bind(t)})"
+                call = f"{ns.bind(dnat)}(w, {ns.bind(t)})"
             else:
-                call = f"w.host._dnat_ints(w, {', '.join(ns.bind(x) for x in ints)})"
+                call = f"{ns.bind(dnat_ints)}(w, {', '.join(ns.bind(x) for x in ints)})"
             out += [
                 f"{ind}v, nat = {call}",
                 f"{ind}if rec is not None: rec.append(({r}, w.mark, nat))",
@@ -132,18 +135,16 @@ def _body(chain: CChain, ns: Ns, sets: Mapping[str, IpSet]) -> list[str]:
             ]
         elif k in (K_SNAT, K_MASQ):
             out += [
-                f"{ind}v, nat = w.host._snat(w, {ns.bind(t)})",
+                f"{ind}v, nat = {ns.bind(snat)}(w, {ns.bind(t)})",
                 f"{ind}if rec is not None: rec.append(({r}, w.mark, nat))",
                 f"{ind}w.visited += n",
                 f"{ind}return v",
             ]
         elif k == K_CONNMARK:
-            out += [f"{ind}w.host._connmark(w, {ns.bind(t)})", rec_plain]
+            out += [f"{ind}{ns.bind(apply_connmark)}(w, {ns.bind(t)})", rec_plain]
         elif k == K_NOTRACK:
             assert isinstance(t, R.Notrack)
-            if t.notrack:
-                out.append(f"{ind}w.untracked = True")
-            out.append(rec_plain)
+            out += [f"{ind}{ns.bind(apply_ct)}(w, {ns.bind(t)})", rec_plain]
         else:  # no target, LOG, NFLOG, TRACE
             out.append(rec_plain)
     out += ["    w.visited += n", f"    {end_rec}", f"    return {end}"]
@@ -157,16 +158,6 @@ def _callee(dest: CChain | None) -> Callable[[Any, Any], int]:
     if dest.fn == dest._first_call:
         dest.build()
     return dest.fn
-
-
-def _dnat_ints(t: R.Dnat) -> tuple[int | None, int, int | None, int]:
-    from .conntrack import addr_int
-
-    rng = t.ranges[0]
-    lo = hi = None
-    if rng.addr_lo is not None:
-        lo, hi = addr_int(rng.addr_lo), addr_int(rng.addr_hi or rng.addr_lo)
-    return (lo, hi if hi is not None else 0, rng.port_lo, rng.port_hi or rng.port_lo or 0)
 
 
 def chain_function(chain: CChain, sets: Mapping[str, IpSet]) -> Callable[[Any, Any], int]:

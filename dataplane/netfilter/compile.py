@@ -73,6 +73,7 @@ class Work:
         "ctbits",
         "ctdir",
         "ctname",
+        "ctzone",
         "dport",
         "dst",
         "flags",
@@ -134,6 +135,8 @@ class Work:
         self.ctdir = 0
         self.ctbits = ST_INVALID
         self.ctname = ""
+        # the CT target's conntrack template (zone), for the conntrack stage
+        self.ctzone: R.Notrack | None = None
         self.untracked = False
         self.inner: Any = None
         self.hook = ""

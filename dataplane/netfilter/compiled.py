@@ -19,11 +19,6 @@ from collections.abc import Callable, Mapping
 from . import rules as R
 from .codegen import chain_function
 from .compile import (
-    ST_ESTABLISHED,
-    ST_INVALID,
-    ST_NEW,
-    ST_RELATED,
-    ST_UNTRACKED,
     ChainIndex,
     Work,
     compile_test,
@@ -32,17 +27,28 @@ from .compile import (
 )
 from .conntrack import REPLY, int_addr
 from .ipset import IpSet
+from .nat import dnat, snat
 from .trace import TraceRecord
+from .verdict import ACCEPT, CONTINUE, DROP, REJECT, STOLEN
 
-__all__ = ["CChain", "CRule", "CompiledRuleset", "NatNote", "RawTrace", "materialize", "walk_indexed"]
+# REJECT and STOLEN: verdict codes (:mod:`.verdict`), re-exported for callers that
+# still import them from here
+__all__ = [
+    "REJECT",
+    "STOLEN",
+    "CChain",
+    "CRule",
+    "CompiledRuleset",
+    "NatNote",
+    "RawTrace",
+    "apply_connmark",
+    "apply_ct",
+    "ct_effect",
+    "hostport",
+    "materialize",
+    "walk_indexed",
+]
 
-CONTINUE = 0
-ACCEPT = 1
-DROP = 2
-REJECT = 3
-STOLEN = 4  # IPVS took the packet in INPUT and sends it on through OUTPUT/POSTROUTING
-VERDICT_NAMES = {ACCEPT: "ACCEPT", DROP: "DROP", REJECT: "REJECT", CONTINUE: "ACCEPT",
-                 STOLEN: "STOLEN"}
 
 # rule kinds
 K_NONE, K_ACCEPT, K_DROP, K_RETURN, K_REJECT, K_JUMP, K_GOTO = range(7)
@@ -50,14 +56,10 @@ K_MARK, K_DNAT, K_SNAT, K_MASQ, K_CONNMARK, K_LOG, K_NOTRACK, K_TRACE = range(7,
 
 INDEX_MIN_RULES = 12
 
-_STATE_BITS = {"NEW": ST_NEW, "ESTABLISHED": ST_ESTABLISHED, "RELATED": ST_RELATED,
-               "INVALID": ST_INVALID, "UNTRACKED": ST_UNTRACKED}
-
-
 _IPSTR: dict[int, str] = {}
 
 
-def _hostport(addr: int, port: int) -> str:
+def hostport(addr: int, port: int) -> str:
     text = _IPSTR.get(addr)
     if text is None:
         a = int_addr(addr)
@@ -66,6 +68,47 @@ def _hostport(addr: int, port: int) -> str:
             _IPSTR.clear()
         _IPSTR[addr] = text
     return f"{text}:{port}"
+
+
+def apply_connmark(w: Work, t: R.Connmark) -> None:
+    """The CONNMARK target: set the connection's mark, save the packet's mark into it,
+    or restore the packet's mark from it (nothing without a connection)."""
+    ct = w.ct
+    if ct is None:
+        return
+    if t.mode == "set":
+        ct.mark = (ct.mark & ~t.mask & 0xFFFFFFFF) ^ t.value
+    elif t.mode == "save":
+        ct.mark = (ct.mark & ~t.ctmask & 0xFFFFFFFF) ^ (w.mark & t.nfmask)
+    else:
+        w.mark = (w.mark & ~t.nfmask & 0xFFFFFFFF) ^ (ct.mark & t.ctmask)
+
+
+def ct_effect(t: R.Notrack) -> str:
+    """How a trace names a NOTRACK/CT rule's effect."""
+    if t.notrack:
+        return "NOTRACK"
+    if t.by_mark:
+        zone = "mark"
+    else:
+        zone = str(t.zone)
+    if t.zone_dirs == R.ZONE_ORIG:
+        return f"CT zone-orig {zone}"
+    if t.zone_dirs == R.ZONE_REPLY:
+        return f"CT zone-reply {zone}"
+    return f"CT zone {zone}"
+
+
+def apply_ct(w: Work, t: R.Notrack) -> None:
+    """The NOTRACK and CT targets (xt_CT): a conntrack template for a packet that has
+    none yet (the first such rule wins, a looped-back packet keeps its connection):
+    untracked, or the zone that conntrack looks the packet up in (:attr:`Work.ctzone`)."""
+    if w.ctzone is not None:
+        return
+    if t.notrack:
+        w.untracked = True
+    elif not w.untracked and w.ct is None:
+        w.ctzone = t
 
 
 # A NAT note is ((addr, port) before, (addr, port) after), or a reason text.
@@ -86,7 +129,7 @@ def _nat_text(note: NatNote) -> str | None:
     if note is None or isinstance(note, str):
         return note
     (ba, bp), (aa, ap) = note
-    return f"{_hostport(ba, bp)} -> {_hostport(aa, ap)}"
+    return f"{hostport(ba, bp)} -> {hostport(aa, ap)}"
 
 
 def materialize(raw: RawTrace | None) -> tuple[TraceRecord, ...]:
@@ -178,7 +221,7 @@ class CRule:
             self.kind = K_LOG
             self.effect = "CHECKSUM fill" if t.kind == "CHECKSUM" else f"{t.kind} {t.prefix!r}"
         elif isinstance(t, R.Notrack):
-            self.kind, self.effect = K_NOTRACK, "NOTRACK" if t.notrack else f"CT zone {t.zone}"
+            self.kind, self.effect = K_NOTRACK, ct_effect(t)
         else:
             self.kind, self.effect = K_TRACE, "TRACE"
 
@@ -312,15 +355,14 @@ def walk_indexed(chain: CChain, w: Work, rec: RawTrace | None) -> int:
             v = REJECT
             w.reject_with = r.target.reject_with  # type: ignore[union-attr]
         elif k == K_DNAT:
-            v, nat = w.host._dnat(w, r.target)
+            v, nat = dnat(w, r.target)  # type: ignore[arg-type]
         elif k in (K_SNAT, K_MASQ):
-            v, nat = w.host._snat(w, r.target)
+            v, nat = snat(w, r.target)  # type: ignore[arg-type]
         elif k == K_CONNMARK:
-            w.host._connmark(w, r.target)
+            apply_connmark(w, r.target)  # type: ignore[arg-type]
             v = CONTINUE
         elif k == K_NOTRACK:
-            if r.target.notrack:  # type: ignore[union-attr]
-                w.untracked = True
+            apply_ct(w, r.target)  # type: ignore[arg-type]
             v = CONTINUE
         else:  # K_NONE, K_LOG, K_TRACE
             v = CONTINUE

@@ -19,6 +19,14 @@ Contract:
   on an injectable clock. Expired entries disappear lazily.
 * An entry enters the table only when *confirmed* (end of POSTROUTING or INPUT); until
   then it belongs to the packet that created it.
+* Conntrack zones (the raw table's ``CT --zone``) are part of a tuple's identity, per
+  direction, as in the kernel: a connection made in zone ``(zo, zr)`` (original and
+  reply direction; ``--zone N`` is ``(N, N)``, ``--zone-orig N`` is ``(N, 0)``) is found
+  by a packet of zone ``(qo, qr)`` through its original tuple only when ``zo == qo``,
+  through its reply tuple only when ``zr == qr``. NAT's search for a free tuple and the
+  clash check at confirmation look in the connection's own zone. Zone 0 is every
+  packet's zone without a CT template. (One simplification: with asymmetric zones a
+  tuple already present in the same zone id, whatever its direction, counts as a clash.)
 """
 
 from __future__ import annotations
@@ -107,6 +115,9 @@ class CtTuple(NamedTuple):
 
 _new_tuple = tuple.__new__
 
+#: A key of the table: a direction's tuple in zone 0, else (zone id, tuple).
+CtKey = CtTuple | tuple[int, CtTuple]
+
 
 def make_tuple(proto: str, src: int, dst: int, sport: int, dport: int) -> CtTuple:
     """A :class:`CtTuple` (fast path: skips the named tuple's Python-level ``__new__``)."""
@@ -171,7 +182,8 @@ class Connection:
         "reply",
         "status",
         "tcp_state",
-        "zone",
+        "zone_orig",
+        "zone_reply",
     )
 
     def __init__(self, orig: CtTuple, *, icmp_type: int = 0, conn_id: int = 0) -> None:
@@ -181,7 +193,9 @@ class Connection:
         self.tcp_state: str | None = None
         self.expires = 0.0
         self.mark = 0
-        self.zone = 0
+        # conntrack zone per direction (CT --zone/--zone-orig/--zone-reply; 0: default)
+        self.zone_orig = 0
+        self.zone_reply = 0
         self.id = conn_id
         self.icmp_type = icmp_type
         self.closer = -1
@@ -290,20 +304,51 @@ class ConntrackTable:
 
     def __init__(self, clock: Clock | None = None) -> None:
         self.clock: Clock = clock or SimClock()
-        self._by_tuple: dict[CtTuple, tuple[Connection, int]] = {}
+        # a direction's tuple, or (zone id, tuple) outside zone 0 -> (connection, dir)
+        self._by_tuple: dict[CtKey, tuple[Connection, int]] = {}
         self._next_id = 1
 
     # ---- lookup and lifetime
 
-    def lookup(self, t: CtTuple) -> tuple[Connection, int] | None:
-        """The live connection a tuple belongs to and the direction it is, or None."""
-        hit = self._by_tuple.get(t)
+    def lookup(
+        self, t: CtTuple, zone: tuple[int, int] | None = None
+    ) -> tuple[Connection, int] | None:
+        """The live connection a tuple belongs to and the direction it is, or None.
+        ``zone`` is the looking packet's zone (original, reply direction); None or
+        ``(0, 0)``: the default zone."""
+        hit = self._by_tuple.get(t) if not zone or zone == (0, 0) else self._zoned(t, zone)
         if hit is None:
             return None
         if hit[0].expires <= self.clock.now():
             self._remove(hit[0])
             return None
         return hit
+
+    def _zoned(self, t: CtTuple, zone: tuple[int, int]) -> tuple[Connection, int] | None:
+        """The entry a packet of ``zone`` finds for tuple ``t`` (expired or not), as
+        ``resolve_normal_ct`` looks it up: in the zone id of the original direction,
+        then in that of the reply direction; a hit counts only when the connection's
+        zone id for the hit's direction equals the packet's."""
+        zo, zr = zone
+        by = self._by_tuple
+        hit = by.get((zo, t) if zo else t)
+        if hit is not None and (hit[1] == ORIGINAL or zo == zr):
+            return hit
+        if zr != zo:
+            hit = by.get((zr, t) if zr else t)
+            if hit is not None and hit[1] == REPLY:
+                return hit
+        return None
+
+    def _live(self, key: CtKey) -> bool:
+        """Whether a live entry holds ``key`` (an expired one is removed)."""
+        hit = self._by_tuple.get(key)
+        if hit is None:
+            return False
+        if hit[0].expires <= self.clock.now():
+            self._remove(hit[0])
+            return False
+        return True
 
     def new(self, orig: CtTuple, icmp_type: int = 0) -> Connection:
         """An unconfirmed connection for a first packet (not yet in the table)."""
@@ -318,23 +363,26 @@ class ConntrackTable:
         if conn.status & CONFIRMED:
             return True
         by = self._by_tuple
-        if (conn.orig in by and self.lookup(conn.orig) is not None) or (
-            conn.reply in by and self.lookup(conn.reply) is not None
-        ):
+        zo, zr = conn.zone_orig, conn.zone_reply
+        ko: CtKey = (zo, conn.orig) if zo else conn.orig
+        kr: CtKey = (zr, conn.reply) if zr else conn.reply
+        if (ko in by and self._live(ko)) or (kr in by and self._live(kr)):
             return False
         conn.status |= CONFIRMED
-        self._by_tuple[conn.orig] = (conn, ORIGINAL)
-        self._by_tuple[conn.reply] = (conn, REPLY)
+        by[ko] = (conn, ORIGINAL)
+        by[kr] = (conn, REPLY)
         return True
 
-    def taken(self, t: CtTuple) -> bool:
-        """Whether a live connection already uses this tuple (either direction)."""
-        return self.lookup(t) is not None
+    def taken(self, t: CtTuple, zone_id: int = 0) -> bool:
+        """Whether a live connection already uses this tuple (either direction) in
+        conntrack zone ``zone_id``."""
+        return self._live((zone_id, t) if zone_id else t)
 
     def _remove(self, conn: Connection) -> None:
-        for t in (conn.orig, conn.reply):
-            if self._by_tuple.get(t, (None,))[0] is conn:
-                del self._by_tuple[t]
+        zo, zr = conn.zone_orig, conn.zone_reply
+        for key in ((zo, conn.orig) if zo else conn.orig, (zr, conn.reply) if zr else conn.reply):
+            if self._by_tuple.get(key, (None,))[0] is conn:
+                del self._by_tuple[key]
         # a removed entry is dead for good: :meth:`refresh` must not revive it
         conn.status |= DYING
 
@@ -414,22 +462,25 @@ class ConntrackTable:
         inner: CtTuple | None,
         *,
         commit: bool = True,
+        zone: tuple[int, int] | None = None,
     ) -> PacketState:
         """Find or create the connection of a packet (conntrack's PREROUTING/OUTPUT step)
         and apply the protocol state machine. A new connection is returned unconfirmed.
 
         ``inner`` is the tuple of the packet quoted inside an ICMP error. With ``commit``
-        False an existing connection is not changed: the state machine runs on a copy."""
+        False an existing connection is not changed: the state machine runs on a copy.
+        ``zone`` is the packet's conntrack zone (original, reply direction) from a CT
+        template; None is the default zone."""
         proto = t.proto
         if proto in ("icmp", "ipv6-icmp") and icmp_type is not None and icmp_type in ICMP_ERRORS:
             if inner is None:
                 return _ps(None, ORIGINAL, "INVALID")
-            hit = self.lookup(inner.inverted())
+            hit = self.lookup(inner.inverted(), zone)
             if hit is None:
                 return _ps(None, ORIGINAL, "INVALID")
             return _ps(hit[0], hit[1], "RELATED")
         now = self.clock.now()
-        hit = self._by_tuple.get(t)
+        hit = self._by_tuple.get(t) if zone is None else self._zoned(t, zone)
         if hit is not None and hit[0].expires <= now:
             self._remove(hit[0])
             hit = None
@@ -438,6 +489,8 @@ class ConntrackTable:
                 return _ps(None, ORIGINAL, "INVALID")
             conn = Connection(t, icmp_type=icmp_type or 0, conn_id=self._next_id)
             self._next_id += 1
+            if zone is not None:
+                conn.zone_orig, conn.zone_reply = zone
             if proto == "tcp":
                 if flags == _SYN:
                     conn.tcp_state = "SYN_SENT"
@@ -596,7 +649,8 @@ class ConntrackTable:
         cand = conn.reply._replace(dst=src, dport=port)
         if proto in ("icmp", "ipv6-icmp"):
             cand = cand._replace(sport=port, dport=port)
-        if keep_ok and not self.taken(cand):
+        zr = conn.zone_reply
+        if keep_ok and not self.taken(cand, zr):
             chosen = port
         else:
             size = hi - lo + 1
@@ -612,7 +666,7 @@ class ConntrackTable:
                     if proto not in ("icmp", "ipv6-icmp")
                     else cand._replace(sport=p, dport=p)
                 )
-                if not self.taken(c2):
+                if not self.taken(c2, zr):
                     chosen, cand = p, c2
                     break
             if chosen < 0:
@@ -649,15 +703,23 @@ def format_entry(conn: Connection, now: float) -> str:
     parts = [f"{proto:<8} {PROTO_NUMBERS.get(proto, 0)} {remaining}"]
     if conn.tcp_state is not None:
         parts.append(conn.tcp_state)
+    # the zone: one id for both directions prints as zone=, a zone for one direction
+    # only beside that direction's tuple (ctnetlink sends CTA_ZONE or CTA_TUPLE_ZONE)
+    zo, zr = conn.zone_orig, conn.zone_reply
+    both = zo == zr
     parts.append(_tuple_text(conn.orig, conn.icmp_type))
+    if zo and not both:
+        parts.append(f"zone-orig={zo}")
     if not conn.status & SEEN_REPLY:
         parts.append("[UNREPLIED]")
     parts.append(_tuple_text(conn.reply, ICMP_QUERY_REPLY.get(conn.icmp_type, 0)))
+    if zr and not both:
+        parts.append(f"zone-reply={zr}")
     if conn.status & ASSURED:
         parts.append("[ASSURED]")
     parts.append(f"mark={conn.mark}")
-    if conn.zone:
-        parts.append(f"zone={conn.zone}")
+    if zo and both:
+        parts.append(f"zone={zo}")
     parts.append("use=1")
     return " ".join(parts)
 

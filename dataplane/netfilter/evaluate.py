@@ -29,7 +29,7 @@ policy. ACCEPT ends the table for this hook (later tables still run), DROP and R
 end the packet, DNAT/SNAT/MASQUERADE accept. MARK, CONNMARK, LOG, NFLOG, TRACE and
 NOTRACK continue with the next rule.
 
-**NAT and conntrack.** The nat chains are consulted only while a connection has no NAT
+**NAT and conntrack** (:mod:`.nat`). The nat chains are consulted only while a connection has no NAT
 decision for that manipulation (the first packet); later packets, and replies, are
 rewritten from the binding stored in the connection (:mod:`.conntrack`). An ICMP error
 RELATED to a connection never runs the nat chains: the hooks translate its outer header
@@ -44,47 +44,22 @@ checks it); ``visited`` counts the rules examined.
 
 from __future__ import annotations
 
-import random as _random
-import zlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from ipaddress import IPv4Address
 from random import Random
-from typing import NamedTuple, cast
+from typing import Any, NamedTuple, Protocol, cast
 
 from netmodel.ip import IPAddress
 from netmodel.packet import Packet
 
 from . import rules as R
 from .choice import Branch, Chooser, Explorer, RandomChooser, explore
-from .compile import (
-    ST_INVALID,
-    ST_NEW,
-    ST_RELATED,
-    ST_UNTRACKED,
-    Work,
-)
-from .compiled import (
-    _STATE_BITS,
-    ACCEPT,
-    CONTINUE,
-    DROP,
-    REJECT,
-    STOLEN,
-    VERDICT_NAMES,
-    CompiledRuleset,
-    NatNote,
-    RawTrace,
-    materialize,
-)
+from .compile import ST_INVALID, ST_UNTRACKED, STATE_BITS, Work
+from .compiled import CompiledRuleset, RawTrace, materialize
 from .conntrack import (
     CONFIRMED,
-    DST_NAT,
-    DST_NAT_DONE,
     REPLY,
-    SRC_NAT,
-    SRC_NAT_DONE,
     Clock,
-    Connection,
     ConntrackTable,
     CtTuple,
     SimClock,
@@ -92,14 +67,17 @@ from .conntrack import (
     int_addr,
 )
 from .ipset import IpSet
+from .nat import Stage, nat_stage
 from .recent import RecentTable
 from .trace import TraceRecord
+from .verdict import ACCEPT, CONTINUE, DROP, STOLEN, VERDICT_NAMES
 
 __all__ = [
     "HOOKS",
     "CompiledRuleset",
     "HookResult",
     "Netfilter",
+    "Provider",
     "Skb",
     "Traversal",
 ]
@@ -111,9 +89,6 @@ _PATH_IN = ("PREROUTING", "INPUT")
 _PATH_FWD = ("PREROUTING", "FORWARD", "POSTROUTING")
 _PATH_IPVS = ("PREROUTING", "INPUT", "OUTPUT", "POSTROUTING")
 _PATH_OUT = ("OUTPUT", "POSTROUTING", "PREROUTING", "INPUT")
-
-# verdict codes inside the engine
-
 
 # --------------------------------------------------------------------------- values out
 
@@ -241,8 +216,26 @@ class Traversal:
 # --------------------------------------------------------------------------- the host
 
 
-Stage = Callable[[Work, "RawTrace | None"], int]
-NatChain = Callable[[Work, "RawTrace | None"], int]
+class Provider(Protocol):
+    """What the engine asks of a collaborator that hooks into netfilter next to the
+    iptables tables: the nftables engine (:class:`~.nft.NftEngine`) and IPVS
+    (:class:`~.ipvs.IpvsEngine`)."""
+
+    def stages(self, nf: Netfilter) -> list[tuple[str, int, str, Stage]]:
+        """Its stages as ``(hook, priority, name, stage)``."""
+        ...
+
+    def nat_chains(self, nf: Netfilter, hook: str) -> list[Stage]:
+        """Its chains for the nat stage of ``hook``, in priority order."""
+        ...
+
+    def snapshot(self) -> object:
+        """A copy of its mutable memory, for :meth:`restore`."""
+        ...
+
+    def restore(self, state: Any) -> None:
+        """Go back to a :meth:`snapshot`'s state (copied: it can be restored twice)."""
+        ...
 
 
 def _hook_runner(hook: str, stages: list[Stage]) -> Callable[[Work, RawTrace | None], int]:
@@ -263,31 +256,6 @@ def _hook_runner(hook: str, stages: list[Stage]) -> Callable[[Work, RawTrace | N
     return fn
 
 
-_NAT_INTS: dict[int, tuple[object, int | None, int, int | None, int]] = {}
-
-
-def _nat_ints(t: R.Dnat) -> tuple[object, int | None, int, int | None, int]:
-    """A DNAT target's first range as integers (cached by identity)."""
-    rng = t.ranges[0]
-    lo = hi = None
-    if rng.addr_lo is not None:
-        lo, hi = addr_int(rng.addr_lo), addr_int(rng.addr_hi or rng.addr_lo)
-    plo = rng.port_lo
-    phi = rng.port_hi or rng.port_lo or 0
-    ent = (t, lo, hi if hi is not None else 0, plo, phi)
-    if len(_NAT_INTS) > 200_000:
-        _NAT_INTS.clear()
-    _NAT_INTS[id(t)] = ent
-    return ent
-
-
-def nat_hash(src: int, dst: int, persistent: bool) -> int:
-    """nf_nat's choice of an address in a range hashes the connection's source and,
-    unless the range is ``--persistent``, its destination (a deterministic hash here;
-    the kernel's is seeded at boot)."""
-    return zlib.crc32(f"{src}/{0 if persistent else dst}".encode())
-
-
 class Netfilter:
     """One host's netfilter: iptables rules, optional nftables/IPVS, conntrack, the
     ``-m recent`` lists and counters.
@@ -305,8 +273,8 @@ class Netfilter:
         local_addrs: Iterable[IPAddress] = (),
         iface_addrs: Mapping[str, Sequence[IPAddress]] | None = None,
         ipsets: Mapping[str, IpSet] | None = None,
-        nft: object | None = None,
-        ipvs: object | None = None,
+        nft: Provider | None = None,
+        ipvs: Provider | None = None,
         conntrack: ConntrackTable | None = None,
         clock: Clock | None = None,
         rng: Random | None = None,
@@ -328,7 +296,7 @@ class Netfilter:
         self.iface_addrs: dict[str, frozenset[int]] = {
             k: frozenset(addr_int(a) for a in v) for k, v in (iface_addrs or {}).items()
         }
-        self._iface_first: dict[str, list[IPAddress]] = {
+        self.iface_addr_list: dict[str, list[IPAddress]] = {
             k: list(v) for k, v in (iface_addrs or {}).items()
         }
         if compiled is None and iptables is not None:
@@ -358,7 +326,7 @@ class Netfilter:
             if hook != "FORWARD":
                 manip = "DST" if hook in ("PREROUTING", "OUTPUT") else "SRC"
                 plan[hook].append(
-                    (-100 if manip == "DST" else 100, "nat", self._nat_stage(hook, manip))
+                    (-100 if manip == "DST" else 100, "nat", nat_stage(self, hook, manip))
                 )
             if hook in ("INPUT", "POSTROUTING"):
                 plan[hook].append((2**31 - 1, "confirm", self._confirm))
@@ -373,105 +341,30 @@ class Netfilter:
         out: list[tuple[str, int, str, Stage]] = []
         for provider in (self.nft, self.ipvs):
             if provider is not None:
-                out.extend(provider.stages(self))  # type: ignore[attr-defined]
+                out.extend(provider.stages(self))
         return out
 
-    def _nat_chains(self, hook: str) -> list[NatChain]:
-        chains: list[NatChain] = []
+    def nat_chains(self, hook: str) -> list[Stage]:
+        """The nat chains of ``hook`` in the order the nat stage consults them: the
+        iptables nat table's built-in chain, then the nftables ``type nat`` chains."""
+        chains: list[Stage] = []
         cr = self.compiled
         if cr is not None:
             chain = cr.builtin("nat", hook)
             if chain is not None:
                 chains.append(chain.fn)
         if self.nft is not None:
-            chains.extend(self.nft.nat_chains(self, hook))  # type: ignore[attr-defined]
+            chains.extend(self.nft.nat_chains(self, hook))
         return chains
 
-    # ---- table walking
+    # ---- what NAT asks the host
 
-    # ---- targets with state
-
-    def _dnat(self, w: Work, t: R.Dnat) -> tuple[int, NatNote]:
-        """DNAT as nf_nat does it: the address from the range by a hash of the source
-        and (unless ``--persistent``: the same mapping for a source whatever the
-        destination) the destination; the port kept when in the range, else the first
-        of it, or (``--random``) a random one of it."""
-        ct = w.ct
-        if ct is None or ct.status & DST_NAT_DONE:
-            return ACCEPT, None
-        ent = _NAT_INTS.get(id(t))
-        if ent is None or ent[0] is not t:
-            ent = _nat_ints(t)
-        _, lo, hi, plo, phi = ent
-        before = (w.dst, w.dport)
-        dst = w.dst
-        if lo is not None:
-            dst = lo if lo == hi else lo + nat_hash(w.src, w.dst, t.persistent) % (hi - lo + 1)
-        dport = w.dport if w.proto != "icmp" else w.icmp_id
-        if plo is not None and w.proto in ("tcp", "udp", "sctp"):
-            if t.random:
-                rnd = self.chooser.rng if isinstance(self.chooser, RandomChooser) else None
-                dport = plo + (rnd or _random).randrange(phi - plo + 1)
-            elif not plo <= dport <= phi:
-                dport = plo
-        self.conntrack.bind_dnat(ct, dst, dport)
-        return ACCEPT, (before, (dst, dport))
-
-    def _dnat_ints(
-        self, w: Work, lo: int | None, hi: int, plo: int | None, phi: int
-    ) -> tuple[int, NatNote]:
-        """DNAT with the target's first range given as integers (generated code)."""
-        ct = w.ct
-        if ct is None or ct.status & DST_NAT_DONE:
-            return ACCEPT, None
-        dst = w.dst
-        before = (dst, w.dport)
-        if lo is not None:
-            dst = lo if lo == hi else lo + nat_hash(w.src, w.dst, False) % (hi - lo + 1)
-        dport = w.dport if w.proto != "icmp" else w.icmp_id
-        if plo is not None and w.proto in ("tcp", "udp", "sctp") and not plo <= dport <= phi:
-            dport = plo
-        self.conntrack.bind_dnat(ct, dst, dport)
-        return ACCEPT, (before, (dst, dport))
-
-    def _snat(self, w: Work, t: R.Snat | R.Masquerade) -> tuple[int, NatNote]:
-        ct = w.ct
-        if ct is None or ct.status & SRC_NAT_DONE:
-            return ACCEPT, None
-        ports: tuple[int, int] | None = None
-        if isinstance(t, R.Masquerade):
-            src_addr = self._masq_source(w)
-            if src_addr is None:
-                return DROP, "no address to masquerade to"
-            src = addr_int(src_addr)
-            ports = t.ports
-            random_fully = t.random_fully
-        else:
-            rng = t.ranges[0]
-            if rng.addr_lo is None:
-                src = w.src
-            else:
-                lo, hi = addr_int(rng.addr_lo), addr_int(rng.addr_hi or rng.addr_lo)
-                if lo != hi:  # by source and (unless --persistent) destination
-                    src = lo + nat_hash(w.src, w.dst, t.persistent) % (hi - lo + 1)
-                else:
-                    src = lo
-            if rng.port_lo is not None:
-                ports = (rng.port_lo, rng.port_hi or rng.port_lo)
-            random_fully = t.random_fully
-        before = (w.src, w.sport if w.proto != "icmp" else w.icmp_id)
-        rnd = self.chooser.rng if isinstance(self.chooser, RandomChooser) else None
-        port = self.conntrack.bind_snat(
-            ct, src, ports, random_fully=random_fully, random=t.random, rng=rnd
-        )
-        if port is None:
-            return DROP, "no free source port"
-        w.masq_seen = True
-        return ACCEPT, (before, (src, port))
-
-    def _masq_source(self, w: Work) -> IPAddress | None:
+    def masq_source(self, w: Work) -> IPAddress | None:
+        """MASQUERADE's source address for the packet in ``w``: the first address of its
+        family on the output interface, else the first non-loopback local address
+        (None: nothing to masquerade to). A host that routes overrides it."""
         want6 = bool(w.src & (1 << 128))
-        for a in self._iface_first.get(w.oif, ()):
+        for a in self.iface_addr_list.get(w.oif, ()):
             if (a.version == 6) == want6:
                 return a
         for v in sorted(self.local_addrs):
@@ -479,17 +372,6 @@ class Netfilter:
             if (a.version == 6) == want6 and not a.is_loopback:
                 return a
         return None
-
-    def _connmark(self, w: Work, t: R.Connmark) -> None:
-        ct = w.ct
-        if ct is None:
-            return
-        if t.mode == "set":
-            ct.mark = (ct.mark & ~t.mask & 0xFFFFFFFF) ^ t.value
-        elif t.mode == "save":
-            ct.mark = (ct.mark & ~t.ctmask & 0xFFFFFFFF) ^ (w.mark & t.nfmask)
-        else:
-            w.mark = (w.mark & ~t.nfmask & 0xFFFFFFFF) ^ (ct.mark & t.ctmask)
 
     # ---- conntrack and nat stages
 
@@ -517,133 +399,23 @@ class Netfilter:
                 p.sport if ip_ is None else ip_,
                 p.dport if ip_ is None else ip_,
             )
-        ps = self.conntrack.classify(t, w.flags, w.itype, inner, commit=w.commit)
+        tmpl = w.ctzone
+        if tmpl is not None and tmpl.zoned:
+            # CT --zone: the packet's connection is looked up (and made) in that zone,
+            # per direction (nf_ct_zone_tmpl; ``mark``: the mark as conntrack sees it)
+            zid = w.mark & 0xFFFF if tmpl.by_mark else tmpl.zone
+            dirs = tmpl.zone_dirs
+            zone = (zid if dirs & R.ZONE_ORIG else 0, zid if dirs & R.ZONE_REPLY else 0)
+            ps = self.conntrack.classify(t, w.flags, w.itype, inner, commit=w.commit, zone=zone)
+        else:
+            ps = self.conntrack.classify(t, w.flags, w.itype, inner, commit=w.commit)
         w.ct = ps.conn
         w.ctdir = ps.direction
         w.ctname = ps.state
-        w.ctbits = _STATE_BITS[ps.state]
+        w.ctbits = STATE_BITS[ps.state]
         if rec is not None:
             rec.append(("S", ps.state, True, ps.direction, w.mark))
         return CONTINUE
-
-    def _nat_stage(self, hook: str, manip: str) -> Stage:
-        done_bit = DST_NAT_DONE if manip == "DST" else SRC_NAT_DONE
-        # which NAT status bit makes this hook rewrite, per direction (original, reply)
-        need = (DST_NAT, SRC_NAT) if manip == "DST" else (SRC_NAT, DST_NAT)
-        chains: list[NatChain] | None = None
-
-        def stage(w: Work, rec: RawTrace | None) -> int:
-            nonlocal chains
-            ct = w.ct
-            if ct is None:
-                return CONTINUE
-            if w.ctbits & ST_RELATED:
-                # an ICMP error about a connection: translated per the connection's
-                # bindings, the nat chains never run for it and no decision is taken
-                # (nf_nat_ipv4_fn -> nf_nat_icmp_reply_translation). The only other
-                # RELATED packet here is REJECT's TCP reset, attached to the connection
-                # it answers: rewritten like a reply (addresses and ports)
-                if ct.status & need[w.ctdir]:
-                    if w.proto == "icmp" or w.proto == "ipv6-icmp":
-                        self._translate_error(w, ct, manip, rec)
-                    else:
-                        self._apply_binding(w, manip, rec, hook)
-                return CONTINUE
-            if chains is None:
-                chains = self._nat_chains(hook)
-            if not ct.status & done_bit:
-                if w.ctbits & ST_NEW:
-                    for ch in chains:
-                        v = ch(w, rec)
-                        if v in (DROP, REJECT):
-                            return v
-                        if ct.status & done_bit:
-                            break
-                ct.status |= done_bit
-            elif rec is not None and chains:
-                rec.append(("N", w.mark))
-            if ct.status & need[w.ctdir]:
-                self._apply_binding(w, manip, rec, hook)
-            return CONTINUE
-
-        return stage
-
-    def _apply_binding(self, w: Work, manip: str, rec: RawTrace | None, hook: str) -> None:
-        ct = w.ct
-        assert ct is not None
-        bit = SRC_NAT if manip == "SRC" else DST_NAT
-        reply_dir = w.ctdir == REPLY
-        if reply_dir:
-            bit = DST_NAT if bit == SRC_NAT else SRC_NAT
-        if not ct.status & bit:
-            return
-        # the rewrite makes the packet look like the inverse of the other direction
-        other = ct.orig if reply_dir else ct.reply
-        icmp = w.proto in ("icmp", "ipv6-icmp")
-        if manip == "DST":
-            before = (w.dst, w.icmp_id if icmp else w.dport)
-            w.dst = other[1]
-            if icmp:
-                w.icmp_id = other[3]
-            else:
-                w.dport = other[3]
-            after = (w.dst, w.icmp_id if icmp else w.dport)
-        else:
-            before = (w.src, w.icmp_id if icmp else w.sport)
-            w.src = other[2]
-            if icmp:
-                w.icmp_id = other[4]
-            else:
-                w.sport = other[4]
-            after = (w.src, w.icmp_id if icmp else w.sport)
-        if rec is not None and before != after:
-            rec.append(("R", manip, before, after, w.mark))
-
-    def _translate_error(self, w: Work, ct: Connection, manip: str, rec: RawTrace | None) -> None:
-        """NAT of an ICMP error RELATED to ``ct`` (``w.ctdir`` is the error's direction),
-        as ``nf_nat_icmp_reply_translation`` does it: with ``t`` the connection's tuple of
-        the other direction (the quoted packet's), the quoted packet gets the opposite
-        manipulation towards ``t`` (DST hook: its source becomes ``t``'s source, SRC
-        hook: its destination ``t``'s destination) and the outer header this hook's
-        manipulation towards the inverse of ``t`` (DST: destination := ``t``.src; SRC:
-        source := ``t``.dst — also when an intermediate router sent the error, whose
-        source then shows the connection's address). The caller checked the status bit."""
-        t = ct.orig if w.ctdir == REPLY else ct.reply
-        inner: Packet | None = w.inner
-        before = w.dst if manip == "DST" else w.src
-        if inner is not None:
-            query = inner.proto in ("icmp", "ipv6-icmp")
-            if manip == "DST":
-                w.inner = (
-                    inner.evolve(src=int_addr(t.src), icmp_id=t.sport)
-                    if query
-                    else inner.evolve(src=int_addr(t.src), sport=t.sport)
-                )
-            else:
-                w.inner = (
-                    inner.evolve(dst=int_addr(t.dst), icmp_id=t.dport)
-                    if query
-                    else inner.evolve(dst=int_addr(t.dst), dport=t.dport)
-                )
-        if manip == "DST":
-            w.dst = after = t.src
-        else:
-            w.src = after = t.dst
-        if rec is not None:
-            what = "destination" if manip == "DST" else "source"
-            rec.append(
-                TraceRecord(
-                    w.hook,
-                    "nat",
-                    "",
-                    0,
-                    "",
-                    f"ICMP error: rewrite {what} and the quoted packet",
-                    f"{int_addr(before)} -> {int_addr(after)}",
-                    w.ctname,
-                    w.mark,
-                )
-            )
 
     def _confirm(self, w: Work, rec: RawTrace | None) -> int:
         ct = w.ct
@@ -710,11 +482,12 @@ class Netfilter:
         w.phys_out = phys_out
         w.bridged = bool(phys_in or phys_out)
         w.smac = smac
+        w.ctzone = None
         if skb is not None and skb.state:
             w.ct = skb.conn  # type: ignore[assignment]
             w.ctdir = skb.direction
             w.ctname = skb.state
-            w.ctbits = _STATE_BITS[skb.state]
+            w.ctbits = STATE_BITS[skb.state]
             w.masq_seen = skb.masq
             w.untracked = skb.untracked
         else:
@@ -862,11 +635,12 @@ class Netfilter:
             w.inner = pkt.inner
             w.commit = True
             w.smac = ""
+            w.ctzone = None
             if prev is not None and prev.state:
                 w.ct = prev.conn  # type: ignore[assignment]
                 w.ctdir = prev.direction
                 w.ctname = prev.state
-                w.ctbits = _STATE_BITS[prev.state]
+                w.ctbits = STATE_BITS[prev.state]
                 w.masq_seen = prev.masq
                 w.untracked = prev.untracked
             else:
@@ -1062,8 +836,8 @@ class Netfilter:
         ``recent`` lists, counters, and the providers' memory as a pair — the nftables
         sets' dynamic elements (affinity) and the IPVS schedulers' positions and
         persistence templates (None for a provider this host does not have)."""
-        nft = self.nft.snapshot() if self.nft is not None else None  # type: ignore[attr-defined]
-        ipvs = self.ipvs.snapshot() if self.ipvs is not None else None  # type: ignore[attr-defined]
+        nft = self.nft.snapshot() if self.nft is not None else None
+        ipvs = self.ipvs.snapshot() if self.ipvs is not None else None
         return self.conntrack.copy(), self.recent.copy(), dict(self.counters), (nft, ipvs)
 
     def restore(self, state: tuple[ConntrackTable, RecentTable, dict[str, int], object]) -> None:
@@ -1073,9 +847,9 @@ class Netfilter:
         self.conntrack, self.recent, self.counters, providers = state
         nft, ipvs = cast(tuple[object, object], providers)
         if self.nft is not None and nft is not None:
-            self.nft.restore(nft)  # type: ignore[attr-defined]
+            self.nft.restore(nft)
         if self.ipvs is not None and ipvs is not None:
-            self.ipvs.restore(ipvs)  # type: ignore[attr-defined]
+            self.ipvs.restore(ipvs)
         self._spare = None  # a recycled Work would keep the old recent lists and counters
 
 

@@ -30,7 +30,7 @@ from netmodel.ip import IPAddress, join_host_port
 from netmodel.packet import Packet
 
 from .choice import Branch, RandomChooser
-from .evaluate import Netfilter, Traversal
+from .evaluate import Netfilter, Provider, Traversal
 from .parse import parse_save
 from .rules import Ruleset
 
@@ -142,8 +142,8 @@ class FlowTracer:
         node_ip: str | None = None,
         linear: bool = False,
         trace: bool = True,
-        nft: object | None = None,
-        ipvs: object | None = None,
+        nft: Provider | None = None,
+        ipvs: Provider | None = None,
     ) -> None:
         ruleset = parse_save(rules) if isinstance(rules, str) else rules
         addrs: list[IPAddress] = [ip_address(str(a)) for a in local_addrs]

@@ -40,13 +40,13 @@ from .choice import Explorer
 from .compile import ST_NEW, ST_RELATED, Work
 from .conntrack import DST_NAT, IPVS, ORIGINAL, REPLY, addr_int, int_addr
 from .trace import TraceRecord
+from .verdict import CONTINUE, STOLEN
 
 if TYPE_CHECKING:
     from .evaluate import Netfilter
 
 __all__ = ["IpvsEngine", "IpvsState", "RealServer", "VirtualServer", "sh_bucket"]
 
-CONTINUE, STOLEN = 0, 4
 SCHEDULERS = ("rr", "wrr", "lc", "sh")
 SH_TAB_SIZE = 256
 _GOLDEN_RATIO_32 = 0x61C88647

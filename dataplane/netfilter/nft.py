@@ -36,15 +36,13 @@ from typing import TYPE_CHECKING, Any
 from netmodel.errors import UnsupportedRuleError
 
 from .compile import Work
+from .compiled import hostport
 from .nftrules import (
-    _TYPE_KIND,
-    _V6,
-    ACCEPT,
-    CONTINUE,
-    DROP,
     HOOK_NAMES,
     PRIORITY_NAMES,
-    REJECT,
+    TYPE_KIND,
+    V6,
+    Cursor,
     NftChain,
     NftContext,
     NftError,
@@ -53,15 +51,15 @@ from .nftrules import (
     NftSet,
     NftTable,
     Verdict,
-    _compile_rule,
-    _Cursor,
-    _elements,
-    _fill,
-    _seconds,
-    _tokens,
-    _unquote,
+    compile_rule,
+    fill_set,
+    parse_elements,
+    parse_seconds,
+    tokenize_nft,
+    unquote,
 )
 from .trace import TraceRecord
+from .verdict import ACCEPT, CONTINUE, DROP, REJECT
 
 if TYPE_CHECKING:
     from .evaluate import Netfilter
@@ -151,7 +149,7 @@ def _copy_table(t: NftTable) -> NftTable:
 def _apply(
     rs: NftRuleset, line: str, where: str, n: int, checks: list[tuple[NftTable, str, str]]
 ) -> None:
-    cur = _Cursor(_tokens(line), where)
+    cur = Cursor(tokenize_nft(line), where)
     verb = cur.next()
     if verb == "flush" and cur.peek() == "ruleset":
         rs.tables.clear()
@@ -175,7 +173,7 @@ def _apply(
             t = rs.tables.setdefault(key, NftTable(fam, tname))
             if cur.peek() == "{":
                 props = _block(cur)
-                t.comment = _unquote(props.get("comment", t.comment))
+                t.comment = unquote(props.get("comment", t.comment))
         elif verb in ("delete", "destroy"):
             if key not in rs.tables and verb == "delete":
                 raise NftError(f"{where}: no table {fam} {tname} (No such file or directory)")
@@ -220,7 +218,7 @@ def _apply(
                         "expecting accept or drop"
                     )
                 c.policy = props.get("policy", c.policy)
-                c.comment = _unquote(props.get("comment", c.comment))
+                c.comment = unquote(props.get("comment", c.comment))
         elif verb == "flush":
             if name not in t.chains:
                 raise NftError(f"{where}: no chain {name!r}")
@@ -239,7 +237,7 @@ def _apply(
         if name not in t.chains:
             raise NftError(f"{where}: no chain {name!r}")
         text = " ".join(cur.toks[cur.i :])
-        steps, comment = _compile_rule(cur, t)
+        steps, comment = compile_rule(cur, t)
         chain = t.chains[name]
         if chain.type not in (None, "nat") and _NAT_WORD.search(text.split(" comment ")[0]):
             raise NftError(f"{where}: NAT in a {chain.type} chain (Operation not supported)")
@@ -257,7 +255,7 @@ def _apply(
                 if "type" not in props:
                     raise NftError(f"{where}: {what} {name} needs a type")
                 ktext, _, vtext = props["type"].partition(":")
-                kinds = tuple(_TYPE_KIND.get(k.strip(), k.strip()) for k in ktext.split("."))
+                kinds = tuple(TYPE_KIND.get(k.strip(), k.strip()) for k in ktext.split("."))
                 if any(
                     k not in ("addr", "inet_proto", "inet_service", "mark", "ifname") for k in kinds
                 ):
@@ -272,8 +270,8 @@ def _apply(
                     tuple(props.get("flags", "").replace(" ", "").split(","))
                     if props.get("flags")
                     else (),
-                    _seconds(props["timeout"]) if "timeout" in props else None,
-                    _unquote(props.get("comment", "")),
+                    parse_seconds(props["timeout"]) if "timeout" in props else None,
+                    unquote(props.get("comment", "")),
                 )
         elif verb == "flush":
             if name not in t.sets:
@@ -291,10 +289,10 @@ def _apply(
             raise NftError(f"{where}: no set or map {name!r}")
         if cur.peek() != "{":
             raise NftError(f"{where}: syntax error, elements go in braces: {{ ... }}")
-        elems = _elements(cur, s.key, s.value is not None, keys_only=verb in ("delete", "destroy"))
+        elems = parse_elements(cur, s.key, s.value is not None, keys_only=verb in ("delete", "destroy"))
         checks.append((t, "elements:" + line, where))
         if verb in ("add", "create", "replace"):
-            _fill(s, elems)
+            fill_set(s, elems)
         elif verb in ("delete", "destroy"):
             for k, _v, _c in elems:
                 if k not in s.elements and verb == "delete":
@@ -310,7 +308,7 @@ _ALL_HOOKS = ("prerouting", "input", "forward", "output", "postrouting", "ingres
 _NAT_HOOKS = ("prerouting", "input", "output", "postrouting")
 
 
-def _done(cur: _Cursor, where: str) -> None:
+def _done(cur: Cursor, where: str) -> None:
     if not cur.done():
         raise NftError(f"{where}: syntax error, unexpected {cur.peek()!r}")
 
@@ -361,7 +359,7 @@ def _priority(text: str) -> int:
     return int(text)
 
 
-def _block(cur: _Cursor) -> dict[str, str]:
+def _block(cur: Cursor) -> dict[str, str]:
     """``{ key words ; key words ; }`` -> {first word: rest}."""
     cur.expect("{")
     props: dict[str, str] = {}
@@ -389,8 +387,8 @@ def _flatten_nested(text: str) -> str:
     lines = [
         ln.split("#", 1)[0] if not ln.lstrip().startswith("#") else "" for ln in text.splitlines()
     ]
-    toks = _tokens(" ; ".join(lines))
-    cur = _Cursor(toks, "<nft list ruleset>")
+    toks = tokenize_nft(" ; ".join(lines))
+    cur = Cursor(toks, "<nft list ruleset>")
     out: list[str] = []
     while not cur.done():
         tok = cur.next()
@@ -502,7 +500,7 @@ class NftEngine:
         return s
 
     def _applies(self, table: NftTable, w: Work) -> bool:
-        v6 = bool(w.src & _V6)
+        v6 = bool(w.src & V6)
         return table.family == "inet" or (table.family == "ip6") == v6
 
     def stages(self, nf: Netfilter) -> list[tuple[str, int, str, Callable[..., int]]]:
@@ -621,9 +619,7 @@ class NftEngine:
             nat = None
             if ctx.note is not None and not isinstance(ctx.note, str):
                 (ba, bp), (aa, ap) = ctx.note
-                from .compiled import _hostport
-
-                nat = f"{_hostport(ba, bp)} -> {_hostport(aa, ap)}"
+                nat = f"{hostport(ba, bp)} -> {hostport(aa, ap)}"
             effect = f"{kind} {dest}" if dest else kind
             if rec is not None:
                 if kind == "accept" and nat:

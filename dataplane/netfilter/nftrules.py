@@ -20,6 +20,8 @@ from netmodel.errors import InputError, UnsupportedRuleError
 from . import rules as R
 from .compile import ST_ESTABLISHED, ST_INVALID, ST_NEW, ST_RELATED, ST_UNTRACKED, Work
 from .conntrack import DST_NAT, SRC_NAT, STATUS_NAMES, addr_int
+from .nat import dnat, snat
+from .verdict import ACCEPT
 
 if TYPE_CHECKING:
     from .evaluate import Netfilter
@@ -27,8 +29,7 @@ if TYPE_CHECKING:
 
 __all__ = ["NftChain", "NftContext", "NftError", "NftRule", "NftRuleset", "NftSet", "NftTable"]
 
-CONTINUE, ACCEPT, DROP, REJECT = 0, 1, 2, 3
-_V6 = 1 << 128
+V6 = 1 << 128  # the flag bit that marks an IPv6 address integer (:func:`.conntrack.addr_int`)
 
 PRIORITY_NAMES = {
     "raw": -300,
@@ -139,7 +140,7 @@ class NftContext:
 _TOK = re.compile(r'"((?:[^"\\]|\\.)*)"|([{};,])|([^\s{};,"]+)')
 
 
-def _tokens(text: str) -> list[str]:
+def tokenize_nft(text: str) -> list[str]:
     out: list[str] = []
     for m in _TOK.finditer(text):
         q, punct, word = m.groups()
@@ -150,11 +151,11 @@ def _tokens(text: str) -> list[str]:
     return out
 
 
-def _unquote(tok: str) -> str:
+def unquote(tok: str) -> str:
     return tok[1:-1] if tok.startswith('"') and tok.endswith('"') else tok
 
 
-class _Cursor:
+class Cursor:
     def __init__(self, toks: list[str], where: str) -> None:
         self.toks = toks
         self.i = 0
@@ -190,7 +191,7 @@ def _addr_value(tok: str) -> tuple[int, int] | int:
         width = net.max_prefixlen
         mask = ((1 << width) - 1) ^ ((1 << (width - net.prefixlen)) - 1)
         if width == 128:
-            mask |= _V6
+            mask |= V6
         return (addr_int(net.network_address), mask)
     return addr_int(ipaddress.ip_address(tok))
 
@@ -241,7 +242,7 @@ def _in_l4(w: Work) -> bool:
     return w.proto in ("tcp", "udp", "sctp", "udplite")
 
 
-def _selector(cur: _Cursor) -> tuple[Getter, str, str] | None:
+def _selector(cur: Cursor) -> tuple[Getter, str, str] | None:
     """Parse one selector at the cursor: (getter, value kind, text) or None."""
     a = cur.peek()
     b = cur.peek(1)
@@ -266,7 +267,7 @@ def _selector(cur: _Cursor) -> tuple[Getter, str, str] | None:
         if b == "mark":
             return (lambda w: w.mark), "mark", "meta mark"
         if b == "nfproto":
-            return (lambda w: "ipv6" if w.src & _V6 else "ipv4"), "str", "meta nfproto"
+            return (lambda w: "ipv6" if w.src & V6 else "ipv4"), "str", "meta nfproto"
         if b == "iifname":
             return (lambda w: w.iif), "ifname", "iifname"
         return (lambda w: w.oif), "ifname", "oifname"
@@ -342,7 +343,7 @@ _ICMP_NAMES = {
 }
 
 
-def _concat(cur: _Cursor) -> tuple[Getter, tuple[str, ...]] | None:
+def _concat(cur: Cursor) -> tuple[Getter, tuple[str, ...]] | None:
     first = _selector(cur)
     if first is None:
         return None
@@ -364,7 +365,7 @@ def _concat(cur: _Cursor) -> tuple[Getter, tuple[str, ...]] | None:
 
 # --------------------------------------------------------------------------- sets
 
-_TYPE_KIND = {
+TYPE_KIND = {
     "ipv4_addr": "addr",
     "ipv6_addr": "addr",
     "inet_proto": "inet_proto",
@@ -375,8 +376,8 @@ _TYPE_KIND = {
 }
 
 
-def _elements(
-    cur: _Cursor, kinds: tuple[str, ...], is_map: bool, keys_only: bool = False
+def parse_elements(
+    cur: Cursor, kinds: tuple[str, ...], is_map: bool, keys_only: bool = False
 ) -> list[tuple[tuple[object, ...], object, str]]:
     """``{ k [comment "c"] [: v] , ... }`` -> [(key, value, comment)]; ``keys_only``
     for deletions, where map values may be left out."""
@@ -401,7 +402,7 @@ def _elements(
             word = cur.next()
             text = cur.next()
             if word == "comment":
-                comment = _unquote(text)
+                comment = unquote(text)
         if cur.peek() == ":":
             cur.next()
             if not is_map:
@@ -412,7 +413,7 @@ def _elements(
         out.append((tuple(key), value, comment))
 
 
-def _verdict_value(cur: _Cursor) -> Verdict:
+def _verdict_value(cur: Cursor) -> Verdict:
     v = cur.next()
     if v in ("jump", "goto"):
         return (v, cur.next())
@@ -462,7 +463,7 @@ def _match_value(value: object, want: object, kind: str) -> bool:
 Step = Callable[[Work, NftContext], "Verdict | bool | None"]
 
 
-def _compile_rule(cur: _Cursor, table: NftTable) -> tuple[list[Step], str]:
+def compile_rule(cur: Cursor, table: NftTable) -> tuple[list[Step], str]:
     steps: list[Step] = []
     comment = ""
     while not cur.done():
@@ -470,7 +471,7 @@ def _compile_rule(cur: _Cursor, table: NftTable) -> tuple[list[Step], str]:
         assert tok is not None
         if tok == "comment":
             cur.next()
-            comment = _unquote(cur.next())
+            comment = unquote(cur.next())
             continue
         if tok == "counter":
             cur.next()
@@ -583,7 +584,7 @@ def _compile_rule(cur: _Cursor, table: NftTable) -> tuple[list[Step], str]:
     return steps, comment
 
 
-def _terminal(cur: _Cursor) -> None:
+def _terminal(cur: Cursor) -> None:
     """A verdict ends the rule: only a comment may follow (nft: "Statement after
     terminal statement has no effect")."""
     if cur.peek() == "comment":
@@ -612,9 +613,9 @@ def _int0(v: object) -> int:
 
 
 def _nat_to(text: str) -> R.NatRange:
-    from .ruleparse import _nat_range
+    from .ruleparse import nat_range
 
-    return _nat_range(text)
+    return nat_range(text)
 
 
 def _reject_step(reason: str) -> Step:
@@ -628,16 +629,16 @@ def _reject_step(reason: str) -> Step:
 def _nat_step(t: R.Dnat | R.Snat | R.Masquerade) -> Step:
     def step(w: Work, c: NftContext) -> Verdict:
         if isinstance(t, R.Dnat):
-            code, note = c.nf._dnat(w, t)
+            code, note = dnat(w, t)
         else:
-            code, note = c.nf._snat(w, t)
+            code, note = snat(w, t)
         c.note = note
         return ("accept", None) if code == ACCEPT else ("drop", None)
 
     return step
 
 
-def _mark_set(cur: _Cursor) -> Step:
+def _mark_set(cur: Cursor) -> Step:
     ct = cur.peek() == "ct"
     if cur.peek() in ("meta", "ct"):
         cur.next()
@@ -675,7 +676,7 @@ def _mark_set(cur: _Cursor) -> Step:
     return step
 
 
-def _set_update(cur: _Cursor, table: NftTable) -> Step:
+def _set_update(cur: Cursor, table: NftTable) -> Step:
     cur.next()
     name = cur.next()[1:]
     cur.expect("{")
@@ -686,7 +687,7 @@ def _set_update(cur: _Cursor, table: NftTable) -> Step:
     timeout: float | None = None
     if cur.peek() == "timeout":
         cur.next()
-        timeout = _seconds(cur.next())
+        timeout = parse_seconds(cur.next())
     cur.expect("}")
     if name not in table.sets:
         raise NftError(f"{cur.where}: no set {name!r}")
@@ -703,7 +704,7 @@ def _set_update(cur: _Cursor, table: NftTable) -> Step:
 
 
 def _vmap_step(
-    cur: _Cursor, table: NftTable, getter: Callable[[Work], Any], kinds: tuple[str, ...]
+    cur: Cursor, table: NftTable, getter: Callable[[Work], Any], kinds: tuple[str, ...]
 ) -> Step:
     tok = cur.peek()
     if tok is not None and tok.startswith("@"):
@@ -721,9 +722,9 @@ def _vmap_step(
 
         return step
     value_kinds = tuple("int" if k == "int" else k for k in kinds)
-    elems = _elements(cur, value_kinds, True)
+    elems = parse_elements(cur, value_kinds, True)
     inline = NftSet("<anonymous>", value_kinds, "verdict")
-    _fill(inline, elems)
+    fill_set(inline, elems)
 
     def step2(w: Work, c: NftContext) -> Verdict | bool:
         key = getter(w)
@@ -746,7 +747,7 @@ def _cmp_step(getter: Callable[[Work], Any], op: str, val: int) -> Step:
 
 
 def _test_step(
-    cur: _Cursor,
+    cur: Cursor,
     table: NftTable,
     getter: Callable[[Work], Any],
     kinds: tuple[str, ...],
@@ -767,9 +768,9 @@ def _test_step(
 
         return in_named
     if tok == "{":
-        elems = _elements(cur, kinds, False)
+        elems = parse_elements(cur, kinds, False)
         anon = NftSet("<anonymous>", kinds)
-        _fill(anon, elems)
+        fill_set(anon, elems)
 
         def in_anon(w: Work, c: NftContext) -> bool:
             key = getter(w)
@@ -802,7 +803,7 @@ def _test_step(
     return test
 
 
-def _fill(s: NftSet, elems: list[tuple[tuple[object, ...], object, str]]) -> None:
+def fill_set(s: NftSet, elems: list[tuple[tuple[object, ...], object, str]]) -> None:
     timed = s.timeout is not None or "timeout" in s.flags
     for key, value, _comment in elems:
         if len(key) == 1 and isinstance(key[0], tuple) and len(key[0]) == 2 and s.key[0] == "addr":
@@ -811,7 +812,7 @@ def _fill(s: NftSet, elems: list[tuple[tuple[object, ...], object, str]]) -> Non
         s.elements[key] = (value, None) if timed else value
 
 
-def _seconds(text: str) -> float:
+def parse_seconds(text: str) -> float:
     m = re.fullmatch(r"(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m(?!s))?(?:(\d+)s)?(?:(\d+)ms)?", text)
     if not m or not text:
         raise NftError(f"bad time {text!r}")

@@ -28,7 +28,7 @@ from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass
 
 from . import rules as R
-from .ruleparse import TARGET_HOOKS, RestoreError, _unsupported, _where, parse_rule, tokenize
+from .ruleparse import TARGET_HOOKS, RestoreError, parse_rule, tokenize, unsupported, where
 
 __all__ = [
     "RestoreError",
@@ -141,7 +141,7 @@ def _apply_restore(
                 name = line[1:].strip()
                 if name not in R.BUILTIN_CHAINS:
                     raise RestoreError(
-                        f"{_where(source, lineno, line)}: table name {name!r} invalid"
+                        f"{where(source, lineno, line)}: table name {name!r} invalid"
                     )
                 old = tables.get(name)
                 if old is None:
@@ -154,7 +154,7 @@ def _apply_restore(
                             c.rules = []
                 cur_start = lineno
                 continue
-            raise RestoreError(f"{_where(source, lineno, line)}: line outside a *table section")
+            raise RestoreError(f"{where(source, lineno, line)}: line outside a *table section")
         if line == "COMMIT":
             _check_table(cur, source, cur_start)
             tables[cur.name] = _freeze(cur)
@@ -163,7 +163,7 @@ def _apply_restore(
         try:
             _apply_line(cur, line, lineno, family, source, ipsets)
         except (ValueError, IndexError) as e:
-            raise RestoreError(f"{_where(source, lineno, line)}: {e}") from None
+            raise RestoreError(f"{where(source, lineno, line)}: {e}") from None
     if cur is not None:
         # like iptables-restore, name the line where COMMIT was expected
         end = len(text.splitlines()) + 1
@@ -231,46 +231,20 @@ def _apply_line(
         return
     head, _, rest = line.partition(" ")
     rest = rest.strip()
+    if head == "-A" or head == "--append":
+        chain, _, spec = rest.partition(" ")
+        _chain_of(t, chain).rules.append(
+            _rule_from(t, chain, spec.strip(), line, lineno, family, source, ipsets, counters)
+        )
+        return
 
     def chain_of(name: str) -> _MChain:
-        ch = t.chains.get(name)
-        if ch is None:
-            raise ValueError(f"no chain {name!r} in table {t.name}")
-        return ch
+        return _chain_of(t, name)
 
     def rule_from(chain: str, spec: str) -> R.Rule:
-        try:
-            toks = tokenize(spec)
-        except ValueError as e:
-            raise RestoreError(f"{_where(source, lineno, line)}: {e}") from None
-        rule = parse_rule(
-            chain,
-            toks,
-            spec=spec,
-            line=lineno,
-            table=t.name,
-            family=family,
-            source=source,
-            counters=counters,
-        )
-        if ipsets is not None:
-            for m in rule.matches:
-                if isinstance(m, R.SetMatch) and m.name not in ipsets:
-                    raise RestoreError(
-                        f"{_where(source, lineno, line)}: Set {m.name} doesn't exist."
-                    )
-        # like iptables-restore, a jump names a chain declared on an earlier line
-        if isinstance(rule.target, R.Jump) and rule.target.chain not in t.chains:
-            raise RestoreError(
-                f"{_where(source, lineno, line)}: Couldn't load target "
-                f"`{rule.target.chain}': no such chain in table {t.name}"
-            )
-        return rule
+        return _rule_from(t, chain, spec, line, lineno, family, source, ipsets, counters)
 
-    if head in ("-A", "--append"):
-        chain, _, spec = rest.partition(" ")
-        chain_of(chain).rules.append(rule_from(chain, spec.strip()))
-    elif head in ("-I", "--insert"):
+    if head in ("-I", "--insert"):
         chain, _, spec = rest.partition(" ")
         spec = spec.strip()
         pos = 1
@@ -353,7 +327,54 @@ def _apply_line(
         t.chains = {(new if k == old else k): c for k, c in t.chains.items()}
         ch.rules = [R.Rule(new, r.matches, r.target, r.spec, r.line, r.counters) for r in ch.rules]
     else:
-        raise _unsupported(source, lineno, line, f"unsupported command {head!r}")
+        raise unsupported(source, lineno, line, f"unsupported command {head!r}")
+
+
+def _chain_of(t: _MTable, name: str) -> _MChain:
+    ch = t.chains.get(name)
+    if ch is None:
+        raise ValueError(f"no chain {name!r} in table {t.name}")
+    return ch
+
+
+def _rule_from(
+    t: _MTable,
+    chain: str,
+    spec: str,
+    line: str,
+    lineno: int,
+    family: int,
+    source: str,
+    ipsets: Collection[str] | None,
+    counters: tuple[int, int] | None,
+) -> R.Rule:
+    """The rule of an ``-A``/``-I``/``-D``/``-R`` line (``spec``: after the chain)."""
+    try:
+        toks = tokenize(spec)
+    except ValueError as e:
+        raise RestoreError(f"{where(source, lineno, line)}: {e}") from None
+    rule = parse_rule(
+        chain,
+        toks,
+        spec=spec,
+        line=lineno,
+        table=t.name,
+        family=family,
+        source=source,
+        counters=counters,
+    )
+    if ipsets is not None:
+        for m in rule.matches:
+            if isinstance(m, R.SetMatch) and m.name not in ipsets:
+                raise RestoreError(f"{where(source, lineno, line)}: Set {m.name} doesn't exist.")
+    # like iptables-restore, a jump names a chain declared on an earlier line
+    tg = rule.target
+    if tg.__class__ is R.Jump and tg.chain not in t.chains:
+        raise RestoreError(
+            f"{where(source, lineno, line)}: Couldn't load target "
+            f"`{tg.chain}': no such chain in table {t.name}"
+        )
+    return rule
 
 
 def _referrers(t: _MTable, name: str) -> list[str]:
@@ -371,31 +392,47 @@ def _check_table(t: _MTable, source: str, start: int) -> None:
     builtins = frozenset(R.BUILTIN_CHAINS[t.name])
     callers: dict[str, list[tuple[str, int]]] = {}
     restricted: list[tuple[str, R.Rule, str, frozenset[str]]] = []
-    names = _TARGET_NAMES
-    for c in t.chains.values():
+    # chain -> the chains it jumps or goes to (a dict as an ordered set)
+    succ: dict[str, dict[str, None]] = {}
+    # the restricted targets this table's built-in chains do not all allow
+    limited = {
+        cls: (name, TARGET_HOOKS[name])
+        for cls, name in _TARGET_NAMES.items()
+        if not builtins <= TARGET_HOOKS[name]
+    }
+    jump_cls = R.Jump
+    chains = t.chains
+    for c in chains.values():
         user = c.policy is None
         cname = c.name
+        outs: dict[str, None] = {}
         for r in c.rules:
             tg = r.target
-            if not isinstance(tg, R.Jump):
+            if tg.__class__ is not jump_cls:
                 if user and tg is not None:
-                    name = names.get(type(tg))
-                    if name is not None:
-                        allowed = TARGET_HOOKS[name]
-                        if not builtins <= allowed:
-                            restricted.append((cname, r, name, allowed))
+                    hit = limited.get(tg.__class__)
+                    if hit is not None:
+                        restricted.append((cname, r, hit[0], hit[1]))
                 continue
-            callers.setdefault(tg.chain, []).append((cname, r.line))
-            dest = t.chains.get(tg.chain)
+            dname = tg.chain
+            lst = callers.get(dname)
+            if lst is None:
+                callers[dname] = [(cname, r.line)]
+            else:
+                lst.append((cname, r.line))
+            outs[dname] = None
+            dest = chains.get(dname)
             if dest is None:
                 raise RestoreError(
-                    f"{_where(source, r.line, r.text)}: Couldn't load target "
-                    f"`{tg.chain}': no such chain in table {t.name}"
+                    f"{where(source, r.line, r.text)}: Couldn't load target "
+                    f"`{dname}': no such chain in table {t.name}"
                 )
             if dest.policy is not None:
                 raise RestoreError(
-                    f"{_where(source, r.line, r.text)}: cannot jump to built-in chain {tg.chain}"
+                    f"{where(source, r.line, r.text)}: cannot jump to built-in chain {dname}"
                 )
+        if outs:
+            succ[cname] = outs
     # loop detection: DFS over the chain graph, from the built-in chains first; a loop
     # is reported at the latest rule on the path that closes it (where the kernel finds
     # it: the rule that made it reachable or closed it)
@@ -404,7 +441,7 @@ def _check_table(t: _MTable, source: str, start: int) -> None:
     for root in roots:
         if state.get(root):
             continue
-        stack: list[tuple[str, Iterator[str]]] = [(root, iter(_succ(t, root)))]
+        stack: list[tuple[str, Iterator[str]]] = [(root, iter(sorted(succ.get(root, ()))))]
         state[root] = 1
         while stack:
             node, it = stack[-1]
@@ -421,11 +458,11 @@ def _check_table(t: _MTable, source: str, start: int) -> None:
                     key=lambda r: r.line,
                 )
                 raise RestoreError(
-                    f"{_where(source, worst.line, worst.text)}: *{t.name}: loop through chain {nxt}"
+                    f"{where(source, worst.line, worst.text)}: *{t.name}: loop through chain {nxt}"
                 )
             if s == 0:
                 state[nxt] = 1
-                stack.append((nxt, iter(_succ(t, nxt))))
+                stack.append((nxt, iter(sorted(succ.get(nxt, ())))))
     if restricted:
         _check_hooks(builtins, callers, restricted, source)
 
@@ -467,7 +504,7 @@ def _check_hooks(
         for hook, line in hooks_of(chain).items():
             if hook not in allowed:
                 raise RestoreError(
-                    f"{_where(source, max(line, r.line), r.text)}: target {name} in chain "
+                    f"{where(source, max(line, r.line), r.text)}: target {name} in chain "
                     f"{chain} is reached from {hook}, where it is not valid"
                 )
 
@@ -478,10 +515,6 @@ _TARGET_NAMES: dict[type, str] = {
     R.Snat: "SNAT",
     R.Masquerade: "MASQUERADE",
 }
-
-
-def _succ(t: _MTable, name: str) -> list[str]:
-    return sorted({r.target.chain for r in t.chains[name].rules if isinstance(r.target, R.Jump)})
 
 
 def _jump(t: _MTable, src: str, dst: str) -> R.Rule:

@@ -15,25 +15,28 @@ import ipaddress
 import re
 from dataclasses import dataclass, field
 from functools import lru_cache
+from typing import Any
 
 from netmodel.errors import InputError, UnsupportedRuleError
 from netmodel.ip import IPAddress, IPNetwork
 
 from . import rules as R
 
-__all__ = ["RestoreError", "parse_rule", "tokenize"]
+__all__ = ["RestoreError", "nat_range", "parse_rule", "tokenize", "unsupported", "where"]
 
 
 class RestoreError(InputError):
     """Malformed iptables-save/restore input; the message names the line."""
 
 
-def _where(source: str, line: int, text: str) -> str:
+def where(source: str, line: int, text: str) -> str:
+    """The prefix of an error about one input line: ``SOURCE:LINE: TEXT``."""
     return f"{source}:{line}: {text.strip()}"
 
 
-def _unsupported(source: str, line: int, text: str, why: str) -> UnsupportedRuleError:
-    return UnsupportedRuleError(f"{_where(source, line, text)}: {why}")
+def unsupported(source: str, line: int, text: str, why: str) -> UnsupportedRuleError:
+    """The error for a line the kernel accepts but svclab cannot evaluate."""
+    return UnsupportedRuleError(f"{where(source, line, text)}: {why}")
 
 
 # --------------------------------------------------------------------------- tokens
@@ -48,7 +51,16 @@ def tokenize(line: str) -> list[str]:
     quotes are ordinary characters (iptables-restore does not group with them)."""
     if '"' not in line:
         return line.split()
-    out: list[str] = []
+    if "\\" not in line and line.count('"') == 2:
+        # one quoted word without escapes (a comment): split around it, with the
+        # regex's rule that the quoted word stands alone between spaces
+        head, word, tail = line.split('"')
+        if (not head or head[-1].isspace()) and (not tail or tail[0].isspace()):
+            out = head.split()
+            out.append(word)
+            out += tail.split()
+            return out
+    out = []
     pos = 0
     n = len(line.rstrip())
     while pos < n:
@@ -124,7 +136,7 @@ def _iface(text: str) -> str:
     return text
 
 
-def _nat_range(text: str) -> R.NatRange:
+def nat_range(text: str) -> R.NatRange:
     """``a[-b][:p[-q]]`` or ``[v6][-[v6]]:p``; also ``:p`` (port only)."""
     addr_part, port_part = text, ""
     if text.startswith("["):
@@ -455,7 +467,16 @@ _TARGET_OPTIONS: dict[str, dict[str, int]] = {
         "--nflog-size": 1,
         "--nflog-threshold": 1,
     },
-    "CT": {"--notrack": 0, "--zone": 1},
+    "CT": {
+        "--notrack": 0,
+        "--zone": 1,
+        "--zone-orig": 1,
+        "--zone-reply": 1,
+        "--helper": 1,
+        "--ctevents": 1,
+        "--expevents": 1,
+        "--timeout": 1,
+    },
     "CHECKSUM": {"--checksum-fill": 0},
 }
 # Real iptables targets svclab does not evaluate: refused by name rather than being
@@ -535,6 +556,7 @@ def _limit_rate(text: str) -> float:
     return rate
 
 
+# the generic matches of a rule (any spelling -> the short option)
 _GENERIC = {
     "-s": "-s",
     "--source": "-s",
@@ -549,6 +571,27 @@ _GENERIC = {
     "-p": "-p",
     "--protocol": "-p",
 }
+# how the rule parser treats a token in option position (None: a module's or the
+# target's option, or an error)
+_KINDS: dict[str, str] = {
+    **_GENERIC,
+    "!": "!",
+    "-f": "-f",
+    "--fragment": "-f",
+    "-m": "-m",
+    "--match": "-m",
+    "-j": "-j",
+    "--jump": "-j",
+    "-g": "-g",
+    "--goto": "-g",
+    "-c": "-c",
+    "--set-counters": "-c",
+}
+_JUMPS: dict[tuple[str, bool], R.Jump] = {}
+# PortMatch values by (protocol, option, text, inverted)
+_PORT_MATCHES: dict[tuple[str, str, str, bool], R.PortMatch] = {}
+# AddrMatch values by (option, text, inverted, family): kube-proxy repeats them
+_ADDR_MATCHES: dict[tuple[str, str, bool, int], R.AddrMatch] = {}
 
 
 # --------------------------------------------------------------------------- rule parser
@@ -590,15 +633,178 @@ def parse_rule(
     Raises :class:`UnsupportedRuleError` for an unknown module/target/option and
     :class:`RestoreError` for malformed values; both name ``source:line`` and the text."""
     text = spec or " ".join(tokens)
+    if FAST_PATH:
+        rule = _common_rule(chain, tokens, text, line, table, family, counters)
+        if rule is not None:
+            return rule
     try:
         return _parse_rule(chain, tokens, text, line, table, family, counters)
     except _RuleError as e:
         full = f"-A {chain} {text}"
         if e.unsupported:
-            raise _unsupported(source, line, full, str(e)) from None
-        raise RestoreError(f"{_where(source, line, full)}: {e}") from None
+            raise unsupported(source, line, full, str(e)) from None
+        raise RestoreError(f"{where(source, line, full)}: {e}") from None
     except (ValueError, IndexError) as e:
-        raise RestoreError(f"{_where(source, line, f'-A {chain} {text}')}: {e}") from None
+        raise RestoreError(f"{where(source, line, f'-A {chain} {text}')}: {e}") from None
+
+
+#: Whether :func:`parse_rule` tries :func:`_common_rule` first (tests turn it off to
+#: check that both give equal rules).
+FAST_PATH = True
+_L4 = frozenset({"tcp", "udp", "sctp"})
+_FAST_MODULE_OPTIONS = {"--comment": "comment", "--dport": None, "--sport": None}
+
+
+def _common_rule(
+    chain: str,
+    tokens: list[str],
+    spec: str,
+    line: int,
+    table: str,
+    family: int,
+    counters: tuple[int, int] | None,
+) -> R.Rule | None:
+    """The rule kube-proxy and most CNIs write most, parsed without the general
+    machinery: only ``[!] -s|-d ADDR``, ``[!] -p tcp|udp|sctp``, ``-m comment --comment
+    TEXT``, ``-m tcp|udp|sctp [!] --dport|--sport PORTS`` and ``-j TARGET`` (options only
+    for ``DNAT --to-destination``), each spelled short. It follows :func:`_parse_rule`
+    step by step for those (same values, same order) and returns None for anything
+    else, and on any error, so that :func:`_parse_rule` decides and words it."""
+    try:
+        return _common_rule_or_none(chain, tokens, spec, line, table, family, counters)
+    except Exception:
+        return None
+
+
+def _common_rule_or_none(
+    chain: str,
+    tokens: list[str],
+    spec: str,
+    line: int,
+    table: str,
+    family: int,
+    counters: tuple[int, int] | None,
+) -> R.Rule | None:
+    generic: list[R.Match] = []
+    # modules as [name, implicit, [(option, argument, inverted), ...]]
+    mods: list[list[Any]] = []
+    target_name: str | None = None
+    to_dest: str | None = None
+    proto: str | None = None
+    pending = False
+    seen = ""
+    i = 0
+    n = len(tokens)
+    while i < n:
+        tok = tokens[i]
+        i += 1
+        if tok == "!":
+            if pending:
+                return None
+            pending = True
+            continue
+        if i >= n:
+            return None
+        arg = tokens[i]
+        i += 1
+        if arg == "!":
+            return None
+        if tok == "-s" or tok == "-d":
+            if tok in seen:
+                return None
+            seen += tok
+            key = (tok, arg, pending, family)
+            hit = _ADDR_MATCHES.get(key)
+            if hit is None:
+                net = _net(arg)
+                if net.version != family:
+                    return None
+                hit = R.AddrMatch("src" if tok == "-s" else "dst", net, pending)
+                if len(_ADDR_MATCHES) > 100_000:
+                    _ADDR_MATCHES.clear()
+                _ADDR_MATCHES[key] = hit
+            generic.append(hit)
+        elif tok == "-p":
+            if "-p" in seen:
+                return None
+            seen += "-p"
+            p = arg.lower()
+            p = PROTO_ALIASES.get(p, p)
+            if p not in _L4:
+                return None
+            generic.append(R.ProtoMatch(p, pending))
+            if not pending:
+                proto = p
+                for m in mods:
+                    if m[0] == p:
+                        break
+                else:
+                    mods.append([p, True, []])
+        elif tok == "-m":
+            if pending or not (arg == "comment" or arg in _L4):
+                return None
+            for m in mods:
+                if m[0] == arg and m[1]:
+                    mods.remove(m)
+                    break
+            mods.append([arg, False, []])
+        elif tok in _FAST_MODULE_OPTIONS:
+            owner = None
+            for m in reversed(mods):
+                if tok in _MODULE_OPTIONS[m[0]]:
+                    owner = m
+                    break
+            if owner is None or (pending and owner[0] == "comment"):
+                return None
+            owner[2].append((tok, arg, pending))
+        elif tok == "-j":
+            if target_name is not None or pending:
+                return None
+            target_name = arg
+        elif tok == "--to-destination":
+            if target_name != "DNAT" or to_dest is not None or pending:
+                return None
+            to_dest = arg
+        else:
+            return None
+        pending = False
+    if pending:
+        return None
+    matches = generic
+    for name, implicit, opts in mods:
+        if not opts:
+            if implicit:
+                continue
+            if name == "comment":
+                return None
+            if proto != name:
+                return None
+            continue
+        if name == "comment":
+            if len(opts) != 1:
+                return None
+            matches.append(R.CommentMatch(opts[0][1]))
+            continue
+        if proto != name or (len(opts) > 1 and opts[0][0] == opts[1][0]) or len(opts) > 2:
+            return None
+        for oname, oarg, inv in opts:
+            key4 = (name, oname, oarg, inv)
+            pm = _PORT_MATCHES.get(key4)
+            if pm is None:
+                pm = R.PortMatch(name, oname[2:], _port_range(oarg), inv)
+                if len(_PORT_MATCHES) > 100_000:
+                    _PORT_MATCHES.clear()
+                _PORT_MATCHES[key4] = pm
+            matches.append(pm)
+    target: R.Target | None = None
+    if target_name is not None:
+        if target_name in _KNOWN_UNSUPPORTED_TARGETS:
+            return None
+        topts = [_Opt("--to-destination", [to_dest], False)] if to_dest is not None else []
+        target = _build_target(target_name, False, topts, table, chain, proto)
+    elif to_dest is not None:
+        return None
+    return R.Rule(chain, tuple(matches), target, spec, line, counters)
 
 
 def _parse_rule(
@@ -619,10 +825,11 @@ def _parse_rule(
     proto: str | None = None
     i = 0
     n = len(tokens)
-
     seen_generic: set[str] = set()
+    kinds = _KINDS
+    module_options = _MODULE_OPTIONS
 
-    def take(k: int) -> tuple[list[str], bool]:
+    def take(k: int) -> list[str]:
         nonlocal i
         if k and i < n and tokens[i] == "!":
             # iptables >= 1.8 refuses the legacy "-s ! ADDR" form
@@ -631,99 +838,119 @@ def _parse_rule(
             raise _RuleError(f"option {tokens[i - 1]} needs {k} argument(s)")
         args = tokens[i : i + k]
         i += k
-        return args, False
+        return args
 
     while i < n:
         tok = tokens[i]
         i += 1
-        if tok == "!":
+        kind = kinds.get(tok)
+        if kind is None:
+            if not tok.startswith("--"):
+                raise _RuleError(f"unexpected token {tok!r}")
+            name = _OPTION_ALIASES.get(tok, tok)
+            if target_name is not None and not goto:
+                topts = _TARGET_OPTIONS.get(target_name)
+                if topts is not None and name in topts:
+                    target_opts.append(_Opt(name, take(topts[name]), pending))
+                    pending = False
+                    continue
+            owner = None
+            for m in reversed(modules):
+                if name in module_options[m.name]:
+                    owner = m
+                    break
+            if owner is None:
+                if target_name is not None and target_name in _KNOWN_UNSUPPORTED_TARGETS:
+                    raise _RuleError(f"unsupported target {target_name}", unsupported=True)
+                raise _RuleError(f'unknown option "{tok}"')
+            k = module_options[owner.name][name]
+            if k == 1 and i < n and tokens[i] != "!":
+                args = [tokens[i]]
+                i += 1
+            else:
+                args = take(k)
+            if pending and name in _NOT_INVERTIBLE.get(owner.name, ()):
+                raise _RuleError(f'{owner.name}: option "{name}" cannot be inverted')
+            # (an option given twice is refused by the module's builder)
+            owner.opts.append(_Opt(name, args, pending))
+            pending = False
+            continue
+        if kind == "!":
             pending = True
             continue
-        g = _GENERIC.get(tok)
-        if g is not None:
-            if g in seen_generic:
-                raise _RuleError(f"multiple {g} flags not allowed")
-            seen_generic.add(g)
-            (arg,), inv = take(1)
-            inv ^= pending
-            pending = False
-            if g in ("-s", "-d"):
-                net = _net(arg)
-                if net.version != family:
-                    raise _RuleError(f"{arg} is not an IPv{family} address")
-                generic.append(R.AddrMatch("src" if g == "-s" else "dst", net, inv))
-            elif g in ("-i", "-o"):
-                pref = arg.endswith("+")
-                generic.append(
-                    R.IfaceMatch("in" if g == "-i" else "out", _iface(arg).rstrip("+"), pref, inv)
-                )
-            else:
-                p = arg.lower()
-                p = PROTO_ALIASES.get(p, p)
-                if p != "all":
-                    generic.append(R.ProtoMatch(p, inv))
-                    if not inv:
-                        proto = p
-                        mod = {"icmp": "icmp", "ipv6-icmp": "icmp6"}.get(p, p)
-                        if mod in _MODULE_OPTIONS and not any(m.name == mod for m in modules):
-                            modules.append(_Module(mod, implicit=True))
+        if kind == "-m":
+            if pending:
+                raise _RuleError("'!' before -m is not allowed")
+            (name,) = take(1)
+            name = _MODULE_ALIASES.get(name, name)
+            if name not in module_options:
+                if name in _KNOWN_UNSUPPORTED_MODULES:
+                    raise _RuleError(f"unsupported match module {name!r}", unsupported=True)
+                raise _RuleError(f"Couldn't load match `{name}': no such match")
+            for m in modules:
+                if m.name == name and m.implicit:
+                    m.implicit = False
+                    modules.remove(m)
+                    break
+            modules.append(_Module(name))
             continue
-        if tok in ("-f", "--fragment"):
+        if kind == "-j" or kind == "-g":
+            if target_name is not None:
+                raise _RuleError("more than one target")
+            (target_name,) = take(1)
+            goto = kind == "-g"
+            if not goto and target_name in _KNOWN_UNSUPPORTED_TARGETS:
+                raise _RuleError(f"unsupported target {target_name}", unsupported=True)
+            continue
+        if kind == "-f":
             if "-f" in seen_generic:
                 raise _RuleError("multiple -f flags not allowed")
             seen_generic.add("-f")
             generic.append(R.FragmentMatch(pending))
             pending = False
             continue
-        if tok in ("-m", "--match"):
-            if pending:
-                raise _RuleError("'!' before -m is not allowed")
-            (name,), _ = take(1)
-            name = _MODULE_ALIASES.get(name, name)
-            if name not in _MODULE_OPTIONS:
-                if name in _KNOWN_UNSUPPORTED_MODULES:
-                    raise _RuleError(f"unsupported match module {name!r}", unsupported=True)
-                raise _RuleError(f"Couldn't load match `{name}': no such match")
-            existing = next((m for m in modules if m.name == name and m.implicit), None)
-            if existing is not None:
-                existing.implicit = False
-                modules.remove(existing)
-            modules.append(_Module(name))
-            continue
-        if tok in ("-j", "--jump", "-g", "--goto"):
-            if target_name is not None:
-                raise _RuleError("more than one target")
-            (target_name,), _ = take(1)
-            goto = tok in ("-g", "--goto")
-            if not goto and target_name in _KNOWN_UNSUPPORTED_TARGETS:
-                raise _RuleError(f"unsupported target {target_name}", unsupported=True)
-            continue
-        if tok in ("-c", "--set-counters"):
-            args, _ = take(2)
+        if kind == "-c":
+            args = take(2)
             counters = (int(args[0]), int(args[1]))
             continue
-        if tok.startswith("--"):
-            name = _OPTION_ALIASES.get(tok, tok)
-            if target_name is not None and not goto:
-                topts = _TARGET_OPTIONS.get(target_name)
-                if topts is not None and name in topts:
-                    args, inv = take(topts[name])
-                    target_opts.append(_Opt(name, args, inv ^ pending))
-                    pending = False
-                    continue
-            owner = next((m for m in reversed(modules) if name in _MODULE_OPTIONS[m.name]), None)
-            if owner is None:
-                if target_name is not None and target_name in _KNOWN_UNSUPPORTED_TARGETS:
-                    raise _RuleError(f"unsupported target {target_name}", unsupported=True)
-                raise _RuleError(f'unknown option "{tok}"')
-            args, inv = take(_MODULE_OPTIONS[owner.name][name])
-            if pending and name in _NOT_INVERTIBLE.get(owner.name, ()):
-                raise _RuleError(f'{owner.name}: option "{name}" cannot be inverted')
-            # (an option given twice is refused by the module's builder)
-            owner.opts.append(_Opt(name, args, inv ^ pending))
-            pending = False
-            continue
-        raise _RuleError(f"unexpected token {tok!r}")
+        # a generic match: -s, -d, -i, -o, -p
+        if kind in seen_generic:
+            raise _RuleError(f"multiple {kind} flags not allowed")
+        seen_generic.add(kind)
+        (arg,) = take(1)
+        inv = pending
+        pending = False
+        if kind == "-s" or kind == "-d":
+            key = (kind, arg, inv, family)
+            hit = _ADDR_MATCHES.get(key)
+            if hit is None:
+                net = _net(arg)
+                if net.version != family:
+                    raise _RuleError(f"{arg} is not an IPv{family} address")
+                hit = R.AddrMatch("src" if kind == "-s" else "dst", net, inv)
+                if len(_ADDR_MATCHES) > 100_000:
+                    _ADDR_MATCHES.clear()
+                _ADDR_MATCHES[key] = hit
+            generic.append(hit)
+        elif kind == "-i" or kind == "-o":
+            pref = arg.endswith("+")
+            generic.append(
+                R.IfaceMatch("in" if kind == "-i" else "out", _iface(arg).rstrip("+"), pref, inv)
+            )
+        else:
+            p = arg.lower()
+            p = PROTO_ALIASES.get(p, p)
+            if p != "all":
+                generic.append(R.ProtoMatch(p, inv))
+                if not inv:
+                    proto = p
+                    mod = "icmp6" if p == "ipv6-icmp" else p
+                    if mod in module_options:
+                        for m in modules:
+                            if m.name == mod:
+                                break
+                        else:
+                            modules.append(_Module(mod, implicit=True))
     if pending:
         raise _RuleError("dangling '!'")
 
@@ -754,6 +981,11 @@ def _single(m: _Module | None, opts: list[_Opt], name: str) -> _Opt | None:
 
 def _build_match(m: _Module, proto: str | None, family: int) -> R.Match:
     name, opts = m.name, m.opts
+    if name == "comment":  # first: every kube-proxy rule has one
+        o = _single(m, opts, "--comment")
+        if o is None:
+            raise _RuleError("comment needs --comment")
+        return R.CommentMatch(o.args[0])
     if name in ("icmp", "icmp6"):
         v6 = name == "icmp6"
         if proto != ("ipv6-icmp" if v6 else "icmp"):
@@ -803,11 +1035,6 @@ def _build_match(m: _Module, proto: str | None, family: int) -> R.Match:
             _single(m, opts, "--limit-iface-in") is not None,
             _single(m, opts, "--limit-iface-out") is not None,
         )
-    if name == "comment":
-        o = _single(m, opts, "--comment")
-        if o is None:
-            raise _RuleError("comment needs --comment")
-        return R.CommentMatch(o.args[0])
     if name == "statistic":
         return _build_statistic(m, opts)
     if name == "recent":
@@ -947,7 +1174,14 @@ def _build_l4(proto: str, opts: list[_Opt]) -> list[R.Match]:
     built: list[R.Match] = []
     for o in opts:
         if o.name in ("--sport", "--dport"):
-            built.append(R.PortMatch(proto, o.name[2:], _port_range(o.args[0]), o.invert))  # type: ignore[arg-type]
+            key = (proto, o.name, o.args[0], o.invert)
+            pm = _PORT_MATCHES.get(key)
+            if pm is None:
+                pm = R.PortMatch(proto, o.name[2:], _port_range(o.args[0]), o.invert)  # type: ignore[arg-type]
+                if len(_PORT_MATCHES) > 100_000:
+                    _PORT_MATCHES.clear()
+                _PORT_MATCHES[key] = pm
+            built.append(pm)
         elif o.name == "--tcp-flags":
             built.append(R.TcpFlagsMatch(_flags(o.args[0]), _flags(o.args[1]), o.invert))
         elif o.name == "--syn":
@@ -1076,14 +1310,19 @@ def _build_conntrack(opts: list[_Opt], family: int) -> R.Match:
 def _build_target(
     name: str, goto: bool, opts: list[_Opt], table: str, chain: str, proto: str | None
 ) -> R.Target:
-    if goto:
-        return R.Jump(name, goto=True)
-    if name in _KNOWN_UNSUPPORTED_TARGETS:
-        raise _RuleError(f"unsupported target {name}", unsupported=True)
-    if name not in _TARGET_OPTIONS:
-        if opts:
-            raise _RuleError(f"unsupported option {opts[0].name}", unsupported=True)
-        return R.Jump(name)
+    if goto or name not in _TARGET_OPTIONS:
+        if not goto:
+            if name in _KNOWN_UNSUPPORTED_TARGETS:
+                raise _RuleError(f"unsupported target {name}", unsupported=True)
+            if opts:
+                raise _RuleError(f"unsupported option {opts[0].name}", unsupported=True)
+        # one value per chain name: jump targets repeat (KUBE-MARK-MASQ, ...)
+        jump = _JUMPS.get((name, goto))
+        if jump is None:
+            if len(_JUMPS) > 200_000:
+                _JUMPS.clear()
+            jump = _JUMPS[(name, goto)] = R.Jump(name, goto=goto)
+        return jump
     want = TARGET_TABLE.get(name)
     if want is not None and table != want:
         raise _RuleError(f"target {name} is only valid in the {want} table")
@@ -1113,7 +1352,7 @@ def _build_target(
         opt = "--to-destination" if name == "DNAT" else "--to-source"
         if not has(opt):
             raise _RuleError(f"{name} needs {opt}")
-        rng = _nat_range(o_by[opt][0])
+        rng = nat_range(o_by[opt][0])
         if rng.port_lo is not None and proto not in _PORT_PROTOS:
             raise _RuleError("Need TCP, UDP, SCTP or DCCP with port specification")
         if name == "DNAT":
@@ -1154,18 +1393,10 @@ def _build_target(
     if name == "NOTRACK":
         return R.Notrack()
     if name == "CT":
-        zone = int(o_by["--zone"][0]) if has("--zone") else None
-        if zone is not None and not 0 <= zone <= 65535:
-            raise _RuleError(f"Cannot parse {zone} as a zone ID")
-        if zone:  # zone 0 is every packet's zone: nothing to evaluate
-            raise _RuleError(
-                f"CT --zone {zone}: conntrack zones are not emulated (svclab keeps one "
-                "conntrack table per host, zone 0)",
-                unsupported=True,
-            )
-        if not has("--notrack") and zone is None:
-            raise _RuleError("CT: only --notrack and --zone are supported", unsupported=True)
-        return R.Notrack(has("--notrack"), zone)
+        for o in opts:
+            if o.name in _CT_UNSUPPORTED:
+                raise _RuleError(f"CT {o.name}: {_CT_UNSUPPORTED[o.name]}", unsupported=True)
+        return _build_ct(opts, has("--notrack"))
     if name == "TRACE":
         return R.Trace()
     if name == "CHECKSUM":
@@ -1177,6 +1408,60 @@ def _build_target(
             raise _RuleError("CHECKSUM needs --checksum-fill")
         return R.Log("CHECKSUM")
     raise _RuleError(f"unsupported target {name}", unsupported=True)  # pragma: no cover
+
+
+# CT options svclab does not evaluate (refused by name; --notrack and the zones are)
+_CT_UNSUPPORTED = {
+    "--helper": "conntrack helpers are not emulated",
+    "--ctevents": "conntrack events are not emulated",
+    "--expevents": "conntrack expectation events are not emulated",
+    "--timeout": "conntrack timeout policies are not emulated",
+}
+
+_STRTOUL = re.compile(r"\+?(?:0[xX][0-9a-fA-F]+|0[0-7]*|[1-9][0-9]*)")
+
+
+def _strtoul(text: str, hi: int) -> int | None:
+    """``xtables_strtoul(text, NULL, &v, 0, hi)``: an unsigned number in C's base 0
+    (``0x`` hexadecimal, a leading ``0`` octal), the whole text, at most ``hi``; None
+    when it is not one."""
+    if _STRTOUL.fullmatch(text) is None:
+        return None
+    body = text.lstrip("+")
+    if body[:2] in ("0x", "0X"):
+        v = int(body[2:], 16)
+    elif body.startswith("0"):
+        v = int(body, 8)
+    else:
+        v = int(body)
+    return v if v <= hi else None
+
+
+def _build_ct(opts: list[_Opt], notrack: bool) -> R.Notrack:
+    """``CT [--notrack] [--zone|--zone-orig|--zone-reply ID|mark]...`` as libxt_CT reads
+    it: each zone option sets the zone (the last one wins; ``mark``: the packet's mark
+    when conntrack looks the packet up), ``--zone-orig``/``--zone-reply`` add their
+    direction, and ``mark`` once given stays."""
+    zone = 0
+    dirs = 0
+    by_mark = False
+    for o in opts:
+        if o.name == "--zone-orig":
+            dirs |= R.ZONE_ORIG
+        elif o.name == "--zone-reply":
+            dirs |= R.ZONE_REPLY
+        elif o.name != "--zone":
+            continue
+        text = o.args[0]
+        zone = 0
+        if text.lower() == "mark":
+            by_mark = True
+        else:
+            v = _strtoul(text, 0xFFFF)
+            if v is None:
+                raise _RuleError(f"Cannot parse {text} as a zone ID")
+            zone = v
+    return R.Notrack(notrack, zone, dirs or R.ZONE_BOTH, by_mark)
 
 
 def _build_mark(o_by: dict[str, list[str]], target: str) -> R.SetMark:

@@ -450,13 +450,29 @@ class Log:
     group: int = 0
 
 
+ZONE_ORIG = 1
+ZONE_REPLY = 2
+ZONE_BOTH = ZONE_ORIG | ZONE_REPLY
+
+
 @dataclass(frozen=True, slots=True)
 class Notrack:
-    """``NOTRACK`` or ``CT --notrack`` (raw table): the packet stays untracked.
-    ``CT --zone N`` only records the zone."""
+    """The raw table's ``NOTRACK`` and ``CT`` targets. They attach a conntrack template
+    to a packet that has none yet (the first one wins; the rule continues either way):
+    ``notrack`` leaves the packet untracked; otherwise the template carries a conntrack
+    zone: ``zone`` (or, ``by_mark``, the packet's mark & 0xffff when conntrack looks it
+    up) for the directions in ``zone_dirs`` (:data:`ZONE_ORIG`, :data:`ZONE_REPLY`; the
+    other direction is in zone 0)."""
 
     notrack: bool = True
-    zone: int | None = None
+    zone: int = 0
+    zone_dirs: int = ZONE_BOTH
+    by_mark: bool = False
+
+    @property
+    def zoned(self) -> bool:
+        """Whether the template puts the packet's connection outside zone 0."""
+        return not self.notrack and (self.by_mark or self.zone != 0)
 
 
 @dataclass(frozen=True, slots=True)

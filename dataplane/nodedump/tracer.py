@@ -90,7 +90,7 @@ class _NodeNetfilter(Netfilter):
 
     fib: Fib
 
-    def _masq_source(self, w: Any) -> IPAddress | None:
+    def masq_source(self, w: Any) -> IPAddress | None:
         dst = int_addr(w.dst)
         if dst.version == 4:
             d = self.fib.lookup(dst, mark=w.mark)
@@ -99,7 +99,7 @@ class _NodeNetfilter(Netfilter):
                 a = self.fib.masquerade_source(dev, d.gateway or dst)
                 if a is not None:
                     return a
-        return super()._masq_source(w)
+        return super().masq_source(w)
 
 
 class NodeTracer:

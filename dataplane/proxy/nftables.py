@@ -13,8 +13,8 @@
 * ``save_text`` — the ruleset as ``nft list ruleset`` prints it (priorities by name,
   ``meta mark ... | 0x00004000``, one-element anonymous sets unwrapped, timeouts as
   ``3h``). nft lists the elements of hash sets in hash order and wraps long element
-  lists; compare with :func:`normalize_listing`, which sorts elements and ignores
-  layout.
+  lists; compare with :func:`~dataplane.proxy.normalize.normalize_listing`, which sorts
+  elements and ignores layout.
 
 Stale chains, as upstream's nftables proxier handles them (``staleChains`` in
 ``pkg/proxy/nftables/proxier.go``): a per-service chain (a name with ``/``) that the
@@ -662,72 +662,3 @@ def listing(family: IPFamily, sets: Iterable[NftSet], chains: Iterable[NftChain]
         blocks.append("\n".join(lines))
     head = f'table {ipx} {TABLE} {{\n\tcomment "rules for kube-proxy"\n'
     return head + "\n\n".join(blocks) + "\n}\n"
-
-
-def normalize_listing(text: str) -> str:
-    """``nft list ruleset`` text with layout dropped, set elements sorted and the sets,
-    maps and chains of each table sorted by kind and name (the kernel lists them in
-    creation order, which partial syncs change), so that a kernel listing and
-    :attr:`NftablesRender.save_text` compare equal when they hold the same ruleset."""
-    out: list[str] = []
-    block: list[str] = []
-    blocks: list[list[str]] = []
-    depth = 0
-    for line in _joined_lines(text):
-        opens, closes = line.count("{"), line.count("}")
-        if depth == 1 and opens > closes and line.split(" ", 1)[0] in ("set", "map", "chain"):
-            block = [line]
-        elif depth >= 2:
-            block.append(line)
-        elif depth == 1 and line == "}":
-            out.extend(ln for b in sorted(blocks, key=lambda b: b[0]) for ln in b)
-            blocks = []
-            out.append(line)
-        else:
-            out.append(line)
-        depth += opens - closes
-        if block and depth == 1:
-            blocks.append(block)
-            block = []
-    return "\n".join(out) + "\n"
-
-
-def _joined_lines(text: str) -> list[str]:
-    """Stripped non-empty lines, each ``elements = { … }`` joined into one line with
-    its elements sorted."""
-    lines: list[str] = []
-    pending: list[str] | None = None
-    for raw in text.splitlines():
-        line = raw.strip()
-        if not line:
-            continue
-        if pending is not None:
-            pending.append(line)
-        elif line.startswith("elements = {"):
-            pending = [line]
-        else:
-            lines.append(line)
-            continue
-        if pending is not None and line.endswith("}"):
-            body = " ".join(pending)[len("elements = {") : -1]
-            elems = sorted(e.strip() for e in body.split(","))
-            lines.append("elements = { " + ", ".join(elems) + " }")
-            pending = None
-    return lines
-
-
-def normalize_transaction(text: str) -> str:
-    """Upstream's nftables test comparison: ``add`` lines only (no ``#`` or blanks),
-    stable-sorted by object type (table, chain, rule, set, map, element), then object
-    name; rules keep their order, other lines sort by full text."""
-    order = {"table": 0, "chain": 1, "rule": 2, "set": 3, "map": 4, "element": 5}
-    lines = [ln for ln in text.splitlines() if ln.startswith("add ")]
-
-    def key(line: str) -> tuple[int, str, str]:
-        w = line.split(" ")
-        kind = w[1]
-        if kind == "table":
-            return (0, "", "")
-        return (order[kind], w[4], "" if kind == "rule" else line)
-
-    return "\n".join(sorted(lines, key=key)) + "\n"

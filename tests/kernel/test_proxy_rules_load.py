@@ -33,8 +33,8 @@ from dataplane.proxy.cases import load_case
 from dataplane.proxy.iptables import IptablesRender, render_iptables
 from dataplane.proxy.ipvs import IpvsRender
 from dataplane.proxy.model import NodeProxyConfig
-from dataplane.proxy.nftables import NftablesRender, NftChain, listing, normalize_listing
-from dataplane.proxy.normalize import normalize, parse_tables
+from dataplane.proxy.nftables import NftablesRender, NftChain, listing
+from dataplane.proxy.normalize import normalize, normalize_listing, parse_tables
 from dataplane.proxy.savefmt import save_form
 from dataplane.proxy.snapshot import build_snapshot
 from dataplane.proxy.tracker import ChangeTracker

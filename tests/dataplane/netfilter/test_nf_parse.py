@@ -7,6 +7,8 @@ import ipaddress
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from dataplane.netfilter import RestoreError, apply_restore, format_save, parse_save
 from dataplane.netfilter import rules as R
@@ -325,6 +327,36 @@ def test_tokenize_quotes() -> None:
     assert tokenize("--comment 'a b'") == ["--comment", "'a", "b'"]
     with pytest.raises(ValueError):
         tokenize('--comment "open')
+
+
+def _reference_tokens(line: str) -> list[str] | None:
+    """iptables-restore's splitting, written out once more as a regex walk (None: the
+    line cannot be split)."""
+    import re
+
+    tok = re.compile(r"""\s*(?:"((?:[^"\\]|\\.)*)"|([^\s"]+))(?=\s|$)""")
+    out: list[str] = []
+    pos, n = 0, len(line.rstrip())
+    while pos < n:
+        m = tok.match(line, pos)
+        if m is None:
+            return None
+        dq, bare = m.groups()
+        out.append(re.sub(r"\\(.)", r"\1", dq) if dq is not None else bare)
+        pos = m.end()
+    return out
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.text(alphabet='ab -"\\\t', max_size=24))
+def test_tokenize_agrees_with_the_reference_splitting(line: str) -> None:
+    # the fast paths (no quote; one quoted word) give what the general walk gives
+    want = _reference_tokens(line)
+    if want is None:
+        with pytest.raises(ValueError):
+            tokenize(line)
+    else:
+        assert tokenize(line) == want
 
 
 def test_large_payloads_leave_the_garbage_collector_as_they_found_it() -> None:

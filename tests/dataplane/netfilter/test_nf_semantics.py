@@ -167,9 +167,9 @@ def test_dnat_random_picks_a_random_port_of_the_range() -> None:
     assert plain.traverse(_tcp("172.16.0.1", "192.0.2.1", dport=8050)).dnat[1] == 8050  # type: ignore[index]
 
 
-def test_ct_zone_other_than_zero_is_refused_naming_the_line() -> None:
-    text = "*raw\n-A PREROUTING -i eth1 -j CT --zone 7\nCOMMIT\n"
-    with pytest.raises(UnsupportedRuleError, match=r"^<r>:2: .*conntrack zones are not emulated"):
+def test_ct_options_not_evaluated_are_refused_naming_the_line() -> None:
+    # zones are evaluated (test_nf_zones.py); helpers, events and timeouts are not
+    text = "*raw\n-A PREROUTING -i eth1 -j CT --zone 7 --ctevents new\nCOMMIT\n"
+    with pytest.raises(UnsupportedRuleError, match=r"^<r>:2: .*conntrack events are not emulated"):
         parse_save(text, source="<r>")
-    # zone 0 is every packet's zone: accepted, nothing to emulate
-    parse_save(text.replace("--zone 7", "--zone 0"))
+    parse_save(text.replace(" --ctevents new", ""))

@@ -7,7 +7,8 @@ from dataclasses import replace
 from proxy_builders import CASES, endpoint, fake_config, fake_config_v6, service, slice_
 
 from dataplane.proxy.cases import load_case
-from dataplane.proxy.nftables import normalize_listing, normalize_transaction, render_nftables
+from dataplane.proxy.nftables import render_nftables
+from dataplane.proxy.normalize import normalize_listing, normalize_transaction
 from dataplane.proxy.snapshot import build_snapshot
 
 
