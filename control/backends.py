@@ -53,7 +53,7 @@ if TYPE_CHECKING:
     from dataplane.linux.cni import CniMode
     from dataplane.linux.conntrack import ConntrackEntry
     from dataplane.linux.realize import RealCluster
-    from dataplane.linux.rules import RuleCounter
+    from dataplane.linux.rules import IptablesBackend, RuleCounter
 
 Proto = Literal["tcp", "udp"]
 
@@ -562,12 +562,14 @@ class RealBackend:
 
     def counters(self) -> dict[str, list[RuleCounter]]:
         """Every iptables rule of every node with its counters (nftables-mode nodes:
-        none; their rules carry no counters)."""
+        none; their rules carry no counters), from the cluster's iptables back end
+        (legacy: read through libiptc)."""
         from dataplane.emulator.filters import IptablesRules
         from dataplane.linux.rules import rule_counters
 
+        backend = self.cluster.iptables_backend
         return {
-            node: rule_counters(self.cluster.node_netns(node))
+            node: rule_counters(self.cluster.node_netns(node), backend=backend)
             for node in self._nodes()
             if isinstance(self.view.rulesets.get(node), IptablesRules)
         }
@@ -633,15 +635,19 @@ def real_backend(
     cluster_id: str | None = None,
     cni: CniMode = "bridge-plugin",
     timeout: float = 1.0,
+    iptables_backend: IptablesBackend = "nft",
 ) -> Iterator[RealBackend]:
     """Realise ``view`` on fresh network namespaces (network, rules, pod servers) and
-    yield its :class:`RealBackend`; always tear it down, also on error or Ctrl-C."""
+    yield its :class:`RealBackend`; always tear it down, also on error or Ctrl-C.
+    ``iptables_backend``: ``nft`` or ``legacy`` (:mod:`dataplane.linux.rules`)."""
     from control.real import new_cluster_id, realize_view
     from dataplane.linux.realize import teardown
 
     cid = cluster_id or new_cluster_id()
     try:
-        cluster, _ = realize_view(view, cluster_id=cid, cni=cni)
+        cluster, _ = realize_view(
+            view, cluster_id=cid, cni=cni, iptables_backend=iptables_backend
+        )
         b = RealBackend(view, cluster, timeout=timeout)
         yield b
         b.close()

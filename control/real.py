@@ -8,8 +8,9 @@ description both backends consume:
   the control plane's addresses and the model's MACs from the real CNI plugins;
 * each node's kube-proxy rules, the very text the emulator evaluates
   (:func:`load_rules`): iptables mode — the node's ``iptables-save`` form, loaded with
-  ``iptables-restore`` (filter and nat replaced whole; kube-proxy's jump rules are part of
-  that text); nftables mode — kube-proxy's ``nft -f`` transaction, in a fresh
+  ``iptables-nft-restore`` or, on a cluster realised with ``iptables_backend="legacy"``,
+  ``iptables-legacy-restore`` (filter and nat replaced whole; kube-proxy's jump rules are
+  part of that text; the legacy rules are read back through libiptc); nftables mode — kube-proxy's ``nft -f`` transaction, in a fresh
   ``ip kube-proxy`` table. IPVS mode is refused (no IPVS in this kernel);
 * a pod server per pod on its containerPorts (TCP and UDP; it answers who it is and
   the source address it saw).
@@ -18,7 +19,7 @@ The state directory keeps which real cluster belongs to it, in ``DIR/real.json``
 
     {"cluster_id": "s1a2b3c4d", "cni": "bridge-plugin", "external_clients": [...],
      "status": "realising" | "up", "fingerprint": "<sha256 of the view>",
-     "nft": {"node-1": "<sha256 of the loaded nft text>"}}
+     "nft": {"node-1": "<sha256 of the loaded nft text>"}, "iptables_backend": "nft"}
 
 It is written *before* anything is created, so :func:`down` and :func:`cleanup` find a
 cluster whose ``up`` was interrupted (Ctrl-C, crash). The kernel-side state (namespaces,
@@ -92,6 +93,7 @@ class RealRecord:
     status: Literal["realising", "up"] = "realising"
     fingerprint: str = ""
     nft: dict[str, str] = field(default_factory=dict)
+    iptables_backend: linux_rules.IptablesBackend = "nft"
 
     @staticmethod
     def path(state_dir: Path) -> Path:
@@ -116,6 +118,7 @@ class RealRecord:
             status=d.get("status", "realising"),
             fingerprint=str(d.get("fingerprint", "")),
             nft={str(k): str(v) for k, v in d.get("nft", {}).items()},
+            iptables_backend=d.get("iptables_backend", "nft"),
         )
 
     def write(self, state_dir: Path) -> None:
@@ -132,6 +135,7 @@ class RealRecord:
                     "status": self.status,
                     "fingerprint": self.fingerprint,
                     "nft": self.nft,
+                    "iptables_backend": self.iptables_backend,
                 },
                 indent=1,
                 sort_keys=True,
@@ -170,9 +174,14 @@ def fingerprint(view: ClusterView) -> str:
 # ---------------------------------------------------------------------------- rules
 
 
-def check_realisable(view: ClusterView) -> None:
-    """Refuse, before the kernel is touched, what this kernel cannot hold."""
+def check_realisable(
+    view: ClusterView, iptables_backend: linux_rules.IptablesBackend = "nft"
+) -> None:
+    """Refuse, before the kernel is touched, what this kernel (or the chosen iptables back
+    end) cannot hold."""
     for node, rs in view.rulesets.items():
+        mode = "nftables" if isinstance(rs, NftRules) else "iptables"
+        linux_rules.check_backend(iptables_backend, mode, node=node)
         if isinstance(rs, IpvsRules):
             raise BackendError(
                 f"node {node}: kube-proxy's ipvs mode cannot be realised (IPVS is not in "
@@ -194,7 +203,9 @@ def _kernel_tables(save: str) -> dict[str, dict[str, list[str]]]:
     return out
 
 
-def kernel_holds(netns: str, text: str) -> bool:
+def kernel_holds(
+    netns: str, text: str, iptables_backend: linux_rules.IptablesBackend = "nft"
+) -> bool:
     """Does ``netns`` hold exactly the tables of ``text`` (iptables-save or restore text,
     kube-proxy's option order accepted) — same chains, same rules in the same order, in
     ``iptables-save``'s form? False also when ``text`` cannot be put in that form."""
@@ -205,7 +216,9 @@ def kernel_holds(netns: str, text: str) -> bool:
         }
     except ValueError:
         return False
-    have = _kernel_tables(linux_rules.iptables_save(netns, counters=False))
+    have = _kernel_tables(
+        linux_rules.iptables_save(netns, counters=False, backend=iptables_backend)
+    )
     return all(have.get(name) == chains for name, chains in wanted.items())
 
 
@@ -240,19 +253,20 @@ def load_rules(
     nftables mode: iptables' filter and nat are flushed, the ``ip kube-proxy`` table is
     deleted and the transaction loaded. Either way, under ``hairpin="masquerade"`` the
     fallback rule is installed again afterwards."""
-    check_realisable(view)
+    backend = cluster.iptables_backend
+    check_realisable(view, backend)
     previous = dict(loaded_nft or {})
     shas: dict[str, str] = {}
     for node, rs in sorted(view.rulesets.items()):
         netns = cluster.node_netns(node)
         cidr = _pod_cidr(view, node)
         if isinstance(rs, IptablesRules):
-            if kernel_holds(netns, rs.text):
+            if kernel_holds(netns, rs.text, backend):
                 continue
             if previous.get(node):
                 _drop_nft_table(netns)
-            linux_rules.flush_iptables(netns)
-            linux_rules.load_iptables(netns, rs.text, jumps=None)
+            linux_rules.flush_iptables(netns, backend=backend)
+            linux_rules.load_iptables(netns, rs.text, jumps=None, backend=backend)
         elif isinstance(rs, NftRules):
             sha = hashlib.sha256(rs.text.encode()).hexdigest()
             shas[node] = sha
@@ -264,7 +278,7 @@ def load_rules(
         else:  # pragma: no cover - check_realisable refused it
             raise BackendError(f"node {node}: cannot load {type(rs).__name__}")
         if cluster.hairpin == "masquerade" and cidr is not None:
-            install_hairpin_masquerade(netns, cidr)
+            install_hairpin_masquerade(netns, cidr, backend)
     return shas
 
 
@@ -339,6 +353,7 @@ def realize_view(
     hairpin: HairpinMode = "auto",
     persistent: bool = False,
     loaded_nft: Mapping[str, str] | None = None,
+    iptables_backend: linux_rules.IptablesBackend = "nft",
 ) -> tuple[RealCluster, dict[str, str]]:
     """Realise everything of ``view`` under ``cluster_id``: the network (with
     :data:`KERNEL_SYSCTLS`), the rules, the pod servers; then wait until it is ready
@@ -346,12 +361,18 @@ def realize_view(
     network answering; drift is reconciled once and reported as a :class:`DriftWarning`).
     Idempotent and convergent like :func:`dataplane.linux.realize.realize`.
     Returns the cluster and :func:`load_rules`' nft digests. On error the partial
-    cluster stays (``teardown(cluster_id)`` removes it)."""
-    check_realisable(view)
+    cluster stays (``teardown(cluster_id)`` removes it). ``iptables_backend``: ``nft``
+    or ``legacy`` (:mod:`dataplane.linux.rules`)."""
+    check_realisable(view, iptables_backend)
 
     def network() -> RealCluster:
         return realize(
-            view.network, cluster_id=cluster_id, cni=cni, hairpin=hairpin, persistent=persistent
+            view.network,
+            cluster_id=cluster_id,
+            cni=cni,
+            hairpin=hairpin,
+            persistent=persistent,
+            iptables_backend=iptables_backend,
         )
 
     cluster = network()
@@ -386,12 +407,14 @@ def up(
     cluster_id: str | None = None,
     cni: CniMode | None = None,
     external_clients: Iterable[str] = (),
+    iptables_backend: linux_rules.IptablesBackend | None = None,
 ) -> RealCluster:
     """Realise ``session``'s cluster (see the module docstring) and record it in the
     state directory. ``cluster_id`` defaults to the one recorded, else a new one; asking
     for another id than the recorded one is an error (``down`` first). ``cni`` defaults
-    to the recorded mode, else ``bridge-plugin``. ``external_clients`` are added to the
-    ones recorded (each gets a namespace hanging off the router)."""
+    to the recorded mode, else ``bridge-plugin``; ``iptables_backend`` likewise, else
+    ``nft``. ``external_clients`` are added to the ones recorded (each gets a namespace
+    hanging off the router)."""
     if cluster_id is not None:
         check_cluster_id(cluster_id)  # before real.json is written
     state_dir = _state_dir(session)
@@ -402,19 +425,33 @@ def up(
             "run 'svclab down' first"
         )
     if record is None:
-        record = RealRecord(cluster_id=cluster_id or new_cluster_id(), cni=cni or "bridge-plugin")
+        record = RealRecord(
+            cluster_id=cluster_id or new_cluster_id(),
+            cni=cni or "bridge-plugin",
+            iptables_backend=iptables_backend or "nft",
+        )
     elif cni is not None and cni != record.cni:
         raise BackendError(
             f"cluster {record.cluster_id} was realised with cni={record.cni}; "
             "run 'svclab down' first to change it"
         )
+    elif iptables_backend is not None and iptables_backend != record.iptables_backend:
+        raise BackendError(
+            f"cluster {record.cluster_id} was realised on the iptables "
+            f"{record.iptables_backend} back end; run 'svclab down' first to change it"
+        )
     record.external_clients = tuple(sorted({*record.external_clients, *external_clients}))
     v = emulation.view(session, external_clients=record.external_clients)
-    check_realisable(v)
+    check_realisable(v, record.iptables_backend)
     record.status = "realising"
     record.write(state_dir)  # before anything exists: down/cleanup can find it
     cluster, shas = realize_view(
-        v, cluster_id=record.cluster_id, cni=record.cni, persistent=True, loaded_nft=record.nft
+        v,
+        cluster_id=record.cluster_id,
+        cni=record.cni,
+        persistent=True,
+        loaded_nft=record.nft,
+        iptables_backend=record.iptables_backend,
     )
     record.nft = shas
     record.fingerprint = fingerprint(v)
@@ -498,4 +535,5 @@ def summary(cluster: RealCluster) -> dict[str, Any]:
         "cni": cluster.cni,
         "hairpin": cluster.hairpin,
         "overlay": cluster.overlay,
+        "iptables_backend": cluster.iptables_backend,
     }
