@@ -26,6 +26,12 @@ How libiptc is used here:
 * Nothing is ever committed: the tables are opened with ``autocommit=False`` and only
   read. Only the tables the namespace already has (``/proc/thread-self/net/
   ip_tables_names``) are opened, because opening one registers it in the namespace.
+  python-iptables, decoding a rule whose target is an extension (``NFLOG``, ``CT``...),
+  asks every table it believes exists whether a chain has that name, opening the ones
+  it has not opened yet (in whatever namespace, with autocommit) and querying ones that
+  may be closed; during a read its table-availability cache says "none", so decoding
+  opens nothing (an extension target is never a chain: chain jumps are standard
+  targets).
 * libxtables' ``save`` functions print to C's stdout; python-iptables captures them by
   pointing file descriptor 1 at a pipe for the duration of each call. Another thread of
   this process writing to fd 1 at that instant would have its bytes mixed in; svclab
@@ -198,8 +204,13 @@ def save_text(netns: str, *, counters: bool = True, table: str | None = None) ->
         names = _tables_here()
         if table is not None:
             names = [table] if table in names else []
+        known = dict(iptc.Table.existing_table_names)
+        iptc.Table.existing_table_names.update({t: False for t in iptc.Table.ALL})
         try:
             lines = [line for name in names for line in _dump_table(iptc, name, counters)]
         except (iptc.IPTCError, iptc.XTablesError) as e:
             raise BackendError(f"netns {netns}: libiptc: {e}") from e
+        finally:
+            iptc.Table.existing_table_names.clear()
+            iptc.Table.existing_table_names.update(known)
     return "\n".join(lines) + "\n" if lines else ""

@@ -42,7 +42,7 @@ from netmodel.errors import BackendError
 
 _COUNTED = re.compile(r"^\[(\d+):(\d+)\] (-A (\S+) .*)$")
 _COUNTER_PREFIX = re.compile(r"^\[\d+:\d+\] ")
-_NFACCT_USE = re.compile(r"--nfacct-name (\S+)")
+_NFACCT_USE = re.compile(r"--nfacct-name\s+(\S+)")  # iptables-save prints two spaces
 _NETLINK_NETFILTER = 12
 _NFACCT_NEW = 7 << 8  # NFNL_SUBSYS_ACCT << 8 | NFNL_MSG_ACCT_NEW
 _NFACCT_NAME = 1
