@@ -100,7 +100,10 @@ def test_counters_through_libiptc_count_what_the_kernel_matched(netns: str) -> N
     ip_udp = 20 + 8
     assert got == {
         ("OUTPUT", "-A OUTPUT -p udp -m udp --dport 9 -j SVCLAB-T"): (3, 60 + 3 * ip_udp),
-        ("SVCLAB-T", '-A SVCLAB-T -m comment --comment "discard packets" -j ACCEPT'): (3, 60 + 3 * ip_udp),
+        ("SVCLAB-T", '-A SVCLAB-T -m comment --comment "discard packets" -j ACCEPT'): (
+            3,
+            60 + 3 * ip_udp,
+        ),
     }
     # the nf_tables side of the namespace holds nothing: one back end per namespace
     assert "-A " not in run_in(netns, ["iptables-nft-save"]).stdout
@@ -146,8 +149,14 @@ def test_a_cluster_keeps_its_back_end() -> None:
     from dataplane.linux.realize import RealCluster, realize
 
     net = sample_network().network
-    with realized(net, cni="netlink", iptables_backend="legacy") as c:
+    with realized(net, cni="netlink", hairpin="masquerade", iptables_backend="legacy") as c:
         assert c.iptables_backend == "legacy"
+        # svclab's own rule (the hairpin fallback) went to the same back end
+        node = c.node_netns("n0")
+        assert "-A SVCLAB-HAIRPIN -s 10.244.0.0/24 -d 10.244.0.0/24 -o cni0" in legacy.save_text(
+            node
+        )
+        assert "-A " not in rules.iptables_save(node, backend="nft")
         assert RealCluster.load(c.cluster_id).iptables_backend == "legacy"
         with pytest.raises(BackendError, match="realised on the iptables legacy back end"):
             realize(net, cluster_id=c.cluster_id, cni="netlink", iptables_backend="nft")
