@@ -10,7 +10,7 @@ The state directory keeps which real cluster belongs to it, in ``DIR/real.json``
 
     {"cluster_id": "s1a2b3c4d", "cni": "bridge-plugin", "external_clients": [...],
      "status": "realising" | "up", "fingerprint": "<sha256 of the view>",
-     "nft": {"node-1": "<sha256 of the loaded nft text>"}}
+     "nft": {"node-1": "<sha256 of the loaded nft text>"}, "iptables_backend": "nft"}
 
 It is written *before* anything is created, so :func:`down` and :func:`cleanup` find a
 cluster whose ``up`` was interrupted (Ctrl-C, crash). The kernel-side state (namespaces,
@@ -48,6 +48,7 @@ from dataplane.linux.names import CLUSTER_ID_RE, check_cluster_id
 from dataplane.linux.nsenter import inode
 from dataplane.linux.realize import RealCluster, Removed, teardown
 from dataplane.linux.realize import cleanup as linux_cleanup
+from dataplane.linux.rules import IptablesBackend
 from netmodel.errors import BackendError, SvclabError
 from netmodel.view import ClusterView
 
@@ -80,6 +81,7 @@ class RealRecord:
     status: Literal["realising", "up"] = "realising"
     fingerprint: str = ""
     nft: dict[str, str] = field(default_factory=dict)
+    iptables_backend: IptablesBackend = "nft"
 
     @staticmethod
     def path(state_dir: Path) -> Path:
@@ -104,6 +106,7 @@ class RealRecord:
             status=d.get("status", "realising"),
             fingerprint=str(d.get("fingerprint", "")),
             nft={str(k): str(v) for k, v in d.get("nft", {}).items()},
+            iptables_backend=d.get("iptables_backend", "nft"),
         )
 
     def write(self, state_dir: Path) -> None:
@@ -120,6 +123,7 @@ class RealRecord:
                     "status": self.status,
                     "fingerprint": self.fingerprint,
                     "nft": self.nft,
+                    "iptables_backend": self.iptables_backend,
                 },
                 indent=1,
                 sort_keys=True,
@@ -149,12 +153,14 @@ def up(
     cluster_id: str | None = None,
     cni: CniMode | None = None,
     external_clients: Iterable[str] = (),
+    iptables_backend: IptablesBackend | None = None,
 ) -> RealCluster:
     """Realise ``session``'s cluster (see the module docstring) and record it in the
     state directory. ``cluster_id`` defaults to the one recorded, else a new one; asking
     for another id than the recorded one is an error (``down`` first). ``cni`` defaults
-    to the recorded mode, else ``bridge-plugin``. ``external_clients`` are added to the
-    ones recorded (each gets a namespace hanging off the router)."""
+    to the recorded mode, else ``bridge-plugin``; ``iptables_backend`` likewise, else
+    ``nft``. ``external_clients`` are added to the ones recorded (each gets a namespace
+    hanging off the router)."""
     if cluster_id is not None:
         check_cluster_id(cluster_id)  # before real.json is written
     state_dir = _state_dir(session)
@@ -165,19 +171,33 @@ def up(
             "run 'svclab down' first"
         )
     if record is None:
-        record = RealRecord(cluster_id=cluster_id or new_cluster_id(), cni=cni or "bridge-plugin")
+        record = RealRecord(
+            cluster_id=cluster_id or new_cluster_id(),
+            cni=cni or "bridge-plugin",
+            iptables_backend=iptables_backend or "nft",
+        )
     elif cni is not None and cni != record.cni:
         raise BackendError(
             f"cluster {record.cluster_id} was realised with cni={record.cni}; "
             "run 'svclab down' first to change it"
         )
+    elif iptables_backend is not None and iptables_backend != record.iptables_backend:
+        raise BackendError(
+            f"cluster {record.cluster_id} was realised on the iptables "
+            f"{record.iptables_backend} back end; run 'svclab down' first to change it"
+        )
     record.external_clients = tuple(sorted({*record.external_clients, *external_clients}))
     v = emulation.view(session, external_clients=record.external_clients)
-    check_realisable(v)
+    check_realisable(v, record.iptables_backend)
     record.status = "realising"
     record.write(state_dir)  # before anything exists: down/cleanup can find it
     cluster, shas = realize_view(
-        v, cluster_id=record.cluster_id, cni=record.cni, persistent=True, loaded_nft=record.nft
+        v,
+        cluster_id=record.cluster_id,
+        cni=record.cni,
+        persistent=True,
+        loaded_nft=record.nft,
+        iptables_backend=record.iptables_backend,
     )
     record.nft = shas
     record.fingerprint = fingerprint(v)

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from dataplane.linux.realize import Removed
 
 CNI_MODES = ["bridge-plugin", "netlink"]
+IPTABLES_BACKENDS = ["nft", "legacy"]  # dataplane.linux.rules.IPTABLES_BACKENDS
 
 
 # --------------------------------------------------------------------------- up / down
@@ -37,6 +38,13 @@ CNI_MODES = ["bridge-plugin", "netlink"]
     help="Pods through the real CNI plugins (default) or by svclab itself",
 )
 @click.option(
+    "--iptables-backend",
+    type=click.Choice(IPTABLES_BACKENDS),
+    default=None,
+    help="Where iptables-mode rules go: iptables-nft (nf_tables, default) or "
+    "iptables-legacy (x_tables, read back through libiptc)",
+)
+@click.option(
     "--external-client",
     "externals",
     multiple=True,
@@ -49,6 +57,7 @@ def up(
     on_kernel: bool,
     cluster_id: str | None,
     cni: str | None,
+    iptables_backend: str | None,
     externals: tuple[str, ...],
 ) -> None:
     """Realise the cluster of --state DIR on real network namespaces: nodes, pods
@@ -74,6 +83,7 @@ def up(
             cluster_id=cluster_id,
             cni=cni,  # type: ignore[arg-type]
             external_clients=externals,
+            iptables_backend=iptables_backend,  # type: ignore[arg-type]
         )
     except KeyboardInterrupt:
         record = real.RealRecord.read(ctx.state)
@@ -91,7 +101,7 @@ def up(
         f"cluster {s['cluster_id']} up: {s['nodes']} nodes, {s['pods']} pods, "
         f"{s['external']} external clients ({s['namespaces']} namespaces "
         f"svclab-{s['cluster_id']}-*); cni {s['cni']}, overlay {s['overlay']}, "
-        f"hairpin {s['hairpin']}"
+        f"hairpin {s['hairpin']}, rules on iptables-{s['iptables_backend']}"
     )
 
 

@@ -27,7 +27,7 @@ from netmodel.view import ClusterView
 if TYPE_CHECKING:
     from dataplane.linux.cni import CniMode
     from dataplane.linux.realize import RealCluster
-    from dataplane.linux.rules import RuleCounter
+    from dataplane.linux.rules import IptablesBackend, RuleCounter
 
 
 @dataclass(frozen=True, slots=True)
@@ -258,12 +258,14 @@ class RealBackend:
 
     def counters(self) -> dict[str, list[RuleCounter]]:
         """Every iptables rule of every node with its counters (nftables-mode nodes:
-        none; their rules carry no counters)."""
+        none; their rules carry no counters), from the cluster's iptables back end
+        (legacy: read through libiptc)."""
         from dataplane.linux.rules import rule_counters
         from netmodel.rulesets import IptablesRules
 
+        backend = self.cluster.iptables_backend
         return {
-            node: rule_counters(self.cluster.node_netns(node))
+            node: rule_counters(self.cluster.node_netns(node), backend=backend)
             for node in self._nodes()
             if isinstance(self.view.rulesets.get(node), IptablesRules)
         }
@@ -329,15 +331,19 @@ def real_backend(
     cluster_id: str | None = None,
     cni: CniMode = "bridge-plugin",
     timeout: float = 1.0,
+    iptables_backend: IptablesBackend = "nft",
 ) -> Iterator[RealBackend]:
     """Realise ``view`` on fresh network namespaces (network, rules, pod servers) and
-    yield its :class:`RealBackend`; always tear it down, also on error or Ctrl-C."""
+    yield its :class:`RealBackend`; always tear it down, also on error or Ctrl-C.
+    ``iptables_backend``: ``nft`` or ``legacy`` (:mod:`dataplane.linux.rules`)."""
     from dataplane.backends.realise import new_cluster_id, realize_view
     from dataplane.linux.realize import teardown
 
     cid = cluster_id or new_cluster_id()
     try:
-        cluster, _ = realize_view(view, cluster_id=cid, cni=cni)
+        cluster, _ = realize_view(
+            view, cluster_id=cid, cni=cni, iptables_backend=iptables_backend
+        )
         b = RealBackend(view, cluster, timeout=timeout)
         yield b
         b.close()

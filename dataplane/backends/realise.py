@@ -2,8 +2,9 @@
 (:func:`dataplane.linux.realize.realize`; pods get the view's addresses and the model's
 MACs from the real CNI plugins), each node's kube-proxy rules — the very text the emulator
 evaluates (:func:`load_rules`): iptables mode — the node's ``iptables-save`` form, loaded
-with ``iptables-restore`` (filter and nat replaced whole; kube-proxy's jump rules are part
-of that text); nftables mode — kube-proxy's ``nft -f`` transaction, in a fresh
+with ``iptables-nft-restore`` or, on a cluster realised with ``iptables_backend="legacy"``,
+``iptables-legacy-restore`` (filter and nat replaced whole; kube-proxy's jump rules are part
+of that text; the legacy rules are read back through libiptc); nftables mode — kube-proxy's ``nft -f`` transaction, in a fresh
 ``ip kube-proxy`` table; IPVS mode is refused (no IPVS in this kernel) — and a pod server
 per pod on its containerPorts (TCP and UDP; it answers who it is and the source address it
 saw).
@@ -75,9 +76,14 @@ def fingerprint(view: ClusterView) -> str:
 # ---------------------------------------------------------------------------- rules
 
 
-def check_realisable(view: ClusterView) -> None:
-    """Refuse, before the kernel is touched, what this kernel cannot hold."""
+def check_realisable(
+    view: ClusterView, iptables_backend: linux_rules.IptablesBackend = "nft"
+) -> None:
+    """Refuse, before the kernel is touched, what this kernel (or the chosen iptables back
+    end) cannot hold."""
     for node, rs in view.rulesets.items():
+        mode = "nftables" if isinstance(rs, NftRules) else "iptables"
+        linux_rules.check_backend(iptables_backend, mode, node=node)
         if isinstance(rs, IpvsRules):
             raise BackendError(
                 f"node {node}: kube-proxy's ipvs mode cannot be realised (IPVS is not in "
@@ -99,7 +105,9 @@ def _kernel_tables(save: str) -> dict[str, dict[str, list[str]]]:
     return out
 
 
-def kernel_holds(netns: str, text: str) -> bool:
+def kernel_holds(
+    netns: str, text: str, iptables_backend: linux_rules.IptablesBackend = "nft"
+) -> bool:
     """Does ``netns`` hold exactly the tables of ``text`` (iptables-save or restore text,
     kube-proxy's option order accepted) — same chains, same rules in the same order, in
     ``iptables-save``'s form? False also when ``text`` cannot be put in that form."""
@@ -110,7 +118,9 @@ def kernel_holds(netns: str, text: str) -> bool:
         }
     except ValueError:
         return False
-    have = _kernel_tables(linux_rules.iptables_save(netns, counters=False))
+    have = _kernel_tables(
+        linux_rules.iptables_save(netns, counters=False, backend=iptables_backend)
+    )
     return all(have.get(name) == chains for name, chains in wanted.items())
 
 
@@ -145,19 +155,20 @@ def load_rules(
     nftables mode: iptables' filter and nat are flushed, the ``ip kube-proxy`` table is
     deleted and the transaction loaded. Either way, under ``hairpin="masquerade"`` the
     fallback rule is installed again afterwards."""
-    check_realisable(view)
+    backend = cluster.iptables_backend
+    check_realisable(view, backend)
     previous = dict(loaded_nft or {})
     shas: dict[str, str] = {}
     for node, rs in sorted(view.rulesets.items()):
         netns = cluster.node_netns(node)
         cidr = _pod_cidr(view, node)
         if isinstance(rs, IptablesRules):
-            if kernel_holds(netns, rs.text):
+            if kernel_holds(netns, rs.text, backend):
                 continue
             if previous.get(node):
                 _drop_nft_table(netns)
-            linux_rules.flush_iptables(netns)
-            linux_rules.load_iptables(netns, rs.text, jumps=None)
+            linux_rules.flush_iptables(netns, backend=backend)
+            linux_rules.load_iptables(netns, rs.text, jumps=None, backend=backend)
         elif isinstance(rs, NftRules):
             sha = hashlib.sha256(rs.text.encode()).hexdigest()
             shas[node] = sha
@@ -169,7 +180,7 @@ def load_rules(
         else:  # pragma: no cover - check_realisable refused it
             raise BackendError(f"node {node}: cannot load {type(rs).__name__}")
         if cluster.hairpin == "masquerade" and cidr is not None:
-            install_hairpin_masquerade(netns, cidr)
+            install_hairpin_masquerade(netns, cidr, backend)
     return shas
 
 
@@ -244,6 +255,7 @@ def realize_view(
     hairpin: HairpinMode = "auto",
     persistent: bool = False,
     loaded_nft: Mapping[str, str] | None = None,
+    iptables_backend: linux_rules.IptablesBackend = "nft",
 ) -> tuple[RealCluster, dict[str, str]]:
     """Realise everything of ``view`` under ``cluster_id``: the network (with
     :data:`KERNEL_SYSCTLS`), the rules, the pod servers; then wait until it is ready
@@ -251,12 +263,18 @@ def realize_view(
     network answering; drift is reconciled once and reported as a :class:`DriftWarning`).
     Idempotent and convergent like :func:`dataplane.linux.realize.realize`.
     Returns the cluster and :func:`load_rules`' nft digests. On error the partial
-    cluster stays (``teardown(cluster_id)`` removes it)."""
-    check_realisable(view)
+    cluster stays (``teardown(cluster_id)`` removes it). ``iptables_backend``: ``nft``
+    or ``legacy`` (:mod:`dataplane.linux.rules`)."""
+    check_realisable(view, iptables_backend)
 
     def network() -> RealCluster:
         return realize(
-            view.network, cluster_id=cluster_id, cni=cni, hairpin=hairpin, persistent=persistent
+            view.network,
+            cluster_id=cluster_id,
+            cni=cni,
+            hairpin=hairpin,
+            persistent=persistent,
+            iptables_backend=iptables_backend,
         )
 
     cluster = network()
@@ -299,4 +317,5 @@ def summary(cluster: RealCluster) -> dict[str, Any]:
         "cni": cluster.cni,
         "hairpin": cluster.hairpin,
         "overlay": cluster.overlay,
+        "iptables_backend": cluster.iptables_backend,
     }

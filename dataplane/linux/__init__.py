@@ -1,6 +1,7 @@
 """The real-kernel backend: the cluster network on Linux network namespaces.
 
-The only package that touches the kernel (pyroute2, subprocess). Modules, by layer:
+The only package that touches the kernel (pyroute2, python-iptables, subprocess). Modules,
+by layer:
 
 * :mod:`.nsenter` — thread-level ``setns``: create namespaces, open sockets and sysctls
   inside one without forking; records which process created each namespace.
@@ -13,7 +14,10 @@ The only package that touches the kernel (pyroute2, subprocess). Modules, by lay
 * :mod:`.realize` — :func:`~.realize.realize` / :func:`~.realize.teardown` /
   :func:`~.realize.cleanup` a :class:`~netmodel.network.ClusterNetwork`;
   :class:`~.realize.RealCluster`.
-* :mod:`.rules` — load iptables-restore payloads / nft text, read counters back.
+* :mod:`.rules` — load iptables-restore payloads (iptables-nft or iptables-legacy back
+  end) / nft text, read counters back.
+* :mod:`.legacy` — the legacy back end's rules and counters read through libiptc
+  (python-iptables), in iptables-save form.
 * :mod:`.conntrack` — ``conntrack -L`` read back and parsed.
 * :mod:`.podserver` (standalone script) and :mod:`.servers` — the pod servers.
 * :mod:`.traffic` — ``connect`` and ``ping`` from inside a namespace.

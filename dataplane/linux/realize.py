@@ -39,6 +39,11 @@ address instead of the client pod's. A pod reaching itself through a Service wor
 both modes: kube-proxy masquerades that case itself and the CNI sets ``hairpin`` on
 every bridge port.
 
+iptables back end. A cluster's nodes all use one (``iptables_backend``, recorded in the
+cluster's state): ``nft`` (iptables-nft, nf_tables) or ``legacy`` (iptables-legacy,
+x_tables through libiptc): see :mod:`dataplane.linux.rules`. svclab's own rules (the
+hairpin fallback) go to the same back end as kube-proxy's.
+
 Everything is ensure-style, so calling :func:`realize` again on a realised cluster
 changes nothing, and a half-realised cluster (crash, Ctrl-C) is completed. Realising a
 changed model converges: new namespaces and pods are added; pods the model dropped are
@@ -97,6 +102,7 @@ class RealCluster:
     overlay: str
     pods: dict[str, CniResult] = field(default_factory=dict)
     mtu: int = 1500
+    iptables_backend: rules.IptablesBackend = "nft"
 
     @property
     def names(self) -> ClusterNames:
@@ -164,6 +170,7 @@ class RealCluster:
             "hairpin": self.hairpin,
             "overlay": self.overlay,
             "mtu": self.mtu,
+            "iptables_backend": self.iptables_backend,
             "pods": {k: v.to_json() for k, v in sorted(self.pods.items())},
         }
 
@@ -185,6 +192,7 @@ class RealCluster:
             overlay=d["overlay"],
             mtu=int(d["mtu"]),
             pods={k: CniResult.from_json(v) for k, v in d["pods"].items()},
+            iptables_backend=d.get("iptables_backend", "nft"),
         )
 
 
@@ -225,6 +233,7 @@ def realize(
     hairpin: HairpinMode = "auto",
     workers: int = 8,
     persistent: bool = False,
+    iptables_backend: rules.IptablesBackend = "nft",
 ) -> RealCluster:
     """Create ``network`` in the kernel under ``cluster_id`` and return its handle.
 
@@ -234,14 +243,23 @@ def realize(
     ``workers``: concurrent CNI plugin calls. ``persistent``: a kept cluster (a dev
     cluster): global cleanups and other sessions' leak checks leave it alone; only
     :func:`teardown` / ``cleanup(cluster_id)`` (or ``force``) remove it; the mark stays
-    until then.
+    until then. ``iptables_backend``: where svclab's own iptables rules go (module
+    docstring); a cluster realised on the other back end is refused (tear it down first).
 
     Idempotent (a second call changes nothing) and resumable (a call after an interrupted
     one completes the cluster). On error the partial cluster stays for inspection;
     :func:`teardown` or :func:`cleanup` removes it. Pod servers are not started here (the
     model has no containerPorts): call :meth:`RealCluster.serve`."""
     validate(network)
+    rules.restore_tool(iptables_backend)
     names = ClusterNames(cluster_id)
+    earlier = StateDir.of(cluster_id).read_json(StateDir.of(cluster_id).cluster_file)
+    was = earlier.get("iptables_backend", "nft") if isinstance(earlier, dict) else None
+    if was is not None and was != iptables_backend:
+        raise BackendError(
+            f"cluster {cluster_id} was realised on the iptables {was} back end, not "
+            f"{iptables_backend}; tear it down first"
+        )
     st = StateDir.of(cluster_id).ensure()
     if persistent:
         st.persistent_marker.touch()
@@ -330,7 +348,7 @@ def realize(
     ensure_neighbour_room(neighbour_entries(network))
 
     # 4. sysctls and the hairpin mode
-    chosen = _sysctls_and_hairpin(network, kernel, hairpin)
+    chosen = _sysctls_and_hairpin(network, kernel, hairpin, iptables_backend)
 
     cluster = RealCluster(
         cluster_id=cluster_id,
@@ -340,6 +358,7 @@ def realize(
         overlay=network.overlay,
         pods=results,
         mtu=mtu,
+        iptables_backend=iptables_backend,
     )
     cluster.save()
     return cluster
@@ -437,7 +456,10 @@ def _model_result(pod: Netns) -> CniResult:
 
 
 def _sysctls_and_hairpin(
-    network: ClusterNetwork, kernel: Mapping[str, str], mode: HairpinMode
+    network: ClusterNetwork,
+    kernel: Mapping[str, str],
+    mode: HairpinMode,
+    backend: rules.IptablesBackend = "nft",
 ) -> Literal["br-netfilter", "masquerade"]:
     nodes = [ns for ns in network.namespaces.values() if ns.role == "node"]
     have_brnf = all(nsenter.read_sysctl(kernel[n.name], BRIDGE_NF) is not None for n in nodes)
@@ -456,20 +478,24 @@ def _sysctls_and_hairpin(
     if chosen == "masquerade":
         for n in nodes:
             if any(i.name == "cni0" for i in n.interfaces):
-                install_hairpin_masquerade(kernel[n.name], _pod_cidr(n))
+                install_hairpin_masquerade(kernel[n.name], _pod_cidr(n), backend)
     return chosen
 
 
-def install_hairpin_masquerade(netns: str, pod_cidr: IPv4Network) -> None:
+def install_hairpin_masquerade(
+    netns: str, pod_cidr: IPv4Network, backend: rules.IptablesBackend = "nft"
+) -> None:
     """The no-br_netfilter fallback (module docstring): masquerade DNATed pod-to-pod
-    traffic leaving through ``cni0``, in svclab's own nat chain. Idempotent."""
-    rules.ensure_jumps(netns, [HAIRPIN_JUMP])
+    traffic leaving through ``cni0``, in svclab's own nat chain on ``backend``.
+    Idempotent."""
+    rules.ensure_jumps(netns, [HAIRPIN_JUMP], backend=backend)
     rules.load_iptables(
         netns,
         f"*nat\n:{HAIRPIN_CHAIN} - [0:0]\n"
         f"-A {HAIRPIN_CHAIN} -s {pod_cidr} -d {pod_cidr} -o cni0 -m conntrack --ctstate DNAT"
         " -j MASQUERADE\nCOMMIT\n",
         jumps=None,
+        backend=backend,
     )
 
 

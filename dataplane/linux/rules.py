@@ -1,12 +1,18 @@
 """Load kube-proxy's rules into a node namespace and read them back with counters.
 
-Back end, one per namespace: **iptables-nft** (the ``iptables``, ``iptables-restore``
-and ``iptables-save`` binaries here are ``iptables v1.8 (nf_tables)``) for kube-proxy's
-iptables mode, and **nft** (``nft -f -``) for its nftables mode, which uses its own
-``ip kube-proxy`` table and so coexists with iptables-nft's tables in the same kernel
-back end. The legacy (xtables/libiptc, python-iptables) back end is never used: rules in
-the legacy and the nft back end of one namespace would both apply, in an order that
-kube-proxy does not expect.
+Back end, one per namespace, chosen per cluster (:data:`IPTABLES_BACKENDS`):
+
+* ``nft`` — **iptables-nft** (``iptables-nft-restore``/``-save``, ``iptables v1.8
+  (nf_tables)``) for kube-proxy's iptables mode, and **nft** (``nft -f -``) for its
+  nftables mode, which uses its own ``ip kube-proxy`` table and so coexists with
+  iptables-nft's tables in the same kernel back end;
+* ``legacy`` — **iptables-legacy** (x_tables): ``iptables-legacy-restore`` loads the
+  payload, and the rules and counters are read back through libiptc
+  (:mod:`dataplane.linux.legacy`, python-iptables). kube-proxy's nftables mode has no
+  place on it (:func:`check_backend`).
+
+Never both in one namespace: rules in the legacy and the nft back end of one namespace
+would both apply, in an order that kube-proxy does not expect.
 
 Loading follows kube-proxy's sync: first ensure the jump rules from built-in chains
 (``iptables -C`` then ``iptables -I CHAIN 1``, in :data:`JUMP_RULES` order, so the last
@@ -27,19 +33,46 @@ import socket
 import struct
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Literal, get_args
 
-from dataplane.linux import nsenter
+from dataplane.linux import legacy, nsenter
 from dataplane.linux.netns import run_in
 from dataplane.proxy.iptables import JUMP_RULES, JumpRule
 from netmodel.errors import BackendError
 
 _COUNTED = re.compile(r"^\[(\d+):(\d+)\] (-A (\S+) .*)$")
 _COUNTER_PREFIX = re.compile(r"^\[\d+:\d+\] ")
-_NFACCT_USE = re.compile(r"--nfacct-name (\S+)")
+_NFACCT_USE = re.compile(r"--nfacct-name\s+(\S+)")  # iptables-save prints two spaces
 _NETLINK_NETFILTER = 12
 _NFACCT_NEW = 7 << 8  # NFNL_SUBSYS_ACCT << 8 | NFNL_MSG_ACCT_NEW
 _NFACCT_NAME = 1
 _POLICY = re.compile(r"^:(\S+) (\S+) \[(\d+):(\d+)\]$")
+
+IptablesBackend = Literal["nft", "legacy"]
+#: the iptables back ends a namespace can be realised on; ``nft`` is the default
+IPTABLES_BACKENDS: tuple[str, ...] = get_args(IptablesBackend)
+#: how ``svclab up --real`` and the records describe each back end
+BACKEND_TITLES = {"nft": "iptables-nft (nf_tables)", "legacy": "iptables-legacy (x_tables, libiptc)"}
+
+
+def restore_tool(backend: IptablesBackend) -> str:
+    """``iptables-nft-restore`` or ``iptables-legacy-restore``: named explicitly, never the
+    ``iptables-restore`` alternative, which may point at either."""
+    if backend not in IPTABLES_BACKENDS:
+        raise BackendError(f"unknown iptables back end {backend!r} (one of nft, legacy)")
+    return f"iptables-{backend}-restore"
+
+
+def check_backend(backend: IptablesBackend, proxy_mode: str, *, node: str = "") -> None:
+    """Refuse a kube-proxy mode the back end cannot carry: the nftables mode loads
+    ``nft`` tables, which an iptables-legacy node does not use."""
+    restore_tool(backend)
+    if backend == "legacy" and proxy_mode == "nftables":
+        where = f"node {node}: " if node else ""
+        raise BackendError(
+            f"{where}kube-proxy's nftables mode cannot run on the iptables legacy back end "
+            "(it loads nf_tables rules); use proxyMode iptables, or --iptables-backend nft"
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,10 +131,12 @@ def missing_jumps(save: str, jumps: Sequence[JumpRule]) -> list[JumpRule]:
     return missing
 
 
-def ensure_jumps(netns: str, jumps: Sequence[JumpRule] = JUMP_RULES) -> list[JumpRule]:
+def ensure_jumps(
+    netns: str, jumps: Sequence[JumpRule] = JUMP_RULES, *, backend: IptablesBackend = "nft"
+) -> list[JumpRule]:
     """Ensure kube-proxy's built-in-chain jumps (and their target chains) exist in
     ``netns``; returns the ones that had to be inserted. Idempotent."""
-    save = iptables_save(netns, counters=False)
+    save = iptables_save(netns, counters=False, backend=backend)
     todo = missing_jumps(save, jumps)
     if not todo:
         return []
@@ -114,7 +149,7 @@ def ensure_jumps(netns: str, jumps: Sequence[JumpRule] = JUMP_RULES) -> list[Jum
                 lines.append(f"-N {target}")
         lines += [f"-I {j.chain} 1 {j.args}" for j in todo if j.table == table]
         lines.append("COMMIT")
-    run_in(netns, ["iptables-restore", "--noflush"], input="\n".join(lines) + "\n")
+    run_in(netns, [restore_tool(backend), "--noflush"], input="\n".join(lines) + "\n")
     return todo
 
 
@@ -138,22 +173,39 @@ def ensure_nfacct(netns: str, names: Iterable[str]) -> None:
 
 
 def load_iptables(
-    netns: str, payload: str, *, jumps: Sequence[JumpRule] | None = JUMP_RULES
+    netns: str,
+    payload: str,
+    *,
+    jumps: Sequence[JumpRule] | None = JUMP_RULES,
+    backend: IptablesBackend = "nft",
 ) -> None:
-    """Apply kube-proxy's ``iptables-restore`` payload to ``netns`` after ensuring the
-    jump rules (``jumps=None`` skips that, for payloads that are not kube-proxy's) and
-    the nfacct objects the payload names. Raises BackendError with iptables-restore's
-    first error line."""
+    """Apply kube-proxy's ``iptables-restore`` payload to ``netns`` on ``backend`` after
+    ensuring the jump rules (``jumps=None`` skips that, for payloads that are not
+    kube-proxy's) and the nfacct objects the payload names. The payload goes to
+    ``iptables-{nft,legacy}-restore --noflush`` unchanged. Raises BackendError with the
+    tool's first error line."""
+    tool = restore_tool(backend)
     if jumps:
-        ensure_jumps(netns, jumps)
+        ensure_jumps(netns, jumps, backend=backend)
     if counters := set(_NFACCT_USE.findall(payload)):
         ensure_nfacct(netns, counters)
-    run_in(netns, ["iptables-restore", "--noflush"], input=payload)
+    run_in(netns, [tool, "--noflush"], input=payload)
 
 
-def iptables_save(netns: str, *, counters: bool = True, table: str | None = None) -> str:
-    """``iptables-save [-c] [-t TABLE]`` of ``netns`` (iptables-nft back end)."""
-    argv = ["iptables-save"]
+def iptables_save(
+    netns: str,
+    *,
+    counters: bool = True,
+    table: str | None = None,
+    backend: IptablesBackend = "nft",
+) -> str:
+    """The rules of ``netns`` in ``iptables-save [-c] [-t TABLE]`` form: from
+    ``iptables-nft-save`` (nft back end), or read through libiptc (legacy back end,
+    :func:`dataplane.linux.legacy.save_text`, without the comment lines)."""
+    if backend == "legacy":
+        return legacy.save_text(netns, counters=counters, table=table)
+    restore_tool(backend)
+    argv = ["iptables-nft-save"]
     if counters:
         argv.append("-c")
     if table:
@@ -180,18 +232,18 @@ def parse_counters(save: str) -> tuple[list[RuleCounter], list[ChainPolicy]]:
     return rules, policies
 
 
-def rule_counters(netns: str, *, table: str | None = None) -> list[RuleCounter]:
-    """Every rule of ``netns`` with its packet and byte counters, in dump order."""
-    return parse_counters(iptables_save(netns, counters=True, table=table))[0]
+def rule_counters(
+    netns: str, *, table: str | None = None, backend: IptablesBackend = "nft"
+) -> list[RuleCounter]:
+    """Every rule of ``netns`` with its packet and byte counters, in dump order (legacy
+    back end: read through libiptc)."""
+    return parse_counters(iptables_save(netns, counters=True, table=table, backend=backend))[0]
 
 
-def flush_iptables(netns: str) -> None:
-    """Remove every iptables-nft rule and user chain of ``netns`` (filter and nat)."""
-    run_in(
-        netns,
-        ["iptables-restore"],
-        input="*filter\nCOMMIT\n*nat\nCOMMIT\n",
-    )
+def flush_iptables(netns: str, *, backend: IptablesBackend = "nft") -> None:
+    """Remove every rule and user chain of ``netns``'s filter and nat tables on
+    ``backend``."""
+    run_in(netns, [restore_tool(backend)], input="*filter\nCOMMIT\n*nat\nCOMMIT\n")
 
 
 def load_nft(netns: str, text: str) -> None:

@@ -4,8 +4,8 @@ through them; the backends must agree on every flow.
 Each generated cluster (2-3 nodes, either overlay, 2-6 pods with or without TCP/UDP
 servers, 1-3 Services of every kind: ClusterIP, NodePort or LoadBalancer,
 externalTrafficPolicy and internalTrafficPolicy Cluster or Local, sessionAffinity None or
-ClientIP, some without endpoints; kube-proxy in iptables or nftables mode) is realised
-once; then 10-12 generated flows (from pods, nodes or an external client; to pod IPs,
+ClientIP, some without endpoints; kube-proxy in iptables mode, its rules on the
+iptables-nft or the iptables-legacy back end, or in nftables mode) is realised once; then 10-12 generated flows (from pods, nodes or an external client; to pod IPs,
 served or closed ports, ClusterIPs on served and unserved ports, LoadBalancer IPs,
 NodePorts on every node and on a node's own localhost) run 1-3 connections each on
 both backends. For every connection:
@@ -95,6 +95,7 @@ class ClusterSpec:
     mode: str
     pods: tuple[PodSpec, ...]
     services: tuple[SvcSpec, ...]
+    backend: str = "nft"  # the iptables back end (iptables mode): nft or legacy
 
     def manifest(self) -> str:
         docs = [
@@ -160,7 +161,9 @@ def clusters(draw: st.DrawFn) -> ClusterSpec:
                 not tcp or draw(st.booleans()),
             )
         )
-    return ClusterSpec(nodes, overlay, mode, pods, tuple(services))
+    # drawn last, so the clusters drawn before are the same as without it
+    backend = draw(st.sampled_from(["nft", "legacy"])) if mode == "iptables" else "nft"
+    return ClusterSpec(nodes, overlay, mode, pods, tuple(services), backend)
 
 
 # ---------------------------------------------------------------------------- flows
@@ -309,11 +312,12 @@ def test_backends_agree_on_generated_clusters_and_flows() -> None:
     @given(spec=clusters(), data=st.data())
     def run(spec: ClusterSpec, data: st.DataObject) -> None:
         note(spec.manifest())
+        note(f"iptables back end: {spec.backend}")
         session = Session.ephemeral(load_text(spec.manifest(), source="generated"))
         view = emulation.view(session, external_clients=[EXT])
         flows = data.draw(st.lists(flows_for(session), min_size=10, max_size=12), label="flows")
         emu, pristine = EmulatorBackend(view, seed=1), EmulatorBackend(view, seed=1)
-        with real_backend(view, cni=CNI, timeout=0.5) as real:
+        with real_backend(view, cni=CNI, timeout=0.5, iptables_backend=spec.backend) as real:
             r = Run(emu, pristine, real)
             for f in flows:
                 made = r.check(f)
@@ -323,9 +327,12 @@ def test_backends_agree_on_generated_clusters_and_flows() -> None:
         stats["clusters"] += 1
         stats[spec.overlay] += 1
         stats[spec.mode] += 1
+        if spec.mode == "iptables":
+            stats[f"iptables-{spec.backend}"] += 1
 
     run()
     took = time.monotonic() - start
     print(f"\ndifferential properties: {dict(stats)} in {took:.1f}s")
     assert stats["clusters"] >= MIN_CLUSTERS and stats["flows"] >= MIN_FLOWS, stats
     assert stats["vxlan"] and stats["host-gw"] and stats["iptables"] and stats["nftables"], stats
+    assert stats["iptables-nft"] and stats["iptables-legacy"], stats

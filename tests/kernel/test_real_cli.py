@@ -312,3 +312,59 @@ def test_sigint_during_up_leaves_nothing_cleanup_cannot_remove(tmp_path: Path) -
     assert not processes_in(namespaces)
     assert not any(p and is_ours(p) for p in pids)
     assert real.RealRecord.read(d) is None
+
+
+def test_up_on_the_iptables_legacy_back_end(state: Path) -> None:
+    """``--iptables-backend legacy``: kube-proxy's rules go to x_tables (nf_tables stays
+    empty), the record and the report say so, ``trace --real`` reads the counters through
+    libiptc, and the back end of a realised cluster cannot change under it."""
+    from dataplane.linux import legacy
+
+    res = run(state, "up", "--real", "--iptables-backend", "legacy")
+    assert res.exit_code == 0, res.output
+    assert res.output.rstrip().endswith("rules on iptables-legacy")
+    record = real.RealRecord.read(state)
+    assert record is not None and record.iptables_backend == "legacy"
+    c = _cluster(state)
+    assert c.iptables_backend == "legacy"
+    for n in ("node-1", "node-2"):
+        assert "-A KUBE-SERVICES" in legacy.save_text(c.node_netns(n))
+        assert "-A " not in rules.iptables_save(c.node_netns(n), backend="nft")
+
+    res = run(
+        state, "trace", "--real", "--from", "pod/client", "--to", "svc/default/web:80", "-o", "json"
+    )
+    assert res.exit_code == 0, res.output
+    t = json.loads(res.output)
+    dnat = [r for r in t["rules"] if r["table"] == "nat" and "DNAT" in r["rule"]]
+    assert len(dnat) == 1 and dnat[0]["node"] == "node-1" and dnat[0]["packets"] == 1
+
+    before = real.RealRecord.path(state).read_bytes()
+    counted = rules.rule_counters(c.node_netns("node-1"), backend="legacy")
+    assert sum(r.packets for r in counted) > 0
+    res = run(state, "up", "--real")  # the recorded back end: nothing to do
+    assert res.exit_code == 0 and "rules on iptables-legacy" in res.output
+    # the kernel held the rules already (compared through libiptc): nothing was reloaded,
+    # so no counter went back (up's readiness probes may move some)
+    again = rules.rule_counters(c.node_netns("node-1"), backend="legacy")
+    assert [(r.chain, r.rule) for r in again] == [(r.chain, r.rule) for r in counted]
+    assert all(r.packets >= o.packets for r, o in zip(again, counted, strict=True))
+    res = run(state, "up", "--real", "--iptables-backend", "nft")
+    assert res.exit_code == 1
+    assert res.output.strip().splitlines() == [
+        f"error: cluster {c.cluster_id} was realised on the iptables legacy back end; "
+        "run 'svclab down' first to change it"
+    ]
+    assert real.RealRecord.path(state).read_bytes() == before
+
+
+def test_nftables_mode_on_the_legacy_back_end_is_refused(tmp_path: Path) -> None:
+    d = tmp_path / "state"
+    assert run(d, "apply", "-f", str(write(tmp_path, 1, mode="nftables"))).exit_code == 0
+    before = set(list_ours(include_held=True))
+    res = run(d, "up", "--real", "--iptables-backend", "legacy")
+    assert res.exit_code == 1
+    [line] = res.output.strip().splitlines()
+    assert "nftables mode cannot run on the iptables legacy back end" in line
+    assert not real.RealRecord.path(d).exists()  # refused before anything was recorded
+    assert set(list_ours(include_held=True)) == before  # ... or created
