@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from ipaddress import IPv4Address, IPv4Network, ip_address
 
 from control.agents.kubeproxy import NodeRules
+from control.noderules import NodeRulesSource
+from control.proxyenv import proxy_mode
 from control.apiserver.clusterdns import is_dns_pod
 from control.session import Session
 from dataplane.dns import DnsZone, ResolvConf, ZoneAnswerer, build_zone, pod_resolv_conf
@@ -21,6 +23,7 @@ from dataplane.emulator.traffic import Answerer
 from dataplane.netfilter import format_save
 from dataplane.proxy.ipvs import IpvsRender
 from netmodel.errors import InputError, NotFoundError
+from netmodel.lazy import LazyMapping
 from netmodel.network import ClusterNetwork
 from netmodel.objects import EndpointSlice, Namespace, Node, Pod, Service
 from netmodel.topology import PodInfo, build, node_info, pod_ns
@@ -90,6 +93,28 @@ def ruleset_input(state: NodeRules) -> RulesetInput | None:
     return IpvsRules(ipvsadm=r.ipvsadm_text, ipset=r.ipset_text, iptables=r.iptables_save_text)
 
 
+def lazy_rulesets(
+    source: NodeRulesSource, override: Mapping[str, RulesetInput]
+) -> tuple[LazyMapping[str, RulesetInput], LazyMapping[str, tuple[str, ...]]]:
+    """:func:`view`'s ``rulesets`` and ``local_addresses`` with each node's rendered on
+    first access (``override`` wins). Keys: every Node (each has a kube-proxy, whose
+    first sync always renders: a Node object gives it its configuration)."""
+
+    def rules_of(node: str) -> RulesetInput:
+        ri = ruleset_input(source.state(node))
+        assert ri is not None, f"kube-proxy on {node} rendered nothing"
+        return ri
+
+    def local_of(node: str) -> tuple[str, ...]:
+        r = source.state(node).rendered
+        return tuple(r.addresses) if isinstance(r, IpvsRender) else ()
+
+    nodes = source.nodes()
+    # only IPVS binds Service addresses to the node (kube-ipvs0)
+    ipvs = proxy_mode(source.proxy_config, source.cluster) == "ipvs"
+    return LazyMapping(nodes, rules_of, override), LazyMapping(nodes if ipvs else (), local_of)
+
+
 def view(
     session: Session,
     *,
@@ -125,15 +150,19 @@ def view(
     node_net = spec.node_net
     assert isinstance(node_net, IPv4Network)
     network = build(node_net, nodes, pods, overlay=spec.overlay, external_clients=clients)
-    rulesets: dict[str, RulesetInput] = {}
-    local: dict[str, tuple[str, ...]] = {}
-    for name, state in session.rules.nodes.items():
-        ri = ruleset_input(state)
-        if ri is not None:
-            rulesets[name] = ri
-        if isinstance(state.rendered, IpvsRender):
-            local[name] = tuple(state.rendered.addresses)
-    rulesets.update(rules_override or {})
+    rulesets: Mapping[str, RulesetInput]
+    local: Mapping[str, tuple[str, ...]]
+    if session.lazy_rules is not None:
+        rulesets, local = lazy_rulesets(session.lazy_rules, rules_override or {})
+    else:
+        rulesets, local = {}, {}
+        for name, state in session.rules.nodes.items():
+            ri = ruleset_input(state)
+            if ri is not None:
+                rulesets[name] = ri
+            if isinstance(state.rendered, IpvsRender):
+                local[name] = tuple(state.rendered.addresses)
+        rulesets.update(rules_override or {})
     running = running_pods(session)
     zone = dns_zone(session)
     dns_servers = frozenset(pod_ns(p.key) for p in running if zone is not None and is_dns_pod(p))

@@ -45,6 +45,7 @@ from netmodel.proxyconfig import KubeProxyConfiguration, proxy_config_from_dict
 
 if TYPE_CHECKING:
     from control.agents.kubeproxy import EmulatedRules, KubeProxy
+    from control.noderules import NodeRulesSource
     from control.runner import ControlPlane
 
 DEFAULT_STATE = ".svclab"
@@ -78,6 +79,10 @@ class Session:
     #: --no-kube-proxies`` turns this off for large clusters: ``svclab rules`` renders
     #: from the store either way)
     with_proxies: bool = True
+    #: set by :meth:`converge` when it left the control plane unstarted (a read-only
+    #: session over a converged store, see :mod:`control.noderules`): each node's rules
+    #: are then rendered when first asked for, from here
+    lazy_rules: NodeRulesSource | None = None
 
     # ---- construction
 
@@ -246,11 +251,38 @@ class Session:
 
         While a server serves the state directory, only this session's kube-proxies run
         (on the store as it is): the server's components do the rest, and a second
-        control plane would fight them."""
+        control plane would fight them.
+
+        A session that only reads (``record_proxy_syncs`` off) over a store that is
+        converged (served, or at the revision recorded after the last run to idle) starts
+        nothing: :attr:`lazy_rules` then renders a node's rules when first asked for
+        (:mod:`control.noderules`)."""
+        if self._converged_already():
+            return
         if self.served:
             self._sync_proxies()
             return
         self.plane.run_until_idle()
+        if self.state_dir is not None:
+            from control.noderules import record_converged
+
+            record_converged(self.state_dir, self.store.revision)
+
+    def _converged_already(self) -> bool:
+        """Whether :meth:`converge` can leave the control plane unstarted (and set
+        :attr:`lazy_rules`); see :meth:`converge`."""
+        if self.lazy_rules is not None:
+            return True
+        if self.record_proxy_syncs or self.state_dir is None or self._plane is not None:
+            return False
+        from control.noderules import NodeRulesSource, converged_revision
+
+        if not self.served and converged_revision(self.state_dir) != self.store.revision:
+            return False
+        self.lazy_rules = NodeRulesSource(
+            self.store, self.cluster.spec, self.proxy_config, self.clock
+        )
+        return True
 
     def _sync_proxies(self) -> None:
         from control.agents.kubeproxy import KubeProxy

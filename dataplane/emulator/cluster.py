@@ -56,6 +56,7 @@ from dataplane.netfilter.conntrack import (
 )
 from netmodel.errors import InputError
 from netmodel.ip import IPAddress
+from netmodel.lazy import LazyMapping
 from netmodel.network import ClusterNetwork, Interface, Netns, stable_mac
 from netmodel.packet import ICMP_ECHO_REQUEST, Packet
 
@@ -158,40 +159,35 @@ class EmulatedCluster:
         self._rng = Random(seed)
         self._base_chooser: Chooser = RandomChooser(Random(seed * 7919 + 1))
         self._chooser_box: list[Chooser] = [self._base_chooser]
-        rulesets = {_node_key(k): v for k, v in (rulesets or {}).items()}
-        extra = {
-            _node_key(k): [ip_address(a.split("/", 1)[0]) for a in v]
-            for k, v in (local_addresses or {}).items()
-        }
+        # rulesets and local addresses may be lazy mappings (netmodel.lazy): look a
+        # node's up only when its host or filter is built
+        self._rulesets: Mapping[str, RulesetInput] = rulesets or {}
+        self._ruleset_key = {_node_key(k): k for k in self._rulesets}
+        self._local = local_addresses or {}
+        self._local_key = {_node_key(k): k for k in self._local}
         self.epoch = Epoch()
         self.hosts: dict[str, Host] = {}
         for name, ns in network.namespaces.items():
-            node_extra = extra.get(ns.node or "", []) if ns.role == "node" else []
+            node_extra = self._extra(ns.node or "") if ns.role == "node" else []
             self.hosts[name] = Host(_with_dummy(ns, node_extra), self.epoch)
         for pair in network.veths:
             a = self.hosts[pair.a[0]].device(pair.a[1])
             b = self.hosts[pair.b[0]].device(pair.b[1])
             a.peer, b.peer = b, a
-        unknown = set(rulesets) - {h.node for h in self.hosts.values() if h.role == "node"}
+        unknown = set(self._ruleset_key) - {
+            h.node for h in self.hosts.values() if h.role == "node"
+        }
         if unknown:
             raise InputError(f"no such node(s): {sorted(unknown)}", field="rulesets")
-        self.filters: dict[str, EngineFilter | TrackingFilter] = {}
-        compiled: dict[RulesetInput, CompiledRules] = {}
-        for name, host in self.hosts.items():
-            rules = rulesets.get(host.node or "") if host.role == "node" else None
-            if rules is None:
-                self.filters[name] = TrackingFilter(name, self.clock)
-                continue
-            self.filters[name] = EngineFilter.build(
-                name,
-                rules,
-                local_addrs=host.local_addresses,
-                iface_addrs={d.name: [a.ip for a in d.addresses] for d in host.devices.values()},
-                clock=self.clock,
-                chooser_box=self._chooser_box,
-                seed=seed,
-                cache=compiled,
-            )
+        self._compiled: dict[RulesetInput, CompiledRules] = {}
+        #: per built filter, its state and conntrack position when it was built (what an
+        #: eagerly built, untouched filter holds at any snapshot)
+        self._pristine: dict[str, tuple[object, int]] = {}
+        #: each namespace's netfilter, built when a packet (or a question) first reaches
+        #: it: only the nodes a walk visits compile their rules
+        self.filters: LazyMapping[str, EngineFilter | TrackingFilter] = LazyMapping(
+            self.hosts, self._make_filter
+        )
         self.endpoints = Endpoints.from_listeners(listeners or {})
         self.endpoints.answerers = {k: dict(v) for k, v in (answerers or {}).items()}
         #: each pod namespace's resolver configuration (what its libc reads)
@@ -199,6 +195,32 @@ class EmulatedCluster:
         self.walker = Walker(self.hosts, self.filters, self.endpoints, self.epoch)
         self._ports: dict[str, set[int]] = {}
         self._destinations: dict[str, tuple[IPAddress, int | None]] = {}
+
+    def _extra(self, node: str) -> list[IPAddress]:
+        key = self._local_key.get(node)
+        if key is None:
+            return []
+        return [ip_address(a.split("/", 1)[0]) for a in self._local[key]]
+
+    def _make_filter(self, name: str) -> EngineFilter | TrackingFilter:
+        host = self.hosts[name]
+        key = self._ruleset_key.get(host.node or "") if host.role == "node" else None
+        f: EngineFilter | TrackingFilter
+        if key is None:
+            f = TrackingFilter(name, self.clock)
+        else:
+            f = EngineFilter.build(
+                name,
+                self._rulesets[key],
+                local_addrs=host.local_addresses,
+                iface_addrs={d.name: [a.ip for a in d.addresses] for d in host.devices.values()},
+                clock=self.clock,
+                chooser_box=self._chooser_box,
+                seed=self.seed,
+                cache=self._compiled,
+            )
+        self._pristine[name] = (f.snapshot(), f.conntrack.mark())
+        return f
 
     # ------------------------------------------------------------------ addresses
 
@@ -543,9 +565,9 @@ class EmulatedCluster:
         trace of earlier ones except longer-lived state (``-m recent`` lists, IPVS
         persistence), memory stays flat and the ephemeral range never runs out however
         many connections are opened."""
-        tables = [f.conntrack for f in self.filters.values()] if release else []
         for i in range(n):
-            marks = [t.mark() for t in tables]
+            # the filters built so far; one a connection builds had an empty table
+            marks = {k: f.conntrack.mark() for k, f in self.filters.built().items()} if release else {}
             host, pkt = self._request(src, dst, proto, dport, None)
             self._open(host, pkt)
             res, reply = self._exchange(host, pkt, record=record, choice=choice)
@@ -584,8 +606,8 @@ class EmulatedCluster:
             if close or proto != "tcp" or release:
                 self._close(host, pkt)
             if release:
-                for t, m in zip(tables, marks, strict=True):
-                    t.delete_since(m)
+                for k, f in self.filters.built().items():
+                    f.conntrack.delete_since(marks.get(k, self._pristine[k][1]))
                 if proto != "icmp":
                     self._ports.get(host.name, set()).discard(pkt.sport)
                 if d is not None and proto != "icmp":
@@ -658,7 +680,7 @@ class EmulatedCluster:
 
     def _snapshot(self) -> _Snapshot:
         return _Snapshot(
-            filters={n: f.snapshot() for n, f in self.filters.items()},
+            filters={n: f.snapshot() for n, f in self.filters.built().items()},
             neighbors={n: dict(h.neighbors) for n, h in self.hosts.items()},
             fdbs={
                 (n, d.name): dict(d.fdb)
@@ -673,8 +695,9 @@ class EmulatedCluster:
 
     def _restore(self, s: _Snapshot) -> None:
         self.walker.forget_flows()
-        for n, f in self.filters.items():
-            f.restore(s.filters[n])
+        for n, f in self.filters.built().items():
+            # a filter built since the snapshot goes back to how it was built
+            f.restore(s.filters[n] if n in s.filters else self._pristine[n][0])
         for n, h in self.hosts.items():
             h.neighbors = dict(s.neighbors[n])
         for (n, dev), fdb in s.fdbs.items():

@@ -44,7 +44,7 @@ from __future__ import annotations
 import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from dataplane.emulator.devices import BROADCAST_MAC, Bridge, Device, Epoch, VxlanDevice
 from dataplane.emulator.fib import RouteResult
@@ -159,6 +159,9 @@ def vxlan_source_port(pkt: Packet) -> int:
     return lo + zlib.crc32(key.to_bytes(6, "little")) % (hi - lo + 1)
 
 
+_UNSEEN: Any = object()  # a host whose filter was not looked up yet
+
+
 class Walker:
     """Moves packets between the hosts (see the module docstring).
 
@@ -178,9 +181,9 @@ class Walker:
         self.filters = filters
         self.endpoints = endpoints
         self.flows = FlowCache(self.epoch)
-        self._filter_of: dict[Host, PacketFilter] = {
-            h: filters[name] for name, h in hosts.items() if name in filters
-        }
+        #: each host's filter, looked up in ``filters`` when a packet first reaches the
+        #: host (``filters`` may be a lazy mapping that builds it then)
+        self._filter_of: dict[Host, PacketFilter | None] = {}
 
     # ------------------------------------------------------------------ entry point
 
@@ -295,7 +298,9 @@ class Walker:
         """Run one netfilter hook; None when the packet did not survive it (the walk has
         then ended: DROP, or REJECT with its answer). The bridge ports are the skb's
         ingress port and ``physout`` (br_netfilter's FORWARD and POSTROUTING)."""
-        f = self._filter_of.get(host)
+        f = self._filter_of.get(host, _UNSEEN)
+        if f is _UNSEEN:
+            f = self._filter_of[host] = self.filters.get(host.name)
         if f is None:
             return pkt
         if w.log is None and not w.record and not (

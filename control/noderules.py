@@ -1,0 +1,114 @@
+"""Each node's kube-proxy rules on demand, and the record that lets a command which only
+reads a persistent cluster skip the control plane.
+
+Why: a fresh CLI process used to run the whole control plane (every controller, one
+kube-proxy per node) before answering a question about one packet, which visits two or
+three nodes. Two facts make that unnecessary:
+
+* **The store is converged when its revision is the one recorded after the last run to
+  idle** (``DIR/converged.json``, written by :func:`record_converged`). Nothing is then
+  left for a controller to do, so a command that only reads (trace, ping, connect,
+  pcap, conntrack, ...) can leave them all unstarted.
+* **A node's rules are a pure function** of the KubeProxyConfiguration, the Cluster,
+  the node's Node object and every Service and EndpointSlice: what a freshly started
+  kube-proxy on that node loads is its first, full sync (a fresh process's converge does
+  exactly that, with no earlier state: no stale nftables chains, no chains left by a
+  previous iptables sync). :class:`NodeRulesSource` runs that one sync for a node the
+  first time someone asks, through the same agent and sink as the eager path
+  (:class:`control.agents.kubeproxy.KubeProxy`, :class:`~control.agents.kubeproxy.EmulatedRules`),
+  so the two cannot disagree.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from control.clock import Clock
+from control.store.base import Store
+from netmodel.cluster import ClusterSpec
+from netmodel.objects import EndpointSlice, KubeObject, Node, Service
+from netmodel.proxyconfig import KubeProxyConfiguration
+
+if TYPE_CHECKING:
+    from control.agents.kubeproxy import NodeRules
+
+CONVERGED_FILE = "converged.json"
+
+
+def converged_revision(state_dir: Path) -> int | None:
+    """The store revision recorded after the last run of the control plane to idle over
+    ``state_dir`` (None: never recorded, or unreadable: then converge as before)."""
+    try:
+        data = json.loads((state_dir / CONVERGED_FILE).read_text())
+        rev = data["revision"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return rev if isinstance(rev, int) else None
+
+
+def record_converged(state_dir: Path, revision: int) -> None:
+    """Record that the store of ``state_dir`` is converged at ``revision`` (atomic
+    replace; nothing written when the record already says so or the directory is gone)."""
+    if converged_revision(state_dir) == revision or not state_dir.is_dir():
+        return
+    f = state_dir / CONVERGED_FILE
+    tmp = f.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"revision": revision}) + "\n")
+    tmp.replace(f)
+
+
+class NodeRulesSource:
+    """Per node name, what that node's kube-proxy holds after its first (full) sync over
+    the store as it is now, computed on first request (see the module docstring). Reads
+    Nodes, Services and EndpointSlices once, on first use."""
+
+    def __init__(
+        self,
+        store: Store,
+        cluster: ClusterSpec,
+        proxy_config: KubeProxyConfiguration | None,
+        clock: Clock,
+    ) -> None:
+        self.store = store
+        self.cluster = cluster
+        self.proxy_config = proxy_config
+        self.clock = clock
+        self._objs: list[KubeObject] | None = None
+        self._nodes: list[str] | None = None
+        self._states: dict[str, NodeRules] = {}
+
+    def _objects(self) -> list[KubeObject]:
+        if self._objs is None:
+            nodes = [n for n in self.store.list("Node") if isinstance(n, Node)]
+            self._nodes = [n.name for n in nodes]
+            self._objs = [
+                *nodes,
+                *(s for s in self.store.list("Service") if isinstance(s, Service)),
+                *(s for s in self.store.list("EndpointSlice") if isinstance(s, EndpointSlice)),
+            ]
+        return self._objs
+
+    def nodes(self) -> list[str]:
+        """Every node with a kube-proxy (every Node object), in store order."""
+        self._objects()
+        assert self._nodes is not None
+        return list(self._nodes)
+
+    def state(self, node: str) -> NodeRules:
+        """``node``'s kube-proxy state after its first sync (KeyError: no such Node)."""
+        hit = self._states.get(node)
+        if hit is not None:
+            return hit
+        if node not in self.nodes():
+            raise KeyError(node)
+        from control.agents.kubeproxy import EmulatedRules, KubeProxy
+        from control.agents.kubeproxy import NodeRules as NodeRulesState
+
+        sink = EmulatedRules()
+        proxy = KubeProxy(node, self.cluster, self.proxy_config, sink, None, clock=self.clock)
+        proxy.resync(self._objects())
+        proxy.sync()
+        state = self._states[node] = sink.nodes.get(node) or NodeRulesState()
+        return state
