@@ -26,7 +26,7 @@ from netmodel.errors import InputError, NotFoundError
 from netmodel.lazy import LazyMapping
 from netmodel.network import ClusterNetwork
 from netmodel.objects import EndpointSlice, Namespace, Node, Pod, Service
-from netmodel.topology import PodInfo, build, node_info, pod_ns
+from netmodel.topology import PodInfo, build, build_lazy, node_info, pod_ns
 
 
 @dataclass(frozen=True)
@@ -120,8 +120,12 @@ def view(
     *,
     external_clients: Iterable[str] = (),
     rules_override: Mapping[str, RulesetInput] | None = None,
+    lazy: bool = False,
 ) -> ClusterView:
-    """The cluster as both backends realise it (converges the control plane first)."""
+    """The cluster as both backends realise it (converges the control plane first).
+    ``lazy``: the network's namespaces are derived when first looked up
+    (:func:`netmodel.topology.build_lazy`: for the emulator, which builds only what a
+    walk reaches)."""
     session.converge()
     spec = session.cluster.spec
     nodes = []
@@ -133,9 +137,10 @@ def view(
             continue
         node_ips[n.name] = tuple(ips)
         nodes.append(node_info(n.name, ips[0], n.spec.pod_cidr))
+    running = running_pods(session)  # one read of every pod
     pods = [
         PodInfo(p.key, p.spec.node_name or "", IPv4Address(p.status.pod_ip or ""))
-        for p in running_pods(session)
+        for p in running
     ]
     listeners = {
         pod_ns(p.key): frozenset(
@@ -143,13 +148,15 @@ def view(
             for c in p.spec.containers
             for port in c.ports
         )
-        for p in running_pods(session)
+        for p in running
     }
     owned = {str(a) for n in nodes for a in [n.ip]} | {str(p.ip) for p in pods}
     clients = sorted({c for c in external_clients if c not in owned})
     node_net = spec.node_net
     assert isinstance(node_net, IPv4Network)
-    network = build(node_net, nodes, pods, overlay=spec.overlay, external_clients=clients)
+    network = (build_lazy if lazy else build)(
+        node_net, nodes, pods, overlay=spec.overlay, external_clients=clients
+    )
     rulesets: Mapping[str, RulesetInput]
     local: Mapping[str, tuple[str, ...]]
     if session.lazy_rules is not None:
@@ -163,7 +170,6 @@ def view(
             if isinstance(state.rendered, IpvsRender):
                 local[name] = tuple(state.rendered.addresses)
         rulesets.update(rules_override or {})
-    running = running_pods(session)
     zone = dns_zone(session)
     dns_servers = frozenset(pod_ns(p.key) for p in running if zone is not None and is_dns_pod(p))
     resolv = {pod_ns(p.key): pod_resolv_conf(p, spec) for p in running}
@@ -177,7 +183,7 @@ def emulator(
     rules_override: Mapping[str, RulesetInput] | None = None,
     seed: int | None = None,
 ) -> EmulatedCluster:
-    v = view(session, external_clients=external_clients, rules_override=rules_override)
+    v = view(session, external_clients=external_clients, rules_override=rules_override, lazy=True)
     return EmulatedCluster(
         v.network,
         v.rulesets,

@@ -34,7 +34,7 @@ from random import Random
 from typing import Any, Literal
 
 from dataplane.dns.resolvconf import ResolvConf
-from dataplane.emulator.devices import Bridge, Epoch
+from dataplane.emulator.devices import Bridge, Device, Epoch, make_device
 from dataplane.emulator.filters import (
     CompiledRules,
     EngineFilter,
@@ -58,6 +58,7 @@ from netmodel.errors import InputError
 from netmodel.ip import IPAddress
 from netmodel.lazy import LazyMapping
 from netmodel.network import ClusterNetwork, Interface, Netns, stable_mac
+from netmodel.topology import LazyClusterNetwork
 from netmodel.packet import ICMP_ECHO_REQUEST, Packet
 
 Proto = Literal["tcp", "udp", "icmp"]
@@ -166,17 +167,20 @@ class EmulatedCluster:
         self._local = local_addresses or {}
         self._local_key = {_node_key(k): k for k in self._local}
         self.epoch = Epoch()
-        self.hosts: dict[str, Host] = {}
-        for name, ns in network.namespaces.items():
-            node_extra = self._extra(ns.node or "") if ns.role == "node" else []
-            self.hosts[name] = Host(_with_dummy(ns, node_extra), self.epoch)
+        #: each namespace's devices, routes and neighbours, built when a walk (or a
+        #: question) first reaches it (see :meth:`_make_host`)
+        self.hosts: LazyMapping[str, Host] = LazyMapping(network.namespaces, self._make_host)
+        self._peer_of: dict[tuple[str, str], tuple[str, str]] = {}
         for pair in network.veths:
-            a = self.hosts[pair.a[0]].device(pair.a[1])
-            b = self.hosts[pair.b[0]].device(pair.b[1])
-            a.peer, b.peer = b, a
-        unknown = set(self._ruleset_key) - {
-            h.node for h in self.hosts.values() if h.role == "node"
-        }
+            self._peer_of[pair.a] = pair.b
+            self._peer_of[pair.b] = pair.a
+        #: the veth ends made so far, by (namespace, device): those of built hosts, and
+        #: the far ends of their veths (made alone: see _make_host)
+        self._veth_ends: dict[tuple[str, str], Device] = {}
+        #: per built host, its neighbours and bridge FDBs when it was built
+        self._pristine_l2: dict[str, tuple[dict[Any, Any], dict[str, dict[str, Any]]]] = {}
+        self._owners: dict[IPAddress, str] | None = None
+        unknown = set(self._ruleset_key) - self._node_names()
         if unknown:
             raise InputError(f"no such node(s): {sorted(unknown)}", field="rulesets")
         self._compiled: dict[RulesetInput, CompiledRules] = {}
@@ -192,7 +196,9 @@ class EmulatedCluster:
         self.endpoints.answerers = {k: dict(v) for k, v in (answerers or {}).items()}
         #: each pod namespace's resolver configuration (what its libc reads)
         self.resolv_confs: dict[str, ResolvConf] = dict(resolv_confs or {})
-        self.walker = Walker(self.hosts, self.filters, self.endpoints, self.epoch)
+        self.walker = Walker(
+            self.hosts, self.filters, self.endpoints, self.epoch, arp_skip=self._cannot_own
+        )
         self._ports: dict[str, set[int]] = {}
         self._destinations: dict[str, tuple[IPAddress, int | None]] = {}
 
@@ -201,6 +207,75 @@ class EmulatedCluster:
         if key is None:
             return []
         return [ip_address(a.split("/", 1)[0]) for a in self._local[key]]
+
+    # ------------------------------------------------------------------ lazy build
+
+    def _node_names(self) -> set[str]:
+        if isinstance(self.network, LazyClusterNetwork) and self.network.plan is not None:
+            return {n.name for n in self.network.plan.nodes}
+        return {ns.node for ns in self.network.namespaces.values() if ns.role == "node" and ns.node}
+
+    def _interface(self, ns: str, name: str) -> Interface:
+        if isinstance(self.network, LazyClusterNetwork):
+            return self.network.interface(ns, name)
+        return self.network.namespaces[ns].interface(name)
+
+    def _owner_name(self, ip: IPAddress) -> str | None:
+        if isinstance(self.network, LazyClusterNetwork):
+            return self.network.owner_name(ip)
+        if self._owners is None:
+            owners: dict[IPAddress, str] = {}
+            for ns in self.network.namespaces.values():
+                for itf in ns.interfaces:
+                    if itf.kind != "loopback":
+                        for a in itf.addresses:
+                            owners.setdefault(a.ip, ns.name)
+            self._owners = owners
+        return self._owners.get(ip)
+
+    def _cannot_own(self, name: str, addr: IPAddress) -> bool:
+        """Whether namespace ``name`` is not built yet and holds no address ``addr``: an
+        ARP request flooded to it goes unanswered there, so it need not be built (the
+        walker asks before building the far end of a veth that is no bridge port)."""
+        if self.hosts.is_built(name):
+            return False
+        owner = self._owner_name(addr)
+        # an address no namespace holds may still be local somewhere (IPVS binds
+        # Service addresses): build and look
+        return owner is not None and owner != name
+
+    def _make_host(self, name: str) -> Host:
+        """Build namespace ``name``'s host and join its veths to their far ends. A far
+        end that is a bridge port is built with its host (its bridge matters to the
+        walk); another is made alone, as a device, and taken by its host when that is
+        built (so a router with a port per node builds no node)."""
+        ns = self.network.namespaces[name]
+        node_extra = self._extra(ns.node or "") if ns.role == "node" else []
+        made = {
+            i.name: dev
+            for i in ns.interfaces
+            if (dev := self._veth_ends.get((name, i.name))) is not None
+        }
+        host = Host(_with_dummy(ns, node_extra), self.epoch, made=made)
+        ends = [(d, self._peer_of[(name, d)]) for d in host.devices if (name, d) in self._peer_of]
+        for d, _ in ends:
+            self._veth_ends[(name, d)] = host.devices[d]
+        for d, far in ends:
+            dev = host.devices[d]
+            peer = self._veth_ends.get(far)
+            if peer is None:
+                itf = self._interface(*far)
+                if itf.master is not None:
+                    self.hosts[far[0]]  # noqa: B018 - builds it; it joins this veth
+                    peer = self._veth_ends[far]
+                else:
+                    peer = self._veth_ends[far] = make_device(far[0], itf)
+            dev.peer, peer.peer = peer, dev
+        self._pristine_l2[name] = (
+            dict(host.neighbors),
+            {d.name: dict(d.fdb) for d in host.devices.values() if isinstance(d, Bridge)},
+        )
+        return host
 
     def _make_filter(self, name: str) -> EngineFilter | TrackingFilter:
         host = self.hosts[name]
@@ -681,10 +756,10 @@ class EmulatedCluster:
     def _snapshot(self) -> _Snapshot:
         return _Snapshot(
             filters={n: f.snapshot() for n, f in self.filters.built().items()},
-            neighbors={n: dict(h.neighbors) for n, h in self.hosts.items()},
+            neighbors={n: dict(h.neighbors) for n, h in self.hosts.built().items()},
             fdbs={
                 (n, d.name): dict(d.fdb)
-                for n, h in self.hosts.items()
+                for n, h in self.hosts.built().items()
                 for d in h.devices.values()
                 if isinstance(d, Bridge)
             },
@@ -698,8 +773,17 @@ class EmulatedCluster:
         for n, f in self.filters.built().items():
             # a filter built since the snapshot goes back to how it was built
             f.restore(s.filters[n] if n in s.filters else self._pristine[n][0])
-        for n, h in self.hosts.items():
-            h.neighbors = dict(s.neighbors[n])
+        for n, h in self.hosts.built().items():
+            if n in s.neighbors:
+                h.neighbors = dict(s.neighbors[n])
+                continue
+            # built since the snapshot: back to how it was built
+            neighbors, fdbs = self._pristine_l2[n]
+            h.neighbors = dict(neighbors)
+            for dev, fdb in fdbs.items():
+                br = h.devices[dev]
+                assert isinstance(br, Bridge)
+                br.fdb = dict(fdb)
         for (n, dev), fdb in s.fdbs.items():
             br = self.hosts[n].devices[dev]
             assert isinstance(br, Bridge)

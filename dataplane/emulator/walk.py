@@ -42,7 +42,7 @@ the next identical packet is replayed (:mod:`dataplane.emulator.flowcache`).
 from __future__ import annotations
 
 import zlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -173,9 +173,14 @@ class Walker:
         filters: Mapping[str, PacketFilter],
         endpoints: Endpoints,
         epoch: Epoch | None = None,
+        arp_skip: Callable[[str, IPAddress], bool] | None = None,
     ) -> None:
         """``epoch`` is the L2 change counter the hosts share (see
-        :class:`~dataplane.emulator.devices.Epoch`); by default the first host's."""
+        :class:`~dataplane.emulator.devices.Epoch`); by default the first host's.
+        ``arp_skip(netns, addr)``: True when ``netns`` certainly does not answer ARP for
+        ``addr`` and need not be looked up in ``hosts`` (a lazy ``hosts`` then does not
+        build every host an ARP request is flooded to)."""
+        self.arp_skip = arp_skip
         self.hosts = hosts
         self.epoch = epoch or next(iter(hosts.values())).epoch if hosts else Epoch()
         self.filters = filters
@@ -524,6 +529,8 @@ class Walker:
     ) -> tuple[Host, Device, list[tuple[Bridge, Device]]] | None:
         peer = out.peer
         if peer is None:
+            return None
+        if peer.master is None and self.arp_skip is not None and self.arp_skip(peer.host_name, target):
             return None
         rx = self.hosts[peer.host_name]
         bridge = peer.master
