@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 from ipaddress import IPv4Address, IPv4Network, ip_address
 
 from control.agents.kubeproxy import NodeRules
+from control.apiserver.clusterdns import is_dns_pod
 from control.noderules import NodeRulesSource
 from control.proxyenv import proxy_mode
-from control.apiserver.clusterdns import is_dns_pod
 from control.session import Session
 from dataplane.dns import DnsZone, ResolvConf, ZoneAnswerer, build_zone, pod_resolv_conf
 from dataplane.emulator.cluster import EmulatedCluster
@@ -101,13 +101,12 @@ def lazy_rulesets(
     first sync always renders: a Node object gives it its configuration)."""
 
     def rules_of(node: str) -> RulesetInput:
-        ri = ruleset_input(source.state(node))
+        ri = source.ruleset(node, ruleset_input)[0]
         assert ri is not None, f"kube-proxy on {node} rendered nothing"
         return ri
 
     def local_of(node: str) -> tuple[str, ...]:
-        r = source.state(node).rendered
-        return tuple(r.addresses) if isinstance(r, IpvsRender) else ()
+        return source.ruleset(node, ruleset_input)[1]
 
     nodes = source.nodes()
     # only IPVS binds Service addresses to the node (kube-ipvs0)
@@ -183,6 +182,8 @@ def emulator(
     rules_override: Mapping[str, RulesetInput] | None = None,
     seed: int | None = None,
 ) -> EmulatedCluster:
+    from control.rulecache import RuleCache
+
     v = view(session, external_clients=external_clients, rules_override=rules_override, lazy=True)
     return EmulatedCluster(
         v.network,
@@ -192,6 +193,7 @@ def emulator(
         seed=session.cluster.spec.seed if seed is None else seed,
         answerers=answerers(v),
         resolv_confs=v.resolv_confs,
+        compiled_cache=RuleCache.for_state(session.state_dir).compiled(),
     )
 
 

@@ -22,6 +22,7 @@ three nodes. Two facts make that unnecessary:
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -33,6 +34,8 @@ from netmodel.proxyconfig import KubeProxyConfiguration
 
 if TYPE_CHECKING:
     from control.agents.kubeproxy import NodeRules
+    from control.rulecache import RuleCache
+    from dataplane.emulator.filters import RulesetInput
 
 CONVERGED_FILE = "converged.json"
 
@@ -70,8 +73,10 @@ class NodeRulesSource:
         cluster: ClusterSpec,
         proxy_config: KubeProxyConfiguration | None,
         clock: Clock,
+        cache: RuleCache | None = None,
     ) -> None:
         self.store = store
+        self.cache = cache
         self.cluster = cluster
         self.proxy_config = proxy_config
         self.clock = clock
@@ -112,3 +117,33 @@ class NodeRulesSource:
         proxy.sync()
         state = self._states[node] = sink.nodes.get(node) or NodeRulesState()
         return state
+
+    def ruleset(
+        self, node: str, convert: Callable[[NodeRules], RulesetInput | None]
+    ) -> tuple[RulesetInput | None, tuple[str, ...]]:
+        """What the emulator evaluates for ``node`` (``convert`` of its :meth:`state`)
+        and the Service addresses its kube-proxy binds to the node (IPVS mode; else
+        none), through :attr:`cache` when there is one (keyed by everything the render
+        reads: :func:`control.rulecache.inputs_key`)."""
+        from dataplane.proxy.ipvs import IpvsRender
+
+        key = None
+        if self.cache is not None:
+            from control.rulecache import inputs_key
+
+            objs = self._objects()
+            mine = [o for o in objs if not isinstance(o, Node) or o.name == node]
+            if not any(isinstance(o, Node) for o in mine):
+                raise KeyError(node)
+            key = inputs_key(
+                ["node-rules", node, repr(self.cluster), repr(self.proxy_config)], mine
+            )
+            hit = self.cache.get("rendered", key)
+            if hit is not None:
+                return hit  # type: ignore[no-any-return]
+        state = self.state(node)
+        r = state.rendered
+        value = (convert(state), tuple(r.addresses) if isinstance(r, IpvsRender) else ())
+        if self.cache is not None and key is not None:
+            self.cache.put("rendered", key, value)
+        return value

@@ -279,8 +279,14 @@ class Session:
 
         if not self.served and converged_revision(self.state_dir) != self.store.revision:
             return False
+        from control.rulecache import RuleCache
+
         self.lazy_rules = NodeRulesSource(
-            self.store, self.cluster.spec, self.proxy_config, self.clock
+            self.store,
+            self.cluster.spec,
+            self.proxy_config,
+            self.clock,
+            RuleCache.for_state(self.state_dir),
         )
         return True
 

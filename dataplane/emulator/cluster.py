@@ -26,7 +26,7 @@ unless one is given).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, MutableMapping
 from dataclasses import dataclass, field
 from ipaddress import IPv4Interface, ip_address
 from pathlib import Path
@@ -58,8 +58,8 @@ from netmodel.errors import InputError
 from netmodel.ip import IPAddress
 from netmodel.lazy import LazyMapping
 from netmodel.network import ClusterNetwork, Interface, Netns, stable_mac
-from netmodel.topology import LazyClusterNetwork
 from netmodel.packet import ICMP_ECHO_REQUEST, Packet
+from netmodel.topology import LazyClusterNetwork
 
 Proto = Literal["tcp", "udp", "icmp"]
 _P31 = 2**31
@@ -140,6 +140,13 @@ class EmulatedCluster:
     namespace, servers that compute their answer's payload from the request's
     (``(proto, port) -> function``, see :mod:`.traffic`): the DNS pods.
     ``resolv_confs``: per pod namespace, its resolv.conf (:mod:`.resolver` reads it).
+    ``compiled_cache``: parsed and compiled rules by ruleset, shared with other
+    clusters (e.g. kept on disk, see :mod:`control.rulecache`); by default this
+    cluster's own.
+
+    Laziness: ``network``, ``rulesets`` and ``local_addresses`` may be lazy mappings
+    (:class:`netmodel.lazy.LazyMapping`); a namespace's host and filter are built when a
+    walk or a question first reaches it, and only then are its rules looked up.
     """
 
     def __init__(
@@ -153,6 +160,7 @@ class EmulatedCluster:
         clock: Clock | None = None,
         answerers: Mapping[str, Mapping[tuple[str, int], Answerer]] | None = None,
         resolv_confs: Mapping[str, ResolvConf] | None = None,
+        compiled_cache: MutableMapping[RulesetInput, CompiledRules] | None = None,
     ) -> None:
         self.network = network
         self.clock: Clock = clock or SimClock()
@@ -183,7 +191,9 @@ class EmulatedCluster:
         unknown = set(self._ruleset_key) - self._node_names()
         if unknown:
             raise InputError(f"no such node(s): {sorted(unknown)}", field="rulesets")
-        self._compiled: dict[RulesetInput, CompiledRules] = {}
+        self._compiled: MutableMapping[RulesetInput, CompiledRules] = (
+            compiled_cache if compiled_cache is not None else {}
+        )
         #: per built filter, its state and conntrack position when it was built (what an
         #: eagerly built, untouched filter holds at any snapshot)
         self._pristine: dict[str, tuple[object, int]] = {}
@@ -266,7 +276,7 @@ class EmulatedCluster:
             if peer is None:
                 itf = self._interface(*far)
                 if itf.master is not None:
-                    self.hosts[far[0]]  # noqa: B018 - builds it; it joins this veth
+                    self.hosts[far[0]]
                     peer = self._veth_ends[far]
                 else:
                     peer = self._veth_ends[far] = make_device(far[0], itf)

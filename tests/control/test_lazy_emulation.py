@@ -138,3 +138,53 @@ def test_a_write_makes_the_next_read_converge(tmp_path: Path) -> None:
         assert s3.lazy_rules is not None
     finally:
         s3.close()
+
+
+def test_cached_rules_answer_alike_and_follow_changes(tmp_path: Path) -> None:
+    """The state directory's rule cache (control.rulecache): a second process (memory
+    cleared) reads every rule set it needs from disk and answers as the first; an
+    apply that changes the rules makes new entries, never a stale hit."""
+    import shutil
+
+    from control import rulecache
+
+    state = _cluster(tmp_path, "iptables")
+    shutil.rmtree(state / rulecache.CACHE_DIR, ignore_errors=True)
+    traces = []
+    for round_ in range(2):
+        for level in rulecache._MEMORY.values():
+            level.clear()
+        s, emu = _emulator(state, lazy=True)
+        try:
+            flows = _flows(s)
+            traces.append([emu.trace(src, dst, proto) for src, dst, proto in flows])  # type: ignore[arg-type]
+            cache = s.lazy_rules.cache  # type: ignore[union-attr]
+            assert cache is not None
+            if round_ == 0:
+                assert cache.hits["rendered"] == 0 and cache.misses["rendered"] > 0
+            else:
+                assert cache.misses["rendered"] == 0 and cache.hits["rendered"] > 0
+        finally:
+            s.close()
+    assert traces[0] == traces[1]
+    # a new Service: its ClusterIP must be served, so no node may reuse old rules
+    extra = tmp_path / "more.yaml"
+    extra.write_text(
+        "apiVersion: v1\nkind: Service\nmetadata: {name: web-more}\n"
+        "spec:\n  selector: {app: web}\n  ports: [{port: 82, targetPort: 8080}]\n"
+    )
+    w = Session.open(state)
+    try:
+        w.apply(load([extra]))
+    finally:
+        w.close()
+    lazy_s, lazy = _emulator(state, lazy=True)
+    eager_s, eager = _emulator(state, lazy=False)
+    try:
+        dst = emulation.resolve_endpoint(lazy_s, "svc/default/web-more:82")
+        t = lazy.trace("pod/default/client", dst, "tcp")
+        assert t.verdict == "delivered"
+        assert t == eager.trace("pod/default/client", dst, "tcp")
+    finally:
+        lazy_s.close()
+        eager_s.close()
