@@ -147,3 +147,63 @@ class NodeRulesSource:
         if self.cache is not None and key is not None:
             self.cache.put("rendered", key, value)
         return value
+
+
+class RecordedRules:
+    """A kube-proxy sink for a persistent cluster's writing process (apply, delete):
+    it keeps what the agents' next syncs need (the last render, the KUBE-* chains of nat
+    an iptables node holds) and does not build the rules' model, which nobody in that
+    process evaluates: a later question renders a node's rules from the store
+    (:class:`NodeRulesSource`). What the agents render and record (their Events) is
+    what they do over :class:`~control.agents.kubeproxy.EmulatedRules`.
+
+    The chains are followed through the payloads' text as ``iptables-restore
+    --noflush`` would apply them: ``:CHAIN`` and ``-N CHAIN`` create, ``-X CHAIN``
+    deletes."""
+
+    def __init__(self) -> None:
+        from control.agents.kubeproxy import NodeRules
+
+        self._new = NodeRules
+        self.nodes: dict[str, NodeRules] = {}
+        self._chains: dict[str, dict[str, None]] = {}
+
+    def load(self, node: str, mode: str, rendered: object, *, full: bool) -> None:
+        from dataplane.proxy import IptablesRender
+
+        state = self.nodes.setdefault(node, self._new(mode=mode))  # type: ignore[arg-type]
+        state.mode = mode  # type: ignore[assignment]
+        if isinstance(rendered, IptablesRender):
+            chains = self._chains.setdefault(node, {})
+            if state.syncs == 0:
+                _follow_nat_chains(chains, rendered.ensure_input())
+            _follow_nat_chains(chains, rendered.restore_input)
+        state.rendered = rendered  # type: ignore[assignment]
+        state.syncs += 1
+
+    def existing_chains(self, node: str) -> list[str]:
+        from control.agents.kubeproxy import KUBE_CHAIN_PREFIXES
+        from dataplane.proxy.nftables import NftablesRender
+
+        state = self.nodes.get(node)
+        if state is None:
+            return []
+        if state.mode == "nftables" and isinstance(state.rendered, NftablesRender):
+            r = state.rendered
+            return [*(c.name for c in r.chains), *(s.name for s in r.sets)]
+        return [c for c in self._chains.get(node, {}) if c.startswith(KUBE_CHAIN_PREFIXES)]
+
+
+def _follow_nat_chains(chains: dict[str, None], payload: str) -> None:
+    table = None
+    for line in payload.splitlines():
+        if line.startswith("*"):
+            table = line[1:].strip()
+        elif table != "nat":
+            continue
+        elif line.startswith(":"):
+            chains.setdefault(line[1:].split(" ", 1)[0], None)
+        elif line.startswith(("-N ", "--new-chain ")):
+            chains.setdefault(line.split()[1], None)
+        elif line.startswith(("-X ", "--delete-chain ")):
+            chains.pop(line.split()[1], None)
