@@ -9,6 +9,10 @@ State directory layout (``--state DIR``, default ``.svclab/``)::
                           --store find the same cluster through it
     DIR/cluster.yaml      the Cluster document, fixed by the first apply (SQLite)
     DIR/kube-proxy.yaml   the KubeProxyConfiguration document, if one was applied (SQLite)
+    DIR/converged.json    {"revision": N}: the store revision after the last run of the
+                          control plane to idle (:mod:`control.noderules`)
+    DIR/cache/            nodes' rendered and compiled rules by content
+                          (:mod:`control.rulecache`); safe to delete
 
 A store that keeps records of its own (etcd: ``/registry/svclab.dev/records/``) holds the
 Cluster and KubeProxyConfiguration documents itself, so any machine that reaches the
