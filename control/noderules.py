@@ -140,7 +140,7 @@ class NodeRulesSource:
             )
             hit = self.cache.get("rendered", key)
             if hit is not None:
-                return hit  # type: ignore[no-any-return]
+                return hit
         state = self.state(node)
         r = state.rendered
         value = (convert(state), tuple(r.addresses) if isinstance(r, IpvsRender) else ())

@@ -189,7 +189,7 @@ class CompiledCache(MutableMapping["RulesetInput", "CompiledRules"]):
         value = self.cache.get("compiled", content_key(rules))
         if value is None:
             raise KeyError(rules)
-        return value  # type: ignore[no-any-return]
+        return value
 
     def __setitem__(self, rules: RulesetInput, value: CompiledRules) -> None:
         self.cache.put("compiled", content_key(rules), value)

@@ -215,9 +215,11 @@ class _Plan:
     def _addresses(self, name: str) -> list[IPAddress]:
         what = self.what[name]
         if what[0] == "ext":
-            return [IPv4Address(self.clients[what[1]])]  # type: ignore[index]
+            j = what[1]
+            assert isinstance(j, int)
+            return [IPv4Address(self.clients[j])]
         if what[0] == "router":
-            return [self.gateway] + ([ROUTER_LINK_IP] if self.clients else [])
+            return [self.gateway, *([ROUTER_LINK_IP] if self.clients else [])]
         if what[0] == "pod":
             return [what[2].ip]  # type: ignore[attr-defined]
         n: NodeInfo = what[1]  # type: ignore[assignment]
