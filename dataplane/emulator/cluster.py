@@ -59,7 +59,7 @@ from netmodel.ip import IPAddress
 from netmodel.lazy import LazyMapping
 from netmodel.network import ClusterNetwork, Interface, Netns, stable_mac
 from netmodel.packet import ICMP_ECHO_REQUEST, Packet
-from netmodel.topology import LazyClusterNetwork
+from netmodel.topology import LazyClusterNetwork, NodeInfo
 
 Proto = Literal["tcp", "udp", "icmp"]
 _P31 = 2**31
@@ -225,6 +225,19 @@ class EmulatedCluster:
             return {n.name for n in self.network.plan.nodes}
         return {ns.node for ns in self.network.namespaces.values() if ns.role == "node" and ns.node}
 
+    def _node_of(self, ns: str) -> str | None:
+        """The node whose namespace ``ns`` is (None: not a node's), building nothing."""
+        net = self.network
+        if isinstance(net, LazyClusterNetwork) and net.plan is not None:
+            what = net.plan.what.get(ns)
+            if what is None or what[0] != "node":
+                return None
+            info = what[1]
+            assert isinstance(info, NodeInfo)
+            return info.name
+        netns = net.namespaces.get(ns)
+        return netns.node if netns is not None and netns.role == "node" else None
+
     def _interface(self, ns: str, name: str) -> Interface:
         if isinstance(self.network, LazyClusterNetwork):
             return self.network.interface(ns, name)
@@ -249,9 +262,12 @@ class EmulatedCluster:
         walker asks before building the far end of a veth that is no bridge port)."""
         if self.hosts.is_built(name):
             return False
+        if self._local and self._node_of(name) in self._local_key:
+            # a node with extra local addresses (IPVS binds Service addresses, which may
+            # be anything, a node's own included): build it and look
+            return False
         owner = self._owner_name(addr)
-        # an address no namespace holds may still be local somewhere (IPVS binds
-        # Service addresses): build and look
+        # an address no namespace holds may still be local somewhere: build and look
         return owner is not None and owner != name
 
     def _make_host(self, name: str) -> Host:

@@ -10,10 +10,14 @@ from netmodel.topology import PodInfo, build, build_lazy, node_info
 
 
 def _inputs(n_nodes: int) -> tuple[list, list]:  # type: ignore[type-arg]
-    nodes = [node_info(f"node-{i}", f"172.18.0.{i + 2}", f"10.244.{i}.0/24") for i in range(n_nodes)]
+    nodes = [
+        node_info(f"node-{i}", f"172.18.0.{i + 2}", f"10.244.{i}.0/24") for i in range(n_nodes)
+    ]
     nodes.append(node_info("bare", "172.18.0.99", None))  # no podCIDR yet
     pods = [
-        PodInfo(f"ns{j % 2}/p{j}", f"node-{j % n_nodes}", IPv4Address(f"10.244.{j % n_nodes}.{j + 2}"))
+        PodInfo(
+            f"ns{j % 2}/p{j}", f"node-{j % n_nodes}", IPv4Address(f"10.244.{j % n_nodes}.{j + 2}")
+        )
         for j in range(3 * n_nodes)
     ]
     pods.append(PodInfo("default/lost", "gone", IPv4Address("10.244.200.2")))  # no such node
