@@ -141,14 +141,25 @@ def view(
         PodInfo(p.key, p.spec.node_name or "", IPv4Address(p.status.pod_ip or ""))
         for p in running
     ]
-    listeners = {
-        pod_ns(p.key): frozenset(
+    by_ns = {pod_ns(p.key): p for p in running}
+
+    def listening(ns: str) -> frozenset[tuple[str, int]]:
+        return frozenset(
             (port.protocol.lower(), port.container_port)
-            for c in p.spec.containers
+            for c in by_ns[ns].spec.containers
             for port in c.ports
         )
-        for p in running
-    }
+
+    def resolv_conf(ns: str) -> ResolvConf:
+        return pod_resolv_conf(by_ns[ns], spec)
+
+    listeners: Mapping[str, frozenset[tuple[str, int]]]
+    resolv: Mapping[str, ResolvConf]
+    if lazy:  # each pod's, when the emulator first looks
+        listeners, resolv = LazyMapping(by_ns, listening), LazyMapping(by_ns, resolv_conf)
+    else:
+        listeners = {ns: listening(ns) for ns in by_ns}
+        resolv = {ns: resolv_conf(ns) for ns in by_ns}
     owned = {str(a) for n in nodes for a in [n.ip]} | {str(p.ip) for p in pods}
     clients = sorted({c for c in external_clients if c not in owned})
     node_net = spec.node_net
@@ -171,7 +182,6 @@ def view(
         rulesets.update(rules_override or {})
     zone = dns_zone(session)
     dns_servers = frozenset(pod_ns(p.key) for p in running if zone is not None and is_dns_pod(p))
-    resolv = {pod_ns(p.key): pod_resolv_conf(p, spec) for p in running}
     return ClusterView(network, rulesets, listeners, local, node_ips, zone, dns_servers, resolv)
 
 

@@ -205,7 +205,9 @@ class EmulatedCluster:
         self.endpoints = Endpoints.from_listeners(listeners or {})
         self.endpoints.answerers = {k: dict(v) for k, v in (answerers or {}).items()}
         #: each pod namespace's resolver configuration (what its libc reads)
-        self.resolv_confs: dict[str, ResolvConf] = dict(resolv_confs or {})
+        self.resolv_confs: Mapping[str, ResolvConf] = (
+            resolv_confs if isinstance(resolv_confs, LazyMapping) else dict(resolv_confs or {})
+        )
         self.walker = Walker(
             self.hosts, self.filters, self.endpoints, self.epoch, arp_skip=self._cannot_own
         )
