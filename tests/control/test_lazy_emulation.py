@@ -231,3 +231,47 @@ def test_cached_rules_answer_alike_and_follow_changes(tmp_path: Path) -> None:
     finally:
         lazy_s.close()
         eager_s.close()
+
+
+def test_recorded_rules_follow_the_chains_the_kernel_would_hold(tmp_path: Path) -> None:
+    """A writing process's kube-proxies sync into RecordedRules (no rule model): the
+    KUBE-* chains of nat it believes each node holds, which the next partial sync reads,
+    are those the parsed model (EmulatedRules) holds, through full and partial syncs,
+    Services added and removed; and the Events they record are the same."""
+    import shutil
+
+    from control.agents.kubeproxy import EmulatedRules
+    from control.noderules import RecordedRules
+
+    state = _cluster(tmp_path, "iptables")
+    twin = tmp_path / "twin"
+    shutil.copytree(state, twin)
+    more = tmp_path / "more.yaml"
+    more.write_text(
+        "apiVersion: v1\nkind: Service\nmetadata: {name: web-more}\n"
+        "spec:\n  selector: {app: web}\n  ports: [{port: 82, targetPort: 8080}]\n"
+    )
+    chains = []
+    events = []
+    for d, eager in ((state, False), (twin, True)):
+        s = Session.open(d)
+        s.eager_rules = eager
+        try:
+            s.apply(load([more]))
+            s.store.delete("Service", "default/web-sticky")
+            s.converge()
+            assert isinstance(s.rules, EmulatedRules if eager else RecordedRules)
+            nodes = sorted(s.proxies)
+            chains.append({n: sorted(s.rules.existing_chains(n)) for n in nodes})
+            events.append(
+                sorted(
+                    (e.involved_object.name, e.message)  # type: ignore[attr-defined]
+                    for e in s.store.list("Event")
+                    if e.reason == "SyncProxyRules"  # type: ignore[attr-defined]
+                )
+            )
+        finally:
+            s.close()
+    assert chains[0] == chains[1]
+    assert any(c for c in chains[0].values())
+    assert events[0] == events[1] and events[0]
