@@ -13,7 +13,8 @@ below is the installed ``svclab`` in a fresh interpreter:
             (first with DIR/cache/ emptied, then ``--repeat`` times with it warm)
     apply   svclab --state DIR apply -f ONE_NEW_SERVICE.yaml   (``--apply-repeat`` times,
             a new Service each time; skipped with --apply-repeat 0; a run that takes
-            longer than --apply-timeout is stopped and reported as null)
+            longer than --apply-timeout, or that grows past --apply-max-rss-gb, is
+            stopped and reported as null)
 
 Wall-clock and CPU (user + system) seconds (medians; on a loaded machine the CPU
 figure is the steadier one) and peak RSS (of the command's own process) are reported
@@ -86,16 +87,34 @@ def svclab_script() -> list[str]:
 
 
 def run(
-    argv: list[str], env: dict[str, str], timeout: float | None = None
+    argv: list[str],
+    env: dict[str, str],
+    timeout: float | None = None,
+    max_rss: int | None = None,
 ) -> tuple[float, int, int, float]:
     """(wall seconds, peak RSS bytes of the process, exit code, CPU seconds user+system);
-    a timeout: (inf, 0, -9, inf)."""
+    stopped after ``timeout`` seconds or past ``max_rss`` bytes resident (the machine
+    may be shared): (inf, 0, -9, inf)."""
     with tempfile.TemporaryFile() as err:
-        return _run(argv, env, timeout, err)
+        return _run(argv, env, timeout, max_rss, err)
+
+
+def _rss(pid: int) -> int:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError):
+        pass
+    return 0
 
 
 def _run(
-    argv: list[str], env: dict[str, str], timeout: float | None, err: IO[bytes]
+    argv: list[str],
+    env: dict[str, str],
+    timeout: float | None,
+    max_rss: int | None,
+    err: IO[bytes],
 ) -> tuple[float, int, int, float]:
     t0 = time.perf_counter()
     proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=err)
@@ -104,7 +123,8 @@ def _run(
         pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
         if pid:
             break
-        if deadline is not None and time.perf_counter() > deadline:
+        over = max_rss is not None and _rss(proc.pid) > max_rss
+        if over or (deadline is not None and time.perf_counter() > deadline):
             proc.kill()
             os.wait4(proc.pid, 0)
             return float("inf"), 0, -9, float("inf")
@@ -141,6 +161,9 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--apply-repeat", type=int, default=1)
     ap.add_argument("--apply-timeout", type=float, default=600.0)
+    ap.add_argument(
+        "--apply-max-rss-gb", type=float, default=6.0, help="stop an apply past this RSS"
+    )
     args = ap.parse_args()
 
     tmp = tempfile.mkdtemp(prefix="svclab-bench-scale-")
@@ -185,6 +208,7 @@ def main() -> None:
                 [*svclab, "--state", str(state), "apply", "-f", str(f)],
                 env,
                 timeout=args.apply_timeout,
+                max_rss=int(args.apply_max_rss_gb * 1e9),
             )
             applies.append(dt)
             apply_cpu.append(cpu)
@@ -200,7 +224,10 @@ def main() -> None:
                     statistics.median(apply_cpu), 3
                 )
             else:
-                result["apply_note"] = f"stopped after {args.apply_timeout:.0f} s"
+                result["apply_note"] = (
+                    f"stopped (past {args.apply_timeout:.0f} s or "
+                    f"{args.apply_max_rss_gb:g} GB resident)"
+                )
         result.update(TARGETS)
         result["load_average_after"] = os.getloadavg()
     finally:
