@@ -12,6 +12,8 @@ from ipaddress import IPv4Address, IPv4Network, ip_address
 
 from control.agents.kubeproxy import NodeRules
 from control.apiserver.clusterdns import is_dns_pod
+from control.noderules import NodeRulesSource
+from control.proxyenv import proxy_mode
 from control.session import Session
 from dataplane.backends.emulated import answerers
 from dataplane.dns import DnsZone, build_zone, pod_resolv_conf
@@ -19,9 +21,11 @@ from dataplane.emulator.cluster import EmulatedCluster
 from dataplane.netfilter import format_save
 from dataplane.proxy.ipvs import IpvsRender
 from netmodel.errors import InputError, NotFoundError
+from netmodel.lazy import LazyMapping
 from netmodel.objects import EndpointSlice, Namespace, Node, Pod, Service
+from netmodel.resolvconf import ResolvConf
 from netmodel.rulesets import IptablesRules, IpvsRules, NftRules, RulesetInput
-from netmodel.topology import PodInfo, build, node_info, pod_ns
+from netmodel.topology import PodInfo, build, build_lazy, node_info, pod_ns
 from netmodel.view import ClusterView
 
 
@@ -64,13 +68,38 @@ def ruleset_input(state: NodeRules) -> RulesetInput | None:
     return IpvsRules(ipvsadm=r.ipvsadm_text, ipset=r.ipset_text, iptables=r.iptables_save_text)
 
 
+def lazy_rulesets(
+    source: NodeRulesSource, override: Mapping[str, RulesetInput]
+) -> tuple[LazyMapping[str, RulesetInput], LazyMapping[str, tuple[str, ...]]]:
+    """:func:`view`'s ``rulesets`` and ``local_addresses`` with each node's rendered on
+    first access (``override`` wins). Keys: every Node (each has a kube-proxy, whose
+    first sync always renders: a Node object gives it its configuration)."""
+
+    def rules_of(node: str) -> RulesetInput:
+        ri = source.ruleset(node, ruleset_input)[0]
+        assert ri is not None, f"kube-proxy on {node} rendered nothing"
+        return ri
+
+    def local_of(node: str) -> tuple[str, ...]:
+        return source.ruleset(node, ruleset_input)[1]
+
+    nodes = source.nodes()
+    # only IPVS binds Service addresses to the node (kube-ipvs0)
+    ipvs = proxy_mode(source.proxy_config, source.cluster) == "ipvs"
+    return LazyMapping(nodes, rules_of, override), LazyMapping(nodes if ipvs else (), local_of)
+
+
 def view(
     session: Session,
     *,
     external_clients: Iterable[str] = (),
     rules_override: Mapping[str, RulesetInput] | None = None,
+    lazy: bool = False,
 ) -> ClusterView:
-    """The cluster as both backends realise it (converges the control plane first)."""
+    """The cluster as both backends realise it (converges the control plane first).
+    ``lazy``: the network's namespaces are derived when first looked up
+    (:func:`netmodel.topology.build_lazy`: for the emulator, which builds only what a
+    walk reaches)."""
     session.converge()
     spec = session.cluster.spec
     nodes = []
@@ -82,36 +111,52 @@ def view(
             continue
         node_ips[n.name] = tuple(ips)
         nodes.append(node_info(n.name, ips[0], n.spec.pod_cidr))
+    running = running_pods(session)  # one read of every pod
     pods = [
         PodInfo(p.key, p.spec.node_name or "", IPv4Address(p.status.pod_ip or ""))
-        for p in running_pods(session)
+        for p in running
     ]
-    listeners = {
-        pod_ns(p.key): frozenset(
+    by_ns = {pod_ns(p.key): p for p in running}
+
+    def listening(ns: str) -> frozenset[tuple[str, int]]:
+        return frozenset(
             (port.protocol.lower(), port.container_port)
-            for c in p.spec.containers
+            for c in by_ns[ns].spec.containers
             for port in c.ports
         )
-        for p in running_pods(session)
-    }
+
+    def resolv_conf(ns: str) -> ResolvConf:
+        return pod_resolv_conf(by_ns[ns], spec)
+
+    listeners: Mapping[str, frozenset[tuple[str, int]]]
+    resolv: Mapping[str, ResolvConf]
+    if lazy:  # each pod's, when the emulator first looks
+        listeners, resolv = LazyMapping(by_ns, listening), LazyMapping(by_ns, resolv_conf)
+    else:
+        listeners = {ns: listening(ns) for ns in by_ns}
+        resolv = {ns: resolv_conf(ns) for ns in by_ns}
     owned = {str(a) for n in nodes for a in [n.ip]} | {str(p.ip) for p in pods}
     clients = sorted({c for c in external_clients if c not in owned})
     node_net = spec.node_net
     assert isinstance(node_net, IPv4Network)
-    network = build(node_net, nodes, pods, overlay=spec.overlay, external_clients=clients)
-    rulesets: dict[str, RulesetInput] = {}
-    local: dict[str, tuple[str, ...]] = {}
-    for name, state in session.rules.nodes.items():
-        ri = ruleset_input(state)
-        if ri is not None:
-            rulesets[name] = ri
-        if isinstance(state.rendered, IpvsRender):
-            local[name] = tuple(state.rendered.addresses)
-    rulesets.update(rules_override or {})
-    running = running_pods(session)
+    network = (build_lazy if lazy else build)(
+        node_net, nodes, pods, overlay=spec.overlay, external_clients=clients
+    )
+    rulesets: Mapping[str, RulesetInput]
+    local: Mapping[str, tuple[str, ...]]
+    if session.lazy_rules is not None:
+        rulesets, local = lazy_rulesets(session.lazy_rules, rules_override or {})
+    else:
+        rulesets, local = {}, {}
+        for name, state in session.rules.nodes.items():
+            ri = ruleset_input(state)
+            if ri is not None:
+                rulesets[name] = ri
+            if isinstance(state.rendered, IpvsRender):
+                local[name] = tuple(state.rendered.addresses)
+        rulesets.update(rules_override or {})
     zone = dns_zone(session)
     dns_servers = frozenset(pod_ns(p.key) for p in running if zone is not None and is_dns_pod(p))
-    resolv = {pod_ns(p.key): pod_resolv_conf(p, spec) for p in running}
     return ClusterView(network, rulesets, listeners, local, node_ips, zone, dns_servers, resolv)
 
 
@@ -122,7 +167,9 @@ def emulator(
     rules_override: Mapping[str, RulesetInput] | None = None,
     seed: int | None = None,
 ) -> EmulatedCluster:
-    v = view(session, external_clients=external_clients, rules_override=rules_override)
+    from control.rulecache import RuleCache
+
+    v = view(session, external_clients=external_clients, rules_override=rules_override, lazy=True)
     return EmulatedCluster(
         v.network,
         v.rulesets,
@@ -131,6 +178,7 @@ def emulator(
         seed=session.cluster.spec.seed if seed is None else seed,
         answerers=answerers(v),
         resolv_confs=v.resolv_confs,
+        compiled_cache=RuleCache.for_state(session.state_dir).compiled(),
     )
 
 

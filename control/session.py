@@ -9,6 +9,10 @@ State directory layout (``--state DIR``, default ``.svclab/``)::
                           --store find the same cluster through it
     DIR/cluster.yaml      the Cluster document, fixed by the first apply (SQLite)
     DIR/kube-proxy.yaml   the KubeProxyConfiguration document, if one was applied (SQLite)
+    DIR/converged.json    {"revision": N}: the store revision after the last run of the
+                          control plane to idle (:mod:`control.noderules`)
+    DIR/cache/            nodes' rendered and compiled rules by content
+                          (:mod:`control.rulecache`); safe to delete
 
 A store that keeps records of its own (etcd: ``/registry/svclab.dev/records/``) holds the
 Cluster and KubeProxyConfiguration documents itself, so any machine that reaches the
@@ -45,6 +49,7 @@ from netmodel.proxyconfig import KubeProxyConfiguration, proxy_config_from_dict
 
 if TYPE_CHECKING:
     from control.agents.kubeproxy import EmulatedRules, KubeProxy
+    from control.noderules import NodeRulesSource
     from control.runner import ControlPlane
 
 DEFAULT_STATE = ".svclab"
@@ -78,6 +83,13 @@ class Session:
     #: --no-kube-proxies`` turns this off for large clusters: ``svclab rules`` renders
     #: from the store either way)
     with_proxies: bool = True
+    #: set by :meth:`converge` when it left the control plane unstarted (a read-only
+    #: session over a converged store, see :mod:`control.noderules`): each node's rules
+    #: are then rendered when first asked for, from here
+    lazy_rules: NodeRulesSource | None = None
+    #: keep every node's rules as its kube-proxy loaded them (the EmulatedRules sink)
+    #: and answer from those, never lazily: the reference the lazy path is tested against
+    eager_rules: bool = False
 
     # ---- construction
 
@@ -209,9 +221,17 @@ class Session:
     def rules(self) -> EmulatedRules:
         """What each node's kube-proxy loaded (the emulated rule sink), by node name."""
         if self._rules is None:
-            from control.agents.kubeproxy import EmulatedRules
+            if self.state_dir is not None and not self.eager_rules:
+                # a persistent cluster's questions render from the store
+                # (lazy_rules): the agents here only sync and record
+                from control.noderules import RecordedRules
 
-            self._rules = EmulatedRules()
+                self._rules = RecordedRules()  # type: ignore[assignment]
+            else:
+                from control.agents.kubeproxy import EmulatedRules
+
+                self._rules = EmulatedRules()
+        assert self._rules is not None
         return self._rules
 
     def _add_proxies(self) -> None:
@@ -244,31 +264,58 @@ class Session:
     def converge(self) -> None:
         """Run every control loop (kube-proxies included) until nothing is left to do.
 
-        While a server serves the state directory, only this session's kube-proxies run
-        (on the store as it is): the server's components do the rest, and a second
-        control plane would fight them."""
+        While a server serves the state directory, nothing runs here: the server's
+        components converge the cluster (a second control plane would fight them), and
+        a node's rules are rendered from the store as it is when first asked for.
+
+        A session that only reads (``record_proxy_syncs`` off) over a store that is
+        converged (served, or at the revision recorded after the last run to idle) starts
+        nothing: :attr:`lazy_rules` then renders a node's rules when first asked for
+        (:mod:`control.noderules`)."""
+        if self._converged_already():
+            return
         if self.served:
-            self._sync_proxies()
+            self._render_lazily()
             return
         self.plane.run_until_idle()
+        if self.state_dir is not None:
+            from control.noderules import record_converged
 
-    def _sync_proxies(self) -> None:
-        from control.agents.kubeproxy import KubeProxy
+            record_converged(self.state_dir, self.store.revision)
+            self._render_lazily()
 
-        objs = [o for kind in ("Node", "Service", "EndpointSlice") for o in self.store.list(kind)]
-        for node in self.store.list("Node"):
-            proxy = self.proxies.get(node.name)
-            if proxy is None:
-                proxy = self.proxies[node.name] = KubeProxy(
-                    node.name,
-                    self.cluster.spec,
-                    self.proxy_config,
-                    self.rules,
-                    None,
-                    clock=self.clock,
-                )
-            proxy.resync(objs)
-            proxy.sync()
+    def _converged_already(self) -> bool:
+        """Whether :meth:`converge` can leave the control plane unstarted (and set
+        :attr:`lazy_rules`); see :meth:`converge`."""
+        if self._plane is not None or self.eager_rules:
+            return False
+        if self.lazy_rules is not None:
+            return True
+        if self.record_proxy_syncs or self.state_dir is None:
+            return False
+        from control.noderules import converged_revision
+
+        if not self.served and converged_revision(self.state_dir) != self.store.revision:
+            return False
+        self._render_lazily()
+        return True
+
+    def _render_lazily(self) -> None:
+        """Questions about a persistent cluster render a node's rules from the store as
+        it is now, when first asked (its agents' sink keeps no model:
+        :class:`control.noderules.RecordedRules`)."""
+        if self.eager_rules:
+            return
+        from control.noderules import NodeRulesSource
+        from control.rulecache import RuleCache
+
+        self.lazy_rules = NodeRulesSource(
+            self.store,
+            self.cluster.spec,
+            self.proxy_config,
+            self.clock,
+            RuleCache.for_state(self.state_dir),
+        )
 
     def start_quietly(self) -> None:
         """Start the control plane over the stored cluster and let the kube-proxies do

@@ -27,6 +27,8 @@ from dataclasses import dataclass
 from ipaddress import IPv4Address, IPv4Interface, IPv4Network, ip_address, ip_network
 from typing import Literal
 
+from netmodel.ip import IPAddress
+from netmodel.lazy import LazyMapping
 from netmodel.network import (
     DEFAULT_ROUTE,
     ClusterNetwork,
@@ -97,45 +99,162 @@ def build(
     external_clients: Sequence[str] = (),
 ) -> ClusterNetwork:
     """The whole network. Pure: the same inputs give the same value (MACs included)."""
-    gateway = node_network.network_address + 1
-    mtu = 1500 - VXLAN_OVERHEAD if overlay == "vxlan" else 1500
-    namespaces: dict[str, Netns] = {}
-    veths: list[VethPair] = []
+    plan = _Plan(node_network, nodes, pods, overlay, external_clients)
+    namespaces = {name: plan.netns(name) for name in plan.names}
+    return ClusterNetwork(
+        namespaces=namespaces, veths=plan.veths(), overlay=overlay, node_network=node_network
+    )
 
-    # ---- router (underlay)
-    br_addr = IPv4Interface(f"{gateway}/{node_network.prefixlen}")
-    router_itfs = [
-        Interface("lo", "loopback", "00:00:00:00:00:00", (IPv4Interface("127.0.0.1/8"),)),
-        Interface("br0", "bridge", stable_mac("router", "br0"), (br_addr,)),
-    ]
-    router_routes = [_connected("br0", br_addr)]
-    for i, n in enumerate(nodes):
-        port = f"u{i}"
-        router_itfs.append(
-            Interface(
-                port,
-                "veth",
-                stable_mac("router", port),
-                master="br0",
-                peer=(node_ns(n.name), "eth0"),
-            )
-        )
-        veths.append(VethPair(("router", port), (node_ns(n.name), "eth0")))
-    for j, client in enumerate(external_clients):
-        port = f"x{j}"
+
+def build_lazy(
+    node_network: IPv4Network,
+    nodes: Sequence[NodeInfo],
+    pods: Sequence[PodInfo],
+    *,
+    overlay: Literal["vxlan", "host-gw"] = "vxlan",
+    external_clients: Sequence[str] = (),
+) -> LazyClusterNetwork:
+    """:func:`build`'s network with each namespace derived when first looked up (same
+    names in the same order, equal values): a node's routes, neighbours and FDB entries
+    name every other node, so building all of them costs the square of the node count;
+    a question about one packet needs two or three. :meth:`LazyClusterNetwork.owner_of`
+    and :meth:`LazyClusterNetwork.interface` answer from indexes, without building."""
+    plan = _Plan(node_network, nodes, pods, overlay, external_clients)
+    return LazyClusterNetwork(
+        namespaces=LazyMapping(plan.names, plan.netns),  # type: ignore[arg-type]
+        veths=plan.veths(),
+        overlay=overlay,
+        node_network=node_network,
+        plan=plan,
+    )
+
+
+@dataclass(frozen=True)
+class LazyClusterNetwork(ClusterNetwork):
+    """A :class:`ClusterNetwork` whose ``namespaces`` is a :class:`LazyMapping` (see
+    :func:`build_lazy`)."""
+
+    plan: _Plan | None = None
+
+    def owner_of(self, ip: IPAddress) -> Netns | None:
+        assert self.plan is not None
+        name = self.plan.owners().get(ip)
+        return self.namespaces[name] if name is not None else None
+
+    def owner_name(self, ip: IPAddress) -> str | None:
+        """The name of the namespace holding ``ip`` (loopback excluded), building none."""
+        assert self.plan is not None
+        return self.plan.owners().get(ip)
+
+    def interface(self, ns: str, name: str) -> Interface:
+        """Interface ``name`` of namespace ``ns``, building as little as possible."""
+        assert self.plan is not None
+        return self.plan.interface(ns, name)
+
+
+class _Plan:
+    """What :func:`build` derives each namespace from, and how (one namespace at a time)."""
+
+    def __init__(
+        self,
+        node_network: IPv4Network,
+        nodes: Sequence[NodeInfo],
+        pods: Sequence[PodInfo],
+        overlay: Literal["vxlan", "host-gw"],
+        external_clients: Sequence[str],
+    ) -> None:
+        self.node_network = node_network
+        self.nodes = list(nodes)
+        self.overlay = overlay
+        self.clients = list(external_clients)
+        self.gateway = node_network.network_address + 1
+        self.mtu = 1500 - VXLAN_OVERHEAD if overlay == "vxlan" else 1500
+        pods_by_node: dict[str, list[PodInfo]] = {}
+        for p in pods:
+            pods_by_node.setdefault(p.node, []).append(p)
+        self.pods_by_node = {k: sorted(v, key=lambda p: p.key) for k, v in pods_by_node.items()}
+        self.node_index = {n.name: i for i, n in enumerate(self.nodes)}
+        #: netns name -> what builds it: ("ext", j) | ("router",) | ("pod", node, pod) |
+        #: ("node", node), in build()'s order
+        self.what: dict[str, tuple[object, ...]] = {}
+        for j, client in enumerate(self.clients):
+            self.what[ext_ns(client)] = ("ext", j)
+        self.what["router"] = ("router",)
+        for n in self.nodes:
+            if n.pod_cidr is not None:
+                for p in self.pods_by_node.get(n.name, []):
+                    self.what[pod_ns(p.key)] = ("pod", n, p)
+            self.what[node_ns(n.name)] = ("node", n)
+        self.names = list(self.what)
+        self._owners: dict[IPAddress, str] | None = None
+
+    # ---- whole-network facts
+
+    def veths(self) -> tuple[VethPair, ...]:
+        out = [VethPair(("router", f"u{i}"), (node_ns(n.name), "eth0")) for i, n in enumerate(self.nodes)]
+        out += [VethPair(("router", f"x{j}"), (ext_ns(c), "eth0")) for j, c in enumerate(self.clients)]
+        for n in self.nodes:
+            if n.pod_cidr is None:
+                continue
+            ns = node_ns(n.name)
+            for p in self.pods_by_node.get(n.name, []):
+                out.append(VethPair((ns, host_veth_name(p.key)), (pod_ns(p.key), "eth0")))
+        return tuple(out)
+
+    def owners(self) -> dict[IPAddress, str]:
+        """Every non-loopback address and the namespace holding it (the first one, in
+        :attr:`names` order, as :meth:`ClusterNetwork.owner_of` finds it)."""
+        if self._owners is None:
+            found: dict[IPAddress, str] = {}
+            for name in reversed(self.names):  # earlier names win
+                for a in self._addresses(name):
+                    found[a] = name
+            self._owners = found
+        return self._owners
+
+    def _addresses(self, name: str) -> list[IPAddress]:
+        what = self.what[name]
+        if what[0] == "ext":
+            j = what[1]
+            assert isinstance(j, int)
+            return [IPv4Address(self.clients[j])]
+        if what[0] == "router":
+            return [self.gateway, *([ROUTER_LINK_IP] if self.clients else [])]
+        if what[0] == "pod":
+            return [what[2].ip]  # type: ignore[attr-defined]
+        n: NodeInfo = what[1]  # type: ignore[assignment]
+        out: list[IPAddress] = [n.ip]
+        if n.pod_cidr is not None:
+            out.append(n.pod_cidr.network_address + 1)
+            if self.overlay == "vxlan":
+                out.append(n.pod_cidr.network_address)
+        return out
+
+    def interface(self, ns: str, name: str) -> Interface:
+        what = self.what.get(ns)
+        if what is not None and what[0] == "node" and name == "eth0":
+            n: NodeInfo = what[1]  # type: ignore[assignment]
+            return self._node_eth0(n)
+        if what is not None and what[0] == "pod" and name == "eth0":
+            return self._pod_eth0(what[1], what[2])  # type: ignore[arg-type]
+        return self.netns(ns).interface(name)
+
+    # ---- one namespace
+
+    def netns(self, name: str) -> Netns:
+        what = self.what[name]
+        if what[0] == "ext":
+            return self._ext(what[1])  # type: ignore[arg-type]
+        if what[0] == "router":
+            return self._router()
+        if what[0] == "pod":
+            return self._pod(what[1], what[2])  # type: ignore[arg-type]
+        return self._node(what[1])  # type: ignore[arg-type]
+
+    def _ext(self, j: int) -> Netns:
+        client = self.clients[j]
         cip = IPv4Address(client)
-        router_itfs.append(
-            Interface(
-                port,
-                "veth",
-                stable_mac("router", port),
-                (IPv4Interface(f"{ROUTER_LINK_IP}/32"),),
-                peer=(ext_ns(client), "eth0"),
-            )
-        )
-        router_routes.append(Route(dst=IPv4Network(f"{cip}/32"), dev=port, scope="link"))
-        veths.append(VethPair(("router", port), (ext_ns(client), "eth0")))
-        namespaces[ext_ns(client)] = Netns(
+        return Netns(
             name=ext_ns(client),
             role="external",
             interfaces=(
@@ -145,7 +264,7 @@ def build(
                     "veth",
                     stable_mac("ext", client),
                     (IPv4Interface(f"{cip}/32"),),
-                    peer=("router", port),
+                    peer=("router", f"x{j}"),
                 ),
             ),
             routes=(
@@ -153,33 +272,101 @@ def build(
                 Route(dst=DEFAULT_ROUTE, dev="eth0", via=ROUTER_LINK_IP, onlink=True),
             ),
         )
-    namespaces["router"] = Netns(
-        name="router",
-        role="router",
-        interfaces=tuple(router_itfs),
-        routes=tuple(router_routes),
-        sysctls=(("net.ipv4.ip_forward", "1"),),
-    )
 
-    # ---- nodes
-    pods_by_node: dict[str, list[PodInfo]] = {}
-    for p in pods:
-        pods_by_node.setdefault(p.node, []).append(p)
-    for idx, n in enumerate(nodes):
+    def _router(self) -> Netns:
+        br_addr = IPv4Interface(f"{self.gateway}/{self.node_network.prefixlen}")
+        router_itfs = [
+            Interface("lo", "loopback", "00:00:00:00:00:00", (IPv4Interface("127.0.0.1/8"),)),
+            Interface("br0", "bridge", stable_mac("router", "br0"), (br_addr,)),
+        ]
+        router_routes = [_connected("br0", br_addr)]
+        for i, n in enumerate(self.nodes):
+            port = f"u{i}"
+            router_itfs.append(
+                Interface(
+                    port,
+                    "veth",
+                    stable_mac("router", port),
+                    master="br0",
+                    peer=(node_ns(n.name), "eth0"),
+                )
+            )
+        for j, client in enumerate(self.clients):
+            port = f"x{j}"
+            cip = IPv4Address(client)
+            router_itfs.append(
+                Interface(
+                    port,
+                    "veth",
+                    stable_mac("router", port),
+                    (IPv4Interface(f"{ROUTER_LINK_IP}/32"),),
+                    peer=(ext_ns(client), "eth0"),
+                )
+            )
+            router_routes.append(Route(dst=IPv4Network(f"{cip}/32"), dev=port, scope="link"))
+        return Netns(
+            name="router",
+            role="router",
+            interfaces=tuple(router_itfs),
+            routes=tuple(router_routes),
+            sysctls=(("net.ipv4.ip_forward", "1"),),
+        )
+
+    def _pod_eth0(self, n: NodeInfo, p: PodInfo) -> Interface:
+        assert n.pod_cidr is not None
+        paddr = IPv4Interface(f"{p.ip}/{n.pod_cidr.prefixlen}")
+        return Interface(
+            "eth0",
+            "veth",
+            stable_mac("pod", p.key),
+            (paddr,),
+            mtu=self.mtu,
+            peer=(node_ns(n.name), host_veth_name(p.key)),
+        )
+
+    def _pod(self, n: NodeInfo, p: PodInfo) -> Netns:
+        assert n.pod_cidr is not None
+        gw = n.pod_cidr.network_address + 1
+        eth0 = self._pod_eth0(n, p)
+        paddr = eth0.addresses[0]
+        return Netns(
+            name=pod_ns(p.key),
+            role="pod",
+            node=n.name,
+            pod=p.key,
+            interfaces=(
+                Interface("lo", "loopback", "00:00:00:00:00:00", (IPv4Interface("127.0.0.1/8"),)),
+                eth0,
+            ),
+            routes=(
+                _connected("eth0", paddr),
+                Route(dst=DEFAULT_ROUTE, dev="eth0", via=gw),
+            ),
+        )
+
+    def _node_eth0(self, n: NodeInfo) -> Interface:
         ns = node_ns(n.name)
-        eth0 = IPv4Interface(f"{n.ip}/{node_network.prefixlen}")
+        eth0 = IPv4Interface(f"{n.ip}/{self.node_network.prefixlen}")
+        idx = self.node_index[n.name]
+        return Interface("eth0", "veth", stable_mac(ns, "eth0"), (eth0,), peer=("router", f"u{idx}"))
+
+    def _node(self, n: NodeInfo) -> Netns:
+        ns = node_ns(n.name)
+        mtu = self.mtu
+        eth0_itf = self._node_eth0(n)
+        eth0 = eth0_itf.addresses[0]
         itfs = [
             Interface("lo", "loopback", "00:00:00:00:00:00", (IPv4Interface("127.0.0.1/8"),)),
-            Interface("eth0", "veth", stable_mac(ns, "eth0"), (eth0,), peer=("router", f"u{idx}")),
+            eth0_itf,
         ]
-        routes = [_connected("eth0", eth0), Route(dst=DEFAULT_ROUTE, dev="eth0", via=gateway)]
+        routes = [_connected("eth0", eth0), Route(dst=DEFAULT_ROUTE, dev="eth0", via=self.gateway)]
         neighbors: list[Neighbor] = []
         fdb: list[FdbEntry] = []
         if n.pod_cidr is not None:
             gw = IPv4Interface(f"{n.pod_cidr.network_address + 1}/{n.pod_cidr.prefixlen}")
             itfs.append(Interface("cni0", "bridge", stable_mac(ns, "cni0"), (gw,), mtu=mtu))
             routes.append(_connected("cni0", gw))
-            for p in sorted(pods_by_node.get(n.name, []), key=lambda p: p.key):
+            for p in self.pods_by_node.get(n.name, []):
                 hv = host_veth_name(p.key)
                 itfs.append(
                     Interface(
@@ -192,32 +379,7 @@ def build(
                         hairpin=True,
                     )
                 )
-                veths.append(VethPair((ns, hv), (pod_ns(p.key), "eth0")))
-                paddr = IPv4Interface(f"{p.ip}/{n.pod_cidr.prefixlen}")
-                namespaces[pod_ns(p.key)] = Netns(
-                    name=pod_ns(p.key),
-                    role="pod",
-                    node=n.name,
-                    pod=p.key,
-                    interfaces=(
-                        Interface(
-                            "lo", "loopback", "00:00:00:00:00:00", (IPv4Interface("127.0.0.1/8"),)
-                        ),
-                        Interface(
-                            "eth0",
-                            "veth",
-                            stable_mac("pod", p.key),
-                            (paddr,),
-                            mtu=mtu,
-                            peer=(ns, hv),
-                        ),
-                    ),
-                    routes=(
-                        _connected("eth0", paddr),
-                        Route(dst=DEFAULT_ROUTE, dev="eth0", via=gw.ip),
-                    ),
-                )
-            if overlay == "vxlan":
+            if self.overlay == "vxlan":
                 vx_addr = IPv4Interface(f"{n.pod_cidr.network_address}/32")
                 itfs.append(
                     Interface(
@@ -229,17 +391,17 @@ def build(
                         vxlan=VxlanParams(vni=1, local=n.ip, dev="eth0"),
                     )
                 )
-        for peer in nodes:
+        for peer in self.nodes:
             if peer.name == n.name or peer.pod_cidr is None:
                 continue
-            if overlay == "vxlan" and n.pod_cidr is not None:
+            if self.overlay == "vxlan" and n.pod_cidr is not None:
                 peer_gw = peer.pod_cidr.network_address
                 routes.append(Route(dst=peer.pod_cidr, dev="flannel.1", via=peer_gw, onlink=True))
                 neighbors.append(Neighbor(ip=peer_gw, mac=vtep_mac(peer.name), dev="flannel.1"))
                 fdb.append(FdbEntry(mac=vtep_mac(peer.name), dev="flannel.1", dst=peer.ip))
             else:
                 routes.append(Route(dst=peer.pod_cidr, dev="eth0", via=peer.ip))
-        namespaces[ns] = Netns(
+        return Netns(
             name=ns,
             role="node",
             node=n.name,
@@ -249,9 +411,6 @@ def build(
             fdb=tuple(fdb),
             sysctls=NODE_SYSCTLS,
         )
-    return ClusterNetwork(
-        namespaces=namespaces, veths=tuple(veths), overlay=overlay, node_network=node_network
-    )
 
 
 def node_info(name: str, ip: str, pod_cidr: str | None) -> NodeInfo:

@@ -26,14 +26,14 @@ unless one is given).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, MutableMapping
 from dataclasses import dataclass, field
 from ipaddress import IPv4Interface, ip_address
 from pathlib import Path
 from random import Random
 from typing import Any, Literal
 
-from dataplane.emulator.devices import Bridge, Epoch
+from dataplane.emulator.devices import Bridge, Device, Epoch, make_device
 from dataplane.emulator.filters import (
     CompiledRules,
     EngineFilter,
@@ -51,10 +51,12 @@ from dataplane.netfilter.conntrack import (
 )
 from netmodel.errors import InputError
 from netmodel.ip import IPAddress
+from netmodel.lazy import LazyMapping
 from netmodel.network import ClusterNetwork, Interface, Netns, stable_mac
 from netmodel.packet import ICMP_ECHO_REQUEST, Packet
 from netmodel.resolvconf import ResolvConf
 from netmodel.rulesets import IptablesRules, IpvsRules, NftRules, RulesetInput
+from netmodel.topology import LazyClusterNetwork, NodeInfo
 
 Proto = Literal["tcp", "udp", "icmp"]
 _P31 = 2**31
@@ -135,6 +137,13 @@ class EmulatedCluster:
     namespace, servers that compute their answer's payload from the request's
     (``(proto, port) -> function``, see :mod:`.traffic`): the DNS pods.
     ``resolv_confs``: per pod namespace, its resolv.conf (:mod:`.resolver` reads it).
+    ``compiled_cache``: parsed and compiled rules by ruleset, shared with other
+    clusters (e.g. kept on disk, see :mod:`control.rulecache`); by default this
+    cluster's own.
+
+    Laziness: ``network``, ``rulesets`` and ``local_addresses`` may be lazy mappings
+    (:class:`netmodel.lazy.LazyMapping`); a namespace's host and filter are built when a
+    walk or a question first reaches it, and only then are its rules looked up.
     """
 
     def __init__(
@@ -148,6 +157,7 @@ class EmulatedCluster:
         clock: Clock | None = None,
         answerers: Mapping[str, Mapping[tuple[str, int], Answerer]] | None = None,
         resolv_confs: Mapping[str, ResolvConf] | None = None,
+        compiled_cache: MutableMapping[RulesetInput, CompiledRules] | None = None,
     ) -> None:
         self.network = network
         self.clock: Clock = clock or SimClock()
@@ -155,47 +165,162 @@ class EmulatedCluster:
         self._rng = Random(seed)
         self._base_chooser: Chooser = RandomChooser(Random(seed * 7919 + 1))
         self._chooser_box: list[Chooser] = [self._base_chooser]
-        rulesets = {_node_key(k): v for k, v in (rulesets or {}).items()}
-        extra = {
-            _node_key(k): [ip_address(a.split("/", 1)[0]) for a in v]
-            for k, v in (local_addresses or {}).items()
-        }
+        # rulesets and local addresses may be lazy mappings (netmodel.lazy): look a
+        # node's up only when its host or filter is built
+        self._rulesets: Mapping[str, RulesetInput] = rulesets or {}
+        self._ruleset_key = {_node_key(k): k for k in self._rulesets}
+        self._local = local_addresses or {}
+        self._local_key = {_node_key(k): k for k in self._local}
         self.epoch = Epoch()
-        self.hosts: dict[str, Host] = {}
-        for name, ns in network.namespaces.items():
-            node_extra = extra.get(ns.node or "", []) if ns.role == "node" else []
-            self.hosts[name] = Host(_with_dummy(ns, node_extra), self.epoch)
+        #: each namespace's devices, routes and neighbours, built when a walk (or a
+        #: question) first reaches it (see :meth:`_make_host`)
+        self.hosts: LazyMapping[str, Host] = LazyMapping(network.namespaces, self._make_host)
+        self._peer_of: dict[tuple[str, str], tuple[str, str]] = {}
         for pair in network.veths:
-            a = self.hosts[pair.a[0]].device(pair.a[1])
-            b = self.hosts[pair.b[0]].device(pair.b[1])
-            a.peer, b.peer = b, a
-        unknown = set(rulesets) - {h.node for h in self.hosts.values() if h.role == "node"}
+            self._peer_of[pair.a] = pair.b
+            self._peer_of[pair.b] = pair.a
+        #: the veth ends made so far, by (namespace, device): those of built hosts, and
+        #: the far ends of their veths (made alone: see _make_host)
+        self._veth_ends: dict[tuple[str, str], Device] = {}
+        #: per built host, its neighbours and bridge FDBs when it was built
+        self._pristine_l2: dict[str, tuple[dict[Any, Any], dict[str, dict[str, Any]]]] = {}
+        self._owners: dict[IPAddress, str] | None = None
+        unknown = set(self._ruleset_key) - self._node_names()
         if unknown:
             raise InputError(f"no such node(s): {sorted(unknown)}", field="rulesets")
-        self.filters: dict[str, EngineFilter | TrackingFilter] = {}
-        compiled: dict[RulesetInput, CompiledRules] = {}
-        for name, host in self.hosts.items():
-            rules = rulesets.get(host.node or "") if host.role == "node" else None
-            if rules is None:
-                self.filters[name] = TrackingFilter(name, self.clock)
-                continue
-            self.filters[name] = EngineFilter.build(
+        self._compiled: MutableMapping[RulesetInput, CompiledRules] = (
+            compiled_cache if compiled_cache is not None else {}
+        )
+        #: per built filter, its state and conntrack position when it was built (what an
+        #: eagerly built, untouched filter holds at any snapshot)
+        self._pristine: dict[str, tuple[object, int]] = {}
+        #: each namespace's netfilter, built when a packet (or a question) first reaches
+        #: it: only the nodes a walk visits compile their rules
+        self.filters: LazyMapping[str, EngineFilter | TrackingFilter] = LazyMapping(
+            self.hosts, self._make_filter
+        )
+        self.endpoints = Endpoints.from_listeners(listeners or {})
+        self.endpoints.answerers = {k: dict(v) for k, v in (answerers or {}).items()}
+        #: each pod namespace's resolver configuration (what its libc reads)
+        self.resolv_confs: Mapping[str, ResolvConf] = (
+            resolv_confs if isinstance(resolv_confs, LazyMapping) else dict(resolv_confs or {})
+        )
+        self.walker = Walker(
+            self.hosts, self.filters, self.endpoints, self.epoch, arp_skip=self._cannot_own
+        )
+        self._ports: dict[str, set[int]] = {}
+        self._destinations: dict[str, tuple[IPAddress, int | None]] = {}
+
+    def _extra(self, node: str) -> list[IPAddress]:
+        key = self._local_key.get(node)
+        if key is None:
+            return []
+        return [ip_address(a.split("/", 1)[0]) for a in self._local[key]]
+
+    # ------------------------------------------------------------------ lazy build
+
+    def _node_names(self) -> set[str]:
+        if isinstance(self.network, LazyClusterNetwork) and self.network.plan is not None:
+            return {n.name for n in self.network.plan.nodes}
+        return {ns.node for ns in self.network.namespaces.values() if ns.role == "node" and ns.node}
+
+    def _node_of(self, ns: str) -> str | None:
+        """The node whose namespace ``ns`` is (None: not a node's), building nothing."""
+        net = self.network
+        if isinstance(net, LazyClusterNetwork) and net.plan is not None:
+            what = net.plan.what.get(ns)
+            if what is None or what[0] != "node":
+                return None
+            info = what[1]
+            assert isinstance(info, NodeInfo)
+            return info.name
+        netns = net.namespaces.get(ns)
+        return netns.node if netns is not None and netns.role == "node" else None
+
+    def _interface(self, ns: str, name: str) -> Interface:
+        if isinstance(self.network, LazyClusterNetwork):
+            return self.network.interface(ns, name)
+        return self.network.namespaces[ns].interface(name)
+
+    def _owner_name(self, ip: IPAddress) -> str | None:
+        if isinstance(self.network, LazyClusterNetwork):
+            return self.network.owner_name(ip)
+        if self._owners is None:
+            owners: dict[IPAddress, str] = {}
+            for ns in self.network.namespaces.values():
+                for itf in ns.interfaces:
+                    if itf.kind != "loopback":
+                        for a in itf.addresses:
+                            owners.setdefault(a.ip, ns.name)
+            self._owners = owners
+        return self._owners.get(ip)
+
+    def _cannot_own(self, name: str, addr: IPAddress) -> bool:
+        """Whether namespace ``name`` is not built yet and holds no address ``addr``: an
+        ARP request flooded to it goes unanswered there, so it need not be built (the
+        walker asks before building the far end of a veth that is no bridge port)."""
+        if self.hosts.is_built(name):
+            return False
+        if self._local and self._node_of(name) in self._local_key:
+            # a node with extra local addresses (IPVS binds Service addresses, which may
+            # be anything, a node's own included): build it and look
+            return False
+        owner = self._owner_name(addr)
+        # an address no namespace holds may still be local somewhere: build and look
+        return owner is not None and owner != name
+
+    def _make_host(self, name: str) -> Host:
+        """Build namespace ``name``'s host and join its veths to their far ends. A far
+        end that is a bridge port is built with its host (its bridge matters to the
+        walk); another is made alone, as a device, and taken by its host when that is
+        built (so a router with a port per node builds no node)."""
+        ns = self.network.namespaces[name]
+        node_extra = self._extra(ns.node or "") if ns.role == "node" else []
+        made = {
+            i.name: dev
+            for i in ns.interfaces
+            if (dev := self._veth_ends.get((name, i.name))) is not None
+        }
+        host = Host(_with_dummy(ns, node_extra), self.epoch, made=made)
+        ends = [(d, self._peer_of[(name, d)]) for d in host.devices if (name, d) in self._peer_of]
+        for d, _ in ends:
+            self._veth_ends[(name, d)] = host.devices[d]
+        for d, far in ends:
+            dev = host.devices[d]
+            peer = self._veth_ends.get(far)
+            if peer is None:
+                itf = self._interface(*far)
+                if itf.master is not None:
+                    self.hosts[far[0]]
+                    peer = self._veth_ends[far]
+                else:
+                    peer = self._veth_ends[far] = make_device(far[0], itf)
+            dev.peer, peer.peer = peer, dev
+        self._pristine_l2[name] = (
+            dict(host.neighbors),
+            {d.name: dict(d.fdb) for d in host.devices.values() if isinstance(d, Bridge)},
+        )
+        return host
+
+    def _make_filter(self, name: str) -> EngineFilter | TrackingFilter:
+        host = self.hosts[name]
+        key = self._ruleset_key.get(host.node or "") if host.role == "node" else None
+        f: EngineFilter | TrackingFilter
+        if key is None:
+            f = TrackingFilter(name, self.clock)
+        else:
+            f = EngineFilter.build(
                 name,
-                rules,
+                self._rulesets[key],
                 local_addrs=host.local_addresses,
                 iface_addrs={d.name: [a.ip for a in d.addresses] for d in host.devices.values()},
                 clock=self.clock,
                 chooser_box=self._chooser_box,
-                seed=seed,
-                cache=compiled,
+                seed=self.seed,
+                cache=self._compiled,
             )
-        self.endpoints = Endpoints.from_listeners(listeners or {})
-        self.endpoints.answerers = {k: dict(v) for k, v in (answerers or {}).items()}
-        #: each pod namespace's resolver configuration (what its libc reads)
-        self.resolv_confs: dict[str, ResolvConf] = dict(resolv_confs or {})
-        self.walker = Walker(self.hosts, self.filters, self.endpoints, self.epoch)
-        self._ports: dict[str, set[int]] = {}
-        self._destinations: dict[str, tuple[IPAddress, int | None]] = {}
+        self._pristine[name] = (f.snapshot(), f.conntrack.mark())
+        return f
 
     # ------------------------------------------------------------------ addresses
 
@@ -540,9 +665,9 @@ class EmulatedCluster:
         trace of earlier ones except longer-lived state (``-m recent`` lists, IPVS
         persistence), memory stays flat and the ephemeral range never runs out however
         many connections are opened."""
-        tables = [f.conntrack for f in self.filters.values()] if release else []
         for i in range(n):
-            marks = [t.mark() for t in tables]
+            # the filters built so far; one a connection builds had an empty table
+            marks = {k: f.conntrack.mark() for k, f in self.filters.built().items()} if release else {}
             host, pkt = self._request(src, dst, proto, dport, None)
             self._open(host, pkt)
             res, reply = self._exchange(host, pkt, record=record, choice=choice)
@@ -581,8 +706,8 @@ class EmulatedCluster:
             if close or proto != "tcp" or release:
                 self._close(host, pkt)
             if release:
-                for t, m in zip(tables, marks, strict=True):
-                    t.delete_since(m)
+                for k, f in self.filters.built().items():
+                    f.conntrack.delete_since(marks.get(k, self._pristine[k][1]))
                 if proto != "icmp":
                     self._ports.get(host.name, set()).discard(pkt.sport)
                 if d is not None and proto != "icmp":
@@ -655,11 +780,11 @@ class EmulatedCluster:
 
     def _snapshot(self) -> _Snapshot:
         return _Snapshot(
-            filters={n: f.snapshot() for n, f in self.filters.items()},
-            neighbors={n: dict(h.neighbors) for n, h in self.hosts.items()},
+            filters={n: f.snapshot() for n, f in self.filters.built().items()},
+            neighbors={n: dict(h.neighbors) for n, h in self.hosts.built().items()},
             fdbs={
                 (n, d.name): dict(d.fdb)
-                for n, h in self.hosts.items()
+                for n, h in self.hosts.built().items()
                 for d in h.devices.values()
                 if isinstance(d, Bridge)
             },
@@ -670,10 +795,20 @@ class EmulatedCluster:
 
     def _restore(self, s: _Snapshot) -> None:
         self.walker.forget_flows()
-        for n, f in self.filters.items():
-            f.restore(s.filters[n])
-        for n, h in self.hosts.items():
-            h.neighbors = dict(s.neighbors[n])
+        for n, f in self.filters.built().items():
+            # a filter built since the snapshot goes back to how it was built
+            f.restore(s.filters[n] if n in s.filters else self._pristine[n][0])
+        for n, h in self.hosts.built().items():
+            if n in s.neighbors:
+                h.neighbors = dict(s.neighbors[n])
+                continue
+            # built since the snapshot: back to how it was built
+            neighbors, fdbs = self._pristine_l2[n]
+            h.neighbors = dict(neighbors)
+            for dev, fdb in fdbs.items():
+                br = h.devices[dev]
+                assert isinstance(br, Bridge)
+                br.fdb = dict(fdb)
         for (n, dev), fdb in s.fdbs.items():
             br = self.hosts[n].devices[dev]
             assert isinstance(br, Bridge)

@@ -14,7 +14,7 @@ connections.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
 from random import Random
 
@@ -258,7 +258,7 @@ class EngineFilter:
         clock: Clock,
         chooser_box: list[Chooser],
         seed: int = 0,
-        cache: dict[RulesetInput, CompiledRules] | None = None,
+        cache: MutableMapping[RulesetInput, CompiledRules] | None = None,
     ) -> EngineFilter:
         """A filter for namespace ``name`` with ``rules``. ``seed`` seeds the engine's own
         generator (``--random-fully`` source ports). ``cache`` shares the parsed and

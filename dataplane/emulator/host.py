@@ -18,7 +18,7 @@ Contracts:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from ipaddress import IPv4Interface
 
@@ -41,9 +41,12 @@ class NeighEntry:
 class Host:
     """A namespace's devices, routes, neighbours and sysctls (see the module docstring)."""
 
-    def __init__(self, ns: Netns, epoch: Epoch | None = None) -> None:
+    def __init__(
+        self, ns: Netns, epoch: Epoch | None = None, made: Mapping[str, Device] | None = None
+    ) -> None:
         """``epoch`` is bumped on every learned change of a neighbour or FDB entry (shared
-        by the hosts of one cluster)."""
+        by the hosts of one cluster). ``made``: devices made before the host, by name
+        (the far ends of veths whose other end was built first), taken as they are."""
         self.epoch = epoch or Epoch()
         self.name = ns.name
         self.role = ns.role
@@ -59,7 +62,10 @@ class Host:
             itfs.insert(
                 0, Interface("lo", "loopback", "00:00:00:00:00:00", (IPv4Interface("127.0.0.1/8"),))
             )
-        self.devices: dict[str, Device] = {i.name: make_device(ns.name, i) for i in itfs}
+        made = made or {}
+        self.devices: dict[str, Device] = {
+            i.name: made.get(i.name) or make_device(ns.name, i) for i in itfs
+        }
         for itf in itfs:
             if itf.master is not None:
                 bridge = self.devices.get(itf.master)

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import Literal, NamedTuple
 
 from netmodel.ip import IPAddress
+from netmodel.lazy import LazyMapping
 from netmodel.packet import (
     ICMP_DEST_UNREACH,
     ICMP_ECHO_REPLY,
@@ -96,11 +97,15 @@ class Endpoints:
 
     @classmethod
     def from_listeners(cls, listeners: Mapping[str, Iterable[tuple[str, int]]]) -> Endpoints:
-        return cls(
-            listeners={
-                ns: {(p.lower(), int(port)) for p, port in ls} for ns, ls in listeners.items()
-            }
-        )
+        """``listeners`` may be a lazy mapping: each namespace's sockets are then read
+        when a packet first reaches it."""
+
+        def sockets(ns: str) -> set[tuple[str, int]]:
+            return {(p.lower(), int(port)) for p, port in listeners[ns]}
+
+        if isinstance(listeners, LazyMapping):
+            return cls(listeners=LazyMapping(listeners, sockets))  # type: ignore[arg-type]
+        return cls(listeners={ns: sockets(ns) for ns in listeners})
 
     def copy(self) -> Endpoints:
         """An independent copy of the socket state (listeners are shared: read-only)."""

@@ -42,9 +42,9 @@ the next identical packet is replayed (:mod:`dataplane.emulator.flowcache`).
 from __future__ import annotations
 
 import zlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from dataplane.emulator.devices import BROADCAST_MAC, Bridge, Device, Epoch, VxlanDevice
 from dataplane.emulator.fib import RouteResult
@@ -159,6 +159,9 @@ def vxlan_source_port(pkt: Packet) -> int:
     return lo + zlib.crc32(key.to_bytes(6, "little")) % (hi - lo + 1)
 
 
+_UNSEEN: Any = object()  # a host whose filter was not looked up yet
+
+
 class Walker:
     """Moves packets between the hosts (see the module docstring).
 
@@ -170,17 +173,22 @@ class Walker:
         filters: Mapping[str, PacketFilter],
         endpoints: Endpoints,
         epoch: Epoch | None = None,
+        arp_skip: Callable[[str, IPAddress], bool] | None = None,
     ) -> None:
         """``epoch`` is the L2 change counter the hosts share (see
-        :class:`~dataplane.emulator.devices.Epoch`); by default the first host's."""
+        :class:`~dataplane.emulator.devices.Epoch`); by default the first host's.
+        ``arp_skip(netns, addr)``: True when ``netns`` certainly does not answer ARP for
+        ``addr`` and need not be looked up in ``hosts`` (a lazy ``hosts`` then does not
+        build every host an ARP request is flooded to)."""
+        self.arp_skip = arp_skip
         self.hosts = hosts
         self.epoch = epoch or next(iter(hosts.values())).epoch if hosts else Epoch()
         self.filters = filters
         self.endpoints = endpoints
         self.flows = FlowCache(self.epoch)
-        self._filter_of: dict[Host, PacketFilter] = {
-            h: filters[name] for name, h in hosts.items() if name in filters
-        }
+        #: each host's filter, looked up in ``filters`` when a packet first reaches the
+        #: host (``filters`` may be a lazy mapping that builds it then)
+        self._filter_of: dict[Host, PacketFilter | None] = {}
 
     # ------------------------------------------------------------------ entry point
 
@@ -295,7 +303,9 @@ class Walker:
         """Run one netfilter hook; None when the packet did not survive it (the walk has
         then ended: DROP, or REJECT with its answer). The bridge ports are the skb's
         ingress port and ``physout`` (br_netfilter's FORWARD and POSTROUTING)."""
-        f = self._filter_of.get(host)
+        f = self._filter_of.get(host, _UNSEEN)
+        if f is _UNSEEN:
+            f = self._filter_of[host] = self.filters.get(host.name)
         if f is None:
             return pkt
         if w.log is None and not w.record and not (
@@ -519,6 +529,8 @@ class Walker:
     ) -> tuple[Host, Device, list[tuple[Bridge, Device]]] | None:
         peer = out.peer
         if peer is None:
+            return None
+        if peer.master is None and self.arp_skip is not None and self.arp_skip(peer.host_name, target):
             return None
         rx = self.hosts[peer.host_name]
         bridge = peer.master

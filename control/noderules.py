@@ -1,0 +1,209 @@
+"""Each node's kube-proxy rules on demand, and the record that lets a command which only
+reads a persistent cluster skip the control plane.
+
+Why: a fresh CLI process used to run the whole control plane (every controller, one
+kube-proxy per node) before answering a question about one packet, which visits two or
+three nodes. Two facts make that unnecessary:
+
+* **The store is converged when its revision is the one recorded after the last run to
+  idle** (``DIR/converged.json``, written by :func:`record_converged`). Nothing is then
+  left for a controller to do, so a command that only reads (trace, ping, connect,
+  pcap, conntrack, ...) can leave them all unstarted.
+* **A node's rules are a pure function** of the KubeProxyConfiguration, the Cluster,
+  the node's Node object and every Service and EndpointSlice: what a freshly started
+  kube-proxy on that node loads is its first, full sync (a fresh process's converge does
+  exactly that, with no earlier state: no stale nftables chains, no chains left by a
+  previous iptables sync). :class:`NodeRulesSource` runs that one sync for a node the
+  first time someone asks, through the same agent and sink as the eager path
+  (:class:`control.agents.kubeproxy.KubeProxy`, :class:`~control.agents.kubeproxy.EmulatedRules`),
+  so the two cannot disagree.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from control.clock import Clock
+from control.store.base import Store
+from netmodel.cluster import ClusterSpec
+from netmodel.objects import EndpointSlice, KubeObject, Node, Service
+from netmodel.proxyconfig import KubeProxyConfiguration
+
+if TYPE_CHECKING:
+    from control.agents.kubeproxy import NodeRules
+    from control.rulecache import RuleCache
+    from netmodel.rulesets import RulesetInput
+
+CONVERGED_FILE = "converged.json"
+
+
+def converged_revision(state_dir: Path) -> int | None:
+    """The store revision recorded after the last run of the control plane to idle over
+    ``state_dir`` (None: never recorded, or unreadable: then converge as before)."""
+    try:
+        data = json.loads((state_dir / CONVERGED_FILE).read_text())
+        rev = data["revision"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return rev if isinstance(rev, int) else None
+
+
+def record_converged(state_dir: Path, revision: int) -> None:
+    """Record that the store of ``state_dir`` is converged at ``revision`` (atomic
+    replace; nothing written when the record already says so or the directory is gone)."""
+    if converged_revision(state_dir) == revision or not state_dir.is_dir():
+        return
+    f = state_dir / CONVERGED_FILE
+    tmp = f.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"revision": revision}) + "\n")
+    tmp.replace(f)
+
+
+class NodeRulesSource:
+    """Per node name, what that node's kube-proxy holds after its first (full) sync over
+    the store as it is now, computed on first request (see the module docstring). Reads
+    Nodes, Services and EndpointSlices once, on first use."""
+
+    def __init__(
+        self,
+        store: Store,
+        cluster: ClusterSpec,
+        proxy_config: KubeProxyConfiguration | None,
+        clock: Clock,
+        cache: RuleCache | None = None,
+    ) -> None:
+        self.store = store
+        self.cache = cache
+        self.cluster = cluster
+        self.proxy_config = proxy_config
+        self.clock = clock
+        self._objs: list[KubeObject] | None = None
+        self._nodes: list[str] | None = None
+        self._states: dict[str, NodeRules] = {}
+
+    def _objects(self) -> list[KubeObject]:
+        if self._objs is None:
+            nodes = [n for n in self.store.list("Node") if isinstance(n, Node)]
+            self._nodes = [n.name for n in nodes]
+            self._objs = [
+                *nodes,
+                *(s for s in self.store.list("Service") if isinstance(s, Service)),
+                *(s for s in self.store.list("EndpointSlice") if isinstance(s, EndpointSlice)),
+            ]
+        return self._objs
+
+    def nodes(self) -> list[str]:
+        """Every node with a kube-proxy (every Node object), in store order."""
+        self._objects()
+        assert self._nodes is not None
+        return list(self._nodes)
+
+    def state(self, node: str) -> NodeRules:
+        """``node``'s kube-proxy state after its first sync (KeyError: no such Node)."""
+        hit = self._states.get(node)
+        if hit is not None:
+            return hit
+        if node not in self.nodes():
+            raise KeyError(node)
+        from control.agents.kubeproxy import EmulatedRules, KubeProxy
+        from control.agents.kubeproxy import NodeRules as NodeRulesState
+
+        sink = EmulatedRules()
+        proxy = KubeProxy(node, self.cluster, self.proxy_config, sink, None, clock=self.clock)
+        proxy.resync(self._objects())
+        proxy.sync()
+        state = self._states[node] = sink.nodes.get(node) or NodeRulesState()
+        return state
+
+    def ruleset(
+        self, node: str, convert: Callable[[NodeRules], RulesetInput | None]
+    ) -> tuple[RulesetInput | None, tuple[str, ...]]:
+        """What the emulator evaluates for ``node`` (``convert`` of its :meth:`state`)
+        and the Service addresses its kube-proxy binds to the node (IPVS mode; else
+        none), through :attr:`cache` when there is one (keyed by everything the render
+        reads: :func:`control.rulecache.inputs_key`)."""
+        from dataplane.proxy.ipvs import IpvsRender
+
+        key = None
+        if self.cache is not None:
+            from control.rulecache import inputs_key
+
+            objs = self._objects()
+            mine = [o for o in objs if not isinstance(o, Node) or o.name == node]
+            if not any(isinstance(o, Node) for o in mine):
+                raise KeyError(node)
+            key = inputs_key(
+                ["node-rules", node, repr(self.cluster), repr(self.proxy_config)], mine
+            )
+            hit = self.cache.get("rendered", key)
+            if hit is not None:
+                return hit
+        state = self.state(node)
+        r = state.rendered
+        value = (convert(state), tuple(r.addresses) if isinstance(r, IpvsRender) else ())
+        if self.cache is not None and key is not None:
+            self.cache.put("rendered", key, value)
+        return value
+
+
+class RecordedRules:
+    """A kube-proxy sink for a persistent cluster's writing process (apply, delete):
+    it keeps what the agents' next syncs need (the last render, the KUBE-* chains of nat
+    an iptables node holds) and does not build the rules' model, which nobody in that
+    process evaluates: a later question renders a node's rules from the store
+    (:class:`NodeRulesSource`). What the agents render and record (their Events) is
+    what they do over :class:`~control.agents.kubeproxy.EmulatedRules`.
+
+    The chains are followed through the payloads' text as ``iptables-restore
+    --noflush`` would apply them: ``:CHAIN`` and ``-N CHAIN`` create, ``-X CHAIN``
+    deletes."""
+
+    def __init__(self) -> None:
+        from control.agents.kubeproxy import NodeRules
+
+        self._new = NodeRules
+        self.nodes: dict[str, NodeRules] = {}
+        self._chains: dict[str, dict[str, None]] = {}
+
+    def load(self, node: str, mode: str, rendered: object, *, full: bool) -> None:
+        from dataplane.proxy import IptablesRender
+
+        state = self.nodes.setdefault(node, self._new(mode=mode))  # type: ignore[arg-type]
+        state.mode = mode  # type: ignore[assignment]
+        if isinstance(rendered, IptablesRender):
+            chains = self._chains.setdefault(node, {})
+            if state.syncs == 0:
+                _follow_nat_chains(chains, rendered.ensure_input())
+            _follow_nat_chains(chains, rendered.restore_input)
+        state.rendered = rendered  # type: ignore[assignment]
+        state.syncs += 1
+
+    def existing_chains(self, node: str) -> list[str]:
+        from control.agents.kubeproxy import KUBE_CHAIN_PREFIXES
+        from dataplane.proxy.nftables import NftablesRender
+
+        state = self.nodes.get(node)
+        if state is None:
+            return []
+        if state.mode == "nftables" and isinstance(state.rendered, NftablesRender):
+            r = state.rendered
+            return [*(c.name for c in r.chains), *(s.name for s in r.sets)]
+        return [c for c in self._chains.get(node, {}) if c.startswith(KUBE_CHAIN_PREFIXES)]
+
+
+def _follow_nat_chains(chains: dict[str, None], payload: str) -> None:
+    table = None
+    for line in payload.splitlines():
+        if line.startswith("*"):
+            table = line[1:].strip()
+        elif table != "nat":
+            continue
+        elif line.startswith(":"):
+            chains.setdefault(line[1:].split(" ", 1)[0], None)
+        elif line.startswith(("-N ", "--new-chain ")):
+            chains.setdefault(line.split()[1], None)
+        elif line.startswith(("-X ", "--delete-chain ")):
+            chains.pop(line.split()[1], None)

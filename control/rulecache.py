@@ -1,0 +1,213 @@
+"""Each node's rules, and their compiled form, cached by content.
+
+Two levels, both keyed by what determines the value, so that an entry is reused exactly
+while the node's rules are unchanged:
+
+* **rendered** — a node's :data:`~netmodel.rulesets.RulesetInput` (and, in IPVS
+  mode, the Service addresses it binds), keyed by a hash of what a kube-proxy renders
+  them from: the Cluster, the KubeProxyConfiguration, the node's Node object and every
+  Service and EndpointSlice, each named by (kind, key, uid, resourceVersion) — an object
+  re-created or changed has another. Saves the change tracker, the render and the
+  payload's parse.
+* **compiled** — the parsed and compiled form of one RulesetInput
+  (the emulator's ``CompiledRules``, opaque here: the control plane does not import the
+  emulator), keyed by a hash of its text.
+  Saves the parse and the compile; nodes with equal rules share one entry.
+
+Where: in memory, for the life of the process (``svclab serve`` answers many questions in
+one; bounded), and, for a persistent cluster, under ``DIR/cache/`` (one file per entry,
+written atomically, the oldest pruned beyond :data:`MAX_FILES` per level).
+
+Entries are pickles tagged with a fingerprint of the code that made them (Python's
+version, :data:`FORMAT`, and the size and mtime of every source file of the renderers,
+the netfilter model and the emulator's filters): a change to any of them makes every
+older entry a miss. An entry that cannot be read is a miss. The state directory is the
+user's own, as its ``state.db`` is: do not point ``--state`` at a directory you do not
+trust.
+"""
+
+from __future__ import annotations
+
+import gc
+import hashlib
+import os
+import pickle
+import sys
+from collections import OrderedDict
+from collections.abc import Iterable, Iterator, MutableMapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from netmodel.objects import KubeObject
+
+if TYPE_CHECKING:
+    from netmodel.rulesets import RulesetInput
+
+FORMAT = 1
+CACHE_DIR = "cache"
+MAX_FILES = 512
+MAX_MEMORY = 64
+
+#: source trees whose code decides what an entry holds (relative to the checkout)
+_CODE = ("dataplane/netfilter", "dataplane/proxy", "dataplane/emulator/filters.py",
+         "control/agents/kubeproxy.py", "control/proxyenv.py", "control/emulation.py")
+_ROOT = Path(__file__).resolve().parents[1]
+_fingerprint: str | None = None
+
+_MEMORY: dict[str, OrderedDict[str, Any]] = {"rendered": OrderedDict(), "compiled": OrderedDict()}
+
+
+def fingerprint() -> str:
+    """A hash of the code that makes the cached values (see the module docstring)."""
+    global _fingerprint
+    if _fingerprint is None:
+        h = hashlib.sha256(f"{FORMAT}|{sys.version}".encode())
+        for rel in _CODE:
+            p = _ROOT / rel
+            files = sorted(p.rglob("*.py")) if p.is_dir() else [p]
+            for f in files:
+                try:
+                    st = f.stat()
+                except OSError:
+                    continue
+                h.update(f"{f.relative_to(_ROOT)}|{st.st_size}|{st.st_mtime_ns}\n".encode())
+        _fingerprint = h.hexdigest()[:16]
+    return _fingerprint
+
+
+def inputs_key(parts: Iterable[str], objects: Iterable[KubeObject]) -> str:
+    """The rendered-level key: ``parts`` (the Cluster, the KubeProxyConfiguration, the
+    node) and every object's (kind, key, uid, resourceVersion)."""
+    h = hashlib.sha256(fingerprint().encode())
+    for p in parts:
+        h.update(p.encode() + b"\0")
+    for o in objects:
+        h.update(f"{o.kind}|{o.key}|{o.metadata.uid}|{o.metadata.resource_version}\n".encode())
+    return h.hexdigest()
+
+
+def content_key(rules: RulesetInput) -> str:
+    """The compiled-level key: a hash of the ruleset's kind and every text field."""
+    h = hashlib.sha256(fingerprint().encode())
+    h.update(type(rules).__name__.encode() + b"\0")
+    for name in type(rules).__slots__:  # frozen slotted dataclasses
+        h.update(name.encode() + b"=" + repr(getattr(rules, name)).encode() + b"\0")
+    return h.hexdigest()
+
+
+class RuleCache:
+    """The two levels over one directory (None: memory only)."""
+
+    def __init__(self, directory: Path | None) -> None:
+        self.directory = directory
+        self.hits = {"rendered": 0, "compiled": 0}
+        self.misses = {"rendered": 0, "compiled": 0}
+
+    @classmethod
+    def for_state(cls, state_dir: Path | None) -> RuleCache:
+        return cls(state_dir / CACHE_DIR if state_dir is not None else None)
+
+    def get(self, level: str, key: str) -> Any | None:
+        mem = _MEMORY[level]
+        if key in mem:
+            mem.move_to_end(key)
+            self.hits[level] += 1
+            return mem[key]
+        value = self._read(level, key)
+        if value is None:
+            self.misses[level] += 1
+            return None
+        self.hits[level] += 1
+        self._remember(level, key, value)
+        return value
+
+    def put(self, level: str, key: str, value: Any) -> None:
+        self._remember(level, key, value)
+        self._write(level, key, value)
+
+    def compiled(self) -> CompiledCache:
+        """The compiled level as the mapping :meth:`EngineFilter.build` takes."""
+        return CompiledCache(self)
+
+    # ---- storage
+
+    def _remember(self, level: str, key: str, value: Any) -> None:
+        mem = _MEMORY[level]
+        mem[key] = value
+        mem.move_to_end(key)
+        while len(mem) > MAX_MEMORY:
+            mem.popitem(last=False)
+
+    def _path(self, level: str, key: str) -> Path | None:
+        if self.directory is None:
+            return None
+        return self.directory / level / f"{key}.pickle"
+
+    def _read(self, level: str, key: str) -> Any | None:
+        path = self._path(level, key)
+        if path is None:
+            return None
+        # a compiled rule set is hundreds of thousands of acyclic objects: the cyclic
+        # collections their allocation triggers took twice as long as the load itself
+        paused = gc.isenabled()
+        gc.disable()
+        try:
+            with path.open("rb") as f:
+                return pickle.load(f)  # the user's own state directory (module docstring)
+        except Exception:  # unreadable, truncated, made by other code: a miss
+            return None
+        finally:
+            if paused:
+                gc.enable()
+
+    def _write(self, level: str, key: str, value: Any) -> None:
+        path = self._path(level, key)
+        if path is None or not path.parents[2].is_dir():  # the state directory is gone
+            return
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(f".{os.getpid()}.tmp")
+            try:
+                with tmp.open("wb") as f:
+                    pickle.dump(value, f, protocol=pickle.HIGHEST_PROTOCOL)
+            except Exception:
+                tmp.unlink(missing_ok=True)
+                return  # kept in memory only
+            tmp.replace(path)
+            _prune(path.parent)
+        except OSError:
+            return  # a cache that cannot be written is only slower
+
+
+def _prune(directory: Path) -> None:
+    entries = [p for p in directory.iterdir() if p.suffix == ".pickle"]
+    if len(entries) <= MAX_FILES:
+        return
+    entries.sort(key=lambda p: p.stat().st_mtime_ns)
+    for p in entries[: len(entries) - MAX_FILES]:
+        p.unlink(missing_ok=True)
+
+
+class CompiledCache(MutableMapping["RulesetInput", Any]):
+    """RulesetInput -> CompiledRules through a :class:`RuleCache` (by content)."""
+
+    def __init__(self, cache: RuleCache) -> None:
+        self.cache = cache
+
+    def __getitem__(self, rules: RulesetInput) -> Any:
+        value = self.cache.get("compiled", content_key(rules))
+        if value is None:
+            raise KeyError(rules)
+        return value
+
+    def __setitem__(self, rules: RulesetInput, value: Any) -> None:
+        self.cache.put("compiled", content_key(rules), value)
+
+    def __delitem__(self, rules: RulesetInput) -> None:
+        raise TypeError("entries are not deleted one by one")
+
+    def __iter__(self) -> Iterator[RulesetInput]:
+        return iter(())
+
+    def __len__(self) -> int:
+        return 0
