@@ -14,6 +14,8 @@ its vocabulary), listed here with where each lives::
     │   ├── NftError               nft text refused (dataplane.netfilter.nftrules)
     │   └── TooManyNodesError      a picture of more nodes than it can draw (app.pictures.scene)
     ├── ConflictError              resourceVersion compare-and-swap failed, or already exists
+    │   └── BatchConflictError     writes of a batch another client overtook; the rest
+    │                              landed (control.store.base)
     ├── NotFoundError              no such object
     ├── CompactedError             watch from a revision older than the store keeps
     │   └── HistoryCompactedError  etcd compacted the revision asked for (control.store.etcd_watch)
