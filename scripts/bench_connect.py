@@ -127,7 +127,8 @@ def per_connection_ratio(path: str, n: int, rounds: int) -> dict[str, float]:
         ):
             pass
 
-    cli, bench = [], []
+    cli: list[float] = []
+    bench: list[float] = []
     bench_loop()  # warm-up: chains compiled
     for _ in range(rounds):
         for loop, out in ((cli_loop, cli), (bench_loop, bench)):
