@@ -582,8 +582,7 @@ class EmulatedCluster:
                 self._close(host, pkt)
             if release:
                 for t, m in zip(tables, marks, strict=True):
-                    if t.mark() != m:  # only the tables this connection touched
-                        t.delete_since(m)
+                    t.delete_since(m)
                 if proto != "icmp":
                     self._ports.get(host.name, set()).discard(pkt.sport)
                 if d is not None and proto != "icmp":
