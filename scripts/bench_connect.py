@@ -9,10 +9,11 @@ Service, a client pod; prints one JSON object.
   otherwise null, and ``connect_1m_seconds_extrapolated`` from the 100k run (the cost
   per connection is flat: ``rss_flat`` compares the peak RSS of a run of N/10 with N's);
 * ``cli_to_bench_per_connection_ratio`` — the CLI path's CPU time per connection (its
-  connection loop, measured in this process with the emulator built as the CLI builds
-  it) over the CPU time per connection of ``scripts/bench_packets.py``'s full path (SYN
-  and SYN-ACK walked end to end, untraced) on the same cluster, interleaved rounds in
-  one run so that the machine's load cancels out.
+  connection loop and its formatter, ``ConnectReport`` writing ``-o jsonl`` to
+  /dev/null, measured in this process with the emulator built as the CLI builds it)
+  over the CPU time per connection of ``scripts/bench_packets.py``'s full path (SYN and
+  SYN-ACK walked end to end, untraced) on the same cluster, interleaved rounds in one
+  run so that the machine's load cancels out.
 
 Targets: connect_100k_seconds <= 20, connect_100k_peak_rss_bytes <= 300 MB,
 cli_to_bench_per_connection_ratio <= 1.5. Usage: ``python3 scripts/bench_connect.py
@@ -99,10 +100,10 @@ def per_connection_ratio(path: str, n: int, rounds: int) -> dict[str, float]:
     emu = emulation.emulator(session, external_clients=[], rules_override={})
     src = emulation.resolve_endpoint(session, "pod/default/client")
     host, port = emulation.resolve_endpoint(session, "svc/default/web:80").rsplit(":", 1)
-    from dataplane.proxy.savefmt import saved_rule
+    from app.cli.traffic_cmd import ConnectReport
 
-    def cli_loop() -> None:
-        for c in emu.iter_connect(
+    def cli_loop() -> None:  # the CLI's loop and its formatter, -o jsonl to /dev/null
+        conns = emu.iter_connect(
             src,
             host,
             "tcp",
@@ -112,8 +113,13 @@ def per_connection_ratio(path: str, n: int, rounds: int) -> dict[str, float]:
             choice=True,
             complete=False,
             release=True,
-        ):
-            json.dumps(c.to_json() | {"chosen_by": c.chosen_by and saved_rule(c.chosen_by)})
+        )
+        stdout = sys.stdout
+        with open(os.devnull, "w") as sys.stdout:
+            try:
+                ConnectReport("src", "dst", n, "jsonl", None, kernel=False).run(conns)
+            finally:
+                sys.stdout = stdout
 
     def bench_loop() -> None:  # bench_packets' full path: SYN and SYN-ACK, untraced
         for _ in emu.iter_connect(
@@ -121,7 +127,8 @@ def per_connection_ratio(path: str, n: int, rounds: int) -> dict[str, float]:
         ):
             pass
 
-    cli, bench = [], []
+    cli: list[float] = []
+    bench: list[float] = []
     bench_loop()  # warm-up: chains compiled
     for _ in range(rounds):
         for loop, out in ((cli_loop, cli), (bench_loop, bench)):

@@ -619,14 +619,38 @@ def ping(
 
 
 def chi_square(counts: list[int]) -> tuple[float, float]:
-    """Pearson's chi-square statistic against equal shares, and its p-value."""
+    """Pearson's chi-square statistic against equal shares, and its p-value (what
+    ``scipy.stats.chisquare`` gives, computed here: importing scipy costs a run more than
+    a hundred thousand connections' statistics)."""
     n, k = sum(counts), len(counts)
     if k < 2 or n == 0:
         return 0.0, 1.0
-    from scipy.stats import chisquare
+    expected = n / k
+    stat = sum((c - expected) ** 2 for c in counts) / expected
+    return stat, chi2_sf(stat, k - 1)
 
-    res = chisquare(counts)
-    return float(res.statistic), float(res.pvalue)
+
+def chi2_sf(x: float, dof: int) -> float:
+    """The chi-square distribution's survival function ``P(X >= x)`` for an integer
+    ``dof >= 1``, in closed form: the regularised upper gamma function Q(dof/2, x/2) is a
+    finite sum for integer and half-integer orders (Abramowitz & Stegun 26.4.4-5)."""
+    if x <= 0:
+        return 1.0
+    half = x / 2
+    if dof % 2 == 0:  # Q(m, h) = e^-h * sum_{i<m} h^i / i!
+        term = total = math.exp(-half)
+        for i in range(1, dof // 2):
+            term *= half / i
+            total += term
+        return min(1.0, total)
+    # Q(m + 1/2, h) = erfc(sqrt h) + e^-h * sum_{i=1..m} h^(i-1/2) / Gamma(i + 1/2)
+    root = math.sqrt(half)
+    total = math.erfc(root)
+    term = math.exp(-half) * root / math.gamma(1.5)
+    for i in range(1, (dof - 1) // 2 + 1):
+        total += term
+        term *= half / (i + 0.5)
+    return min(1.0, total)
 
 
 Z95 = 1.959963984540054  # the standard normal's 97.5th percentile
@@ -697,10 +721,6 @@ class _Progress:
             self.bar.stop()
 
 
-def _connection_record(c: Any, saved_rule: Any) -> dict[str, Any]:
-    return c.to_json() | {"chosen_by": c.chosen_by and saved_rule(c.chosen_by)}
-
-
 @click.command()
 @click.argument("src", type=ENDPOINT)
 @click.argument("dst", type=ENDPOINT)
@@ -749,8 +769,6 @@ def connect(
         node_dump_connect(node_dump, src, dst, count, proto, as_json=output == "json")
         return
 
-    if on_kernel and output == "jsonl":  # not streamed on the kernel yet: say so
-        raise click.UsageError("-o jsonl: not available with --real (use -o json)")
     session = ctx.session(files)
     try:
         with backend_for(session, src, real=on_kernel, throwaway=bool(files)) as be:
@@ -761,7 +779,10 @@ def connect(
             d = _by_name(be, s, d, quiet=output != "text")
             conns: Any
             if be.name == "kernel":
-                conns = be.connect(s, d, port, proto, count)  # type: ignore[arg-type]
+                from dataplane.backends import RealBackend
+
+                assert isinstance(be, RealBackend)
+                conns = be.iter_connect(s, d, port, proto, count)  # type: ignore[arg-type]
             else:
                 from dataplane.backends import EmulatorBackend
 
@@ -784,23 +805,25 @@ def connect(
 
 
 class ConnectReport:
-    """``connect``'s output, one formatter for both backends: per connection a line (or
-    record) as it is made, then per-endpoint counts, shares with Wilson intervals and the
-    chi-square test of equal shares; ``plot``: the shares drawn to that file. The kernel's
-    connections also show the source the pod saw and the socket's verdict; the emulator's
-    the rule that chose the endpoint."""
+    """``connect``'s output, one streaming formatter for both backends: per connection a
+    line (or record) written as it is made, then per-endpoint counts, shares with Wilson
+    intervals and the chi-square test of equal shares, from running tallies (memory stays
+    flat however many connections); ``plot``: the shares drawn to that file.
+
+    The kernel's records are :meth:`ConnOutcome.to_json` (their text rows show the source
+    the pod saw and the socket's verdict), and its JSON document starts with ``"backend":
+    "kernel"``; the emulator's records are :meth:`ConnResult.to_json` with ``chosen_by``,
+    the rule that chose the endpoint, in ``iptables-save`` form. ``-o json`` is one
+    document ``{..., "connections": [records], <summary keys>}``; ``-o jsonl`` one record
+    per line, then ``{"summary": {...}}``."""
 
     def __init__(
         self, src: str, dst: str, count: int, output: str, plot: str | None, *, kernel: bool
     ) -> None:
         self.src, self.dst, self.count, self.output, self.plot = src, dst, count, output, plot
         self.kernel = kernel
-
-    def run(self, conns: Any) -> None:
-        if self.kernel:
-            self._kernel(list(conns))
-        else:
-            self._emulated(conns)
+        # a run names a handful of distinct rules: each is put in save form once
+        self._saved: dict[str, str] = {}
 
     def _plot(self, counts: Counter[str], stat: float, p: float, where: str) -> None:
         if self.plot:
@@ -809,79 +832,86 @@ class ConnectReport:
             title = f"connect {self.src} -> {self.dst}, {where}"
             shares_plot(counts, stat, p, self.plot, title=title)
 
-    def _kernel(self, conns: list[Any]) -> None:
-        counts = Counter(_label(c) for c in conns)
-        stat, p = chi_square(list(counts.values()))
-        dof = max(len(counts) - 1, 0)
-        self._plot(counts, stat, p, "real kernel")
-        if self.output == "json":
-            click.echo(
-                json.dumps(
-                    {
-                        "backend": "kernel",
-                        "connections": [c.to_json() for c in conns],
-                        "counts": dict(counts),
-                        "chi_square": {"statistic": stat, "dof": dof, "p_value": p},
-                    },
-                    indent=2,
-                )
+    def _rule(self, text: str | None) -> str | None:
+        """``text`` in ``iptables-save`` form, memoised."""
+        if text is None:
+            return None
+        saved = self._saved.get(text)
+        if saved is None:
+            from dataplane.proxy.savefmt import saved_rule
+
+            saved = self._saved[text] = saved_rule(text)
+        return saved
+
+    def _record(self, c: Any) -> dict[str, Any]:
+        rec: dict[str, Any] = c.to_json()
+        if not self.kernel:
+            rec["chosen_by"] = self._rule(c.chosen_by)
+        return rec
+
+    def _head(self, width: int) -> str:
+        if self.kernel:
+            return (
+                f"{'#':>{width}}  SPORT  {'ENDPOINT':<21}  {'POD':<40}  "
+                f"{'SOURCE SEEN':<21}  VERDICT\n"
             )
-            return
-        rows = [["#", "SPORT", "ENDPOINT", "POD", "SOURCE SEEN", "VERDICT"]]
-        for i, c in enumerate(conns, 1):
+        return f"{'#':>{width}}  SPORT  {'ENDPOINT':<21}  {'POD':<40}  CHOSEN BY\n"
+
+    def _row(self, i: int, c: Any, width: int) -> str:
+        if self.kernel:
             seen = f"{c.source_seen}:{c.sport_seen}" if c.source_seen else "-"
-            rows.append(
-                [str(i), str(c.sport or "-"), c.endpoint or "-", c.pod or "-", seen, c.verdict]
+            return (
+                f"{i:>{width}}  {c.sport or '-':>5}  {c.endpoint or '-':<21}  "
+                f"{c.pod or '-':<40}  {seen:<21}  {c.verdict}\n"
             )
-        click.echo(format_table(rows))
-        click.echo("")
-        total = sum(counts.values())
-        summary = [["ENDPOINT", "COUNT", "SHARE"]]
-        summary += [[k, str(v), f"{v / total:.3f}"] for k, v in counts.most_common()]
-        click.echo(format_table(summary))
-        click.echo(f"\nchi-square vs equal shares: {stat:.3f} (dof {dof}), p = {p:.4f}")
+        return (
+            f"{i:>{width}}  {c.sport:>5}  {c.endpoint or c.verdict:<21}  "
+            f"{c.pod or '-':<40}  {self._rule(c.chosen_by) or '-'}\n"
+        )
 
-    def _emulated(self, conns: Any) -> None:
-        from dataplane.proxy.savefmt import saved_rule
-
-        output, count = self.output, self.count
-        tally = ConnectTally(Counter())
+    def run(self, conns: Iterator[Any]) -> None:
+        output, count, kernel = self.output, self.count, self.kernel
+        label = _label if kernel else _emulated_label
+        counts: Counter[str] = Counter()
         progress = _Progress(count)
         out = sys.stdout
+        write = out.write
+        encode = json.JSONEncoder().encode
+        record = self._record
         width = len(str(count))
         try:
             if output == "json":
-                out.write('{"connections": [\n')
+                write(('{"backend": "kernel", ' if kernel else "{") + '"connections": [\n')
             elif output == "text":
-                out.write(f"{'#':>{width}}  SPORT  {'ENDPOINT':<21}  {'POD':<40}  CHOSEN BY\n")
+                write(self._head(width))
+            sep = ""
             for i, c in enumerate(conns, 1):
-                tally.add(c.endpoint or c.verdict)
-                if output == "text":
-                    rule = saved_rule(c.chosen_by) if c.chosen_by else "-"
-                    out.write(
-                        f"{i:>{width}}  {c.sport:>5}  {c.endpoint or c.verdict:<21}  "
-                        f"{c.pod or '-':<40}  {rule}\n"
-                    )
+                counts[label(c)] += 1
+                if output == "jsonl":
+                    write(encode(record(c)) + "\n")
+                elif output == "json":
+                    write(sep + encode(record(c)))
+                    sep = ",\n"
                 else:
-                    line = json.dumps(_connection_record(c, saved_rule))
-                    out.write(("" if i == 1 or output == "jsonl" else ",\n") + line)
-                    if output == "jsonl":
-                        out.write("\n")
-                progress.update(i)
+                    write(self._row(i, c, width))
+                if not i & 255:
+                    progress.update(i)
         finally:
             progress.close()
-        summary = tally.summary()
+        summary = ConnectTally(counts).summary()
         chi = summary["chi_square"]
-        self._plot(tally.counts, chi["statistic"], chi["p_value"], "emulated")
+        self._plot(
+            counts, chi["statistic"], chi["p_value"], "real kernel" if kernel else "emulated"
+        )
         if output == "json":
-            out.write("\n],\n" + json.dumps(summary, indent=2)[1:] + "\n")
+            write("\n],\n" + json.dumps(summary, indent=2)[1:] + "\n")
             return
         if output == "jsonl":
-            out.write(json.dumps({"summary": summary}) + "\n")
+            write(json.dumps({"summary": summary}) + "\n")
             return
-        total = sum(tally.counts.values())
+        total = sum(counts.values())
         rows = [["ENDPOINT", "COUNT", "SHARE", "95% CI"]]
-        for k, v in tally.counts.most_common():
+        for k, v in counts.most_common():
             lo, hi = summary["confidence_intervals"][k]
             rows.append([k, str(v), f"{v / total:.3f}", f"{lo:.3f}-{hi:.3f}"])
         click.echo("")
@@ -890,6 +920,10 @@ class ConnectReport:
             f"\nchi-square vs equal shares: {chi['statistic']:.3f} (dof {chi['dof']}), "
             f"p = {chi['p_value']:.4f}"
         )
+
+
+def _emulated_label(c: Any) -> str:
+    return c.endpoint or c.verdict
 
 
 def _label(c: Any) -> str:

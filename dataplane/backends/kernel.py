@@ -184,20 +184,45 @@ class RealBackend:
     ) -> list[ConnOutcome]:
         """``n`` connections (``sports``: their source ports, one each; default: the
         kernel's ephemeral choice)."""
-        from dataplane.linux.traffic import ConnectFailed
+        return list(self.iter_connect(src, dst, dport, proto, n, sports=sports))
 
+    def iter_connect(
+        self,
+        src: str,
+        dst: str,
+        dport: int,
+        proto: Proto = "tcp",
+        n: int = 1,
+        *,
+        sports: Sequence[int] | None = None,
+    ) -> Iterator[ConnOutcome]:
+        """:meth:`connect`, one outcome at a time, each yielded as soon as its connection
+        is closed (nothing is kept between them: memory stays flat however large ``n``).
+        Bad arguments are refused before the first connection is made."""
         if sports is not None and len(sports) != n:
             raise InputError(f"{len(sports)} source ports for {n} connections", field="sports")
         ns, ip = self.source_ns(src), self.dest_ip(dst)
-        out = []
+        return self._connections(ns, ip, dport, proto, n, sports)
+
+    def _connections(
+        self,
+        ns: str,
+        ip: str,
+        dport: int,
+        proto: Proto,
+        n: int,
+        sports: Sequence[int] | None,
+    ) -> Iterator[ConnOutcome]:
+        from dataplane.linux.traffic import ConnectFailed
+
         for i in range(n):
             sport = sports[i] if sports is not None else None
             try:
                 r = self.cluster.connect(ns, ip, dport, proto, sport=sport, timeout=self.timeout)
             except ConnectFailed as e:
-                out.append(ConnOutcome(e.reason, None, None, sport=sport, detail=str(e)))
+                yield ConnOutcome(e.reason, None, None, sport=sport, detail=str(e))
                 continue
-            out.append(
+            yield (
                 ConnOutcome(
                     "delivered",
                     r.pod,
@@ -208,7 +233,6 @@ class RealBackend:
                     sport_seen=r.seen_src[1],
                 )
             )
-        return out
 
     # ------------------------------------------------------------------ state
     def conntrack(self, node: str) -> list[str]:

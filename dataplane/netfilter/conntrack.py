@@ -406,6 +406,8 @@ class ConntrackTable:
         """Delete the live connections created since :meth:`mark` returned ``mark``
         (as if they had expired); returns how many. Costs what it deletes: recent
         entries are at the end of the table."""
+        if mark >= self._next_id:  # nothing created since: the common case, made cheap
+            return 0
         victims: list[Connection] = []
         for conn, _ in reversed(self._by_tuple.values()):
             if conn.id < mark:

@@ -159,6 +159,22 @@ def test_up_connect_trace_ping_down(state: Path) -> None:
     client_ip = str(c.pods["default/client"].ip)
     assert {x["source_seen"] for x in out["connections"]} == {client_ip}
     assert sum(out["counts"].values()) == 30
+    assert out["backend"] == "kernel" and set(out["shares"]) == set(out["counts"])
+
+    # -o jsonl streams on the kernel too: a record per connection, then the summary
+    res = run(
+        state, "connect", "--real", "pod/client", "svc/default/web:80", "-n", "20", "-o", "jsonl"
+    )
+    assert res.exit_code == 0, res.output
+    lines = res.output.splitlines()
+    assert len(lines) == 21
+    records = [json.loads(x) for x in lines[:-1]]
+    assert [set(r) for r in records] == [set(out["connections"][0])] * 20
+    assert {r["pod"] for r in records} <= web and {r["verdict"] for r in records} == {"delivered"}
+    summary = json.loads(lines[-1])["summary"]
+    assert sum(summary["counts"].values()) == 20
+    for ep, (lo, hi) in summary["confidence_intervals"].items():
+        assert lo <= summary["shares"][ep] <= hi
 
     res = run(
         state, "trace", "--real", "--from", "pod/client", "--to", "svc/default/web:80", "-o", "json"
