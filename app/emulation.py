@@ -14,6 +14,7 @@ from control.agents.kubeproxy import NodeRules
 from control.apiserver.clusterdns import is_dns_pod
 from control.noderules import NodeRulesSource
 from control.proxyenv import proxy_mode
+from control.rulecache import CompiledCache
 from control.session import Session
 from dataplane.backends.emulated import answerers
 from dataplane.dns import DnsZone, build_zone, pod_resolv_conf
@@ -167,8 +168,6 @@ def emulator(
     rules_override: Mapping[str, RulesetInput] | None = None,
     seed: int | None = None,
 ) -> EmulatedCluster:
-    from control.rulecache import RuleCache
-
     v = view(session, external_clients=external_clients, rules_override=rules_override, lazy=True)
     return EmulatedCluster(
         v.network,
@@ -178,8 +177,16 @@ def emulator(
         seed=session.cluster.spec.seed if seed is None else seed,
         answerers=answerers(v),
         resolv_confs=v.resolv_confs,
-        compiled_cache=RuleCache.for_state(session.state_dir).compiled(),
+        compiled_cache=compiled_cache(session),
     )
+
+
+def compiled_cache(session: Session) -> CompiledCache:
+    """Compiled rule sets by content: in the state directory (or in memory for a
+    throw-away cluster), reused while a node's rules are unchanged."""
+    from control.rulecache import RuleCache
+
+    return RuleCache.for_state(session.state_dir).compiled()
 
 
 def resolve_endpoint(session: Session, text: str) -> str:

@@ -215,8 +215,13 @@ def backend_for(
     specs = [emulation.resolve_endpoint(session, src)] if src else []
     clients = emulation.external_sources(session, *specs)
     if not real:
-        view = emulation.view(session, external_clients=clients, rules_override=override)
-        yield EmulatorBackend(view, seed=session.cluster.spec.seed)
+        # lazy: only what the packet visits is built (nodes, devices, rules)
+        view = emulation.view(
+            session, external_clients=clients, rules_override=override, lazy=True
+        )
+        yield EmulatorBackend(
+            view, seed=session.cluster.spec.seed, compiled_cache=emulation.compiled_cache(session)
+        )
     elif throwaway:
         with real_backend(emulation.view(session, external_clients=clients)) as be:
             yield be

@@ -4,7 +4,7 @@ derived from the emulator's walk (:func:`socket_verdict`)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, MutableMapping
 from contextlib import contextmanager
 
 from dataplane.backends.base import (
@@ -19,9 +19,11 @@ from dataplane.backends.base import (
 )
 from dataplane.dns import ZoneAnswerer
 from dataplane.emulator.cluster import EmulatedCluster
+from dataplane.emulator.filters import CompiledRules
 from dataplane.emulator.trace import Trace
 from dataplane.emulator.traffic import Answerer
 from netmodel.packet import Packet
+from netmodel.rulesets import RulesetInput
 from netmodel.view import ClusterView
 
 #: the simulated one-way latency of a link between two namespaces (veth, bridge port or
@@ -106,7 +108,15 @@ class EmulatorBackend:
 
     name = "emulator"
 
-    def __init__(self, view: ClusterView, *, seed: int = 0) -> None:
+    def __init__(
+        self,
+        view: ClusterView,
+        *,
+        seed: int = 0,
+        compiled_cache: MutableMapping[RulesetInput, CompiledRules] | None = None,
+    ) -> None:
+        """``compiled_cache``: parsed and compiled rules by ruleset, shared across
+        clusters (:class:`~dataplane.emulator.cluster.EmulatedCluster`)."""
         self.view = view
         self.cluster = EmulatedCluster(
             view.network,
@@ -116,6 +126,7 @@ class EmulatorBackend:
             seed=seed,
             answerers=answerers(view),
             resolv_confs=view.resolv_confs,
+            compiled_cache=compiled_cache,
         )
 
     def ping(self, src: str, dst: str, count: int = 1) -> list[PingOutcome]:

@@ -275,3 +275,28 @@ def test_recorded_rules_follow_the_chains_the_kernel_would_hold(tmp_path: Path) 
     assert chains[0] == chains[1]
     assert any(c for c in chains[0].values())
     assert events[0] == events[1] and events[0]
+
+
+def test_the_cli_backend_builds_only_what_the_packet_visits(tmp_path: Path) -> None:
+    """The traffic commands' backend (``backend_for``, what trace, ping, connect and
+    conntrack use) is the lazy one: a trace builds the namespaces and filters the walk
+    reached, not the cluster's, and a second session builds the same."""
+    from app.cli.traffic_cmd import backend_for
+
+    state = _cluster(tmp_path, "iptables")
+    svc = None
+    built: list[set[str]] = []
+    for _ in range(2):
+        s = Session.open(state, read_only=True)
+        try:
+            svc = emulation.resolve_endpoint(s, "svc/default/web:80")
+            with backend_for(s, "pod/default/client") as be:
+                emu = be.cluster  # type: ignore[union-attr]
+                host, port = svc.split(":")
+                emu.trace("pod/default/client", host, "tcp", int(port))
+                assert s.lazy_rules is not None
+                assert len(emu.hosts.built()) < len(emu.hosts)
+                built.append(set(emu.filters.built()))
+        finally:
+            s.close()
+    assert built[0] == built[1]
