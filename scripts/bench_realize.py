@@ -21,6 +21,11 @@ and of the processes it ran (CNI plugins, iproute2) during realize, and
 ``ready_cpu_seconds`` during the readiness check: figures that other load on a shared
 machine moves much less than the wall-clock ones (the pod servers' own CPU is not
 counted: the supervisor, not this process, reaps them).
+``phases`` breaks ``up_seconds`` down (:mod:`dataplane.linux.phases`): ``wall`` seconds
+of each step (stale state, namespaces, devices, link configuration, routes/neighbours/FDB
+tables, CNI plugin calls, sysctls and hairpin rules, saving the state, the pod-server
+supervisor, starting the servers, the readiness kernel-state check and probes) and, in
+``thread_sum``, the CNI calls' steps summed over the concurrent workers.
 ``targets`` holds the goal for ``up_seconds`` at ``--nodes 40 --pods-per-node 25``
 (10 s); ``load_average`` puts the figures in context on a shared machine. Needs root.
 """
@@ -36,6 +41,7 @@ import sys
 import time
 from typing import Any
 
+from dataplane.linux.phases import Phases
 from dataplane.linux.ready import wait_ready
 from dataplane.linux.realize import realize, teardown
 from dataplane.linux.testing import Sample, leftovers, sample_network, unique_cluster_id
@@ -59,15 +65,24 @@ def _cpu() -> tuple[float, float]:
     return me.ru_utime + me.ru_stime, kids.ru_utime + kids.ru_stime
 
 
-def run_real(sample: Sample, cni: str, connections: int) -> dict[str, float]:
+def run_real(sample: Sample, cni: str, connections: int) -> tuple[dict[str, float], Phases]:
     cid = unique_cluster_id("b")
+    phases = Phases()
     t0, c0 = time.perf_counter(), _cpu()
     try:
-        cluster = realize(sample.network, cluster_id=cid, cni=cni)  # type: ignore[arg-type]
+        cluster = realize(
+            sample.network,
+            cluster_id=cid,
+            cni=cni,  # type: ignore[arg-type]
+            phases=phases,
+        )
         t1, c1 = time.perf_counter(), _cpu()
-        cluster.serve({p.key: [(PORT, "tcp")] for p in sample.pods})
+        with phases.phase("serve_supervisor"):
+            cluster.servers.ensure_supervisor()
+        with phases.phase("serve_start"):
+            cluster.serve({p.key: [(PORT, "tcp")] for p in sample.pods})
         t2, c2 = time.perf_counter(), _cpu()
-        wait_ready(sample.network, cluster.namespaces)
+        wait_ready(sample.network, cluster.namespaces, phases=phases)
         t2r, c2r = time.perf_counter(), _cpu()
         times = []
         for src, dst in _targets(sample, connections):
@@ -89,7 +104,23 @@ def run_real(sample: Sample, cni: str, connections: int) -> dict[str, float]:
         "ready_cpu_seconds": sum(c2r) - sum(c2),
         "down_seconds": t4 - t3,
         "real_connection_seconds_median": statistics.median(times),
-    }
+    }, phases
+
+
+def _median_phases(all_phases: list[Phases]) -> dict[str, dict[str, float]]:
+    """Per phase, the median over the runs of its seconds (``wall``: wall clock of each
+    step of realize, the pod servers and the readiness check, in order; ``thread_sum``:
+    per CNI step, seconds summed over the concurrent worker threads)."""
+    out: dict[str, dict[str, float]] = {}
+    for section in ("wall", "thread_sum"):
+        keys: list[str] = []
+        for ph in all_phases:
+            keys += [k for k in ph.rounded()[section] if k not in keys]
+        out[section] = {
+            k: round(statistics.median(ph.rounded()[section].get(k, 0.0) for ph in all_phases), 4)
+            for k in keys
+        }
+    return out
 
 
 def run_emulated(sample: Sample, connections: int) -> dict[str, Any]:
@@ -129,7 +160,8 @@ def main() -> int:
         print("bench_realize: needs root", file=sys.stderr)
         return 2
     sample = sample_network(args.nodes, args.pods_per_node, overlay=args.overlay)
-    runs = [run_real(sample, args.cni, args.connections) for _ in range(args.repeat)]
+    measured = [run_real(sample, args.cni, args.connections) for _ in range(args.repeat)]
+    runs = [m[0] for m in measured]
     result: dict[str, Any] = {
         "nodes": args.nodes,
         "pods": len(sample.pods),
@@ -141,6 +173,7 @@ def main() -> int:
     }
     for key in runs[0]:
         result[key] = round(statistics.median(r[key] for r in runs), 6)
+    result["phases"] = _median_phases([m[1] for m in measured])
     result["targets"] = {"up_seconds_40_nodes_25_pods": UP_40_TARGET}
     result["load_average"] = os.getloadavg()[0]
     result.update(

@@ -59,6 +59,7 @@ from typing import Any, Literal
 from dataplane.linux import nsenter
 from dataplane.linux.links import NsLink
 from dataplane.linux.names import ClusterNames
+from dataplane.linux.phases import Phases, maybe_step
 from dataplane.linux.state import StateDir
 from netmodel.errors import BackendError
 from netmodel.network import stable_mac
@@ -153,8 +154,10 @@ class CniRunner:
         mtu: int = 1500,
         plugin_dir: Path = PLUGIN_DIR,
         timeout: float = 30,
+        phases: Phases | None = None,
     ) -> None:
         self.names = ClusterNames(cluster_id)
+        self.phases = phases
         self.state = StateDir.of(cluster_id)
         self.mtu = mtu
         self.plugin_dir = plugin_dir
@@ -249,26 +252,32 @@ class CniRunner:
         defaults to the model's MAC for the pod. Idempotent: a pod already attached with
         the cached result is returned as is; one whose sandbox lost its address (or that
         asks for another address) is DELeted and attached again."""
-        cached = self.cached(pod_key)
-        pod_ns = self.names.netns(f"pod/{pod_key}")
-        if (
-            cached is not None
-            and (requested_ip is None or cached.ip == requested_ip)
-            and _has_address(pod_ns, cached.interface)
-        ):
-            return cached
+        with maybe_step(self.phases, "cni_cache_check"):
+            cached = self.cached(pod_key)
+            pod_ns = self.names.netns(f"pod/{pod_key}")
+            if (
+                cached is not None
+                and (requested_ip is None or cached.ip == requested_ip)
+                and _has_address(pod_ns, cached.interface)
+            ):
+                return cached
         if cached is not None:  # attached once, gone or changed since: release first
             stale = self.state.read_json(self.state.cni_result(pod_key)) or {}
             self._release(node, pod_key, pod_cidr, stale.get("raw"))
             self.state.cni_result(pod_key).unlink(missing_ok=True)
         mac = mac or stable_mac("pod", pod_key)
-        created = nsenter.create_netns(pod_ns)
+        with maybe_step(self.phases, "cni_netns"):
+            created = nsenter.create_netns(pod_ns)
         try:
-            self._exec(node, "loopback", "ADD", pod_key, "lo", self.loopback_conf())
+            with maybe_step(self.phases, "cni_loopback_exec"):
+                self._exec(node, "loopback", "ADD", pod_key, "lo", self.loopback_conf())
             args = f"IgnoreUnknown=1;MAC={mac}"
             if requested_ip is not None:
                 args += f";IP={requested_ip}"
-            raw = self._exec(node, "bridge", "ADD", pod_key, "eth0", self.netconf(pod_cidr), args)
+            with maybe_step(self.phases, "cni_bridge_exec"):
+                raw = self._exec(
+                    node, "bridge", "ADD", pod_key, "eth0", self.netconf(pod_cidr), args
+                )
         except BaseException:
             if created:  # leave nothing behind for a pod we failed to attach
                 with contextlib.suppress(BackendError):
@@ -276,6 +285,18 @@ class CniRunner:
                 nsenter.remove_netns(pod_ns)
             raise
         result = parse_result(raw)
+        with maybe_step(self.phases, "cni_result_write"):
+            self._write_result(pod_key, node, pod_cidr, raw, result)
+        return result
+
+    def _write_result(
+        self,
+        pod_key: str,
+        node: str,
+        pod_cidr: IPv4Network,
+        raw: dict[str, Any],
+        result: CniResult,
+    ) -> None:
         self.state.ensure().write_json(
             self.state.cni_result(pod_key),
             {
@@ -286,7 +307,6 @@ class CniRunner:
                 **result.to_json(),
             },
         )
-        return result
 
     def add_many(self, pods: Sequence[PodAttach], *, workers: int = 8) -> list[CniResult]:
         """:meth:`add` for many pods concurrently (plugin execs dominate; host-local

@@ -33,6 +33,7 @@ from ipaddress import IPv4Address
 
 from dataplane.linux import inspect
 from dataplane.linux.links import NsLink
+from dataplane.linux.phases import Phases, maybe
 from dataplane.linux.traffic import ping_many
 from netmodel.errors import BackendError
 from netmodel.network import ClusterNetwork, Netns
@@ -206,22 +207,27 @@ def wait_ready(
     *,
     reconcile: Callable[[], object] | None = None,
     timeout: float = 5.0,
+    phases: Phases | None = None,
 ) -> Readiness:
     """Check ``network`` as realised in ``kernel`` (logical -> kernel namespace names)
     until it is ready or ``timeout`` seconds have passed; drift is reconciled once with
-    ``reconcile``. Raises :class:`NotReady` naming every failing check."""
+    ``reconcile``. Raises :class:`NotReady` naming every failing check. ``phases``: the
+    time of the kernel-state checks (``ready_observe``) and of the probes
+    (``ready_probes``), for benchmarks."""
     checks = probes(network)
     deadline = time.monotonic() + timeout
     rounds, reconciled = 0, False
     first_drift: tuple[str, ...] = ()
     while True:
         rounds += 1
-        drift = observe(network, kernel)
+        with maybe(phases, "ready_observe"):
+            drift = observe(network, kernel)
         if drift and reconcile is not None and not reconciled:
             first_drift, reconciled = tuple(drift), True
             reconcile()
             continue
-        failed = failed_probes(checks, kernel) if not drift else []
+        with maybe(phases, "ready_probes"):
+            failed = failed_probes(checks, kernel) if not drift else []
         if not drift and not failed:
             return Readiness(rounds=rounds, reconciled=reconciled, drift=first_drift)
         if time.monotonic() >= deadline:

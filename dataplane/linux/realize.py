@@ -72,6 +72,7 @@ from dataplane.linux.cni import CniMode, CniResult, CniRunner, PodAttach
 from dataplane.linux.links import NsLink, ensure_tables, tolerate
 from dataplane.linux.names import PREFIX, ClusterNames, check_ifname
 from dataplane.linux.netns import list_ours
+from dataplane.linux.phases import Phases, maybe
 from dataplane.linux.servers import PodServers, Proto, ServerSpec
 from dataplane.linux.state import StateDir
 from dataplane.proxy.iptables import JumpRule
@@ -234,6 +235,7 @@ def realize(
     workers: int = 8,
     persistent: bool = False,
     iptables_backend: rules.IptablesBackend = "nft",
+    phases: Phases | None = None,
 ) -> RealCluster:
     """Create ``network`` in the kernel under ``cluster_id`` and return its handle.
 
@@ -245,6 +247,7 @@ def realize(
     :func:`teardown` / ``cleanup(cluster_id)`` (or ``force``) remove it; the mark stays
     until then. ``iptables_backend``: where svclab's own iptables rules go (module
     docstring); a cluster realised on the other back end is refused (tear it down first).
+    ``phases``: where the time goes (:mod:`dataplane.linux.phases`), for benchmarks.
 
     Idempotent (a second call changes nothing) and resumable (a call after an interrupted
     one completes the cluster). On error the partial cluster stays for inspection;
@@ -271,10 +274,12 @@ def realize(
         (i.mtu for ns in nss.values() for i in ns.interfaces if i.name == "cni0"), default=1500
     )
 
-    _remove_stale(cluster_id, set(kernel.values()), {str(ns.pod) for ns in pods.values()})
-    for logical, ns in nss.items():
-        if not (by_plugin and ns.role == "pod"):
-            nsenter.create_netns(kernel[logical])
+    with maybe(phases, "stale"):
+        _remove_stale(cluster_id, set(kernel.values()), {str(ns.pod) for ns in pods.values()})
+    with maybe(phases, "netns"):
+        for logical, ns in nss.items():
+            if not (by_plugin and ns.role == "pod"):
+                nsenter.create_netns(kernel[logical])
 
     def managed(ns: Netns, itf: Interface) -> bool:
         """Is this interface ours to create (not the CNI plugin's)?"""
@@ -294,25 +299,27 @@ def realize(
     try:
         # 1. devices: bridges first (veths name them as master), then veth pairs (from
         #    side a, the peer born in side b's namespace), VXLAN last (needs eth0).
-        for logical, ns in nss.items():
-            for itf in ns.interfaces:
-                if itf.kind in ("bridge", "dummy") and managed(ns, itf):
-                    _ensure_device(link(logical), itf)
-        for pair in network.veths:
-            a_ns, b_ns = nss[pair.a[0]], nss[pair.b[0]]
-            a_itf, b_itf = a_ns.interface(pair.a[1]), b_ns.interface(pair.b[1])
-            if managed(a_ns, a_itf) and managed(b_ns, b_itf):
-                link(pair.a[0]).ensure_veth(a_itf, kernel[pair.b[0]], b_itf)
+        with maybe(phases, "devices"):
+            for logical, ns in nss.items():
+                for itf in ns.interfaces:
+                    if itf.kind in ("bridge", "dummy") and managed(ns, itf):
+                        _ensure_device(link(logical), itf)
+            for pair in network.veths:
+                a_ns, b_ns = nss[pair.a[0]], nss[pair.b[0]]
+                a_itf, b_itf = a_ns.interface(pair.a[1]), b_ns.interface(pair.b[1])
+                if managed(a_ns, a_itf) and managed(b_ns, b_itf):
+                    link(pair.a[0]).ensure_veth(a_itf, kernel[pair.b[0]], b_itf)
         # 2. attributes, addresses, up; then routes, neighbours, FDB (need links up).
-        for logical, ns in nss.items():
-            if by_plugin and ns.role == "pod":
-                continue
-            for itf in sorted(ns.interfaces, key=lambda i: _KIND_ORDER[i.kind]):
-                if not managed(ns, itf):
+        with maybe(phases, "configure"):
+            for logical, ns in nss.items():
+                if by_plugin and ns.role == "pod":
                     continue
-                if itf.kind == "vxlan":
-                    link(logical).ensure_vxlan(itf)
-                link(logical).configure(itf)
+                for itf in sorted(ns.interfaces, key=lambda i: _KIND_ORDER[i.kind]):
+                    if not managed(ns, itf):
+                        continue
+                    if itf.kind == "vxlan":
+                        link(logical).ensure_vxlan(itf)
+                    link(logical).configure(itf)
     finally:
         for lk in links.values():
             lk.close()
@@ -322,7 +329,10 @@ def realize(
         for logical, ns in nss.items()
         if not (by_plugin and ns.role == "pod") and (ns.routes or ns.neighbors or ns.fdb)
     ]
-    with ThreadPoolExecutor(max_workers=max(1, min(workers, len(tables)))) as pool:
+    with (
+        maybe(phases, "tables"),
+        ThreadPoolExecutor(max_workers=max(1, min(workers, len(tables)))) as pool,
+    ):
         list(pool.map(lambda t: ensure_tables(t[0], t[1].routes, t[1].neighbors, t[1].fdb), tables))
 
     # 3. pods
@@ -338,8 +348,10 @@ def realize(
             )
             for ns in pods.values()
         ]
-        runner = CniRunner(cluster_id, mtu=mtu)
-        for a, res in zip(attach, runner.add_many(attach, workers=workers), strict=True):
+        runner = CniRunner(cluster_id, mtu=mtu, phases=phases)
+        with maybe(phases, "cni"):
+            added = runner.add_many(attach, workers=workers)
+        for a, res in zip(attach, added, strict=True):
             results[a.pod_key] = res
     else:
         for ns in pods.values():
@@ -348,7 +360,8 @@ def realize(
     ensure_neighbour_room(neighbour_entries(network))
 
     # 4. sysctls and the hairpin mode
-    chosen = _sysctls_and_hairpin(network, kernel, hairpin, iptables_backend)
+    with maybe(phases, "sysctls"):
+        chosen = _sysctls_and_hairpin(network, kernel, hairpin, iptables_backend)
 
     cluster = RealCluster(
         cluster_id=cluster_id,
@@ -360,7 +373,8 @@ def realize(
         mtu=mtu,
         iptables_backend=iptables_backend,
     )
-    cluster.save()
+    with maybe(phases, "save"):
+        cluster.save()
     return cluster
 
 
