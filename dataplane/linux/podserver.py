@@ -1,27 +1,39 @@
-"""The pod servers: one process per pod, inside the pod's network namespace, listening
-on the pod's containerPorts (TCP and UDP) and answering every connection or datagram
-with one line::
+"""The pod servers: sockets inside each pod's network namespace, listening on the pod's
+containerPorts (TCP and UDP) and answering every connection or datagram with one line::
 
     <pod ns/name> <peer ip> <peer port>\\n
 
 i.e. who answered and which source address the server saw (after any NAT).
 
+A socket belongs to the network namespace it was created in, whatever process holds it.
+So one *host process* answers for many pods: it enters each pod's namespace with
+``setns(2)`` just long enough to create and bind that pod's sockets, returns to its own
+namespace (its host's: the pods' node), and serves them all from one selector. A
+realised cluster runs one such process per node (the pods a node runs live and die with
+it, as containers with their node's runtime), not one per pod: forking and scheduling a
+thousand processes cost more than everything else of a 1,000-pod ``svclab up``. A pod
+without a host gets a process of its own in its own namespace.
+
 This file is a standalone script (standard library only, run as
 ``python3 -I podserver.py STATE_DIR``): starting a Python interpreter costs ~80 ms here,
-so instead of one interpreter per pod, one *supervisor* per cluster forks a child per pod
-(~1 ms). The supervisor:
+so one *supervisor* per cluster forks the host processes (~1 ms each). The supervisor:
 
 * writes ``STATE_DIR/supervisor.pid`` and listens on ``STATE_DIR/supervisor.sock``;
   prints ``ready`` on stdout once it does, then closes stdout;
 * takes one JSON request per connection, answers one JSON line:
-  ``{"op": "start", "pods": [{"pod", "netns", "tcp": [..], "udp": [..]}]}`` ->
-  ``{"ok": true, "pids": {pod: pid}}`` (a pod already served with the same ports keeps
-  its process); ``{"op": "stop", "pods": [pod, ...]}``; ``{"op": "list"}``;
-  ``{"op": "shutdown"}``;
-* each child enters the pod's namespace with ``setns(2)``, binds its sockets, writes
-  ``STATE_DIR/<sha256(pod)[:8]>.pid`` and reports success (or the bind error) to the
-  supervisor before the supervisor answers, so a started server is already listening;
-* reaps its children; on SIGTERM it stops every child, removes the pid files and exits.
+  ``{"op": "start", "pods": [{"pod", "netns", "host", "host_netns", "tcp": [..],
+  "udp": [..]}]}`` -> ``{"ok": true, "pids": {pod: pid}, "errors": {pod: why}}`` (a pod
+  already served by the same host with the same ports keeps its sockets; ``host`` and
+  ``host_netns`` default to the pod and its namespace); ``{"op": "stop", "pods": [pod,
+  ...]}`` (closes their sockets: connections are refused at once);
+  ``{"op": "list"}`` -> pod -> pid; ``{"op": "shutdown"}``;
+* talks to each host process over a ``SOCK_SEQPACKET`` pair, one JSON message each way
+  per request (``add`` / ``remove`` pods); the host process binds a pod's sockets and
+  writes ``STATE_DIR/<sha256(pod)[:8]>.pid`` (its own pid) before it answers, so a
+  started pod is already listening; it also writes ``STATE_DIR/host-<sha256(host)[:8]>.pid``
+  when it starts;
+* stops a host process that serves no pod any more; reaps its children; on SIGTERM it
+  stops every child, removes the pid files and exits.
 """
 
 from __future__ import annotations
@@ -37,157 +49,356 @@ import signal
 import socket
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 CLONE_NEWNET = 0x40000000
+CONTROL_TIMEOUT = 30.0  # seconds a host process may take to answer one request
+MAX_MESSAGE = 1 << 22
 
 
 def pid_file(state_dir: Path, pod: str) -> Path:
     return state_dir / f"{hashlib.sha256(pod.encode()).hexdigest()[:8]}.pid"
 
 
-# ---------------------------------------------------------------------- the pod server
-def _enter(netns: str) -> None:
-    libc = ctypes.CDLL(None, use_errno=True)
-    fd = os.open(f"/var/run/netns/{netns}", os.O_RDONLY)
-    try:
-        if libc.setns(fd, CLONE_NEWNET) != 0:
-            raise OSError(ctypes.get_errno(), f"setns {netns}")
-    finally:
-        os.close(fd)
+def host_pid_file(state_dir: Path, host: str) -> Path:
+    return state_dir / f"host-{hashlib.sha256(host.encode()).hexdigest()[:8]}.pid"
+
+
+# ---------------------------------------------------------------------- the host process
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def _setns(fd: int, what: str) -> None:
+    if _libc.setns(fd, CLONE_NEWNET) != 0:
+        raise OSError(ctypes.get_errno(), f"setns {what}")
+
+
+def _open_netns(netns: str) -> int:
+    return os.open(f"/var/run/netns/{netns}", os.O_RDONLY)
 
 
 def _bind(tcp: list[int], udp: list[int]) -> list[socket.socket]:
     socks: list[socket.socket] = []
-    for port in tcp:
-        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        s.bind(("0.0.0.0", port))
-        s.listen(512)
-        socks.append(s)
-    for port in udp:
-        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        s.bind(("0.0.0.0", port))
-        socks.append(s)
+    try:
+        for port in tcp:
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            socks.append(s)
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            s.bind(("0.0.0.0", port))
+            s.listen(512)
+        for port in udp:
+            s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            socks.append(s)
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            s.bind(("0.0.0.0", port))
+    except BaseException:
+        for s in socks:
+            s.close()
+        raise
     for s in socks:
         s.setblocking(False)
     return socks
 
 
-def serve(pod: str, socks: list[socket.socket]) -> None:
-    """Answer forever: TCP accept -> one line, close; UDP datagram -> one line back."""
-    sel = selectors.DefaultSelector()
-    for s in socks:
-        sel.register(s, selectors.EVENT_READ)
-    while True:
-        for key, _ in sel.select():
-            sock = key.fileobj
-            assert isinstance(sock, socket.socket)
+def answer(pod: str, sock: socket.socket) -> None:
+    """Serve one ready socket of ``pod``: TCP accept -> one line, close; UDP datagram ->
+    one line back. Transient errors are ignored."""
+    try:
+        if sock.type == socket.SOCK_STREAM:
+            conn, peer = sock.accept()
+            with conn:
+                conn.setblocking(True)
+                conn.settimeout(1.0)
+                conn.sendall(f"{pod} {peer[0]} {peer[1]}\n".encode())
+                with contextlib.suppress(OSError):
+                    conn.shutdown(socket.SHUT_WR)
+        else:
+            _, peer = sock.recvfrom(2048)
+            sock.sendto(f"{pod} {peer[0]} {peer[1]}\n".encode(), peer)
+    except (BlockingIOError, InterruptedError, ConnectionError, TimeoutError):
+        pass
+
+
+class HostServer:
+    """In a forked host process: the sockets of every pod it answers for, and the
+    control channel to the supervisor."""
+
+    def __init__(self, state_dir: Path, home: int, control: socket.socket) -> None:
+        self.state_dir = state_dir
+        self.home = home  # fd of the namespace this process lives in
+        self.control = control
+        self.sel = selectors.DefaultSelector()
+        self.pods: dict[str, list[socket.socket]] = {}
+        self.sel.register(control, selectors.EVENT_READ, None)
+
+    def add(self, specs: list[dict[str, Any]]) -> dict[str, str]:
+        """Bind each pod's sockets in its namespace (replacing sockets it had); returns
+        pod -> error for the pods that failed."""
+        errors: dict[str, str] = {}
+        for spec in specs:
+            pod = str(spec["pod"])
+            self.remove(pod)
             try:
-                if sock.type == socket.SOCK_STREAM:
-                    conn, peer = sock.accept()
-                    with conn:
-                        conn.setblocking(True)
-                        conn.settimeout(1.0)
-                        conn.sendall(f"{pod} {peer[0]} {peer[1]}\n".encode())
-                        with contextlib.suppress(OSError):
-                            conn.shutdown(socket.SHUT_WR)
-                else:
-                    _, peer = sock.recvfrom(2048)
-                    sock.sendto(f"{pod} {peer[0]} {peer[1]}\n".encode(), peer)
-            except (BlockingIOError, InterruptedError, ConnectionError, TimeoutError):
+                target = _open_netns(str(spec["netns"]))
+                try:
+                    _setns(target, spec["netns"])
+                    try:
+                        socks = _bind(list(spec.get("tcp", [])), list(spec.get("udp", [])))
+                    finally:
+                        _setns(self.home, "back home")  # cannot fail: we hold its fd
+                finally:
+                    os.close(target)
+                pid_file(self.state_dir, pod).write_text(f"{os.getpid()}\n")
+            except OSError as e:
+                errors[pod] = f"{type(e).__name__}: {e}"
                 continue
+            self.pods[pod] = socks
+            for s in socks:
+                self.sel.register(s, selectors.EVENT_READ, pod)
+        return errors
+
+    def remove(self, pod: str) -> None:
+        for s in self.pods.pop(pod, []):
+            self.sel.unregister(s)
+            s.close()
+        pid_file(self.state_dir, pod).unlink(missing_ok=True)
+
+    def handle(self, req: dict[str, Any]) -> dict[str, Any]:
+        if req.get("op") == "add":
+            return {"errors": self.add(list(req["pods"]))}
+        if req.get("op") == "remove":
+            for pod in req["pods"]:
+                self.remove(str(pod))
+            return {"errors": {}}
+        return {"errors": {"": f"unknown op {req.get('op')!r}"}}
+
+    def run(self) -> None:
+        """Answer forever; requests from the supervisor in between. Without a
+        supervisor (it died) the sockets are still served."""
+        while True:
+            for key, _ in self.sel.select():
+                if key.data is not None:
+                    assert isinstance(key.fileobj, socket.socket)
+                    answer(key.data, key.fileobj)
+                    continue
+                try:
+                    data = self.control.recv(MAX_MESSAGE)
+                except (BlockingIOError, InterruptedError):
+                    continue
+                except OSError:
+                    data = b""
+                if not data:  # the supervisor is gone: keep serving
+                    self.sel.unregister(self.control)
+                    continue
+                try:
+                    reply = self.handle(json.loads(data))
+                except (ValueError, KeyError, TypeError) as e:
+                    reply = {"errors": {"": f"bad request: {e}"}}
+                with contextlib.suppress(OSError):
+                    self.control.send(json.dumps(reply).encode())
 
 
-def _child(spec: dict[str, Any], state_dir: Path, report: int) -> None:
-    """In the forked child: enter the namespace, bind, report, serve. Never returns."""
+def _close_other_fds(keep: int) -> None:
+    """In a fresh child: close what it inherited from the supervisor (its listener, the
+    request connection, the other host processes' channels), keeping stdin, stderr (the
+    log) and ``keep``."""
+    for name in os.listdir("/proc/self/fd"):
+        fd = int(name)
+        if fd not in (0, 2, keep):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+
+def _host_main(state_dir: Path, host: str, host_netns: str, control: socket.socket) -> None:
+    """In the forked child: enter the host's namespace, then serve. Never returns. If the
+    namespace cannot be entered, every request is answered with that error and the
+    process exits."""
     try:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.SIG_DFL)
-        _enter(spec["netns"])
-        socks = _bind(list(spec.get("tcp", [])), list(spec.get("udp", [])))
-        pid_file(state_dir, spec["pod"]).write_text(f"{os.getpid()}\n")
-        os.write(report, b"ok")
-        os.close(report)
-    except BaseException as e:  # report any failure, never fall back into the supervisor
-        with contextlib.suppress(OSError):
-            os.write(report, f"{type(e).__name__}: {e}".encode()[:4000])
+        _close_other_fds(control.fileno())
+        failure = None
+        try:
+            fd = _open_netns(host_netns)
+            _setns(fd, host_netns)
+            host_pid_file(state_dir, host).write_text(f"{os.getpid()}\n")
+        except OSError as e:
+            failure = f"{type(e).__name__}: {e}"
+        if failure is not None:
+            control.settimeout(CONTROL_TIMEOUT)
+            data = control.recv(MAX_MESSAGE)
+            pods = json.loads(data).get("pods", []) if data else []
+            errors = {str(p["pod"] if isinstance(p, dict) else p): failure for p in pods}
+            control.send(json.dumps({"errors": errors}).encode())
+            os._exit(1)
+        HostServer(state_dir, fd, control).run()
+    except BaseException as e:  # never fall back into the supervisor's code
+        with contextlib.suppress(Exception):
+            sys.stderr.write(f"pod server {host}: {type(e).__name__}: {e}\n")
         os._exit(1)
-    try:
-        serve(spec["pod"], socks)
-    finally:
-        os._exit(0)
+    os._exit(0)
 
 
 # ---------------------------------------------------------------------- the supervisor
+@dataclass
+class Host:
+    """A host process as the supervisor sees it."""
+
+    name: str
+    pid: int
+    control: socket.socket
+    pods: dict[str, tuple[tuple[int, ...], tuple[int, ...]]] = field(default_factory=dict)
+
+
 class Supervisor:
     def __init__(self, state_dir: Path) -> None:
         self.state_dir = state_dir
-        self.children: dict[str, tuple[int, tuple[tuple[int, ...], tuple[int, ...]]]] = {}
+        self.hosts: dict[str, Host] = {}
+        self.host_of: dict[str, str] = {}  # pod -> host name
         self.running = True
 
+    # ------------------------------------------------------------ host processes
+    def _spawn(self, host: str, host_netns: str) -> Host:
+        mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        pid = os.fork()
+        if pid == 0:
+            mine.close()
+            _host_main(self.state_dir, host, host_netns, theirs)
+        theirs.close()
+        mine.settimeout(CONTROL_TIMEOUT)
+        h = Host(host, pid, mine)
+        self.hosts[host] = h
+        return h
+
+    def _send(self, h: Host, req: dict[str, Any]) -> bool:
+        try:
+            h.control.send(json.dumps(req).encode())
+        except OSError:
+            return False
+        return True
+
+    def _receive(self, h: Host) -> dict[str, Any] | None:
+        try:
+            data = h.control.recv(MAX_MESSAGE)
+        except OSError:
+            return None
+        if not data:
+            return None
+        reply: dict[str, Any] = json.loads(data)
+        return reply
+
+    def _kill_host(self, name: str) -> None:
+        h = self.hosts.pop(name, None)
+        if h is None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(h.pid, signal.SIGKILL)
+        _reap(h.pid)
+        h.control.close()
+        for pod in h.pods:
+            self.host_of.pop(pod, None)
+            pid_file(self.state_dir, pod).unlink(missing_ok=True)
+        host_pid_file(self.state_dir, name).unlink(missing_ok=True)
+
+    def _forget_dead(self, h: Host) -> None:
+        """``h`` exited on its own: forget it and its pods, remove their pid files."""
+        self.hosts.pop(h.name, None)
+        h.control.close()
+        for pod in h.pods:
+            self.host_of.pop(pod, None)
+            pid_file(self.state_dir, pod).unlink(missing_ok=True)
+        host_pid_file(self.state_dir, h.name).unlink(missing_ok=True)
+
+    # ------------------------------------------------------------ requests
     def start(self, specs: list[dict[str, Any]]) -> dict[str, Any]:
-        pending: list[tuple[str, int, int, Any]] = []
         pids: dict[str, int] = {}
         errors: dict[str, str] = {}
+        todo: dict[str, tuple[str, list[dict[str, Any]]]] = {}  # host -> (netns, specs)
         for spec in specs:
-            pod = spec["pod"]
+            pod = str(spec["pod"])
+            host = str(spec.get("host") or pod)
             ports = (tuple(spec.get("tcp", [])), tuple(spec.get("udp", [])))
-            if pod in self.children:
-                pid, have = self.children[pod]
-                if have == ports and _alive(pid):
-                    pids[pod] = pid
+            current = self.host_of.get(pod)
+            if current is not None:
+                h = self.hosts[current]
+                if current == host and h.pods.get(pod) == ports and _alive(h.pid):
+                    pids[pod] = h.pid
                     continue
-                self._kill(pod)
-            r, w = os.pipe()
-            pid = os.fork()
-            if pid == 0:
-                os.close(r)
-                _child(spec, self.state_dir, w)
-            os.close(w)
-            pending.append((pod, pid, r, ports))
-        for pod, pid, r, ports in pending:
-            chunks = []
-            while chunk := os.read(r, 4096):
-                chunks.append(chunk)
-            os.close(r)
-            answer = b"".join(chunks).decode()
-            if answer == "ok":
-                self.children[pod] = (pid, ports)
-                pids[pod] = pid
+                self._stop([pod])
+            netns = str(spec.get("host_netns") or spec["netns"])
+            todo.setdefault(host, (netns, []))[1].append(spec)
+        # every host process binds at once: requests out first, then the answers
+        sent: list[tuple[Host, list[dict[str, Any]]]] = []
+        for host, (netns, group) in todo.items():
+            known = self.hosts.get(host)
+            if known is not None and not _alive(known.pid):
+                self._kill_host(host)
+                known = None
+            h = known if known is not None else self._spawn(host, netns)
+            if self._send(h, {"op": "add", "pods": group}):
+                sent.append((h, group))
             else:
-                errors[pod] = answer or "server exited before listening"
-                _reap(pid)
+                errors.update({str(s["pod"]): "pod server exited" for s in group})
+        for h, group in sent:
+            reply = self._receive(h)
+            failed: dict[str, str] = (
+                {str(s["pod"]): "pod server exited before listening" for s in group}
+                if reply is None
+                else {str(k): str(v) for k, v in reply.get("errors", {}).items()}
+            )
+            errors.update(failed)
+            for s in group:
+                pod = str(s["pod"])
+                if pod not in failed:
+                    h.pods[pod] = (tuple(s.get("tcp", [])), tuple(s.get("udp", [])))
+                    self.host_of[pod] = h.name
+                    pids[pod] = h.pid
+            if reply is None or not h.pods:
+                self._kill_host(h.name)
         return {"ok": not errors, "pids": pids, "errors": errors}
 
-    def _kill(self, pod: str) -> None:
-        pid, _ = self.children.pop(pod, (0, ((), ())))
-        if pid:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-            _reap(pid)
-        pid_file(self.state_dir, pod).unlink(missing_ok=True)
+    def _stop(self, pods: list[str]) -> None:
+        by_host: dict[str, list[str]] = {}
+        for pod in pods:
+            host = self.host_of.get(pod)
+            if host is None:
+                pid_file(self.state_dir, pod).unlink(missing_ok=True)
+            else:
+                by_host.setdefault(host, []).append(pod)
+        for host, group in by_host.items():
+            h = self.hosts[host]
+            for pod in group:
+                h.pods.pop(pod, None)
+                self.host_of.pop(pod, None)
+            if not h.pods:  # nothing left to serve: the process goes
+                self._kill_host(host)
+                for pod in group:
+                    pid_file(self.state_dir, pod).unlink(missing_ok=True)
+            elif not (self._send(h, {"op": "remove", "pods": group}) and self._receive(h)):
+                self._kill_host(host)
 
     def handle(self, req: dict[str, Any]) -> dict[str, Any]:
         op = req.get("op")
         if op == "start":
             return self.start(list(req["pods"]))
         if op == "stop":
-            for pod in req["pods"]:
-                self._kill(pod)
+            self._stop([str(p) for p in req["pods"]])
             return {"ok": True}
         if op == "list":
-            return {"ok": True, "pids": {p: pid for p, (pid, _) in self.children.items()}}
+            return {
+                "ok": True,
+                "pids": {p: self.hosts[h].pid for p, h in self.host_of.items()},
+            }
         if op == "shutdown":
             self.running = False
             return {"ok": True}
         return {"ok": False, "errors": {"": f"unknown op {op!r}"}}
 
     def shutdown(self) -> None:
-        for pod in list(self.children):
-            self._kill(pod)
+        for host in list(self.hosts):
+            self._kill_host(host)
         (self.state_dir / "supervisor.sock").unlink(missing_ok=True)
         (self.state_dir / "supervisor.pid").unlink(missing_ok=True)
 
@@ -242,18 +453,17 @@ class Supervisor:
                 return
             if pid == 0:
                 return
-            for pod, (cpid, _) in list(self.children.items()):
-                if cpid == pid:
-                    del self.children[pod]
-                    pid_file(self.state_dir, pod).unlink(missing_ok=True)
+            for h in list(self.hosts.values()):
+                if h.pid == pid:
+                    self._forget_dead(h)
 
 
 def _alive(pid: int) -> bool:
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        done, _ = os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
         return False
-    return True
+    return done == 0
 
 
 def _reap(pid: int) -> None:

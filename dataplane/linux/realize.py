@@ -93,8 +93,9 @@ class RealCluster:
     """A realised cluster: how to find its namespaces and what its pods got.
 
     ``namespaces`` maps logical names (``node/n1``) to kernel names; ``pods`` maps pod
-    keys (``ns/name``) to their attachment (IP, host veth, MAC). It is saved in the state
-    dir, so another process can :meth:`load` it by cluster id."""
+    keys (``ns/name``) to their attachment (IP, host veth, MAC), ``pod_nodes`` to the
+    node each runs on. It is saved in the state dir, so another process can :meth:`load`
+    it by cluster id."""
 
     cluster_id: str
     namespaces: dict[str, str]
@@ -104,6 +105,7 @@ class RealCluster:
     pods: dict[str, CniResult] = field(default_factory=dict)
     mtu: int = 1500
     iptables_backend: rules.IptablesBackend = "nft"
+    pod_nodes: dict[str, str] = field(default_factory=dict)
 
     @property
     def names(self) -> ClusterNames:
@@ -141,8 +143,15 @@ class RealCluster:
 
     def serve(self, ports: Mapping[str, Sequence[tuple[int, Proto]]]) -> dict[str, int]:
         """Start a pod server for each pod key with its (port, proto) containerPorts;
-        they listen when this returns. Returns pod -> pid."""
-        return self.servers.start([ServerSpec(k, tuple(v)) for k, v in ports.items()])
+        they listen when this returns. One process per node answers for the node's pods
+        (a pod whose node is unknown gets one of its own). Returns pod -> pid."""
+        return self.servers.start(
+            [ServerSpec(k, tuple(v), self._host(k)) for k, v in ports.items()]
+        )
+
+    def _host(self, pod_key: str) -> str | None:
+        node = self.pod_nodes.get(pod_key)
+        return None if node is None else f"node/{node}"
 
     def connect(
         self,
@@ -173,6 +182,7 @@ class RealCluster:
             "mtu": self.mtu,
             "iptables_backend": self.iptables_backend,
             "pods": {k: v.to_json() for k, v in sorted(self.pods.items())},
+            "pod_nodes": dict(sorted(self.pod_nodes.items())),
         }
 
     def save(self) -> None:
@@ -194,6 +204,7 @@ class RealCluster:
             mtu=int(d["mtu"]),
             pods={k: CniResult.from_json(v) for k, v in d["pods"].items()},
             iptables_backend=d.get("iptables_backend", "nft"),
+            pod_nodes=dict(d.get("pod_nodes", {})),
         )
 
 
@@ -372,6 +383,7 @@ def realize(
         pods=results,
         mtu=mtu,
         iptables_backend=iptables_backend,
+        pod_nodes={str(ns.pod): str(ns.node) for ns in pods.values()},
     )
     with maybe(phases, "save"):
         cluster.save()

@@ -1,7 +1,10 @@
 """Start, stop and kill the pod servers of a realised cluster (see
-:mod:`dataplane.linux.podserver` for the server side and its protocol).
+:mod:`dataplane.linux.podserver` for the server side and its protocol): one process per
+node answers for the node's pods (:attr:`ServerSpec.host`), each pod's sockets in the
+pod's own namespace.
 
-Processes are tracked by pid files under ``/run/svclab/<id>/servers/``, so any later
+Processes are tracked by pid files under ``/run/svclab/<id>/servers/`` (one per pod,
+holding the pid of the process that answers for it, and one per host process), so any later
 process (a second CLI call, :func:`dataplane.linux.realize.cleanup` after a crash) can
 stop them; :func:`kill_tracked` never signals a pid whose command line is not a pod
 server's, so a recycled pid is safe.
@@ -66,10 +69,14 @@ def start_ready(argv: list[str], log_path: Path, what: str) -> subprocess.Popen[
 
 @dataclass(frozen=True, slots=True)
 class ServerSpec:
-    """A pod server: the pod it answers for and its containerPorts."""
+    """A pod server: the pod it answers for, its containerPorts, and the logical
+    namespace of the process that holds its sockets (``node/N``: one process answers for
+    all the pods of node N, from N's namespace; None: a process of its own, in the pod's
+    namespace)."""
 
     pod_key: str
     ports: tuple[tuple[int, Proto], ...]
+    host: str | None = None
 
 
 class PodServers:
@@ -119,7 +126,8 @@ class PodServers:
     # ------------------------------------------------------------------ API
     def start(self, specs: Sequence[ServerSpec]) -> dict[str, int]:
         """Start (or keep) a server for each pod, listening when this returns; returns
-        pod -> pid. Raises BackendError naming every pod whose server failed."""
+        pod -> pid (pods of one host share it). Raises BackendError naming every pod
+        whose server failed (the others are served)."""
         if not specs:
             return {}
         self.ensure_supervisor()
@@ -127,6 +135,8 @@ class PodServers:
             {
                 "pod": s.pod_key,
                 "netns": self.names.netns(f"pod/{s.pod_key}"),
+                "host": s.host,
+                "host_netns": None if s.host is None else self.names.netns(s.host),
                 "tcp": sorted({p for p, proto in s.ports if proto == "tcp"}),
                 "udp": sorted({p for p, proto in s.ports if proto == "udp"}),
             }
@@ -139,7 +149,10 @@ class PodServers:
         return {str(k): int(v) for k, v in reply["pids"].items()}
 
     def stop(self, pod_keys: Iterable[str]) -> None:
-        """Stop the servers of these pods (no error for a pod without a server)."""
+        """Stop the servers of these pods: their sockets are closed, and a host process
+        left without pods exits (no error for a pod without a server). Without a
+        supervisor (it was killed) the processes named by the pods' pid files are
+        killed, with every pod they answer for."""
         if self.supervisor_pid() is None:
             kill_pids(read_pid(self.state.server_pid(k)) for k in pod_keys)
             return
@@ -217,7 +230,8 @@ def _alive(proc: psutil.Process) -> bool:
 
 
 def kill_tracked(servers_dir: Path) -> None:
-    """Kill the supervisor and every pod server with a pid file in ``servers_dir``, and
+    """Kill the supervisor and every pod server (host process) with a pid file in
+    ``servers_dir``, and
     remove the pid files and the control socket."""
     if not servers_dir.is_dir():
         return

@@ -8,7 +8,8 @@ it, like the namespaces themselves)::
         cni/<pod-hash>.json     each pod's CNI ADD result (libcni's result cache)
         servers/supervisor.pid  the pod-server supervisor
         servers/supervisor.sock its control socket
-        servers/<pod-hash>.pid  one per pod server process
+        servers/<pod-hash>.pid  one per served pod: the pid of the process answering for it
+        servers/host-<hash>.pid one per pod-server process (one per node)
     /run/svclab/_owners/<netns>  "<pid> <start time>" of the process that created it
 
 :func:`cleanup` in :mod:`dataplane.linux.realize` walks every directory here.

@@ -5,6 +5,7 @@ tracked, and one process's cleanup leaves a live process's namespaces alone."""
 from __future__ import annotations
 
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -25,6 +26,7 @@ from dataplane.linux.testing import (
     unique_cluster_id,
 )
 from dataplane.linux.traffic import ConnectFailed
+from netmodel.errors import BackendError
 
 pytestmark = [pytest.mark.kernel, pytest.mark.skipif(not is_root(), reason="needs root")]
 
@@ -84,7 +86,13 @@ def test_teardown_removes_namespaces_servers_and_state() -> None:
         supervisor = c.servers.supervisor_pid()
         assert supervisor is not None and all(is_ours(p) for p in pids.values())
         namespaces = list(c.namespaces.values())
-        assert len(processes_in(namespaces)) == len(sample.pods)
+        # one process per node answers for the node's pods, from the node's namespace
+        assert len(set(pids.values())) == len(sample.nodes)
+        assert all(pids[p.key] == pids[f"default/p{p.node[1:]}-0"] for p in sample.pods)
+        assert sorted(processes_in([c.node_netns(n.name) for n in sample.nodes])) == sorted(
+            set(pids.values())
+        )
+        assert processes_in([c.pod_netns(p.key) for p in sample.pods]) == []
     except BaseException:
         teardown(cid)  # also on failure: pod servers, state and namespaces
         raise
@@ -96,17 +104,49 @@ def test_teardown_removes_namespaces_servers_and_state() -> None:
 
 
 def test_pod_servers_stop_per_pod(tmp_path: Path) -> None:
-    sample = sample_network(1, 2)
+    sample = sample_network(1, 3)
     with realized(sample.network) as c:
-        pids = c.serve({p.key: [(8080, "tcp")] for p in sample.pods})
-        assert c.serve({"default/p0-0": [(8080, "tcp")]}) == {"default/p0-0": pids["default/p0-0"]}
+        pids = c.serve({p.key: [(8080, "tcp")] for p in sample.pods[:2]})
+        node_server = pids["default/p0-0"]
+        assert pids == {"default/p0-0": node_server, "default/p0-1": node_server}
+        assert c.serve({"default/p0-0": [(8080, "tcp")]}) == {"default/p0-0": node_server}
         c.servers.stop(["default/p0-1"])
-        assert not is_ours(pids["default/p0-1"])
         assert read_pid(c.state.server_pid("default/p0-1")) is None
         with pytest.raises(ConnectFailed) as e:
             c.connect("pod/default/p0-0", "10.244.0.3", 8080)
         assert e.value.reason == "refused"
+        # the node's process still answers for its other pod, and takes a new one
+        assert c.connect("pod/default/p0-1", "10.244.0.2", 8080).pod == "default/p0-0"
+        assert c.serve({"default/p0-2": [(8080, "tcp"), (5353, "udp")]}) == {
+            "default/p0-2": node_server
+        }
+        assert c.connect("pod/default/p0-0", "10.244.0.4", 5353, "udp").pod == "default/p0-2"
+        assert set(c.servers.running()) == {"default/p0-0", "default/p0-2"}
+        # other ports: the pod's sockets are replaced, the old port refuses
+        c.serve({"default/p0-0": [(9090, "tcp")]})
+        assert c.connect("pod/default/p0-1", "10.244.0.2", 9090).pod == "default/p0-0"
+        with pytest.raises(ConnectFailed):
+            c.connect("pod/default/p0-1", "10.244.0.2", 8080)
+        # a process left without pods exits
+        c.servers.stop(["default/p0-0", "default/p0-2"])
+        assert not is_ours(node_server)
+        assert c.servers.running() == {}
+        assert list(c.state.servers_dir.glob("host-*.pid")) == []
+
+
+def test_a_pod_server_that_cannot_bind_is_named_and_the_others_serve() -> None:
+    sample = sample_network(1, 2)
+    with realized(sample.network) as c:
+        taken = nsenter.socket_in(c.pod_netns("default/p0-1"), socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            taken.bind(("0.0.0.0", 8080))
+            taken.listen(1)
+            with pytest.raises(BackendError, match=r"default/p0-1: .*Address already in use"):
+                c.serve({p.key: [(8080, "tcp")] for p in sample.pods})
+        finally:
+            taken.close()
         assert set(c.servers.running()) == {"default/p0-0"}
+        assert c.connect("pod/default/p0-1", "10.244.0.2", 8080).pod == "default/p0-0"
 
 
 def test_sigint_during_realize_then_cleanup_removes_everything() -> None:
@@ -142,7 +182,8 @@ print("finished", flush=True)
         assert child.returncode != 0
         state = Path(f"/run/svclab/{cid}")
         server_pids = [read_pid(p) for p in (state / "servers").glob("*.pid")]
-        assert len([p for p in server_pids if p and is_ours(p)]) == 5  # 4 pods + supervisor
+        # the supervisor and one server process per node (both nodes have pods)
+        assert len({p for p in server_pids if p and is_ours(p)}) == 3
         assert leftovers(cid), "the interrupted run left a partial cluster"
     finally:
         if child.poll() is None:
