@@ -1,6 +1,6 @@
 """The kubelet's real network plugin: :class:`control.agents.network.NetworkPlugin` over
-the real CNI plugins (``bridge`` + ``host-local`` + ``loopback``, run by
-:class:`dataplane.linux.cni.CniRunner` in a realised node namespace).
+the real CNI plugins (``bridge`` + ``host-local``; ``lo`` is brought up by the runtime),
+run by :class:`dataplane.linux.cni.CniRunner` in a realised node namespace.
 
 Preconditions: the cluster's node namespaces exist (with ``cni0``), i.e. the network was
 realised — with or without pods — by :func:`dataplane.linux.realize.realize` under

@@ -16,8 +16,11 @@ programs that live a few milliseconds) get ``GOMAXPROCS=1``: they do one thing a
 time, and a runtime with one processor starts fewer threads (about 15% less CPU per
 pod here, with 8 attached concurrently).
 
-Calls per pod, as a runtime does: ``loopback`` ADD for ``lo`` and ``bridge`` ADD for
-``eth0`` with this network configuration (stdin)::
+Per pod, as CRI-O does (and containerd with ``use_internal_loopback``): the runtime
+itself brings the sandbox's ``lo`` up (:func:`dataplane.linux.nsenter.loopback_up`, one
+ioctl; all the CNI ``loopback`` plugin would do, and the CNI maintainers mean to
+deprecate it), then ``bridge`` ADD for ``eth0`` with this network configuration
+(stdin)::
 
     {"cniVersion": "1.0.0", "name": "svclab", "type": "bridge", "bridge": "cni0",
      "isGateway": true, "ipMasq": false, "hairpinMode": true, "mtu": <mtu>,
@@ -65,8 +68,8 @@ from netmodel.errors import BackendError
 from netmodel.network import stable_mac
 
 CniMode = Literal["bridge-plugin", "netlink"]
-"""How pods are attached. ``bridge-plugin``: the real CNI ``bridge`` + ``host-local`` +
-``loopback`` plugins (this module). ``netlink``: svclab creates the very same layout
+"""How pods are attached. ``bridge-plugin``: the real CNI ``bridge`` + ``host-local``
+plugins, ``lo`` brought up by the runtime (this module). ``netlink``: svclab creates the very same layout
 itself with pyroute2 (host veth names and every MAC exactly as the model has them);
 use it where the plugins are not installed or to compare against the plugins."""
 
@@ -183,10 +186,6 @@ class CniRunner:
             },
         }
 
-    @staticmethod
-    def loopback_conf() -> dict[str, Any]:
-        return {"cniVersion": "1.0.0", "name": "cni-loopback", "type": "loopback"}
-
     # ------------------------------------------------------------------ exec
     def _exec(
         self,
@@ -245,7 +244,7 @@ class CniRunner:
         mac: str | None = None,
     ) -> CniResult:
         """Attach pod ``pod_key`` (``ns/name``) on ``node``: create its sandbox namespace
-        if missing, run ``loopback`` and ``bridge`` ADD, cache and return the result.
+        if missing, bring its ``lo`` up, run ``bridge`` ADD, cache and return the result.
 
         ``requested_ip`` None lets host-local choose (in order from ``.2``); otherwise
         that address is used or CniError says why not (taken, outside the range). ``mac``
@@ -269,8 +268,8 @@ class CniRunner:
         with maybe_step(self.phases, "cni_netns"):
             created = nsenter.create_netns(pod_ns)
         try:
-            with maybe_step(self.phases, "cni_loopback_exec"):
-                self._exec(node, "loopback", "ADD", pod_key, "lo", self.loopback_conf())
+            with maybe_step(self.phases, "cni_loopback_up"):
+                nsenter.loopback_up(pod_ns)
             args = f"IgnoreUnknown=1;MAC={mac}"
             if requested_ip is not None:
                 args += f";IP={requested_ip}"
@@ -326,7 +325,7 @@ class CniRunner:
 
     def delete(self, node: str, pod_key: str, pod_cidr: IPv4Network) -> None:
         """Detach pod ``pod_key``: ``bridge`` DEL (releases the address in host-local,
-        removes the veth) and ``loopback`` DEL, then remove the sandbox namespace and
+        removes the veth), then remove the sandbox namespace (its ``lo`` with it) and
         the cached result. Tolerates a pod that is already (partly) gone."""
         cached = self.state.read_json(self.state.cni_result(pod_key))
         self._release(node, pod_key, pod_cidr, cached.get("raw") if cached else None)
@@ -340,8 +339,6 @@ class CniRunner:
         if prev is not None:
             conf["prevResult"] = prev
         self._exec(node, "bridge", "DEL", pod_key, "eth0", conf)
-        if nsenter.inode(self.names.netns(f"pod/{pod_key}")) is not None:
-            self._exec(node, "loopback", "DEL", pod_key, "lo", self.loopback_conf())
 
     def attached(self) -> dict[str, tuple[str, IPv4Network]]:
         """Every pod with a cached ADD result: pod key -> (node, podCIDR)."""

@@ -17,8 +17,10 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import fcntl
 import os
 import socket
+import struct
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -191,6 +193,27 @@ def socket_in(name: str | None, family: int, type: int, proto: int = 0) -> socke
         return socket.socket(family, type, proto)
     with entered(name):
         return socket.socket(family, type, proto)
+
+
+SIOCGIFFLAGS = 0x8913
+SIOCSIFFLAGS = 0x8914
+IFF_UP = 0x1
+
+
+def loopback_up(name: str) -> None:
+    """Bring ``lo`` up inside namespace ``name`` (the kernel then gives it 127.0.0.1/8),
+    with one ``SIOCSIFFLAGS`` ioctl: what a container runtime does for a sandbox, and
+    all the CNI ``loopback`` plugin does. Idempotent."""
+    sock = socket_in(name, socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        req = struct.pack("16sh", b"lo", 0)
+        flags = struct.unpack("16sh", fcntl.ioctl(sock.fileno(), SIOCGIFFLAGS, req))[1]
+        if not flags & IFF_UP:
+            fcntl.ioctl(sock.fileno(), SIOCSIFFLAGS, struct.pack("16sh", b"lo", flags | IFF_UP))
+    except OSError as e:
+        raise BackendError(f"netns {name}: lo up: {e.strerror or e}") from e
+    finally:
+        sock.close()
 
 
 def sysctl_path(key: str) -> str:

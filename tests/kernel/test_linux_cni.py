@@ -37,7 +37,7 @@ def test_host_local_allocates_in_order_and_add_is_idempotent(empty_node: RealClu
     assert {a.host_veth, b.host_veth} <= {line.split()[0] for line in node.links}
     pod = inspect.dump(empty_node.pod_netns("default/a"))
     assert any(line.startswith(f"eth0 veth {a.mac} 1450 ") for line in pod.links)
-    assert "lo 127.0.0.1/8" in pod.addresses  # the loopback plugin ran
+    assert "lo 127.0.0.1/8" in pod.addresses  # the runtime brought lo up
 
 
 def test_requested_address_is_honoured_or_refused(empty_node: RealCluster) -> None:
