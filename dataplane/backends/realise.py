@@ -5,9 +5,9 @@ evaluates (:func:`load_rules`): iptables mode — the node's ``iptables-save`` f
 with ``iptables-nft-restore`` or, on a cluster realised with ``iptables_backend="legacy"``,
 ``iptables-legacy-restore`` (filter and nat replaced whole; kube-proxy's jump rules are part
 of that text; the legacy rules are read back through libiptc); nftables mode — kube-proxy's ``nft -f`` transaction, in a fresh
-``ip kube-proxy`` table; IPVS mode is refused (no IPVS in this kernel) — and a pod server
-per pod on its containerPorts (TCP and UDP; it answers who it is and the source address it
-saw).
+``ip kube-proxy`` table; IPVS mode is refused (no IPVS in this kernel) — and pod servers on
+each pod's containerPorts (TCP and UDP; each answers who it is and the source address it
+saw; one process per node holds its pods' sockets).
 
 :func:`realize_view` is idempotent — with an unchanged view nothing in the kernel is
 touched (rules are compared with what the kernel holds before anything is loaded) — and
