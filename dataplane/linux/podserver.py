@@ -28,10 +28,12 @@ so one *supervisor* per cluster forks the host processes (~1 ms each). The super
   ...]}`` (closes their sockets: connections are refused at once);
   ``{"op": "list"}`` -> pod -> pid; ``{"op": "shutdown"}``;
 * talks to each host process over a ``SOCK_SEQPACKET`` pair, one JSON message each way
-  per request (``add`` / ``remove`` pods); the host process binds a pod's sockets and
-  writes ``STATE_DIR/<sha256(pod)[:8]>.pid`` (its own pid) before it answers, so a
-  started pod is already listening; it also writes ``STATE_DIR/host-<sha256(host)[:8]>.pid``
-  when it starts;
+  per request (``add`` / ``remove`` pods); the host process binds the pods' sockets and
+  writes the pods it answers for to ``STATE_DIR/host-<sha256(host)[:8]>.pods`` (a JSON
+  list, replaced whole) before it answers, so a started pod is already listening; it
+  writes its pid to ``STATE_DIR/host-<sha256(host)[:8]>.pid`` when it starts. (Files per
+  host, not per pod: creating a thousand small files on a busy file system cost more
+  than binding a thousand sockets.)
 * stops a host process that serves no pod any more; reaps its children; on SIGTERM it
   stops every child, removes the pid files and exits.
 """
@@ -58,12 +60,13 @@ CONTROL_TIMEOUT = 30.0  # seconds a host process may take to answer one request
 MAX_MESSAGE = 1 << 22
 
 
-def pid_file(state_dir: Path, pod: str) -> Path:
-    return state_dir / f"{hashlib.sha256(pod.encode()).hexdigest()[:8]}.pid"
-
-
 def host_pid_file(state_dir: Path, host: str) -> Path:
     return state_dir / f"host-{hashlib.sha256(host.encode()).hexdigest()[:8]}.pid"
+
+
+def host_pods_file(state_dir: Path, host: str) -> Path:
+    """The pods the host process answers for (a JSON list)."""
+    return host_pid_file(state_dir, host).with_suffix(".pods")
 
 
 # ---------------------------------------------------------------------- the host process
@@ -125,8 +128,9 @@ class HostServer:
     """In a forked host process: the sockets of every pod it answers for, and the
     control channel to the supervisor."""
 
-    def __init__(self, state_dir: Path, home: int, control: socket.socket) -> None:
+    def __init__(self, state_dir: Path, host: str, home: int, control: socket.socket) -> None:
         self.state_dir = state_dir
+        self.host = host
         self.home = home  # fd of the namespace this process lives in
         self.control = control
         self.sel = selectors.DefaultSelector()
@@ -150,7 +154,6 @@ class HostServer:
                         _setns(self.home, "back home")  # cannot fail: we hold its fd
                 finally:
                     os.close(target)
-                pid_file(self.state_dir, pod).write_text(f"{os.getpid()}\n")
             except OSError as e:
                 errors[pod] = f"{type(e).__name__}: {e}"
                 continue
@@ -163,16 +166,28 @@ class HostServer:
         for s in self.pods.pop(pod, []):
             self.sel.unregister(s)
             s.close()
-        pid_file(self.state_dir, pod).unlink(missing_ok=True)
+
+    def record(self) -> None:
+        """Write the pods this process answers for (temp file + rename)."""
+        path = host_pods_file(self.state_dir, self.host)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(sorted(self.pods)))
+        tmp.replace(path)
 
     def handle(self, req: dict[str, Any]) -> dict[str, Any]:
         if req.get("op") == "add":
-            return {"errors": self.add(list(req["pods"]))}
-        if req.get("op") == "remove":
+            errors = self.add(list(req["pods"]))
+        elif req.get("op") == "remove":
             for pod in req["pods"]:
                 self.remove(str(pod))
-            return {"errors": {}}
-        return {"errors": {"": f"unknown op {req.get('op')!r}"}}
+            errors = {}
+        else:
+            return {"errors": {"": f"unknown op {req.get('op')!r}"}}
+        try:
+            self.record()
+        except OSError as e:
+            errors.setdefault("", f"recording the pods: {e}")
+        return {"errors": errors}
 
     def run(self) -> None:
         """Answer forever; requests from the supervisor in between. Without a
@@ -233,7 +248,7 @@ def _host_main(state_dir: Path, host: str, host_netns: str, control: socket.sock
             errors = {str(p["pod"] if isinstance(p, dict) else p): failure for p in pods}
             control.send(json.dumps({"errors": errors}).encode())
             os._exit(1)
-        HostServer(state_dir, fd, control).run()
+        HostServer(state_dir, host, fd, control).run()
     except BaseException as e:  # never fall back into the supervisor's code
         with contextlib.suppress(Exception):
             sys.stderr.write(f"pod server {host}: {type(e).__name__}: {e}\n")
@@ -299,17 +314,15 @@ class Supervisor:
         h.control.close()
         for pod in h.pods:
             self.host_of.pop(pod, None)
-            pid_file(self.state_dir, pod).unlink(missing_ok=True)
-        host_pid_file(self.state_dir, name).unlink(missing_ok=True)
+        _remove_host_files(self.state_dir, name)
 
     def _forget_dead(self, h: Host) -> None:
-        """``h`` exited on its own: forget it and its pods, remove their pid files."""
+        """``h`` exited on its own: forget it and its pods, remove its files."""
         self.hosts.pop(h.name, None)
         h.control.close()
         for pod in h.pods:
             self.host_of.pop(pod, None)
-            pid_file(self.state_dir, pod).unlink(missing_ok=True)
-        host_pid_file(self.state_dir, h.name).unlink(missing_ok=True)
+        _remove_host_files(self.state_dir, h.name)
 
     # ------------------------------------------------------------ requests
     def start(self, specs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -363,20 +376,16 @@ class Supervisor:
         by_host: dict[str, list[str]] = {}
         for pod in pods:
             host = self.host_of.get(pod)
-            if host is None:
-                pid_file(self.state_dir, pod).unlink(missing_ok=True)
-            else:
+            if host is not None:
                 by_host.setdefault(host, []).append(pod)
         for host, group in by_host.items():
             h = self.hosts[host]
             for pod in group:
                 h.pods.pop(pod, None)
                 self.host_of.pop(pod, None)
-            if not h.pods:  # nothing left to serve: the process goes
-                self._kill_host(host)
-                for pod in group:
-                    pid_file(self.state_dir, pod).unlink(missing_ok=True)
-            elif not (self._send(h, {"op": "remove", "pods": group}) and self._receive(h)):
+            # nothing left to serve (or no answer): the process goes
+            done = bool(h.pods) and self._send(h, {"op": "remove", "pods": group})
+            if not (done and self._receive(h)):
                 self._kill_host(host)
 
     def handle(self, req: dict[str, Any]) -> dict[str, Any]:
@@ -456,6 +465,11 @@ class Supervisor:
             for h in list(self.hosts.values()):
                 if h.pid == pid:
                     self._forget_dead(h)
+
+
+def _remove_host_files(state_dir: Path, host: str) -> None:
+    host_pid_file(state_dir, host).unlink(missing_ok=True)
+    host_pods_file(state_dir, host).unlink(missing_ok=True)
 
 
 def _alive(pid: int) -> bool:

@@ -3,8 +3,8 @@
 node answers for the node's pods (:attr:`ServerSpec.host`), each pod's sockets in the
 pod's own namespace.
 
-Processes are tracked by pid files under ``/run/svclab/<id>/servers/`` (one per pod,
-holding the pid of the process that answers for it, and one per host process), so any later
+Processes are tracked by pid files under ``/run/svclab/<id>/servers/`` (one per host
+process, with the list of the pods it answers for beside it), so any later
 process (a second CLI call, :func:`dataplane.linux.realize.cleanup` after a crash) can
 stop them; :func:`kill_tracked` never signals a pid whose command line is not a pod
 server's, so a recycled pid is safe.
@@ -154,7 +154,8 @@ class PodServers:
         supervisor (it was killed) the processes named by the pods' pid files are
         killed, with every pod they answer for."""
         if self.supervisor_pid() is None:
-            kill_pids(read_pid(self.state.server_pid(k)) for k in pod_keys)
+            by_pod = served(self.dir)
+            kill_pids(by_pod.get(k) for k in pod_keys)
             return
         self._request({"op": "stop", "pods": list(pod_keys)})
 
@@ -176,6 +177,22 @@ def shutdown_dir(servers_dir: Path) -> None:
     if proc is not None:
         with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(timeout=5)
+
+
+def served(servers_dir: Path) -> dict[str, int]:
+    """pod -> pid of the live process answering for it, from the host processes' files
+    (whether or not the supervisor runs)."""
+    out: dict[str, int] = {}
+    for pods_file in servers_dir.glob("host-*.pods"):
+        pid = read_pid(pods_file.with_suffix(".pid"))
+        if pid is None or not is_ours(pid):
+            continue
+        try:
+            pods = json.loads(pods_file.read_text())
+        except (OSError, ValueError):
+            continue
+        out.update({str(p): pid for p in pods})
+    return out
 
 
 def read_pid(path: Path) -> int | None:
@@ -245,6 +262,6 @@ def kill_tracked(servers_dir: Path) -> None:
             time.sleep(0.01)
     pid_files = list(servers_dir.glob("*.pid"))
     kill_pids(read_pid(p) for p in pid_files)
-    for p in pid_files:
+    for p in [*pid_files, *servers_dir.glob("host-*.pods")]:
         p.unlink(missing_ok=True)
     (servers_dir / "supervisor.sock").unlink(missing_ok=True)

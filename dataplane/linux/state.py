@@ -8,8 +8,8 @@ it, like the namespaces themselves)::
         cni/<pod-hash>.json     each pod's CNI ADD result (libcni's result cache)
         servers/supervisor.pid  the pod-server supervisor
         servers/supervisor.sock its control socket
-        servers/<pod-hash>.pid  one per served pod: the pid of the process answering for it
         servers/host-<hash>.pid one per pod-server process (one per node)
+        servers/host-<hash>.pods  the pods that process answers for (JSON list)
     /run/svclab/_owners/<netns>  "<pid> <start time>" of the process that created it
 
 :func:`cleanup` in :mod:`dataplane.linux.realize` walks every directory here.
@@ -57,9 +57,6 @@ class StateDir:
 
     def cni_result(self, pod_key: str) -> Path:
         return self.cni_dir / f"{short_hash(pod_key)}.json"
-
-    def server_pid(self, pod_key: str) -> Path:
-        return self.servers_dir / f"{short_hash(pod_key)}.pid"
 
     @property
     def persistent_marker(self) -> Path:

@@ -17,7 +17,7 @@ from pyroute2 import IPRoute
 from dataplane.linux import inspect, nsenter
 from dataplane.linux.netns import is_root, list_ours
 from dataplane.linux.realize import RealCluster, cleanup, cleanup_plan, realize, teardown
-from dataplane.linux.servers import is_ours, read_pid
+from dataplane.linux.servers import is_ours, read_pid, served
 from dataplane.linux.testing import (
     leftovers,
     processes_in,
@@ -111,7 +111,7 @@ def test_pod_servers_stop_per_pod(tmp_path: Path) -> None:
         assert pids == {"default/p0-0": node_server, "default/p0-1": node_server}
         assert c.serve({"default/p0-0": [(8080, "tcp")]}) == {"default/p0-0": node_server}
         c.servers.stop(["default/p0-1"])
-        assert read_pid(c.state.server_pid("default/p0-1")) is None
+        assert served(c.state.servers_dir) == {"default/p0-0": node_server}
         with pytest.raises(ConnectFailed) as e:
             c.connect("pod/default/p0-0", "10.244.0.3", 8080)
         assert e.value.reason == "refused"
@@ -131,7 +131,7 @@ def test_pod_servers_stop_per_pod(tmp_path: Path) -> None:
         c.servers.stop(["default/p0-0", "default/p0-2"])
         assert not is_ours(node_server)
         assert c.servers.running() == {}
-        assert list(c.state.servers_dir.glob("host-*.pid")) == []
+        assert list(c.state.servers_dir.glob("host-*")) == []
 
 
 def test_a_pod_server_that_cannot_bind_is_named_and_the_others_serve() -> None:
