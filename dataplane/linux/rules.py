@@ -52,10 +52,7 @@ IptablesBackend = Literal["nft", "legacy"]
 #: the iptables back ends a namespace can be realised on; ``nft`` is the default
 IPTABLES_BACKENDS: tuple[str, ...] = get_args(IptablesBackend)
 #: how ``svclab up --real`` and the records describe each back end
-BACKEND_TITLES = {
-    "nft": "iptables-nft (nf_tables)",
-    "legacy": "iptables-legacy (x_tables, libiptc)",
-}
+BACKEND_TITLES = {"nft": "iptables-nft (nf_tables)", "legacy": "iptables-legacy (x_tables, libiptc)"}
 
 
 def restore_tool(backend: IptablesBackend) -> str:

@@ -151,8 +151,8 @@ class PodServers:
     def stop(self, pod_keys: Iterable[str]) -> None:
         """Stop the servers of these pods: their sockets are closed, and a host process
         left without pods exits (no error for a pod without a server). Without a
-        supervisor (it was killed) the processes named by the pods' pid files are
-        killed, with every pod they answer for."""
+        supervisor (it was killed) the processes that answer for these pods
+        (:func:`served`) are killed, with every pod they answer for."""
         if self.supervisor_pid() is None:
             by_pod = served(self.dir)
             kill_pids(by_pod.get(k) for k in pod_keys)
