@@ -18,9 +18,11 @@ connection's median over the real one's, both measured in this run (target <= 1.
 With ``--repeat`` the up/down figures are medians over the runs.
 ``realize_cpu_seconds`` and ``realize_children_cpu_seconds``: CPU time of this process
 and of the processes it ran (CNI plugins, iproute2) during realize, and
-``ready_cpu_seconds`` during the readiness check: figures that other load on a shared
-machine moves much less than the wall-clock ones (the pod servers' own CPU is not
-counted: the supervisor, not this process, reaps them).
+``ready_cpu_seconds`` during the readiness check, ``up_cpu_seconds`` for the whole up
+(both kinds), and ``up_cpu_per_cpu_seconds``, that divided by the machine's CPUs (the
+wall time of the up with every CPU to itself, perfectly parallel: a floor): figures that
+other load on a shared machine moves much less than the wall-clock ones (the pod
+servers' own CPU is not counted: the supervisor, not this process, reaps them).
 ``phases`` breaks ``up_seconds`` down (:mod:`dataplane.linux.phases`): ``wall`` seconds
 of each step (stale state, namespaces, devices, link configuration, routes/neighbours/FDB
 tables, CNI plugin calls, sysctls and hairpin rules, saving the state, the pod-server
@@ -102,6 +104,7 @@ def run_real(sample: Sample, cni: str, connections: int) -> tuple[dict[str, floa
         "realize_cpu_seconds": c1[0] - c0[0],
         "realize_children_cpu_seconds": c1[1] - c0[1],
         "ready_cpu_seconds": sum(c2r) - sum(c2),
+        "up_cpu_seconds": sum(c2r) - sum(c0),
         "down_seconds": t4 - t3,
         "real_connection_seconds_median": statistics.median(times),
     }, phases
@@ -173,6 +176,7 @@ def main() -> int:
     }
     for key in runs[0]:
         result[key] = round(statistics.median(r[key] for r in runs), 6)
+    result["up_cpu_per_cpu_seconds"] = round(result["up_cpu_seconds"] / (os.cpu_count() or 1), 6)
     result["phases"] = _median_phases([m[1] for m in measured])
     result["targets"] = {"up_seconds_40_nodes_25_pods": UP_40_TARGET}
     result["load_average"] = os.getloadavg()[0]
