@@ -72,8 +72,14 @@ def _emulator(state: Path, *, lazy: bool) -> tuple[Session, EmulatedCluster]:
     """lazy: what a read-only command gets. Eager, the reference: the control plane run
     to idle, every kube-proxy's rules kept as it loaded them, every namespace and every
     filter built up front."""
+    from control import rulecache
+
     s = Session.open(state, read_only=True)
     s.eager_rules = not lazy
+    if lazy:
+        # as in a fresh process: compiled rules come from the state directory's cache
+        # (each chain's rules loaded when a packet first runs it), not from memory
+        rulecache._MEMORY["compiled"].clear()
     emu = emulation.emulator(s, external_clients=[EXTERNAL])
     assert (s.lazy_rules is not None) == lazy
     if not lazy:
