@@ -7,15 +7,18 @@ the same cluster.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from ipaddress import IPv4Address, IPv4Network, ip_address
 
 from control.agents.kubeproxy import NodeRules
+from control.apiserver.clusterdns import APP_LABEL as DNS_APP
+from control.apiserver.clusterdns import NAMESPACE as DNS_NAMESPACE
 from control.apiserver.clusterdns import is_dns_pod
 from control.noderules import NodeRulesSource
 from control.proxyenv import proxy_mode
 from control.rulecache import CompiledCache
 from control.session import Session
+from control.store.base import Store, peek, scan
 from dataplane.backends.emulated import answerers
 from dataplane.dns import DnsZone, build_zone, pod_resolv_conf
 from dataplane.emulator.cluster import EmulatedCluster
@@ -90,6 +93,68 @@ def lazy_rulesets(
     return LazyMapping(nodes, rules_of, override), LazyMapping(nodes if ipvs else (), local_of)
 
 
+def _listening(pod: Pod) -> frozenset[tuple[str, int]]:
+    return frozenset(
+        (port.protocol.lower(), port.container_port) for c in pod.spec.containers for port in c.ports
+    )
+
+
+class _PodsByNs(Mapping[str, Pod]):
+    """Running pods by namespace name, each read from the store when first asked for
+    (:func:`control.store.base.peek`) and kept."""
+
+    def __init__(self, store: Store, keys: dict[str, str]) -> None:
+        self._store = store
+        self._keys = keys  # namespace name -> pod key
+        self._got: dict[str, Pod] = {}
+
+    def __getitem__(self, ns: str) -> Pod:
+        pod = self._got.get(ns)
+        if pod is None:
+            got = peek(self._store, "Pod", self._keys[ns])
+            assert isinstance(got, Pod)
+            pod = self._got[ns] = got
+        return pod
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._keys)
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+    def __contains__(self, ns: object) -> bool:
+        return ns in self._keys
+
+
+_DNS_LABEL = "k8s-app"  # the label is_dns_pod reads
+#: what :func:`_placed_pods` reads of every Pod (stored JSON paths)
+_POD_FIELDS = (
+    ("spec", "nodeName"),
+    ("status", "podIP"),
+    ("spec", "hostNetwork"),
+    ("metadata", "labels", _DNS_LABEL),
+)
+
+
+def _placed_pods(session: Session) -> tuple[list[PodInfo], list[str], _PodsByNs]:
+    """:func:`running_pods` as the network needs them (key, node, IP), the namespaces
+    of those serving cluster DNS (:func:`is_dns_pod`), and each one's Pod on demand:
+    read through :func:`control.store.base.scan`, without decoding every Pod."""
+    pods: list[PodInfo] = []
+    dns: list[str] = []
+    keys: dict[str, str] = {}
+    want_dns = DNS_APP[_DNS_LABEL]
+    for key, node, ip, host_network, app in scan(session.store, "Pod", _POD_FIELDS):
+        if not (ip and node) or host_network:
+            continue
+        pods.append(PodInfo(key, node, IPv4Address(ip)))
+        ns = pod_ns(key)
+        keys[ns] = key
+        if app == want_dns and key.partition("/")[0] == DNS_NAMESPACE:
+            dns.append(ns)
+    return pods, dns, _PodsByNs(session.store, keys)
+
+
 def view(
     session: Session,
     *,
@@ -112,30 +177,21 @@ def view(
             continue
         node_ips[n.name] = tuple(ips)
         nodes.append(node_info(n.name, ips[0], n.spec.pod_cidr))
-    running = running_pods(session)  # one read of every pod
-    pods = [
-        PodInfo(p.key, p.spec.node_name or "", IPv4Address(p.status.pod_ip or ""))
-        for p in running
-    ]
-    by_ns = {pod_ns(p.key): p for p in running}
-
-    def listening(ns: str) -> frozenset[tuple[str, int]]:
-        return frozenset(
-            (port.protocol.lower(), port.container_port)
-            for c in by_ns[ns].spec.containers
-            for port in c.ports
-        )
-
-    def resolv_conf(ns: str) -> ResolvConf:
-        return pod_resolv_conf(by_ns[ns], spec)
-
     listeners: Mapping[str, frozenset[tuple[str, int]]]
     resolv: Mapping[str, ResolvConf]
-    if lazy:  # each pod's, when the emulator first looks
-        listeners, resolv = LazyMapping(by_ns, listening), LazyMapping(by_ns, resolv_conf)
+    if lazy:  # each pod's, when the emulator first looks; no Pod decoded before
+        pods, dns_pods, pod_of = _placed_pods(session)
+        listeners = LazyMapping(pod_of, lambda ns: _listening(pod_of[ns]))
+        resolv = LazyMapping(pod_of, lambda ns: pod_resolv_conf(pod_of[ns], spec))
     else:
-        listeners = {ns: listening(ns) for ns in by_ns}
-        resolv = {ns: resolv_conf(ns) for ns in by_ns}
+        running = running_pods(session)  # one read of every pod
+        pods = [
+            PodInfo(p.key, p.spec.node_name or "", IPv4Address(p.status.pod_ip or ""))
+            for p in running
+        ]
+        dns_pods = [pod_ns(p.key) for p in running if is_dns_pod(p)]
+        listeners = {pod_ns(p.key): _listening(p) for p in running}
+        resolv = {pod_ns(p.key): pod_resolv_conf(p, spec) for p in running}
     owned = {str(a) for n in nodes for a in [n.ip]} | {str(p.ip) for p in pods}
     clients = sorted({c for c in external_clients if c not in owned})
     node_net = spec.node_net
@@ -157,7 +213,7 @@ def view(
                 local[name] = tuple(state.rendered.addresses)
         rulesets.update(rules_override or {})
     zone = dns_zone(session)
-    dns_servers = frozenset(pod_ns(p.key) for p in running if zone is not None and is_dns_pod(p))
+    dns_servers = frozenset(dns_pods if zone is not None else ())
     return ClusterView(network, rulesets, listeners, local, node_ips, zone, dns_servers, resolv)
 
 

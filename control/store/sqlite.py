@@ -42,10 +42,11 @@ from __future__ import annotations
 import bisect
 import builtins
 import sqlite3
-from collections.abc import Collection, Iterator
+from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 from control.store.base import EventType, WatchEvent, bulk, iter_matching
 from netmodel.errors import CompactedError, ConflictError, NotFoundError
@@ -280,6 +281,36 @@ class SqliteStore:
         if keys is None:
             keys = self._keys[kind] = sorted(bucket)
         return iter_matching((bucket[k] for k in keys), namespace, selector)
+
+    def scan(self, kind: str, paths: Sequence[Sequence[str]]) -> builtins.list[tuple[Any, ...]]:
+        """:func:`control.store.base.scan`: the values read by SQLite from the stored
+        JSON, no object built (this connection sees its own writes: the same state as
+        the cache)."""
+        self._refresh()
+        if not paths:
+            rows = self._conn.execute(
+                "SELECT key FROM objects WHERE kind = ? ORDER BY key", (kind,)
+            ).fetchall()
+            return rows
+        cols = ", ".join("json_extract(data, ?)" for _ in paths)
+        args = ["$" + "".join('."' + k.replace('"', '""') + '"' for k in p) for p in paths]
+        return self._conn.execute(
+            f"SELECT key, {cols} FROM objects WHERE kind = ? ORDER BY key", (*args, kind)
+        ).fetchall()
+
+    def peek(self, kind: str, key: str) -> KubeObject:
+        """:meth:`get`, reading only that row when ``kind`` is not loaded yet (not
+        cached: a later :meth:`get` loads the kind as before)."""
+        self._refresh()
+        bucket = self._cache.get(kind)
+        if bucket is not None:
+            return self.get(kind, key)
+        row = self._conn.execute(
+            "SELECT data FROM objects WHERE kind = ? AND key = ?", (kind, key)
+        ).fetchone()
+        if row is None:
+            raise NotFoundError(f"{kind} {key!r} not found")
+        return _load(kind, row[0])
 
     def watch(self, since: int, kinds: Collection[str] | None = None) -> builtins.list[WatchEvent]:
         self._refresh()
