@@ -7,7 +7,9 @@ the same cluster.
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from ipaddress import IPv4Address, IPv4Network, ip_address
 
 from control.agents.kubeproxy import NodeRules
@@ -93,6 +95,26 @@ def lazy_rulesets(
     return LazyMapping(nodes, rules_of, override), LazyMapping(nodes if ipvs else (), local_of)
 
 
+@contextmanager
+def _gc_frozen_after(active: bool) -> Iterator[None]:
+    """``active``: pause the cyclic GC while a question's view is made, then move every
+    object alive to the permanent generation (``gc.freeze``) before collections resume.
+    The view (nodes, 20,000 pods' placements, the store's decoded objects) lives as long
+    as the question; collections that rescan it as the walk allocates cost more than
+    the walk (0.7 s of 3 on a 1,000-node cluster). What it holds is acyclic data (the
+    lazy mappings' closures do not refer back to them), so nothing frozen is garbage
+    only the cyclic GC could free; the one-shot commands that ask are the callers."""
+    was = gc.isenabled()
+    if active:
+        gc.disable()
+    try:
+        yield
+    finally:
+        if active and was:
+            gc.freeze()
+            gc.enable()
+
+
 def _listening(pod: Pod) -> frozenset[tuple[str, int]]:
     return frozenset(
         (port.protocol.lower(), port.container_port) for c in pod.spec.containers for port in c.ports
@@ -165,7 +187,18 @@ def view(
     """The cluster as both backends realise it (converges the control plane first).
     ``lazy``: the network's namespaces are derived when first looked up
     (:func:`netmodel.topology.build_lazy`: for the emulator, which builds only what a
-    walk reaches)."""
+    walk reaches); the cyclic GC is paused while the view is made and what is alive
+    then is frozen (:func:`_gc_frozen_after`)."""
+    with _gc_frozen_after(lazy):
+        return _view(session, external_clients, rules_override, lazy)
+
+
+def _view(
+    session: Session,
+    external_clients: Iterable[str],
+    rules_override: Mapping[str, RulesetInput] | None,
+    lazy: bool,
+) -> ClusterView:
     session.converge()
     spec = session.cluster.spec
     nodes = []
