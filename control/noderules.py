@@ -83,6 +83,9 @@ class NodeRulesSource:
         self._objs: list[KubeObject] | None = None
         self._nodes: list[str] | None = None
         self._states: dict[str, NodeRules] = {}
+        #: what the rendered-level key names of each object: (kind, key, uid,
+        #: resourceVersion), Nodes by name, then Services and EndpointSlices
+        self._ids: tuple[dict[str, tuple[str, ...]], list[tuple[str, ...]]] | None = None
 
     def _objects(self) -> list[KubeObject]:
         if self._objs is None:
@@ -95,10 +98,27 @@ class NodeRulesSource:
             ]
         return self._objs
 
+    def _identities(self) -> tuple[dict[str, tuple[str, ...]], list[tuple[str, ...]]]:
+        """Each object's (kind, key, uid, resourceVersion) as :func:`inputs_key` names
+        it, read through :func:`control.store.base.scan` (no object decoded: a warm
+        cache hit needs no more)."""
+        if self._ids is None:
+            from control.store.base import scan
+
+            meta = [("metadata", "uid"), ("metadata", "resourceVersion")]
+
+            def ids(kind: str) -> list[tuple[str, ...]]:
+                return [(kind, key, str(uid), str(rv)) for key, uid, rv in scan(
+                    self.store, kind, meta)]
+
+            nodes = {i[1]: i for i in ids("Node")}
+            self._ids = (nodes, [*ids("Service"), *ids("EndpointSlice")])
+        return self._ids
+
     def nodes(self) -> list[str]:
         """Every node with a kube-proxy (every Node object), in store order."""
-        self._objects()
-        assert self._nodes is not None
+        if self._nodes is None:
+            self._nodes = list(self._identities()[0])
         return list(self._nodes)
 
     def state(self, node: str) -> NodeRules:
@@ -129,14 +149,14 @@ class NodeRulesSource:
 
         key = None
         if self.cache is not None:
-            from control.rulecache import inputs_key
+            from control.rulecache import identities_key
 
-            objs = self._objects()
-            mine = [o for o in objs if not isinstance(o, Node) or o.name == node]
-            if not any(isinstance(o, Node) for o in mine):
+            nodes, others = self._identities()
+            if node not in nodes:
                 raise KeyError(node)
-            key = inputs_key(
-                ["node-rules", node, repr(self.cluster), repr(self.proxy_config)], mine
+            key = identities_key(
+                ["node-rules", node, repr(self.cluster), repr(self.proxy_config)],
+                [nodes[node], *others],
             )
             hit = self.cache.get("rendered", key)
             if hit is not None:

@@ -78,11 +78,21 @@ def fingerprint() -> str:
 def inputs_key(parts: Iterable[str], objects: Iterable[KubeObject]) -> str:
     """The rendered-level key: ``parts`` (the Cluster, the KubeProxyConfiguration, the
     node) and every object's (kind, key, uid, resourceVersion)."""
+    return identities_key(
+        parts,
+        ((o.kind, o.key, str(o.metadata.uid), str(o.metadata.resource_version))
+         for o in objects),
+    )
+
+
+def identities_key(parts: Iterable[str], identities: Iterable[tuple[str, ...]]) -> str:
+    """:func:`inputs_key` from each object's (kind, key, uid, resourceVersion) as text
+    (None as ``"None"``), without the objects."""
     h = hashlib.sha256(fingerprint().encode())
     for p in parts:
         h.update(p.encode() + b"\0")
-    for o in objects:
-        h.update(f"{o.kind}|{o.key}|{o.metadata.uid}|{o.metadata.resource_version}\n".encode())
+    for i in identities:
+        h.update(("|".join(i) + "\n").encode())
     return h.hexdigest()
 
 

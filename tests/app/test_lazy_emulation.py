@@ -306,3 +306,40 @@ def test_the_cli_backend_builds_only_what_the_packet_visits(tmp_path: Path) -> N
         finally:
             s.close()
     assert built[0] == built[1]
+
+
+def test_rendered_keys_from_the_store_s_fields_are_those_of_the_objects(
+    tmp_path: Path,
+) -> None:
+    """The rendered-level cache key of a node's rules, made from the identities the
+    store reads without decoding (control.store.base.scan), is the key made from the
+    decoded Node, Services and EndpointSlices (rulecache.inputs_key): a warm question
+    hits exactly the entries an earlier one wrote, and a changed object misses."""
+    import shutil
+
+    from control import rulecache
+    from control.rulecache import inputs_key
+    from netmodel.objects import EndpointSlice, Node, Service
+
+    state = _cluster(tmp_path, "iptables")
+    shutil.rmtree(state / rulecache.CACHE_DIR, ignore_errors=True)
+    for level in rulecache._MEMORY.values():
+        level.clear()
+    s = Session.open(state, read_only=True)
+    try:
+        emulation.emulator(s)
+        src = s.lazy_rules
+        assert src is not None and src.cache is not None
+        objs = [
+            *(o for o in s.store.list("Service") if isinstance(o, Service)),
+            *(o for o in s.store.list("EndpointSlice") if isinstance(o, EndpointSlice)),
+        ]
+        assert src.nodes() == [n.name for n in s.store.list("Node")]
+        for name in src.nodes():
+            node = s.store.get("Node", name)
+            assert isinstance(node, Node)
+            parts = ["node-rules", name, repr(src.cluster), repr(src.proxy_config)]
+            src.ruleset(name, emulation.ruleset_input)
+            assert src.cache.get("rendered", inputs_key(parts, [node, *objs])) is not None
+    finally:
+        s.close()
