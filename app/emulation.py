@@ -18,9 +18,9 @@ from control.apiserver.clusterdns import NAMESPACE as DNS_NAMESPACE
 from control.apiserver.clusterdns import is_dns_pod
 from control.noderules import NodeRulesSource
 from control.proxyenv import proxy_mode
-from control.rulecache import CompiledCache
+from control.rulecache import CompiledCache, RuleCache
 from control.session import Session
-from control.store.base import Store, peek, scan
+from control.store.base import Store, peek
 from dataplane.backends.emulated import answerers
 from dataplane.dns import DnsZone, build_zone, pod_resolv_conf
 from dataplane.emulator.cluster import EmulatedCluster
@@ -161,12 +161,15 @@ _POD_FIELDS = (
 def _placed_pods(session: Session) -> tuple[list[PodInfo], list[str], _PodsByNs]:
     """:func:`running_pods` as the network needs them (key, node, IP), the namespaces
     of those serving cluster DNS (:func:`is_dns_pod`), and each one's Pod on demand:
-    read through :func:`control.store.base.scan`, without decoding every Pod."""
+    read through :func:`control.store.base.scan`, without decoding every Pod (and
+    kept in the state directory's cache while the store is unchanged:
+    :meth:`control.rulecache.RuleCache.scan`)."""
     pods: list[PodInfo] = []
     dns: list[str] = []
     keys: dict[str, str] = {}
     want_dns = DNS_APP[_DNS_LABEL]
-    for key, node, ip, host_network, app in scan(session.store, "Pod", _POD_FIELDS):
+    rows = RuleCache.for_state(session.state_dir).scan(session.store, "Pod", _POD_FIELDS)
+    for key, node, ip, host_network, app in rows:
         if not (ip and node) or host_network:
             continue
         pods.append(PodInfo(key, node, IPv4Address(ip)))
@@ -273,8 +276,6 @@ def emulator(
 def compiled_cache(session: Session) -> CompiledCache:
     """Compiled rule sets by content: in the state directory (or in memory for a
     throw-away cluster), reused while a node's rules are unchanged."""
-    from control.rulecache import RuleCache
-
     return RuleCache.for_state(session.state_dir).compiled()
 
 

@@ -175,6 +175,15 @@ def _at(d: Any, path: Sequence[str]) -> Any:
     return int(d) if isinstance(d, bool) else d
 
 
+def state_token(store: Store) -> str | None:
+    """A text naming the store's current state, for caches of what is derived from it:
+    two reads that get the same token read the same objects (the same backend file at
+    the same committed revision; a revision rolled back comes back with its content).
+    None when the backend cannot say (then derive afresh)."""
+    own = getattr(store, "state_token", None)
+    return own() if own is not None else None
+
+
 def peek(store: Store, kind: str, key: str) -> KubeObject:
     """``store.get(kind, key)``, without loading every object of ``kind`` into a
     backend's cache when the backend can read one (``peek``; SQLite)."""

@@ -117,6 +117,7 @@ class SqliteStore:
         meta = dict(db.execute("SELECT name, value FROM meta").fetchall())
         self._revision: int = int(meta.get("revision", 0))
         self._compacted: int = int(meta.get("compacted", 0))
+        self._store_id: int = int(meta["store_id"]) if "store_id" in meta else self._new_id()
         self._opened_at = self._revision
         self._cache: dict[str, dict[str, KubeObject]] = {}
         self._keys: dict[str, builtins.list[str]] = {}  # sorted keys per kind, lazily
@@ -146,6 +147,16 @@ class SqliteStore:
                 bucket = {key: _load(kind, data) for key, data in rows}
             self._cache[kind] = bucket
         return bucket
+
+    def _new_id(self) -> int:
+        """This file's identity (:meth:`state_token`): a random number recorded once,
+        when the file is made or first opened by code that knows it (the first
+        process to record it wins; the others read it)."""
+        db = self._conn
+        db.execute(
+            "INSERT OR IGNORE INTO meta(name, value) VALUES ('store_id', abs(random()))"
+        )
+        return int(db.execute("SELECT value FROM meta WHERE name = 'store_id'").fetchone()[0])
 
     def _read_data_version(self) -> int:
         return int(self._conn.execute("PRAGMA data_version").fetchone()[0])
@@ -297,6 +308,15 @@ class SqliteStore:
         return self._conn.execute(
             f"SELECT key, {cols} FROM objects WHERE kind = ? ORDER BY key", (*args, kind)
         ).fetchall()
+
+    def state_token(self) -> str | None:
+        """:func:`control.store.base.state_token`: this file's identity and the
+        committed revision (None inside this process's own open transaction: the
+        revision then names writes not committed yet)."""
+        self._refresh()
+        if self._in_sql_txn:
+            return None
+        return f"sqlite:{self._store_id}:{self._revision}"
 
     def peek(self, kind: str, key: str) -> KubeObject:
         """:meth:`get`, reading only that row when ``kind`` is not loaded yet (not

@@ -343,3 +343,50 @@ def test_rendered_keys_from_the_store_s_fields_are_those_of_the_objects(
             assert src.cache.get("rendered", inputs_key(parts, [node, *objs])) is not None
     finally:
         s.close()
+
+
+def test_pod_placements_are_kept_only_while_the_store_is_unchanged(tmp_path: Path) -> None:
+    """What a lazy view reads of every Pod is kept in the state directory by the store's
+    state token: a second question reads it back (no new entry), and after a write (a
+    new pod) the next question reads the store again and reaches the new pod, as the
+    eager build does."""
+    import shutil
+
+    from control import rulecache
+
+    state = _cluster(tmp_path, "iptables")
+    shutil.rmtree(state / rulecache.CACHE_DIR, ignore_errors=True)
+    scanned = state / rulecache.CACHE_DIR / "scanned"
+
+    def entries() -> int:
+        for level in rulecache._MEMORY.values():
+            level.clear()
+        return len(list(scanned.glob("*.pickle"))) if scanned.is_dir() else 0
+
+    for _ in range(2):
+        s, emu = _emulator(state, lazy=True)
+        try:
+            assert "pod/default/client" in emu.hosts
+        finally:
+            s.close()
+        assert entries() == 1
+    more = tmp_path / "late.yaml"
+    more.write_text(
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: late, labels: {app: late}}\n"
+        "spec:\n  containers: [{name: c, image: x, ports: [{containerPort: 8080}]}]\n"
+    )
+    w = Session.open(state)
+    try:
+        w.apply(load([more]))
+    finally:
+        w.close()
+    lazy_s, lazy = _emulator(state, lazy=True)
+    eager_s, eager = _emulator(state, lazy=False)
+    try:
+        assert entries() == 2
+        t = lazy.trace("pod/default/client", "pod/default/late", "tcp", 8080)
+        assert t.verdict == "delivered"
+        assert t == eager.trace("pod/default/client", "pod/default/late", "tcp", 8080)
+    finally:
+        lazy_s.close()
+        eager_s.close()

@@ -10,7 +10,7 @@ import pytest
 from store_backends import FACTORIES, Opener
 
 from control.store import BatchConflictError, SqliteStore, Store, WatchEvent, batched
-from control.store.base import peek, scan
+from control.store.base import peek, scan, state_token
 from netmodel.errors import CompactedError, ConflictError, NotFoundError
 from netmodel.objects import KubeObject, Namespace, ObjectMeta, Pod, Service
 from netmodel.selectors import LabelSelector, parse_selector
@@ -502,3 +502,52 @@ def test_scan_and_peek_see_another_process_s_commits(
     finally:
         writer.close()
         reader.close()
+
+
+def _flush(s: Store) -> None:
+    flush = getattr(s, "flush", None)
+    if flush is not None:
+        flush()
+
+
+def test_state_token_names_the_committed_state(
+    backend: tuple[Opener, Opener | None], tmp_path: Path
+) -> None:
+    """Equal tokens, equal contents: a write changes the token, a rolled-back
+    transaction gives the same one back, another process on the same data sees the
+    same token, another SQLite file never does; None where the backend cannot say."""
+    opener, reopen = backend
+    s = opener()
+    try:
+        t0 = state_token(s)
+        if t0 is None:
+            assert not isinstance(s, SqliteStore)
+            return
+        s.create(pod("a"))
+        _flush(s)  # (a SQLite store holds its writes in an open transaction until then)
+        t1 = state_token(s)
+        assert t1 not in (None, t0)
+        with pytest.raises(Boom), s.transaction():
+            s.create(pod("b"))
+            assert state_token(s) is None  # not committed
+            raise Boom
+        _flush(s)
+        assert state_token(s) == t1
+        if reopen is not None:
+            other = reopen()
+            try:
+                assert state_token(other) == t1
+                other.create(pod("c"))
+                _flush(other)
+                assert state_token(s) == state_token(other) not in (None, t1)
+            finally:
+                other.close()
+        elsewhere = SqliteStore(tmp_path / "elsewhere" / "state.db")
+        try:
+            elsewhere.create(pod("a"))
+            elsewhere.flush()
+            assert state_token(elsewhere) != t1
+        finally:
+            elsewhere.close()
+    finally:
+        s.close()
