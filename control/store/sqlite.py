@@ -117,7 +117,7 @@ class SqliteStore:
         meta = dict(db.execute("SELECT name, value FROM meta").fetchall())
         self._revision: int = int(meta.get("revision", 0))
         self._compacted: int = int(meta.get("compacted", 0))
-        self._store_id: int = int(meta["store_id"]) if "store_id" in meta else self._new_id()
+        self._store_id = int(meta["store_id"]) if "store_id" in meta else self._new_id()
         self._opened_at = self._revision
         self._cache: dict[str, dict[str, KubeObject]] = {}
         self._keys: dict[str, builtins.list[str]] = {}  # sorted keys per kind, lazily
@@ -148,15 +148,21 @@ class SqliteStore:
             self._cache[kind] = bucket
         return bucket
 
-    def _new_id(self) -> int:
+    def _new_id(self) -> int | None:
         """This file's identity (:meth:`state_token`): a random number recorded once,
         when the file is made or first opened by code that knows it (the first
-        process to record it wins; the others read it)."""
+        process to record it wins; the others read it). None when it cannot be
+        recorded now (the file is read-only, another writer holds the lock past the
+        busy timeout): then this store names no state token."""
         db = self._conn
-        db.execute(
-            "INSERT OR IGNORE INTO meta(name, value) VALUES ('store_id', abs(random()))"
-        )
-        return int(db.execute("SELECT value FROM meta WHERE name = 'store_id'").fetchone()[0])
+        try:
+            db.execute(
+                "INSERT OR IGNORE INTO meta(name, value) VALUES ('store_id', abs(random()))"
+            )
+        except sqlite3.OperationalError:
+            return None
+        row = db.execute("SELECT value FROM meta WHERE name = 'store_id'").fetchone()
+        return None if row is None else int(row[0])
 
     def _read_data_version(self) -> int:
         return int(self._conn.execute("PRAGMA data_version").fetchone()[0])
@@ -314,7 +320,7 @@ class SqliteStore:
         committed revision (None inside this process's own open transaction: the
         revision then names writes not committed yet)."""
         self._refresh()
-        if self._in_sql_txn:
+        if self._in_sql_txn or self._store_id is None:
             return None
         return f"sqlite:{self._store_id}:{self._revision}"
 
