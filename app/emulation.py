@@ -22,14 +22,14 @@ from control.rulecache import CompiledCache, RuleCache
 from control.session import Session
 from control.store.base import Store, peek
 from dataplane.backends.emulated import answerers
-from dataplane.dns import DnsZone, build_zone, pod_resolv_conf
 from dataplane.emulator.cluster import EmulatedCluster
 from dataplane.netfilter import format_save
 from dataplane.proxy.ipvs import IpvsRender
+from netmodel.dnszone import DnsZone, build_zone
 from netmodel.errors import InputError, NotFoundError
 from netmodel.lazy import LazyMapping
 from netmodel.objects import EndpointSlice, Namespace, Node, Pod, Service
-from netmodel.resolvconf import ResolvConf
+from netmodel.resolvconf import ResolvConf, pod_resolv_conf
 from netmodel.rulesets import IptablesRules, IpvsRules, NftRules, RulesetInput
 from netmodel.topology import PodInfo, build, build_lazy, node_info, pod_ns
 from netmodel.view import ClusterView
