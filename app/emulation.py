@@ -20,7 +20,7 @@ from control.noderules import NodeRulesSource
 from control.proxyenv import proxy_mode
 from control.rulecache import CompiledCache, RuleCache
 from control.session import Session
-from control.store.base import Store, peek
+from control.store.base import Store, peek, scan
 from dataplane.backends.emulated import answerers
 from dataplane.emulator.cluster import EmulatedCluster
 from dataplane.netfilter import format_save
@@ -161,23 +161,27 @@ _POD_FIELDS = (
 def _placed_pods(session: Session) -> tuple[list[PodInfo], list[str], _PodsByNs]:
     """:func:`running_pods` as the network needs them (key, node, IP), the namespaces
     of those serving cluster DNS (:func:`is_dns_pod`), and each one's Pod on demand:
-    read through :func:`control.store.base.scan`, without decoding every Pod (and
-    kept in the state directory's cache while the store is unchanged:
-    :meth:`control.rulecache.RuleCache.scan`)."""
-    pods: list[PodInfo] = []
-    dns: list[str] = []
-    keys: dict[str, str] = {}
-    want_dns = DNS_APP[_DNS_LABEL]
-    rows = RuleCache.for_state(session.state_dir).scan(session.store, "Pod", _POD_FIELDS)
-    for key, node, ip, host_network, app in rows:
-        if not (ip and node) or host_network:
-            continue
-        pods.append(PodInfo(key, node, IPv4Address(ip)))
-        ns = pod_ns(key)
-        keys[ns] = key
-        if app == want_dns and key.partition("/")[0] == DNS_NAMESPACE:
-            dns.append(ns)
-    return pods, dns, _PodsByNs(session.store, keys)
+    read through :func:`control.store.base.scan`, without decoding every Pod, and kept
+    in the state directory's cache while the store is unchanged
+    (:meth:`control.rulecache.RuleCache.derived`)."""
+
+    def placed() -> tuple[list[tuple[str, str, IPv4Address]], list[str]]:
+        out: list[tuple[str, str, IPv4Address]] = []
+        dns: list[str] = []
+        want_dns = DNS_APP[_DNS_LABEL]
+        for key, node, ip, host_network, app in scan(session.store, "Pod", _POD_FIELDS):
+            if not (ip and node) or host_network:
+                continue
+            out.append((key, node, IPv4Address(ip)))  # (an address pickles as its int)
+            if app == want_dns and key.partition("/")[0] == DNS_NAMESPACE:
+                dns.append(pod_ns(key))
+        return out, dns
+
+    cache = RuleCache.for_state(session.state_dir)
+    rows, dns = cache.derived(session.store, f"placed-pods/1/{_POD_FIELDS!r}", placed)
+    pods = [PodInfo(key, node, ip) for key, node, ip in rows]
+    keys = {pod_ns(key): key for key, _, _ in rows}
+    return pods, list(dns), _PodsByNs(session.store, keys)
 
 
 def view(

@@ -356,7 +356,7 @@ def test_pod_placements_are_kept_only_while_the_store_is_unchanged(tmp_path: Pat
 
     state = _cluster(tmp_path, "iptables")
     shutil.rmtree(state / rulecache.CACHE_DIR, ignore_errors=True)
-    scanned = state / rulecache.CACHE_DIR / "scanned"
+    scanned = state / rulecache.CACHE_DIR / "derived"
 
     def entries() -> int:
         for level in rulecache._MEMORY.values():
