@@ -144,7 +144,8 @@ class NodeRulesSource:
         """What the emulator evaluates for ``node`` (``convert`` of its :meth:`state`)
         and the Service addresses its kube-proxy binds to the node (IPVS mode; else
         none), through :attr:`cache` when there is one (keyed by everything the render
-        reads: :func:`control.rulecache.inputs_key`)."""
+        reads: :func:`control.rulecache.inputs_key`). The node's :meth:`state` is not
+        kept after it is converted."""
         from dataplane.proxy.ipvs import IpvsRender
 
         key = None
@@ -164,6 +165,11 @@ class NodeRulesSource:
         state = self.state(node)
         r = state.rendered
         value = (convert(state), tuple(r.addresses) if isinstance(r, IpvsRender) else ())
+        # the sink's parsed model of the rules (60,000 rules at 1,000 Services) is not
+        # kept once converted: the caller keeps the value, and the node's next question
+        # starts from the cache (or syncs again)
+        del state, r
+        self._states.pop(node, None)
         if self.cache is not None and key is not None:
             self.cache.put("rendered", key, value)
         return value

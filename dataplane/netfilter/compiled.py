@@ -307,17 +307,18 @@ def _compile_rules(
     return crules, idx
 
 
-#: one chain as a pickled ruleset keeps it: (policy, counters, declared, the pickle of
-#: its rules)
-ChainPart = tuple[str | None, tuple[int, int], bool, bytes]
+#: one chain of a lazy table: (policy, counters, declared, its rules, or their pickle
+#: in a ruleset restored from its own)
+ChainPart = tuple[str | None, tuple[int, int], bool, "bytes | tuple[R.Rule, ...]"]
 
 
 class _LazyTable(Mapping[str, CChain]):
-    """One table of a :class:`CompiledRuleset` restored from its pickle: a chain is made
-    when first looked up (without its rules), and its rules are unpickled and compiled
-    when it is loaded (:meth:`CChain.load`: when it first runs, or when a chain that is
-    built jumps to it). Each chain's rules were pickled on their own, so a question
-    that runs three chains of a 60,000-rule table unpickles three chains' rules."""
+    """One table of a lazy :class:`CompiledRuleset` (restored from its pickle, or made
+    with ``lazy``): a chain is made when first looked up (without its rules), and its
+    rules are compiled (first unpickled, when restored) when it is loaded
+    (:meth:`CChain.load`: when it first runs, or when a chain that is built jumps to
+    it). Each chain's rules were pickled on their own, so a question that runs three
+    chains of a 60,000-rule table unpickles and compiles three chains' rules."""
 
     def __init__(self, name: str, parts: dict[str, ChainPart], sets: Mapping[str, IpSet],
                  linear: bool) -> None:
@@ -340,8 +341,20 @@ class _LazyTable(Mapping[str, CChain]):
     def __len__(self) -> int:
         return len(self.parts)
 
+    def rules(self, name: str) -> tuple[R.Rule, ...]:
+        got = self.parts[name][3]
+        return pickle.loads(got) if isinstance(got, bytes) else got
+
+    def pickled(self) -> dict[str, ChainPart]:
+        """The parts with every chain's rules as their pickle."""
+        return {
+            name: (p, c, d, x if isinstance(x, bytes)
+                   else pickle.dumps(x, protocol=pickle.HIGHEST_PROTOCOL))
+            for name, (p, c, d, x) in self.parts.items()
+        }
+
     def fill(self, chain: CChain) -> None:
-        rules: tuple[R.Rule, ...] = pickle.loads(self.parts[chain.name][3])
+        rules = self.rules(chain.name)
         chain.rules, chain.index = _compile_rules(rules, self.name, self.sets, self.linear)
         for cr in chain.rules:
             if isinstance(cr.target, R.Jump):
@@ -350,14 +363,16 @@ class _LazyTable(Mapping[str, CChain]):
     def table(self) -> R.Table:
         """The table as parsed (every chain's rules unpickled)."""
         return R.Table(self.name, {
-            name: R.Chain(name, policy, pickle.loads(blob), counters, declared)
-            for name, (policy, counters, declared, blob) in self.parts.items()
+            name: R.Chain(name, policy, self.rules(name), counters, declared)
+            for name, (policy, counters, declared, _) in self.parts.items()
         })
 
 
 class CompiledRuleset:
     """A :class:`~.rules.Ruleset` compiled for evaluation (tests and indexes built once).
-    ``linear`` disables the indexes.
+    ``linear`` disables the indexes. ``lazy``: each chain is compiled when first loaded
+    (as a restored one is, below), not all at once: what a question about one packet
+    wants of a 60,000-rule table.
 
     Pickled, it keeps each chain's rules as a pickle of their own and comes back lazy
     (:class:`_LazyTable`): restoring it costs a bytes object per chain, and only the
@@ -366,12 +381,19 @@ class CompiledRuleset:
     loaded early, so verdicts and traces are the same."""
 
     def __init__(self, ruleset: R.Ruleset, *, sets: Mapping[str, IpSet] | None = None,
-                 linear: bool = False) -> None:
+                 linear: bool = False, lazy: bool = False) -> None:
         self._ruleset: R.Ruleset | None = ruleset
         self.family = ruleset.family
         self.sets = sets or {}
         self.linear = linear
         self.tables: dict[str, Mapping[str, CChain]] = {}
+        if lazy:
+            for tname, table in ruleset.tables.items():
+                parts: dict[str, ChainPart] = {
+                    c.name: (c.policy, c.counters, c.declared, c.rules) for c in table
+                }
+                self.tables[tname] = _LazyTable(tname, parts, self.sets, linear)
+            return
         for tname, table in ruleset.tables.items():
             chains: dict[str, CChain] = {}
             for chain in table:
@@ -401,7 +423,7 @@ class CompiledRuleset:
         parts: dict[str, dict[str, ChainPart]] = {}
         for tname, chains in self.tables.items():
             if isinstance(chains, _LazyTable):
-                parts[tname] = chains.parts
+                parts[tname] = chains.pickled()
                 continue
             assert self._ruleset is not None
             parts[tname] = {

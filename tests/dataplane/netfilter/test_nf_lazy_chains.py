@@ -1,7 +1,8 @@
-"""A compiled ruleset restored from its pickle loads a chain's rules only when the chain
-runs (or a chain being built jumps to it), and answers exactly as the ruleset compiled
-at once: same verdicts, marks, NAT, trace records and rule counts, packet after packet
-(``CompiledRuleset.__reduce__``, what the state directory's compiled-rule cache keeps)."""
+"""A compiled ruleset restored from its pickle (``CompiledRuleset.__reduce__``, what the
+state directory's compiled-rule cache keeps), or made ``lazy``, loads a chain's rules only
+when the chain runs (or a chain being built jumps to it), and answers exactly as the
+ruleset compiled at once: same verdicts, marks, NAT, trace records and rule counts,
+packet after packet."""
 
 from __future__ import annotations
 
@@ -48,18 +49,20 @@ def test_restored_and_compiled_rulesets_agree(
     rs = parse_save(text)
     restored = _restored(rs, linear=linear)
     assert not _loaded(restored)
+    lazy = CompiledRuleset(rs, linear=linear, lazy=True)
     engines = [
         Netfilter(rs, rng=Random(seed), local_addrs=[ip_address("9.9.9.9")],
                   compiled=cr, linear=linear)
-        for cr in (CompiledRuleset(rs, linear=linear), restored)
+        for cr in (CompiledRuleset(rs, linear=linear), restored, lazy)
     ]
     for i in range(12):
         p = Packet.make(
             SRCS[i % 2], DSTS[i % 3], ("tcp", "udp", "icmp")[i % 3], 1000 + i, 80 + (i // 3) % 2
         )
-        a, b = (e.traverse(p) for e in engines)
-        assert _seen(a) == _seen(b)
-    assert restored.ruleset == rs
+        a, b, c = (e.traverse(p) for e in engines)
+        assert _seen(a) == _seen(b) == _seen(c)
+    assert restored.ruleset == rs == lazy.ruleset
+    assert pickle.loads(pickle.dumps(lazy)).ruleset == rs
 
 
 def test_kube_proxy_rules_load_only_the_chains_a_packet_runs(
@@ -151,13 +154,16 @@ def test_a_packet_to_one_service_loads_that_service_s_chains() -> None:
     endpoints' chains and what they jump to: no other Service's."""
     rs = parse_save(_services(40, 3))
     restored = _restored(rs)
+    made = CompiledRuleset(rs, lazy=True)
     eager = Netfilter(rs, rng=Random(1))
     lazy = Netfilter(rs, rng=Random(1), compiled=restored)
-    assert not _loaded(restored)
+    lazy_made = Netfilter(rs, rng=Random(1), compiled=made)
+    assert not _loaded(restored) and not _loaded(made)
     for i, dst in enumerate(["10.96.0.7", "10.96.0.7", "10.96.0.9", "10.1.2.3"]):
         p = Packet.make("10.0.0.2", dst, "tcp", 1000 + i, 80, flags=frozenset({"SYN"}))
-        a, b = eager.traverse(p), lazy.traverse(p)
-        assert _seen(a) == _seen(b)
+        a, b, c = eager.traverse(p), lazy.traverse(p), lazy_made.traverse(p)
+        assert _seen(a) == _seen(b) == _seen(c)
+        assert _loaded(made) == _loaded(restored)
         if i == 0:
             assert _loaded(restored) == {
                 ("nat", c) for c in ("PREROUTING", "POSTROUTING", "KUBE-SERVICES",
