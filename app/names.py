@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import re
 from ipaddress import ip_address
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dataplane.emulator.cluster import EmulatedCluster
-from dataplane.emulator.resolver import Resolution, resolve
 from netmodel.errors import InputError, SvclabError
+
+if TYPE_CHECKING:  # (imported when a name is looked up: it loads dnspython)
+    from dataplane.emulator.resolver import Resolution
 
 _HOSTNAME = re.compile(r"[A-Za-z0-9_]([A-Za-z0-9_.-]*[A-Za-z0-9_.])?")
 _LOGICAL = ("pod/", "node/", "svc/", "service/", "ext/")
@@ -74,6 +76,8 @@ def lookup(emu: EmulatedCluster, src: str, name: str) -> Resolution:
     conf = emu.resolv_confs.get(src)
     if conf is None:
         raise InputError(f"{src} is not a pod: only pods resolve names (give an IP)", field="DST")
+    from dataplane.emulator.resolver import resolve
+
     res = resolve(emu, src, name, conf)
     if res.status != "ok":
         raise LookupFailed(res)

@@ -83,6 +83,9 @@ class NodeRulesSource:
         self._objs: list[KubeObject] | None = None
         self._nodes: list[str] | None = None
         self._states: dict[str, NodeRules] = {}
+        #: what the rendered-level key names of each object: (kind, key, uid,
+        #: resourceVersion), Nodes by name, then Services and EndpointSlices
+        self._ids: tuple[dict[str, tuple[str, ...]], list[tuple[str, ...]]] | None = None
 
     def _objects(self) -> list[KubeObject]:
         if self._objs is None:
@@ -95,10 +98,27 @@ class NodeRulesSource:
             ]
         return self._objs
 
+    def _identities(self) -> tuple[dict[str, tuple[str, ...]], list[tuple[str, ...]]]:
+        """Each object's (kind, key, uid, resourceVersion) as :func:`inputs_key` names
+        it, read through :func:`control.store.base.scan` (no object decoded: a warm
+        cache hit needs no more)."""
+        if self._ids is None:
+            from control.store.base import scan
+
+            meta = [("metadata", "uid"), ("metadata", "resourceVersion")]
+
+            def ids(kind: str) -> list[tuple[str, ...]]:
+                return [(kind, key, str(uid), str(rv)) for key, uid, rv in scan(
+                    self.store, kind, meta)]
+
+            nodes = {i[1]: i for i in ids("Node")}
+            self._ids = (nodes, [*ids("Service"), *ids("EndpointSlice")])
+        return self._ids
+
     def nodes(self) -> list[str]:
         """Every node with a kube-proxy (every Node object), in store order."""
-        self._objects()
-        assert self._nodes is not None
+        if self._nodes is None:
+            self._nodes = list(self._identities()[0])
         return list(self._nodes)
 
     def state(self, node: str) -> NodeRules:
@@ -124,19 +144,20 @@ class NodeRulesSource:
         """What the emulator evaluates for ``node`` (``convert`` of its :meth:`state`)
         and the Service addresses its kube-proxy binds to the node (IPVS mode; else
         none), through :attr:`cache` when there is one (keyed by everything the render
-        reads: :func:`control.rulecache.inputs_key`)."""
+        reads: :func:`control.rulecache.inputs_key`). The node's :meth:`state` is not
+        kept after it is converted."""
         from dataplane.proxy.ipvs import IpvsRender
 
         key = None
         if self.cache is not None:
-            from control.rulecache import inputs_key
+            from control.rulecache import identities_key
 
-            objs = self._objects()
-            mine = [o for o in objs if not isinstance(o, Node) or o.name == node]
-            if not any(isinstance(o, Node) for o in mine):
+            nodes, others = self._identities()
+            if node not in nodes:
                 raise KeyError(node)
-            key = inputs_key(
-                ["node-rules", node, repr(self.cluster), repr(self.proxy_config)], mine
+            key = identities_key(
+                ["node-rules", node, repr(self.cluster), repr(self.proxy_config)],
+                [nodes[node], *others],
             )
             hit = self.cache.get("rendered", key)
             if hit is not None:
@@ -144,6 +165,11 @@ class NodeRulesSource:
         state = self.state(node)
         r = state.rendered
         value = (convert(state), tuple(r.addresses) if isinstance(r, IpvsRender) else ())
+        # the sink's parsed model of the rules (60,000 rules at 1,000 Services) is not
+        # kept once converted: the caller keeps the value, and the node's next question
+        # starts from the cache (or syncs again)
+        del state, r
+        self._states.pop(node, None)
         if self.cache is not None and key is not None:
             self.cache.put("rendered", key, value)
         return value

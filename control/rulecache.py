@@ -1,7 +1,8 @@
-"""Each node's rules, and their compiled form, cached by content.
+"""Each node's rules, and their compiled form, cached by content (and other values a
+question derives from the store, by the store's state).
 
-Two levels, both keyed by what determines the value, so that an entry is reused exactly
-while the node's rules are unchanged:
+Three levels, each keyed by what determines the value, so that an entry is reused
+exactly while that is unchanged:
 
 * **rendered** — a node's :data:`~netmodel.rulesets.RulesetInput` (and, in IPVS
   mode, the Service addresses it binds), keyed by a hash of what a kube-proxy renders
@@ -12,7 +13,13 @@ while the node's rules are unchanged:
 * **compiled** — the parsed and compiled form of one RulesetInput
   (the emulator's ``CompiledRules``, opaque here: the control plane does not import the
   emulator), keyed by a hash of its text.
-  Saves the parse and the compile; nodes with equal rules share one entry.
+  Saves the parse and the compile; nodes with equal rules share one entry. Compiled
+  iptables rules pickle chain by chain and come back lazy: a question unpickles only
+  the chains its packets run (:class:`dataplane.netfilter.compiled.CompiledRuleset`).
+* **derived** — a value computed from the store's objects alone (where every Pod is,
+  say: :meth:`RuleCache.derived`), keyed by the store's state token (its file's identity
+  and committed revision: :func:`control.store.base.state_token`) and the value's name.
+  Saves reading every row of a kind.
 
 Where: in memory, for the life of the process (``svclab serve`` answers many questions in
 one; bounded), and, for a persistent cluster, under ``DIR/cache/`` (one file per entry,
@@ -34,16 +41,18 @@ import os
 import pickle
 import sys
 from collections import OrderedDict
-from collections.abc import Iterable, Iterator, MutableMapping
+from collections.abc import Callable, Iterable, Iterator, MutableMapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from netmodel.objects import KubeObject
 
 if TYPE_CHECKING:
+    from control.store.base import Store
     from netmodel.rulesets import RulesetInput
 
 FORMAT = 1
+T = TypeVar("T")
 CACHE_DIR = "cache"
 MAX_FILES = 512
 MAX_MEMORY = 64
@@ -54,7 +63,9 @@ _CODE = ("dataplane/netfilter", "dataplane/proxy", "dataplane/emulator/filters.p
 _ROOT = Path(__file__).resolve().parents[1]
 _fingerprint: str | None = None
 
-_MEMORY: dict[str, OrderedDict[str, Any]] = {"rendered": OrderedDict(), "compiled": OrderedDict()}
+_MEMORY: dict[str, OrderedDict[str, Any]] = {
+    "rendered": OrderedDict(), "compiled": OrderedDict(), "derived": OrderedDict()
+}
 
 
 def fingerprint() -> str:
@@ -78,11 +89,21 @@ def fingerprint() -> str:
 def inputs_key(parts: Iterable[str], objects: Iterable[KubeObject]) -> str:
     """The rendered-level key: ``parts`` (the Cluster, the KubeProxyConfiguration, the
     node) and every object's (kind, key, uid, resourceVersion)."""
+    return identities_key(
+        parts,
+        ((o.kind, o.key, str(o.metadata.uid), str(o.metadata.resource_version))
+         for o in objects),
+    )
+
+
+def identities_key(parts: Iterable[str], identities: Iterable[tuple[str, ...]]) -> str:
+    """:func:`inputs_key` from each object's (kind, key, uid, resourceVersion) as text
+    (None as ``"None"``), without the objects."""
     h = hashlib.sha256(fingerprint().encode())
     for p in parts:
         h.update(p.encode() + b"\0")
-    for o in objects:
-        h.update(f"{o.kind}|{o.key}|{o.metadata.uid}|{o.metadata.resource_version}\n".encode())
+    for i in identities:
+        h.update(("|".join(i) + "\n").encode())
     return h.hexdigest()
 
 
@@ -100,8 +121,8 @@ class RuleCache:
 
     def __init__(self, directory: Path | None) -> None:
         self.directory = directory
-        self.hits = {"rendered": 0, "compiled": 0}
-        self.misses = {"rendered": 0, "compiled": 0}
+        self.hits = {"rendered": 0, "compiled": 0, "derived": 0}
+        self.misses = {"rendered": 0, "compiled": 0, "derived": 0}
 
     @classmethod
     def for_state(cls, state_dir: Path | None) -> RuleCache:
@@ -124,6 +145,25 @@ class RuleCache:
     def put(self, level: str, key: str, value: Any) -> None:
         self._remember(level, key, value)
         self._write(level, key, value)
+
+    def derived(self, store: Store, name: str, compute: Callable[[], T]) -> T:
+        """``compute()``, a value derived from ``store``'s objects alone (``name`` says
+        which, and the version of the code that derives it), kept by the store's
+        :func:`~control.store.base.state_token` (level ``derived``): on a persistent
+        cluster that has not changed, a question reads, say, where 20,000 Pods are
+        from one small file instead of reading every Pod's row. A store without a
+        token (another backend, an open transaction) derives it every time."""
+        from control.store.base import state_token
+
+        token = state_token(store)
+        if token is None:
+            return compute()
+        key = hashlib.sha256(repr((FORMAT, fingerprint(), token, name)).encode()).hexdigest()
+        value = self.get("derived", key)
+        if value is None:
+            value = compute()
+            self.put("derived", key, value)
+        return value
 
     def compiled(self) -> CompiledCache:
         """The compiled level as the mapping :meth:`EngineFilter.build` takes."""

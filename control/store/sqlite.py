@@ -42,10 +42,11 @@ from __future__ import annotations
 import bisect
 import builtins
 import sqlite3
-from collections.abc import Collection, Iterator
+from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 from control.store.base import EventType, WatchEvent, bulk, iter_matching
 from netmodel.errors import CompactedError, ConflictError, NotFoundError
@@ -116,6 +117,7 @@ class SqliteStore:
         meta = dict(db.execute("SELECT name, value FROM meta").fetchall())
         self._revision: int = int(meta.get("revision", 0))
         self._compacted: int = int(meta.get("compacted", 0))
+        self._store_id = int(meta["store_id"]) if "store_id" in meta else self._new_id()
         self._opened_at = self._revision
         self._cache: dict[str, dict[str, KubeObject]] = {}
         self._keys: dict[str, builtins.list[str]] = {}  # sorted keys per kind, lazily
@@ -145,6 +147,22 @@ class SqliteStore:
                 bucket = {key: _load(kind, data) for key, data in rows}
             self._cache[kind] = bucket
         return bucket
+
+    def _new_id(self) -> int | None:
+        """This file's identity (:meth:`state_token`): a random number recorded once,
+        when the file is made or first opened by code that knows it (the first
+        process to record it wins; the others read it). None when it cannot be
+        recorded now (the file is read-only, another writer holds the lock past the
+        busy timeout): then this store names no state token."""
+        db = self._conn
+        try:
+            db.execute(
+                "INSERT OR IGNORE INTO meta(name, value) VALUES ('store_id', abs(random()))"
+            )
+        except sqlite3.OperationalError:
+            return None
+        row = db.execute("SELECT value FROM meta WHERE name = 'store_id'").fetchone()
+        return None if row is None else int(row[0])
 
     def _read_data_version(self) -> int:
         return int(self._conn.execute("PRAGMA data_version").fetchone()[0])
@@ -280,6 +298,45 @@ class SqliteStore:
         if keys is None:
             keys = self._keys[kind] = sorted(bucket)
         return iter_matching((bucket[k] for k in keys), namespace, selector)
+
+    def scan(self, kind: str, paths: Sequence[Sequence[str]]) -> builtins.list[tuple[Any, ...]]:
+        """:func:`control.store.base.scan`: the values read by SQLite from the stored
+        JSON, no object built (this connection sees its own writes: the same state as
+        the cache)."""
+        self._refresh()
+        if not paths:
+            rows = self._conn.execute(
+                "SELECT key FROM objects WHERE kind = ? ORDER BY key", (kind,)
+            ).fetchall()
+            return rows
+        cols = ", ".join("json_extract(data, ?)" for _ in paths)
+        args = ["$" + "".join('."' + k.replace('"', '""') + '"' for k in p) for p in paths]
+        return self._conn.execute(
+            f"SELECT key, {cols} FROM objects WHERE kind = ? ORDER BY key", (*args, kind)
+        ).fetchall()
+
+    def state_token(self) -> str | None:
+        """:func:`control.store.base.state_token`: this file's identity and the
+        committed revision (None inside this process's own open transaction: the
+        revision then names writes not committed yet)."""
+        self._refresh()
+        if self._in_sql_txn or self._store_id is None:
+            return None
+        return f"sqlite:{self._store_id}:{self._revision}"
+
+    def peek(self, kind: str, key: str) -> KubeObject:
+        """:meth:`get`, reading only that row when ``kind`` is not loaded yet (not
+        cached: a later :meth:`get` loads the kind as before)."""
+        self._refresh()
+        bucket = self._cache.get(kind)
+        if bucket is not None:
+            return self.get(kind, key)
+        row = self._conn.execute(
+            "SELECT data FROM objects WHERE kind = ? AND key = ?", (kind, key)
+        ).fetchone()
+        if row is None:
+            raise NotFoundError(f"{kind} {key!r} not found")
+        return _load(kind, row[0])
 
     def watch(self, since: int, kinds: Collection[str] | None = None) -> builtins.list[WatchEvent]:
         self._refresh()

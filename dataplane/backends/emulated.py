@@ -17,7 +17,6 @@ from dataplane.backends.base import (
     conntrack_selected,
     node_names,
 )
-from dataplane.dns import ZoneAnswerer
 from dataplane.emulator.cluster import EmulatedCluster
 from dataplane.emulator.filters import CompiledRules
 from dataplane.emulator.trace import Trace
@@ -37,6 +36,8 @@ def answerers(view: ClusterView) -> dict[str, dict[tuple[str, int], Answerer]]:
     view's zone (one shared answerer: one cache, as if the pods shared it)."""
     if view.dns_zone is None or not view.dns_servers:
         return {}
+    from dataplane.dns import ZoneAnswerer  # (it loads dnspython: only for a cluster DNS)
+
     answer = ZoneAnswerer(view.dns_zone)
     return {ns: {("udp", 53): answer, ("tcp", 53): answer} for ns in view.dns_servers}
 

@@ -69,6 +69,8 @@ def _body(chain: CChain, ns: Ns, sets: Mapping[str, IpSet]) -> list[str]:
         rec_plain = f"{ind}if rec is not None: rec.append(({r}, w.mark, None))"
         k = cr.kind
         t = cr.target
+        if k == K_JUMP and cr.dest is not None:
+            cr.dest.load()  # a lazily restored chain: its rules, to see if it is empty
         if k == K_JUMP and cr.dest is not None and not cr.dest.rules:
             # a jump to an empty chain: it returns at once (rulesets do not change)
             out += [rec_plain, f"{ind}if rec is not None: rec.append(({ns.bind(cr.dest)}, w.mark))"]

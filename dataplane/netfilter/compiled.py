@@ -14,7 +14,8 @@ On the hot path the engine records cheap tuples; :func:`materialize` turns them 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import pickle
+from collections.abc import Callable, Iterator, Mapping
 
 from . import rules as R
 from .codegen import chain_function
@@ -232,12 +233,15 @@ class CRule:
 
 
 class CChain:
-    """A compiled chain: rules, policy, optional index."""
+    """A compiled chain: rules, policy, optional index. A chain of a ruleset restored
+    from its pickle (:meth:`CompiledRuleset.__reduce__`) starts without its rules: they
+    are loaded by :meth:`load`, at the latest when the chain first runs."""
 
-    __slots__ = ("fn", "index", "name", "policy", "rules", "sets", "table")
+    __slots__ = ("_source", "fn", "index", "name", "policy", "rules", "sets", "table")
 
     def __init__(self, name: str, policy: str | None, rules: list[CRule],
-                 index: ChainIndex[CRule] | None, table: str, sets: Mapping[str, IpSet]) -> None:
+                 index: ChainIndex[CRule] | None, table: str, sets: Mapping[str, IpSet],
+                 source: _LazyTable | None = None) -> None:
         self.name = name
         self.table = table
         self.sets = sets
@@ -245,15 +249,25 @@ class CChain:
         self.policy = policy
         self.rules = rules
         self.index = index
+        self._source = source
 
     def _first_call(self, w: Work, rec: RawTrace | None) -> int:
         """Build the chain's function on first use, then run it."""
         self.build()
         return self.fn(w, rec)
 
+    def load(self) -> None:
+        """Load the rules of a lazily restored chain (nothing when they are here)."""
+        src = self._source
+        if src is not None:
+            self._source = None
+            src.fill(self)
+
     def build(self) -> None:
         """Generated code (:mod:`.codegen`) for the chain, or the index-driven walker
         for big chains."""
+        if self._source is not None:
+            self.load()
         if self.index is None:
             self.fn = chain_function(self, self.sets)
             return
@@ -278,32 +292,166 @@ class CChain:
         self.fn = indexed_builtin
 
 
+def _compile_rules(
+    rules: tuple[R.Rule, ...], table: str, sets: Mapping[str, IpSet], linear: bool
+) -> tuple[list[CRule], ChainIndex[CRule] | None]:
+    """One chain's compiled rules and, for a big chain, its index (jump destinations
+    are left to the caller)."""
+    crules = [CRule(r, i, sets, table) for i, r in enumerate(rules, 1)]
+    idx = None
+    if not linear and len(crules) >= INDEX_MIN_RULES:
+        idx = ChainIndex([index_key(r) for r in rules], crules)
+        for cr, r in zip(crules, rules, strict=True):
+            if index_covers(r):
+                cr.test = None  # an index hit is the whole test
+    return crules, idx
+
+
+#: one chain of a lazy table: (policy, counters, declared, its rules, or their pickle
+#: in a ruleset restored from its own)
+ChainPart = tuple[str | None, tuple[int, int], bool, "bytes | tuple[R.Rule, ...]"]
+
+
+class _LazyTable(Mapping[str, CChain]):
+    """One table of a lazy :class:`CompiledRuleset` (restored from its pickle, or made
+    with ``lazy``): a chain is made when first looked up (without its rules), and its
+    rules are compiled (first unpickled, when restored) when it is loaded
+    (:meth:`CChain.load`: when it first runs, or when a chain that is built jumps to
+    it). Each chain's rules were pickled on their own, so a question that runs three
+    chains of a 60,000-rule table unpickles and compiles three chains' rules."""
+
+    def __init__(self, name: str, parts: dict[str, ChainPart], sets: Mapping[str, IpSet],
+                 linear: bool) -> None:
+        self.name = name
+        self.parts = parts
+        self.sets = sets
+        self.linear = linear
+        self.made: dict[str, CChain] = {}
+
+    def __getitem__(self, name: str) -> CChain:
+        c = self.made.get(name)
+        if c is None:
+            policy = self.parts[name][0]  # KeyError: no such chain
+            c = self.made[name] = CChain(name, policy, [], None, self.name, self.sets, self)
+        return c
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.parts)
+
+    def __len__(self) -> int:
+        return len(self.parts)
+
+    def rules(self, name: str) -> tuple[R.Rule, ...]:
+        got = self.parts[name][3]
+        return pickle.loads(got) if isinstance(got, bytes) else got
+
+    def pickled(self) -> dict[str, ChainPart]:
+        """The parts with every chain's rules as their pickle."""
+        return {
+            name: (p, c, d, x if isinstance(x, bytes)
+                   else pickle.dumps(x, protocol=pickle.HIGHEST_PROTOCOL))
+            for name, (p, c, d, x) in self.parts.items()
+        }
+
+    def fill(self, chain: CChain) -> None:
+        rules = self.rules(chain.name)
+        chain.rules, chain.index = _compile_rules(rules, self.name, self.sets, self.linear)
+        for cr in chain.rules:
+            if isinstance(cr.target, R.Jump):
+                cr.dest = self[cr.target.chain]
+
+    def table(self) -> R.Table:
+        """The table as parsed (every chain's rules unpickled)."""
+        return R.Table(self.name, {
+            name: R.Chain(name, policy, self.rules(name), counters, declared)
+            for name, (policy, counters, declared, _) in self.parts.items()
+        })
+
+
 class CompiledRuleset:
     """A :class:`~.rules.Ruleset` compiled for evaluation (tests and indexes built once).
-    ``linear`` disables the indexes."""
+    ``linear`` disables the indexes. ``lazy``: each chain is compiled when first loaded
+    (as a restored one is, below), not all at once: what a question about one packet
+    wants of a 60,000-rule table.
+
+    Pickled, it keeps each chain's rules as a pickle of their own and comes back lazy
+    (:class:`_LazyTable`): restoring it costs a bytes object per chain, and only the
+    chains a packet runs (or that a built chain jumps to) are unpickled and compiled. The
+    ruleset was checked as a whole when it was parsed; a chain loaded late is the chain
+    loaded early, so verdicts and traces are the same."""
 
     def __init__(self, ruleset: R.Ruleset, *, sets: Mapping[str, IpSet] | None = None,
-                 linear: bool = False) -> None:
-        self.ruleset = ruleset
+                 linear: bool = False, lazy: bool = False) -> None:
+        self._ruleset: R.Ruleset | None = ruleset
         self.family = ruleset.family
-        self.tables: dict[str, dict[str, CChain]] = {}
+        self.sets = sets or {}
+        self.linear = linear
+        self.tables: dict[str, Mapping[str, CChain]] = {}
+        if lazy:
+            for tname, table in ruleset.tables.items():
+                parts: dict[str, ChainPart] = {
+                    c.name: (c.policy, c.counters, c.declared, c.rules) for c in table
+                }
+                self.tables[tname] = _LazyTable(tname, parts, self.sets, linear)
+            return
         for tname, table in ruleset.tables.items():
             chains: dict[str, CChain] = {}
             for chain in table:
-                crules = [CRule(r, i, sets or {}, tname) for i, r in enumerate(chain.rules, 1)]
-                idx = None
-                if not linear and len(crules) >= INDEX_MIN_RULES:
-                    idx = ChainIndex([index_key(r) for r in chain.rules], crules)
-                    for cr, r in zip(crules, chain.rules, strict=True):
-                        if index_covers(r):
-                            cr.test = None  # an index hit is the whole test
+                crules, idx = _compile_rules(chain.rules, tname, self.sets, linear)
                 chains[chain.name] = CChain(chain.name, chain.policy, crules, idx, tname,
-                                            sets or {})
+                                            self.sets)
             for c in chains.values():
                 for cr in c.rules:
                     if isinstance(cr.target, R.Jump):
                         cr.dest = chains[cr.target.chain]
             self.tables[tname] = chains
+
+    @classmethod
+    def _restore(cls, family: int, parts: dict[str, dict[str, ChainPart]],
+                 sets: Mapping[str, IpSet], linear: bool) -> CompiledRuleset:
+        self = cls.__new__(cls)
+        self._ruleset = None
+        self.family = family
+        self.sets = sets
+        self.linear = linear
+        self.tables = {t: _LazyTable(t, p, sets, linear) for t, p in parts.items()}
+        return self
+
+    def __reduce__(self) -> tuple[object, ...]:
+        """Pickle as per-chain parts (see the class docstring): only the rules, never
+        the compiled functions (made again on the other side, when needed)."""
+        parts: dict[str, dict[str, ChainPart]] = {}
+        for tname, chains in self.tables.items():
+            if isinstance(chains, _LazyTable):
+                parts[tname] = chains.pickled()
+                continue
+            assert self._ruleset is not None
+            parts[tname] = {
+                c.name: (c.policy, c.counters, c.declared,
+                         pickle.dumps(c.rules, protocol=pickle.HIGHEST_PROTOCOL))
+                for c in self._ruleset.tables[tname]
+            }
+        return (CompiledRuleset._restore, (self.family, parts, self.sets, self.linear))
+
+    @property
+    def ruleset(self) -> R.Ruleset:
+        """The ruleset compiled (restored lazily: every chain's rules unpickled now)."""
+        if self._ruleset is None:
+            tables = {}
+            for tname, chains in self.tables.items():
+                assert isinstance(chains, _LazyTable)
+                tables[tname] = chains.table()
+            self._ruleset = R.Ruleset(tables, self.family)
+        return self._ruleset
+
+    def loaded_chains(self) -> dict[str, list[str]]:
+        """Per table, the chains whose rules are loaded (all of them, unless restored
+        from a pickle: then those run so far, and those built chains jump to)."""
+        return {
+            t: [name for name, c in getattr(chains, "made", chains).items()
+                if c._source is None]
+            for t, chains in self.tables.items()
+        }
 
     def builtin(self, table: str, hook: str) -> CChain | None:
         """A built-in chain, its function ready (it returns the verdict for the table:

@@ -72,8 +72,14 @@ def _emulator(state: Path, *, lazy: bool) -> tuple[Session, EmulatedCluster]:
     """lazy: what a read-only command gets. Eager, the reference: the control plane run
     to idle, every kube-proxy's rules kept as it loaded them, every namespace and every
     filter built up front."""
+    from control import rulecache
+
     s = Session.open(state, read_only=True)
     s.eager_rules = not lazy
+    if lazy:
+        # as in a fresh process: compiled rules come from the state directory's cache
+        # (each chain's rules loaded when a packet first runs it), not from memory
+        rulecache._MEMORY["compiled"].clear()
     emu = emulation.emulator(s, external_clients=[EXTERNAL])
     assert (s.lazy_rules is not None) == lazy
     if not lazy:
@@ -300,3 +306,87 @@ def test_the_cli_backend_builds_only_what_the_packet_visits(tmp_path: Path) -> N
         finally:
             s.close()
     assert built[0] == built[1]
+
+
+def test_rendered_keys_from_the_store_s_fields_are_those_of_the_objects(
+    tmp_path: Path,
+) -> None:
+    """The rendered-level cache key of a node's rules, made from the identities the
+    store reads without decoding (control.store.base.scan), is the key made from the
+    decoded Node, Services and EndpointSlices (rulecache.inputs_key): a warm question
+    hits exactly the entries an earlier one wrote, and a changed object misses."""
+    import shutil
+
+    from control import rulecache
+    from control.rulecache import inputs_key
+    from netmodel.objects import EndpointSlice, Node, Service
+
+    state = _cluster(tmp_path, "iptables")
+    shutil.rmtree(state / rulecache.CACHE_DIR, ignore_errors=True)
+    for level in rulecache._MEMORY.values():
+        level.clear()
+    s = Session.open(state, read_only=True)
+    try:
+        emulation.emulator(s)
+        src = s.lazy_rules
+        assert src is not None and src.cache is not None
+        objs = [
+            *(o for o in s.store.list("Service") if isinstance(o, Service)),
+            *(o for o in s.store.list("EndpointSlice") if isinstance(o, EndpointSlice)),
+        ]
+        assert src.nodes() == [n.name for n in s.store.list("Node")]
+        for name in src.nodes():
+            node = s.store.get("Node", name)
+            assert isinstance(node, Node)
+            parts = ["node-rules", name, repr(src.cluster), repr(src.proxy_config)]
+            src.ruleset(name, emulation.ruleset_input)
+            assert src.cache.get("rendered", inputs_key(parts, [node, *objs])) is not None
+    finally:
+        s.close()
+
+
+def test_pod_placements_are_kept_only_while_the_store_is_unchanged(tmp_path: Path) -> None:
+    """What a lazy view reads of every Pod is kept in the state directory by the store's
+    state token: a second question reads it back (no new entry), and after a write (a
+    new pod) the next question reads the store again and reaches the new pod, as the
+    eager build does."""
+    import shutil
+
+    from control import rulecache
+
+    state = _cluster(tmp_path, "iptables")
+    shutil.rmtree(state / rulecache.CACHE_DIR, ignore_errors=True)
+    scanned = state / rulecache.CACHE_DIR / "derived"
+
+    def entries() -> int:
+        for level in rulecache._MEMORY.values():
+            level.clear()
+        return len(list(scanned.glob("*.pickle"))) if scanned.is_dir() else 0
+
+    for _ in range(2):
+        s, emu = _emulator(state, lazy=True)
+        try:
+            assert "pod/default/client" in emu.hosts
+        finally:
+            s.close()
+        assert entries() == 1
+    more = tmp_path / "late.yaml"
+    more.write_text(
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: late, labels: {app: late}}\n"
+        "spec:\n  containers: [{name: c, image: x, ports: [{containerPort: 8080}]}]\n"
+    )
+    w = Session.open(state)
+    try:
+        w.apply(load([more]))
+    finally:
+        w.close()
+    lazy_s, lazy = _emulator(state, lazy=True)
+    eager_s, eager = _emulator(state, lazy=False)
+    try:
+        assert entries() == 2
+        t = lazy.trace("pod/default/client", "pod/default/late", "tcp", 8080)
+        assert t.verdict == "delivered"
+        assert t == eager.trace("pod/default/client", "pod/default/late", "tcp", 8080)
+    finally:
+        lazy_s.close()
+        eager_s.close()

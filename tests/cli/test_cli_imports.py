@@ -135,3 +135,27 @@ def test_constants_repeated_for_start_up_agree() -> None:
 
     assert main.DEFAULT_STATE == DEFAULT_STATE
     assert tuple(rules_cmd.MODES) == MODES
+
+
+def test_trace_without_cluster_dns_loads_no_dns_library(tmp_path: Path) -> None:
+    """A trace between addresses on a cluster without DNS builds no resolver, zone
+    answerer or name lookup: dnspython is not imported (a third of a second of a warm
+    trace's start-up)."""
+    from control.session import Session
+    from netmodel.manifests import load
+
+    text = WEB.read_text()
+    assert "dns:" not in text
+    src = tmp_path / "web.yaml"
+    src.write_text(text.replace("nodes: 3", "nodes: 3\n  dns: false"))
+    session = Session.open(tmp_path / "state", must_exist=False)
+    try:
+        session.apply(load([str(src)]))
+        pod = next(p.key for p in session.store.list("Pod") if p.key.startswith("default/"))
+    finally:
+        session.close()
+    argv = ["--state", str(tmp_path / "state"), "trace", "--from", f"pod/{pod}",
+            "--to", "svc/default/web:80"]
+    got, loaded = probe(argv, ("dns", "dataplane.dns", "dataplane.emulator.resolver"), tmp_path)
+    assert got == 0
+    assert loaded == []

@@ -196,11 +196,13 @@ def svclab(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
 
 
 def snapshot(state: Path) -> dict[str, tuple[bytes, int]]:
-    """Every file under ``state``: its bytes and mtime (ns)."""
+    """Every file under ``state``: its bytes and mtime (ns); not ``cache/``, whose
+    entries are derived from the rest (control/rulecache.py: any may be deleted, only
+    speed changes), and which a question that fails after building its view may fill."""
     return {
         str(p.relative_to(state)): (p.read_bytes(), p.stat().st_mtime_ns)
         for p in sorted(state.rglob("*"))
-        if p.is_file()
+        if p.is_file() and p.relative_to(state).parts[0] != "cache"
     }
 
 

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 from store_backends import FACTORIES, Opener
 
-from control.store import BatchConflictError, Store, WatchEvent, batched
+from control.store import BatchConflictError, SqliteStore, Store, WatchEvent, batched
+from control.store.base import peek, scan, state_token
 from netmodel.errors import CompactedError, ConflictError, NotFoundError
 from netmodel.objects import KubeObject, Namespace, ObjectMeta, Pod, Service
 from netmodel.selectors import LabelSelector, parse_selector
@@ -428,4 +429,125 @@ def test_batch_conflict_with_another_writer_refuses_only_that_write(
         assert s.get("Pod", "default/x") == theirs
     finally:
         other.close()
+        s.close()
+
+
+# --------------------------------------------------------------------------- scan, peek
+
+
+def _scanned(s: Store) -> list[tuple[object, ...]]:
+    return scan(s, "Pod", [("spec", "nodeName"), ("spec", "hostNetwork"),
+                           ("metadata", "labels", "k8s-app"), ("metadata", "uid")])
+
+
+def _listed(s: Store) -> list[tuple[object, ...]]:
+    out: list[tuple[object, ...]] = []
+    for p in s.list("Pod"):
+        assert isinstance(p, Pod)
+        hn = p.spec.host_network if "hostNetwork" in p.to_dict().get("spec", {}) else None
+        out.append((p.key, p.spec.node_name, None if hn is None else int(hn),
+                    p.labels.get("k8s-app"), p.metadata.uid))
+    return out
+
+
+def test_scan_and_peek_read_what_list_and_get_read(store: Store) -> None:
+    """scan reads fields of every object as list would give them (key order, absent as
+    None, booleans as 1/0), peek an object as get: after writes, inside a transaction
+    (its writes seen), after its rollback (gone again)."""
+    a = pod("a", "kube-system", **{"k8s-app": "kube-dns"})
+    store.create(a.model_copy(update={"spec": a.spec.model_copy(
+        update={"node_name": "n1", "host_network": True})}))
+    store.create(pod("b"))
+    store.create(pod("c", "dev", app="x"))
+    assert _scanned(store) == _listed(store) and len(_scanned(store)) == 3
+    assert [r[0] for r in _scanned(store)] == ["default/b", "dev/c", "kube-system/a"]
+    assert _scanned(store)[2][1:4] == ("n1", 1, "kube-dns")
+    assert scan(store, "Service", [("spec", "clusterIP")]) == []
+    for key in ("default/b", "kube-system/a"):
+        assert peek(store, "Pod", key) == store.get("Pod", key)
+    with pytest.raises(NotFoundError):
+        peek(store, "Pod", "default/zz")
+    with pytest.raises(Boom), store.transaction():
+        store.delete("Pod", "default/b")
+        store.create(pod("d"))
+        assert _scanned(store) == _listed(store)
+        assert [r[0] for r in _scanned(store)] == ["default/d", "dev/c", "kube-system/a"]
+        raise Boom
+    assert _scanned(store) == _listed(store)
+    assert [r[0] for r in _scanned(store)] == ["default/b", "dev/c", "kube-system/a"]
+
+
+def test_scan_and_peek_see_another_process_s_commits(
+    backend: tuple[Opener, Opener | None],
+) -> None:
+    opener, reopen = backend
+    if reopen is None:
+        pytest.skip("the backend's data does not outlive its process")
+    reader = opener()
+    writer = reopen()
+    try:
+        assert scan(reader, "Pod", []) == []
+        reader.list("Pod")  # its cache loaded: a scan must still see the next commit
+        writer.create(pod("x"))
+        flush = getattr(writer, "flush", None)
+        if flush is not None:
+            flush()
+        listed = [(o.key,) for o in reader.list("Pod")]
+        assert scan(reader, "Pod", []) == listed
+        if listed:  # (SQLite sees a commit at once; etcd's cache may follow later)
+            assert listed == [("default/x",)]
+            assert peek(reader, "Pod", "default/x") == reader.get("Pod", "default/x")
+        if isinstance(reader, SqliteStore):
+            assert listed
+    finally:
+        writer.close()
+        reader.close()
+
+
+def _flush(s: Store) -> None:
+    flush = getattr(s, "flush", None)
+    if flush is not None:
+        flush()
+
+
+def test_state_token_names_the_committed_state(
+    backend: tuple[Opener, Opener | None], tmp_path: Path
+) -> None:
+    """Equal tokens, equal contents: a write changes the token, a rolled-back
+    transaction gives the same one back, another process on the same data sees the
+    same token, another SQLite file never does; None where the backend cannot say."""
+    opener, reopen = backend
+    s = opener()
+    try:
+        t0 = state_token(s)
+        if t0 is None:
+            assert not isinstance(s, SqliteStore)
+            return
+        s.create(pod("a"))
+        _flush(s)  # (a SQLite store holds its writes in an open transaction until then)
+        t1 = state_token(s)
+        assert t1 not in (None, t0)
+        with pytest.raises(Boom), s.transaction():
+            s.create(pod("b"))
+            assert state_token(s) is None  # not committed
+            raise Boom
+        _flush(s)
+        assert state_token(s) == t1
+        if reopen is not None:
+            other = reopen()
+            try:
+                assert state_token(other) == t1
+                other.create(pod("c"))
+                _flush(other)
+                assert state_token(s) == state_token(other) not in (None, t1)
+            finally:
+                other.close()
+        elsewhere = SqliteStore(tmp_path / "elsewhere" / "state.db")
+        try:
+            elsewhere.create(pod("a"))
+            elsewhere.flush()
+            assert state_token(elsewhere) != t1
+        finally:
+            elsewhere.close()
+    finally:
         s.close()
