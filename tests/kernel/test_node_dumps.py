@@ -12,6 +12,7 @@ address seen).
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -52,6 +53,14 @@ def expected_pairs(answer: dict[str, object]) -> set[tuple[str, str]]:
     return out
 
 
+def connections_for(endpoints: int) -> int:
+    """Enough new connections that the kernel's random choice reaches every one of
+    ``endpoints`` endpoints but with odds below one in a million (at least 24)."""
+    if endpoints < 2:
+        return 24
+    return max(24, math.ceil(endpoints * math.log(endpoints * 1e6)))
+
+
 @pytest.mark.parametrize("name", KERNEL_DUMPS)
 def test_trace_node_dump_agrees_with_kernel(name: str, tmp_path: Path) -> None:
     dump = DATA / name
@@ -79,6 +88,7 @@ def test_trace_node_dump_agrees_with_kernel(name: str, tmp_path: Path) -> None:
             proto = f.get("proto", "tcp")
             flow = NodeFlow(str(f["from"]), host, int(port), proto)
             local = tracer.origin(flow) == "out"
+            want = expected_pairs(answer)
             kernel = kernel_outcomes(
                 shaped,
                 str(f["from"]),
@@ -87,8 +97,8 @@ def test_trace_node_dump_agrees_with_kernel(name: str, tmp_path: Path) -> None:
                 proto,
                 local=local,
                 in_iface=None if local else tracer.in_iface(flow),
+                count=connections_for(len(answer["endpoints"])),
             )
-            want = expected_pairs(answer)
             assert kernel == want, (
                 f"{name} flow {f.get('name')}: kernel {sorted(kernel)} != svclab {sorted(want)}"
             )
