@@ -9,7 +9,10 @@ Inputs are what ``ip -j addr``, ``ip -j route show table all`` and ``ip -j rule`
   the lowest metric). Route types ``local`` (deliver here), ``unicast``,
   ``blackhole``/``unreachable``/``prohibit`` (drop) and ``throw`` (next rule) are
   evaluated; ``broadcast``/``multicast``/``anycast`` routes are not used for unicast
-  lookups.
+  lookups. An arriving packet to a multicast group is not forwarded (the kernel forwards
+  multicast only with multicast routing, which a dump does not hold): it is dropped,
+  except the all-hosts group 224.0.0.1 and the limited broadcast 255.255.255.255, which
+  are delivered here.
 * :meth:`Fib.masquerade_source` — the address MASQUERADE takes: the kernel's
   ``inet_select_addr(out, nexthop, RT_SCOPE_UNIVERSE)``: the first primary
   global-scope IPv4 address of the output interface whose subnet holds the next hop,
@@ -34,6 +37,8 @@ __all__ = ["Address", "Fib", "Route", "RouteDecision", "Rule", "load_json_list"]
 
 _TABLE_IDS = {"local": 255, "main": 254, "default": 253, "unspec": 0}
 _DROP_TYPES = ("blackhole", "unreachable", "prohibit")
+_ALL_HOSTS = IPv4Address("224.0.0.1")
+_LIMITED_BROADCAST = IPv4Address("255.255.255.255")
 
 
 def load_json_list(text: str, source: str) -> list[dict[str, Any]]:
@@ -106,7 +111,7 @@ class Rule:
 @dataclass(frozen=True, slots=True)
 class RouteDecision:
     """Where a packet goes: ``kind`` ``local``, ``unicast`` or a drop (``blackhole``,
-    ``unreachable``, ``prohibit``, ``no route``); ``dev`` the output interface;
+    ``unreachable``, ``prohibit``, ``no route``, ``multicast``); ``dev`` the output interface;
     ``route`` the route text."""
 
     kind: str
@@ -270,6 +275,12 @@ class Fib:
             if self.is_local(dst):
                 return RouteDecision("local", "lo", None, None, "local")
             return RouteDecision("no route", None, None, None, "IPv6 routing is not in the dump")
+        if iif is not None and (dst.is_multicast or dst == _LIMITED_BROADCAST):
+            if dst in (_ALL_HOSTS, _LIMITED_BROADCAST):
+                return RouteDecision("local", "lo", None, None, f"{dst}: delivered here")
+            return RouteDecision(
+                "multicast", None, None, None, f"{dst}: not forwarded (no multicast routing)"
+            )
         for rule in self.rules:
             hit = True
             if rule.src is not None and (src is None or src not in rule.src):

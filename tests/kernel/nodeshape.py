@@ -163,13 +163,17 @@ def shaped_node(dump: Path) -> Iterator[ShapedNode]:
 
 _SENDER = textwrap.dedent(
     """
-    import socket, sys, time
-    src, dst, dport, proto, sport, count = sys.argv[1:7]
+    import ipaddress, socket, sys, time
+    src, dst, dport, proto, sport, count, dev = sys.argv[1:8]
     socks = []
     for i in range(int(count)):
         kind = socket.SOCK_STREAM if proto == "tcp" else socket.SOCK_DGRAM
         s = socket.socket(socket.AF_INET, kind)
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if dev and ipaddress.ip_address(dst).is_multicast:
+            # multicast ignores the /32 route: the group is sent out of the device
+            # the socket is bound to (else out of lo, where the source address is)
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_BINDTODEVICE, dev.encode())
         s.bind((src, int(sport) + i))
         s.setblocking(False)
         if proto == "tcp":
@@ -201,6 +205,7 @@ def kernel_outcomes(
     DNAT, source address the destination sees) over those the node accepted."""
     import sys
 
+    peer = ""
     if local:
         where = shaped.node
     else:
@@ -218,7 +223,7 @@ def kernel_outcomes(
     )
     try:
         time.sleep(0.3)  # subscribed before the first packet
-        args = [src, dst, str(dport), proto, str(sport), str(count)]
+        args = [src, dst, str(dport), proto, str(sport), str(count), peer]
         subprocess.run(
             ["ip", "netns", "exec", where, sys.executable, "-c", _SENDER, *args],
             check=True,

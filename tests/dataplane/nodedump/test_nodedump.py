@@ -197,6 +197,20 @@ def test_blackhole_route_drops_with_the_reason(node: Path) -> None:
     assert res["reasons"] and "blackhole" in res["reasons"][0]  # type: ignore[index]
 
 
+def test_arriving_multicast_is_not_forwarded(node: Path) -> None:
+    """Without multicast routing the kernel forwards no group traffic; the all-hosts
+    group and the limited broadcast are delivered to the node (the flannel-nftables
+    dump checks the first two against the kernel)."""
+    res = _trace(node, "10.244.1.5", "239.1.2.3", 5000, "udp")
+    assert res["verdict"] == "DROP"
+    assert "not forwarded" in res["reasons"][0]  # type: ignore[index]
+    for group in ("224.0.0.1", "255.255.255.255"):
+        res = _trace(node, "10.244.1.5", group, 5000, "udp")
+        assert (res["verdict"], res["out_dev"]) == ("ACCEPT", None), group
+    res = _trace(node, "192.0.2.10", "239.1.2.3", 5000, "udp")  # the node's own: sent
+    assert (res["verdict"], res["out_dev"]) == ("ACCEPT", ["eth0"])
+
+
 def test_per_endpoint_masquerade_and_source(node: Path) -> None:
     """The mark is set on half the branches; SNAT happens only where the packet leaves:
     the local endpoint (INPUT) is never source-NATed; the top-level flag is all-branches."""
