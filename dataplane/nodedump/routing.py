@@ -255,11 +255,14 @@ class Fib:
             self.tables.setdefault(r.table, []).append(r)
         for rs in self.tables.values():
             rs.sort(key=lambda r: (-r.dst.prefixlen, r.metric))
+        # the node's own addresses: its interfaces' and the local table's ``local`` routes
+        # (a ``local`` route in another table, e.g. Cilium's ``local default`` in table
+        # 2004 for its proxy's marked packets, is reached only through its policy rule)
+        local_routes = [r for r in routes if r.type == "local" and r.table == _TABLE_IDS["local"]]
         self.local: frozenset[IPAddress] = frozenset(
-            [a.address for a in addrs]
-            + [r.dst.network_address for r in routes if r.type == "local"]
+            [a.address for a in addrs] + [r.dst.network_address for r in local_routes]
         )
-        self._local_nets = [r.dst for r in routes if r.type == "local" and r.dst.prefixlen < 32]
+        self._local_nets = [r.dst for r in local_routes if r.dst.prefixlen < 32]
 
     def is_local(self, addr: IPAddress) -> bool:
         if addr in self.local:

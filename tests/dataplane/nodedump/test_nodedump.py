@@ -211,6 +211,28 @@ def test_arriving_multicast_is_not_forwarded(node: Path) -> None:
     assert (res["verdict"], res["out_dev"]) == ("ACCEPT", ["eth0"])
 
 
+def test_local_route_in_another_table_is_not_a_local_address(tmp_path: Path) -> None:
+    """Cilium's ``local default dev lo table 2004`` (reached by ``fwmark 0x200/0xf00``
+    only, cilium-kpr-gke-dpv2 checks it against the kernel) does not make every address
+    the node's own: a pod's flow still arrives and is forwarded."""
+    routes = json.loads(ROUTES) + [
+        {"type": "local", "dst": "default", "dev": "lo", "table": "2004", "scope": "host"}
+    ]
+    rules = [{"priority": 9, "src": "all", "fwmark": "0x200", "fwmask": "0xf00", "table": "2004"}]
+    d = _write(
+        tmp_path / "n",
+        iptables_save_txt=RULES_SAVE,
+        ip_addr_json=ADDRS,
+        ip_route_json=json.dumps(routes),
+        ip_rule_json=json.dumps(rules + json.loads(RULES)),
+    )
+    tracer = NodeTracer(load_node_dump(str(d)))
+    flow = NodeFlow("10.244.1.5", "8.8.8.8", 443, "tcp")
+    assert tracer.origin(flow) == "in"
+    res = _trace(d, "10.244.1.5", "8.8.8.8", 443)
+    assert (res["verdict"], res["out_dev"]) == ("ACCEPT", ["eth0"])
+
+
 def test_per_endpoint_masquerade_and_source(node: Path) -> None:
     """The mark is set on half the branches; SNAT happens only where the packet leaves:
     the local endpoint (INPUT) is never source-NATed; the top-level flag is all-branches."""
