@@ -5,6 +5,8 @@ svclab input.
 or objects carrying server-set metadata (``uid``, ``resourceVersion``,
 ``managedFields``, ``creationTimestamp``). :func:`prepare` then
 
+* reads legacy spec fields an older API prints beside the current ones (a Service's
+  ``portalIP``, a Pod's ``host``: :func:`resolve_legacy`);
 * drops the server-set metadata (``resourceVersion``, ``managedFields``,
   ``creationTimestamp``, ``generation``, ``selfLink``) and the Service ``status``; the
   ``uid`` is kept (the apiserver keeps it on create, so ownerReferences still name their
@@ -38,7 +40,9 @@ from typing import Any
 
 import yaml
 
-__all__ = ["MODELLED_KINDS", "PreparedDump", "is_cluster_dump", "prepare"]
+from netmodel.errors import SchemaError
+
+__all__ = ["MODELLED_KINDS", "PreparedDump", "is_cluster_dump", "prepare", "resolve_legacy"]
 
 MODELLED_KINDS = frozenset(
     {"Deployment", "EndpointSlice", "Namespace", "Node", "Pod", "ReplicaSet", "Service"}
@@ -108,6 +112,34 @@ def _covering(addrs: list[ipaddress.IPv4Network], longest: int = 32) -> ipaddres
     return ipaddress.IPv4Network("0.0.0.0/0")
 
 
+#: (kind, legacy field, current field): spellings an older API still prints beside the
+#: current field (OpenShift 3's v1 API printed a Service's ``portalIP`` beside
+#: ``clusterIP`` and a Pod's ``host`` beside ``nodeName``)
+_LEGACY_ALIASES = (("Service", "portalIP", "clusterIP"), ("Pod", "host", "nodeName"))
+
+
+def resolve_legacy(doc: dict[str, Any]) -> dict[str, Any]:
+    """A dump object with its legacy spec fields (:data:`_LEGACY_ALIASES`) read as the
+    current ones: the legacy value is taken when the current field is absent, dropped when
+    the two agree; :class:`~netmodel.errors.SchemaError` naming the legacy field when they
+    disagree (the caller adds file, document and object)."""
+    for kind, old, new in _LEGACY_ALIASES:
+        spec = doc.get("spec")
+        if doc.get("kind") != kind or not isinstance(spec, dict) or old not in spec:
+            continue
+        spec = dict(spec)
+        value = spec.pop(old)
+        if spec.get(new) in (None, ""):
+            spec[new] = value
+        elif spec[new] != value:
+            raise SchemaError(
+                f"legacy field disagrees with spec.{new} ({value!r} != {spec[new]!r})",
+                field=f"spec.{old}",
+            )
+        doc = {**doc, "spec": spec}
+    return doc
+
+
 def _v4(text: object) -> ipaddress.IPv4Address | None:
     try:
         a = ipaddress.ip_address(str(text))
@@ -125,7 +157,7 @@ def _service_cidr(services: list[dict[str, Any]], cidr_objs: list[str]) -> str |
     kube: ipaddress.IPv4Address | None = None
     for s in services:
         spec = s.get("spec") or {}
-        ip = _v4(spec.get("clusterIP"))
+        ip = _v4(spec.get("clusterIP") or spec.get("portalIP"))
         if ip is None:
             continue
         ips.append(ip)

@@ -12,7 +12,7 @@ from click.testing import CliRunner
 
 from app.cli.main import cli
 from netmodel.errors import InputError
-from netmodel.manifests import load, load_text
+from netmodel.manifests import load, load_text, parse_documents
 
 DUMP = Path(__file__).resolve().parents[1] / "data" / "kubectl-dumps" / "small-list.yaml"
 
@@ -214,3 +214,81 @@ def test_gke_routes_layout_applies_with_a_warning_and_routes_cluster_ips(tmp_pat
             out = json.loads(r.output)
             got = sorted(e["endpoint"] for e in out["endpoints"])
             assert got == ["10.4.0.5:8080", "10.4.1.9:8080"], (base, where, out)
+
+
+# --------------------------------------------------------------------------- real dumps
+# (tests/data/kubectl-dumps/SOURCE.md says where each comes from)
+
+DUMPS = DUMP.parent
+OPENSHIFT3 = [DUMPS / f"openshift3-{k}.yaml" for k in ("services", "pods", "endpoints")]
+
+
+def test_openshift3_dump_with_legacy_fields_applies(tmp_path: Path) -> None:
+    """OpenShift 3's ``oc get -o yaml`` prints a Service's ``portalIP`` beside its
+    ``clusterIP``, a Pod's ``host`` beside its ``nodeName``, and timestamps unquoted:
+    read as kube-apiserver reads them, the recorded addresses kept."""
+    s = tmp_path / "s"
+    argv = ["--state", str(s), "apply"] + [a for f in OPENSHIFT3 for a in ("-f", str(f))]
+    r = CliRunner().invoke(cli, argv)
+    assert r.exit_code == 0, r.output
+    assert "skipped 3 objects of kinds svclab does not model: 3 Endpoints" in r.output
+    assert "serviceCIDR 172.30.0.0/16 inferred" in r.output
+    svcs = _get(s, "services")
+    assert {n: v["spec"]["clusterIP"] for n, v in svcs.items()} == {
+        "kubernetes": "172.30.0.1",
+        "router-1": "172.30.210.0",
+    }
+    assert svcs["kubernetes"]["spec"]["sessionAffinity"] == "ClientIP"
+    pods = _get(s, "pods")
+    assert {n: (p["spec"]["nodeName"], p["status"]["podIP"]) for n, p in pods.items()} == {
+        "hello-pod": ("node2.ose.com", "10.1.0.3"),
+        "router-1-1-w27o2": ("node1.ose.com", "10.66.208.229"),
+    }
+
+
+@pytest.mark.parametrize(
+    ("kind", "field", "value"),
+    [("Service", "portalIP", "172.30.0.9"), ("Pod", "host", "node9.ose.com")],
+)
+def test_legacy_field_disagreeing_is_refused(
+    tmp_path: Path, kind: str, field: str, value: str
+) -> None:
+    src = OPENSHIFT3[0] if kind == "Service" else OPENSHIFT3[1]
+    doc = yaml.safe_load(src.read_text())
+    doc["items"][0]["spec"][field] = value
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump(doc))
+    s = tmp_path / "s"
+    r = CliRunner().invoke(cli, ["--state", str(s), "apply", "-f", str(bad)])
+    assert r.exit_code == 1
+    line = r.output.strip().splitlines()[-1]
+    assert str(bad) in line and "(document 1)" in line and f"spec.{field}:" in line
+    assert "legacy field disagrees" in line
+    r = CliRunner().invoke(cli, ["--state", str(s), "get", "pods", "-A"])
+    assert "no cluster here yet" in r.output  # nothing was stored
+
+
+def test_unquoted_timestamps_stay_strings() -> None:
+    """As in Kubernetes (YAML read as JSON): ``2017-02-10T16:33:46Z`` unquoted is a string."""
+    (pod, _) = parse_documents(OPENSHIFT3[1].read_text(), source="pods.yaml")
+    assert pod["metadata"]["creationTimestamp"] == "2017-02-10T16:33:46Z"
+    assert pod["status"]["conditions"][0]["lastTransitionTime"] == "2017-02-10T16:33:46Z"
+    assert {type(p).__name__ for p in load([OPENSHIFT3[1]]).objects} == {"Pod"}
+
+
+def test_kind_pods_list_yaml_and_json_mean_the_same(tmp_path: Path) -> None:
+    """A kind cluster's ``kubectl get pods -o yaml`` and ``-o json`` (a v1 List, selfLink,
+    container statuses): the same Pods, bound to the node with their recorded IPs."""
+    got = []
+    for ext in ("yaml", "json"):
+        s = tmp_path / ext
+        r = CliRunner().invoke(
+            cli, ["--state", str(s), "apply", "-f", str(DUMPS / f"kind-pods-list.{ext}")]
+        )
+        assert r.exit_code == 0, r.output
+        pods = _get(s, "pods")
+        got.append({n: (p["spec"]["nodeName"], p["status"]["podIP"]) for n, p in pods.items()})
+    assert got[0] == got[1] == {
+        "t1": ("116-control-plane", "10.244.0.5"),
+        "t2": ("116-control-plane", "10.244.0.7"),
+    }
