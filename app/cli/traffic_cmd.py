@@ -361,7 +361,8 @@ def _no_cluster_options(
     "flows_file",
     type=READABLE_FILE,
     default=None,
-    help="YAML/JSON list of {from, to, proto}",
+    help="YAML/JSON list of {from, to, proto} (with --node-dump, also iif: the interface "
+    "a flow arrives on)",
 )
 @click.option(
     "--iptables-save",

@@ -334,5 +334,11 @@ class Fib:
                 return a.address
         return None
 
+    @property
+    def interfaces(self) -> frozenset[str]:
+        """The interfaces the dump names: those with an address or a route."""
+        devs = {r.dev for rs in self.tables.values() for r in rs if r.dev}
+        return frozenset({a.ifname for a in self.addrs} | devs)
+
     def addresses_of(self, dev: str) -> list[IPAddress]:
         return [a.address for a in self.addrs if a.ifname == dev]

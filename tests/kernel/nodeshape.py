@@ -119,6 +119,11 @@ def shaped_node(dump: Path) -> Iterator[ShapedNode]:
         if rule_path.exists():
             for r in json.loads(rule_path.read_text()):
                 if r.get("table") in ("local", "main", "default") and len(r) <= 3:
+                    if r.get("table") == "local" and r.get("priority", 0) != 0:
+                        # the local table moved after other rules (Cilium, the AWS VPC CNI)
+                        run(node, "ip", "rule", "add", "priority", str(r["priority"]), "table",
+                            "local")
+                        run(node, "ip", "rule", "del", "priority", "0", "table", "local")
                     continue
                 args = ["ip", "rule", "add", "priority", str(r["priority"])]
                 if r.get("src") not in (None, "all"):

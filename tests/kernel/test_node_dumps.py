@@ -86,7 +86,7 @@ def test_trace_node_dump_agrees_with_kernel(name: str, tmp_path: Path) -> None:
         for f, answer in zip(flows, answers, strict=True):
             host, _, port = str(f["to"]).rpartition(":")
             proto = f.get("proto", "tcp")
-            flow = NodeFlow(str(f["from"]), host, int(port), proto)
+            flow = NodeFlow(str(f["from"]), host, int(port), proto, iif=f.get("iif"))
             local = tracer.origin(flow) == "out"
             want = expected_pairs(answer)
             kernel = kernel_outcomes(

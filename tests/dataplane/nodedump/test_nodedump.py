@@ -305,6 +305,29 @@ def test_cli_trace_node_dump_json_all_and_sport(node: Path) -> None:
     assert {e["endpoint"] for e in res["endpoints"]} == {"192.0.2.10:8080", "10.244.1.7:80"}
 
 
+def test_flows_name_the_interface_a_flow_arrives_on(node: Path, tmp_path: Path) -> None:
+    """``iif`` in a flows file: the flow arrives there (policy rules by ``iif`` pick the
+    table, ``-i`` matches it) instead of on the source's reverse path; an interface the
+    dump does not have is refused naming the dump and the flow
+    (eks-branch-eni-policy-routing checks it against the kernel)."""
+    rules = [{"priority": 10, "src": "all", "iif": "wg0", "table": "100"}] + json.loads(RULES)
+    (node / "ip-rule.json").write_text(json.dumps(rules))
+    flows = tmp_path / "flows.yaml"
+    flows.write_text(
+        '- {from: 10.244.1.5, to: "8.8.8.8:443"}\n'
+        '- {from: 10.244.1.5, to: "8.8.8.8:443", iif: wg0}\n'
+    )
+    r = CliRunner().invoke(cli, ["trace", "--node-dump", str(node), "--flows", str(flows)])
+    assert r.exit_code == 0, r.output
+    plain, via_wg0 = (json.loads(line) for line in r.output.splitlines())
+    assert "iif" not in plain["flow"] and plain["out_dev"] == ["eth0"]
+    assert via_wg0["flow"]["iif"] == "wg0" and via_wg0["out_dev"] == ["wg0"]
+    flows.write_text('- {name: bad, from: 10.244.1.5, to: "8.8.8.8:443", iif: nope0}\n')
+    r = CliRunner().invoke(cli, ["trace", "--node-dump", str(node), "--flows", str(flows)])
+    assert r.exit_code == 1
+    assert str(node) in r.output and "flow 0 (bad): iif 'nope0'" in r.output
+
+
 def test_cli_trace_node_dump_text_says_where_snat_happened(node: Path) -> None:
     r = CliRunner().invoke(
         cli, ["trace", "--node-dump", str(node), "--from", "10.244.1.5", "--to", "8.8.8.8:443"]
