@@ -292,3 +292,17 @@ def test_kind_pods_list_yaml_and_json_mean_the_same(tmp_path: Path) -> None:
         "t1": ("116-control-plane", "10.244.0.5"),
         "t2": ("116-control-plane", "10.244.0.7"),
     }
+
+
+def test_eks_host_network_pod_keeps_its_node_and_address(tmp_path: Path) -> None:
+    """A real DaemonSet Pod (hostNetwork, owned by a DaemonSet the dump lacks) applies
+    bound to its node with the node's address, and stays (nothing collects it)."""
+    s = tmp_path / "s"
+    dump = DUMPS / "eks-aws-node-pod.yaml"
+    r = CliRunner().invoke(cli, ["--state", str(s), "apply", "-f", str(dump)])
+    assert r.exit_code == 0, r.output
+    pod = _get(s, "pods")["aws-node-mbmjp"]
+    assert pod["spec"]["nodeName"] == "ip-172-31-0-225.ap-southeast-2.compute.internal"
+    assert pod["spec"]["hostNetwork"] is True
+    assert pod["status"]["podIP"] == "172.31.0.225"
+    assert pod["metadata"]["uid"] == "e3776cf9-85ce-40f3-8af5-7d7c95287294"
