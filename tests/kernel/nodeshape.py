@@ -121,8 +121,8 @@ def shaped_node(dump: Path) -> Iterator[ShapedNode]:
                 if r.get("table") in ("local", "main", "default") and len(r) <= 3:
                     if r.get("table") == "local" and r.get("priority", 0) != 0:
                         # the local table moved after other rules (Cilium, the AWS VPC CNI)
-                        run(node, "ip", "rule", "add", "priority", str(r["priority"]), "table",
-                            "local")
+                        prio = str(r["priority"])
+                        run(node, "ip", "rule", "add", "priority", prio, "table", "local")
                         run(node, "ip", "rule", "del", "priority", "0", "table", "local")
                     continue
                 args = ["ip", "rule", "add", "priority", str(r["priority"])]

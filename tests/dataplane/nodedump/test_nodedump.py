@@ -215,8 +215,9 @@ def test_local_route_in_another_table_is_not_a_local_address(tmp_path: Path) -> 
     """Cilium's ``local default dev lo table 2004`` (reached by ``fwmark 0x200/0xf00``
     only, cilium-kpr-gke-dpv2 checks it against the kernel) does not make every address
     the node's own: a pod's flow still arrives and is forwarded."""
-    routes = json.loads(ROUTES) + [
-        {"type": "local", "dst": "default", "dev": "lo", "table": "2004", "scope": "host"}
+    routes = [
+        *json.loads(ROUTES),
+        {"type": "local", "dst": "default", "dev": "lo", "table": "2004", "scope": "host"},
     ]
     rules = [{"priority": 9, "src": "all", "fwmark": "0x200", "fwmask": "0xf00", "table": "2004"}]
     d = _write(
@@ -310,7 +311,7 @@ def test_flows_name_the_interface_a_flow_arrives_on(node: Path, tmp_path: Path) 
     table, ``-i`` matches it) instead of on the source's reverse path; an interface the
     dump does not have is refused naming the dump and the flow
     (eks-branch-eni-policy-routing checks it against the kernel)."""
-    rules = [{"priority": 10, "src": "all", "iif": "wg0", "table": "100"}] + json.loads(RULES)
+    rules = [{"priority": 10, "src": "all", "iif": "wg0", "table": "100"}, *json.loads(RULES)]
     (node / "ip-rule.json").write_text(json.dumps(rules))
     flows = tmp_path / "flows.yaml"
     flows.write_text(
