@@ -5,8 +5,9 @@ svclab input.
 or objects carrying server-set metadata (``uid``, ``resourceVersion``,
 ``managedFields``, ``creationTimestamp``). :func:`prepare` then
 
-* reads legacy spec fields an older API prints beside the current ones (a Service's
-  ``portalIP``, a Pod's ``host``: :func:`resolve_legacy`);
+* reads legacy fields an older API prints beside the current ones (a Service's
+  ``portalIP``, a Pod's ``host``, a Node's ``LegacyHostIP`` address:
+  :func:`resolve_legacy`);
 * drops the server-set metadata (``resourceVersion``, ``managedFields``,
   ``creationTimestamp``, ``generation``, ``selfLink``) and the Service ``status``; the
   ``uid`` is kept (the apiserver keeps it on create, so ownerReferences still name their
@@ -70,11 +71,13 @@ class PreparedDump:
 
 
 def is_cluster_dump(raw_docs: Iterable[Any]) -> bool:
-    """A ``List`` document, or any object with server-set metadata."""
+    """A ``List`` (or typed ``<Kind>List``) document, or any object with server-set
+    metadata."""
     for d in raw_docs:
         if not isinstance(d, dict):
             continue
-        if d.get("kind") == "List" and isinstance(d.get("items"), list):
+        kind = d.get("kind")
+        if isinstance(kind, str) and kind.endswith("List") and isinstance(d.get("items"), list):
             return True
         meta = d.get("metadata")
         if isinstance(meta, dict) and any(k in meta for k in _DUMP_META):
@@ -114,7 +117,8 @@ def _covering(addrs: list[ipaddress.IPv4Network], longest: int = 32) -> ipaddres
 
 #: (kind, legacy field, current field): spellings an older API still prints beside the
 #: current field (OpenShift 3's v1 API printed a Service's ``portalIP`` beside
-#: ``clusterIP`` and a Pod's ``host`` beside ``nodeName``)
+#: ``clusterIP`` and a Pod's ``host`` beside ``nodeName``); a Node address of type
+#: ``LegacyHostIP`` (Kubernetes before 1.0) is read as its InternalIP when it has none
 _LEGACY_ALIASES = (("Service", "portalIP", "clusterIP"), ("Pod", "host", "nodeName"))
 
 
@@ -137,6 +141,20 @@ def resolve_legacy(doc: dict[str, Any]) -> dict[str, Any]:
                 field=f"spec.{old}",
             )
         doc = {**doc, "spec": spec}
+    status = doc.get("status")
+    if doc.get("kind") == "Node" and isinstance(status, dict):
+        addrs = status.get("addresses")
+        if isinstance(addrs, list) and not any(
+            isinstance(a, dict) and a.get("type") == "InternalIP" for a in addrs
+        ):
+            # the host IP of clusters before 1.0 (``LegacyHostIP``): the node's InternalIP
+            fixed = [
+                {**a, "type": "InternalIP"}
+                if isinstance(a, dict) and a.get("type") == "LegacyHostIP"
+                else a
+                for a in addrs
+            ]
+            doc = {**doc, "status": {**status, "addresses": fixed}}
     return doc
 
 
@@ -241,7 +259,8 @@ def prepare(docs: list[dict[str, Any]], *, has_cluster: bool) -> PreparedDump:
                 if isinstance(net, ipaddress.IPv4Network):
                     pod_cidrs.append(net)
             for a in (d.get("status") or {}).get("addresses") or []:
-                ip = _v4(a.get("address")) if a.get("type") == "InternalIP" else None
+                internal = a.get("type") in ("InternalIP", "LegacyHostIP")
+                ip = _v4(a.get("address")) if internal else None
                 if ip is not None:
                     node_ips.append(ipaddress.IPv4Network(f"{ip}/32"))
         out.docs.append(_strip(d))

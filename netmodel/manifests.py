@@ -139,7 +139,8 @@ def _read_all(text: str) -> list[Any]:
 
 
 def parse_documents(text: str, *, source: str = "<input>") -> list[dict[str, Any]]:
-    """Split YAML text into mapping documents (empty documents and ``List`` items unfolded)."""
+    """Split YAML text into mapping documents (empty documents, ``List`` items and the items
+    of typed lists such as ``NodeList`` unfolded)."""
     try:
         raw = _load_all(text)
     except yaml.YAMLError as e:
@@ -155,11 +156,30 @@ def parse_documents(text: str, *, source: str = "<input>") -> list[dict[str, Any
             raise InputError(
                 f"document is a {type(d).__name__}, not a mapping", file=source, document=i
             )
-        if d.get("kind") == "List" and isinstance(d.get("items"), list):
+        kind = d.get("kind")
+        if kind == "List" and isinstance(d.get("items"), list):
             docs.extend(item for item in d["items"] if isinstance(item, dict))
+        elif _typed_list(kind, d):
+            # ``NodeList``, ``ServiceList``...: what the API returns (``kubectl get --raw``,
+            # ``kubectl cluster-info dump``); its items carry no kind or apiVersion
+            item_kind, api = str(kind)[: -len("List")], d.get("apiVersion")
+            for item in d["items"]:
+                if isinstance(item, dict):
+                    docs.append({"apiVersion": api, "kind": item_kind, **item})
         else:
             docs.append(d)
     return docs
+
+
+def _typed_list(kind: object, doc: dict[str, Any]) -> bool:
+    """A ``<Kind>List`` document (Kubernetes' list convention: a kind ending in ``List``
+    with an ``items`` array)."""
+    return (
+        isinstance(kind, str)
+        and len(kind) > len("List")
+        and kind.endswith("List")
+        and isinstance(doc.get("items"), list)
+    )
 
 
 def decode(doc: dict[str, Any], *, source: str = "<input>", index: int | None = None) -> Any:

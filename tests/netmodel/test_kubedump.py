@@ -306,3 +306,44 @@ def test_eks_host_network_pod_keeps_its_node_and_address(tmp_path: Path) -> None
     assert pod["spec"]["hostNetwork"] is True
     assert pod["status"]["podIP"] == "172.31.0.225"
     assert pod["metadata"]["uid"] == "e3776cf9-85ce-40f3-8af5-7d7c95287294"
+
+
+def test_typed_node_list_of_a_pre_1_0_cluster(tmp_path: Path) -> None:
+    """What the API returns for ``/api/v1/nodes`` on a 2015 cluster (Kubernetes v0.19):
+    a ``NodeList`` whose items carry no kind or apiVersion, and ``LegacyHostIP``
+    addresses. The items are Nodes, the legacy address their InternalIP (so the node
+    network is inferred from it)."""
+    dump = DUMPS / "k8s-0.19-vagrant-nodelist.json"
+    m = load([dump])
+    assert [(type(o).__name__, o.metadata.name) for o in m.objects] == [
+        ("Node", "10.245.1.3"),
+        ("Node", "10.245.1.4"),
+        ("Node", "10.245.1.5"),
+    ]
+    assert m.cluster is not None and m.cluster.spec.node_network == "10.245.1.0/24"
+    s = tmp_path / "s"
+    r = CliRunner().invoke(cli, ["--state", str(s), "apply", "-f", str(dump)])
+    assert r.exit_code == 0, r.output
+    nodes = _get(s, "nodes")
+    assert {n: v["status"]["addresses"] for n, v in nodes.items()}["10.245.1.4"] == [
+        {"type": "InternalIP", "address": "10.245.1.4"}
+    ]
+    assert nodes["10.245.1.3"]["metadata"]["uid"] == "d94d0f69-4239-11e5-9586-0800279dd272"
+
+
+def test_typed_lists_unfold_with_kind_and_api_version() -> None:
+    text = json.dumps(
+        {
+            "kind": "ServiceList",
+            "apiVersion": "v1",
+            "metadata": {"resourceVersion": "7"},
+            "items": [
+                {
+                    "metadata": {"name": "a", "namespace": "default", "uid": "u1"},
+                    "spec": {"clusterIP": "10.0.0.1", "ports": [{"port": 80}]},
+                }
+            ],
+        }
+    )
+    (doc,) = parse_documents(text, source="svcs.json")
+    assert (doc["kind"], doc["apiVersion"], doc["metadata"]["name"]) == ("Service", "v1", "a")
