@@ -7,7 +7,8 @@ rule source. Names:
 =========================  =========================================================
 ``iptables-nft-save.txt``  ``iptables-nft-save -c`` (the nf_tables back end)
 ``iptables-legacy-save.txt`` ``iptables-legacy-save -c`` (the legacy back end)
-``iptables-save.txt``      ``iptables-save [-c]`` pasted from a node (either back end)
+``iptables-save.txt``      ``iptables-save [-c]`` pasted from a node (either back end),
+                           or ``iptables -S`` listings (``iptables -S; iptables -S -t nat``)
 ``nft-ruleset.txt``        ``nft list ruleset`` (tables iptables-nft owns are skipped
                            when an iptables-nft dump is present: they are the same rules)
 ``ip-addr.json``           ``ip -j addr``

@@ -15,6 +15,8 @@ Nothing is sent outside these two namespaces.
 from __future__ import annotations
 
 import json
+import re
+import shlex
 import subprocess
 import textwrap
 import time
@@ -83,6 +85,30 @@ def _route_args(r: dict[str, object]) -> list[str] | None:
     if r.get("scope") and not r.get("gateway"):
         args += ["scope", str(r["scope"])]
     return args
+
+
+def _is_listing(text: str) -> bool:
+    lines = [x.strip() for x in text.splitlines() if x.strip() and not x.startswith("#")]
+    return bool(lines) and lines[0].startswith("-")
+
+
+def _replay_listing(node: str, text: str) -> None:
+    """An ``iptables -S`` listing loaded as its author would: each line given back to
+    ``iptables -t TABLE`` as a command, the table named by the ``# iptables -S [-t T]``
+    line that printed it (the dumps with a listing keep those lines)."""
+    table = None
+    for raw in text.splitlines():
+        line = raw.strip()
+        if line.startswith("#"):
+            m = re.search(r"iptables\b.*-S", line)
+            if m:
+                t = re.search(r"-t\s*(\w+)", line)
+                table = t.group(1) if t else "filter"
+            continue
+        if not line:
+            continue
+        assert table is not None, f"no '# iptables -S' line before {line!r}"
+        run(node, "iptables-nft", "-t", table, *shlex.split(line))
 
 
 @contextmanager
@@ -155,7 +181,9 @@ def shaped_node(dump: Path) -> Iterator[ShapedNode]:
             ("iptables-legacy-save.txt", "iptables-legacy-restore"),
         ):
             p = dump / fname
-            if p.exists():
+            if p.exists() and _is_listing(p.read_text()):
+                _replay_listing(node, p.read_text())
+            elif p.exists():
                 run(node, tool, "-c", input=p.read_text())
         nftp = dump / "nft-ruleset.txt"
         if nftp.exists():
