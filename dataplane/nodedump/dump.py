@@ -24,6 +24,7 @@ from dataplane.netfilter.parse import parse_save
 from dataplane.netfilter.rules import Ruleset
 from netmodel.errors import InputError
 
+from .iptext import addr_text, route_text, rule_text
 from .layout import IPTABLES_FILES
 from .routing import (
     Address,
@@ -210,10 +211,22 @@ def load_node_dump(directory: str) -> NodeDump:
     rules: list[Rule] = []
     if "ip-addr.json" in present:
         addrs = parse_addrs(_json(root, "ip-addr.json"), src("ip-addr.json"))
+    elif "ip-addr.txt" in present:
+        addrs = parse_addrs(
+            addr_text(_read(root / "ip-addr.txt"), src("ip-addr.txt")), src("ip-addr.txt")
+        )
     if "ip-route.json" in present:
         routes = parse_routes(_json(root, "ip-route.json"), src("ip-route.json"))
+    elif "ip-route.txt" in present:
+        routes = parse_routes(
+            route_text(_read(root / "ip-route.txt"), src("ip-route.txt")), src("ip-route.txt")
+        )
     if "ip-rule.json" in present:
         rules = parse_rules(_json(root, "ip-rule.json"), src("ip-rule.json"))
+    elif "ip-rule.txt" in present:
+        rules = parse_rules(
+            rule_text(_read(root / "ip-rule.txt"), src("ip-rule.txt")), src("ip-rule.txt")
+        )
     sysvals: dict[str, str] = {}
     assumed: tuple[str, ...] = ()
     if "sysctl.txt" in present:

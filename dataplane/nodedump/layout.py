@@ -14,6 +14,9 @@ rule source. Names:
 ``ip-addr.json``           ``ip -j addr``
 ``ip-route.json``          ``ip -j route show table all``
 ``ip-rule.json``           ``ip -j rule``
+``ip-addr.txt`` ...        ``ip addr``, ``ip route``, ``ip rule`` as pasted (``ip-addr.txt``,
+                           ``ip-route.txt``, ``ip-rule.txt``; read when the ``.json`` file
+                           is absent, :mod:`.iptext`)
 ``ip-neigh.json``          ``ip -j neigh`` (recorded; not used for evaluation)
 ``ipset.txt``              ``ipset save``, or an ``ipset -L`` listing
 ``ipvsadm.txt``            ``ipvsadm -Sn``, or an ``ipvsadm -L -n`` listing

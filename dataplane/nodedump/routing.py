@@ -207,7 +207,8 @@ def parse_rules(data: list[dict[str, Any]], source: str) -> list[Rule]:
                     r.get("iif"),
                     r.get("oif"),
                     mark,
-                    bool(r.get("not", False)),
+                    # ``ip -j rule`` prints an inverted rule's "not" as null
+                    "not" in r and r["not"] is not False,
                     action,
                     _table_id(r.get("table", "main")) if action == "lookup" else 0,
                 )

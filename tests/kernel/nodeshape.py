@@ -152,6 +152,8 @@ def shaped_node(dump: Path) -> Iterator[ShapedNode]:
                         run(node, "ip", "rule", "del", "priority", "0", "table", "local")
                     continue
                 args = ["ip", "rule", "add", "priority", str(r["priority"])]
+                if "not" in r and r["not"] is not False:
+                    args.append("not")
                 if r.get("src") not in (None, "all"):
                     args += ["from", f"{r['src']}/{r.get('srclen', 32)}"]
                 if r.get("dst") not in (None, "all"):

@@ -234,6 +234,40 @@ def test_local_route_in_another_table_is_not_a_local_address(tmp_path: Path) -> 
     assert (res["verdict"], res["out_dev"]) == ("ACCEPT", ["eth0"])
 
 
+def test_pasted_ip_text_and_inverted_rules(node: Path) -> None:
+    """``ip addr``/``ip route``/``ip rule`` text in ``ip-*.txt`` (read when the JSON is
+    absent; tests/kernel/test_ip_text.py checks the reading against ``ip -j``); an
+    inverted rule (``ip -j`` prints its "not" as null) is inverted; errors name file:line."""
+    from dataplane.nodedump.iptext import route_text
+
+    for f in ("ip-addr.json", "ip-route.json", "ip-rule.json"):
+        (node / f).unlink()
+    (node / "ip-addr.txt").write_text(
+        "1: lo: <LOOPBACK,UP,LOWER_UP> mtu 65536\n    inet 127.0.0.1/8 scope host lo\n"
+        "2: eth0@if9: <BROADCAST,MULTICAST,UP,LOWER_UP> mtu 1500\n"
+        "    link/ether 02:42:c9:fc:42:45 brd ff:ff:ff:ff:ff:ff\n"
+        "    inet 198.51.100.10/24 brd 198.51.100.255 scope global eth0\n"
+        "       valid_lft forever preferred_lft forever\n"
+        "3: wg0: <POINTOPOINT,UP> mtu 1420\n    inet 10.99.0.1/24 scope global wg0\n"
+    )
+    (node / "ip-route.txt").write_text(
+        "default via 198.51.100.1 dev eth0 proto dhcp src 198.51.100.10 metric 100\n"
+        "default via 10.99.0.254 dev wg0 table 100\n"
+    )
+    (node / "ip-rule.txt").write_text(
+        "0:\tfrom all lookup local\n"
+        "10:\tnot from all fwmark 0x10/0x10 lookup 100\n"
+        "32766:\tfrom all lookup main\n"
+    )
+    # unmarked traffic is NOT marked 0x10: the inverted rule sends it by table 100
+    res = _trace(node, "10.244.1.5", "8.8.8.8", 443)
+    assert res["out_dev"] == ["wg0"] and res["source"] == "10.99.0.1"
+    (node / "ip-route.txt").write_text("10.1.0.0/16 proto static\n  nexthop via 1.2.3.4\n")
+    with pytest.raises(InputError, match=r"ip-route\.txt:2: nexthop via 1\.2\.3\.4: multipath"):
+        load_node_dump(str(node))
+    assert route_text("local 10.0.0.1 dev lo table local", "x")[0]["type"] == "local"
+
+
 def test_per_endpoint_masquerade_and_source(node: Path) -> None:
     """The mark is set on half the branches; SNAT happens only where the packet leaves:
     the local endpoint (INPUT) is never source-NATed; the top-level flag is all-branches."""
