@@ -2,7 +2,7 @@
 flows go (the reference ``trace --node-dump`` is compared with).
 
 ``shaped_node(dump)`` creates two namespaces: the *node* (every interface of
-``ip-addr.json`` as a veth with the dump's name and addresses, the dump's routes, policy
+``ip-addr.json`` (or ``ip-addr.txt``) as a veth with the dump's name and addresses, the dump's routes, policy
 rules, sysctls, ipsets, iptables rules and nft ruleset) and the *world* (the far end of
 every veth: it sends the flows that arrive from outside, with any source address, on the
 interface the node's own routing names for that source). ``kernel_outcomes`` sends a
@@ -87,6 +87,23 @@ def _route_args(r: dict[str, object]) -> list[str] | None:
     return args
 
 
+def _has_ip(dump: Path, what: str) -> bool:
+    return (dump / f"ip-{what}.json").exists() or (dump / f"ip-{what}.txt").exists()
+
+
+def _ip_records(dump: Path, what: str) -> list[dict[str, object]]:
+    """``ip-WHAT.json``, else the pasted ``ip WHAT`` text read into the same records
+    (svclab's reader, which tests/kernel/test_ip_text.py checks against ``ip -j``)."""
+    from dataplane.nodedump import iptext
+
+    js = dump / f"ip-{what}.json"
+    if js.exists():
+        return list(json.loads(js.read_text()))
+    txt = dump / f"ip-{what}.txt"
+    reader = {"addr": iptext.addr_text, "route": iptext.route_text, "rule": iptext.rule_text}
+    return reader[what](txt.read_text(), str(txt))
+
+
 def _is_listing(text: str) -> bool:
     lines = [x.strip() for x in text.splitlines() if x.strip() and not x.startswith("#")]
     return bool(lines) and lines[0].startswith("-")
@@ -117,7 +134,7 @@ def shaped_node(dump: Path) -> Iterator[ShapedNode]:
     try:
         ns.create(node)
         ns.create(world)
-        links = json.loads((dump / "ip-addr.json").read_text())
+        links = _ip_records(dump, "addr")
         peers: dict[str, str] = {}
         macs: dict[str, str] = {}
         for i, link in enumerate(links):
@@ -135,15 +152,13 @@ def shaped_node(dump: Path) -> Iterator[ShapedNode]:
                     continue
                 run(node, "ip", "addr", "add", f"{a['local']}/{a['prefixlen']}", "dev", name)
             macs[name] = json.loads(run(node, "ip", "-j", "link", "show", name))[0]["address"]
-        rpath = dump / "ip-route.json"
-        if rpath.exists():
-            for r in json.loads(rpath.read_text()):
+        if _has_ip(dump, "route"):
+            for r in _ip_records(dump, "route"):
                 args = _route_args(r)
                 if args is not None:
                     run(node, "ip", "route", "replace", *args)
-        rule_path = dump / "ip-rule.json"
-        if rule_path.exists():
-            for r in json.loads(rule_path.read_text()):
+        if _has_ip(dump, "rule"):
+            for r in _ip_records(dump, "rule"):
                 if r.get("table") in ("local", "main", "default") and len(r) <= 3:
                     if r.get("table") == "local" and r.get("priority", 0) != 0:
                         # the local table moved after other rules (Cilium, the AWS VPC CNI)

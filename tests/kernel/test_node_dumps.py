@@ -28,7 +28,10 @@ from tests.kernel.nodeshape import kernel_outcomes, shaped_node
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "node-dumps"
 KERNEL_DUMPS = sorted(
-    p.name for p in DATA.iterdir() if (p / "flows.yaml").exists() and (p / "ip-addr.json").exists()
+    p.name
+    for p in DATA.iterdir()
+    if (p / "flows.yaml").exists()
+    and ((p / "ip-addr.json").exists() or (p / "ip-addr.txt").exists())
 )
 
 
