@@ -357,6 +357,11 @@ def test_flows_name_the_interface_a_flow_arrives_on(node: Path, tmp_path: Path) 
     plain, via_wg0 = (json.loads(line) for line in r.output.splitlines())
     assert "iif" not in plain["flow"] and plain["out_dev"] == ["eth0"]
     assert via_wg0["flow"]["iif"] == "wg0" and via_wg0["out_dev"] == ["wg0"]
+    one = ["trace", "--node-dump", str(node), "--from", "10.244.1.5", "--to", "8.8.8.8:443"]
+    r = CliRunner().invoke(cli, [*one, "--iif", "wg0", "-o", "json"])
+    assert r.exit_code == 0 and json.loads(r.output)["out_dev"] == ["wg0"], r.output
+    r = CliRunner().invoke(cli, ["trace", "--from", "10.0.0.1", "--to", "10.0.0.2:80", "--iif", "x"])
+    assert r.exit_code == 2 and "--iif names an interface of a node dump" in r.output
     flows.write_text('- {name: bad, from: 10.244.1.5, to: "8.8.8.8:443", iif: nope0}\n')
     r = CliRunner().invoke(cli, ["trace", "--node-dump", str(node), "--flows", str(flows)])
     assert r.exit_code == 1
