@@ -5,6 +5,9 @@ svclab input.
 or objects carrying server-set metadata (``uid``, ``resourceVersion``,
 ``managedFields``, ``creationTimestamp``). :func:`prepare` then
 
+* reads legacy fields an older API prints beside the current ones (a Service's
+  ``portalIP``, a Pod's ``host``, a Node's ``LegacyHostIP`` address:
+  :func:`resolve_legacy`);
 * drops the server-set metadata (``resourceVersion``, ``managedFields``,
   ``creationTimestamp``, ``generation``, ``selfLink``) and the Service ``status``; the
   ``uid`` is kept (the apiserver keeps it on create, so ownerReferences still name their
@@ -38,7 +41,9 @@ from typing import Any
 
 import yaml
 
-__all__ = ["MODELLED_KINDS", "PreparedDump", "is_cluster_dump", "prepare"]
+from netmodel.errors import SchemaError
+
+__all__ = ["MODELLED_KINDS", "PreparedDump", "is_cluster_dump", "prepare", "resolve_legacy"]
 
 MODELLED_KINDS = frozenset(
     {"Deployment", "EndpointSlice", "Namespace", "Node", "Pod", "ReplicaSet", "Service"}
@@ -66,11 +71,13 @@ class PreparedDump:
 
 
 def is_cluster_dump(raw_docs: Iterable[Any]) -> bool:
-    """A ``List`` document, or any object with server-set metadata."""
+    """A ``List`` (or typed ``<Kind>List``) document, or any object with server-set
+    metadata."""
     for d in raw_docs:
         if not isinstance(d, dict):
             continue
-        if d.get("kind") == "List" and isinstance(d.get("items"), list):
+        kind = d.get("kind")
+        if isinstance(kind, str) and kind.endswith("List") and isinstance(d.get("items"), list):
             return True
         meta = d.get("metadata")
         if isinstance(meta, dict) and any(k in meta for k in _DUMP_META):
@@ -108,6 +115,49 @@ def _covering(addrs: list[ipaddress.IPv4Network], longest: int = 32) -> ipaddres
     return ipaddress.IPv4Network("0.0.0.0/0")
 
 
+#: (kind, legacy field, current field): spellings an older API still prints beside the
+#: current field (OpenShift 3's v1 API printed a Service's ``portalIP`` beside
+#: ``clusterIP`` and a Pod's ``host`` beside ``nodeName``); a Node address of type
+#: ``LegacyHostIP`` (Kubernetes before 1.0) is read as its InternalIP when it has none
+_LEGACY_ALIASES = (("Service", "portalIP", "clusterIP"), ("Pod", "host", "nodeName"))
+
+
+def resolve_legacy(doc: dict[str, Any]) -> dict[str, Any]:
+    """A dump object with its legacy spec fields (:data:`_LEGACY_ALIASES`) read as the
+    current ones: the legacy value is taken when the current field is absent, dropped when
+    the two agree; :class:`~netmodel.errors.SchemaError` naming the legacy field when they
+    disagree (the caller adds file, document and object)."""
+    for kind, old, new in _LEGACY_ALIASES:
+        spec = doc.get("spec")
+        if doc.get("kind") != kind or not isinstance(spec, dict) or old not in spec:
+            continue
+        spec = dict(spec)
+        value = spec.pop(old)
+        if spec.get(new) in (None, ""):
+            spec[new] = value
+        elif spec[new] != value:
+            raise SchemaError(
+                f"legacy field disagrees with spec.{new} ({value!r} != {spec[new]!r})",
+                field=f"spec.{old}",
+            )
+        doc = {**doc, "spec": spec}
+    status = doc.get("status")
+    if doc.get("kind") == "Node" and isinstance(status, dict):
+        addrs = status.get("addresses")
+        if isinstance(addrs, list) and not any(
+            isinstance(a, dict) and a.get("type") == "InternalIP" for a in addrs
+        ):
+            # the host IP of clusters before 1.0 (``LegacyHostIP``): the node's InternalIP
+            fixed = [
+                {**a, "type": "InternalIP"}
+                if isinstance(a, dict) and a.get("type") == "LegacyHostIP"
+                else a
+                for a in addrs
+            ]
+            doc = {**doc, "status": {**status, "addresses": fixed}}
+    return doc
+
+
 def _v4(text: object) -> ipaddress.IPv4Address | None:
     try:
         a = ipaddress.ip_address(str(text))
@@ -125,7 +175,7 @@ def _service_cidr(services: list[dict[str, Any]], cidr_objs: list[str]) -> str |
     kube: ipaddress.IPv4Address | None = None
     for s in services:
         spec = s.get("spec") or {}
-        ip = _v4(spec.get("clusterIP"))
+        ip = _v4(spec.get("clusterIP") or spec.get("portalIP"))
         if ip is None:
             continue
         ips.append(ip)
@@ -209,7 +259,8 @@ def prepare(docs: list[dict[str, Any]], *, has_cluster: bool) -> PreparedDump:
                 if isinstance(net, ipaddress.IPv4Network):
                     pod_cidrs.append(net)
             for a in (d.get("status") or {}).get("addresses") or []:
-                ip = _v4(a.get("address")) if a.get("type") == "InternalIP" else None
+                internal = a.get("type") in ("InternalIP", "LegacyHostIP")
+                ip = _v4(a.get("address")) if internal else None
                 if ip is not None:
                     node_ips.append(ipaddress.IPv4Network(f"{ip}/32"))
         out.docs.append(_strip(d))

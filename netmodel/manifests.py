@@ -55,7 +55,21 @@ def _describe(doc: dict[str, Any]) -> str | None:
 
 #: libyaml's loader when PyYAML was built with it (the same YAML 1.1 safe constructors,
 #: about ten times faster than the pure-Python one on a ``kubectl get -A -o yaml`` dump)
-_LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_SAFE: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_TIMESTAMP = "tag:yaml.org,2002:timestamp"
+
+
+class _LOADER(_SAFE):
+    """The safe loader reading timestamps as strings, as Kubernetes does (its YAML becomes
+    JSON, which has no timestamp type): ``oc``/``kubectl`` of some versions print
+    ``lastTransitionTime: 2017-02-10T16:33:46Z`` unquoted."""
+
+    yaml_implicit_resolvers = {
+        first: [r for r in resolvers if r[0] != _TIMESTAMP]
+        for first, resolvers in _SAFE.yaml_implicit_resolvers.items()
+    }
+
+
 _STR, _MAP, _SEQ = (f"tag:yaml.org,2002:{t}" for t in ("str", "map", "seq"))
 
 
@@ -117,7 +131,7 @@ def _read_all(text: str) -> list[Any]:
     try:
         return list(yaml.load_all(text, Loader=loader))
     except yaml.YAMLError:
-        if _LOADER is yaml.SafeLoader:
+        if _SAFE is yaml.SafeLoader:
             raise
     # refused: the pure-Python reader says where, in its words (libyaml places some
     # problems at the end of the input instead of where they start)
@@ -125,7 +139,8 @@ def _read_all(text: str) -> list[Any]:
 
 
 def parse_documents(text: str, *, source: str = "<input>") -> list[dict[str, Any]]:
-    """Split YAML text into mapping documents (empty documents and ``List`` items unfolded)."""
+    """Split YAML text into mapping documents (empty documents, ``List`` items and the items
+    of typed lists such as ``NodeList`` unfolded)."""
     try:
         raw = _load_all(text)
     except yaml.YAMLError as e:
@@ -141,11 +156,30 @@ def parse_documents(text: str, *, source: str = "<input>") -> list[dict[str, Any
             raise InputError(
                 f"document is a {type(d).__name__}, not a mapping", file=source, document=i
             )
-        if d.get("kind") == "List" and isinstance(d.get("items"), list):
+        kind = d.get("kind")
+        if kind == "List" and isinstance(d.get("items"), list):
             docs.extend(item for item in d["items"] if isinstance(item, dict))
+        elif _typed_list(kind, d):
+            # ``NodeList``, ``ServiceList``...: what the API returns (``kubectl get --raw``,
+            # ``kubectl cluster-info dump``); its items carry no kind or apiVersion
+            item_kind, api = str(kind)[: -len("List")], d.get("apiVersion")
+            for item in d["items"]:
+                if isinstance(item, dict):
+                    docs.append({"apiVersion": api, "kind": item_kind, **item})
         else:
             docs.append(d)
     return docs
+
+
+def _typed_list(kind: object, doc: dict[str, Any]) -> bool:
+    """A ``<Kind>List`` document (Kubernetes' list convention: a kind ending in ``List``
+    with an ``items`` array)."""
+    return (
+        isinstance(kind, str)
+        and len(kind) > len("List")
+        and kind.endswith("List")
+        and isinstance(doc.get("items"), list)
+    )
 
 
 def decode(doc: dict[str, Any], *, source: str = "<input>", index: int | None = None) -> Any:
@@ -201,6 +235,17 @@ def load(paths: Sequence[str | Path]) -> Manifests:
     return _collect(texts)
 
 
+def _legacy_resolved(source: str, index: int, doc: dict[str, Any]) -> dict[str, Any]:
+    from netmodel import kubedump
+
+    try:
+        return kubedump.resolve_legacy(doc)
+    except SchemaError as e:
+        raise SchemaError(
+            e.reason, file=source, document=index or None, obj=_describe(doc), field=e.field
+        ) from None
+
+
 def _collect(texts: list[tuple[str, str]]) -> Manifests:
     with _gc_paused():
         return _collect_paused(texts)
@@ -232,7 +277,7 @@ def _collect_paused(texts: list[tuple[str, str]]) -> Manifests:
                 kept.append((s, i, d))
         # prepare() keeps the modelled documents in order (stripped of server fields)
         stripped = iter(prepared.docs)
-        located = [(s, i, next(stripped)) for s, i, _ in kept]
+        located = [(s, i, _legacy_resolved(s, i, next(stripped))) for s, i, _ in kept]
         if prepared.cluster is not None:
             located.insert(0, (texts[0][0] if texts else "<input>", 0, prepared.cluster))
         skipped = tuple(sorted(prepared.skipped.items()))

@@ -53,14 +53,32 @@ def _tracer(directory: str) -> NodeTracer:
     return NodeTracer(load_node_dump(directory))
 
 
-def _flow(src: str, dst: str, proto: str, sport: int | None) -> NodeFlow:
+def _flow(
+    src: str, dst: str, proto: str, sport: int | None, iif: str | None = None
+) -> NodeFlow:
     from dataplane.nodedump import NodeFlow
 
     s, _ = _address(src, "--from", port=False)
     d, dport = _address(dst, "--to", port=proto != "icmp")
     if proto == "icmp" and dport is not None:
         raise click.UsageError(f"--to {dst}: ICMP has no ports (--proto icmp)")
-    return NodeFlow(s, d, dport or 0, proto, 40000 if sport is None else sport)
+    return NodeFlow(s, d, dport or 0, proto, 40000 if sport is None else sport, iif)
+
+
+def _iif(tracer: NodeTracer, directory: str, index: int, f: dict[str, Any]) -> str | None:
+    """A flow's ``iif`` (the interface it arrives on), checked against the dump."""
+    from netmodel.errors import InputError
+
+    if f.get("iif") is None:
+        return None
+    name = str(f["iif"])
+    if name not in tracer.fib.interfaces:
+        raise InputError(
+            f"flow {index} ({f.get('name') or f['from']}): iif {name!r}: no interface of "
+            "that name has an address or a route in this node dump",
+            file=directory,
+        )
+    return name
 
 
 def _hops(b: BranchOutcome) -> list[dict[str, Any]]:
@@ -85,8 +103,9 @@ def node_dump_trace(
     from dataplane.nodedump import summarise
 
     tracer = _tracer(directory)
-    for f in flows:
-        flow = _flow(str(f["from"]), str(f["to"]), str(f.get("proto", "tcp")).lower(), sport)
+    for i, f in enumerate(flows):
+        proto = str(f.get("proto", "tcp")).lower()
+        flow = _flow(str(f["from"]), str(f["to"]), proto, sport, _iif(tracer, directory, i, f))
         origin = tracer.origin(flow)
         if all_branches:
             branches = tracer.trace(flow)

@@ -361,7 +361,8 @@ def _no_cluster_options(
     "flows_file",
     type=READABLE_FILE,
     default=None,
-    help="YAML/JSON list of {from, to, proto}",
+    help="YAML/JSON list of {from, to, proto} (with --node-dump, also iif: the interface "
+    "a flow arrives on)",
 )
 @click.option(
     "--iptables-save",
@@ -374,6 +375,11 @@ def _no_cluster_options(
     "--linear", is_flag=True, help="--at: walk rules one by one, report how many were visited"
 )
 @click.option("--node-dump", "node_dump", type=DUMP_DIR, default=None, help=NODE_DUMP_HELP)
+@click.option(
+    "--iif",
+    default=None,
+    help="--node-dump: the interface the flow arrives on (default: its reverse path)",
+)
 @click.option("-o", "--output", type=click.Choice(["text", "json"]), default="text")
 @click.option("-f", "--filename", "files", multiple=True, help="Throw-away cluster from manifests")
 @click.option("--real", "on_kernel", is_flag=True, help=REAL_HELP)
@@ -397,12 +403,17 @@ def trace(
     iptables_save: str | None,
     linear: bool,
     node_dump: str | None,
+    iif: str | None,
     output: str,
     files: tuple[str, ...],
     on_kernel: bool,
     diagram: str | None,
 ) -> None:
     """Walk one packet and its reply, and explain every hop and rule."""
+    if iif is not None and node_dump is None:
+        raise click.UsageError("--iif names an interface of a node dump: give --node-dump")
+    if iif is not None and flows_file:
+        raise click.UsageError("--flows FILE gives the flows: put iif in each flow, no --iif")
     if node_dump is not None:
         _no_cluster_options(
             "--node-dump",
@@ -455,6 +466,8 @@ def trace(
         if not src or not dst:
             raise click.UsageError("--from and --to are required (or --flows FILE)")
         flows = [{"from": src, "to": dst, "proto": proto}]
+        if iif is not None:
+            flows[0]["iif"] = iif
     if node_dump is not None:
         from app.cli.nodedump_cmd import node_dump_trace
 

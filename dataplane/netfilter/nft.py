@@ -12,9 +12,10 @@ Rules understood (each statement in order; a test that fails ends the rule):
 ``th|tcp|udp|sctp sport|dport``, concatenations ``a . b . c`` as set/map keys,
 ``... vmap @map`` and inline ``vmap { k : verdict , ... }``, ``numgen random mod N
 [offset M]``, ``ct state``, ``ct status``, ``ct mark``, ``fib saddr|daddr type local``,
-``meta mark`` / ``mark`` with ``and|or|xor`` then a comparison, ``iifname``/``oifname``,
-``icmp type``; statements ``mark set …``, ``ct mark set …``, ``update|add @set { key }``,
-``counter``, ``log``, ``notrack``, ``dnat [ip] to A[:P]``, ``snat [ip] to A[:P]``,
+``meta mark`` / ``mark`` with ``and|or|xor`` (or ``&``, ``|``, ``^``, as ``nft list``
+prints them) then a comparison, ``iifname``/``oifname``, ``icmp type``; statements
+``mark set …``, ``ct mark set …``, ``update|add @set { key }``, ``counter``, ``log``,
+``notrack``, ``dnat [ip] to A[:P]``, ``snat [ip] to A[:P]``,
 ``masquerade [random|fully-random|persistent]``, ``reject [with tcp reset|icmp type T]``;
 verdicts ``accept``, ``drop``, ``return``, ``continue``, ``jump C``, ``goto C``;
 ``comment "…"``. Anything else raises :class:`~netmodel.errors.UnsupportedRuleError`

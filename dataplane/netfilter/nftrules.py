@@ -563,8 +563,8 @@ def compile_rule(cur: Cursor, table: NftTable) -> tuple[list[Step], str]:
             raise UnsupportedRuleError(f"{cur.where}: unsupported expression {tok!r}")
         getter, kinds = sel
         # bitwise ops on a single selector: mark and 0x4000 == 0
-        while cur.peek() in ("and", "or", "xor") and len(kinds) == 1:
-            op = cur.next()
+        while cur.peek() in _BITOPS and len(kinds) == 1:
+            op = _BITOPS[cur.next()]
             operand = int(cur.next(), 0)
             getter = _bitwise(getter, op, operand)
         nxt = cur.peek()
@@ -582,6 +582,11 @@ def compile_rule(cur: Cursor, table: NftTable) -> tuple[list[Step], str]:
             continue
         steps.append(_test_step(cur, table, getter, kinds, negate))
     return steps, comment
+
+
+#: nft's bitwise operators: the words kube-proxy writes and the symbols ``nft list`` prints
+#: (``meta mark & 0x00004000 == 0x00000000``, ``meta mark set meta mark ^ 0x00004000``)
+_BITOPS = {"and": "and", "&": "and", "or": "or", "|": "or", "xor": "xor", "^": "xor"}
 
 
 def _terminal(cur: Cursor) -> None:
@@ -651,8 +656,8 @@ def _mark_set(cur: Cursor) -> Step:
         if cur.next() in ("meta", "ct"):
             cur.expect("mark")
         base_is_mark = True
-        while cur.peek() in ("and", "or", "xor"):
-            op = cur.next()
+        while cur.peek() in _BITOPS:
+            op = _BITOPS[cur.next()]
             ops.append((op, int(cur.next(), 0)))
     else:
         ops.append(("set", int(cur.next(), 0)))

@@ -16,6 +16,7 @@ from typing import Any
 
 from dataplane.netfilter.ipset import IpSet
 from dataplane.netfilter.ipsetlist import parse_ipset_any
+from dataplane.netfilter.iptlist import is_listing, listing_to_save
 from dataplane.netfilter.ipvs import IpvsState, VirtualServer
 from dataplane.netfilter.ipvslist import parse_ipvs_any
 from dataplane.netfilter.nft import NftRuleset, parse_nft
@@ -23,6 +24,7 @@ from dataplane.netfilter.parse import parse_save
 from dataplane.netfilter.rules import Ruleset
 from netmodel.errors import InputError
 
+from .iptext import addr_text, route_text, rule_text
 from .layout import IPTABLES_FILES
 from .routing import (
     Address,
@@ -135,6 +137,22 @@ def strip_xt_tables(text: str) -> str:
     return "\n".join(out) + "\n"
 
 
+def _parse_iptables(text: str, source: str) -> Ruleset:
+    """``iptables-save`` text, or an ``iptables -S`` listing
+    (:mod:`dataplane.netfilter.iptlist`), errors naming the listing's own lines."""
+    if not is_listing(text):
+        return parse_save(text, source=source)
+    saved, origin = listing_to_save(text, source)
+    try:
+        return parse_save(saved, source=source)
+    except InputError as e:
+        prefix = re.escape(source) + r":(\d+):"
+        msg = re.sub(
+            prefix, lambda m: f"{source}:{origin[int(m.group(1)) - 1]}:", str(e), count=1
+        )
+        raise type(e)(msg) from None
+
+
 def _json(root: Path, name: str) -> list[dict[str, Any]]:
     return load_json_list(_read(root / name), str(root / name))
 
@@ -154,8 +172,7 @@ def load_node_dump(directory: str) -> NodeDump:
     rulesets: list[tuple[str, Ruleset]] = []
     for name in IPTABLES_FILES:
         if name in present:
-            rs = parse_save(_read(root / name), source=src(name))
-            rulesets.append((name, rs))
+            rulesets.append((name, _parse_iptables(_read(root / name), src(name))))
     with_rules = [(n, rs) for n, rs in rulesets if _has_rules(rs)]
     if len(with_rules) > 1:
         names = ", ".join(src(n) for n, _ in with_rules)
@@ -194,10 +211,22 @@ def load_node_dump(directory: str) -> NodeDump:
     rules: list[Rule] = []
     if "ip-addr.json" in present:
         addrs = parse_addrs(_json(root, "ip-addr.json"), src("ip-addr.json"))
+    elif "ip-addr.txt" in present:
+        addrs = parse_addrs(
+            addr_text(_read(root / "ip-addr.txt"), src("ip-addr.txt")), src("ip-addr.txt")
+        )
     if "ip-route.json" in present:
         routes = parse_routes(_json(root, "ip-route.json"), src("ip-route.json"))
+    elif "ip-route.txt" in present:
+        routes = parse_routes(
+            route_text(_read(root / "ip-route.txt"), src("ip-route.txt")), src("ip-route.txt")
+        )
     if "ip-rule.json" in present:
         rules = parse_rules(_json(root, "ip-rule.json"), src("ip-rule.json"))
+    elif "ip-rule.txt" in present:
+        rules = parse_rules(
+            rule_text(_read(root / "ip-rule.txt"), src("ip-rule.txt")), src("ip-rule.txt")
+        )
     sysvals: dict[str, str] = {}
     assumed: tuple[str, ...] = ()
     if "sysctl.txt" in present:

@@ -7,12 +7,16 @@ rule source. Names:
 =========================  =========================================================
 ``iptables-nft-save.txt``  ``iptables-nft-save -c`` (the nf_tables back end)
 ``iptables-legacy-save.txt`` ``iptables-legacy-save -c`` (the legacy back end)
-``iptables-save.txt``      ``iptables-save [-c]`` pasted from a node (either back end)
+``iptables-save.txt``      ``iptables-save [-c]`` pasted from a node (either back end),
+                           or ``iptables -S`` listings (``iptables -S; iptables -S -t nat``)
 ``nft-ruleset.txt``        ``nft list ruleset`` (tables iptables-nft owns are skipped
                            when an iptables-nft dump is present: they are the same rules)
 ``ip-addr.json``           ``ip -j addr``
 ``ip-route.json``          ``ip -j route show table all``
 ``ip-rule.json``           ``ip -j rule``
+``ip-addr.txt`` ...        ``ip addr``, ``ip route``, ``ip rule`` as pasted (``ip-addr.txt``,
+                           ``ip-route.txt``, ``ip-rule.txt``; read when the ``.json`` file
+                           is absent, :mod:`.iptext`)
 ``ip-neigh.json``          ``ip -j neigh`` (recorded; not used for evaluation)
 ``ipset.txt``              ``ipset save``, or an ``ipset -L`` listing
 ``ipvsadm.txt``            ``ipvsadm -Sn``, or an ``ipvsadm -L -n`` listing

@@ -9,7 +9,10 @@ Inputs are what ``ip -j addr``, ``ip -j route show table all`` and ``ip -j rule`
   the lowest metric). Route types ``local`` (deliver here), ``unicast``,
   ``blackhole``/``unreachable``/``prohibit`` (drop) and ``throw`` (next rule) are
   evaluated; ``broadcast``/``multicast``/``anycast`` routes are not used for unicast
-  lookups.
+  lookups. An arriving packet to a multicast group is not forwarded (the kernel forwards
+  multicast only with multicast routing, which a dump does not hold): it is dropped,
+  except the all-hosts group 224.0.0.1 and the limited broadcast 255.255.255.255, which
+  are delivered here.
 * :meth:`Fib.masquerade_source` — the address MASQUERADE takes: the kernel's
   ``inet_select_addr(out, nexthop, RT_SCOPE_UNIVERSE)``: the first primary
   global-scope IPv4 address of the output interface whose subnet holds the next hop,
@@ -34,6 +37,8 @@ __all__ = ["Address", "Fib", "Route", "RouteDecision", "Rule", "load_json_list"]
 
 _TABLE_IDS = {"local": 255, "main": 254, "default": 253, "unspec": 0}
 _DROP_TYPES = ("blackhole", "unreachable", "prohibit")
+_ALL_HOSTS = IPv4Address("224.0.0.1")
+_LIMITED_BROADCAST = IPv4Address("255.255.255.255")
 
 
 def load_json_list(text: str, source: str) -> list[dict[str, Any]]:
@@ -106,7 +111,7 @@ class Rule:
 @dataclass(frozen=True, slots=True)
 class RouteDecision:
     """Where a packet goes: ``kind`` ``local``, ``unicast`` or a drop (``blackhole``,
-    ``unreachable``, ``prohibit``, ``no route``); ``dev`` the output interface;
+    ``unreachable``, ``prohibit``, ``no route``, ``multicast``); ``dev`` the output interface;
     ``route`` the route text."""
 
     kind: str
@@ -202,7 +207,8 @@ def parse_rules(data: list[dict[str, Any]], source: str) -> list[Rule]:
                     r.get("iif"),
                     r.get("oif"),
                     mark,
-                    bool(r.get("not", False)),
+                    # ``ip -j rule`` prints an inverted rule's "not" as null
+                    "not" in r and r["not"] is not False,
                     action,
                     _table_id(r.get("table", "main")) if action == "lookup" else 0,
                 )
@@ -250,11 +256,14 @@ class Fib:
             self.tables.setdefault(r.table, []).append(r)
         for rs in self.tables.values():
             rs.sort(key=lambda r: (-r.dst.prefixlen, r.metric))
+        # the node's own addresses: its interfaces' and the local table's ``local`` routes
+        # (a ``local`` route in another table, e.g. Cilium's ``local default`` in table
+        # 2004 for its proxy's marked packets, is reached only through its policy rule)
+        local_routes = [r for r in routes if r.type == "local" and r.table == _TABLE_IDS["local"]]
         self.local: frozenset[IPAddress] = frozenset(
-            [a.address for a in addrs]
-            + [r.dst.network_address for r in routes if r.type == "local"]
+            [a.address for a in addrs] + [r.dst.network_address for r in local_routes]
         )
-        self._local_nets = [r.dst for r in routes if r.type == "local" and r.dst.prefixlen < 32]
+        self._local_nets = [r.dst for r in local_routes if r.dst.prefixlen < 32]
 
     def is_local(self, addr: IPAddress) -> bool:
         if addr in self.local:
@@ -270,6 +279,12 @@ class Fib:
             if self.is_local(dst):
                 return RouteDecision("local", "lo", None, None, "local")
             return RouteDecision("no route", None, None, None, "IPv6 routing is not in the dump")
+        if iif is not None and (dst.is_multicast or dst == _LIMITED_BROADCAST):
+            if dst in (_ALL_HOSTS, _LIMITED_BROADCAST):
+                return RouteDecision("local", "lo", None, None, f"{dst}: delivered here")
+            return RouteDecision(
+                "multicast", None, None, None, f"{dst}: not forwarded (no multicast routing)"
+            )
         for rule in self.rules:
             hit = True
             if rule.src is not None and (src is None or src not in rule.src):
@@ -319,6 +334,12 @@ class Fib:
             if a.address.version == 4 and a.scope == "global" and not a.secondary:
                 return a.address
         return None
+
+    @property
+    def interfaces(self) -> frozenset[str]:
+        """The interfaces the dump names: those with an address or a route."""
+        devs = {r.dev for rs in self.tables.values() for r in rs if r.dev}
+        return frozenset({a.ifname for a in self.addrs} | devs)
 
     def addresses_of(self, dev: str) -> list[IPAddress]:
         return [a.address for a in self.addrs if a.ifname == dev]

@@ -7,7 +7,8 @@ Contract (what :class:`NodeTracer` evaluates, as the kernel would):
   services (:mod:`.dump`), run by the engine (:mod:`dataplane.netfilter.evaluate`).
 * Origin: a flow whose source is one of the node's local addresses (``ip -j addr``,
   ``local`` routes) is sent by the node (OUTPUT first); any other arrives on the
-  interface the node routes that source through (its reverse path), PREROUTING first.
+  interface the flow names (``iif``), else on the one the node routes that source
+  through (its reverse path), PREROUTING first.
 * Routing: every decision (after PREROUTING, before and after OUTPUT) is a lookup in the
   node's policy rules and tables with the packet's current destination and mark
   (:class:`~.routing.Fib`), so ``-i``/``-o`` match the real interface names. A route of
@@ -51,13 +52,15 @@ _SYN = frozenset({"SYN"})
 
 @dataclass(frozen=True, slots=True)
 class NodeFlow:
-    """One flow: source, destination, destination port, protocol, source port."""
+    """One flow: source, destination, destination port, protocol, source port, and the
+    interface it arrives on (``iif``; None: the one the node routes the source through)."""
 
     source: str
     dest: str
     dport: int
     protocol: str = "tcp"
     sport: int = 40000
+    iif: str | None = None
 
     def packet(self) -> Packet:
         src, dst = ip_address(self.source), ip_address(self.dest)
@@ -135,10 +138,16 @@ class NodeTracer:
     # ---- where the packet comes from and goes
 
     def origin(self, flow: NodeFlow) -> str:
+        if flow.iif is not None:
+            return "in"
         return "out" if self.fib.is_local(ip_address(flow.source)) else "in"
 
     def in_iface(self, flow: NodeFlow) -> str:
-        """The interface the node routes the source through (its reverse path)."""
+        """The flow's ``iif`` if it names one, else the interface the node routes the
+        source through (its reverse path: right unless policy rules select by ``iif``,
+        as the AWS VPC CNI's branch-ENI rules do)."""
+        if flow.iif is not None:
+            return flow.iif
         src = ip_address(flow.source)
         d = self.fib.lookup(src)
         if d.kind == "unicast" and d.dev:
@@ -277,7 +286,8 @@ def summarise(flow: NodeFlow, origin: str, branches: list[BranchOutcome]) -> dic
             "port": flow.dport,
             "proto": flow.protocol,
             "sport": flow.sport,
-        },
+        }
+        | ({"iif": flow.iif} if flow.iif is not None else {}),
         "origin": origin,
         "verdict": max(verdicts.items(), key=lambda kv: kv[1])[0] if verdicts else "ACCEPT",
         "verdicts": {k: round(v, 10) for k, v in verdicts.items()},

@@ -12,7 +12,7 @@ from click.testing import CliRunner
 
 from app.cli.main import cli
 from netmodel.errors import InputError
-from netmodel.manifests import load, load_text
+from netmodel.manifests import load, load_text, parse_documents
 
 DUMP = Path(__file__).resolve().parents[1] / "data" / "kubectl-dumps" / "small-list.yaml"
 
@@ -214,3 +214,136 @@ def test_gke_routes_layout_applies_with_a_warning_and_routes_cluster_ips(tmp_pat
             out = json.loads(r.output)
             got = sorted(e["endpoint"] for e in out["endpoints"])
             assert got == ["10.4.0.5:8080", "10.4.1.9:8080"], (base, where, out)
+
+
+# --------------------------------------------------------------------------- real dumps
+# (tests/data/kubectl-dumps/SOURCE.md says where each comes from)
+
+DUMPS = DUMP.parent
+OPENSHIFT3 = [DUMPS / f"openshift3-{k}.yaml" for k in ("services", "pods", "endpoints")]
+
+
+def test_openshift3_dump_with_legacy_fields_applies(tmp_path: Path) -> None:
+    """OpenShift 3's ``oc get -o yaml`` prints a Service's ``portalIP`` beside its
+    ``clusterIP``, a Pod's ``host`` beside its ``nodeName``, and timestamps unquoted:
+    read as kube-apiserver reads them, the recorded addresses kept."""
+    s = tmp_path / "s"
+    argv = ["--state", str(s), "apply"] + [a for f in OPENSHIFT3 for a in ("-f", str(f))]
+    r = CliRunner().invoke(cli, argv)
+    assert r.exit_code == 0, r.output
+    assert "skipped 3 objects of kinds svclab does not model: 3 Endpoints" in r.output
+    assert "serviceCIDR 172.30.0.0/16 inferred" in r.output
+    svcs = _get(s, "services")
+    assert {n: v["spec"]["clusterIP"] for n, v in svcs.items()} == {
+        "kubernetes": "172.30.0.1",
+        "router-1": "172.30.210.0",
+    }
+    assert svcs["kubernetes"]["spec"]["sessionAffinity"] == "ClientIP"
+    pods = _get(s, "pods")
+    assert {n: (p["spec"]["nodeName"], p["status"]["podIP"]) for n, p in pods.items()} == {
+        "hello-pod": ("node2.ose.com", "10.1.0.3"),
+        "router-1-1-w27o2": ("node1.ose.com", "10.66.208.229"),
+    }
+
+
+@pytest.mark.parametrize(
+    ("kind", "field", "value"),
+    [("Service", "portalIP", "172.30.0.9"), ("Pod", "host", "node9.ose.com")],
+)
+def test_legacy_field_disagreeing_is_refused(
+    tmp_path: Path, kind: str, field: str, value: str
+) -> None:
+    src = OPENSHIFT3[0] if kind == "Service" else OPENSHIFT3[1]
+    doc = yaml.safe_load(src.read_text())
+    doc["items"][0]["spec"][field] = value
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump(doc))
+    s = tmp_path / "s"
+    r = CliRunner().invoke(cli, ["--state", str(s), "apply", "-f", str(bad)])
+    assert r.exit_code == 1
+    line = r.output.strip().splitlines()[-1]
+    assert str(bad) in line and "(document 1)" in line and f"spec.{field}:" in line
+    assert "legacy field disagrees" in line
+    r = CliRunner().invoke(cli, ["--state", str(s), "get", "pods", "-A"])
+    assert "no cluster here yet" in r.output  # nothing was stored
+
+
+def test_unquoted_timestamps_stay_strings() -> None:
+    """As in Kubernetes (YAML read as JSON): ``2017-02-10T16:33:46Z`` unquoted is a string."""
+    (pod, _) = parse_documents(OPENSHIFT3[1].read_text(), source="pods.yaml")
+    assert pod["metadata"]["creationTimestamp"] == "2017-02-10T16:33:46Z"
+    assert pod["status"]["conditions"][0]["lastTransitionTime"] == "2017-02-10T16:33:46Z"
+    assert {type(p).__name__ for p in load([OPENSHIFT3[1]]).objects} == {"Pod"}
+
+
+def test_kind_pods_list_yaml_and_json_mean_the_same(tmp_path: Path) -> None:
+    """A kind cluster's ``kubectl get pods -o yaml`` and ``-o json`` (a v1 List, selfLink,
+    container statuses): the same Pods, bound to the node with their recorded IPs."""
+    got = []
+    for ext in ("yaml", "json"):
+        s = tmp_path / ext
+        r = CliRunner().invoke(
+            cli, ["--state", str(s), "apply", "-f", str(DUMPS / f"kind-pods-list.{ext}")]
+        )
+        assert r.exit_code == 0, r.output
+        pods = _get(s, "pods")
+        got.append({n: (p["spec"]["nodeName"], p["status"]["podIP"]) for n, p in pods.items()})
+    assert got[0] == got[1] == {
+        "t1": ("116-control-plane", "10.244.0.5"),
+        "t2": ("116-control-plane", "10.244.0.7"),
+    }
+
+
+def test_eks_host_network_pod_keeps_its_node_and_address(tmp_path: Path) -> None:
+    """A real DaemonSet Pod (hostNetwork, owned by a DaemonSet the dump lacks) applies
+    bound to its node with the node's address, and stays (nothing collects it)."""
+    s = tmp_path / "s"
+    dump = DUMPS / "eks-aws-node-pod.yaml"
+    r = CliRunner().invoke(cli, ["--state", str(s), "apply", "-f", str(dump)])
+    assert r.exit_code == 0, r.output
+    pod = _get(s, "pods")["aws-node-mbmjp"]
+    assert pod["spec"]["nodeName"] == "ip-172-31-0-225.ap-southeast-2.compute.internal"
+    assert pod["spec"]["hostNetwork"] is True
+    assert pod["status"]["podIP"] == "172.31.0.225"
+    assert pod["metadata"]["uid"] == "e3776cf9-85ce-40f3-8af5-7d7c95287294"
+
+
+def test_typed_node_list_of_a_pre_1_0_cluster(tmp_path: Path) -> None:
+    """What the API returns for ``/api/v1/nodes`` on a 2015 cluster (Kubernetes v0.19):
+    a ``NodeList`` whose items carry no kind or apiVersion, and ``LegacyHostIP``
+    addresses. The items are Nodes, the legacy address their InternalIP (so the node
+    network is inferred from it)."""
+    dump = DUMPS / "k8s-0.19-vagrant-nodelist.json"
+    m = load([dump])
+    assert [(type(o).__name__, o.metadata.name) for o in m.objects] == [
+        ("Node", "10.245.1.3"),
+        ("Node", "10.245.1.4"),
+        ("Node", "10.245.1.5"),
+    ]
+    assert m.cluster is not None and m.cluster.spec.node_network == "10.245.1.0/24"
+    s = tmp_path / "s"
+    r = CliRunner().invoke(cli, ["--state", str(s), "apply", "-f", str(dump)])
+    assert r.exit_code == 0, r.output
+    nodes = _get(s, "nodes")
+    assert {n: v["status"]["addresses"] for n, v in nodes.items()}["10.245.1.4"] == [
+        {"type": "InternalIP", "address": "10.245.1.4"}
+    ]
+    assert nodes["10.245.1.3"]["metadata"]["uid"] == "d94d0f69-4239-11e5-9586-0800279dd272"
+
+
+def test_typed_lists_unfold_with_kind_and_api_version() -> None:
+    text = json.dumps(
+        {
+            "kind": "ServiceList",
+            "apiVersion": "v1",
+            "metadata": {"resourceVersion": "7"},
+            "items": [
+                {
+                    "metadata": {"name": "a", "namespace": "default", "uid": "u1"},
+                    "spec": {"clusterIP": "10.0.0.1", "ports": [{"port": 80}]},
+                }
+            ],
+        }
+    )
+    (doc,) = parse_documents(text, source="svcs.json")
+    assert (doc["kind"], doc["apiVersion"], doc["metadata"]["name"]) == ("Service", "v1", "a")

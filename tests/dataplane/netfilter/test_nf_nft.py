@@ -145,6 +145,33 @@ def test_nested_list_ruleset_form() -> None:
     assert (t.verdict, t.reject_with) == ("REJECT", "tcp-reset")
 
 
+def test_bitwise_symbols_as_nft_list_prints_them() -> None:
+    """``nft list`` prints kube-proxy's ``and``/``xor`` as ``&``/``^`` (and ``or`` as
+    ``|``): both spellings mean the same (the masquerading chain of a real node)."""
+    text = """table ip t {
+	chain mark-for-masquerade {
+		meta mark set meta mark | 0x00004000
+	}
+	chain pre {
+		type nat hook prerouting priority dstnat; policy accept;
+		ip saddr 10.0.0.1 jump mark-for-masquerade
+	}
+	chain post {
+		type nat hook postrouting priority srcnat; policy accept;
+		meta mark & 0x00004000 == 0x00000000 return
+		meta mark set meta mark ^ 0x00004000
+		masquerade fully-random
+	}
+}
+"""
+    words = text.replace(" | ", " or ").replace(" & ", " and ").replace(" ^ ", " xor ")
+    for t in (text, words):
+        nf = Netfilter(parse_save(""), nft=NftEngine(parse_nft(t)))
+        marked = nf.traverse(Packet.make("10.0.0.1", "10.5.0.1", "udp", 1, 53))
+        plain = nf.traverse(Packet.make("10.0.0.2", "10.5.0.1", "udp", 1, 53))
+        assert (marked.masquerade, plain.masquerade) == (True, False), t
+
+
 @pytest.mark.parametrize(
     ("text", "err"),
     [

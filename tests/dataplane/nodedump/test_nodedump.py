@@ -197,6 +197,77 @@ def test_blackhole_route_drops_with_the_reason(node: Path) -> None:
     assert res["reasons"] and "blackhole" in res["reasons"][0]  # type: ignore[index]
 
 
+def test_arriving_multicast_is_not_forwarded(node: Path) -> None:
+    """Without multicast routing the kernel forwards no group traffic; the all-hosts
+    group and the limited broadcast are delivered to the node (the flannel-nftables
+    dump checks the first two against the kernel)."""
+    res = _trace(node, "10.244.1.5", "239.1.2.3", 5000, "udp")
+    assert res["verdict"] == "DROP"
+    assert "not forwarded" in res["reasons"][0]  # type: ignore[index]
+    for group in ("224.0.0.1", "255.255.255.255"):
+        res = _trace(node, "10.244.1.5", group, 5000, "udp")
+        assert (res["verdict"], res["out_dev"]) == ("ACCEPT", None), group
+    res = _trace(node, "192.0.2.10", "239.1.2.3", 5000, "udp")  # the node's own: sent
+    assert (res["verdict"], res["out_dev"]) == ("ACCEPT", ["eth0"])
+
+
+def test_local_route_in_another_table_is_not_a_local_address(tmp_path: Path) -> None:
+    """Cilium's ``local default dev lo table 2004`` (reached by ``fwmark 0x200/0xf00``
+    only, cilium-kpr-gke-dpv2 checks it against the kernel) does not make every address
+    the node's own: a pod's flow still arrives and is forwarded."""
+    routes = [
+        *json.loads(ROUTES),
+        {"type": "local", "dst": "default", "dev": "lo", "table": "2004", "scope": "host"},
+    ]
+    rules = [{"priority": 9, "src": "all", "fwmark": "0x200", "fwmask": "0xf00", "table": "2004"}]
+    d = _write(
+        tmp_path / "n",
+        iptables_save_txt=RULES_SAVE,
+        ip_addr_json=ADDRS,
+        ip_route_json=json.dumps(routes),
+        ip_rule_json=json.dumps(rules + json.loads(RULES)),
+    )
+    tracer = NodeTracer(load_node_dump(str(d)))
+    flow = NodeFlow("10.244.1.5", "8.8.8.8", 443, "tcp")
+    assert tracer.origin(flow) == "in"
+    res = _trace(d, "10.244.1.5", "8.8.8.8", 443)
+    assert (res["verdict"], res["out_dev"]) == ("ACCEPT", ["eth0"])
+
+
+def test_pasted_ip_text_and_inverted_rules(node: Path) -> None:
+    """``ip addr``/``ip route``/``ip rule`` text in ``ip-*.txt`` (read when the JSON is
+    absent; tests/kernel/test_ip_text.py checks the reading against ``ip -j``); an
+    inverted rule (``ip -j`` prints its "not" as null) is inverted; errors name file:line."""
+    from dataplane.nodedump.iptext import route_text
+
+    for f in ("ip-addr.json", "ip-route.json", "ip-rule.json"):
+        (node / f).unlink()
+    (node / "ip-addr.txt").write_text(
+        "1: lo: <LOOPBACK,UP,LOWER_UP> mtu 65536\n    inet 127.0.0.1/8 scope host lo\n"
+        "2: eth0@if9: <BROADCAST,MULTICAST,UP,LOWER_UP> mtu 1500\n"
+        "    link/ether 02:42:c9:fc:42:45 brd ff:ff:ff:ff:ff:ff\n"
+        "    inet 198.51.100.10/24 brd 198.51.100.255 scope global eth0\n"
+        "       valid_lft forever preferred_lft forever\n"
+        "3: wg0: <POINTOPOINT,UP> mtu 1420\n    inet 10.99.0.1/24 scope global wg0\n"
+    )
+    (node / "ip-route.txt").write_text(
+        "default via 198.51.100.1 dev eth0 proto dhcp src 198.51.100.10 metric 100\n"
+        "default via 10.99.0.254 dev wg0 table 100\n"
+    )
+    (node / "ip-rule.txt").write_text(
+        "0:\tfrom all lookup local\n"
+        "10:\tnot from all fwmark 0x10/0x10 lookup 100\n"
+        "32766:\tfrom all lookup main\n"
+    )
+    # unmarked traffic is NOT marked 0x10: the inverted rule sends it by table 100
+    res = _trace(node, "10.244.1.5", "8.8.8.8", 443)
+    assert res["out_dev"] == ["wg0"] and res["source"] == "10.99.0.1"
+    (node / "ip-route.txt").write_text("10.1.0.0/16 proto static\n  nexthop via 1.2.3.4\n")
+    with pytest.raises(InputError, match=r"ip-route\.txt:2: nexthop via 1\.2\.3\.4: multipath"):
+        load_node_dump(str(node))
+    assert route_text("local 10.0.0.1 dev lo table local", "x")[0]["type"] == "local"
+
+
 def test_per_endpoint_masquerade_and_source(node: Path) -> None:
     """The mark is set on half the branches; SNAT happens only where the packet leaves:
     the local endpoint (INPUT) is never source-NATed; the top-level flag is all-branches."""
@@ -267,6 +338,34 @@ def test_cli_trace_node_dump_json_all_and_sport(node: Path) -> None:
     res = json.loads(r.output)
     assert res["flow"]["sport"] == 1234
     assert {e["endpoint"] for e in res["endpoints"]} == {"192.0.2.10:8080", "10.244.1.7:80"}
+
+
+def test_flows_name_the_interface_a_flow_arrives_on(node: Path, tmp_path: Path) -> None:
+    """``iif`` in a flows file: the flow arrives there (policy rules by ``iif`` pick the
+    table, ``-i`` matches it) instead of on the source's reverse path; an interface the
+    dump does not have is refused naming the dump and the flow
+    (eks-branch-eni-policy-routing checks it against the kernel)."""
+    rules = [{"priority": 10, "src": "all", "iif": "wg0", "table": "100"}, *json.loads(RULES)]
+    (node / "ip-rule.json").write_text(json.dumps(rules))
+    flows = tmp_path / "flows.yaml"
+    flows.write_text(
+        '- {from: 10.244.1.5, to: "8.8.8.8:443"}\n'
+        '- {from: 10.244.1.5, to: "8.8.8.8:443", iif: wg0}\n'
+    )
+    r = CliRunner().invoke(cli, ["trace", "--node-dump", str(node), "--flows", str(flows)])
+    assert r.exit_code == 0, r.output
+    plain, via_wg0 = (json.loads(line) for line in r.output.splitlines())
+    assert "iif" not in plain["flow"] and plain["out_dev"] == ["eth0"]
+    assert via_wg0["flow"]["iif"] == "wg0" and via_wg0["out_dev"] == ["wg0"]
+    one = ["trace", "--node-dump", str(node), "--from", "10.244.1.5", "--to", "8.8.8.8:443"]
+    r = CliRunner().invoke(cli, [*one, "--iif", "wg0", "-o", "json"])
+    assert r.exit_code == 0 and json.loads(r.output)["out_dev"] == ["wg0"], r.output
+    r = CliRunner().invoke(cli, ["trace", "--from", "10.0.0.1", "--to", "10.0.0.2:80", "--iif", "x"])
+    assert r.exit_code == 2 and "--iif names an interface of a node dump" in r.output
+    flows.write_text('- {name: bad, from: 10.244.1.5, to: "8.8.8.8:443", iif: nope0}\n')
+    r = CliRunner().invoke(cli, ["trace", "--node-dump", str(node), "--flows", str(flows)])
+    assert r.exit_code == 1
+    assert str(node) in r.output and "flow 0 (bad): iif 'nope0'" in r.output
 
 
 def test_cli_trace_node_dump_text_says_where_snat_happened(node: Path) -> None:
