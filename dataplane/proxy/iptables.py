@@ -70,6 +70,25 @@ def probability(n: int) -> str:
 _PROBABILITY: dict[int, str] = {}  # n -> its text: services share their endpoint counts
 
 
+def _statistic_heads(n: int) -> tuple[str, ...]:
+    """What precedes the KUBE-SEP target in each of the ``n`` endpoint rules of a service
+    chain without comments: the ``-m statistic`` matches with probabilities counting
+    down, then the unconditional last rule's bare ``-j`` (memoised for the small
+    endpoint counts most services have)."""
+    heads = _STATISTIC_HEADS.get(n)
+    if heads is None:
+        heads = tuple(
+            f"-m statistic --mode random --probability {probability(n - i)} -j "
+            for i in range(n - 1)
+        ) + (("-j ",) if n else ())
+        if n <= 64:
+            _STATISTIC_HEADS[n] = heads
+    return heads
+
+
+_STATISTIC_HEADS: dict[int, tuple[str, ...]] = {}
+
+
 # --------------------------------------------------------------------------- per service
 
 
@@ -179,13 +198,9 @@ def _plain_fragment(st: ServicePortState, ctx: _Ctx) -> _Fragment:
     n = len(eps)
     prob = probability
     if ctx.large:
-        for i in range(n - 1):
-            rules.append(
-                f"-A {svc} -m statistic --mode random --probability {prob(n - i)} "
-                f"-j {seps[eps[i].endpoint]}\n"
-            )
-        if n:
-            rules.append(f"-A {svc} -j {seps[eps[-1].endpoint]}\n")
+        heads = _statistic_heads(n)
+        for i in range(n):
+            rules.append(f"-A {svc} {heads[i]}{seps[eps[i].endpoint]}\n")
         cm = ""
     else:
         for i in range(n - 1):
@@ -523,6 +538,16 @@ def _walk(snapshot: list[ServicePortState], memo: _Memo, ctx: _Ctx) -> list[_Fra
     get = by_id.get
     out: list[_Fragment] = []
     append = out.append
+    if not by_id and not memo.by_state:
+        # nothing rendered before in this context: no lookups (the ports of one snapshot
+        # are distinct, so none can reuse another's text)
+        by_state = memo.by_state
+        for st in snapshot:
+            fr = by_state[st] = _fragment(st, ctx)
+            by_id[id(st)] = (st, fr)
+            append(fr)
+        _trim(memo, snapshot, out)
+        return out
     for st in snapshot:
         # identity first (the tracker hands over unchanged states as the same objects;
         # an int lookup avoids the Python-level __hash__), then equality
