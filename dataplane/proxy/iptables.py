@@ -543,9 +543,9 @@ def _walk(snapshot: list[ServicePortState], memo: _Memo, ctx: _Ctx) -> list[_Fra
         # are distinct, so none can reuse another's text)
         by_state = memo.by_state
         for st in snapshot:
-            fr = by_state[st] = _fragment(st, ctx)
-            by_id[id(st)] = (st, fr)
-            append(fr)
+            made = by_state[st] = _fragment(st, ctx)
+            by_id[id(st)] = (st, made)
+            append(made)
         _trim(memo, snapshot, out)
         return out
     for st in snapshot:
