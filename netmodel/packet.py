@@ -93,6 +93,32 @@ class Packet:
         _set_inner(self, inner)
         _set_df(self, df)
 
+    def __hash__(self) -> int:
+        # The dataclass's own hash hashes the address objects, and an ip_address's
+        # __hash__ is Python code that formats the address as hex text: the flow cache
+        # hashes a packet per send. Equal packets have equal address integers (``_ip``,
+        # what ip_address equality compares), so hashing those keeps hash and equality
+        # consistent at a third of the cost.
+        return hash(
+            (
+                self.src._ip,  # type: ignore[union-attr]
+                self.dst._ip,  # type: ignore[union-attr]
+                self.proto,
+                self.sport,
+                self.dport,
+                self.ttl,
+                self.length,
+                self.flags,
+                self.icmp_type,
+                self.icmp_code,
+                self.icmp_id,
+                self.payload,
+                self.mark,
+                self.inner,
+                self.df,
+            )
+        )
+
     @staticmethod
     def make(
         src: str | IPAddress,

@@ -65,8 +65,15 @@ def pod_ip(node: int, j: int) -> str:
     return f"10.244.{node}.{j + 2}"
 
 
+_CLUSTER_IP_BASE = int(IPv4Address("10.96.0.10"))
+
+
 def cluster_ip(i: int) -> str:
-    return str(IPv4Address("10.96.0.10") + i)
+    """The ClusterIP of Service ``i`` (10.96.0.10 + i), formatted from the integer: the
+    measured loops call this once per flow, and parsing an address each time cost a
+    fifth of a ``--at`` traversal."""
+    n = _CLUSTER_IP_BASE + i
+    return f"{n >> 24}.{n >> 16 & 255}.{n >> 8 & 255}.{n & 255}"
 
 
 def objects(

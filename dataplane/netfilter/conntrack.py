@@ -534,8 +534,11 @@ class ConntrackTable:
         if conn.expires <= now:
             self._remove(conn)
             return None
-        if conn.tcp_state == "ESTABLISHED" and _plain_ack(flags):
-            # the common case, in place: what _advance does for it
+        if conn.tcp_state == "ESTABLISHED" and (
+            _PLAIN_ACK.get(flags) or (flags not in _PLAIN_ACK and _plain_ack(flags))
+        ):
+            # the common case, in place: what _advance does for it (_plain_ack's memo
+            # read inline: this runs once per namespace a replayed packet crosses)
             if direction == REPLY:
                 status |= SEEN_REPLY
             if status & SEEN_REPLY:

@@ -723,11 +723,6 @@ class Netfilter:
         runners = self._runners
         hooks: tuple[str, ...]
 
-        def where() -> str | None:
-            if route is None:
-                return None if w.dst in local else default_out
-            return route(_rebuild(pkt, w))
-
         delivery: str | None = None
         if origin == "in":
             iif = in_iface or "eth0"
@@ -735,13 +730,17 @@ class Netfilter:
             v = runners["PREROUTING"](w, rec)
             hooks = _PATH_PRE
             if v == ACCEPT:
-                oif = (None if w.dst in local else default_out) if route is None else where()
+                oif = (
+                    (None if w.dst in local else default_out)
+                    if route is None
+                    else route(_rebuild(pkt, w))
+                )
                 if oif is None:
                     v = runners["INPUT"](w, rec)
                     hooks = _PATH_IN
                     delivery = "local" if v == ACCEPT else None
                     if v == STOLEN:  # IPVS forwards it: out through OUTPUT, POSTROUTING
-                        oif = where() or default_out
+                        oif = _where(route, pkt, w, local, default_out) or default_out
                         w.iif, w.oif = "", oif
                         v = runners["OUTPUT"](w, rec)
                         hooks = _PATH_IPVS[:3]
@@ -759,12 +758,12 @@ class Netfilter:
                         hooks = _PATH_FWD
                     delivery = "forward" if v == ACCEPT else None
         elif origin == "out":
-            oif = where()
+            oif = _where(route, pkt, w, local, default_out)
             w.iif, w.oif = "", oif or "lo"
             v = runners["OUTPUT"](w, rec)
             hooks = _PATH_OUT[:1]
             if v == ACCEPT:
-                oif = where()
+                oif = _where(route, pkt, w, local, default_out)
                 w.oif = oif or "lo"
                 v = runners["POSTROUTING"](w, rec)
                 hooks = _PATH_OUT[:2]
@@ -855,6 +854,20 @@ class Netfilter:
 
 _new_tuple = tuple.__new__
 _ADDRS: dict[int, IPAddress] = {}
+
+
+def _where(
+    route: Callable[[Packet], str | None] | None,
+    pkt: Packet,
+    w: Work,
+    local: frozenset[int],
+    default_out: str,
+) -> str | None:
+    """:meth:`Netfilter.traverse`'s routing decision for the packet in ``w`` (a module
+    function rather than a closure: no function object is made per traversal)."""
+    if route is None:
+        return None if w.dst in local else default_out
+    return route(_rebuild(pkt, w))
 
 
 def _addr(v: int) -> IPAddress:

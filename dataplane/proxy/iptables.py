@@ -20,6 +20,7 @@ that service.
 from __future__ import annotations
 
 import functools
+import gc
 from collections.abc import Collection, Iterable
 from itertools import accumulate, compress
 from itertools import chain as concat
@@ -67,6 +68,25 @@ def probability(n: int) -> str:
 
 
 _PROBABILITY: dict[int, str] = {}  # n -> its text: services share their endpoint counts
+
+
+def _statistic_heads(n: int) -> tuple[str, ...]:
+    """What precedes the KUBE-SEP target in each of the ``n`` endpoint rules of a service
+    chain without comments: the ``-m statistic`` matches with probabilities counting
+    down, then the unconditional last rule's bare ``-j`` (memoised for the small
+    endpoint counts most services have)."""
+    heads = _STATISTIC_HEADS.get(n)
+    if heads is None:
+        heads = tuple(
+            f"-m statistic --mode random --probability {probability(n - i)} -j "
+            for i in range(n - 1)
+        ) + (("-j ",) if n else ())
+        if n <= 64:
+            _STATISTIC_HEADS[n] = heads
+    return heads
+
+
+_STATISTIC_HEADS: dict[int, tuple[str, ...]] = {}
 
 
 # --------------------------------------------------------------------------- per service
@@ -131,11 +151,100 @@ def _endpoint_rules(
 
 
 def _fragment(st: ServicePortState, ctx: _Ctx) -> _Fragment:
+    """One service port's text: :func:`_plain_fragment` for a port that only has a
+    ClusterIP with cluster-wide endpoints (most ports of a large cluster), else
+    :func:`_general_fragment`. Both give the same text for a plain port (a property
+    test checks it)."""
+    info = st.info
+    if (
+        st.has_internal_endpoints
+        and st.uses_cluster_chain
+        and not (
+            st.uses_local_chain
+            or st.uses_external_chain
+            or st.uses_fw_chain
+            or info.node_port
+            or info.external_ips
+            or info.load_balancer_vips
+            or info.health_check_node_port
+            or info.affinity_timeout
+            or info.internal_policy_local
+        )
+    ):
+        return _plain_fragment(st, ctx)
+    return _general_fragment(st, ctx)
+
+
+_ENDPOINT = attrgetter("endpoint")
+
+
+def _plain_fragment(st: ServicePortState, ctx: _Ctx) -> _Fragment:
+    """:func:`_general_fragment` for a port whose only entry is its ClusterIP, with
+    cluster-wide endpoints and no affinity: the same text, written with fewer steps
+    (one KUBE-SERVICES rule, the KUBE-SVC chain, the KUBE-SEP chains)."""
+    info = st.info
+    spn = info.name.text
+    p = info.name.protocol.lower()
+    pm = f"-m {p} -p {p}"
+    svc = st.svc_chain
+    match = f'-m comment --comment "{spn} cluster IP" {pm} -d {info.cluster_ip} --dport {info.port}'
+    rules: list[str] = []
+    if ctx.masquerade_all:
+        rules.append(f"-A {svc} {match} -j KUBE-MARK-MASQ\n")
+    elif ctx.not_local is not None:
+        rules.append(f"-A {svc} {match} {ctx.not_local} -j KUBE-MARK-MASQ\n")
+    seps = naming.sep_chain_map(spn, p, map(_ENDPOINT, st.endpoints))
+    eps = st.cluster_endpoints
+    n = len(eps)
+    prob = probability
+    if ctx.large:
+        heads = _statistic_heads(n)
+        for i in range(n):
+            rules.append(f"-A {svc} {heads[i]}{seps[eps[i].endpoint]}\n")
+        cm = ""
+    else:
+        for i in range(n - 1):
+            e = eps[i].endpoint
+            rules.append(
+                f'-A {svc} -m comment --comment "{spn} -> {e}" -m statistic --mode random '
+                f"--probability {prob(n - i)} -j {seps[e]}\n"
+            )
+        if n:
+            e = eps[-1].endpoint
+            rules.append(f'-A {svc} -m comment --comment "{spn} -> {e}" -j {seps[e]}\n')
+        cm = f"-m comment --comment {spn} "
+    chains = [svc]
+    for ep in st.reachable_endpoints:
+        sep = seps[ep.endpoint]
+        chains.append(sep)
+        rules.append(
+            f"-A {sep} {cm}-s {ep.ip} -j KUBE-MARK-MASQ\n"
+            f"-A {sep} {cm}{pm} -j DNAT --to-destination {ep.endpoint}\n"
+        )
+    # tuple.__new__ directly: a named tuple's own __new__ is a Python-level call
+    return _new_tuple(
+        _Fragment,
+        (
+            "",
+            f"-A KUBE-SERVICES {match} -j {svc}\n",
+            ":" + " - [0:0]\n:".join(chains) + " - [0:0]\n",
+            "".join(rules),
+            tuple(chains),
+            info.name.service_key,
+            svc,
+        ),
+    )
+
+
+_new_tuple = tuple.__new__
+
+
+def _general_fragment(st: ServicePortState, ctx: _Ctx) -> _Fragment:
+    """Any service port's text (see :func:`_fragment`)."""
     info = st.info
     spn = info.name.text
     p = info.proto
-    names = [ep.endpoint for ep in st.endpoints]
-    sep_of = dict(zip(names, naming.sep_chains(spn, p, names), strict=True))
+    sep_of = naming.sep_chain_map(spn, p, map(_ENDPOINT, st.endpoints))
     pm = f"-m {p} -p {p}"
     cip, port = info.cluster_ip, info.port
     filt: list[str] = []
@@ -293,6 +402,18 @@ def _fragment(st: ServicePortState, ctx: _Ctx) -> _Fragment:
     )
 
 
+def port_text(
+    state: ServicePortState, config: NodeProxyConfig, *, large: bool, general: bool = False
+) -> tuple[str, str, str, str, tuple[str, ...]]:
+    """What one service port contributes to a render on a node with ``config`` (its
+    filter rules, KUBE-SERVICES/KUBE-NODEPORTS rules, chain declarations, chain rules
+    and active chains), as written by the renderer, or with ``general`` by the writer
+    that handles every kind of port (for tests: the two must agree)."""
+    ctx = _context(config, large)
+    fr = _general_fragment(state, ctx) if general else _fragment(state, ctx)
+    return fr.filter_rules, fr.nat_top_rules, fr.chain_lines, fr.chain_rules, fr.active
+
+
 class _Memo:
     """Per node context: fragments by state, and the active-chain set of the last
     snapshot whose stale chains were looked for (updated by difference, so that a
@@ -396,11 +517,37 @@ def _trim(memo: _Memo, states: list[ServicePortState], out: list[_Fragment]) -> 
 
 
 def _fragments_walk(snapshot: list[ServicePortState], memo: _Memo, ctx: _Ctx) -> list[_Fragment]:
-    """:func:`_fragments` for a snapshot unlike the last one: every state looked up."""
+    """:func:`_fragments` for a snapshot unlike the last one: every state looked up.
+
+    The cyclic garbage collector is paused meanwhile (and restored as it was): a full
+    render allocates tens of thousands of acyclic tuples and strings, which would
+    otherwise trigger collections that walk the whole heap, the snapshot and the memo
+    included, for nothing (6% of a 10,000-Service render)."""
+    paused = gc.isenabled()
+    if paused:
+        gc.disable()
+    try:
+        return _walk(snapshot, memo, ctx)
+    finally:
+        if paused:
+            gc.enable()
+
+
+def _walk(snapshot: list[ServicePortState], memo: _Memo, ctx: _Ctx) -> list[_Fragment]:
     by_id = memo.by_id
     get = by_id.get
     out: list[_Fragment] = []
     append = out.append
+    if not by_id and not memo.by_state:
+        # nothing rendered before in this context: no lookups (the ports of one snapshot
+        # are distinct, so none can reuse another's text)
+        by_state = memo.by_state
+        for st in snapshot:
+            made = by_state[st] = _fragment(st, ctx)
+            by_id[id(st)] = (st, made)
+            append(made)
+        _trim(memo, snapshot, out)
+        return out
     for st in snapshot:
         # identity first (the tracker hands over unchanged states as the same objects;
         # an int lookup avoids the Python-level __hash__), then equality
@@ -794,6 +941,7 @@ __all__ = [
     "clear_cache",
     "ensure_input",
     "jump_rules",
+    "port_text",
     "probability",
     "render_iptables",
     "save_text_from_restore",

@@ -18,7 +18,7 @@ from proxy_builders import (
 
 from dataplane.proxy import naming
 from dataplane.proxy.cases import load_case
-from dataplane.proxy.iptables import probability, render_iptables
+from dataplane.proxy.iptables import port_text, probability, render_iptables
 from dataplane.proxy.normalize import consistency_errors, normalize, parse_tables
 from dataplane.proxy.snapshot import build_snapshot
 from dataplane.proxy.tracker import ChangeTracker
@@ -424,6 +424,40 @@ def test_generated_rule_sets_are_consistent(data) -> None:  # type: ignore[no-un
         assert consistency_errors(out.restore_input) == []
         # the save form can be produced for every rule kube-proxy writes
         assert out.save_text.startswith("*filter\n")
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(service_sets())
+def test_plain_port_writer_agrees_with_the_general_one(data) -> None:  # type: ignore[no-untyped-def]
+    """The renderer writes ClusterIP-only ports with a shorter writer: for every port,
+    on every kind of node, its text is the general writer's."""
+    services, slices = data
+    for cfg in (
+        fake_config(),
+        fake_config(local_detector=None, masquerade_all=True),
+        fake_config(local_detector=None),
+        fake_config_v6(),
+    ):
+        for st in build_snapshot(services, slices, cfg):
+            for large in (False, True):
+                assert port_text(st, cfg, large=large) == port_text(
+                    st, cfg, large=large, general=True
+                )
+
+
+def test_plain_and_general_writers_agree_on_a_cluster_ip_port() -> None:
+    """A concrete ClusterIP port with two endpoints (the case the plain writer takes):
+    the KUBE-SERVICES rule, the KUBE-SVC chain and two KUBE-SEP chains, the same from
+    both writers, with and without large-cluster mode."""
+    svc = service("ns1", "svc1", "172.30.0.41", ports=[("p80", "TCP", 80, None)])
+    eps = slice_("ns1", "svc1", [endpoint("10.180.0.1"), endpoint("10.180.0.2")])
+    cfg = fake_config()
+    (st,) = build_snapshot([svc], [eps], cfg)
+    for large in (False, True):
+        filt, top, chains, rules, active = port_text(st, cfg, large=large)
+        assert filt == "" and top.startswith("-A KUBE-SERVICES ") and len(active) == 3
+        assert rules.count("-j DNAT --to-destination 10.180.0.") == 2
+        assert (filt, top, chains, rules, active) == port_text(st, cfg, large=large, general=True)
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
