@@ -74,9 +74,7 @@ def _fresh(s: Session, node: str) -> tuple[str, str]:
     """(restore payload, iptables-save text) of a kube-proxy started afresh on ``node``."""
     sink = EmulatedRules()
     proxy = KubeProxy(node, s.cluster.spec, s.proxy_config, sink, None, clock=s.clock)
-    proxy.resync(
-        [*s.store.list("Node"), *s.store.list("Service"), *s.store.list("EndpointSlice")]
-    )
+    proxy.resync([*s.store.list("Node"), *s.store.list("Service"), *s.store.list("EndpointSlice")])
     assert proxy.sync() == 1
     assert isinstance(proxy.last, IptablesRender) and not proxy.last.partial
     return proxy.last.restore_input, sink.nodes[node].save_text
