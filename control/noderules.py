@@ -181,6 +181,14 @@ class RecordedRules:
         state.rendered = rendered  # type: ignore[assignment]
         state.syncs += 1
 
+    def adopt(self, node: str, mode: str, chains: frozenset[str]) -> None:
+        """The node holds the rules of a full sync whose per-service nat chains are
+        ``chains`` (:meth:`control.agents.kubeproxy.KubeProxy.adopt`), as if it had
+        loaded that sync."""
+        state = self.nodes[node] = self._new(mode=mode)  # type: ignore[arg-type]
+        state.syncs = 1
+        self._chains[node] = dict.fromkeys(sorted(chains))
+
     def existing_chains(self, node: str) -> list[str]:
         from control.agents.kubeproxy import KUBE_CHAIN_PREFIXES
         from dataplane.proxy.nftables import NftablesRender

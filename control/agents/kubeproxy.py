@@ -37,6 +37,7 @@ from dataplane.proxy import (
     NodeProxyConfig,
     render,
 )
+from dataplane.proxy.iptables import active_chains
 from dataplane.proxy.ipvs import IpvsRender
 from dataplane.proxy.nftables import NftablesRender
 from netmodel.cluster import ClusterSpec
@@ -203,6 +204,27 @@ class KubeProxy:
                     self._slices[obj.key] = obj
                 if self._tracker is not None:
                     self._tracker.update_endpoint_slice(prev_sl, None if deleted else obj)
+
+    def adopt(self) -> bool:
+        """Take the rules the node holds for those of a full sync over the objects seen
+        so far, without rendering them: what a process that starts over a persistent
+        cluster's store does for each node (its kube-proxy's start-up sync would write
+        exactly them; the node's rules are rendered from the store when asked for,
+        :mod:`control.noderules`). Later syncs are partial, as after that sync.
+
+        Only in iptables mode, with a sink that can adopt (``adopt(node, mode, chains)``:
+        the per-service chains the node then holds). Returns whether it adopted; if not,
+        the next sync is the full start-up sync."""
+        t, cfg = self._tracker, self._config
+        adopt = getattr(self.sink, "adopt", None)
+        if t is None or cfg is None or self.mode != "iptables" or adopt is None:
+            return False
+        if not self._need_full:
+            return False  # it has synced: the node holds what that sync wrote
+        t.apply()
+        adopt(self.node_name, self.mode, active_chains(t.snapshot, cfg))
+        self._need_full = False
+        return True
 
     def sync(self) -> int:
         """One sync if anything changed (or none was done yet): returns 1, else 0."""

@@ -548,6 +548,14 @@ def _active(frags: list[_Fragment]) -> frozenset[str]:
     return frozenset().union(*[fr.active for fr in frags])
 
 
+def active_chains(snapshot: ProxySnapshot, node_config: NodeProxyConfig) -> frozenset[str]:
+    """The per-service nat chains a full sync of ``snapshot`` leaves on the node (its
+    :attr:`IptablesRender.active_chains`), without writing the payload's text."""
+    cfg = node_config
+    ctx = _context(cfg, snapshot.total_endpoints > cfg.large_cluster_threshold)
+    return _active(_fragments(snapshot, _memo(ctx), ctx))
+
+
 def clear_cache() -> None:
     """Forget all memoised per-port text (benchmarks start cold with it)."""
     _MEMOS.clear()
@@ -816,6 +824,7 @@ __all__ = [
     "KUBELET_JUMP_RULES",
     "IptablesRender",
     "JumpRule",
+    "active_chains",
     "clear_cache",
     "ensure_input",
     "jump_rules",
