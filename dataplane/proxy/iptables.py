@@ -387,12 +387,13 @@ _SHARED: dict[tuple[_Ctx, int], tuple[ServicePortState, _Fragment]] = {}
 _MAX_SHARED = 1 << 16
 
 
-def _find(memo: _Memo, ctx: _Ctx, st: ServicePortState) -> _Fragment:
+def _find(memo: _Memo, ctx: _Ctx, st: ServicePortState, shared: _Ctx | None = None) -> _Fragment:
     """``st``'s fragment: shared by another node (:data:`_SHARED`, by identity, when the
-    node's primary IP plays no part), else memoised for an equal state, else rendered."""
+    node's primary IP plays no part), else memoised for an equal state, else rendered.
+    ``shared``: ``ctx`` less the primary IP, when the caller has it."""
     key = None
     if not st.uses_fw_chain:
-        key = (ctx._replace(primary_ip=""), id(st))
+        key = (shared or ctx._replace(primary_ip=""), id(st))
         hit = _SHARED.get(key)
         if hit is not None and hit[0] is st:
             return hit[1]
@@ -425,6 +426,7 @@ def _fragments_walk(snapshot: list[ServicePortState], memo: _Memo, ctx: _Ctx) ->
     """:func:`_fragments` for a snapshot unlike the last one: every state looked up."""
     by_id = memo.by_id
     get = by_id.get
+    shared = ctx._replace(primary_ip="")
     out: list[_Fragment] = []
     append = out.append
     for st in snapshot:
@@ -434,7 +436,7 @@ def _fragments_walk(snapshot: list[ServicePortState], memo: _Memo, ctx: _Ctx) ->
         if hit is not None and hit[0] is st:
             append(hit[1])
             continue
-        fr = _find(memo, ctx, st)
+        fr = _find(memo, ctx, st, shared)
         by_id[id(st)] = (st, fr)
         append(fr)
     _trim(memo, snapshot, out)
