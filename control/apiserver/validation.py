@@ -211,9 +211,14 @@ def validate_binding(pod: Pod, node: str, annotations: Mapping[str, str]) -> Non
     p = Problems(pod.ref)
     if not node:
         p.required("target.name")
-    p.check("spec.nodeName", node, check_dns1123_subdomain)
+    p.check("spec.nodeName", node, _subdomain_problem)
     for k in annotations:
-        p.check("metadata.annotations", k, check_qualified_name)
+        p.check("metadata.annotations", k, _qualified_name_problem)
+
+
+# a scheduler binds every pod to one of a few node names with the same annotation key
+_subdomain_problem = functools.lru_cache(maxsize=4096)(check_dns1123_subdomain)
+_qualified_name_problem = functools.lru_cache(maxsize=4096)(check_qualified_name)
 
 
 # --------------------------------------------------------------------------- metadata
