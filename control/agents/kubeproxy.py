@@ -22,7 +22,7 @@ Every sync leaves an Event on the node (reason ``SyncProxyRules``).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -56,7 +56,7 @@ class RuleSink(Protocol):
 
     def load(self, node: str, mode: Mode, rendered: Rendered, *, full: bool) -> None: ...
 
-    def existing_chains(self, node: str) -> Sequence[str]: ...
+    def existing_chains(self, node: str) -> Collection[str]: ...
 
 
 @dataclass
