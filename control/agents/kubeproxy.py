@@ -160,10 +160,7 @@ class KubeProxy:
             self._tracker = None
             return
         t = ChangeTracker(self._config)
-        for svc in self._services.values():
-            t.update_service(None, svc)
-        for sl in self._slices.values():
-            t.update_endpoint_slice(None, sl)
+        t.load(self._services.values(), self._slices.values())
         self._tracker = t
         self._need_full = True
 

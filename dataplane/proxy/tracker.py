@@ -20,6 +20,7 @@ objects (equal to what each node would compute: :func:`_view_inputs`).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from itertools import chain
 from operator import is_
 
@@ -116,6 +117,23 @@ class ChangeTracker:
                 self._slices.pop(key, None)
             pending = self._recompute(key) or pending
         return pending
+
+    def load(self, services: Iterable[Service], slices: Iterable[EndpointSlice]) -> None:
+        """Record the adds of ``services`` and ``slices`` at once (a tracker's start from
+        a listing): the same pending changes as ``update_service(None, s)`` and
+        ``update_endpoint_slice(None, sl)`` for each, with each Service's view computed
+        once instead of once per object."""
+        touched: dict[str, None] = {}
+        for svc in services:
+            self._services[svc.key] = svc
+            touched[svc.key] = None
+        for sl in slices:
+            if sl.service_name:
+                key = f"{sl.namespace}/{sl.service_name}"
+                self._slices.setdefault(key, {})[sl.key] = sl
+                touched[key] = None
+        for key in touched:
+            self._recompute(key)
 
     # ---- state
 
