@@ -49,14 +49,8 @@ MAX_FILES = 512
 MAX_MEMORY = 64
 
 #: source trees whose code decides what an entry holds (relative to the checkout)
-_CODE = (
-    "dataplane/netfilter",
-    "dataplane/proxy",
-    "dataplane/emulator/filters.py",
-    "control/agents/kubeproxy.py",
-    "control/proxyenv.py",
-    "control/emulation.py",
-)
+_CODE = ("dataplane/netfilter", "dataplane/proxy", "dataplane/emulator/filters.py",
+         "control/agents/kubeproxy.py", "control/proxyenv.py", "control/emulation.py")
 _ROOT = Path(__file__).resolve().parents[1]
 _fingerprint: str | None = None
 
