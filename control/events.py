@@ -25,12 +25,15 @@ def event_about(
     *,
     revision: int | None = None,
     sequence: int | None = None,
+    resource_version: int | None = None,
 ) -> Event:
     """An Event NAME about SUBJECT, in the subject's namespace (``svclab-system`` for a
     cluster-scoped one), created at CREATED (RFC 3339) and reported by COMPONENT, with
     its place on the timeline (``revision``, ``sequence``) when the writer knows it. Fields
     not given stay unset, so they are not sent (:meth:`~netmodel.objects.K8sModel.to_dict`
-    keeps only fields that were set)."""
+    keeps only fields that were set). ``resource_version``: the revision the Event's
+    write will get, when the writer knows it (a store keeps such an object as it is
+    instead of copying it to stamp it, :func:`control.store.base.stamped`)."""
     # made by evolving empty prototypes (no validation: every value is typed already;
     # the same fields count as set as with the constructors): the recorder writes one
     # Event per control-plane step, and validating three models each was ~5% of a run
@@ -40,6 +43,7 @@ def event_about(
             name=name,
             namespace=subject.namespace or SYSTEM_NAMESPACE,
             creation_timestamp=created,
+            **({} if resource_version is None else {"resource_version": str(resource_version)}),
         ),
         involved_object=_REF.evolve(
             kind=subject.kind,
@@ -91,8 +95,9 @@ class Recorder:
             reason,
             message,
             type_,
-            revision=self._store.revision,
+            revision=seq - 1,
             sequence=seq,
+            resource_version=seq,
         )
         for n in range(1, 100):
             try:

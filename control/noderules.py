@@ -22,7 +22,7 @@ three nodes. Two facts make that unnecessary:
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -193,6 +193,8 @@ class RecordedRules:
         self._new = NodeRules
         self.nodes: dict[str, NodeRules] = {}
         self._chains: dict[str, dict[str, None]] = {}
+        #: nodes adopted and not synced since: their per-service chains, as adopted
+        self._adopted: dict[str, frozenset[str]] = {}
 
     def load(self, node: str, mode: str, rendered: object, *, full: bool) -> None:
         from dataplane.proxy import IptablesRender
@@ -200,6 +202,9 @@ class RecordedRules:
         state = self.nodes.setdefault(node, self._new(mode=mode))  # type: ignore[arg-type]
         state.mode = mode  # type: ignore[assignment]
         if isinstance(rendered, IptablesRender):
+            adopted = self._adopted.pop(node, None)
+            if adopted is not None:
+                self._chains[node] = dict.fromkeys(adopted)
             chains = self._chains.setdefault(node, {})
             if state.syncs == 0:
                 _follow_nat_chains(chains, rendered.ensure_input())
@@ -207,13 +212,25 @@ class RecordedRules:
         state.rendered = rendered  # type: ignore[assignment]
         state.syncs += 1
 
-    def existing_chains(self, node: str) -> list[str]:
+    def adopt(self, node: str, mode: str, chains: frozenset[str]) -> None:
+        """The node holds the rules of a full sync whose per-service nat chains are
+        ``chains`` (:meth:`control.agents.kubeproxy.KubeProxy.adopt`), as if it had
+        loaded that sync."""
+        state = self.nodes[node] = self._new(mode=mode)  # type: ignore[arg-type]
+        state.syncs = 1
+        self._chains.pop(node, None)
+        self._adopted[node] = chains  # all per-service chains: nothing to filter
+
+    def existing_chains(self, node: str) -> Collection[str]:
         from control.agents.kubeproxy import KUBE_CHAIN_PREFIXES
         from dataplane.proxy.nftables import NftablesRender
 
         state = self.nodes.get(node)
         if state is None:
             return []
+        adopted = self._adopted.get(node)
+        if adopted is not None:
+            return adopted  # the renderer takes a frozenset as it is
         if state.mode == "nftables" and isinstance(state.rendered, NftablesRender):
             r = state.rendered
             return [*(c.name for c in r.chains), *(s.name for s in r.sets)]

@@ -330,6 +330,9 @@ class Session:
         recorders = [p.recorder for p in proxies]
         for p in proxies:
             p.recorder = None
+            # the node holds its start-up sync's rules: take them as they are (the
+            # sink keeps no model of them here) instead of rendering each node's
+            p.adopt()
         try:
             plane.run_until_idle()
         finally:

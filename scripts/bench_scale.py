@@ -10,7 +10,8 @@ run one kube-proxy per node, which only records their Events); every command mea
 below is the installed ``svclab`` in a fresh interpreter:
 
     trace   svclab --state DIR trace --from pod/default/client --to svc/default/s3:80
-            (first with DIR/cache/ emptied, then ``--repeat`` times with it warm)
+            (first with DIR/cache/ emptied, then ``--repeat`` times with it warm;
+            ``--repeat 0`` skips the trace)
     apply   svclab --state DIR apply -f ONE_NEW_SERVICE.yaml   (``--apply-repeat`` times,
             a new Service each time; skipped with --apply-repeat 0; a run that takes
             longer than --apply-timeout, or that grows past --apply-max-rss-gb, is
@@ -192,14 +193,15 @@ def main() -> None:
             "--to",
             "svc/default/s3:80",
         ]
-        shutil.rmtree(state / "cache", ignore_errors=True)
-        first, first_rss, _, first_cpu = run(trace, env)
-        runs = [run(trace, env) for _ in range(args.repeat)]
-        result["trace_first_seconds"] = round(first, 3)
-        result["trace_first_cpu_seconds"] = round(first_cpu, 3)
-        result["trace_1k_nodes_seconds"] = round(statistics.median(r[0] for r in runs), 3)
-        result["trace_1k_nodes_cpu_seconds"] = round(statistics.median(r[3] for r in runs), 3)
-        result["trace_1k_nodes_peak_rss_bytes"] = max([first_rss, *(r[1] for r in runs)])
+        if args.repeat > 0:  # --repeat 0: no trace at all (the apply alone)
+            shutil.rmtree(state / "cache", ignore_errors=True)
+            first, first_rss, _, first_cpu = run(trace, env)
+            runs = [run(trace, env) for _ in range(args.repeat)]
+            result["trace_first_seconds"] = round(first, 3)
+            result["trace_first_cpu_seconds"] = round(first_cpu, 3)
+            result["trace_1k_nodes_seconds"] = round(statistics.median(r[0] for r in runs), 3)
+            result["trace_1k_nodes_cpu_seconds"] = round(statistics.median(r[3] for r in runs), 3)
+            result["trace_1k_nodes_peak_rss_bytes"] = max([first_rss, *(r[1] for r in runs)])
         applies, apply_cpu = [], []
         for i in range(args.apply_repeat):
             f = Path(tmp) / f"more-{i}.yaml"

@@ -24,6 +24,7 @@ event to the kubelet of the node it concerns.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -230,20 +231,19 @@ class Kubelet:
     def _start(self, pod: Pod, sb: Sandbox) -> None:
         node = self._node()
         now = rfc3339(self.clock.now())
-        conds = [
-            Condition(type=t, status="True", last_transition_time=now)
-            for t in ("Initialized", "Ready", "ContainersReady", "PodScheduled")
-        ]
         host_ip = node.internal_ips[0] if node.internal_ips else None
-        status = PodStatus.model_validate(
-            {
-                "phase": "Running",
-                "podIP": sb.ip,
-                "podIPs": [PodIP(ip=sb.ip)],
-                "hostIP": host_ip,
+        # made from an empty status (no validation: every value is typed already), with
+        # the same fields set and the same extra fields, in the same order, as
+        # PodStatus.model_validate of the wire form gives
+        status = _EMPTY_STATUS.evolve(
+            phase="Running",
+            pod_ip=sb.ip,
+            pod_ips=[_PODIP.evolve(ip=sb.ip)],
+            host_ip=host_ip,
+            conditions=_running_conditions(now),
+            **{
                 "hostIPs": [{"ip": host_ip}] if host_ip else [],
                 "startTime": now,
-                "conditions": conds,
                 "containerStatuses": [
                     {
                         "name": c.name,
@@ -258,7 +258,7 @@ class Kubelet:
                     }
                     for c in pod.spec.containers
                 ],
-            }
+            },
         )
         updated = self.api.update_status(pod.evolve(status=status), component=COMPONENT)
         for c in pod.spec.containers:
@@ -273,6 +273,19 @@ class Kubelet:
             self.plugin.delete(self._node(), pod)  # attached before a restart
         self.sandboxes.pop(pod.key, None)
         self.api.finalize_pod_deletion(pod.key)
+
+
+_EMPTY_STATUS, _PODIP = PodStatus(), PodIP(ip="")
+
+
+@functools.lru_cache(maxsize=16)
+def _running_conditions(now: str) -> list[Condition]:
+    """A running pod's conditions at ``now`` (one list shared by the pods started in
+    the same second: objects are immutable, and nothing changes a list in place)."""
+    return [
+        Condition(type=t, status="True", last_transition_time=now)
+        for t in ("Initialized", "Ready", "ContainersReady", "PodScheduled")
+    ]
 
 
 class KubeletPool:

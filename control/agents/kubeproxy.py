@@ -22,7 +22,7 @@ Every sync leaves an Event on the node (reason ``SyncProxyRules``).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -37,6 +37,7 @@ from dataplane.proxy import (
     NodeProxyConfig,
     render,
 )
+from dataplane.proxy.iptables import active_chains
 from dataplane.proxy.ipvs import IpvsRender
 from dataplane.proxy.nftables import NftablesRender
 from netmodel.cluster import ClusterSpec
@@ -55,7 +56,7 @@ class RuleSink(Protocol):
 
     def load(self, node: str, mode: Mode, rendered: Rendered, *, full: bool) -> None: ...
 
-    def existing_chains(self, node: str) -> Sequence[str]: ...
+    def existing_chains(self, node: str) -> Collection[str]: ...
 
 
 @dataclass
@@ -159,10 +160,7 @@ class KubeProxy:
             self._tracker = None
             return
         t = ChangeTracker(self._config)
-        for svc in self._services.values():
-            t.update_service(None, svc)
-        for sl in self._slices.values():
-            t.update_endpoint_slice(None, sl)
+        t.load(self._services.values(), self._slices.values())
         self._tracker = t
         self._need_full = True
 
@@ -203,6 +201,27 @@ class KubeProxy:
                     self._slices[obj.key] = obj
                 if self._tracker is not None:
                     self._tracker.update_endpoint_slice(prev_sl, None if deleted else obj)
+
+    def adopt(self) -> bool:
+        """Take the rules the node holds for those of a full sync over the objects seen
+        so far, without rendering them: what a process that starts over a persistent
+        cluster's store does for each node (its kube-proxy's start-up sync would write
+        exactly them; the node's rules are rendered from the store when asked for,
+        :mod:`control.noderules`). Later syncs are partial, as after that sync.
+
+        Only in iptables mode, with a sink that can adopt (``adopt(node, mode, chains)``:
+        the per-service chains the node then holds). Returns whether it adopted; if not,
+        the next sync is the full start-up sync."""
+        t, cfg = self._tracker, self._config
+        adopt = getattr(self.sink, "adopt", None)
+        if t is None or cfg is None or self.mode != "iptables" or adopt is None:
+            return False
+        if not self._need_full:
+            return False  # it has synced: the node holds what that sync wrote
+        t.apply()
+        adopt(self.node_name, self.mode, active_chains(t.snapshot, cfg))
+        self._need_full = False
+        return True
 
     def sync(self) -> int:
         """One sync if anything changed (or none was done yet): returns 1, else 0."""

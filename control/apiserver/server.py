@@ -14,6 +14,10 @@ Contract:
 * ``update`` is compare-and-swap when the object carries ``metadata.resourceVersion``.
   It takes metadata labels/annotations/ownerReferences and the spec from the object and
   keeps the stored status (status has its own verb, :meth:`APIServer.update_status`).
+* :meth:`APIServer.bind` is the ``pods/binding`` subresource (what the scheduler
+  writes through): it sets ``spec.nodeName``, copies the Binding's annotations and sets
+  the PodScheduled condition, under uid / resourceVersion preconditions, without the
+  update pipeline (the rest of the pod is not changed, so it is not admitted again).
 * Deleting a Pod bound to a node only marks it (``deletionTimestamp``); the kubelet ends
   it with :meth:`APIServer.finalize_pod_deletion` (``force`` removes it at once: what
   the pod GC does when the node is gone). Deleting a Service frees its ClusterIP,
@@ -40,7 +44,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -50,7 +54,7 @@ from control.apiserver.defaults import default_object
 from control.apiserver.nodes import nodes_for
 from control.apiserver.podips import check_recorded_pod_ips, recorded_ips
 from control.apiserver.services import ServiceAllocators
-from control.apiserver.validation import validate, validate_update
+from control.apiserver.validation import validate, validate_binding, validate_update
 from control.clock import Clock, rfc3339
 from control.events import Recorder
 from control.store.base import Store, bulk
@@ -65,6 +69,7 @@ from netmodel.errors import (
 from netmodel.objects import (
     FOREGROUND,
     KINDS,
+    Condition,
     EndpointSlice,
     KubeObject,
     Namespace,
@@ -103,6 +108,9 @@ class _Admitted:
 def _status_fields(obj: KubeObject) -> bool:
     return "status" in type(obj).model_fields
 
+
+#: the condition a binding sets (its lastTransitionTime is the binding's time)
+_POD_SCHEDULED = Condition(type="PodScheduled", status="True")
 
 _NOT_SPEC = frozenset({"api_version", "kind", "metadata", "status"})
 
@@ -367,6 +375,71 @@ class APIServer:
             self.recorder.record(
                 component, stored, reason, message or "status updated", type_=event_type
             )
+        return stored
+
+    def bind(
+        self,
+        key: str,
+        node: str,
+        annotations: Mapping[str, str] | None = None,
+        *,
+        uid: str | None = None,
+        resource_version: int | None = None,
+        component: str = "apiserver",
+        dry_run: bool = False,
+    ) -> Pod:
+        """The ``pods/binding`` subresource: assign the Pod ``key`` (``ns/name``) to
+        ``node``, as kube-apiserver's BindingREST does. Only ``spec.nodeName`` is set, the
+        Binding's ``annotations`` are copied onto the pod and its ``PodScheduled``
+        condition becomes True; nothing else of the pod is defaulted, admitted or
+        validated again (it was on create and is not changed), and the generation stays.
+
+        Refused, with nothing written: an invalid node name or annotation key
+        (InvalidError); a ``uid`` or ``resource_version`` precondition the stored pod
+        does not meet, a pod already assigned to a node or being deleted
+        (ConflictError); a missing pod (NotFoundError). Records the ``Updated`` Event of
+        any write that sets ``spec.nodeName`` (``updated spec.nodeName=NODE``).
+        ``dry_run``: checked, and the pod that would be stored returned."""
+        current = self.store.get(Pod.KIND, key)
+        if not isinstance(current, Pod):
+            raise NotFoundError(f"Pod {key!r} not found")
+        ann = dict(annotations or {})
+        validate_binding(current, node, ann)
+        meta = current.metadata
+        # kube-apiserver's wording (an HTTP 409 quotes it after the pod's name)
+        if uid is not None and meta.uid != uid:
+            raise ConflictError(
+                f"Precondition failed: UID in precondition: {uid}, UID in object meta: {meta.uid}"
+            )
+        if resource_version is not None and current.resource_version != resource_version:
+            raise ConflictError(
+                f"the ResourceVersion in the precondition ({resource_version}) does not match "
+                f"the ResourceVersion in record ({current.resource_version}). "
+                "The object might have been modified"
+            )
+        if current.is_terminating:
+            raise ConflictError(
+                f"pod {current.name} is being deleted, cannot be assigned to a host"
+            )
+        if current.spec.node_name:
+            raise ConflictError(
+                f'pod {current.name} is already assigned to node "{current.spec.node_name}"'
+            )
+        changes: dict[str, Any] = {"spec": current.spec.evolve(node_name=node)}
+        if ann:
+            changes["metadata"] = meta.evolve(annotations={**meta.annotations, **ann})
+        conds = current.status.conditions
+        old = current.condition("PodScheduled")
+        if old is None or old.status != "True":
+            cond = _POD_SCHEDULED.evolve(last_transition_time=self._now())
+            kept = [c for c in conds if c.type != "PodScheduled"]
+            changes["status"] = current.status.evolve(conditions=[*kept, cond])
+        bound = current.evolve(**changes)
+        if dry_run:
+            return bound
+        stored = self.store.update(bound, expected_version=current.resource_version)
+        assert isinstance(stored, Pod)
+        self._record(component, stored, "Updated", f"updated spec.nodeName={node}")
         return stored
 
     def delete(

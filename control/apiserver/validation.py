@@ -204,6 +204,23 @@ def validate_update(obj: KubeObject, old: KubeObject) -> None:
         p.invalid("addressType", obj.address_type, "field is immutable")
 
 
+def validate_binding(pod: Pod, node: str, annotations: Mapping[str, str]) -> None:
+    """A Binding of ``pod`` (its stored state) to ``node``, copying ``annotations``
+    (pods/binding): the target is required and must be a valid node name, the
+    annotation keys qualified names. Raises InvalidError naming the pod."""
+    p = Problems(pod.ref)
+    if not node:
+        p.required("target.name")
+    p.check("spec.nodeName", node, _subdomain_problem)
+    for k in annotations:
+        p.check("metadata.annotations", k, _qualified_name_problem)
+
+
+# a scheduler binds every pod to one of a few node names with the same annotation key
+_subdomain_problem = functools.lru_cache(maxsize=4096)(check_dns1123_subdomain)
+_qualified_name_problem = functools.lru_cache(maxsize=4096)(check_qualified_name)
+
+
 # --------------------------------------------------------------------------- metadata
 
 _NAME_CHECKS: dict[str, Callable[[str], str | None]] = {

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import logging
 from abc import ABC, abstractmethod
-from collections.abc import Collection, Iterable, Iterator, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from typing import ClassVar, Protocol
 
 from control.events import Recorder
@@ -45,7 +45,7 @@ from control.informers.cache import Indexer, ObjectCache
 from control.informers.workqueue import WorkQueue
 from control.store.base import Store, WatchEvent
 from netmodel.errors import NotFoundError, SvclabError
-from netmodel.objects import FOREGROUND, KINDS, KubeObject, OwnerReference, finalizers
+from netmodel.objects import FOREGROUND, KINDS, KubeObject, OwnerReference, Pod, finalizers
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +73,19 @@ class APIClient(Protocol):
     ) -> KubeObject: ...
 
     def finalize_pod_deletion(self, key: str) -> None: ...
+
+    def bind(
+        self,
+        key: str,
+        node: str,
+        annotations: Mapping[str, str] | None = None,
+        *,
+        uid: str | None = None,
+        resource_version: int | None = None,
+        component: str = ...,
+    ) -> Pod:
+        """The pods/binding subresource (see :meth:`APIServer.bind`)."""
+        ...
 
 
 # --------------------------------------------------------------------------- controllers

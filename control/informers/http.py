@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import ssl
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -265,11 +265,23 @@ class KubeClient:
         return _object(self.request("PUT", path, body=obj.to_dict()), obj.kind)
 
     def bind(
-        self, namespace: str, pod: str, node: str, annotations: dict[str, str] | None = None
+        self,
+        namespace: str,
+        pod: str,
+        node: str,
+        annotations: Mapping[str, str] | None = None,
+        *,
+        uid: str | None = None,
+        resource_version: int | None = None,
     ) -> None:
         """POST pods/NAME/binding (what the scheduler does); the server copies the
-        Binding's annotations onto the pod, as kube-apiserver does."""
+        Binding's annotations onto the pod, as kube-apiserver does, and checks the
+        Binding's ``uid`` and ``resourceVersion`` (when given) against the pod's."""
         meta: dict[str, Any] = {"name": pod, "namespace": namespace}
+        if uid:
+            meta["uid"] = uid
+        if resource_version:
+            meta["resourceVersion"] = str(resource_version)
         if annotations:
             meta["annotations"] = dict(annotations)
         body = {

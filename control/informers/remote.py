@@ -23,7 +23,7 @@ import builtins
 import logging
 import threading
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from contextlib import AbstractContextManager, nullcontext
 
 from control.clock import Clock, WallClock, rfc3339
@@ -257,9 +257,21 @@ class RemoteAPI:
             return  # already gone: idempotent, as in-process
         self._deleted(Pod.KIND, key)
 
-    def bind(self, pod: Pod, node: str, annotations: dict[str, str] | None = None) -> Pod:
-        self.client.bind(pod.namespace, pod.name, node, annotations)
-        bound = self.client.get(Pod.KIND, pod.key)
+    def bind(
+        self,
+        key: str,
+        node: str,
+        annotations: Mapping[str, str] | None = None,
+        *,
+        uid: str | None = None,
+        resource_version: int | None = None,
+        component: str = "",
+    ) -> Pod:
+        namespace, _, name = key.partition("/")
+        self.client.bind(
+            namespace, name, node, annotations, uid=uid, resource_version=resource_version
+        )
+        bound = self.client.get(Pod.KIND, key)
         assert isinstance(bound, Pod)
         self._wrote(bound)
         return bound

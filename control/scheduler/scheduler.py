@@ -10,8 +10,9 @@ One attempt (:meth:`Scheduler.schedule`):
    single feasible node there is nothing to score.
 3. **Select** the highest total; ties are broken by a random generator seeded from the
    control plane's seed (deterministic).
-4. **Bind**: ``spec.nodeName`` is set through the apiserver, with the decision in the
-   ``svclab.dev/scheduling`` annotation, and an Event ``Scheduled``
+4. **Bind**: through the apiserver's ``pods/binding`` subresource (it sets
+   ``spec.nodeName`` and the PodScheduled condition, nothing else), with the decision in
+   the ``svclab.dev/scheduling`` annotation, and an Event ``Scheduled``
    ("Successfully assigned ns/pod to node"). The pod is *assumed* on the node in the
    cache at once, so the next attempt sees its requests.
 
@@ -34,6 +35,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from control.apiserver.server import APIServer
 from control.clock import Clock, rfc3339
 from control.controllers.base import APIClient
 from control.events import Recorder
@@ -376,13 +378,16 @@ class Scheduler:
     def _bind(self, pod: Pod, info: PodInfo, decision: Decision) -> None:
         node = decision.node
         assert node is not None
-        ann = {**pod.metadata.annotations, SCHEDULING_ANNOTATION: decision.to_json()}
-        binder = getattr(self.api, "bind", None)
-        if binder is None:  # the in-process apiserver: one write sets node and annotation
-            bound = pod.evolve(spec=pod.spec.evolve(node_name=node)).with_meta(annotations=ann)
-            updated = self.api.update(bound, component=self.name)
-        else:  # an API client: the pods/binding subresource, which copies annotations
-            updated = binder(pod, node, {SCHEDULING_ANNOTATION: decision.to_json()})
+        # the pods/binding subresource, with the decision as the Binding's annotation
+        # (copied onto the pod) and the pod read as precondition (uid, resourceVersion)
+        updated = self.api.bind(
+            pod.key,
+            node,
+            {SCHEDULING_ANNOTATION: decision.to_json()},
+            uid=pod.metadata.uid,
+            resource_version=pod.resource_version,
+            component=self.name,
+        )
         info.node = node
         self.table.add_pod(info)  # assume: visible to the next attempt at once
         self.stats.scheduled += 1
@@ -397,7 +402,7 @@ class Scheduler:
         self.stats.failed += 1
         raw = decision.to_json()
         # an API client may not update pods (kube-scheduler's role): the condition says why
-        may_annotate = getattr(self.api, "bind", None) is None
+        may_annotate = isinstance(self.api, APIServer)
         if may_annotate and pod.metadata.annotations.get(SCHEDULING_ANNOTATION) != raw:
             ann = {**pod.metadata.annotations, SCHEDULING_ANNOTATION: raw}
             updated = self.api.update(pod.with_meta(annotations=ann), component=self.name)

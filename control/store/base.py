@@ -210,3 +210,14 @@ def iter_matching(
             continue
         out.append(o)
     return out
+
+
+def stamped(obj: KubeObject, revision: int) -> KubeObject:
+    """``obj`` as a backend stores it at ``revision``: with ``metadata.resourceVersion``
+    set to it. An object that carries that resourceVersion already (an Event the
+    recorder made for the revision it will get) is returned as it is: it is immutable
+    and equal to the copy."""
+    rv = str(revision)
+    if obj.metadata.resource_version == rv:
+        return obj
+    return obj.with_meta(resource_version=rv)

@@ -7,7 +7,7 @@ import builtins
 from collections.abc import Collection, Iterator
 from contextlib import contextmanager
 
-from control.store.base import WatchEvent, iter_matching
+from control.store.base import WatchEvent, iter_matching, stamped
 from netmodel.errors import CompactedError, ConflictError, NotFoundError
 from netmodel.objects import KubeObject
 from netmodel.selectors import LabelSelector
@@ -69,7 +69,7 @@ class MemoryStore:
 
     def _stamp(self, obj: KubeObject) -> KubeObject:
         self._revision += 1
-        return obj.with_meta(resource_version=str(self._revision))
+        return stamped(obj, self._revision)
 
     def _emit(self, type_: str, obj: KubeObject) -> None:
         self._log.append(WatchEvent(type_, obj, self._revision))  # type: ignore[arg-type]

@@ -48,7 +48,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from control.store.base import EventType, WatchEvent, bulk, iter_matching
+from control.store.base import EventType, WatchEvent, bulk, iter_matching, stamped
 from netmodel.errors import CompactedError, ConflictError, NotFoundError
 from netmodel.objects import KINDS, KubeObject
 from netmodel.selectors import LabelSelector
@@ -374,7 +374,7 @@ class SqliteStore:
         if key in bucket:
             raise ConflictError(f"{obj.kind} {key!r} already exists")
         self._revision += 1
-        stored = obj.with_meta(resource_version=str(self._revision))
+        stored = stamped(obj, self._revision)
         data = _dump(stored)
         self._conn.execute(
             "INSERT INTO objects(kind, key, data) VALUES (?, ?, ?)", (obj.kind, key, data)
@@ -398,7 +398,7 @@ class SqliteStore:
             raise NotFoundError(f"{obj.kind} {key!r} not found")
         self._check_version(obj.kind, key, current, expected_version)
         self._revision += 1
-        stored = obj.with_meta(resource_version=str(self._revision))
+        stored = stamped(obj, self._revision)
         data = _dump(stored)
         self._conn.execute(
             "UPDATE objects SET data = ? WHERE kind = ? AND key = ?", (data, obj.kind, key)

@@ -499,13 +499,40 @@ def _fragments(snapshot: ProxySnapshot, memo: _Memo, ctx: _Ctx) -> list[_Fragmen
     return frags
 
 
+#: fragments shared between nodes: (the context less the primary IP, id of the state) ->
+#: (the state, its fragment). The primary IP shapes only a port with a load-balancer
+#: firewall chain (is the node in a source range?); every other port's text is the same
+#: on every node with the same settings, and the per-node trackers hand the nodes the
+#: same state objects (dataplane.proxy.tracker), so N nodes render each such port once.
+_SHARED: dict[tuple[_Ctx, int], tuple[ServicePortState, _Fragment]] = {}
+_MAX_SHARED = 1 << 16
+
+
+def _find(memo: _Memo, ctx: _Ctx, st: ServicePortState, shared: _Ctx | None = None) -> _Fragment:
+    """``st``'s fragment: shared by another node (:data:`_SHARED`, by identity, when the
+    node's primary IP plays no part), else memoised for an equal state, else rendered.
+    ``shared``: ``ctx`` less the primary IP, when the caller has it."""
+    key = None
+    if not st.uses_fw_chain:
+        key = (shared or ctx._replace(primary_ip=""), id(st))
+        hit = _SHARED.get(key)
+        if hit is not None and hit[0] is st:
+            return hit[1]
+    fr = memo.by_state.get(st)
+    if fr is None:
+        fr = memo.by_state[st] = _fragment(st, ctx)
+    if key is not None:
+        if len(_SHARED) >= _MAX_SHARED:
+            _SHARED.clear()
+        _SHARED[key] = (st, fr)
+    return fr
+
+
 def _lookup(memo: _Memo, ctx: _Ctx, st: ServicePortState) -> _Fragment:
     hit = memo.by_id.get(id(st))
     if hit is not None and hit[0] is st:
         return hit[1]
-    fr = memo.by_state.get(st)
-    if fr is None:
-        fr = memo.by_state[st] = _fragment(st, ctx)
+    fr = _find(memo, ctx, st)
     memo.by_id[id(st)] = (st, fr)
     return fr
 
@@ -536,6 +563,7 @@ def _fragments_walk(snapshot: list[ServicePortState], memo: _Memo, ctx: _Ctx) ->
 def _walk(snapshot: list[ServicePortState], memo: _Memo, ctx: _Ctx) -> list[_Fragment]:
     by_id = memo.by_id
     get = by_id.get
+    shared = ctx._replace(primary_ip="")
     out: list[_Fragment] = []
     append = out.append
     if not by_id and not memo.by_state:
@@ -555,9 +583,7 @@ def _walk(snapshot: list[ServicePortState], memo: _Memo, ctx: _Ctx) -> list[_Fra
         if hit is not None and hit[0] is st:
             append(hit[1])
             continue
-        fr = memo.by_state.get(st)
-        if fr is None:
-            fr = memo.by_state[st] = _fragment(st, ctx)
+        fr = _find(memo, ctx, st, shared)
         by_id[id(st)] = (st, fr)
         append(fr)
     _trim(memo, snapshot, out)
@@ -671,9 +697,18 @@ def _active(frags: list[_Fragment]) -> frozenset[str]:
     return frozenset().union(*[fr.active for fr in frags])
 
 
+def active_chains(snapshot: ProxySnapshot, node_config: NodeProxyConfig) -> frozenset[str]:
+    """The per-service nat chains a full sync of ``snapshot`` leaves on the node (its
+    :attr:`IptablesRender.active_chains`), without writing the payload's text."""
+    cfg = node_config
+    ctx = _context(cfg, snapshot.total_endpoints > cfg.large_cluster_threshold)
+    return _active(_fragments(snapshot, _memo(ctx), ctx))
+
+
 def clear_cache() -> None:
     """Forget all memoised per-port text (benchmarks start cold with it)."""
     _MEMOS.clear()
+    _SHARED.clear()
 
 
 _FILTER_RULES = attrgetter("filter_rules")
@@ -938,6 +973,7 @@ __all__ = [
     "KUBELET_JUMP_RULES",
     "IptablesRender",
     "JumpRule",
+    "active_chains",
     "clear_cache",
     "ensure_input",
     "jump_rules",

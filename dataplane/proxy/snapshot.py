@@ -256,6 +256,42 @@ def _zone_hints(extra: dict[str, Any] | None) -> frozenset[str]:
     return frozenset(z["name"] for z in zones if isinstance(z, dict) and z.get("name"))
 
 
+_Read = tuple[str, str | None, bool, bool, bool, frozenset[str]]
+#: id(slice) -> (the slice, IP version, its endpoints read: what does not depend on the
+#: node), for the kube-proxies of many nodes in one process reading the same slices
+_READ: dict[int, tuple[EndpointSlice, int, list[_Read]]] = {}
+
+
+def _read_endpoints(eps: EndpointSlice, version: int) -> list[_Read]:
+    """Per endpoint with a usable first address of ``version``: (normalised IP, node
+    name, ready, serving, terminating, zone hints)."""
+    hit = _READ.get(id(eps))
+    if hit is not None and hit[0] is eps and hit[1] == version:
+        return hit[2]
+    out: list[_Read] = []
+    for ep in eps.endpoints:
+        if not ep.addresses:
+            continue
+        ip = _normal_ip(ep.addresses[0], version)
+        if ip is None:
+            continue
+        c = ep.conditions
+        out.append(
+            (
+                ip,
+                ep.node_name,
+                c.ready is None or c.ready,
+                c.serving is None or c.serving,
+                c.terminating is not None and c.terminating,
+                _zone_hints(ep.model_extra),
+            )
+        )
+    if len(_READ) >= 1 << 16:
+        _READ.clear()
+    _READ[id(eps)] = (eps, version, out)
+    return out
+
+
 def slice_endpoints(
     eps: EndpointSlice, config: NodeProxyConfig
 ) -> dict[ServicePortName, list[EndpointInfo]]:
@@ -269,24 +305,11 @@ def slice_endpoints(
     family = config.ip_family
     if not svc or eps.address_type != family.value:
         return {}
-    infos: list[tuple[str, bool, bool, bool, bool, frozenset[str]]] = []
-    for ep in eps.endpoints:
-        if not ep.addresses:
-            continue
-        ip = _normal_ip(ep.addresses[0], family.version)
-        if ip is None:
-            continue
-        c = ep.conditions
-        infos.append(
-            (
-                ip,
-                ep.node_name is not None and ep.node_name == config.node_name,
-                c.ready is None or c.ready,
-                c.serving is None or c.serving,
-                c.terminating is not None and c.terminating,
-                _zone_hints(ep.model_extra),
-            )
-        )
+    node = config.node_name
+    infos = [
+        (ip, node_name is not None and node_name == node, r, s, t, z)
+        for ip, node_name, r, s, t, z in _read_endpoints(eps, family.version)
+    ]
     out: dict[ServicePortName, list[EndpointInfo]] = {}
     for port in eps.ports:
         if port.port is None:

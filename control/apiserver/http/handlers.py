@@ -44,12 +44,17 @@ from control.apiserver.http.watch import Watcher
 from control.store.base import WatchEvent
 from netmodel import schema
 from netmodel.cluster import cluster_from_dict
-from netmodel.errors import CompactedError, InputError, NotFoundError, SvclabError
+from netmodel.errors import (
+    CompactedError,
+    ConflictError,
+    InputError,
+    NotFoundError,
+    SvclabError,
+)
 from netmodel.objects import (
     EndpointSlice,
     Event,
     KubeObject,
-    Pod,
     Service,
     object_from_dict,
 )
@@ -840,27 +845,32 @@ def _scale_of(res: Resource, obj: KubeObject) -> dict[str, Any]:
 async def _bind(
     api: API, request: Request, res: Resource, info: RequestInfo, user: User, dry: bool
 ) -> Response:
-    body = _decode(await request.body(), request.headers.get("content-type", JSON))
-    target = (body or {}).get("target") or {}
+    body = _decode(await request.body(), request.headers.get("content-type", JSON)) or {}
+    target = body.get("target") or {}
     node = target.get("name")
     if not node:
         raise status.invalid(res, "Binding", info.name, "target.name", "Required value")
-    current = get_object(api, res, info.namespace, info.name)
-    assert isinstance(current, Pod)
-    if current.spec.node_name:
-        raise status.conflict(
-            res,
-            info.name,
-            f'pod {info.name} is already assigned to node "{current.spec.node_name}"',
-        )
-    bound = current.evolve(spec=current.spec.evolve(node_name=node))
-    extra = ((body or {}).get("metadata") or {}).get("annotations") or {}
-    if isinstance(extra, dict) and extra:  # kube-apiserver copies the Binding's annotations
-        ann = {**current.metadata.annotations, **{str(k): str(v) for k, v in extra.items()}}
-        bound = bound.with_meta(annotations=ann)
+    meta = body.get("metadata") or {}
+    extra = meta.get("annotations") or {}
+    annotations = {str(k): str(v) for k, v in extra.items()} if isinstance(extra, dict) else {}
+    rv = meta.get("resourceVersion")
     try:
-        if not dry:
-            api.apiserver.update(bound, component=user.name)
+        version = int(rv) if rv else None
+    except ValueError:
+        raise status.bad_request(f"invalid resourceVersion {rv!r}") from None
+    get_object(api, res, info.namespace, info.name)  # 404 before anything else
+    try:  # kube-apiserver's BindingREST: nodeName, the annotations, PodScheduled
+        api.apiserver.bind(
+            _key(res, info.namespace, info.name),
+            str(node),
+            annotations,
+            uid=meta.get("uid") or None,
+            resource_version=version,
+            component=user.name,
+            dry_run=dry,
+        )
+    except ConflictError as e:
+        raise status.conflict(res, info.name, str(e)) from None
     except SvclabError as e:
         raise status.from_svclab(e, res, "Pod", info.name) from None
     if not dry:

@@ -85,6 +85,18 @@ def test_binding_sets_node_name_records_the_decision_and_an_event() -> None:
     assert [e.message for e in evs] == [
         f"Successfully assigned default/{p.name} to {p.spec.node_name}"
     ]
+    # through pods/binding (APIServer.bind), not an update: the pod's generation stays,
+    # and the write before the Scheduled Event is the binding's, with PodScheduled True
+    assert p.metadata.generation == 1
+    written = plane.store.watch(0, ["Pod"])
+    binding = next(w.object for w in written if w.object.spec.node_name)  # type: ignore[attr-defined]
+    assert [(c.type, c.status) for c in binding.status.conditions] == [("PodScheduled", "True")]  # type: ignore[attr-defined]
+    updated = [
+        e for e in timeline(plane.store) if e.reason == "Updated" and e.name.startswith(p.name)
+    ]
+    assert [(e.message, e.source_component) for e in updated] == [
+        (f"updated spec.nodeName={p.spec.node_name}", "default-scheduler")
+    ]
     assert evs[0].source_component == "default-scheduler"
     # the CLI's describe renders the table from the annotation
     from app.cli.describe import scheduling_table
