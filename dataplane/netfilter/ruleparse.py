@@ -807,6 +807,123 @@ def _common_rule_or_none(
     return R.Rule(chain, tuple(matches), target, spec, line, counters)
 
 
+# One whole ``-A`` line of the shape kube-proxy writes most, as iptables-save prints it
+# (single spaces, options in its order, the comment quoted without escapes or one bare
+# word): optional ``[pkts:bytes]``, chain, ``[!] -s``, ``[!] -d``, ``[!] -p
+# tcp|udp|sctp``, ``-m comment --comment``, ``-m tcp|udp|sctp [[!] --sport] [[!]
+# --dport]``, ``-j TARGET [--to-destination X]``. Groups: packets, bytes, chain, spec,
+# then (negation, value) pairs and the rest in that order. A value never starts with
+# ``!`` nor holds a quote (such lines take the token path).
+_WORD = r'[^\s"!][^\s"]*'
+_COMMON_LINE = re.compile(
+    rf"(?:\[(\d+):(\d+)\] )?-A ({_WORD}) ("
+    rf"(?:(! )?-s ({_WORD}) )?"
+    rf"(?:(! )?-d ({_WORD}) )?"
+    rf"(?:(! )?-p (tcp|udp|sctp) )?"
+    rf'(?:-m comment --comment (?:"([^"\\]*)"|({_WORD})) )?'
+    rf"(?:-m (tcp|udp|sctp) (?:(! )?--sport ({_WORD}) )?(?:(! )?--dport ({_WORD}) )?)?"
+    rf"-j ({_WORD})(?: --to-destination ({_WORD}))?)\Z"
+)
+# ProtoMatch values by (protocol, inverted)
+_PROTO_MATCHES: dict[tuple[str, bool], R.ProtoMatch] = {}
+
+
+def parse_common_line(line: str, lineno: int, table: str, family: int) -> R.Rule | None:
+    """The rule of a whole ``-A`` line (stripped, ``[pkts:bytes]`` prefix allowed) when it
+    has the shape of :data:`_COMMON_LINE`, else None, also on any error: then the caller
+    parses the line the general way, which decides and words the error. For the lines
+    it takes, the result equals what :func:`parse_rule` gives for the words after the
+    chain (the same values in the same order; ``tests/.../test_nf_fastpath.py`` checks
+    it). The caller still checks that the chain and a jump's target chain exist.
+
+    Why it exists: one regular expression over the line replaces tokenizing and the
+    word-by-word loop, about half of what parsing a kube-proxy rule costs."""
+    if not FAST_PATH:
+        return None
+    m = _COMMON_LINE.match(line)
+    if m is None:
+        return None
+    try:
+        return _common_line(m.groups(), lineno, table, family)
+    except Exception:
+        return None
+
+
+def _common_line(g: tuple[str | None, ...], lineno: int, table: str, family: int) -> R.Rule | None:
+    pk, by, chain, spec, sn, s, dn, d, pn, p, cq, cw, mod, spn, sp, dpn, dp, j, to = g
+    matches: list[R.Match] = []
+    if s is not None:
+        hit = _ADDR_MATCHES.get(("-s", s, sn is not None, family))
+        if hit is None:
+            hit = _addr_match("-s", s, sn is not None, family)
+            if hit is None:
+                return None
+        matches.append(hit)
+    if d is not None:
+        hit = _ADDR_MATCHES.get(("-d", d, dn is not None, family))
+        if hit is None:
+            hit = _addr_match("-d", d, dn is not None, family)
+            if hit is None:
+                return None
+        matches.append(hit)
+    proto = None
+    if p is not None:
+        pm = _PROTO_MATCHES.get((p, pn is not None))
+        if pm is None:
+            pm = _PROTO_MATCHES[(p, pn is not None)] = R.ProtoMatch(p, pn is not None)
+        matches.append(pm)
+        if pn is None:
+            proto = p
+    if cq is not None:
+        matches.append(R.CommentMatch(cq))
+    elif cw is not None:
+        matches.append(R.CommentMatch(cw))
+    if mod is not None:
+        if proto != mod:
+            return None
+        if sp is not None:
+            matches.append(_port_match(mod, "--sport", sp, spn is not None))
+        if dp is not None:
+            matches.append(_port_match(mod, "--dport", dp, dpn is not None))
+    assert chain is not None and spec is not None and j is not None
+    if j in _KNOWN_UNSUPPORTED_TARGETS:
+        return None
+    if to is None:
+        target = _build_target(j, False, [], table, chain, proto)
+    elif j == "DNAT":
+        target = _build_target(
+            j, False, [_Opt("--to-destination", [to], False)], table, chain, proto
+        )
+    else:
+        return None
+    counters = None if pk is None or by is None else (int(pk), int(by))
+    return R.Rule(chain, tuple(matches), target, spec, lineno, counters)
+
+
+def _addr_match(opt: str, text: str, invert: bool, family: int) -> R.AddrMatch | None:
+    """The (cached) AddrMatch of ``-s``/``-d`` TEXT; None if not of ``family``."""
+    net = _net(text)
+    if net.version != family:
+        return None
+    hit = R.AddrMatch("src" if opt == "-s" else "dst", net, invert)
+    if len(_ADDR_MATCHES) > 100_000:
+        _ADDR_MATCHES.clear()
+    _ADDR_MATCHES[(opt, text, invert, family)] = hit
+    return hit
+
+
+def _port_match(proto: str, opt: str, text: str, invert: bool) -> R.PortMatch:
+    """The (cached) PortMatch of ``--sport``/``--dport`` TEXT under module ``proto``."""
+    key = (proto, opt, text, invert)
+    pm = _PORT_MATCHES.get(key)
+    if pm is None:
+        pm = R.PortMatch(proto, opt[2:], _port_range(text), invert)  # type: ignore[arg-type]
+        if len(_PORT_MATCHES) > 100_000:
+            _PORT_MATCHES.clear()
+        _PORT_MATCHES[key] = pm
+    return pm
+
+
 def _parse_rule(
     chain: str,
     tokens: list[str],
