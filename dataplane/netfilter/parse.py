@@ -28,6 +28,7 @@ from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass
 
 from . import rules as R
+from . import ruleparse as _ruleparse
 from .ruleparse import (
     TARGET_HOOKS,
     RestoreError,
@@ -144,6 +145,7 @@ def _apply_restore(
 ) -> R.Ruleset:
     family = base.family
     jump_cls = R.Jump
+    fast = _ruleparse.FAST_PATH
     tables: dict[str, R.Table] = dict(base.tables)
     cur: _MTable | None = None
     cur_start = 0
@@ -175,7 +177,16 @@ def _apply_restore(
             tables[cur.name] = _freeze(cur)
             cur = None
             continue
-        if line.startswith("-A ") or line.startswith("["):
+        if line[0] == ":" and fast:
+            # a new user chain without counters (iptables-save's): the general
+            # path's result, without its checks for the cases that need them
+            parts = line[1:].split()
+            if len(parts) == 3 and parts[1] == "-" and parts[2] == "[0:0]":
+                name = parts[0]
+                if name not in cur.chains and len(name) <= 28:
+                    cur.chains[name] = _MChain(name, None, [], (0, 0), True)
+                    continue
+        elif line.startswith("-A ") or line.startswith("["):
             # most rules: one regular expression, then the checks _rule_from makes
             # (the chain exists, a jump's target chain is declared); anything else,
             # errors included, goes the general way below

@@ -824,6 +824,9 @@ _COMMON_LINE = re.compile(
     rf"(?:-m (tcp|udp|sctp) (?:(! )?--sport ({_WORD}) )?(?:(! )?--dport ({_WORD}) )?)?"
     rf"-j ({_WORD})(?: --to-destination ({_WORD}))?)\Z"
 )
+# the plain (not inverted, IPv4) entries of _ADDR_MATCHES by text alone, for -s and -d
+_SRC4: dict[str, R.AddrMatch] = {}
+_DST4: dict[str, R.AddrMatch] = {}
 # ProtoMatch values by (protocol, inverted)
 _PROTO_MATCHES: dict[tuple[str, bool], R.ProtoMatch] = {}
 
@@ -853,14 +856,18 @@ def _common_line(g: tuple[str | None, ...], lineno: int, table: str, family: int
     pk, by, chain, spec, sn, s, dn, d, pn, p, cq, cw, mod, spn, sp, dpn, dp, j, to = g
     matches: list[R.Match] = []
     if s is not None:
-        hit = _ADDR_MATCHES.get(("-s", s, sn is not None, family))
+        hit = (_SRC4.get(s) if sn is None and family == 4 else None) or _ADDR_MATCHES.get(
+            ("-s", s, sn is not None, family)
+        )
         if hit is None:
             hit = _addr_match("-s", s, sn is not None, family)
             if hit is None:
                 return None
         matches.append(hit)
     if d is not None:
-        hit = _ADDR_MATCHES.get(("-d", d, dn is not None, family))
+        hit = (_DST4.get(d) if dn is None and family == 4 else None) or _ADDR_MATCHES.get(
+            ("-d", d, dn is not None, family)
+        )
         if hit is None:
             hit = _addr_match("-d", d, dn is not None, family)
             if hit is None:
@@ -886,10 +893,15 @@ def _common_line(g: tuple[str | None, ...], lineno: int, table: str, family: int
         if dp is not None:
             matches.append(_port_match(mod, "--dport", dp, dpn is not None))
     assert chain is not None and spec is not None and j is not None
-    if j in _KNOWN_UNSUPPORTED_TARGETS:
-        return None
+    target: R.Target | None
     if to is None:
-        target = _build_target(j, False, [], table, chain, proto)
+        # a jump to a user chain (most rules): one value per chain name, as
+        # _build_target gives it
+        target = _JUMPS.get((j, False)) if j not in _TARGET_OPTIONS else None
+        if target is None:
+            if j in _KNOWN_UNSUPPORTED_TARGETS:
+                return None
+            target = _build_target(j, False, [], table, chain, proto)
     elif j == "DNAT":
         target = _build_target(
             j, False, [_Opt("--to-destination", [to], False)], table, chain, proto
@@ -897,7 +909,47 @@ def _common_line(g: tuple[str | None, ...], lineno: int, table: str, family: int
     else:
         return None
     counters = None if pk is None or by is None else (int(pk), int(by))
-    return R.Rule(chain, tuple(matches), target, spec, lineno, counters)
+    return _new_rule(chain, tuple(matches), target, spec, lineno, counters)
+
+
+def _rule_factory() -> Any:
+    """``Rule(chain, matches, target, spec, line, counters)`` without the frozen
+    dataclass's ``__init__`` (which sets each field through ``object.__setattr__``):
+    the slots are set directly, half the cost; the result is an ordinary, equal Rule.
+    Checked against Rule's fields when the module loads, so a changed Rule fails here
+    instead of building incomplete values."""
+    import dataclasses
+
+    names = ("chain", "matches", "target", "spec", "line", "counters")
+    if tuple(f.name for f in dataclasses.fields(R.Rule)) != names:  # pragma: no cover
+        raise ImportError("ruleparse._rule_factory: Rule's fields changed; update it")
+    new = object.__new__
+    cls = R.Rule
+    set_chain, set_matches, set_target, set_spec, set_line, set_counters = (
+        cls.__dict__[n].__set__ for n in names
+    )
+
+    def make(
+        chain: str,
+        matches: tuple[R.Match, ...],
+        target: R.Target | None,
+        spec: str,
+        line: int,
+        counters: tuple[int, int] | None,
+    ) -> R.Rule:
+        r = new(cls)
+        set_chain(r, chain)
+        set_matches(r, matches)
+        set_target(r, target)
+        set_spec(r, spec)
+        set_line(r, line)
+        set_counters(r, counters)
+        return r
+
+    return make
+
+
+_new_rule = _rule_factory()
 
 
 def _addr_match(opt: str, text: str, invert: bool, family: int) -> R.AddrMatch | None:
@@ -908,7 +960,11 @@ def _addr_match(opt: str, text: str, invert: bool, family: int) -> R.AddrMatch |
     hit = R.AddrMatch("src" if opt == "-s" else "dst", net, invert)
     if len(_ADDR_MATCHES) > 100_000:
         _ADDR_MATCHES.clear()
+        _SRC4.clear()
+        _DST4.clear()
     _ADDR_MATCHES[(opt, text, invert, family)] = hit
+    if not invert and family == 4:
+        (_SRC4 if opt == "-s" else _DST4)[text] = hit
     return hit
 
 

@@ -106,12 +106,24 @@ LINE_CHUNKS = st.sampled_from(
     st.sampled_from(["filter", "nat"]),
     st.sampled_from(["PREROUTING", "OUTPUT", "POSTROUTING", "KUBE-SVC-X", "NOCHAIN"]),
     st.sampled_from(["", "[3:180] ", "[x:1] "]),
+    st.lists(
+        st.sampled_from(
+            [
+                ":KUBE-SVC-X - [0:0]", ":KUBE-SVC-X - [0:0]", ":KUBE-SVC-X - [5:7]",
+                ":KUBE-MARK-MASQ - [0:0]", ":OUTPUT - [0:0]", ":OUTPUT ACCEPT [0:0]",
+                ":KUBE-X-" + "A" * 21 + " - [0:0]", ":KUBE-X-" + "A" * 20 + " - [0:0]",
+                ":KUBE-SVC-X  -  [0:0]", ":KUBE-SVC-X ACCEPT [0:0]", ":KUBE-SVC-X -",
+            ]
+        ),
+        min_size=1,
+        max_size=4,
+    ),
 )
 def test_whole_lines_parse_the_same_on_both_paths(
-    chunks: list[str], table: str, chain: str, counters: str
+    chunks: list[str], table: str, chain: str, counters: str, decls: list[str]
 ) -> None:
     text = (
-        f"*{table}\n:KUBE-SVC-X - [0:0]\n:KUBE-MARK-MASQ - [0:0]\n"
+        f"*{table}\n{chr(10).join(decls)}\n:KUBE-MARK-MASQ - [0:0]\n"
         f"{counters}-A {chain} {' '.join(chunks)}\nCOMMIT\n"
     )
     fast, general = _both(parse_save, text, source="<t>")
