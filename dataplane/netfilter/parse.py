@@ -27,8 +27,8 @@ import itertools
 from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass
 
-from . import rules as R
 from . import ruleparse as _ruleparse
+from . import rules as R
 from .ruleparse import (
     TARGET_HOOKS,
     RestoreError,
