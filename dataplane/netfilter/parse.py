@@ -151,7 +151,7 @@ def _apply_restore(
     cur_start = 0
     for lineno, raw in enumerate(text.splitlines(), 1):
         line = raw.strip()
-        if not line or line.startswith("#"):
+        if not line or line[0] == "#":
             continue
         if cur is None:
             if line.startswith("*"):
@@ -186,7 +186,7 @@ def _apply_restore(
                 if name not in cur.chains and len(name) <= 28:
                     cur.chains[name] = _MChain(name, None, [], (0, 0), True)
                     continue
-        elif line.startswith("-A ") or line.startswith("["):
+        elif line[0] == "[" or line[:3] == "-A ":
             # most rules: one regular expression, then the checks _rule_from makes
             # (the chain exists, a jump's target chain is declared); anything else,
             # errors included, goes the general way below

@@ -163,7 +163,7 @@ def nat_range(text: str) -> R.NatRange:
         phi = _port(b) if b else plo
         if phi < plo:
             raise ValueError(f"port range `{port_part}' funky")
-    if lo is not None and hi is not None and int(hi) < int(lo):
+    if lo is not None and hi is not None and hi is not lo and int(hi) < int(lo):
         raise ValueError(f"bad IP range `{addr_part}'")
     return R.NatRange(lo, hi, plo, phi)
 
