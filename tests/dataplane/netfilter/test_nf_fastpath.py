@@ -96,6 +96,8 @@ LINE_CHUNKS = st.sampled_from(
         "-j ACCEPT", "-j DNAT", "--to-destination 10.244.1.2:8080",
         "--to-destination 10.244.1.2", "-j RETURN", "-j REJECT", "-j MASQUERADE",
         "-j NOCHAIN", "-j REDIRECT", "-g KUBE-SVC-X", " ", "!",
+        # whitespace str.split splits at, inside and between words
+        "-s\t10.0.0.1/32", "\x1c", "\xa0", "-j\xa0ACCEPT", "--dport\x0b80",
     ]
 )
 
