@@ -32,6 +32,7 @@ from . import rules as R
 from .ruleparse import (
     TARGET_HOOKS,
     RestoreError,
+    new_chain,
     parse_common_line,
     parse_rule,
     tokenize,
@@ -84,7 +85,7 @@ def _freeze(t: _MTable) -> R.Table:
     return R.Table(
         t.name,
         {
-            c.name: R.Chain(c.name, c.policy, tuple(c.rules), c.counters, c.declared)
+            c.name: new_chain(c.name, c.policy, tuple(c.rules), c.counters, c.declared)
             for c in t.chains.values()
         },
     )

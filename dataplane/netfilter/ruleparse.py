@@ -22,7 +22,16 @@ from netmodel.ip import IPAddress, IPNetwork
 
 from . import rules as R
 
-__all__ = ["RestoreError", "nat_range", "parse_rule", "tokenize", "unsupported", "where"]
+__all__ = [
+    "RestoreError",
+    "nat_range",
+    "new_chain",
+    "parse_common_line",
+    "parse_rule",
+    "tokenize",
+    "unsupported",
+    "where",
+]
 
 
 class RestoreError(InputError):
@@ -952,6 +961,42 @@ def _rule_factory() -> Any:
 
 
 _new_rule = _rule_factory()
+
+
+def _chain_factory() -> Any:
+    """``Chain(name, policy, rules, counters, declared)`` by setting the slots directly,
+    as :func:`_rule_factory` does for rules (checked against Chain's fields)."""
+    import dataclasses
+
+    names = ("name", "policy", "rules", "counters", "declared")
+    if tuple(f.name for f in dataclasses.fields(R.Chain)) != names:  # pragma: no cover
+        raise ImportError("ruleparse._chain_factory: Chain's fields changed; update it")
+    new = object.__new__
+    cls = R.Chain
+    set_name, set_policy, set_rules, set_counters, set_declared = (
+        cls.__dict__[n].__set__ for n in names
+    )
+
+    def make(
+        name: str,
+        policy: str | None,
+        rules: tuple[R.Rule, ...],
+        counters: tuple[int, int],
+        declared: bool,
+    ) -> R.Chain:
+        c = new(cls)
+        set_name(c, name)
+        set_policy(c, policy)
+        set_rules(c, rules)
+        set_counters(c, counters)
+        set_declared(c, declared)
+        return c
+
+    return make
+
+
+#: ``Chain(...)`` for the parser's many chains (all five fields, positional)
+new_chain = _chain_factory()
 
 
 def _addr_match(opt: str, text: str, invert: bool, family: int) -> R.AddrMatch | None:
