@@ -423,9 +423,11 @@ class Session:
         if manifests.proxy_config is not None:
             self.proxy_config = manifests.proxy_config
         try:
-            if fresh or widened:
+            if fresh:
                 records.put_record(CLUSTER_RECORD, self.cluster.to_dict())
             results = self._apply_objects(manifests.objects, source=",".join(manifests.sources))
+            if widened:  # only once the objects are in: a refused apply changes nothing
+                records.put_record(CLUSTER_RECORD, self.cluster.to_dict())
             if manifests.proxy_config is not None:
                 records.put_record(PROXY_RECORD, _proxy_doc(manifests.proxy_config))
         except BaseException:

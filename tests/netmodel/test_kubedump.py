@@ -290,3 +290,26 @@ def test_a_hand_written_cluster_is_not_widened_by_a_dump(tmp_path: Path) -> None
         r.output
     )
     assert "node/worker-3" not in r.output
+
+
+def test_a_refused_later_dump_leaves_the_stored_cluster_as_it_was(tmp_path: Path) -> None:
+    """The later dump would widen the podCIDR but one of its Pods is refused: nothing
+    stored changes, cluster.yaml included."""
+    s = tmp_path / "s"
+    run = CliRunner().invoke
+    assert run(cli, ["--state", str(s), "apply", "-f", str(PODS)]).exit_code == 0
+    stored = (s / "cluster.yaml").read_text()
+    doc = _with_node(yaml.safe_load(PODS.read_text()), "worker-3", "10.4.7.0/24", "10.128.0.77")
+    pod = next(i for i in doc["items"] if i["metadata"].get("name") == "web-7d9c5b-abcde")
+    pod = json.loads(json.dumps(pod))
+    pod["metadata"].update(name="web-7d9c5b-new", uid="uid-new")
+    pod["status"]["podIP"] = "10.4.7.9"  # not in worker-1's podCIDR
+    pod["status"]["podIPs"] = [{"ip": "10.4.7.9"}]
+    doc["items"].append(pod)
+    f = tmp_path / "later.yaml"
+    f.write_text(yaml.safe_dump(doc))
+    r = run(cli, ["--state", str(s), "apply", "-f", str(f)])
+    assert r.exit_code == 1
+    assert "not in the podCIDR of node worker-1" in r.output
+    assert (s / "cluster.yaml").read_text() == stored
+    assert "worker-3" not in _get(s, "nodes")
