@@ -313,3 +313,31 @@ def test_a_refused_later_dump_leaves_the_stored_cluster_as_it_was(tmp_path: Path
     assert "not in the podCIDR of node worker-1" in r.output
     assert (s / "cluster.yaml").read_text() == stored
     assert "worker-3" not in _get(s, "nodes")
+
+
+def test_a_calico_block_address_is_refused_saying_why(tmp_path: Path) -> None:
+    """Calico's block IPAM gives a Pod an address from a /26 block affine to its node,
+    inside the cluster's pod range but outside the node's podCIDR. svclab's network
+    routes podCIDRs only, so the Pod is refused (not accepted unroutable), and the
+    message names Calico's annotation instead of leaving the user to guess."""
+    doc = yaml.safe_load(PODS.read_text())
+    pod = next(i for i in doc["items"] if i["metadata"].get("name") == "web-7d9c5b-abcde")
+    pod["metadata"].setdefault("annotations", {}).update(
+        {
+            "cni.projectcalico.org/podIP": "10.4.3.66/32",
+            "cni.projectcalico.org/podIPs": "10.4.3.66/32",
+            "cni.projectcalico.org/containerID": "0f1e2d3c",
+        }
+    )
+    pod["status"]["podIP"] = "10.4.3.66"
+    pod["status"]["podIPs"] = [{"ip": "10.4.3.66"}]
+    f = tmp_path / "calico.yaml"
+    f.write_text(yaml.safe_dump(doc))
+    s = tmp_path / "s"
+    r = CliRunner().invoke(cli, ["--state", str(s), "apply", "-f", str(f)])
+    assert r.exit_code == 1
+    (line,) = [ln for ln in r.output.splitlines() if ln.startswith("error:")]
+    assert "status.podIPs[0].ip" in line
+    assert "not in the podCIDR of node worker-1 (10.4.1.0/24)" in line
+    assert "Calico's block IPAM (cni.projectcalico.org/podIP: 10.4.3.66/32)" in line
+    assert "does not model" in line
