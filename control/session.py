@@ -7,7 +7,9 @@ State directory layout (``--state DIR``, default ``.svclab/``)::
     DIR/store.json        {"store": URL}: the store this directory uses, when it is not
                           DIR/state.db (``--store etcd://...``); later commands without
                           --store find the same cluster through it
-    DIR/cluster.yaml      the Cluster document, fixed by the first apply (SQLite)
+    DIR/cluster.yaml      the Cluster document, fixed by the first apply (SQLite); one
+                          inferred from a kubectl dump is widened by a later dump of
+                          the same cluster (netmodel.kubedump.merge_inferred)
     DIR/kube-proxy.yaml   the KubeProxyConfiguration document, if one was applied (SQLite)
     DIR/converged.json    {"revision": N}: the store revision after the last run of the
                           control plane to idle (:mod:`control.noderules`)
@@ -43,6 +45,7 @@ from control.store.base import Store
 from control.store.memory import MemoryStore
 from netmodel.cluster import Cluster, cluster_from_dict
 from netmodel.errors import InputError, SvclabError
+from netmodel.kubedump import is_inferred, merge_inferred
 from netmodel.manifests import Manifests, load
 from netmodel.objects import KubeObject
 from netmodel.proxyconfig import KubeProxyConfiguration, proxy_config_from_dict
@@ -356,12 +359,21 @@ class Session:
             return self._apply_to_store(manifests)
         d = self.state_dir
         fresh = not (d / "cluster.yaml").exists()
+        widened = False
         if not fresh and manifests.cluster is not None and manifests.cluster != self.cluster:
-            raise InputError(
-                "the Cluster document differs from the one this state was created with "
-                f"({d / 'cluster.yaml'}); the address plan cannot change — use a new --state",
-                obj=f"Cluster/{manifests.cluster.metadata.get('name', 'svclab')}",
-            )
+            if is_inferred(manifests.cluster):
+                # a later kubectl dump of the same cluster: an update
+                merged = merge_inferred(
+                    self.cluster, manifests.cluster, where=str(d / "cluster.yaml")
+                )
+                widened = merged != self.cluster
+                self.cluster = merged
+            else:
+                raise InputError(
+                    "the Cluster document differs from the one this state was created with "
+                    f"({d / 'cluster.yaml'}); the address plan cannot change — use a new --state",
+                    obj=f"Cluster/{manifests.cluster.metadata.get('name', 'svclab')}",
+                )
         if fresh:
             from control.store.sqlite import SqliteStore
 
@@ -382,7 +394,7 @@ class Session:
                 self.store.close()
                 (d / "state.db").unlink(missing_ok=True)
             raise
-        if fresh:
+        if fresh or widened:
             _write_yaml(d / "cluster.yaml", self.cluster.to_dict())
         if manifests.proxy_config is not None:
             _write_yaml(d / "kube-proxy.yaml", _proxy_doc(manifests.proxy_config))
@@ -393,12 +405,20 @@ class Session:
         assert self.store_url is not None and self.state_dir is not None
         url, records = self.store_url, _records(self.store, self.store_url)
         fresh = records.get_record(CLUSTER_RECORD) is None
+        widened = False
         if not fresh and manifests.cluster is not None and manifests.cluster != self.cluster:
-            raise InputError(
-                "the Cluster document differs from the one this cluster was created with "
-                f"({url}, record {CLUSTER_RECORD}); the address plan cannot change",
-                obj=f"Cluster/{manifests.cluster.metadata.get('name', 'svclab')}",
-            )
+            if is_inferred(manifests.cluster):
+                merged = merge_inferred(
+                    self.cluster, manifests.cluster, where=f"{url}, record {CLUSTER_RECORD}"
+                )
+                widened = merged != self.cluster
+                self.cluster = merged
+            else:
+                raise InputError(
+                    "the Cluster document differs from the one this cluster was created with "
+                    f"({url}, record {CLUSTER_RECORD}); the address plan cannot change",
+                    obj=f"Cluster/{manifests.cluster.metadata.get('name', 'svclab')}",
+                )
         if fresh:
             self.cluster = manifests.cluster or Cluster()
             self.clock = WallClock()
@@ -409,6 +429,8 @@ class Session:
             if fresh:
                 records.put_record(CLUSTER_RECORD, self.cluster.to_dict())
             results = self._apply_objects(manifests.objects, source=",".join(manifests.sources))
+            if widened:  # only once the objects are in: a refused apply changes nothing
+                records.put_record(CLUSTER_RECORD, self.cluster.to_dict())
             if manifests.proxy_config is not None:
                 records.put_record(PROXY_RECORD, _proxy_doc(manifests.proxy_config))
         except BaseException:

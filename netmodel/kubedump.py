@@ -41,9 +41,23 @@ from typing import Any
 
 import yaml
 
-from netmodel.errors import SchemaError
+from netmodel.cluster import Cluster, cluster_from_dict
+from netmodel.errors import InputError, SchemaError
 
-__all__ = ["MODELLED_KINDS", "PreparedDump", "is_cluster_dump", "prepare", "resolve_legacy"]
+__all__ = [
+    "INFERRED_ANNOTATION",
+    "MODELLED_KINDS",
+    "PreparedDump",
+    "is_cluster_dump",
+    "is_inferred",
+    "merge_inferred",
+    "prepare",
+    "resolve_legacy",
+]
+
+#: on a Cluster inferred from a dump (and so on the state's ``cluster.yaml``): its
+#: ranges are lower bounds the next dump of the same cluster may widen
+INFERRED_ANNOTATION = "svclab.dev/inferred-from"
 
 MODELLED_KINDS = frozenset(
     {"Deployment", "EndpointSlice", "Namespace", "Node", "Pod", "ReplicaSet", "Service"}
@@ -290,7 +304,76 @@ def prepare(docs: list[dict[str, Any]], *, has_cluster: bool) -> PreparedDump:
         out.cluster = {
             "apiVersion": "svclab.dev/v1alpha1",
             "kind": "Cluster",
-            "metadata": {"name": "imported"},
+            "metadata": {"name": "imported", "annotations": {INFERRED_ANNOTATION: "kubectl-dump"}},
             "spec": spec,
         }
     return out
+
+
+def is_inferred(cluster: Cluster) -> bool:
+    """Whether ``cluster`` was inferred from a dump (:data:`INFERRED_ANNOTATION`)."""
+    ann = cluster.metadata.get("annotations")
+    return isinstance(ann, dict) and INFERRED_ANNOTATION in ann
+
+
+#: ranges a dump's inference gives (the smallest network holding what the dump records)
+_RANGES = (
+    ("serviceCIDR", "service_cidr"),
+    ("podCIDR", "pod_cidr"),
+    ("nodeNetwork", "node_network"),
+)
+#: values a dump's inference reads as they are: a second dump must agree
+_SCALARS = (
+    ("nodeCIDRMaskSize", "node_cidr_mask_size"),
+    ("proxyMode", "proxy_mode"),
+    ("allocation", "allocation"),
+    ("kubernetesService", "kubernetes_service"),
+    ("nodes", "nodes"),
+)
+
+
+def merge_inferred(stored: Cluster, inferred: Cluster, *, where: str) -> Cluster:
+    """The Cluster a state holding ``stored`` has after applying a dump whose Cluster was
+    inferred as ``inferred`` (a later dump of the same cluster).
+
+    Only what the inference set is compared (``model_fields_set``). A range the dump
+    needs (serviceCIDR, podCIDR, nodeNetwork) that lies inside the stored one changes
+    nothing; outside it, a stored Cluster that was itself inferred is widened to the
+    smallest network holding both (its range was a lower bound: the allocators are
+    rebuilt from the stored objects, so every address stays valid), and a Cluster the
+    user wrote is a conflict. A value read as it is (nodeCIDRMaskSize, proxyMode,
+    allocation, kubernetesService, nodes) must be equal. A conflict is one
+    :class:`InputError` naming the field and ``where`` (the stored Cluster's place);
+    the widened Cluster is validated again (layout checks)."""
+    name = f"Cluster/{stored.metadata.get('name', 'svclab')}"
+    set_ = inferred.spec.model_fields_set
+    widen = is_inferred(stored)
+    update: dict[str, Any] = {}
+    for alias, attr in _SCALARS:
+        if attr in set_ and getattr(inferred.spec, attr) != getattr(stored.spec, attr):
+            raise InputError(
+                f"the dump gives {getattr(inferred.spec, attr)!r}, the cluster in {where} has "
+                f"{getattr(stored.spec, attr)!r}: a different cluster (use a new --state)",
+                obj=name,
+                field=f"spec.{alias}",
+            )
+    for alias, attr in _RANGES:
+        if attr not in set_:
+            continue
+        new = ipaddress.ip_network(getattr(inferred.spec, attr), strict=False)
+        old = ipaddress.ip_network(getattr(stored.spec, attr), strict=False)
+        if new.version == old.version and new.subnet_of(old):  # type: ignore[arg-type]
+            continue
+        if not widen or new.version != 4 or old.version != 4:
+            raise InputError(
+                f"the dump needs {new}, outside {old} of the cluster in {where} "
+                "(a Cluster written by hand is not widened; use a new --state)",
+                obj=name,
+                field=f"spec.{alias}",
+            )
+        update[alias] = str(_covering([old, new]))
+    if not update:
+        return stored
+    data = stored.to_dict()
+    data["spec"].update(update)
+    return cluster_from_dict(data, file=where)

@@ -144,6 +144,7 @@ def apply(ctx: Context, files: tuple[str, ...]) -> None:
         raise InputError("no objects passed to apply")  # kubectl's words; nothing recorded
     session = Session.open(ctx.state, must_exist=False, store_url=ctx.store)
     fresh = session.holds_no_cluster
+    before = session.cluster
     try:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", APIWarning)
@@ -154,9 +155,11 @@ def apply(ctx: Context, files: tuple[str, ...]) -> None:
         if issubclass(w.category, APIWarning):
             click.echo(f"Warning: {w.message}", err=True)
     if manifests.cluster is not None:
-        # a Cluster that differs from the stored one is refused: the second is unchanged
+        # a Cluster that differs from the stored one is refused, unless both were
+        # inferred from dumps of one cluster: then the stored ranges may widen
         name = manifests.cluster.metadata.get("name", "svclab")
-        click.echo(f"cluster.svclab.dev/{name} {'created' if fresh else 'unchanged'}")
+        verb = "created" if fresh else ("configured" if session.cluster != before else "unchanged")
+        click.echo(f"cluster.svclab.dev/{name} {verb}")
     for verb, obj in results:
         click.echo(f"{obj.kind.lower()}/{obj.name} {verb}")
 

@@ -10,7 +10,11 @@ admission, every recorded address the node could not have given:
   rule);
 * an address outside every podCIDR of its node's family (``spec.podCIDRs``, else
   ``spec.podCIDR``), its network or broadcast address, or the node bridge's gateway (the
-  first address): the CNI bridge + host-local pair never hands those out;
+  first address): the CNI bridge + host-local pair never hands those out. Calico's
+  block IPAM does hand out addresses outside the node's podCIDR (/26 blocks affine to
+  the node); svclab's network routes podCIDRs only, so such Pods are refused too, and
+  the message says so when the Pod carries Calico's ``cni.projectcalico.org/podIP(s)``
+  annotation;
 * an address another live Pod holds (stored, or earlier in the same apply).
 
 Pods in the host network share the node's address (no check), and so do Pods whose
@@ -44,6 +48,19 @@ def recorded_ips(pod: Pod) -> list[tuple[str, str]]:
     elif st.pod_ip:
         out.append(("status.podIP", st.pod_ip))
     return out
+
+
+#: annotations Calico's CNI plugin puts on every Pod it gives an address
+_CALICO_ANNOTATIONS = ("cni.projectcalico.org/podIP", "cni.projectcalico.org/podIPs")
+
+
+def _calico_annotation(pod: Pod) -> str | None:
+    """The Calico IPAM annotation the Pod carries (``name: value``), or None."""
+    ann = pod.metadata.annotations
+    for k in _CALICO_ANNOTATIONS:
+        if k in ann:
+            return f"{k}: {ann[k]}"
+    return None
 
 
 def _cidrs(node: Node) -> list[ipaddress.IPv4Network | ipaddress.IPv6Network]:
@@ -105,6 +122,12 @@ def check_recorded_pod_ips(
                 if inside is None:
                     shown = ", ".join(str(c) for c in same)
                     why = f"not in the podCIDR of node {pod.spec.node_name} ({shown})"
+                    calico = _calico_annotation(pod)
+                    if calico is not None:
+                        why += (
+                            f"; the address comes from Calico's block IPAM ({calico}), which "
+                            "svclab does not model: it routes each node's podCIDR only"
+                        )
                 elif addr in (inside.network_address, inside.broadcast_address):
                     why = f"the network or broadcast address of podCIDR {inside}"
                 elif addr == inside.network_address + 1:

@@ -347,3 +347,128 @@ def test_typed_lists_unfold_with_kind_and_api_version() -> None:
     )
     (doc,) = parse_documents(text, source="svcs.json")
     assert (doc["kind"], doc["apiVersion"], doc["metadata"]["name"]) == ("Service", "v1", "a")
+def _with_node(doc: dict, name: str, cidr: str, ip: str) -> dict:  # type: ignore[type-arg]
+    doc = json.loads(json.dumps(doc))
+    node = next(i for i in doc["items"] if i["kind"] == "Node")
+    node = json.loads(json.dumps(node))
+    node["metadata"].update(name=name, uid=f"uid-{name}")
+    node["spec"].update(podCIDR=cidr, podCIDRs=[cidr])
+    node["status"]["addresses"] = [{"type": "InternalIP", "address": ip}]
+    doc["items"].append(node)
+    return doc
+
+
+def test_a_later_dump_of_the_same_cluster_applies_as_an_update(tmp_path: Path) -> None:
+    """The same dump twice: nothing changes. An updated dump whose inferred ranges reach
+    past the stored (inferred) ones (a Node whose podCIDR is outside the podCIDR the
+    first dump implied): the stored Cluster widens, cluster.yaml says so, the new
+    Node is created and the old objects are kept."""
+    s = tmp_path / "s"
+    run = CliRunner().invoke
+    assert run(cli, ["--state", str(s), "apply", "-f", str(PODS)]).exit_code == 0
+    r = run(cli, ["--state", str(s), "apply", "-f", str(PODS)])
+    assert r.exit_code == 0, r.output
+    assert "cluster.svclab.dev/imported unchanged" in r.output
+    assert "pod/web-7d9c5b-abcde unchanged" in r.output
+    before = yaml.safe_load((s / "cluster.yaml").read_text())["spec"]
+    doc = _with_node(yaml.safe_load(PODS.read_text()), "worker-3", "10.4.7.0/24", "10.128.0.77")
+    f = tmp_path / "later.yaml"
+    f.write_text(yaml.safe_dump(doc))
+    r = run(cli, ["--state", str(s), "apply", "-f", str(f)])
+    assert r.exit_code == 0, r.output
+    assert "cluster.svclab.dev/imported configured" in r.output
+    assert "node/worker-3 created" in r.output
+    after = yaml.safe_load((s / "cluster.yaml").read_text())["spec"]
+    assert (before["podCIDR"], after["podCIDR"]) == ("10.4.0.0/22", "10.4.0.0/21")
+    assert after["serviceCIDR"] == before["serviceCIDR"]
+    nodes = _get(s, "nodes")
+    assert nodes["worker-3"]["spec"]["podCIDR"] == "10.4.7.0/24"
+    assert _get(s, "pods")["web-7d9c5b-abcde"]["status"]["podIP"] == "10.4.1.7"
+
+
+def test_a_dump_of_a_different_cluster_is_refused_naming_the_field(tmp_path: Path) -> None:
+    """Another proxy mode: one line naming the Cluster and the field; nothing stored
+    changes."""
+    s = tmp_path / "s"
+    run = CliRunner().invoke
+    assert run(cli, ["--state", str(s), "apply", "-f", str(DUMP)]).exit_code == 0
+    stored = (s / "cluster.yaml").read_text()
+    f = tmp_path / "other.yaml"
+    f.write_text(DUMP.read_text().replace("mode: ipvs", "mode: iptables"))
+    r = run(cli, ["--state", str(s), "apply", "-f", str(f)])
+    assert r.exit_code == 1
+    (line,) = [ln for ln in r.output.splitlines() if ln.startswith("error:")]
+    assert line.startswith("error: Cluster/imported: spec.proxyMode: the dump gives 'iptables'")
+    assert (s / "cluster.yaml").read_text() == stored
+
+
+def test_a_hand_written_cluster_is_not_widened_by_a_dump(tmp_path: Path) -> None:
+    s = tmp_path / "s"
+    cluster = tmp_path / "c.yaml"
+    cluster.write_text(
+        "apiVersion: svclab.dev/v1alpha1\nkind: Cluster\nmetadata: {name: imported}\n"
+        "spec: {serviceCIDR: 10.8.0.0/16, podCIDR: 10.4.0.0/22, nodeNetwork: 10.128.0.0/24,"
+        " allocation: recorded, kubernetesService: false, nodes: 0}\n"
+    )
+    run = CliRunner().invoke
+    assert run(cli, ["--state", str(s), "apply", "-f", str(cluster)]).exit_code == 0
+    doc = _with_node(yaml.safe_load(PODS.read_text()), "worker-3", "10.4.7.0/24", "10.128.0.77")
+    f = tmp_path / "later.yaml"
+    f.write_text(yaml.safe_dump(doc))
+    r = run(cli, ["--state", str(s), "apply", "-f", str(f)])
+    assert r.exit_code == 1
+    assert "Cluster/imported: spec.podCIDR: the dump needs 10.4.0.0/21, outside 10.4.0.0/22" in (
+        r.output
+    )
+    assert "node/worker-3" not in r.output
+
+
+def test_a_refused_later_dump_leaves_the_stored_cluster_as_it_was(tmp_path: Path) -> None:
+    """The later dump would widen the podCIDR but one of its Pods is refused: nothing
+    stored changes, cluster.yaml included."""
+    s = tmp_path / "s"
+    run = CliRunner().invoke
+    assert run(cli, ["--state", str(s), "apply", "-f", str(PODS)]).exit_code == 0
+    stored = (s / "cluster.yaml").read_text()
+    doc = _with_node(yaml.safe_load(PODS.read_text()), "worker-3", "10.4.7.0/24", "10.128.0.77")
+    pod = next(i for i in doc["items"] if i["metadata"].get("name") == "web-7d9c5b-abcde")
+    pod = json.loads(json.dumps(pod))
+    pod["metadata"].update(name="web-7d9c5b-new", uid="uid-new")
+    pod["status"]["podIP"] = "10.4.7.9"  # not in worker-1's podCIDR
+    pod["status"]["podIPs"] = [{"ip": "10.4.7.9"}]
+    doc["items"].append(pod)
+    f = tmp_path / "later.yaml"
+    f.write_text(yaml.safe_dump(doc))
+    r = run(cli, ["--state", str(s), "apply", "-f", str(f)])
+    assert r.exit_code == 1
+    assert "not in the podCIDR of node worker-1" in r.output
+    assert (s / "cluster.yaml").read_text() == stored
+    assert "worker-3" not in _get(s, "nodes")
+
+
+def test_a_calico_block_address_is_refused_saying_why(tmp_path: Path) -> None:
+    """Calico's block IPAM gives a Pod an address from a /26 block affine to its node,
+    inside the cluster's pod range but outside the node's podCIDR. svclab's network
+    routes podCIDRs only, so the Pod is refused (not accepted unroutable), and the
+    message names Calico's annotation instead of leaving the user to guess."""
+    doc = yaml.safe_load(PODS.read_text())
+    pod = next(i for i in doc["items"] if i["metadata"].get("name") == "web-7d9c5b-abcde")
+    pod["metadata"].setdefault("annotations", {}).update(
+        {
+            "cni.projectcalico.org/podIP": "10.4.3.66/32",
+            "cni.projectcalico.org/podIPs": "10.4.3.66/32",
+            "cni.projectcalico.org/containerID": "0f1e2d3c",
+        }
+    )
+    pod["status"]["podIP"] = "10.4.3.66"
+    pod["status"]["podIPs"] = [{"ip": "10.4.3.66"}]
+    f = tmp_path / "calico.yaml"
+    f.write_text(yaml.safe_dump(doc))
+    s = tmp_path / "s"
+    r = CliRunner().invoke(cli, ["--state", str(s), "apply", "-f", str(f)])
+    assert r.exit_code == 1
+    (line,) = [ln for ln in r.output.splitlines() if ln.startswith("error:")]
+    assert "status.podIPs[0].ip" in line
+    assert "not in the podCIDR of node worker-1 (10.4.1.0/24)" in line
+    assert "Calico's block IPAM (cni.projectcalico.org/podIP: 10.4.3.66/32)" in line
+    assert "does not model" in line
