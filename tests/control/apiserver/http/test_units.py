@@ -7,10 +7,8 @@ from __future__ import annotations
 import datetime as dt
 
 import pytest
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+from certs import issue
+from cryptography.x509.oid import ExtendedKeyUsageOID
 
 from control.apiserver.http import nodeauthz, patch, pki, tables, wire
 from control.apiserver.http.authn import (
@@ -172,49 +170,6 @@ def test_token_file(tmp_path) -> None:  # type: ignore[no-untyped-def]
         load_token_file(f)
 
 
-def _cert(
-    issuer: pki.CA,
-    cn: str,
-    *,
-    orgs: tuple[str, ...] = (),
-    ca: bool = False,
-    eku: list[x509.ObjectIdentifier] | None = None,
-    not_before: dt.timedelta = dt.timedelta(minutes=-5),
-    not_after: dt.timedelta = dt.timedelta(days=1),
-) -> tuple[pki.CA, str]:
-    """A certificate ISSUER signs (built with cryptography, as any CA tool would), with its
-    key, and its PEM text. NOT_BEFORE/NOT_AFTER: offsets from now."""
-    key = ec.generate_private_key(ec.SECP256R1())
-    now = dt.datetime.now(dt.UTC)
-    subject = x509.Name(
-        [x509.NameAttribute(NameOID.ORGANIZATION_NAME, o) for o in orgs]
-        + ([x509.NameAttribute(NameOID.COMMON_NAME, cn)] if cn else [])
-    )
-    b = (
-        x509.CertificateBuilder()
-        .subject_name(subject)
-        .issuer_name(issuer.cert.subject)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now + not_before)
-        .not_valid_after(now + not_after)
-        .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
-        .add_extension(
-            x509.AuthorityKeyIdentifier.from_issuer_public_key(issuer.key.public_key()),
-            critical=False,
-        )
-    )
-    if ca:
-        b = b.add_extension(
-            x509.KeyUsage(True, False, False, False, False, True, False, False, False),
-            critical=True,
-        ).add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), False)
-    if eku is not None:
-        b = b.add_extension(x509.ExtendedKeyUsage(eku), critical=False)
-    cert = b.sign(issuer.key, hashes.SHA256())
-    return pki.CA(cert, key), cert.public_bytes(serialization.Encoding.PEM).decode()
-
-
 def test_client_certificates_are_verified_as_kube_apiservers_x509_authenticator_does() -> None:
     ca = pki.new_ca()
     verifier = ClientCertVerifier([ca.cert])
@@ -222,24 +177,24 @@ def test_client_certificates_are_verified_as_kube_apiservers_x509_authenticator_
     user = verifier.user([crt.decode()])
     assert user.name == "alice" and user.groups == ("devs", "qa", "system:authenticated")
     # no extended key usage at all is fine (Go's x509.Verify treats it as any usage)
-    assert verifier.user([_cert(ca, "bob")[1]]).name == "bob"
+    assert verifier.user([issue(ca, "bob")[1]]).name == "bob"
     # a chain through an intermediate CA the client sends along
-    inter, inter_pem = _cert(ca, "intermediate", ca=True)
-    leaf = _cert(inter, "carol", eku=[ExtendedKeyUsageOID.CLIENT_AUTH])[1]
+    inter, inter_pem = issue(ca, "intermediate", ca=True)
+    leaf = issue(inter, "carol", eku=[ExtendedKeyUsageOID.CLIENT_AUTH])[1]
     assert verifier.user([leaf, inter_pem]).name == "carol"
     refused = {
         "foreign CA": [
             pki.client_cert(pki.new_ca("other"), "mallory", ["system:masters"])[0].decode()
         ],
         "expired": [
-            _cert(ca, "old", not_before=dt.timedelta(days=-10), not_after=dt.timedelta(days=-1))[1]
+            issue(ca, "old", not_before=dt.timedelta(days=-10), not_after=dt.timedelta(days=-1))[1]
         ],
         "not yet valid": [
-            _cert(ca, "new", not_before=dt.timedelta(days=1), not_after=dt.timedelta(days=2))[1]
+            issue(ca, "new", not_before=dt.timedelta(days=1), not_after=dt.timedelta(days=2))[1]
         ],
-        "server auth only": [_cert(ca, "srv", eku=[ExtendedKeyUsageOID.SERVER_AUTH])[1]],
+        "server auth only": [issue(ca, "srv", eku=[ExtendedKeyUsageOID.SERVER_AUTH])[1]],
         "intermediate missing": [leaf],
-        "no common name": [_cert(ca, "", orgs=("system:masters",))[1]],
+        "no common name": [issue(ca, "", orgs=("system:masters",))[1]],
     }
     for what, chain in refused.items():
         with pytest.raises(Unauthorized):
