@@ -50,6 +50,8 @@ HANDSHAKE_TIMEOUT = 60.0
 READ_SIZE = 1 << 16
 #: the most ciphertext taken from the outgoing memory BIO per read
 BIO_READ_SIZE = 1 << 18
+#: plaintext written since the last flush past which a write flushes at once
+FLUSH_AT = 1 << 16
 
 
 def _accept_any(conn: SSL.Connection, cert: Any, errno: int, depth: int, ok: int) -> bool:
@@ -96,7 +98,7 @@ class TLSTransport(asyncio.Transport):
             log.debug("TLS write failed: %s", e)
             self.abort()
             return
-        self._tls.flush()
+        self._tls.flush_soon(len(data))
 
     def writelines(self, list_of_data: Any) -> None:
         self.write(b"".join(list_of_data))
@@ -173,13 +175,16 @@ class TLSProtocol(asyncio.Protocol):
         self._transport: TLSTransport | None = None
         self._timeout = handshake_timeout
         self._timer: asyncio.TimerHandle | None = None
+        self._loop = asyncio.get_running_loop()
+        self._flush_scheduled = False
+        self._unflushed = 0
 
     # ---- from the TCP transport
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
         self._raw = transport
-        self._timer = asyncio.get_running_loop().call_later(self._timeout, self._too_slow)
+        self._timer = self._loop.call_later(self._timeout, self._too_slow)
 
     def _too_slow(self) -> None:
         log.debug("TLS handshake not done in %.0f s; closing", self._timeout)
@@ -208,6 +213,8 @@ class TLSProtocol(asyncio.Protocol):
                 self._transport.abort()
                 return
             app.data_received(plain)
+            if self._transport.is_closing():  # the app closed the connection
+                return
             app = self.app  # an upgrade may have swapped it
             assert app is not None
         self.flush()  # what reading produced (TLS 1.3 key updates, alerts)
@@ -247,15 +254,34 @@ class TLSProtocol(asyncio.Protocol):
         certs = [leaf, *(c for c in rest if c != leaf)]
         return [c.public_bytes(Encoding.PEM).decode() for c in certs]
 
+    def flush_soon(self, written: int) -> None:
+        """Send what the app wrote once the running callback is done, so that a
+        response's head and body, written one after the other, leave in one segment
+        (as Go's buffered writer sends them); at once past :data:`FLUSH_AT` bytes."""
+        self._unflushed += written
+        if self._unflushed >= FLUSH_AT:
+            self.flush()
+        elif not self._flush_scheduled:
+            self._flush_scheduled = True
+            self._loop.call_soon(self._scheduled_flush)
+
+    def _scheduled_flush(self) -> None:
+        self._flush_scheduled = False
+        self.flush()
+
     def flush(self) -> None:
         """Send what OpenSSL wrote into the outgoing memory BIO."""
+        self._unflushed = 0
         if self._raw is None or self._raw.is_closing():
             return
         out = []
         while True:
             try:
-                out.append(self.conn.bio_read(BIO_READ_SIZE))
+                chunk = self.conn.bio_read(BIO_READ_SIZE)
             except SSL.WantReadError:
+                break
+            out.append(chunk)
+            if len(chunk) < BIO_READ_SIZE:  # a memory BIO gives all it holds
                 break
         if out:
             self._raw.write(out[0] if len(out) == 1 else b"".join(out))
