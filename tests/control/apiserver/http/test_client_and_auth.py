@@ -8,6 +8,7 @@ from __future__ import annotations
 import datetime as dt
 import http.client
 import json
+import socket
 import subprocess
 import threading
 import time
@@ -340,6 +341,18 @@ def test_static_tokens(srv: Served) -> None:
         "groups": ["devs", "qa", "system:authenticated"],
         "uid": "1002",
     }
+
+
+def test_a_client_that_does_not_speak_tls_is_dropped_and_the_server_goes_on(
+    srv: Served,
+) -> None:
+    with socket.create_connection(("127.0.0.1", srv.port), timeout=20) as s:
+        s.sendall(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n")
+        received = b""
+        while chunk := s.recv(4096):  # at most an alert, then the server closes
+            received += chunk
+    assert not received.startswith(b"HTTP/")
+    assert srv.raw("GET", "/healthz")[0] == 200
 
 
 def test_restart_loses_nothing(srv: Served) -> None:
