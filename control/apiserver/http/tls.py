@@ -217,7 +217,10 @@ class TLSProtocol(asyncio.Protocol):
                 return
             app = self.app  # an upgrade may have swapped it
             assert app is not None
-        self.flush()  # what reading produced (TLS 1.3 key updates, alerts)
+        # What reading produced (rare: a TLS 1.3 key update, an alert) leaves with the
+        # next flush, which the response usually brings within the same loop turn: an
+        # immediate flush would cost a read of an empty BIO on every request.
+        self.flush_soon(0)
 
     def _handshake(self) -> bool:
         """Advance the handshake; True once it is done and the app is connected."""
