@@ -267,9 +267,7 @@ class API:
         tls = request.scope.get("extensions", {}).get("tls", {})
         chain = tls.get("client_cert_chain") or []
         try:
-            user = self.auth.authenticate(
-                request.headers.get("authorization"), chain[0] if chain else None
-            )
+            user = self.auth.authenticate(request.headers.get("authorization"), chain)
         except Unauthorized:
             raise status.unauthorized() from None
         if user is None:

@@ -285,9 +285,8 @@ def user_kubeconfig(state_dir: Path, user: str, groups: list[str], server: str) 
     return kubeconfig(ca.pem, server, user, crt, key)
 
 
-def identity(der: bytes) -> tuple[str, list[str]]:
+def identity(cert: x509.Certificate) -> tuple[str, list[str]]:
     """(user, groups) of a client certificate: CN and the O attributes."""
-    cert = x509.load_der_x509_certificate(der)
     cn = [a.value for a in cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)]
     orgs = [a.value for a in cert.subject.get_attributes_for_oid(NameOID.ORGANIZATION_NAME)]
     return (str(cn[0]) if cn else "", [str(o) for o in orgs])

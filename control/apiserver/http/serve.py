@@ -1,20 +1,10 @@
 """``svclab serve``: the HTTP API over HTTPS with uvicorn.
 
-TLS: the serving certificate of :mod:`.pki`; client certificates are requested and,
-when given, verified against the cluster CA by the TLS layer (``CERT_OPTIONAL``). A
-certificate the CA did not sign fails the handshake, where kube-apiserver answers 401.
-Python's ``ssl`` cannot do what kube-apiserver does: Go's ``tls.RequestClientCert``
-requests a certificate without verifying it (the authenticator verifies it later),
-but CPython's ``_ssl`` module sets OpenSSL's verification with no verify callback
-(``SSL_CTX_set_verify(ctx, mode, NULL)``), so with ``CERT_OPTIONAL`` or
-``CERT_REQUIRED`` any certificate that does not chain to a loaded CA aborts the
-handshake (alert ``unknown_ca``), and ``CERT_NONE`` requests no certificate at all. Nor
-can it name the acceptable CAs in the CertificateRequest (OpenSSL's
-``SSL_CTX_set_client_CA_list`` is not exposed), which would make a Go client such as
-kubectl send no certificate and get 401 as an anonymous request. The verified
-certificate reaches the app in the ASGI ``tls`` extension
-(``scope["extensions"]["tls"]["client_cert_chain"]``, DER), set by a small subclass
-of uvicorn's HTTP protocol: no HTTP parsing or X.509 handling is written here.
+TLS (:mod:`.tls`): the serving certificate of :mod:`.pki`; a client certificate is
+requested and any is accepted by the handshake, as kube-apiserver does; the
+authenticator (:mod:`.authn`) verifies it against the cluster CA and answers 401 to a
+certificate from another CA, an expired one or one not meant for client
+authentication. uvicorn serves HTTP on top of that TLS layer, on a plain TCP listener.
 
 Background work on the event loop: the control-plane driver (:mod:`.driver`), a
 flusher that commits the SQLite store every ``flush_every`` seconds, and a compactor
@@ -29,14 +19,14 @@ import contextlib
 import logging
 import os
 import signal
-import ssl
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import uvicorn
+from cryptography import x509
 
-from control.apiserver.http import pki
+from control.apiserver.http import pki, tls
 from control.apiserver.http.app import API
 from control.apiserver.http.authn import Authenticator, load_token_file
 from control.apiserver.http.driver import Driver, RunnerDriver
@@ -44,30 +34,12 @@ from control.apiserver.http.driver import Driver, RunnerDriver
 log = logging.getLogger("svclab.serve")
 
 
-def _protocol_class() -> type:
+def _http_protocol_class() -> type:
     try:
         from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol as Base
     except ImportError:  # pragma: no cover - httptools missing
         from uvicorn.protocols.http.h11_impl import H11Protocol as Base  # type: ignore[assignment]
-
-    class TLSClientCertProtocol(Base):
-        """uvicorn's HTTP protocol, adding the peer certificate to each request's scope."""
-
-        def connection_made(self, transport: Any) -> None:
-            super().connection_made(transport)
-            sslobj = transport.get_extra_info("ssl_object")
-            der = sslobj.getpeercert(binary_form=True) if sslobj is not None else None
-            if der:
-                inner = self.app
-
-                async def with_cert(scope: dict[str, Any], receive: Any, send: Any) -> None:
-                    if scope["type"] == "http":
-                        scope.setdefault("extensions", {})["tls"] = {"client_cert_chain": [der]}
-                    await inner(scope, receive, send)
-
-                self.app = with_cert
-
-    return TLSClientCertProtocol
+    return Base
 
 
 class _Uvicorn(uvicorn.Server):
@@ -109,9 +81,10 @@ class Server:
         self.port = port
         self.paths = pki.ensure_pki(state_dir, host, port)
         tokens = load_token_file(token_file) if token_file else {}
+        client_cas = x509.load_pem_x509_certificates(self.paths.ca_crt.read_bytes())
         self.api = API(
             state_dir,
-            Authenticator(tokens),
+            Authenticator(tokens, client_cas),
             server_address=f"{host}:{port}",
             kube_proxies=kube_proxies,
         )
@@ -150,11 +123,10 @@ class Server:
             self.api,
             host=self.host,
             port=self.port,
-            http=_protocol_class(),
-            ssl_certfile=str(self.paths.server_crt),
-            ssl_keyfile=str(self.paths.server_key),
-            ssl_ca_certs=str(self.paths.ca_crt),
-            ssl_cert_reqs=ssl.CERT_OPTIONAL,
+            http=tls.uvicorn_protocol(
+                tls.server_context(self.paths.server_crt, self.paths.server_key, self.paths.ca_crt),
+                _http_protocol_class(),
+            ),
             lifespan="off",
             log_level="warning",
             access_log=False,

@@ -1,14 +1,19 @@
 """Pure parts of the HTTP API: strategic merge patch, RBAC rule matching and
 aggregation, the Node authorizer, field selectors, kube's HumanDuration, protobuf
-bodies (no server)."""
+bodies, the authenticators (no server)."""
 
 from __future__ import annotations
 
-import pytest
+import datetime as dt
 
-from control.apiserver.http import nodeauthz, patch, tables, wire
+import pytest
+from certs import issue
+from cryptography.x509.oid import ExtendedKeyUsageOID
+
+from control.apiserver.http import nodeauthz, patch, pki, tables, wire
 from control.apiserver.http.authn import (
     Authenticator,
+    ClientCertVerifier,
     Unauthorized,
     load_token_file,
     with_authenticated,
@@ -159,9 +164,57 @@ def test_token_file(tmp_path) -> None:  # type: ignore[no-untyped-def]
     assert auth.authenticate(None, None) is None
     with pytest.raises(Unauthorized):
         auth.authenticate("Bearer nope", None)
+    assert auth.authenticate("Basic YTpi", None) is None  # not a credential: anonymous
     f.write_text("abc,alice\n")
     with pytest.raises(InputError, match="line 1"):
         load_token_file(f)
+
+
+def test_client_certificates_are_verified_as_kube_apiservers_x509_authenticator_does() -> None:
+    ca = pki.new_ca()
+    verifier = ClientCertVerifier([ca.cert])
+    crt, _ = pki.client_cert(ca, "alice", ["devs", "qa"])
+    user = verifier.user([crt.decode()])
+    assert user.name == "alice" and user.groups == ("devs", "qa", "system:authenticated")
+    # no extended key usage at all is fine (Go's x509.Verify treats it as any usage)
+    assert verifier.user([issue(ca, "bob")[1]]).name == "bob"
+    # a chain through an intermediate CA the client sends along
+    inter, inter_pem = issue(ca, "intermediate", ca=True)
+    leaf = issue(inter, "carol", eku=[ExtendedKeyUsageOID.CLIENT_AUTH])[1]
+    assert verifier.user([leaf, inter_pem]).name == "carol"
+    refused = {
+        "foreign CA": [
+            pki.client_cert(pki.new_ca("other"), "mallory", ["system:masters"])[0].decode()
+        ],
+        "expired": [
+            issue(ca, "old", not_before=dt.timedelta(days=-10), not_after=dt.timedelta(days=-1))[1]
+        ],
+        "not yet valid": [
+            issue(ca, "new", not_before=dt.timedelta(days=1), not_after=dt.timedelta(days=2))[1]
+        ],
+        "server auth only": [issue(ca, "srv", eku=[ExtendedKeyUsageOID.SERVER_AUTH])[1]],
+        "intermediate missing": [leaf],
+        "no common name": [issue(ca, "", orgs=("system:masters",))[1]],
+    }
+    for what, chain in refused.items():
+        with pytest.raises(Unauthorized):
+            verifier.user(chain)
+            pytest.fail(what)
+
+
+def test_the_certificate_comes_first_then_the_token_as_in_kube_apiserver() -> None:
+    ca = pki.new_ca()
+    tokens = {"good": with_authenticated("by-token", [])}
+    auth = Authenticator(tokens, [ca.cert])
+    valid = [pki.client_cert(ca, "by-cert", [])[0].decode()]
+    foreign = [pki.client_cert(pki.new_ca("other"), "mallory", [])[0].decode()]
+    assert auth.authenticate("Bearer nope", valid).name == "by-cert"  # type: ignore[union-attr]
+    assert auth.authenticate("Bearer good", foreign).name == "by-token"  # type: ignore[union-attr]
+    for authorization, chain in [(None, foreign), ("Bearer nope", foreign), ("Bearer nope", None)]:
+        with pytest.raises(Unauthorized):
+            auth.authenticate(authorization, chain)
+    # without a client CA, certificates identify nobody
+    assert Authenticator(tokens).authenticate(None, valid) is None
 
 
 def test_field_selectors_and_human_duration() -> None:
