@@ -723,10 +723,14 @@ def write_update(
     *,
     status_only: bool = False,
     operation: str = "update",
+    before: dict[str, Any] | None = None,
 ) -> KubeObject:
+    """``before``: ``current.to_dict()`` when the caller has it already (a patch)."""
     if operation != "apply" and not status_only:
         manager = ssa.manager_for(params, request, operation)
-        body = ssa.record_update(body, current.to_dict(), manager, res.api_version)
+        if before is None:
+            before = current.to_dict()
+        body = ssa.record_update(body, before, manager, res.api_version)
     obj = to_object(res, body)
     apiserver = api.apiserver
     try:
@@ -834,6 +838,7 @@ async def _patch(
                 current,
                 status_only=(sub == "status"),
                 operation="patch",
+                before=cur,
             )
         except APIError as e:
             if e.reason == "Conflict" and not patched_rv:
