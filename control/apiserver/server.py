@@ -713,7 +713,7 @@ class APIServer:
 
     def _admit_update(self, obj: KubeObject, current: KubeObject) -> _Admitted:
         merged = default_object(self._merge(obj, current), self.cluster)
-        validate(merged, self.cluster)
+        validate(merged, self.cluster, current)
         validate_update(merged, current)
         journal = Journal()
         notes: list[str] = []

@@ -165,15 +165,21 @@ def _canonical_ip_version(value: str) -> int | None:
 # --------------------------------------------------------------------------- dispatch
 
 
-def validate(obj: KubeObject, cluster: ClusterSpec) -> None:
-    """Raise InvalidError for the first problem of a defaulted object."""
+def validate(obj: KubeObject, cluster: ClusterSpec, stored: KubeObject | None = None) -> None:
+    """Raise InvalidError for the first problem of a defaulted object. ``stored``: the
+    stored version an update replaces (it passed these checks): a Pod's spec or status
+    equal to its stored one is not checked again (an annotation patch re-parsed every
+    address of the pod)."""
     p = Problems(obj.ref)
     _metadata(obj, p)
     if isinstance(obj, Service):
         _service(obj, cluster, p)
     elif isinstance(obj, Pod):
-        _pod_spec(obj.spec, "spec", p)
-        _pod_status(obj, p)
+        old = stored if isinstance(stored, Pod) else None
+        if old is None or obj.spec != old.spec:
+            _pod_spec(obj.spec, "spec", p)
+        if old is None or obj.status != old.status:
+            _pod_status(obj, p)
     elif isinstance(obj, Deployment | ReplicaSet):
         _workload(obj, p)
     elif isinstance(obj, EndpointSlice):

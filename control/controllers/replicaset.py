@@ -83,6 +83,21 @@ def deletion_order(pods: list[Pod]) -> list[Pod]:
     return sorted(pods, key=rank)
 
 
+def _pod_view(pod: KubeObject) -> tuple[object, ...]:
+    """What of a pod its ReplicaSet's reconcile reads: the owner and the labels
+    (ownership, adoption), whether it is terminating, its spec (the node) and its status
+    (active, ready, the scale-down ranking). A pod update that changes none of them (an
+    annotation, managedFields) cannot change what the reconcile does."""
+    meta = pod.metadata
+    return (
+        meta.owner_references,
+        meta.labels,
+        meta.deletion_timestamp,
+        getattr(pod, "spec", None),
+        getattr(pod, "status", None),
+    )
+
+
 class ReplicaSetController(Controller):
     """Creates and deletes pods for ReplicaSets; see the module docstring."""
 
@@ -111,6 +126,8 @@ class ReplicaSetController(Controller):
         obj = event.object
         if obj.kind == "ReplicaSet":
             return [obj.key]
+        if event.type == "MODIFIED" and old is not None and _pod_view(old) == _pod_view(obj):
+            return []  # e.g. an annotation patch: nothing a ReplicaSet counts or ranks
         keys: list[str] = []
         for o in (old, obj):
             if o is None:

@@ -299,9 +299,11 @@ class API:
         return with_authenticated(as_user, list(groups))
 
     async def handle(self, request: Request) -> Response:
-        path = request.url.path.rstrip("/") or "/"
+        # the path and query as uvicorn parsed them (request.url would rebuild and
+        # re-split the whole URL on every request)
+        path = request.scope["path"].rstrip("/") or "/"
         user = self.user_of(request)
-        params = parse_qs(request.url.query, keep_blank_values=True)
+        params = parse_qs(request.scope["query_string"].decode(), keep_blank_values=True)
         if path in HEALTH or path.startswith(tuple(h + "/" for h in HEALTH)):
             self.authorize_path(user, request.method, path)
             return Response(b"ok", media_type="text/plain")

@@ -130,6 +130,7 @@ class Server:
             lifespan="off",
             log_level="warning",
             access_log=False,
+            proxy_headers=False,  # no proxy in front: X-Forwarded-* are not trusted
             timeout_graceful_shutdown=2,
             timeout_keep_alive=120,
         )

@@ -424,3 +424,19 @@ def test_immutable_fields_on_update() -> None:
     with pytest.raises(InvalidError, match=r"Node/n9: spec.podCIDR: Forbidden"):
         api.update(object_from_dict(node(podCIDR="10.244.4.0/24")))
     assert api.store.get("Node", "n9") == n
+
+
+def test_a_pod_update_checks_the_spec_it_changes() -> None:
+    """An update is validated where it differs from the stored pod (which passed): a bad
+    container port is refused, an annotation alone is written."""
+    api = make_api()
+    p = api.create(object_from_dict(pod()))
+    noted = api.update(p.with_meta(annotations={"note": "x"}, resource_version=None))
+    assert noted.metadata.annotations == {"note": "x"}
+    bad_spec = object_from_dict(pod(containers=[{"name": "c", "ports": [{"containerPort": 0}]}]))
+    with pytest.raises(InvalidError, match=r"Pod/default/p: spec.containers\[0\].ports"):
+        api.update(bad_spec)
+    bad_label = noted.with_meta(labels={"-bad": "x"}, resource_version=None)
+    with pytest.raises(InvalidError, match=r"Pod/default/p: metadata.labels"):
+        api.update(bad_label)
+    assert api.store.get("Pod", "default/p") == noted

@@ -200,3 +200,29 @@ def test_orphan_pod_matching_the_selector_is_adopted() -> None:
     ]
     assert ("replicaset-controller", "SuccessfulDelete", "Deleted pod: stray") in evs
     assert {p.name for p in pods(plane, "")} == before
+
+
+def test_a_pod_annotation_does_not_wake_its_replicaset_but_readiness_does() -> None:
+    plane = make_plane(3)
+    plane.apply([deployment("web", 2)])
+    plane.run_until_idle()
+    rsc = plane.replicasets
+    pod = pods(plane, "web-")[0]
+    rs_key = f"default/{pod.metadata.controller_ref().name}"  # type: ignore[union-attr]
+    annotated = plane.apiserver.update(
+        pod.with_meta(annotations={**pod.metadata.annotations, "note": "x"}), component="test"
+    )
+    plane._pump()
+    assert rs_key not in rsc.queue  # nothing the ReplicaSet counts changed
+    assert isinstance(annotated, Pod)
+    not_ready = [
+        c.evolve(status="False") if c.type == "Ready" else c for c in annotated.status.conditions
+    ]
+    plane.apiserver.update_status(
+        annotated.evolve(status=annotated.status.evolve(conditions=not_ready)), component="test"
+    )
+    plane._pump()
+    assert rs_key in rsc.queue
+    rsc.sync()  # (before the kubelet makes the pod ready again)
+    (rs,) = _rs(plane)
+    assert rs.status.ready_replicas == 1

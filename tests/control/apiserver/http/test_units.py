@@ -259,3 +259,26 @@ def test_protobuf_body_of_a_rolebinding() -> None:
     }
     with pytest.raises(proto.ProtobufError):
         proto.decode(b"nope")
+
+
+def test_a_long_list_body_is_the_same_bytes_in_pieces() -> None:
+    import asyncio
+
+    from starlette.responses import StreamingResponse
+
+    from control.apiserver.http.handlers import LIST_PIECE, _pieces
+
+    items = [b'{"n":%d}' % i for i in range(2 * LIST_PIECE + 7)]
+    whole = b'{"items":[' + b",".join(items) + b"]}"
+    resp = _pieces(b'{"items":[', items, b"]}")
+    assert isinstance(resp, StreamingResponse)
+    assert resp.headers["content-length"] == str(len(whole))
+
+    async def read() -> list[bytes]:
+        return [bytes(c) async for c in resp.body_iterator]  # type: ignore[arg-type]
+
+    parts = asyncio.run(read())
+    assert b"".join(parts) == whole and len(parts) == 4
+    short = _pieces(b"[", items[:3], b"]")
+    assert short.body == b'[{"n":0},{"n":1},{"n":2}]'
+    assert _pieces(b"[", [], b"]").body == b"[]"
