@@ -371,17 +371,70 @@ def _to_v2(obj: Any) -> Any:
     return obj
 
 
+_V2_PRODUCES = ["application/json", "application/yaml", "application/vnd.kubernetes.protobuf"]
+
+
+def _v2_parameter(p: dict[str, Any]) -> dict[str, Any]:
+    """A v3 parameter (type under ``schema``) in v2's shape (type inline)."""
+    out = {k: v for k, v in p.items() if k != "schema"}
+    out.update(p.get("schema", {}))
+    return out
+
+
+def _v2_operation(op: dict[str, Any]) -> dict[str, Any]:
+    """A v3 operation in v2's shape: the request body becomes the ``body`` parameter
+    (its media types ``consumes``), each response carries its JSON schema."""
+    out: dict[str, Any] = {
+        k: v for k, v in op.items() if k not in ("parameters", "requestBody", "responses")
+    }
+    params = [_v2_parameter(p) for p in op.get("parameters", [])]
+    body = op.get("requestBody")
+    if body is not None:
+        out["consumes"] = list(body["content"])
+        first = next(iter(body["content"].values()))
+        params.insert(
+            0, {"name": "body", "in": "body", "required": True, "schema": first["schema"]}
+        )
+    out["produces"] = list(_V2_PRODUCES)
+    if params:
+        out["parameters"] = params
+    responses: dict[str, Any] = {}
+    for code, r in op.get("responses", {}).items():
+        resp = {"description": r.get("description", "")}
+        content = r.get("content", {})
+        if "application/json" in content:
+            resp["schema"] = content["application/json"]["schema"]
+        responses[code] = resp
+    out["responses"] = responses
+    return out
+
+
+def _v2_paths(paths: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for path, item in paths.items():
+        v2: dict[str, Any] = {}
+        for k, v in item.items():
+            v2[k] = [_v2_parameter(p) for p in v] if k == "parameters" else _v2_operation(v)
+        out[path] = v2
+    return out
+
+
 @functools.cache
 def v2_document() -> bytes:
+    """The Swagger 2.0 document: every group/version's v3 schemas and paths, in v2's
+    shape (kubectl 1.2x reads the schemas for ``explain``/``apply`` and the PATCH
+    operations' parameters for ``--dry-run=server`` and ``--validate``)."""
     defs: dict[str, Any] = {}
+    paths: dict[str, Any] = {}
     for g, versions in group_versions().items():
         for v in versions:
             doc = json.loads(v3_document(g, v))
             defs.update(doc["components"]["schemas"])
+            paths.update(_v2_paths(doc["paths"]))
     out = {
         "swagger": "2.0",
         "info": {"title": "Kubernetes", "version": "v1.32.0"},
-        "paths": {},
+        "paths": _to_v2(paths),
         "definitions": _to_v2(defs),
     }
     return json.dumps(out, separators=(",", ":")).encode()
