@@ -312,7 +312,11 @@ class API:
             return _json(VERSION)
         if path.startswith("/openapi"):
             self.authorize_path(user, request.method, path)
-            return openapi.serve(path, request.headers.get("accept", ""))
+            return openapi.serve(
+                path,
+                request.headers.get("accept", ""),
+                request.headers.get("if-none-match", ""),
+            )
         if path == "/api" or path == "/apis":
             self.authorize_path(user, request.method, path)
             agg = discovery.wants_aggregated(request.headers.get("accept", ""))

@@ -1,5 +1,5 @@
 """OpenAPI v3 (``/openapi/v3`` and one document per group/version) and v2
-(``/openapi/v2``, JSON), built from a maintained source: the official kubernetes Python
+(``/openapi/v2``, JSON or gnostic protobuf, see :mod:`.openapi_pb`), built from a maintained source: the official kubernetes Python
 client's generated models (``openapi_types``, ``attribute_map`` and the field
 descriptions in their docstrings), which are generated from kube-apiserver's published
 OpenAPI spec. svclab's own ``svclab.dev`` kinds come from their pydantic models.
@@ -27,6 +27,7 @@ from typing import Any
 
 from starlette.responses import Response
 
+from control.apiserver.http import openapi_pb
 from control.apiserver.http import patch as patches
 from control.apiserver.http.resources import RESOURCES, Resource, group_versions, in_group_version
 from control.apiserver.http.status import APIError
@@ -41,6 +42,8 @@ _VERSION = re.compile(
 )
 
 PB_V2 = "application/com.github.proto-openapi.spec.v2@v1.0+protobuf"
+#: what kube-apiserver answers protobuf requests with (either spelling asked)
+PB_V2_CONTENT_TYPE = "application/com.github.proto-openapi.spec.v2.v1.0+protobuf"
 
 
 def _models() -> Any:
@@ -368,32 +371,147 @@ def _to_v2(obj: Any) -> Any:
     return obj
 
 
+_V2_PRODUCES = ["application/json", "application/yaml", "application/vnd.kubernetes.protobuf"]
+
+
+def _v2_parameter(p: dict[str, Any]) -> dict[str, Any]:
+    """A v3 parameter (type under ``schema``) in v2's shape (type inline)."""
+    out = {k: v for k, v in p.items() if k != "schema"}
+    out.update(p.get("schema", {}))
+    return out
+
+
+def _v2_operation(op: dict[str, Any]) -> dict[str, Any]:
+    """A v3 operation in v2's shape: the request body becomes the ``body`` parameter
+    (its media types ``consumes``), each response carries its JSON schema."""
+    out: dict[str, Any] = {
+        k: v for k, v in op.items() if k not in ("parameters", "requestBody", "responses")
+    }
+    params = [_v2_parameter(p) for p in op.get("parameters", [])]
+    body = op.get("requestBody")
+    if body is not None:
+        out["consumes"] = list(body["content"])
+        first = next(iter(body["content"].values()))
+        params.insert(
+            0, {"name": "body", "in": "body", "required": True, "schema": first["schema"]}
+        )
+    out["produces"] = list(_V2_PRODUCES)
+    if params:
+        out["parameters"] = params
+    responses: dict[str, Any] = {}
+    for code, r in op.get("responses", {}).items():
+        resp = {"description": r.get("description", "")}
+        content = r.get("content", {})
+        if "application/json" in content:
+            resp["schema"] = content["application/json"]["schema"]
+        responses[code] = resp
+    out["responses"] = responses
+    return out
+
+
+def _v2_paths(paths: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for path, item in paths.items():
+        v2: dict[str, Any] = {}
+        for k, v in item.items():
+            v2[k] = [_v2_parameter(p) for p in v] if k == "parameters" else _v2_operation(v)
+        out[path] = v2
+    return out
+
+
 @functools.cache
 def v2_document() -> bytes:
+    """The Swagger 2.0 document: every group/version's v3 schemas and paths, in v2's
+    shape (kubectl 1.2x reads the schemas for ``explain``/``apply`` and the PATCH
+    operations' parameters for ``--dry-run=server`` and ``--validate``)."""
     defs: dict[str, Any] = {}
+    paths: dict[str, Any] = {}
     for g, versions in group_versions().items():
         for v in versions:
             doc = json.loads(v3_document(g, v))
             defs.update(doc["components"]["schemas"])
+            paths.update(_v2_paths(doc["paths"]))
     out = {
         "swagger": "2.0",
         "info": {"title": "Kubernetes", "version": "v1.32.0"},
-        "paths": {},
+        "paths": _to_v2(paths),
         "definitions": _to_v2(defs),
     }
     return json.dumps(out, separators=(",", ":")).encode()
 
 
-def serve(path: str, accept: str) -> Response:
+#: what ``/openapi/v2`` answers in, as kube-openapi's handler negotiates it:
+#: (type, subtype, Content-Type sent back, the body)
+_V2_TYPES: tuple[tuple[str, str, str, str], ...] = (
+    ("application", "json", "application/json", "json"),
+    ("application", PB_V2.split("/", 1)[1], PB_V2_CONTENT_TYPE, "pb"),
+    ("application", PB_V2_CONTENT_TYPE.split("/", 1)[1], PB_V2_CONTENT_TYPE, "pb"),
+)
+
+
+def _accept_clauses(accept: str) -> list[tuple[str, str]]:
+    """(type, subtype) of each media range of ``Accept``, best first: by q, then the
+    more specific (no wildcard) first, then in the order given (as goautoneg sorts)."""
+    clauses: list[tuple[float, int, int, str, str]] = []
+    for i, part in enumerate((accept or "*/*").split(",")):
+        fields = [f.strip() for f in part.split(";")]
+        media = fields[0]
+        if not media:
+            continue
+        typ, _, sub = media.partition("/")
+        q = 1.0
+        for f in fields[1:]:
+            k, _, v = f.partition("=")
+            if k.strip() == "q":
+                try:
+                    q = float(v)
+                except ValueError:
+                    q = 0.0
+        if q <= 0:
+            continue
+        sub = sub or "*"
+        clauses.append((-q, (typ == "*") + (sub == "*"), i, typ, sub))
+    return [(t, s) for _, _, _, t, s in sorted(clauses)]
+
+
+@functools.cache
+def v2_protobuf() -> bytes:
+    """:func:`v2_document` as gnostic's ``openapi.v2.Document`` message."""
+    return openapi_pb.encode(json.loads(v2_document()))
+
+
+@functools.cache
+def _etag(kind: str) -> str:
+    body = v2_document() if kind == "json" else v2_protobuf()
+    return '"' + hashlib.sha512(body).hexdigest().upper() + '"'
+
+
+def _serve_v2(accept: str, if_none_match: str) -> Response:
+    """``/openapi/v2`` in JSON or protobuf, whichever ``Accept`` prefers; with the
+    ETag kube-apiserver sends (the upper-case hex SHA-512 of the body, quoted) and 304
+    when ``If-None-Match`` names it."""
+    for typ, sub in _accept_clauses(accept):
+        for want_t, want_s, content_type, kind in _V2_TYPES:
+            if typ not in (want_t, "*") or sub not in (want_s, "*"):
+                continue
+            etag = _etag(kind)
+            headers = {"ETag": etag, "Vary": "Accept"}
+            if etag in (t.strip() for t in if_none_match.split(",")):
+                return Response(status_code=304, headers=headers)
+            body = v2_document() if kind == "json" else v2_protobuf()
+            return Response(body, media_type=content_type, headers=headers)
+    raise APIError(
+        406,
+        "NotAcceptable",
+        "only the following media types are accepted: application/json, "
+        f"{PB_V2}, {PB_V2_CONTENT_TYPE} (asked for {accept})",
+        {},
+    )
+
+
+def serve(path: str, accept: str, if_none_match: str = "") -> Response:
     if path == "/openapi/v2":
-        if "json" not in accept and "*/*" not in accept and accept:
-            raise APIError(
-                406,
-                "NotAcceptable",
-                f"only the following media types are accepted: application/json (asked for {accept})",
-                {},
-            )
-        return Response(v2_document(), media_type="application/json")
+        return _serve_v2(accept, if_none_match)
     if path == "/openapi/v3":
         return Response(v3_index(), media_type="application/json")
     if path.startswith("/openapi/v3/"):
@@ -413,4 +531,4 @@ def serve(path: str, accept: str) -> Response:
     raise APIError(404, "NotFound", "the server could not find the requested resource", {})
 
 
-__all__ = ["RESOURCES", "serve", "v2_document", "v3_document", "v3_index"]
+__all__ = ["RESOURCES", "serve", "v2_document", "v2_protobuf", "v3_document", "v3_index"]

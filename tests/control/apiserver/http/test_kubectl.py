@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from serving import KUBECTL, WEB, Served
+from serving import KUBECTL, WEB, Served, kubectl_1_20
 
 pytestmark = pytest.mark.slow
 
@@ -448,3 +448,67 @@ def test_deletecollection_and_selector_transitions_in_watch(srv: Served) -> None
     left = [s.metadata.name for s in v1.list_namespaced_service("default").items]
     assert "dc-1" not in left and "dc-2" not in left and "dc-0" in left
     v1.delete_namespaced_service("dc-0", "default")
+
+
+@pytest.fixture(scope="module")
+def kubectl120() -> str:
+    binary, why = kubectl_1_20()
+    if binary is None:
+        pytest.skip(f"no kubectl 1.20: {why}")
+    return binary
+
+
+_OLD_SVC = """apiVersion: v1
+kind: Service
+metadata:
+  name: old-kubectl
+  labels: {app: old}
+spec:
+  selector: {app: old}
+  ports:
+%s
+"""
+
+
+def test_kubectl_1_20_apply_and_explain(srv: Served, kubectl120: str, tmp_path: Path) -> None:
+    """kubectl 1.20 reads ``/openapi/v2`` only as gnostic protobuf: apply (client-side
+    validation, strategic merge by the schema's merge keys, server dry run) and explain."""
+    manifest = tmp_path / "old.yaml"
+
+    def old(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        return srv.kubectl(*args, check=check, binary=kubectl120)
+
+    def ports() -> list[tuple[str, int]]:
+        svc = json.loads(srv.kubectl("get", "svc", "old-kubectl", "-o", "json").stdout)
+        return [(p["name"], p["port"]) for p in svc["spec"]["ports"]]
+
+    try:
+        manifest.write_text(_OLD_SVC % "  - {name: http, port: 80, targetPort: 8080}")
+        assert "service/old-kubectl created" in old("apply", "-f", str(manifest)).stdout
+        assert "service/old-kubectl unchanged" in old("apply", "-f", str(manifest)).stdout
+        # a change: one port added, then the first removed (merge key "port")
+        manifest.write_text(
+            _OLD_SVC
+            % "  - {name: http, port: 80, targetPort: 8080}\n  - {name: https, port: 443, targetPort: 8443}"
+        )
+        dry = old("apply", "--dry-run=server", "-f", str(manifest)).stdout
+        assert "service/old-kubectl configured (server dry run)" in dry
+        assert ports() == [("http", 80)]
+        assert "service/old-kubectl configured" in old("apply", "-f", str(manifest)).stdout
+        assert ports() == [("http", 80), ("https", 443)]
+        manifest.write_text(_OLD_SVC % "  - {name: https, port: 443, targetPort: 8443}")
+        assert "service/old-kubectl configured" in old("apply", "-f", str(manifest)).stdout
+        assert ports() == [("https", 443)]
+        # client-side validation against the served schema
+        manifest.write_text(_OLD_SVC % "  - {port: 80}\n  bogus: 1")
+        bad = old("apply", "-f", str(manifest), check=False)
+        assert bad.returncode != 0
+        assert 'unknown field "bogus" in io.k8s.api.v1.ServiceSpec' in bad.stderr
+        assert ports() == [("https", 443)]
+    finally:
+        srv.kubectl("delete", "svc", "old-kubectl", "--ignore-not-found")
+    out = old("explain", "service.spec.clusterIP").stdout
+    assert "FIELD:    clusterIP <string>" in out
+    assert "clusterIP is the IP address of the service" in out
+    deploy = old("explain", "deployments.spec.template.spec.containers.ports").stdout
+    assert "containerPort\t<integer> -required-" in deploy
