@@ -17,6 +17,11 @@ three nodes. Two facts make that unnecessary:
   first time someone asks, through the same agent and sink as the eager path
   (:class:`control.agents.kubeproxy.KubeProxy`, :class:`~control.agents.kubeproxy.EmulatedRules`),
   so the two cannot disagree.
+
+The same facts let a command that writes to a persistent cluster (the CLI's apply and
+delete) run the control plane without one kube-proxy per node: :class:`StoreSyncNote`
+records, once for all nodes, that what their rules are made of changed, and the
+converged revision is recorded after the run, so the next question renders from here.
 """
 
 from __future__ import annotations
