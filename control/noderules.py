@@ -17,12 +17,17 @@ three nodes. Two facts make that unnecessary:
   first time someone asks, through the same agent and sink as the eager path
   (:class:`control.agents.kubeproxy.KubeProxy`, :class:`~control.agents.kubeproxy.EmulatedRules`),
   so the two cannot disagree.
+
+The same facts let a command that writes to a persistent cluster (the CLI's apply and
+delete) run the control plane without one kube-proxy per node: :class:`StoreSyncNote`
+records, once for all nodes, that what their rules are made of changed, and the
+converged revision is recorded after the run, so the next question renders from here.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -34,6 +39,7 @@ from netmodel.proxyconfig import KubeProxyConfiguration
 
 if TYPE_CHECKING:
     from control.agents.kubeproxy import NodeRules
+    from control.events import Recorder
     from control.rulecache import RuleCache
     from netmodel.rulesets import RulesetInput
 
@@ -173,6 +179,69 @@ class NodeRulesSource:
         if self.cache is not None and key is not None:
             self.cache.put("rendered", key, value)
         return value
+
+
+class StoreSyncNote:
+    """What stands in for the per-node kube-proxies in a persistent cluster's writing
+    process (the CLI's apply and delete: :attr:`control.session.Session.proxies_from_store`).
+
+    Why: each node's rules are a pure function of the store (module docstring) and every
+    later question renders them from it (:class:`NodeRulesSource`), so running one
+    kube-proxy per node in that process only repeated, per node, work proportional to
+    every Service (1,000 nodes x 500 Services: over a minute for one new Service).
+
+    Contract (the runner's Agent protocol): a round in which Services, EndpointSlices or
+    Nodes changed records ONE ``SyncProxyRules`` Event from ``kube-proxy`` for all nodes
+    (instead of one per node), about the last object changed, naming what changed; a
+    round with no such change records nothing (an apply that changes nothing records
+    nothing). The listing it starts from is not a change."""
+
+    name = "kube-proxy"
+    kinds = ("Service", "EndpointSlice", "Node")
+
+    def __init__(self, recorder: Recorder | None) -> None:
+        self.recorder = recorder
+        self._nodes: set[str] = set()
+        #: changed objects since the last sync, by kind/namespace/name, in change order
+        self._changed: dict[tuple[str, str, str], KubeObject] = {}
+
+    def resync(self, objs: Iterable[KubeObject]) -> None:
+        self._nodes = {o.name for o in objs if isinstance(o, Node)}
+        self._changed.clear()
+
+    def handle(self, events: Sequence[object]) -> None:
+        for ev in events:
+            obj: KubeObject = ev.object  # type: ignore[attr-defined]
+            if isinstance(obj, Node):
+                if ev.type == "DELETED":  # type: ignore[attr-defined]
+                    self._nodes.discard(obj.name)
+                else:
+                    self._nodes.add(obj.name)
+            key = (obj.kind, obj.namespace or "", obj.name)
+            self._changed.pop(key, None)
+            self._changed[key] = obj
+
+    def forget(self) -> None:
+        """Drop the changes seen so far (they are not this command's)."""
+        self._changed.clear()
+
+    def sync(self) -> int:
+        if not self._changed:
+            return 0
+        changed = list(self._changed.values())
+        self._changed.clear()
+        if self.recorder is None:
+            return 1
+        names = [f"{o.kind.lower()}/{o.name}" for o in changed]
+        shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+        self.recorder.record(
+            "kube-proxy",
+            changed[-1],
+            "SyncProxyRules",
+            f"all {len(self._nodes)} nodes: {shown} changed; each node's rules are "
+            "rendered from the store when asked for (svclab rules --node NAME)",
+        )
+        return 1
 
 
 class RecordedRules:

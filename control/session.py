@@ -52,7 +52,7 @@ from netmodel.proxyconfig import KubeProxyConfiguration, proxy_config_from_dict
 
 if TYPE_CHECKING:
     from control.agents.kubeproxy import EmulatedRules, KubeProxy
-    from control.noderules import NodeRulesSource
+    from control.noderules import NodeRulesSource, StoreSyncNote
     from control.runner import ControlPlane
 
 DEFAULT_STATE = ".svclab"
@@ -93,6 +93,15 @@ class Session:
     #: keep every node's rules as its kube-proxy loaded them (the EmulatedRules sink)
     #: and answer from those, never lazily: the reference the lazy path is tested against
     eager_rules: bool = False
+    #: a writing command on a persistent cluster (the CLI's apply and delete): run the
+    #: control plane without the per-node kube-proxies; one
+    #: :class:`control.noderules.StoreSyncNote` records each round's change to what they
+    #: read (one SyncProxyRules Event for all nodes), and once converged
+    #: (DIR/converged.json) every node's rules are rendered from the store when asked
+    #: for, as read-only commands do (:mod:`control.noderules`). Off: one emulated
+    #: kube-proxy per node (the in-memory cluster, the server, the Python API's default)
+    proxies_from_store: bool = False
+    _note: StoreSyncNote | None = None
 
     # ---- construction
 
@@ -216,9 +225,20 @@ class Session:
                 self.store, self.cluster.spec, seed=self.cluster.spec.seed, clock=self.clock
             )
             self._plane.start()
-            if self.with_proxies:
+            if self._proxies_from_store:
+                from control.noderules import StoreSyncNote
+
+                self._note = StoreSyncNote(
+                    self._plane.recorder if self.record_proxy_syncs else None
+                )
+                self._plane.add_agent(self._note)
+            elif self.with_proxies:
                 self._add_proxies()
         return self._plane
+
+    @property
+    def _proxies_from_store(self) -> bool:
+        return self.proxies_from_store and self.state_dir is not None and not self.eager_rules
 
     @property
     def rules(self) -> EmulatedRules:
@@ -336,17 +356,24 @@ class Session:
             # the node holds its start-up sync's rules: take them as they are (the
             # sink keeps no model of them here) instead of rendering each node's
             p.adopt()
+        note = self._note
+        note_recorder = note.recorder if note is not None else None
+        if note is not None:
+            note.recorder = None
         try:
             plane.run_until_idle()
         finally:
             for p, r in zip(proxies, recorders, strict=True):
                 p.recorder = r
+            if note is not None:
+                note.forget()
+                note.recorder = note_recorder
 
     def _apply_objects(
         self, objs: Sequence[KubeObject], *, source: str | None
     ) -> list[tuple[str, KubeObject]]:
         results = self.plane.apply(objs, source=source) if objs else []
-        if self.with_proxies and self._plane is not None:
+        if self.with_proxies and self._plane is not None and not self._proxies_from_store:
             self._add_proxies()  # Nodes this apply created (a kubectl dump's) run one too
         self.converge()
         return results

@@ -106,6 +106,7 @@ def import_cmd(ctx: Context, kubeconfig: str, context: str | None) -> None:
     for note in manifests.warnings:
         click.echo(f"warning: {note}", err=True)
     session = Session.open(ctx.state, must_exist=False)
+    session.proxies_from_store = True  # as apply: rules are rendered from the store
     try:
         results = session.apply(manifests)
     finally:

@@ -143,6 +143,9 @@ def apply(ctx: Context, files: tuple[str, ...]) -> None:
     if not manifests.objects and manifests.cluster is None and manifests.proxy_config is None:
         raise InputError("no objects passed to apply")  # kubectl's words; nothing recorded
     session = Session.open(ctx.state, must_exist=False, store_url=ctx.store)
+    # no kube-proxy per node here: later questions render a node's rules from the
+    # store (one SyncProxyRules Event per change for all nodes; control.noderules)
+    session.proxies_from_store = True
     fresh = session.holds_no_cluster
     before = session.cluster
     try:
@@ -379,6 +382,7 @@ def delete(
     else:
         raise click.UsageError("give KIND NAME or -f FILE")
     session = ctx.session(read_only=False)
+    session.proxies_from_store = True  # as apply: rules are rendered from the store
     try:
         session.start_quietly()  # what is recorded is what the delete changed
         for k, key in targets:
