@@ -82,7 +82,8 @@ def lazy_rulesets(
     first sync always renders: a Node object gives it its configuration)."""
 
     def rules_of(node: str) -> RulesetInput:
-        ri = source.ruleset(node, ruleset_input)[0]
+        # by_rules: an iptables node's RulesetInput is its ruleset's iptables-save alone
+        ri = source.ruleset(node, ruleset_input, by_rules=True)[0]
         assert ri is not None, f"kube-proxy on {node} rendered nothing"
         return ri
 
