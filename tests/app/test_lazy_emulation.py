@@ -346,8 +346,8 @@ def test_rendered_keys_from_the_store_s_fields_are_those_of_the_objects(
 
 
 def test_pod_placements_are_kept_only_while_the_store_is_unchanged(tmp_path: Path) -> None:
-    """What a lazy view reads of every Pod is kept in the state directory by the store's
-    state token: a second question reads it back (no new entry), and after a write (a
+    """What a lazy view reads of every Pod (and Node) is kept in the state directory by
+    the store's state token: a second question reads it back (no new entry), and after a write (a
     new pod) the next question reads the store again and reaches the new pod, as the
     eager build does."""
     import shutil
@@ -369,7 +369,7 @@ def test_pod_placements_are_kept_only_while_the_store_is_unchanged(tmp_path: Pat
             assert "pod/default/client" in emu.hosts
         finally:
             s.close()
-        assert entries() == 1
+        assert entries() == 2  # where the pods are, and the nodes' addresses
     more = tmp_path / "late.yaml"
     more.write_text(
         "apiVersion: v1\nkind: Pod\nmetadata: {name: late, labels: {app: late}}\n"
@@ -383,7 +383,7 @@ def test_pod_placements_are_kept_only_while_the_store_is_unchanged(tmp_path: Pat
     lazy_s, lazy = _emulator(state, lazy=True)
     eager_s, eager = _emulator(state, lazy=False)
     try:
-        assert entries() == 2
+        assert entries() == 4
         t = lazy.trace("pod/default/client", "pod/default/late", "tcp", 8080)
         assert t.verdict == "delivered"
         assert t == eager.trace("pod/default/client", "pod/default/late", "tcp", 8080)
