@@ -89,6 +89,8 @@ class NodeRulesSource:
         self._objs: list[KubeObject] | None = None
         self._nodes: list[str] | None = None
         self._states: dict[str, NodeRules] = {}
+        #: :meth:`ruleset`'s values by (convert, hash of the payloads), ``by_rules``
+        self._by_rules: dict[tuple[object, str], tuple[RulesetInput | None, tuple[str, ...]]] = {}
         #: what the rendered-level key names of each object: (kind, key, uid,
         #: resourceVersion), Nodes by name, then Services and EndpointSlices
         self._ids: tuple[dict[str, tuple[str, ...]], list[tuple[str, ...]]] | None = None
@@ -114,8 +116,9 @@ class NodeRulesSource:
             meta = [("metadata", "uid"), ("metadata", "resourceVersion")]
 
             def ids(kind: str) -> list[tuple[str, ...]]:
-                return [(kind, key, str(uid), str(rv)) for key, uid, rv in scan(
-                    self.store, kind, meta)]
+                return [
+                    (kind, key, str(uid), str(rv)) for key, uid, rv in scan(self.store, kind, meta)
+                ]
 
             nodes = {i[1]: i for i in ids("Node")}
             self._ids = (nodes, [*ids("Service"), *ids("EndpointSlice")])
@@ -134,24 +137,54 @@ class NodeRulesSource:
             return hit
         if node not in self.nodes():
             raise KeyError(node)
-        from control.agents.kubeproxy import EmulatedRules, KubeProxy
+        state = self._states[node] = self._load(node, self._render(node))
+        return state
+
+    def _render(self, node: str) -> list[tuple[str, object, bool]]:
+        """What ``node``'s kube-proxy loads in its first sync (mode, render, full), as
+        :class:`_DeferredLoad` records it: the render, without the sink's parse."""
+        from control.agents.kubeproxy import KubeProxy
+
+        deferred = _DeferredLoad()
+        proxy = KubeProxy(node, self.cluster, self.proxy_config, deferred, None, clock=self.clock)
+        proxy.resync(self._objects())
+        proxy.sync()
+        return deferred.loads
+
+    def _load(self, node: str, loads: list[tuple[str, object, bool]]) -> NodeRules:
+        """The state an :class:`~control.agents.kubeproxy.EmulatedRules` sink holds for
+        ``node`` after ``loads`` (:meth:`_render`): exactly what it holds when it is the
+        agent's own sink, since a fresh node's sink holds nothing (no existing chains)
+        and the agent reads nothing back from the load."""
+        from control.agents.kubeproxy import EmulatedRules
         from control.agents.kubeproxy import NodeRules as NodeRulesState
 
         sink = EmulatedRules()
-        proxy = KubeProxy(node, self.cluster, self.proxy_config, sink, None, clock=self.clock)
-        proxy.resync(self._objects())
-        proxy.sync()
-        state = self._states[node] = sink.nodes.get(node) or NodeRulesState()
-        return state
+        for mode, rendered, full in loads:
+            sink.load(node, mode, rendered, full=full)  # type: ignore[arg-type]
+        return sink.nodes.get(node) or NodeRulesState()
 
     def ruleset(
-        self, node: str, convert: Callable[[NodeRules], RulesetInput | None]
+        self,
+        node: str,
+        convert: Callable[[NodeRules], RulesetInput | None],
+        *,
+        by_rules: bool = False,
     ) -> tuple[RulesetInput | None, tuple[str, ...]]:
         """What the emulator evaluates for ``node`` (``convert`` of its :meth:`state`)
         and the Service addresses its kube-proxy binds to the node (IPVS mode; else
         none), through :attr:`cache` when there is one (keyed by everything the render
         reads: :func:`control.rulecache.inputs_key`). The node's :meth:`state` is not
-        kept after it is converted."""
+        kept after it is converted.
+
+        ``by_rules``: ``convert`` of an iptables-mode state depends on its
+        :attr:`~control.agents.kubeproxy.NodeRules.ruleset` alone, which is a function
+        of the payloads loaded (``iptables-restore --noflush`` of the ensure and sync
+        payloads onto a fresh node). Then a node whose payloads are those of a node
+        already converted in this process gets that node's value without its payloads
+        being parsed again (nodes of a cluster mostly render the same rules: a cold
+        question about two nodes parsed 60,000 rules twice)."""
+        from dataplane.proxy import IptablesRender
         from dataplane.proxy.ipvs import IpvsRender
 
         key = None
@@ -168,13 +201,28 @@ class NodeRulesSource:
             hit = self.cache.get("rendered", key)
             if hit is not None:
                 return hit
-        state = self.state(node)
-        r = state.rendered
-        value = (convert(state), tuple(r.addresses) if isinstance(r, IpvsRender) else ())
-        # the sink's parsed model of the rules (60,000 rules at 1,000 Services) is not
-        # kept once converted: the caller keeps the value, and the node's next question
-        # starts from the cache (or syncs again)
-        del state, r
+        held = self._states.get(node)
+        loads = self._render(node) if held is None else None
+        same = None
+        if (
+            by_rules
+            and loads is not None
+            and all(mode == "iptables" and isinstance(r, IptablesRender) for mode, r, _ in loads)
+        ):
+            same = (convert, _payloads_key(loads))
+        value = self._by_rules.get(same) if same is not None else None
+        if value is None:
+            state = self._load(node, loads) if loads is not None else held
+            assert state is not None
+            r = state.rendered
+            value = (convert(state), tuple(r.addresses) if isinstance(r, IpvsRender) else ())
+            # the sink's parsed model of the rules (60,000 rules at 1,000 Services) is not
+            # kept once converted: the caller keeps the value, and the node's next
+            # question starts from the cache (or syncs again)
+            del state, r
+            if same is not None:
+                self._by_rules[same] = value
+        del loads
         self._states.pop(node, None)
         if self.cache is not None and key is not None:
             self.cache.put("rendered", key, value)
@@ -242,6 +290,43 @@ class StoreSyncNote:
             "rendered from the store when asked for (svclab rules --node NAME)",
         )
         return 1
+
+
+def _payloads_key(loads: list[tuple[str, object, bool]]) -> str:
+    """A hash naming the iptables payloads a fresh node loads (:meth:`NodeRulesSource.
+    _render`): for each load, whether full, its ensure payload (the first load only, as
+    :class:`~control.agents.kubeproxy.EmulatedRules` applies it) and its sync payload,
+    each behind its length."""
+    import hashlib
+
+    from dataplane.proxy import IptablesRender
+
+    h = hashlib.sha256()
+    for i, (_, r, full) in enumerate(loads):
+        assert isinstance(r, IptablesRender)
+        texts = [r.ensure_input(), r.restore_input] if i == 0 else [r.restore_input]
+        h.update(b"load %d %d\n" % (i, full))
+        for t in texts:
+            data = t.encode("utf-8", "surrogatepass")
+            h.update(b"%d:" % len(data))
+            h.update(data)
+    return h.hexdigest()
+
+
+class _DeferredLoad:
+    """A sink that records what a fresh node's kube-proxy loads, for an
+    :class:`~control.agents.kubeproxy.EmulatedRules` to load once the agent is gone
+    (:meth:`NodeRulesSource._load`). It holds no rules yet, as that sink's fresh node
+    does not: no existing chains."""
+
+    def __init__(self) -> None:
+        self.loads: list[tuple[str, object, bool]] = []
+
+    def load(self, node: str, mode: str, rendered: object, *, full: bool) -> None:
+        self.loads.append((mode, rendered, full))
+
+    def existing_chains(self, node: str) -> Collection[str]:
+        return ()
 
 
 class RecordedRules:

@@ -346,8 +346,8 @@ def test_rendered_keys_from_the_store_s_fields_are_those_of_the_objects(
 
 
 def test_pod_placements_are_kept_only_while_the_store_is_unchanged(tmp_path: Path) -> None:
-    """What a lazy view reads of every Pod is kept in the state directory by the store's
-    state token: a second question reads it back (no new entry), and after a write (a
+    """What a lazy view reads of every Pod (and Node) is kept in the state directory by
+    the store's state token: a second question reads it back (no new entry), and after a write (a
     new pod) the next question reads the store again and reaches the new pod, as the
     eager build does."""
     import shutil
@@ -369,7 +369,7 @@ def test_pod_placements_are_kept_only_while_the_store_is_unchanged(tmp_path: Pat
             assert "pod/default/client" in emu.hosts
         finally:
             s.close()
-        assert entries() == 1
+        assert entries() == 2  # where the pods are, and the nodes' addresses
     more = tmp_path / "late.yaml"
     more.write_text(
         "apiVersion: v1\nkind: Pod\nmetadata: {name: late, labels: {app: late}}\n"
@@ -383,10 +383,90 @@ def test_pod_placements_are_kept_only_while_the_store_is_unchanged(tmp_path: Pat
     lazy_s, lazy = _emulator(state, lazy=True)
     eager_s, eager = _emulator(state, lazy=False)
     try:
-        assert entries() == 2
+        assert entries() == 4
         t = lazy.trace("pod/default/client", "pod/default/late", "tcp", 8080)
         assert t.verdict == "delivered"
         assert t == eager.trace("pod/default/client", "pod/default/late", "tcp", 8080)
     finally:
         lazy_s.close()
         eager_s.close()
+
+
+PLAIN = """
+apiVersion: svclab.dev/v1alpha1
+kind: Cluster
+metadata: {name: plain}
+spec: {nodes: 3}
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: d}
+spec:
+  replicas: 4
+  selector: {matchLabels: {app: d}}
+  template:
+    metadata: {labels: {app: d}}
+    spec:
+      containers: [{name: c, image: x, ports: [{containerPort: 8080}]}]
+---
+apiVersion: v1
+kind: Service
+metadata: {name: s}
+spec:
+  selector: {app: d}
+  ports: [{port: 80, targetPort: 8080}]
+"""
+
+
+def _plain(tmp_path: Path) -> Path:
+    src = tmp_path / "plain.yaml"
+    src.write_text(PLAIN)
+    state = tmp_path / "plain"
+    s = Session.open(state, must_exist=False)
+    try:
+        s.apply(load([src]))
+    finally:
+        s.close()
+    return state
+
+
+@pytest.mark.parametrize("plain", [False, True])
+def test_nodes_with_the_same_payloads_share_one_converted_ruleset(
+    tmp_path: Path, plain: bool
+) -> None:
+    """NodeRulesSource.ruleset(by_rules=True): a node whose iptables payloads are those
+    of a node converted before gets that node's value without a parse; every node's
+    value is still the one its own parse gives, and the eager control plane's. The
+    plain cluster's nodes render the same rules; the other's (externalIPs, NodePorts,
+    Local policies) do not."""
+    from control.noderules import NodeRulesSource
+
+    state = _plain(tmp_path) if plain else _cluster(tmp_path, "iptables")
+    lazy = Session.open(state, read_only=True)
+    eager = Session.open(state, read_only=True)
+    eager.eager_rules = True
+    try:
+        eager.converge()
+
+        def source() -> NodeRulesSource:
+            return NodeRulesSource(lazy.store, lazy.cluster.spec, lazy.proxy_config, lazy.clock)
+
+        shared, alone = source(), source()
+        nodes = shared.nodes()
+        parsed: list[str] = []
+        load = shared._load
+
+        def counting(node: str, loads: list[tuple[str, object, bool]]):  # type: ignore[no-untyped-def]
+            parsed.append(node)
+            return load(node, loads)
+
+        shared._load = counting  # type: ignore[method-assign]
+        for node in nodes:
+            got = shared.ruleset(node, emulation.ruleset_input, by_rules=True)
+            assert got == alone.ruleset(node, emulation.ruleset_input)
+            assert got[0] == emulation.ruleset_input(eager.rules.nodes[node])
+        assert len(parsed) == len(shared._by_rules)
+        assert len(parsed) == (1 if plain else len(nodes)), parsed
+    finally:
+        lazy.close()
+        eager.close()
