@@ -466,8 +466,10 @@ class SqliteStore:
             self._depth -= 1
             if self._depth == 0:
                 self._undo.clear()
-        if self._depth == 0:
-            self._commit()
+                # committed or rolled back, the outermost transaction ends the SQL one:
+                # a rolled-back transaction must not keep the write lock (and writes
+                # made before it stay committed, as they were already done)
+                self._commit()
 
     def _restore(self, undo_mark: int, log_mark: int, rev: int, compacted: int) -> None:
         for kind, key, before in reversed(self._undo[undo_mark:]):

@@ -110,3 +110,23 @@ def test_register_backend_hook() -> None:
     register_backend("test-backend", factory)
     assert isinstance(open_store("test-backend://host:1/x"), MemoryStore)
     assert made == ["host:1/x"]
+
+
+def test_rolled_back_transaction_releases_the_write_lock(tmp_path: Path) -> None:
+    """A failed outermost transaction ends the SQL transaction too: another writer can
+    write at once, and a write made before the transaction stays committed."""
+    path = tmp_path / "state.db"
+    s = SqliteStore(path)
+    s.create(pod("before"))
+    with pytest.raises(RuntimeError), s.transaction():
+        s.create(pod("undone"))
+        raise RuntimeError("refused")
+    assert committed_revision(path) == 1
+    db = sqlite3.connect(path, timeout=0)  # no waiting: the lock must be free now
+    try:
+        db.execute("BEGIN IMMEDIATE")
+        db.execute("ROLLBACK")
+    finally:
+        db.close()
+    assert [p.name for p in s.list("Pod")] == ["before"]
+    s.close()
