@@ -432,6 +432,7 @@ class _Memo:
         "positions",
         "stale",
         "stale_for",
+        "step",
         "texts",
     )
 
@@ -455,6 +456,9 @@ class _Memo:
         self.texts: dict[str, tuple[list[_Fragment], str]] = {}
         # field name -> where each fragment's text starts in ``texts`` (+ the end)
         self.offsets: dict[str, list[int]] = {}
+        # (base, fragments, positions): the last _fragments call copied ``base`` into
+        # ``fragments`` and replaced only ``positions`` (None: it walked the snapshot)
+        self.step: tuple[list[_Fragment], list[_Fragment], list[int]] | None = None
 
 
 _MEMOS: dict[_Ctx, _Memo] = {}
@@ -484,16 +488,19 @@ def _fragments(snapshot: ProxySnapshot, memo: _Memo, ctx: _Ctx) -> list[_Fragmen
     if len(last) == len(states) and len(memo.last_frags) == len(states):
         moved = list(compress(range(len(states)), map(is_not, states, last)))
         if len(moved) <= 64:
-            frags = list(memo.last_frags)
+            base = memo.last_frags
+            frags = list(base)
             for i in moved:
                 fr = _lookup(memo, ctx, states[i])
                 if fr.port_key != frags[i].port_key:
                     memo.positions = None  # another port at this position
                 frags[i] = fr
             memo.last_states, memo.last_frags = states, frags
+            memo.step = (base, frags, moved)
             _trim(memo, states, frags)
             return frags
     memo.positions = None
+    memo.step = None
     frags = _fragments_walk(states, memo, ctx)
     memo.last_states, memo.last_frags = states, frags
     return frags
@@ -590,6 +597,17 @@ def _walk(snapshot: list[ServicePortState], memo: _Memo, ctx: _Ctx) -> list[_Fra
     return out
 
 
+def _moved(memo: _Memo, frags: list[_Fragment], old: list[_Fragment]) -> list[int]:
+    """The positions where ``frags`` holds another object than ``old`` (of the same
+    length), in order: when the last :func:`_fragments` made ``frags`` from ``old``,
+    among the few positions it replaced; else by identity tests over every position
+    (a partial sync asks this three times, each a 10,000-position scan otherwise)."""
+    step = memo.step
+    if step is not None and step[1] is frags and step[0] is old:
+        return [i for i in step[2] if frags[i] is not old[i]]
+    return list(compress(range(len(frags)), map(is_not, frags, old)))
+
+
 def _joined(memo: _Memo, field: str, frags: list[_Fragment]) -> str:
     """The concatenation of ``field`` over ``frags``, patched from the last one: only
     the fragments that were replaced and whose text changed are spliced in, so a sync
@@ -598,7 +616,7 @@ def _joined(memo: _Memo, field: str, frags: list[_Fragment]) -> str:
     prev = memo.texts.get(field)
     if prev is not None and len(prev[0]) == len(frags):
         old_frags, text = prev
-        moved = list(compress(range(len(frags)), map(is_not, frags, old_frags)))
+        moved = _moved(memo, frags, old_frags)
         changed = [i for i in moved if get(frags[i]) != get(old_frags[i])]
         if len(changed) <= 16:
             for i in changed:  # in order: the text before i is already the new one
@@ -662,7 +680,7 @@ def _active_set(memo: _Memo, frags: list[_Fragment]) -> set[str]:
     if len(last) == len(frags) and memo.by_port:
         # the common case, same ports in the same order: find the replaced fragments
         # with C-level identity tests instead of a dictionary walk
-        moved = list(compress(range(len(frags)), map(is_not, frags, last)))
+        moved = _moved(memo, frags, last)
         if all(frags[i].port_key == last[i].port_key for i in moved):
             removed: list[str] = []
             added: list[str] = []
