@@ -604,3 +604,48 @@ def test_incremental_syncs_stay_exact_through_a_sequence_of_changes() -> None:
         naive = {c for c in fixed if naming.is_service_chain(c)} - warm.active_chains
         assert set(warm.stale_chains) == (naive if delete_stale else set()), step
         assert warm.restore_input == cold(snap, cfg, **kw).restore_input, step
+
+
+def test_partial_syncs_stay_exact_when_other_calls_come_between_them() -> None:
+    """A partial render reuses the positions the fragment step replaced only for the
+    lists that step made: an active_chains() question or a render without the stale
+    scan between two syncs moves the memo on, and the next payload and stale chains
+    must still be a cold render's."""
+    from dataplane.proxy import iptables
+    from dataplane.proxy.iptables import active_chains
+    from dataplane.proxy.snapshot import make_state, snapshot_from_states
+
+    def cold(*args, **kw):  # type: ignore[no-untyped-def]
+        saved = dict(iptables._MEMOS)
+        iptables.clear_cache()
+        try:
+            return render_iptables(*args, **kw)
+        finally:
+            iptables._MEMOS.clear()
+            iptables._MEMOS.update(saved)
+
+    cfg = fake_config()
+    n = 40
+    svcs = [service("ns", f"s{i}", f"172.30.1.{i + 1}") for i in range(n)]
+    slices = [
+        slice_("ns", f"s{i}", [endpoint(f"10.182.{i}.{k + 1}") for k in range(2 + i % 3)])
+        for i in range(n)
+    ]
+    iptables.clear_cache()
+    snap = build_snapshot(svcs, slices, cfg)
+    existing = render_iptables(snap, cfg).active_chains
+    states = list(snap)
+    for step in range(24):
+        i = (step * 7) % n
+        states[i] = make_state(states[i].info, states[i].endpoints[: 1 + step % 2])
+        snap = snapshot_from_states(states, cfg)
+        changed = {states[i].info.name.service_key}
+        if step % 3 == 1:
+            assert active_chains(snap, cfg) == cold(snap, cfg).active_chains, step
+        if step % 4 == 2:
+            render_iptables(snap, cfg, changed=changed, delete_stale=False)
+        kw = {"changed": changed, "existing_chains": existing}
+        warm = render_iptables(snap, cfg, **kw)  # type: ignore[arg-type]
+        fresh = cold(snap, cfg, **kw)
+        assert warm.restore_input == fresh.restore_input, step
+        assert warm.stale_chains == fresh.stale_chains, step
