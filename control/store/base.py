@@ -184,6 +184,16 @@ def state_token(store: Store) -> str | None:
     return own() if own is not None else None
 
 
+def encoded(store: Store, obj: KubeObject) -> str | None:
+    """The JSON text the backend wrote for ``obj`` (its stored form, what
+    :meth:`~netmodel.objects.KubeObject.to_dict` gives, compact) when ``obj`` is the very
+    object the backend's latest write of its kind returned and the backend kept the
+    text (``encoded``; SQLite); else None (encode it afresh). Saves a response from
+    encoding again what the write has just encoded."""
+    own = getattr(store, "encoded", None)
+    return own(obj) if own is not None else None
+
+
 def peek(store: Store, kind: str, key: str) -> KubeObject:
     """``store.get(kind, key)``, without loading every object of ``kind`` into a
     backend's cache when the backend can read one (``peek``; SQLite)."""

@@ -127,6 +127,8 @@ class SqliteStore:
         self._pending = 0
         self._depth = 0
         self._undo: builtins.list[_Undo] = []
+        # kind -> (the object the latest write of that kind returned, its JSON): see encoded
+        self._written: dict[str, tuple[KubeObject, str]] = {}
         self._data_version = self._read_data_version()
 
     # ------------------------------------------------------------------ plumbing
@@ -324,6 +326,13 @@ class SqliteStore:
             return None
         return f"sqlite:{self._store_id}:{self._revision}"
 
+    def encoded(self, obj: KubeObject) -> str | None:
+        """The JSON this store wrote for ``obj`` if ``obj`` is the very (immutable) object
+        the latest create or update of its kind returned; else None. See
+        :func:`control.store.base.encoded`."""
+        hit = self._written.get(obj.kind)
+        return hit[1] if hit is not None and hit[0] is obj else None
+
     def peek(self, kind: str, key: str) -> KubeObject:
         """:meth:`get`, reading only that row when ``kind`` is not loaded yet (not
         cached: a later :meth:`get` loads the kind as before)."""
@@ -380,6 +389,7 @@ class SqliteStore:
             "INSERT INTO objects(kind, key, data) VALUES (?, ?, ?)", (obj.kind, key, data)
         )
         self._append("ADDED", stored, data)
+        self._written[obj.kind] = (stored, data)
         bucket[key] = stored
         self._keys.pop(obj.kind, None)
         self._remember(obj.kind, key, None)
@@ -404,6 +414,7 @@ class SqliteStore:
             "UPDATE objects SET data = ? WHERE kind = ? AND key = ?", (data, obj.kind, key)
         )
         self._append("MODIFIED", stored, data)
+        self._written[obj.kind] = (stored, data)
         bucket[key] = stored
         self._remember(obj.kind, key, current)
         self._wrote()

@@ -41,7 +41,7 @@ from control.apiserver.http.authn import User
 from control.apiserver.http.resources import Resource
 from control.apiserver.http.status import APIError
 from control.apiserver.http.watch import Watcher
-from control.store.base import WatchEvent
+from control.store.base import WatchEvent, encoded
 from netmodel import schema
 from netmodel.cluster import cluster_from_dict
 from netmodel.errors import (
@@ -640,6 +640,11 @@ async def _create(
 
 
 def _after_write(api: API, res: Resource, obj: KubeObject | None) -> None:
+    if obj is not None and res.kind != "Event":
+        # the response and the watchers send the JSON the store has just written
+        text = encoded(api.store, obj)
+        if text is not None:
+            api.cache.prime(obj, text.encode())
     if res.name == "clusterroles":
         api.aggregate_roles()
     api.wrote()

@@ -156,10 +156,7 @@ def record_update(
     """``new`` with managedFields updated for an Update by ``manager`` (the leaves that
     differ from ``before`` move to it)."""
     kind = str(new.get("kind", ""))
-    after = _leaves(new, kind)
-    prev = _leaves(before, kind) if before else {}
-    changed = {p for p, v in after.items() if p not in prev or prev[p] != v}
-    removed = {p for p in prev if p not in after}
+    changed, removed = _changed_leaves(new, before or {}, kind)
     entries = _entries(before) if before is not None else []
     if not changed and not removed and entries:
         return _set_entries(new, entries)
@@ -177,6 +174,26 @@ def record_update(
     if mine:
         out.append(_entry(manager, "Update", api_version, mine))
     return _set_entries(new, out)
+
+
+def _changed_leaves(
+    new: dict[str, Any], before: dict[str, Any], kind: str
+) -> tuple[set[Path], set[Path]]:
+    """The leaves of ``new`` that ``before`` lacks or holds with another value, and the
+    leaves of ``before`` that ``new`` lacks: exactly what comparing ``_leaves`` of the
+    two whole objects gives. Each top-level field's leaves sit under its own path, so a
+    field equal in both (the whole spec of an annotation patch) adds nothing and is not
+    walked."""
+    changed: set[Path] = set()
+    removed: set[Path] = set()
+    for k in new.keys() | before.keys():
+        if k in new and k in before and new[k] == before[k]:
+            continue
+        after = _leaves({k: new[k]}, kind) if k in new else {}
+        prev = _leaves({k: before[k]}, kind) if k in before else {}
+        changed.update(p for p, v in after.items() if p not in prev or prev[p] != v)
+        removed.update(p for p in prev if p not in after)
+    return changed, removed
 
 
 def get_object(obj: Any, path: Path) -> tuple[bool, Any]:

@@ -60,6 +60,14 @@ class JSONCache:
             self._data[ident] = (rv, data)
         return data
 
+    def prime(self, obj: KubeObject, data: bytes) -> None:
+        """Remember ``data`` as :meth:`encode`'s answer for ``obj``: it must be exactly
+        that (the JSON the store wrote for this very object, see
+        :func:`control.store.base.encoded`)."""
+        rv = obj.metadata.resource_version
+        if rv is not None:
+            self._data[(obj.kind, obj.key)] = (rv, data)
+
     def encode_metadata(self, obj: KubeObject) -> bytes:
         """The object's ``metadata`` JSON (a Table row's PartialObjectMetadata)."""
         ident = (obj.kind, obj.key)
