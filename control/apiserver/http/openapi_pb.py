@@ -35,7 +35,9 @@ import json
 from typing import Any
 
 import yaml
-from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+from google.protobuf import descriptor_pb2
+
+from control.apiserver.http.proto import add_fields, message_classes
 
 _PKG = "openapi.v2"
 _T = descriptor_pb2.FieldDescriptorProto
@@ -214,22 +216,8 @@ def classes() -> dict[str, Any]:
         name="svclab_openapiv2.proto", package=_PKG, syntax="proto3"
     )
     for name, fields in MESSAGES.items():
-        m = fd.message_type.add(name=name)
-        for fname, number, typ, repeated, ref in fields:
-            f = m.field.add(
-                name=fname,
-                number=number,
-                type=typ,
-                label=_T.LABEL_REPEATED if repeated else _T.LABEL_OPTIONAL,
-            )
-            if ref is not None:
-                f.type_name = f".{_PKG}.{ref}"
-    pool = descriptor_pool.DescriptorPool()
-    pool.Add(fd)
-    return {
-        n: message_factory.GetMessageClass(pool.FindMessageTypeByName(f"{_PKG}.{n}"))
-        for n in MESSAGES
-    }
+        add_fields(fd.message_type.add(name=name), _PKG, fields)
+    return message_classes(fd, MESSAGES)
 
 
 # ---------------------------------------------------------------- JSON -> message

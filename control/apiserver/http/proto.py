@@ -13,6 +13,7 @@ Kinds not described here are refused with 415 by the caller.
 from __future__ import annotations
 
 import functools
+from collections.abc import Iterable
 from typing import Any
 
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
@@ -248,21 +249,39 @@ def _classes() -> dict[str, Any]:
             if value_msg is not None:
                 v.type = MSG
                 v.type_name = f".{_PKG}.{value_msg}"
-        for jname, number, typ, repeated, ref in fields:
-            f = m.field.add(
-                name=jname,
-                json_name=jname,
-                number=number,
-                type=typ,
-                label=_T.LABEL_REPEATED if repeated else _T.LABEL_OPTIONAL,
-            )
-            if ref is not None:
-                f.type_name = f".{_PKG}.{ref}"
+        add_fields(m, _PKG, fields, json_names=True)
+    return message_classes(fd, MESSAGES)
+
+
+def add_fields(
+    m: descriptor_pb2.DescriptorProto,
+    package: str,
+    fields: Iterable[tuple[str, int, int, bool, str | None]],
+    *,
+    json_names: bool = False,
+) -> None:
+    """Add ``(name, number, type, repeated, message or None)`` fields to ``m``; a message
+    type is named within ``package``; ``json_names``: the JSON name is the field name."""
+    for fname, number, typ, repeated, ref in fields:
+        f = m.field.add(
+            name=fname,
+            number=number,
+            type=typ,
+            label=_T.LABEL_REPEATED if repeated else _T.LABEL_OPTIONAL,
+        )
+        if json_names:
+            f.json_name = fname
+        if ref is not None:
+            f.type_name = f".{package}.{ref}"
+
+
+def message_classes(fd: descriptor_pb2.FileDescriptorProto, names: Iterable[str]) -> dict[str, Any]:
+    """The message classes named ``names`` in ``fd``'s package, from a pool of its own."""
     pool = descriptor_pool.DescriptorPool()
     pool.Add(fd)
     return {
-        n: message_factory.GetMessageClass(pool.FindMessageTypeByName(f"{_PKG}.{n}"))
-        for n in MESSAGES
+        n: message_factory.GetMessageClass(pool.FindMessageTypeByName(f"{fd.package}.{n}"))
+        for n in names
     }
 
 
