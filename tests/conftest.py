@@ -8,6 +8,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
+
+# Property tests state what must hold, not how fast: a per-example deadline is a timing
+# assertion, and on a loaded machine it fails correct code. Tests that set their own
+# settings keep them (they override this profile's fields they name).
+settings.register_profile("svclab", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("svclab")
 
 #: test data kept in the repository (tests/data/kube-proxy/PROVENANCE.md says where it is from)
 DATA = Path(__file__).resolve().parent / "data"
