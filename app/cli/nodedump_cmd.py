@@ -65,20 +65,28 @@ def _flow(
     return NodeFlow(s, d, dport or 0, proto, 40000 if sport is None else sport, iif)
 
 
-def _iif(tracer: NodeTracer, directory: str, index: int, f: dict[str, Any]) -> str | None:
-    """A flow's ``iif`` (the interface it arrives on), checked against the dump."""
+def _known_iif(tracer: NodeTracer, directory: str, name: str, what: str) -> str:
+    """``name`` if the dump has an interface of that name (one with an address or a
+    route), else one line naming the dump, ``what`` (the option or the flow) and the
+    interfaces it does have."""
     from netmodel.errors import InputError
 
-    if f.get("iif") is None:
-        return None
-    name = str(f["iif"])
     if name not in tracer.fib.interfaces:
+        have = ", ".join(sorted(tracer.fib.interfaces)) or "none"
         raise InputError(
-            f"flow {index} ({f.get('name') or f['from']}): iif {name!r}: no interface of "
-            "that name has an address or a route in this node dump",
+            f"{what}: iif {name!r}: no interface of that name has an address or a route "
+            f"in this node dump (it has: {have})",
             file=directory,
         )
     return name
+
+
+def _iif(tracer: NodeTracer, directory: str, index: int, f: dict[str, Any]) -> str | None:
+    """A flow's ``iif`` (the interface it arrives on), checked against the dump."""
+    if f.get("iif") is None:
+        return None
+    what = f"flow {index} ({f.get('name') or f['from']})"
+    return _known_iif(tracer, directory, str(f["iif"]), what)
 
 
 def _hops(b: BranchOutcome) -> list[dict[str, Any]]:
@@ -155,17 +163,29 @@ def render(res: dict[str, Any]) -> str:
 
 
 def node_dump_connect(
-    directory: str, src: str, dst: str, count: int, proto: str, *, as_json: bool, seed: int = 0
+    directory: str,
+    src: str,
+    dst: str,
+    count: int,
+    proto: str,
+    *,
+    as_json: bool,
+    seed: int = 0,
+    iif: str | None = None,
 ) -> None:
     """``connect --node-dump DIR``: ``count`` connections from consecutive source ports,
-    each committed to the node's state (conntrack, ``recent``, IPVS schedulers)."""
+    each committed to the node's state (conntrack, ``recent``, IPVS schedulers); ``iif``:
+    the interface they arrive on (checked against the dump; None: the source's reverse
+    path, or OUTPUT when the source is the node's own address)."""
     import random
 
     tracer = _tracer(directory)
+    if iif is not None:
+        _known_iif(tracer, directory, iif, "--iif")
     rng = random.Random(seed)
     conns = []
     for i in range(count):
-        flow = _flow(src, dst, proto, 40000 + i)
+        flow = _flow(src, dst, proto, 40000 + i, iif)
         b = tracer.sample(flow, rng, commit=True)
         conns.append(
             {
@@ -183,6 +203,7 @@ def node_dump_connect(
     stat, p = chi_square(list(counts.values()))
     if as_json:
         out = {
+            **({"iif": iif} if iif is not None else {}),
             "connections": conns,
             "counts": dict(counts),
             "chi_square": {"statistic": stat, "dof": max(len(counts) - 1, 0), "p_value": p},

@@ -439,3 +439,76 @@ def test_at_iptables_save_errors_name_the_file_and_line(tmp_path: Path) -> None:
     )
     assert r.exit_code == 1
     assert f"{bad}:2: -A FOO -j ACCEPT" in r.output and "<iptables-save>" not in r.output
+
+
+IIF_SAVE = """\
+*nat
+:PREROUTING ACCEPT [0:0]
+:INPUT ACCEPT [0:0]
+:OUTPUT ACCEPT [0:0]
+:POSTROUTING ACCEPT [0:0]
+-A PREROUTING -i cni0 -d 10.96.0.5/32 -p tcp --dport 80 -j DNAT --to-destination 10.244.1.7:80
+-A PREROUTING -d 10.96.0.5/32 -p tcp --dport 80 -j DNAT --to-destination 192.0.2.20:8080
+-A POSTROUTING -s 10.244.0.0/16 ! -o cni0 -j MASQUERADE
+COMMIT
+*filter
+:INPUT ACCEPT [0:0]
+:FORWARD ACCEPT [0:0]
+:OUTPUT ACCEPT [0:0]
+-A FORWARD -i wg0 -j DROP
+COMMIT
+"""
+
+
+def iif_node(d: Path) -> Path:
+    """A node whose answer depends on where a flow comes in: ``-i cni0`` picks the pod
+    endpoint, any other interface the host one (masqueraded out of eth0), ``-i wg0`` is
+    dropped in FORWARD (tests/kernel/test_node_dump_iif.py loads it into the kernel)."""
+    addrs = [
+        {"ifname": "lo", "addr_info": [{"family": "inet", "local": "127.0.0.1", "prefixlen": 8}]},
+        {"ifname": "eth0", "addr_info": [{"family": "inet", "local": "192.0.2.10", "prefixlen": 24}]},
+        {"ifname": "cni0", "addr_info": [{"family": "inet", "local": "10.244.1.1", "prefixlen": 24}]},
+        {"ifname": "wg0", "addr_info": [{"family": "inet", "local": "10.99.0.1", "prefixlen": 24}]},
+    ]
+    routes = [{"dst": "default", "gateway": "192.0.2.1", "dev": "eth0"}]
+    return _write(
+        d,
+        iptables_save_txt=IIF_SAVE,
+        ip_addr_json=json.dumps(addrs),
+        ip_route_json=json.dumps(routes),
+        sysctl_txt="net.ipv4.ip_forward = 1\nnet.ipv4.conf.all.rp_filter = 0\n",
+    )
+
+
+def _connect(d: Path, *extra: str) -> tuple[int, str]:
+    argv = ["connect", "10.244.1.5", "10.96.0.5:80", "-n", "6", "--node-dump", str(d)]
+    r = CliRunner().invoke(cli, [*argv, *extra])
+    return r.exit_code, r.output
+
+
+def test_cli_connect_node_dump_iif_decides_the_answer(tmp_path: Path) -> None:
+    """``connect --node-dump --iif``: the connections arrive on that interface, so ``-i``
+    rules see it; without it, on the source's reverse path (cni0 here)."""
+    d = iif_node(tmp_path / "n")
+    answers = {}
+    for iif in (None, "cni0", "eth0", "wg0"):
+        code, out = _connect(d, "-o", "json", *(("--iif", iif) if iif else ()))
+        assert code == 0, out
+        res = json.loads(out)
+        assert res.get("iif") == iif
+        answers[iif] = {(c["verdict"], c["endpoint"], c["source"]) for c in res["connections"]}
+    assert answers[None] == answers["cni0"] == {("ACCEPT", "10.244.1.7:80", "10.244.1.5")}
+    assert answers["eth0"] == {("ACCEPT", "192.0.2.20:8080", "192.0.2.10")}
+    assert answers["wg0"] == {("DROP", "192.0.2.20:8080", None)}
+
+
+def test_cli_connect_iif_errors(tmp_path: Path) -> None:
+    d = iif_node(tmp_path / "n")
+    code, out = _connect(d, "--iif", "eth9")
+    assert code == 1 and len(out.strip().splitlines()) == 1, out
+    assert out.strip() == (
+        f"error: {d}: --iif: iif 'eth9': no interface of that name has an address or a "
+        "route in this node dump (it has: cni0, eth0, lo, wg0)"
+    )
+    r = CliRunner().invoke(cli, ["connect", "10.0.0.1", "10.0.0.2:80", "--iif", "eth0"])
+    assert r.exit_code == 2 and "--iif names an interface of a node dump" in r.output
