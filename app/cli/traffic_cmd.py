@@ -792,7 +792,7 @@ def connect(
         from app.cli.nodedump_cmd import node_dump_connect
 
         _no_cluster_options("--node-dump", {"--plot": plot}, files, on_kernel)
-        node_dump_connect(node_dump, src, dst, count, proto, as_json=output == "json", iif=iif)
+        node_dump_connect(node_dump, src, dst, count, proto, output=output, iif=iif)
         return
 
     session = ctx.session(files)

@@ -507,8 +507,21 @@ def test_cli_connect_iif_errors(tmp_path: Path) -> None:
     code, out = _connect(d, "--iif", "eth9")
     assert code == 1 and len(out.strip().splitlines()) == 1, out
     assert out.strip() == (
-        f"error: {d}: --iif: iif 'eth9': no interface of that name has an address or a "
+        f"error: {d}: --iif 'eth9': no interface of that name has an address or a "
         "route in this node dump (it has: cni0, eth0, lo, wg0)"
     )
     r = CliRunner().invoke(cli, ["connect", "10.0.0.1", "10.0.0.2:80", "--iif", "eth0"])
     assert r.exit_code == 2 and "--iif names an interface of a node dump" in r.output
+
+
+def test_cli_connect_node_dump_jsonl_is_one_line_per_connection(tmp_path: Path) -> None:
+    """``-o jsonl`` with ``--node-dump``: one record per connection, then the summary
+    (it printed the text table instead)."""
+    d = iif_node(tmp_path / "n")
+    code, out = _connect(d, "-o", "jsonl", "--iif", "eth0")
+    assert code == 0, out
+    lines = [json.loads(line) for line in out.splitlines()]
+    assert len(lines) == 7
+    assert all(r["endpoint"] == "192.0.2.20:8080" for r in lines[:6])
+    assert lines[6]["summary"]["counts"] == {"192.0.2.20:8080": 6}
+    assert lines[6]["summary"]["iif"] == "eth0"
