@@ -525,3 +525,58 @@ def test_cli_connect_node_dump_jsonl_is_one_line_per_connection(tmp_path: Path) 
     assert all(r["endpoint"] == "192.0.2.20:8080" for r in lines[:6])
     assert lines[6]["summary"]["counts"] == {"192.0.2.20:8080": 6}
     assert lines[6]["summary"]["iif"] == "eth0"
+
+
+MINIKUBE_IPVS = DATA / "kube-proxy-ipvs-minikube-ipset"
+
+
+def _cli_trace(d: Path, src: str, dst: str) -> dict[str, object]:
+    r = CliRunner().invoke(
+        cli, ["trace", "--node-dump", str(d), "--from", src, "--to", dst, "--all", "-o", "json"]
+    )
+    assert r.exit_code == 0, r.output
+    res = json.loads(r.output)
+    assert isinstance(res, dict)
+    return res
+
+
+def _hits_ipset_rule(res: dict[str, object]) -> bool:
+    hops = res["hops"]
+    assert isinstance(hops, list)
+    return any(
+        h["chain"] == "KUBE-SERVICES" and "--match-set KUBE-CLUSTER-IP dst,dst" in h["text"]
+        for h in hops
+    )
+
+
+def test_minikube_ipvs_dump_with_its_ipset_answers_as_the_write_up_reports() -> None:
+    """A real minikube node in IPVS mode (SOURCE.md): its ``ipvsadm`` listing (no header
+    lines, as pasted) and ``ipset -L`` listing load; connections to web-svc-cip go round
+    robin over the three listed pods in order, after the ``KUBE-CLUSTER-IP dst,dst``
+    rule accepted them in nat; a port the set does not hold passes that rule by and
+    reaches no pod (tests/kernel/test_node_dump_ipset.py checks the set match against
+    the kernel)."""
+    dump = load_node_dump(str(MINIKUBE_IPVS))
+    members = ("10.96.0.10,tcp:9153", "10.108.218.82,tcp:80", "10.96.0.10,udp:53")
+    members += ("10.96.0.10,tcp:53", "10.96.0.1,tcp:443")
+    save = "create KUBE-CLUSTER-IP hash:ip,port family inet hashsize 1024 maxelem 65536\n"
+    save += "".join(f"add KUBE-CLUSTER-IP {m}\n" for m in members)
+    assert dump.ipsets == parse_ipset_save(save, "x")
+    r = CliRunner().invoke(
+        cli,
+        [
+            *("connect", "172.17.0.7", "10.108.218.82:80", "-n", "6", "-o", "json"),
+            *("--node-dump", str(MINIKUBE_IPVS)),
+        ],
+    )
+    assert r.exit_code == 0, r.output
+    conns = json.loads(r.output)["connections"]
+    assert [c["endpoint"] for c in conns] == [
+        f"172.17.0.{i}:8000" for i in (4, 5, 6, 4, 5, 6)
+    ]
+    assert all(c["source"] == "172.17.0.7" and not c["masquerade"] for c in conns)
+    member = _cli_trace(MINIKUBE_IPVS, "172.17.0.7", "10.108.218.82:80")
+    assert _hits_ipset_rule(member)
+    other = _cli_trace(MINIKUBE_IPVS, "172.17.0.7", "10.108.218.82:81")
+    assert not _hits_ipset_rule(other)
+    assert other["verdict"] == "ACCEPT" and other["endpoints"] == []
