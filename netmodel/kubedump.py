@@ -295,6 +295,15 @@ def prepare(docs: list[dict[str, Any]], *, has_cluster: bool) -> PreparedDump:
             pod = _covering(pod_cidrs)
             if cluster_cidr is not None and pod.subnet_of(cluster_cidr):
                 pod = cluster_cidr  # the whole pod range, as kube-proxy was told it
+            else:
+                # no object records the cluster range (k3s's --cluster-cidr, kubeadm's
+                # podSubnet): the Nodes' ranges give only a lower bound, and kube-proxy's
+                # masquerade rules (`! -s CLUSTER-CIDR`) follow the range it was given
+                out.warnings.append(
+                    f"podCIDR {pod} inferred from the Nodes' podCIDRs (no kube-proxy "
+                    "clusterCIDR): the cluster's range may be wider; a Cluster document "
+                    "can give it"
+                )
             spec["podCIDR"] = str(pod)
             spec["nodeCIDRMaskSize"] = max(c.prefixlen for c in pod_cidrs)
         if node_ips:

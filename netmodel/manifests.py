@@ -157,13 +157,13 @@ def parse_documents(text: str, *, source: str = "<input>") -> list[dict[str, Any
                 f"document is a {type(d).__name__}, not a mapping", file=source, document=i
             )
         kind = d.get("kind")
-        if kind == "List" and isinstance(d.get("items"), list):
-            docs.extend(item for item in d["items"] if isinstance(item, dict))
+        if kind == "List" and _items(d) is not None:
+            docs.extend(item for item in _items(d) or () if isinstance(item, dict))
         elif _typed_list(kind, d):
             # ``NodeList``, ``ServiceList``...: what the API returns (``kubectl get --raw``,
             # ``kubectl cluster-info dump``); its items carry no kind or apiVersion
             item_kind, api = str(kind)[: -len("List")], d.get("apiVersion")
-            for item in d["items"]:
+            for item in _items(d) or ():
                 if isinstance(item, dict):
                     docs.append({"apiVersion": api, "kind": item_kind, **item})
         else:
@@ -171,14 +171,27 @@ def parse_documents(text: str, *, source: str = "<input>") -> list[dict[str, Any
     return docs
 
 
+def _items(doc: dict[str, Any]) -> list[Any] | None:
+    """A list document's ``items``: the array, or an empty one for ``items: null`` (an
+    empty list as the API server encodes it, a Go nil slice: a support bundle's
+    ``services/kube-public.json`` is ``{"kind": "ServiceList", ..., "items": null}``);
+    None when there is no such key or it holds something else."""
+    if "items" not in doc:
+        return None
+    items = doc["items"]
+    if items is None:
+        return []
+    return items if isinstance(items, list) else None
+
+
 def _typed_list(kind: object, doc: dict[str, Any]) -> bool:
     """A ``<Kind>List`` document (Kubernetes' list convention: a kind ending in ``List``
-    with an ``items`` array)."""
+    with an ``items`` array, ``null`` when empty)."""
     return (
         isinstance(kind, str)
         and len(kind) > len("List")
         and kind.endswith("List")
-        and isinstance(doc.get("items"), list)
+        and _items(doc) is not None
     )
 
 

@@ -65,20 +65,28 @@ def _flow(
     return NodeFlow(s, d, dport or 0, proto, 40000 if sport is None else sport, iif)
 
 
-def _iif(tracer: NodeTracer, directory: str, index: int, f: dict[str, Any]) -> str | None:
-    """A flow's ``iif`` (the interface it arrives on), checked against the dump."""
+def _known_iif(tracer: NodeTracer, directory: str, name: str, what: str) -> str:
+    """``name`` if the dump has an interface of that name (one with an address or a
+    route), else one line naming the dump, ``what`` (the option, or the flow's field) and
+    the interfaces it does have."""
     from netmodel.errors import InputError
 
-    if f.get("iif") is None:
-        return None
-    name = str(f["iif"])
     if name not in tracer.fib.interfaces:
+        have = ", ".join(sorted(tracer.fib.interfaces)) or "none"
         raise InputError(
-            f"flow {index} ({f.get('name') or f['from']}): iif {name!r}: no interface of "
-            "that name has an address or a route in this node dump",
+            f"{what} {name!r}: no interface of that name has an address or a route "
+            f"in this node dump (it has: {have})",
             file=directory,
         )
     return name
+
+
+def _iif(tracer: NodeTracer, directory: str, index: int, f: dict[str, Any]) -> str | None:
+    """A flow's ``iif`` (the interface it arrives on), checked against the dump."""
+    if f.get("iif") is None:
+        return None
+    what = f"flow {index} ({f.get('name') or f['from']}): iif"
+    return _known_iif(tracer, directory, str(f["iif"]), what)
 
 
 def _hops(b: BranchOutcome) -> list[dict[str, Any]]:
@@ -155,17 +163,31 @@ def render(res: dict[str, Any]) -> str:
 
 
 def node_dump_connect(
-    directory: str, src: str, dst: str, count: int, proto: str, *, as_json: bool, seed: int = 0
+    directory: str,
+    src: str,
+    dst: str,
+    count: int,
+    proto: str,
+    *,
+    output: str = "text",
+    seed: int = 0,
+    iif: str | None = None,
 ) -> None:
     """``connect --node-dump DIR``: ``count`` connections from consecutive source ports,
-    each committed to the node's state (conntrack, ``recent``, IPVS schedulers)."""
+    each committed to the node's state (conntrack, ``recent``, IPVS schedulers); ``iif``:
+    the interface they arrive on (checked against the dump; None: the source's reverse
+    path, or OUTPUT when the source is the node's own address). ``output``: ``text``,
+    ``json`` (one document) or ``jsonl`` (one line per connection, then
+    ``{"summary": {...}}``)."""
     import random
 
     tracer = _tracer(directory)
+    if iif is not None:
+        _known_iif(tracer, directory, iif, "--iif")
     rng = random.Random(seed)
     conns = []
     for i in range(count):
-        flow = _flow(src, dst, proto, 40000 + i)
+        flow = _flow(src, dst, proto, 40000 + i, iif)
         b = tracer.sample(flow, rng, commit=True)
         conns.append(
             {
@@ -181,13 +203,18 @@ def node_dump_connect(
     from app.cli.traffic_cmd import chi_square
 
     stat, p = chi_square(list(counts.values()))
-    if as_json:
-        out = {
-            "connections": conns,
-            "counts": dict(counts),
-            "chi_square": {"statistic": stat, "dof": max(len(counts) - 1, 0), "p_value": p},
-        }
-        click.echo(json.dumps(out, indent=2))
+    where = {"iif": iif} if iif is not None else {}
+    summary = {
+        "counts": dict(counts),
+        "chi_square": {"statistic": stat, "dof": max(len(counts) - 1, 0), "p_value": p},
+    }
+    if output == "json":
+        click.echo(json.dumps({**where, "connections": conns, **summary}, indent=2))
+        return
+    if output == "jsonl":
+        for c in conns:
+            click.echo(json.dumps(c))
+        click.echo(json.dumps({"summary": {**where, **summary}}))
         return
     rows = [["#", "SPORT", "ENDPOINT", "SOURCE SEEN", "SOURCE NAT"]]
     for i, c in enumerate(conns, 1):
@@ -202,9 +229,9 @@ def node_dump_connect(
         )
     click.echo(format_table(rows))
     total = sum(counts.values())
-    summary = [["ENDPOINT", "COUNT", "SHARE"]]
-    summary += [[k, str(v), f"{v / total:.3f}"] for k, v in counts.most_common()]
-    click.echo("\n" + format_table(summary))
+    table = [["ENDPOINT", "COUNT", "SHARE"]]
+    table += [[k, str(v), f"{v / total:.3f}"] for k, v in counts.most_common()]
+    click.echo("\n" + format_table(table))
     dof = max(len(counts) - 1, 0)
     click.echo(f"\nchi-square vs equal shares: {stat:.3f} (dof {dof}), p = {p:.4f}")
 

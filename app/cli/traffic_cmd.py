@@ -755,6 +755,11 @@ class _Progress:
 @click.option("--real", "on_kernel", is_flag=True, help=REAL_HELP)
 @click.option("--node-dump", "node_dump", type=DUMP_DIR, default=None, help=NODE_DUMP_HELP)
 @click.option(
+    "--iif",
+    default=None,
+    help="--node-dump: the interface the connections arrive on (default: their reverse path)",
+)
+@click.option(
     "--plot", type=GRAPH_FILE, default=None, help="Draw each endpoint's share to FILE.png|.svg"
 )
 @click.pass_obj
@@ -769,6 +774,7 @@ def connect(
     files: tuple[str, ...],
     on_kernel: bool,
     node_dump: str | None,
+    iif: str | None,
     plot: str | None,
 ) -> None:
     """Open N connections SRC -> DST; per connection the endpoint and the rule that chose
@@ -780,11 +786,13 @@ def connect(
     however large N is."""
     from app import emulation
 
+    if iif is not None and node_dump is None:
+        raise click.UsageError("--iif names an interface of a node dump: give --node-dump")
     if node_dump is not None:
         from app.cli.nodedump_cmd import node_dump_connect
 
         _no_cluster_options("--node-dump", {"--plot": plot}, files, on_kernel)
-        node_dump_connect(node_dump, src, dst, count, proto, as_json=output == "json")
+        node_dump_connect(node_dump, src, dst, count, proto, output=output, iif=iif)
         return
 
     session = ctx.session(files)

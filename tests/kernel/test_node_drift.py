@@ -144,3 +144,76 @@ def test_diff_finds_a_removed_ipset_member(netns: str, tmp_path: Path) -> None:
         "chain": "KUBE-CLUSTER-IP",
         "rule": member,
     } in node
+
+
+K3S = ROOT / "tests" / "data" / "kubectl-dumps" / "k3s-support-bundle"
+
+# k3s's own cluster range (its --cluster-cidr default, which no object records: the one
+# Node's podCIDR is a /24 of it) and no nfacct counters (no nfacct objects exist in a
+# fresh namespace); the rest as inferred from the dump
+K3S_CLUSTER = """\
+apiVersion: svclab.dev/v1alpha1
+kind: Cluster
+metadata: {name: k3s}
+spec:
+  serviceCIDR: 10.43.0.0/16
+  podCIDR: 10.42.0.0/16
+  nodeCIDRMaskSize: 24
+  nodeNetwork: 172.17.0.0/24
+  allocation: recorded
+  nodeEnvironment:
+    nfacctCounters: {ct_state_invalid_dropped_pkts: false, localhost_nps_accepted_pkts: false}
+"""
+
+
+def test_diff_finds_drift_in_a_real_k3s_clusters_node(netns: str, tmp_path: Path) -> None:
+    """A real cluster's objects (tests/data/kubectl-dumps/k3s-support-bundle) applied; what
+    kube-proxy on its node would hold loaded into a namespace: in sync. Then kube-dns's
+    KUBE-SVC chain for dns/udp deleted and a stale KUBE-SEP (a gone CoreDNS pod) added
+    with the real tools: ``diff`` names both under kube-system/kube-dns:dns."""
+    cluster = tmp_path / "cluster.yaml"
+    cluster.write_text(K3S_CLUSTER)
+    state = str(tmp_path / "state")
+    _svclab("--state", state, "apply", "-f", str(K3S), "-f", str(cluster))
+    save = _svclab("--state", state, "rules", "--node", "primary-node")
+    ns.run_in(netns, ["iptables-nft-restore"], input=save)
+
+    def diff(d: Path) -> tuple[int, dict[str, object]]:
+        args = ["--state", state, "diff", "--node", "primary-node", "--node-dump", str(d)]
+        r = CliRunner().invoke(cli, [*args, "-o", "json"])
+        return r.exit_code, json.loads(r.output)
+
+    clean = tmp_path / "clean"
+    _collect(netns, clean)
+    code, res = diff(clean)
+    assert code == 0 and res["in_sync"] is True, res
+
+    svc_chain = "KUBE-SVC-TCOU7JCQXEZGVUNU"  # kube-system/kube-dns:dns, as on real nodes
+    assert f":{svc_chain} " in save
+    for r in ns.run_in(netns, ["iptables-nft", "-t", "nat", "-S"]).stdout.splitlines():
+        if r.startswith("-A ") and f"-j {svc_chain}" in r:
+            ns.run_in(netns, ["iptables-nft", "-t", "nat", "-D", *_split(r[3:])])
+    ns.run_in(netns, ["iptables-nft", "-t", "nat", "-F", svc_chain])
+    ns.run_in(netns, ["iptables-nft", "-t", "nat", "-X", svc_chain])
+    stale = "KUBE-SEP-GONECOREDNSPOD1"
+    ns.run_in(netns, ["iptables-nft", "-t", "nat", "-N", stale])
+    ns.run_in(
+        netns,
+        [
+            *("iptables-nft", "-t", "nat", "-A", stale, "-p", "udp", "-m", "comment"),
+            *("--comment", "kube-system/kube-dns:dns", "-m", "udp", "-j", "DNAT"),
+            *("--to-destination", "10.42.0.99:53"),
+        ],
+    )
+    drifted = tmp_path / "drifted"
+    _collect(netns, drifted)
+    code, res = diff(drifted)
+    assert code == 1 and res["in_sync"] is False
+    services = res["services"]
+    assert isinstance(services, dict)
+    found = services["kube-system/kube-dns:dns"]
+    kinds = {(f["kind"], f["chain"]) for f in found}
+    assert ("missing-chain", svc_chain) in kinds
+    assert ("extra-chain", stale) in kinds
+    assert any(f["kind"] == "extra-rule" and "10.42.0.99:53" in f["rule"] for f in found)
+    assert set(services) == {"kube-system/kube-dns:dns"}, services

@@ -439,3 +439,144 @@ def test_at_iptables_save_errors_name_the_file_and_line(tmp_path: Path) -> None:
     )
     assert r.exit_code == 1
     assert f"{bad}:2: -A FOO -j ACCEPT" in r.output and "<iptables-save>" not in r.output
+
+
+IIF_SAVE = """\
+*nat
+:PREROUTING ACCEPT [0:0]
+:INPUT ACCEPT [0:0]
+:OUTPUT ACCEPT [0:0]
+:POSTROUTING ACCEPT [0:0]
+-A PREROUTING -i cni0 -d 10.96.0.5/32 -p tcp --dport 80 -j DNAT --to-destination 10.244.1.7:80
+-A PREROUTING -d 10.96.0.5/32 -p tcp --dport 80 -j DNAT --to-destination 192.0.2.20:8080
+-A POSTROUTING -s 10.244.0.0/16 ! -o cni0 -j MASQUERADE
+COMMIT
+*filter
+:INPUT ACCEPT [0:0]
+:FORWARD ACCEPT [0:0]
+:OUTPUT ACCEPT [0:0]
+-A FORWARD -i wg0 -j DROP
+COMMIT
+"""
+
+
+def iif_node(d: Path) -> Path:
+    """A node whose answer depends on where a flow comes in: ``-i cni0`` picks the pod
+    endpoint, any other interface the host one (masqueraded out of eth0), ``-i wg0`` is
+    dropped in FORWARD (tests/kernel/test_node_dump_iif.py loads it into the kernel)."""
+    addrs = [
+        {"ifname": "lo", "addr_info": [{"family": "inet", "local": "127.0.0.1", "prefixlen": 8}]},
+        {"ifname": "eth0", "addr_info": [{"family": "inet", "local": "192.0.2.10", "prefixlen": 24}]},
+        {"ifname": "cni0", "addr_info": [{"family": "inet", "local": "10.244.1.1", "prefixlen": 24}]},
+        {"ifname": "wg0", "addr_info": [{"family": "inet", "local": "10.99.0.1", "prefixlen": 24}]},
+    ]
+    routes = [{"dst": "default", "gateway": "192.0.2.1", "dev": "eth0"}]
+    return _write(
+        d,
+        iptables_save_txt=IIF_SAVE,
+        ip_addr_json=json.dumps(addrs),
+        ip_route_json=json.dumps(routes),
+        sysctl_txt="net.ipv4.ip_forward = 1\nnet.ipv4.conf.all.rp_filter = 0\n",
+    )
+
+
+def _connect(d: Path, *extra: str) -> tuple[int, str]:
+    argv = ["connect", "10.244.1.5", "10.96.0.5:80", "-n", "6", "--node-dump", str(d)]
+    r = CliRunner().invoke(cli, [*argv, *extra])
+    return r.exit_code, r.output
+
+
+def test_cli_connect_node_dump_iif_decides_the_answer(tmp_path: Path) -> None:
+    """``connect --node-dump --iif``: the connections arrive on that interface, so ``-i``
+    rules see it; without it, on the source's reverse path (cni0 here)."""
+    d = iif_node(tmp_path / "n")
+    answers = {}
+    for iif in (None, "cni0", "eth0", "wg0"):
+        code, out = _connect(d, "-o", "json", *(("--iif", iif) if iif else ()))
+        assert code == 0, out
+        res = json.loads(out)
+        assert res.get("iif") == iif
+        answers[iif] = {(c["verdict"], c["endpoint"], c["source"]) for c in res["connections"]}
+    assert answers[None] == answers["cni0"] == {("ACCEPT", "10.244.1.7:80", "10.244.1.5")}
+    assert answers["eth0"] == {("ACCEPT", "192.0.2.20:8080", "192.0.2.10")}
+    assert answers["wg0"] == {("DROP", "192.0.2.20:8080", None)}
+
+
+def test_cli_connect_iif_errors(tmp_path: Path) -> None:
+    d = iif_node(tmp_path / "n")
+    code, out = _connect(d, "--iif", "eth9")
+    assert code == 1 and len(out.strip().splitlines()) == 1, out
+    assert out.strip() == (
+        f"error: {d}: --iif 'eth9': no interface of that name has an address or a "
+        "route in this node dump (it has: cni0, eth0, lo, wg0)"
+    )
+    r = CliRunner().invoke(cli, ["connect", "10.0.0.1", "10.0.0.2:80", "--iif", "eth0"])
+    assert r.exit_code == 2 and "--iif names an interface of a node dump" in r.output
+
+
+def test_cli_connect_node_dump_jsonl_is_one_line_per_connection(tmp_path: Path) -> None:
+    """``-o jsonl`` with ``--node-dump``: one record per connection, then the summary
+    (it printed the text table instead)."""
+    d = iif_node(tmp_path / "n")
+    code, out = _connect(d, "-o", "jsonl", "--iif", "eth0")
+    assert code == 0, out
+    lines = [json.loads(line) for line in out.splitlines()]
+    assert len(lines) == 7
+    assert all(r["endpoint"] == "192.0.2.20:8080" for r in lines[:6])
+    assert lines[6]["summary"]["counts"] == {"192.0.2.20:8080": 6}
+    assert lines[6]["summary"]["iif"] == "eth0"
+
+
+MINIKUBE_IPVS = DATA / "kube-proxy-ipvs-minikube-ipset"
+
+
+def _cli_trace(d: Path, src: str, dst: str) -> dict[str, object]:
+    r = CliRunner().invoke(
+        cli, ["trace", "--node-dump", str(d), "--from", src, "--to", dst, "--all", "-o", "json"]
+    )
+    assert r.exit_code == 0, r.output
+    res = json.loads(r.output)
+    assert isinstance(res, dict)
+    return res
+
+
+def _hits_ipset_rule(res: dict[str, object]) -> bool:
+    hops = res["hops"]
+    assert isinstance(hops, list)
+    return any(
+        h["chain"] == "KUBE-SERVICES" and "--match-set KUBE-CLUSTER-IP dst,dst" in h["text"]
+        for h in hops
+    )
+
+
+def test_minikube_ipvs_dump_with_its_ipset_answers_as_the_write_up_reports() -> None:
+    """A real minikube node in IPVS mode (SOURCE.md): its ``ipvsadm`` listing (no header
+    lines, as pasted) and ``ipset -L`` listing load; connections to web-svc-cip go round
+    robin over the three listed pods in order, after the ``KUBE-CLUSTER-IP dst,dst``
+    rule accepted them in nat; a port the set does not hold passes that rule by and
+    reaches no pod (tests/kernel/test_node_dump_ipset.py checks the set match against
+    the kernel)."""
+    dump = load_node_dump(str(MINIKUBE_IPVS))
+    members = ("10.96.0.10,tcp:9153", "10.108.218.82,tcp:80", "10.96.0.10,udp:53")
+    members += ("10.96.0.10,tcp:53", "10.96.0.1,tcp:443")
+    save = "create KUBE-CLUSTER-IP hash:ip,port family inet hashsize 1024 maxelem 65536\n"
+    save += "".join(f"add KUBE-CLUSTER-IP {m}\n" for m in members)
+    assert dump.ipsets == parse_ipset_save(save, "x")
+    r = CliRunner().invoke(
+        cli,
+        [
+            *("connect", "172.17.0.7", "10.108.218.82:80", "-n", "6", "-o", "json"),
+            *("--node-dump", str(MINIKUBE_IPVS)),
+        ],
+    )
+    assert r.exit_code == 0, r.output
+    conns = json.loads(r.output)["connections"]
+    assert [c["endpoint"] for c in conns] == [
+        f"172.17.0.{i}:8000" for i in (4, 5, 6, 4, 5, 6)
+    ]
+    assert all(c["source"] == "172.17.0.7" and not c["masquerade"] for c in conns)
+    member = _cli_trace(MINIKUBE_IPVS, "172.17.0.7", "10.108.218.82:80")
+    assert _hits_ipset_rule(member)
+    other = _cli_trace(MINIKUBE_IPVS, "172.17.0.7", "10.108.218.82:81")
+    assert not _hits_ipset_rule(other)
+    assert other["verdict"] == "ACCEPT" and other["endpoints"] == []
