@@ -12,7 +12,8 @@ What :func:`realize` creates (names from :mod:`dataplane.linux.names`):
   (VXLAN VNI 1, UDP 8472, ``nolearning``, the model's VTEP MAC; per peer node an onlink
   route, a permanent neighbour and an FDB entry to the peer's node IP) or host-gw routes;
 * pods: through the real CNI plugins (``bridge-plugin``) with the model's IP and MAC, or
-  directly with pyroute2 (``netlink``, veth names and MACs exactly as the model);
+  directly with pyroute2 (``netlink``, veth names and MACs exactly as the model; one
+  node's pods one after the other, nodes concurrently, as kubelets would);
 * sysctls (the model lists them per namespace):
 
   - ``net.ipv4.ip_forward=1`` on the router and nodes: they route pod and Service
