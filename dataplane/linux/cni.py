@@ -40,6 +40,17 @@ the bridge plugin ``MAC``), and the MAC defaults to the model's
 (:func:`netmodel.network.stable_mac`). ``IgnoreUnknown`` is required because each plugin
 rejects the other's key otherwise.
 
+Where a pod's time goes (perf and syscall tracepoints, 2 cores, 8 workers): the
+``bridge`` plugin ~4.7 ms of CPU, the ``host-local`` it execs ~2.6 ms (Go start-up,
+~1.3 ms to ``main``, and page faults are a third of it; no garbage collection runs, so
+``GOGC`` changes nothing), this process ~2.7 ms (the sandbox namespace ~1.1 ms, the
+exec ~0.9 ms, the cached result ~0.5 ms). The bridge plugin's wait for its host veth to
+be operationally up (it sleeps 50 ms when it is not) was never hit. host-local holds its
+per-node file lock only while it writes the reservation; pods of one node queue on it
+when the holder is preempted, but spreading concurrent pods over nodes was no faster.
+Disabling IPv6 in the namespaces saved nothing. Reaping is deferred: see
+:class:`LateReaper`.
+
 CNI ADD is not idempotent (a second ADD fails: "eth0 already exists", "IP not
 available"). :meth:`CniRunner.add` therefore keeps libcni's result cache (one JSON per
 pod in the cluster's state dir) and returns the cached result when the pod's ``eth0``
