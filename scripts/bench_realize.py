@@ -25,8 +25,9 @@ other load on a shared machine moves much less than the wall-clock ones (the pod
 servers' own CPU is not counted: the supervisor, not this process, reaps them).
 ``phases`` breaks ``up_seconds`` down (:mod:`dataplane.linux.phases`): ``wall`` seconds
 of each step (stale state, namespaces, devices, link configuration, routes/neighbours/FDB
-tables, CNI plugin calls, sysctls and hairpin rules, saving the state, the pod-server
-supervisor, starting the servers, the readiness kernel-state check and probes) and, in
+tables, CNI plugin calls or, with ``--cni netlink``, ``pods_netlink``, sysctls and
+hairpin rules, saving the state, the pod-server supervisor, starting the servers, the
+readiness kernel-state check and probes) and, in
 ``thread_sum``, the CNI calls' steps summed over the concurrent workers.
 ``targets`` holds the goal for ``up_seconds`` at ``--nodes 40 --pods-per-node 25``
 (10 s); ``load_average`` puts the figures in context on a shared machine. Needs root.

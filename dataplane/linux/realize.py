@@ -12,7 +12,8 @@ What :func:`realize` creates (names from :mod:`dataplane.linux.names`):
   (VXLAN VNI 1, UDP 8472, ``nolearning``, the model's VTEP MAC; per peer node an onlink
   route, a permanent neighbour and an FDB entry to the peer's node IP) or host-gw routes;
 * pods: through the real CNI plugins (``bridge-plugin``) with the model's IP and MAC, or
-  directly with pyroute2 (``netlink``, veth names and MACs exactly as the model);
+  directly with pyroute2 (``netlink``, veth names and MACs exactly as the model; one
+  node's pods one after the other, nodes concurrently, as kubelets would);
 * sysctls (the model lists them per namespace):
 
   - ``net.ipv4.ip_forward=1`` on the router and nodes: they route pod and Service
@@ -77,7 +78,7 @@ from dataplane.linux.servers import PodServers, Proto, ServerSpec
 from dataplane.linux.state import StateDir
 from dataplane.proxy.iptables import JumpRule
 from netmodel.errors import BackendError
-from netmodel.network import DEFAULT_ROUTE, ClusterNetwork, Interface, Netns
+from netmodel.network import DEFAULT_ROUTE, ClusterNetwork, Interface, Netns, VethPair
 
 HairpinMode = Literal["auto", "br-netfilter", "masquerade"]
 BRIDGE_NF = "net.bridge.bridge-nf-call-iptables"
@@ -289,16 +290,12 @@ def realize(
         _remove_stale(cluster_id, set(kernel.values()), {str(ns.pod) for ns in pods.values()})
     with maybe(phases, "netns"):
         for logical, ns in nss.items():
-            if not (by_plugin and ns.role == "pod"):
+            if ns.role != "pod":  # pods' are made by the CNI plugins or _attach_by_netlink
                 nsenter.create_netns(kernel[logical])
 
-    def managed(ns: Netns, itf: Interface) -> bool:
-        """Is this interface ours to create (not the CNI plugin's)?"""
-        if not by_plugin:
-            return True
-        if ns.role == "pod":
-            return False
-        return not (itf.peer is not None and nss[itf.peer[0]].role == "pod")
+    def by_pod(itf: Interface) -> bool:
+        """Is this the node end of a pod's veth (created with the pod, not here)?"""
+        return itf.peer is not None and nss[itf.peer[0]].role == "pod"
 
     links: dict[str, NsLink] = {}
 
@@ -313,20 +310,20 @@ def realize(
         with maybe(phases, "devices"):
             for logical, ns in nss.items():
                 for itf in ns.interfaces:
-                    if itf.kind in ("bridge", "dummy") and managed(ns, itf):
+                    if itf.kind in ("bridge", "dummy") and ns.role != "pod":
                         _ensure_device(link(logical), itf)
             for pair in network.veths:
                 a_ns, b_ns = nss[pair.a[0]], nss[pair.b[0]]
                 a_itf, b_itf = a_ns.interface(pair.a[1]), b_ns.interface(pair.b[1])
-                if managed(a_ns, a_itf) and managed(b_ns, b_itf):
+                if "pod" not in (a_ns.role, b_ns.role):
                     link(pair.a[0]).ensure_veth(a_itf, kernel[pair.b[0]], b_itf)
         # 2. attributes, addresses, up; then routes, neighbours, FDB (need links up).
         with maybe(phases, "configure"):
             for logical, ns in nss.items():
-                if by_plugin and ns.role == "pod":
+                if ns.role == "pod":
                     continue
                 for itf in sorted(ns.interfaces, key=lambda i: _KIND_ORDER[i.kind]):
-                    if not managed(ns, itf):
+                    if by_pod(itf):
                         continue
                     if itf.kind == "vxlan":
                         link(logical).ensure_vxlan(itf)
@@ -338,7 +335,7 @@ def realize(
     tables = [
         (kernel[logical], ns)
         for logical, ns in nss.items()
-        if not (by_plugin and ns.role == "pod") and (ns.routes or ns.neighbors or ns.fdb)
+        if ns.role != "pod" and (ns.routes or ns.neighbors or ns.fdb)
     ]
     with (
         maybe(phases, "tables"),
@@ -365,6 +362,24 @@ def realize(
         for a, res in zip(attach, added, strict=True):
             results[a.pod_key] = res
     else:
+        per_node: dict[str, list[str]] = {}
+        for logical, ns in pods.items():
+            per_node.setdefault(f"node/{ns.node}", []).append(logical)
+        pod_veths: dict[str, list[VethPair]] = {}
+        for pair in network.veths:
+            for end in {pair.a[0], pair.b[0]}:
+                if nss[end].role == "pod":
+                    pod_veths.setdefault(end, []).append(pair)
+        with (
+            maybe(phases, "pods_netlink"),
+            ThreadPoolExecutor(max_workers=max(1, min(workers, len(per_node)))) as pool,
+        ):
+            list(
+                pool.map(
+                    lambda item: _attach_by_netlink(network, kernel, item[0], item[1], pod_veths),
+                    per_node.items(),
+                )
+            )
         for ns in pods.values():
             results[str(ns.pod)] = _model_result(ns)
 
@@ -451,6 +466,52 @@ def _remove_stale(cluster_id: str, wanted: set[str], pods: set[str]) -> None:
         dnspods.remove_resolv_conf(n)
     for pod_key in gone:
         StateDir.of(cluster_id).cni_result(pod_key).unlink(missing_ok=True)
+
+
+def _attach_by_netlink(
+    network: ClusterNetwork,
+    kernel: Mapping[str, str],
+    node: str,
+    pods: Sequence[str],
+    veths: Mapping[str, Sequence[VethPair]],
+) -> None:
+    """``cni="netlink"``: create the pods of one node as the model has them, one pod
+    after the other through one netlink session in the node (nodes run concurrently, as
+    their kubelets would): the pod's namespace, its devices and veths (``veths``: per
+    pod, each joining it to its node; made from side a, the peer born in side b), the
+    host ends' attributes (master ``cni0``, hairpin), the pod's ``lo`` and ``eth0``,
+    then its routes, neighbours and FDB entries by netlink (a pod has a route or two:
+    no ``ip -batch`` process per pod)."""
+    nss = network.namespaces
+    with NsLink(kernel[node]) as nl:
+        for logical in pods:
+            ns = nss[logical]
+            nsenter.create_netns(kernel[logical])
+            with NsLink(kernel[logical]) as pl:
+                for itf in ns.interfaces:
+                    if itf.kind in ("bridge", "dummy"):
+                        _ensure_device(pl, itf)
+                for pair in veths.get(logical, ()):
+                    if {pair.a[0], pair.b[0]} != {node, logical}:
+                        raise BackendError(
+                            f"{logical}: veth {'/'.join(pair.a)} <-> {'/'.join(pair.b)} "
+                            f"does not join the pod to its node {node}"
+                        )
+                    (nl if pair.a[0] == node else pl).ensure_veth(
+                        nss[pair.a[0]].interface(pair.a[1]),
+                        kernel[pair.b[0]],
+                        nss[pair.b[0]].interface(pair.b[1]),
+                    )
+                for pair in veths.get(logical, ()):
+                    nl.configure(nss[node].interface(pair.a[1] if pair.a[0] == node else pair.b[1]))
+                for itf in sorted(ns.interfaces, key=lambda i: _KIND_ORDER[i.kind]):
+                    pl.configure(itf)
+                for route in ns.routes:
+                    pl.ensure_route(route)
+                for neigh in ns.neighbors:
+                    pl.ensure_neigh(neigh)
+                for fdb in ns.fdb:
+                    pl.ensure_fdb(fdb)
 
 
 def _ensure_device(lk: NsLink, itf: Interface) -> None:

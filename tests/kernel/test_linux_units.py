@@ -3,12 +3,15 @@ conntrack parsing. No kernel needed."""
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
 from ipaddress import IPv4Address
 
 import pytest
 
 from dataplane.linux import conntrack
-from dataplane.linux.cni import CniError, parse_result
+from dataplane.linux.cni import CniError, LateReaper, parse_result, run_plugin
 from dataplane.linux.names import ClusterNames, check_cluster_id, check_ifname, role_of
 from dataplane.linux.rules import missing_jumps, parse_counters
 from dataplane.proxy.iptables import JUMP_RULES
@@ -143,3 +146,39 @@ def test_normalized_lines_ignore_timeout_and_use_only() -> None:
 def test_conntrack_garbage_is_refused() -> None:
     with pytest.raises(BackendError):
         conntrack.parse_line("conntrack v1.4.7 (conntrack-tools): 3 flow entries")
+
+
+def _zombies_of_this_process() -> list[int]:
+    me, found = os.getpid(), []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if fields[0] == "Z" and int(fields[1]) == me:
+                found.append(int(entry))
+    return found
+
+
+def test_plugin_processes_report_at_once_and_are_reaped_later() -> None:
+    reaper = LateReaper(delay=60)  # nothing is due before drain()
+    script = 'read conf; echo "out:$conf"; echo "err:$CNI_COMMAND" >&2; exit 3'
+    code, out, err = run_plugin(
+        ["/bin/sh", "-c", script], b"{}\n", {"CNI_COMMAND": "ADD"}, 10, reaper
+    )
+    assert (code, out, err) == (3, b"out:{}\n", b"err:ADD\n")
+    killed, _, _ = run_plugin(["/bin/sh", "-c", "kill -9 $$"], b"", {}, 10, reaper)
+    assert killed == -signal.SIGKILL
+    assert len(_zombies_of_this_process()) >= 2  # exited, status known, not reaped yet
+    reaper.drain()
+    assert _zombies_of_this_process() == []
+
+
+def test_a_plugin_that_hangs_is_killed_and_reaped() -> None:
+    reaper = LateReaper()
+    with pytest.raises(subprocess.TimeoutExpired):
+        run_plugin(["/bin/sleep", "30"], b"", {}, 0.2, reaper)
+    reaper.drain()
+    assert _zombies_of_this_process() == []
