@@ -535,7 +535,7 @@ class Walker:
         rx = self.hosts[peer.host_name]
         bridge = peer.master
         if bridge is None:
-            return (rx, peer, path) if rx.owns_on(peer, target) else None
+            return (rx, peer, path) if rx.answers_arp(peer, target) else None
         learned = bridge.learn(frame.src_mac, peer)
         if rx.owns_on(bridge, target):
             if w.record and learned:
