@@ -505,7 +505,9 @@ class LiveControlPlane:
             kg = self._identity(node_identity(node), f"kubelet/{node}")
             agents.connection = kg.conn
             kapi = kg.conn.api
-            kubelet = Kubelet(node, kapi, kapi.recorder, self.clock, EmulatedCNI())
+            kubelet = Kubelet(
+                node, kapi, kapi.recorder, self.clock, EmulatedCNI(calico=self.cluster.cni == "calico")
+            )
             kagent = _KubeletAgent(kubelet)
             agents.components.append(
                 LiveComponent(
