@@ -445,7 +445,15 @@ class Cluster(BaseModel):
     spec: ClusterSpec = Field(default_factory=ClusterSpec)
 
     def to_dict(self) -> dict[str, Any]:
-        return self.model_dump(by_alias=True, mode="json")
+        """The document as stored: every field, except those that do not apply to the
+        network plugin (``overlay`` under Calico, ``calico`` under flannel), so that it
+        reads back as the same Cluster."""
+        d = self.model_dump(by_alias=True, mode="json")
+        if self.spec.cni == "calico":
+            d["spec"].pop("overlay", None)
+        else:
+            d["spec"].pop("calico", None)
+        return d
 
 
 def cluster_from_dict(

@@ -491,9 +491,10 @@ class Walker:
         reply = Frame(rx_dev.mac, dev.mac, arp=("is-at", str(nexthop), str(sender)))
         host.learn_neighbor(dev.name, nexthop, rx_dev.mac)
         if w.record:
+            proxy = "" if rx_host.is_local(nexthop) else " (proxy ARP)"
             w.hops.append(
                 Hop("arp", rx_host.name, dev_out=rx_dev.name, frame=reply,
-                    arp=f"{nexthop} is-at {rx_dev.mac}")
+                    arp=f"{nexthop} is-at {rx_dev.mac}{proxy}")
             )
             w.hops.append(
                 Hop("arp", host.name, dev_in=dev.name,
