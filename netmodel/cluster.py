@@ -326,8 +326,8 @@ class ClusterSpec(_Strict):
                 for na, a in (("serviceCIDR", svc), ("nodeNetwork", under)):
                     if overlaps(p, a) and not (a is svc and _carved(svc, p)):
                         raise ValueError(f"calico.ipPools {p} overlaps {na} {a}")
-            for i, b in enumerate(self.calico.block_affinities):
-                net = parse_cidr(b.cidr)
+            for i, aff in enumerate(self.calico.block_affinities):
+                net = parse_cidr(aff.cidr)
                 if not any(net.subnet_of(p) for p in pools):  # type: ignore[arg-type]
                     shown = ", ".join(str(p) for p in pools)
                     raise ValueError(

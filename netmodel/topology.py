@@ -97,7 +97,7 @@ def calico_veth_name(pod_key: str) -> str:
     ``ip link`` shows the same name, e.g. microk8s' ``dump-workload-endpoints.sh`` lists
     them that way)."""
     ns, _, name = pod_key.partition("/")
-    return "cali" + hashlib.sha1(f"{ns}.{name}".encode()).hexdigest()[:11]  # noqa: S324
+    return "cali" + hashlib.sha1(f"{ns}.{name}".encode()).hexdigest()[:11]
 
 
 #: the MAC Calico gives every host-side veth (the pod only ever talks to the host)
@@ -142,9 +142,9 @@ def calico_blocks(
         for p in pods:
             if p.node not in order:
                 continue
-            block = ip_network(f"{p.ip}/{block_size}", strict=False)
-            assert isinstance(block, IPv4Network)
-            per = count.setdefault(block, {})
+            net = ip_network(f"{p.ip}/{block_size}", strict=False)
+            assert isinstance(net, IPv4Network)
+            per = count.setdefault(net, {})
             per[p.node] = per.get(p.node, 0) + 1
         for block, per in count.items():
             owner[block] = min(per, key=lambda n: (-per[n], order[n]))

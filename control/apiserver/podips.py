@@ -123,8 +123,12 @@ def check_recorded_pod_ips(
                 mine = [c for c in pools if c.version == addr.version]
                 if mine and not any(addr in c for c in mine):
                     shown = ", ".join(str(c) for c in mine)
-                    why = f"not in any of Calico's IP pools ({shown}; calico.ipPools)"
-                    err = InvalidError(f"Invalid value: {ip!r}: {why}", obj=pod.ref, field=field)
+                    err = InvalidError(
+                        f"Invalid value: {ip!r}: not in any of Calico's IP pools ({shown}; "
+                        "calico.ipPools)",
+                        obj=pod.ref,
+                        field=field,
+                    )
                     return [(i, err)]
                 same = []  # Calico ignores the node's podCIDR
             if same:
