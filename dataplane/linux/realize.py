@@ -388,7 +388,8 @@ def realize(
         namespaces=kernel,
         cni=cni,
         hairpin=chosen,
-        overlay=network.overlay,
+        # what joins the nodes' pod networks: flannel's backend, or Calico's BGP routes
+        overlay="calico-bgp" if network.cni == "calico" else network.overlay,
         pods=results,
         mtu=mtu,
         iptables_backend=iptables_backend,
