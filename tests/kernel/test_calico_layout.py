@@ -21,7 +21,8 @@ from control.session import Session
 from dataplane.backends import EmulatorBackend, RealBackend, emulator_backend, real_backend
 from dataplane.linux import inspect
 from dataplane.linux.netns import is_root
-from netmodel.manifests import load
+from netmodel.manifests import load, load_text
+from netmodel.objects import Pod, Service
 from netmodel.topology import calico_veth_name
 
 pytestmark = [pytest.mark.kernel, pytest.mark.skipif(not is_root(), reason="needs root")]
@@ -29,18 +30,22 @@ pytestmark = [pytest.mark.kernel, pytest.mark.skipif(not is_root(), reason="need
 DUMP = Path(__file__).resolve().parents[1] / "data" / "kubectl-dumps" / "calico-kubeadm-list.yaml"
 VIP = "10.96.120.15"  # default/web: web-0, web-2 on calico-cp, web-1 on calico-worker
 WEB = {"default/web-0", "default/web-1", "default/web-2"}
-N = 40  # all three endpoints reached with p > 1 - 1e-6
+N = 48  # every endpoint (three here, four in the hand-written cluster) reached, p > 1 - 1e-5
 
 
-@pytest.fixture(scope="module")
-def pair() -> Iterator[tuple[EmulatorBackend, EmulatorBackend, RealBackend]]:
+@pytest.fixture(scope="module", params=["nft", "legacy"])
+def pair(
+    request: pytest.FixtureRequest,
+) -> Iterator[tuple[EmulatorBackend, EmulatorBackend, RealBackend]]:
+    """The dump on the emulator (twice: one kept pristine for ``possible``) and on the
+    kernel, kube-proxy's rules on iptables-nft and on iptables-legacy."""
     session = Session.ephemeral(load([DUMP]))
     assert session.cluster.spec.cni == "calico"
     view = emulation.view(session)
     with (
         emulator_backend(view, seed=3) as emu,
         emulator_backend(view, seed=3) as pristine,
-        real_backend(view) as real,
+        real_backend(view, iptables_backend=request.param) as real,
     ):
         yield emu, pristine, real
 
@@ -110,3 +115,92 @@ def test_an_unused_block_address_is_unreachable_on_both(
     e = emu.connect("pod/default/client", "192.168.171.70", 8080, "tcp", 1)
     r = real.connect("pod/default/client", "192.168.171.70", 8080, "tcp", 1)
     assert e[0].verdict != "delivered" and r[0].verdict != "delivered"
+
+
+SCENARIO = """
+apiVersion: svclab.dev/v1alpha1
+kind: Cluster
+metadata: {name: calico}
+spec:
+  nodes: 2
+  cni: calico
+  calico:
+    ipPools: [10.244.0.0/16]
+    blockSize: 28
+    blockAffinities:
+    - {node: node-1, cidr: 10.244.0.0/28}
+    - {node: node-2, cidr: 10.244.1.0/28}
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: web}
+spec:
+  replicas: 4
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata: {labels: {app: web}}
+    spec:
+      containers: [{name: c, image: x, ports: [{containerPort: 8080}]}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: client}
+spec:
+  nodeName: node-1
+  containers: [{name: c, image: x}]
+---
+apiVersion: v1
+kind: Service
+metadata: {name: web}
+spec:
+  type: NodePort
+  selector: {app: web}
+  ports: [{name: http, port: 80, targetPort: 8080, nodePort: 30080}]
+"""
+
+
+def test_a_calico_cluster_written_by_hand_agrees_on_both() -> None:
+    """A Cluster document with ``cni: calico`` and its block affinities: new pods get
+    addresses, the nodes route each other's /28 blocks, and a ClusterIP and a NodePort
+    (from the other node: masqueraded) agree flow by flow on both backends."""
+    session = Session.ephemeral(load_text(SCENARIO, source="calico"))
+    view = emulation.view(session)
+    routes = [r.describe() for r in view.network.namespaces["node/node-1"].routes]
+    assert "10.244.1.0/28 via 172.18.0.3 dev eth0" in routes
+    vip = next(
+        s.spec.cluster_ip
+        for s in session.store.list("Service")
+        if isinstance(s, Service) and s.name == "web"
+    )
+    assert vip is not None
+    web = {p.key for p in session.store.list("Pod") if isinstance(p, Pod) and p.name != "client"}
+    with (
+        emulator_backend(view, seed=5) as emu,
+        emulator_backend(view, seed=5) as pristine,
+        real_backend(view) as real,
+    ):
+        for src, dst, port in [
+            ("pod/default/client", vip, 80),
+            ("node/node-2", "172.18.0.2", 30080),
+        ]:
+            possible = {o.key() for _, o in pristine.possible(src, dst, port, "tcp")}
+            e = emu.connect(src, dst, port, "tcp", N)
+            r = real.connect(src, dst, port, "tcp", N, sports=[o.sport or 0 for o in e])
+            for o in e + r:
+                assert o.key() in possible, f"{src} -> {dst}:{port}: {o} not in {possible}"
+            assert {o.pod for o in e} == {o.pod for o in r} == web
+            assert {(o.pod, o.source_seen) for o in e} == {(o.pod, o.source_seen) for o in r}
+
+
+def test_up_refuses_the_bridge_plugin_for_a_calico_cluster(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from app.cli.main import cli
+
+    state = tmp_path / "s"
+    r = CliRunner().invoke(cli, ["--state", str(state), "apply", "-f", str(DUMP)])
+    assert r.exit_code == 0, r.output
+    r = CliRunner().invoke(cli, ["--state", str(state), "up", "--real", "--cni", "bridge-plugin"])
+    assert r.exit_code == 1
+    assert "--cni: the CNI bridge plugin is flannel's" in r.output
+    assert not (state / "real.json").exists()
