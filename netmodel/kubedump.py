@@ -251,6 +251,8 @@ class _CalicoSeen:
     pools: list[str] = field(default_factory=list)
     block_size: int | None = None
     affinities: list[dict[str, str]] = field(default_factory=list)
+    #: what an IPPool asks for that svclab does not model, one note per pool
+    unmodelled: list[str] = field(default_factory=list)
 
     def read(self, kind: str, d: dict[str, Any]) -> bool:
         """Note what ``d`` shows; True when it is Calico's own object (not applied)."""
@@ -265,6 +267,19 @@ class _CalicoSeen:
                 self.pools.append(str(net))
                 if isinstance(spec.get("blockSize"), int):
                     self.block_size = spec["blockSize"]
+                notes = [
+                    f"{key} {spec[key]}"
+                    for key in ("ipipMode", "vxlanMode")
+                    if spec.get(key) not in (None, "", "Never")
+                ]
+                if spec.get("natOutgoing"):
+                    notes.append("natOutgoing")
+                if notes:
+                    self.unmodelled.append(
+                        f"Calico IPPool {name} ({net}): {', '.join(notes)} not modelled "
+                        "(blocks are routed without encapsulation, as in Calico's BGP mode; "
+                        "pod traffic to addresses outside the pools is not masqueraded)"
+                    )
             return True
         if kind == "BlockAffinity" and "projectcalico.org" in str(d.get("apiVersion", "")):
             self.seen = True
@@ -370,6 +385,7 @@ def prepare(docs: list[dict[str, Any]], *, has_cluster: bool) -> PreparedDump:
         if mode is not None:
             spec["proxyMode"] = mode
         if calico.seen:
+            out.warnings.extend(calico.unmodelled)
             spec["cni"] = "calico"
             spec.pop("overlay", None)
             cal: dict[str, Any] = {}

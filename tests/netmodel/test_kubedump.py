@@ -531,6 +531,9 @@ def test_a_calico_dump_infers_cni_calico_and_its_ip_pools() -> None:
     assert spec.calico.ip_pools == ["192.168.0.0/16"] and spec.calico.block_size == 26
     assert spec.pod_cidr == "192.168.0.0/16" and spec.calico.block_affinities == []
     assert dict(m.skipped)["IPPool"] == 1 and dict(m.skipped)["DaemonSet"] == 1
+    (note,) = [w for w in m.warnings if "IPPool" in w]
+    assert note.startswith("Calico IPPool default-ipv4-ippool (192.168.0.0/16): natOutgoing")
+    assert "not modelled" in note
 
 
 def _calico_items(drop: tuple[str, ...] = ()) -> dict:  # type: ignore[type-arg]
