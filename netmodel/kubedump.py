@@ -262,6 +262,7 @@ class _CalicoSeen:
         if kind == "IPPool" and "projectcalico.org" in str(d.get("apiVersion", "")):
             self.seen = True
             cidr = spec.get("cidr")
+            _check_cidr(cidr, f"{kind}/{name}")
             net = _v4net(cidr)
             if net is not None and not spec.get("disabled"):
                 self.pools.append(str(net))
@@ -283,6 +284,7 @@ class _CalicoSeen:
             return True
         if kind == "BlockAffinity" and "projectcalico.org" in str(d.get("apiVersion", "")):
             self.seen = True
+            _check_cidr(spec.get("cidr"), f"{kind}/{name}")
             net = _v4net(spec.get("cidr"))
             if net is not None and spec.get("node") and spec.get("state", "confirmed") == "confirmed":
                 self.affinities.append({"node": str(spec["node"]), "cidr": str(net)})
@@ -293,6 +295,16 @@ class _CalicoSeen:
         if kind == "Pod" and isinstance(ann, dict) and any(k in ann for k in _CALICO_ANNOTATIONS):
             self.seen = True
         return False
+
+
+def _check_cidr(text: object, obj: str) -> None:
+    """A Calico object's ``spec.cidr`` must be a network (IPv6 ones are ignored later);
+    :class:`SchemaError` naming the object and field otherwise (the caller adds the
+    file and document)."""
+    try:
+        ipaddress.ip_network(str(text), strict=False)
+    except ValueError:
+        raise SchemaError(f"invalid CIDR {text!r}", obj=obj, field="spec.cidr") from None
 
 
 def _v4net(text: object) -> ipaddress.IPv4Network | None:

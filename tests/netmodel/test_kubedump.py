@@ -602,3 +602,20 @@ def test_a_later_calico_dump_widens_the_inferred_pools(tmp_path: Path) -> None:
     assert r.exit_code == 1
     (line,) = [ln for ln in r.output.splitlines() if ln.startswith("error:")]
     assert "spec.cni: the dump gives 'calico'" in line and "'flannel'" in line
+
+
+def test_a_bad_ip_pool_cidr_is_one_line_naming_file_object_and_field(tmp_path: Path) -> None:
+    doc = _calico_items()
+    pool = next(i for i in doc["items"] if i["kind"] == "IPPool")
+    pool["spec"]["cidr"] = "192.168.0.0/33"
+    f = tmp_path / "bad.yaml"
+    f.write_text(yaml.safe_dump(doc))
+    with pytest.raises(InputError) as err:
+        load([f])
+    assert str(err.value) == (
+        f"{f} (document 12): IPPool/default-ipv4-ippool: spec.cidr: invalid CIDR '192.168.0.0/33'"
+    )
+    s = tmp_path / "s"
+    r = CliRunner().invoke(cli, ["--state", str(s), "apply", "-f", str(f)])
+    assert r.exit_code == 1 and len(r.output.strip().splitlines()) == 1
+    assert not (s / "state.db").exists()
