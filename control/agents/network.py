@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import hashlib
 import ipaddress
+import threading
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
@@ -187,6 +188,23 @@ class EmulatedCNI:
         self._kept: dict[str, str] = {}
         #: calico: every address in use in the cluster -> its sandbox id
         self._held: dict[str, str] = {}
+        #: one instance may serve the kubelets of several threads (``svclab serve``)
+        self._lock = threading.RLock()
+
+    def note(self, pod: Pod, *, gone: bool = False) -> None:
+        """calico: learn (or, ``gone``, forget) an address some pod of the cluster holds,
+        as Calico's IPAM reads its blocks from the datastore (the live driver feeds it
+        every Pod it sees); nothing for flannel, whose ranges are per node."""
+        ip = pod.status.pod_ip
+        if not self.calico or not ip or pod.spec.host_network:
+            return
+        owner = pod_sandbox_id(pod)
+        with self._lock:
+            if gone:
+                if self._held.get(ip) == owner:
+                    del self._held[ip]
+            else:
+                self._held.setdefault(ip, owner)
 
     @property
     def needs_pod_cidr(self) -> bool:
@@ -224,6 +242,10 @@ class EmulatedCNI:
         return r
 
     def add(self, node: Node, pod: Pod) -> PodNetworkResult:
+        with self._lock:
+            return self._add(node, pod)
+
+    def _add(self, node: Node, pod: Pod) -> PodNetworkResult:
         owner = pod_sandbox_id(pod)
         kept = self._kept.get(owner)
         if kept is not None:
@@ -240,6 +262,10 @@ class EmulatedCNI:
         return self._result(pod, ip, r)
 
     def delete(self, node: Node, pod: Pod) -> None:
+        with self._lock:
+            self._delete(node, pod)
+
+    def _delete(self, node: Node, pod: Pod) -> None:
         owner = pod_sandbox_id(pod)
         kept = self._kept.pop(owner, None)
         if kept is not None and self._held.get(kept) == owner:
@@ -248,10 +274,15 @@ class EmulatedCNI:
         if r is not None:
             ip = r.by_owner.get(owner)
             r.release(owner)
-            if ip is not None:
-                self._held.pop(str(ipaddress.IPv4Address(ip)), None)
+            key = None if ip is None else str(ipaddress.IPv4Address(ip))
+            if key is not None and self._held.get(key) == owner:
+                del self._held[key]
 
     def restore(self, node: Node, pods: Iterable[Pod]) -> None:
+        with self._lock:
+            self._restore(node, pods)
+
+    def _restore(self, node: Node, pods: Iterable[Pod]) -> None:
         if self.calico:
             rest = []
             for pod in pods:
