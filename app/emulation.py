@@ -31,7 +31,7 @@ from netmodel.lazy import LazyMapping
 from netmodel.objects import EndpointSlice, Namespace, Node, Pod, Service
 from netmodel.resolvconf import ResolvConf, pod_resolv_conf
 from netmodel.rulesets import IptablesRules, IpvsRules, NftRules, RulesetInput
-from netmodel.topology import PodInfo, build, build_lazy, node_info, pod_ns
+from netmodel.topology import PodInfo, build, build_lazy, node_info, pod_ns, spec_blocks
 from netmodel.view import ClusterView
 
 
@@ -255,7 +255,13 @@ def _view(
     node_net = spec.node_net
     assert isinstance(node_net, IPv4Network)
     network = (build_lazy if lazy else build)(
-        node_net, nodes, pods, overlay=spec.overlay, external_clients=clients
+        node_net,
+        nodes,
+        pods,
+        overlay=spec.overlay,
+        external_clients=clients,
+        cni=spec.cni,
+        blocks=spec_blocks(spec, nodes, pods),
     )
     rulesets: Mapping[str, RulesetInput]
     local: Mapping[str, tuple[str, ...]]

@@ -49,7 +49,7 @@ from dataplane.linux.nsenter import inode
 from dataplane.linux.realize import RealCluster, Removed, teardown
 from dataplane.linux.realize import cleanup as linux_cleanup
 from dataplane.linux.rules import IptablesBackend
-from netmodel.errors import BackendError, SvclabError
+from netmodel.errors import BackendError, InputError, SvclabError
 from netmodel.view import ClusterView
 
 __all__ = [
@@ -158,7 +158,8 @@ def up(
     """Realise ``session``'s cluster (see the module docstring) and record it in the
     state directory. ``cluster_id`` defaults to the one recorded, else a new one; asking
     for another id than the recorded one is an error (``down`` first). ``cni`` defaults
-    to the recorded mode, else ``bridge-plugin``; ``iptables_backend`` likewise, else
+    to the recorded mode, else ``bridge-plugin`` (``netlink`` for a ``cni: calico``
+    cluster, which refuses ``bridge-plugin``); ``iptables_backend`` likewise, else
     ``nft``. ``external_clients`` are added to the ones recorded (each gets a namespace
     hanging off the router)."""
     if cluster_id is not None:
@@ -170,6 +171,15 @@ def up(
             f"{state_dir} is already realised as cluster {record.cluster_id}; "
             "run 'svclab down' first"
         )
+    if session.cluster.spec.cni == "calico":
+        # Calico's own CNI plugin is not installed: svclab lays its pods out itself
+        if cni == "bridge-plugin":
+            raise InputError(
+                "the CNI bridge plugin is flannel's; the pods of a cni: calico cluster "
+                "are laid out by svclab itself (--cni netlink)",
+                field="--cni",
+            )
+        cni = cni or "netlink"
     if record is None:
         record = RealRecord(
             cluster_id=cluster_id or new_cluster_id(),

@@ -349,6 +349,11 @@ class LiveControlPlane:
         self.clock: Clock = clock or WallClock()
         self.watch_timeout = watch_timeout
         self.rules = EmulatedRules()
+        #: Calico's attachment keeps one table of the addresses every pod of the
+        #: cluster holds (a block address may lie in another node's podCIDR), so the
+        #: kubelets share it; flannel's host-local state is per node
+        self._calico_cni = EmulatedCNI(calico=True) if cluster.cni == "calico" else None
+        self._ipam_pods: SharedInformer | None = None
         self.components: dict[str, LiveComponent] = {}
         self._groups: list[_Informers] = []
         self._threads: list[threading.Thread] = []
@@ -450,6 +455,12 @@ class LiveControlPlane:
             [sched_group.get(k) for k in sorted(sched.kinds)],
             writes=(sched_group, sapi),
         )
+        if self._calico_cni is not None:
+            # Calico's IPAM is cluster-wide: the shared table learns every pod's address
+            # (and the node starter waits for that list), so that no kubelet hands out
+            # an address a pod of another node holds
+            self._ipam_pods = cm.get("Pod")
+            self._ipam_pods.add_handler(self._on_pods_for_ipam)
         # kubelets and kube-proxies follow the Nodes the controller-manager sees
         cm.get("Node").add_handler(self._on_nodes)
         self.proxy_group = self._identity(KUBE_PROXY, "kube-proxy")
@@ -465,6 +476,12 @@ class LiveControlPlane:
                 self._spawn(comp)
             for group in list(self._groups):
                 self._start_reflectors(group)
+
+    def _on_pods_for_ipam(self, events: Sequence[WatchEvent]) -> None:
+        assert self._calico_cni is not None
+        for ev in events:
+            if isinstance(ev.object, Pod):
+                self._calico_cni.note(ev.object, gone=ev.type == "DELETED")
 
     def _on_nodes(self, events: Sequence[WatchEvent]) -> None:
         for ev in events:
@@ -491,6 +508,8 @@ class LiveControlPlane:
                 node = self._node_starts.get(timeout=0.5)
             except queue.Empty:
                 continue
+            if self._ipam_pods is not None:  # Calico: the cluster's addresses first
+                self._ipam_pods.synced.wait(self.NODE_START_WAIT)
             agents = self._start_node(node)
             deadline = time.monotonic() + self.NODE_START_WAIT
             for comp in agents.components if agents is not None else ():
@@ -505,7 +524,9 @@ class LiveControlPlane:
             kg = self._identity(node_identity(node), f"kubelet/{node}")
             agents.connection = kg.conn
             kapi = kg.conn.api
-            kubelet = Kubelet(node, kapi, kapi.recorder, self.clock, EmulatedCNI())
+            kubelet = Kubelet(
+                node, kapi, kapi.recorder, self.clock, self._calico_cni or EmulatedCNI()
+            )
             kagent = _KubeletAgent(kubelet)
             agents.components.append(
                 LiveComponent(

@@ -157,7 +157,9 @@ class ControlPlane:
         self.clock: Clock = clock or FakeClock()
         self.recorder = Recorder(store, self.clock)
         self.apiserver = APIServer(store, cluster, clock=self.clock, recorder=self.recorder)
-        self.network_plugin: NetworkPlugin = network_plugin or EmulatedCNI()
+        self.network_plugin: NetworkPlugin = network_plugin or EmulatedCNI(
+            calico=cluster.cni == "calico"
+        )
         api, rec = self.apiserver, self.recorder
         self.nodeipam = NodeIPAMAgent(NodeIPAM(api, cluster))
         self.deployments = DeploymentController(api, rec)

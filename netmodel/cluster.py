@@ -1,8 +1,9 @@
 """The ``svclab.dev/v1alpha1 Cluster`` document: address plan and node list.
 
 Defaults: serviceCIDR 10.96.0.0/12, podCIDR 10.244.0.0/16, nodeCIDRMaskSize 24,
-nodePortRange 30000-32767, nodeNetwork 172.18.0.0/16, overlay vxlan, proxyMode
-iptables, loadBalancerCIDR 172.19.0.0/24 (svclab's built-in LoadBalancer pool).
+nodePortRange 30000-32767, nodeNetwork 172.18.0.0/16, cni flannel, overlay vxlan,
+proxyMode iptables, loadBalancerCIDR 172.19.0.0/24 (svclab's built-in LoadBalancer pool).
+``cni: calico`` models Calico instead of flannel (:class:`CalicoSpec`).
 Node addresses default to consecutive addresses of nodeNetwork from .2 on (.1 is the
 underlay gateway, where external clients attach).
 
@@ -106,6 +107,69 @@ def _carved(svc: IPNetwork, pod: IPNetwork) -> bool:
     return svc.version == pod.version and svc.prefixlen > pod.prefixlen and svc.subnet_of(pod)  # type: ignore[arg-type]
 
 
+class BlockAffinity(_Strict):
+    """One of Calico's ``BlockAffinity`` objects, as ``calicoctl ipam show --show-blocks``
+    or ``kubectl get blockaffinities`` print them: block ``cidr`` is affine to ``node``."""
+
+    node: str
+    cidr: str
+
+    @field_validator("cidr")
+    @classmethod
+    def _block(cls, v: str) -> str:
+        try:
+            net = parse_cidr(v)
+        except ValueError as e:
+            raise ValueError(f"invalid CIDR {v!r}: {e}") from None
+        if net.version != 4:
+            raise ValueError(f"{v!r} is not an IPv4 block")
+        return str(net)
+
+
+class CalicoSpec(_Strict):
+    """How Calico's IPAM and routing are modelled (``cni: calico``; see
+    :mod:`netmodel.topology`).
+
+    * ``ipPools``: the IPPools pod addresses come from (Calico's ``IPPool.spec.cidr``);
+      empty: the cluster's podCIDR. A recorded pod address must lie in one of them.
+    * ``blockSize``: the prefix length of the blocks the pools are cut into (Calico's
+      ``IPPool.spec.blockSize``, default 26).
+    * ``blockAffinities``: which node each block is affine to (Calico's
+      ``BlockAffinity`` objects). Empty: inferred from the pods, each node owning the
+      ``/blockSize`` blocks its pods' addresses fall in (a block shared by pods of
+      several nodes goes to the node with most pods in it; the others' addresses are
+      *borrowed* and routed as ``/32``, as Calico does).
+
+    Routing is Calico's with encapsulation ``None`` (BGP, the mode with the fewest
+    moving parts: no tunnel device, no MTU change): every node reaches another node's
+    blocks by ``<block> via <nodeIP> dev eth0``, as BIRD programs them."""
+
+    ip_pools: list[str] = Field(default_factory=list, alias="ipPools")
+    block_size: int = 26
+    block_affinities: list[BlockAffinity] = Field(default_factory=list)
+
+    @field_validator("ip_pools")
+    @classmethod
+    def _pools(cls, v: list[str]) -> list[str]:
+        out = []
+        for c in v:
+            try:
+                net = parse_cidr(c)
+            except ValueError as e:
+                raise ValueError(f"invalid CIDR {c!r}: {e}") from None
+            if net.version != 4:
+                raise ValueError(f"{c!r} is not an IPv4 pool")
+            out.append(str(net))
+        return out
+
+    @field_validator("block_size")
+    @classmethod
+    def _size(cls, v: int) -> int:
+        if not 20 <= v <= 32:
+            raise ValueError(f"blockSize {v} must be between 20 and 32 (Calico's range)")
+        return v
+
+
 class ClusterSpec(_Strict):
     service_cidr: str = Field(default="10.96.0.0/12", alias="serviceCIDR")
     pod_cidr: str = Field(default="10.244.0.0/16", alias="podCIDR")
@@ -114,6 +178,12 @@ class ClusterSpec(_Strict):
     node_network: str = "172.18.0.0/16"
     load_balancer_cidr: str = Field(default="172.19.0.0/24", alias="loadBalancerCIDR")
     overlay: Literal["vxlan", "host-gw"] = "vxlan"
+    #: the pods' network plugin: ``flannel`` (the CNI bridge + host-local pair on each
+    #: node's podCIDR, ``overlay`` between nodes) or ``calico`` (Calico's block IPAM,
+    #: ``cali*`` veths with proxy ARP, ``/32`` host routes, BGP routes to other nodes'
+    #: blocks: :class:`CalicoSpec`)
+    cni: Literal["flannel", "calico"] = "flannel"
+    calico: CalicoSpec = Field(default_factory=CalicoSpec)
     proxy_mode: Literal["iptables", "ipvs", "nftables"] = "iptables"
     nodes: int | list[NodeSpecEntry] = 1
     node_environment: NodeEnvironment = Field(default_factory=NodeEnvironment)
@@ -245,6 +315,26 @@ class ClusterSpec(_Strict):
                 raise ValueError(
                     f"dnsUpstream name {name!r} is inside the cluster domain {self.cluster_domain}"
                 )
+        if self.cni == "calico":
+            if "overlay" in self.model_fields_set:
+                raise ValueError(
+                    "overlay is flannel's backend; with cni calico the blocks are routed as "
+                    "Calico's BGP mode does (encapsulation None): leave overlay out"
+                )
+            pools = self.calico_pools
+            for p in pools:
+                for na, a in (("serviceCIDR", svc), ("nodeNetwork", under)):
+                    if overlaps(p, a) and not (a is svc and _carved(svc, p)):
+                        raise ValueError(f"calico.ipPools {p} overlaps {na} {a}")
+            for i, aff in enumerate(self.calico.block_affinities):
+                net = parse_cidr(aff.cidr)
+                if not any(net.subnet_of(p) for p in pools):  # type: ignore[arg-type]
+                    shown = ", ".join(str(p) for p in pools)
+                    raise ValueError(
+                        f"calico.blockAffinities[{i}].cidr {net} is in no IP pool ({shown})"
+                    )
+        elif "calico" in self.model_fields_set:
+            raise ValueError("calico settings need cni: calico")
         if self.dns and svc.num_addresses < 12:
             raise ValueError(f"serviceCIDR {svc} has no tenth address for kube-dns")
         if self.advertise_address is not None:
@@ -282,6 +372,11 @@ class ClusterSpec(_Strict):
     @property
     def node_net(self) -> IPNetwork:
         return parse_cidr(self.node_network)
+
+    @property
+    def calico_pools(self) -> list[IPNetwork]:
+        """Calico's IP pools (``calico.ipPools``, else the podCIDR)."""
+        return [parse_cidr(p) for p in self.calico.ip_pools] or [self.pod_net]
 
     @property
     def lb_net(self) -> IPNetwork:
@@ -350,7 +445,15 @@ class Cluster(BaseModel):
     spec: ClusterSpec = Field(default_factory=ClusterSpec)
 
     def to_dict(self) -> dict[str, Any]:
-        return self.model_dump(by_alias=True, mode="json")
+        """The document as stored: every field, except those that do not apply to the
+        network plugin (``overlay`` under Calico, ``calico`` under flannel), so that it
+        reads back as the same Cluster."""
+        d = self.model_dump(by_alias=True, mode="json")
+        if self.spec.cni == "calico":
+            d["spec"].pop("overlay", None)
+        else:
+            d["spec"].pop("calico", None)
+        return d
 
 
 def cluster_from_dict(

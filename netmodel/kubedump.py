@@ -26,7 +26,12 @@ or objects carrying server-set metadata (``uid``, ``resourceVersion``,
   Nodes' InternalIPs; ``proxyMode`` from the kube-proxy ConfigMap; ``allocation:
   recorded`` (ClusterIPs, NodePorts kept as recorded) and ``kubernetesService: false``
   (the dump's own ``default/kubernetes`` is applied); ``nodes: 0`` (the Nodes come from
-  the dump).
+  the dump); ``cni: calico`` when the dump shows Calico (a ``calico-node`` Pod or
+  DaemonSet, Pods annotated ``cni.projectcalico.org/podIP(s)``, IPPool or BlockAffinity
+  objects), with ``calico.ipPools`` from the IPPool objects (else, when some pod
+  address lies outside the podCIDR, the smallest network holding every pod address, with
+  a warning) and ``calico.blockAffinities`` from the BlockAffinity objects (else the
+  blocks are inferred from the pods, see ``netmodel.topology.calico_blocks``).
 
 Values only: no I/O.
 """
@@ -235,9 +240,92 @@ def _cluster_cidr(conf: dict[str, Any]) -> ipaddress.IPv4Network | None:
     return None
 
 
+_CALICO_ANNOTATIONS = ("cni.projectcalico.org/podIP", "cni.projectcalico.org/podIPs")
+
+
+@dataclass
+class _CalicoSeen:
+    """What a dump shows of Calico."""
+
+    seen: bool = False
+    pools: list[str] = field(default_factory=list)
+    block_size: int | None = None
+    affinities: list[dict[str, str]] = field(default_factory=list)
+    #: what an IPPool asks for that svclab does not model, one note per pool
+    unmodelled: list[str] = field(default_factory=list)
+
+    def read(self, kind: str, d: dict[str, Any]) -> bool:
+        """Note what ``d`` shows; True when it is Calico's own object (not applied)."""
+        meta = d.get("metadata") or {}
+        spec = d.get("spec") or {}
+        name = str(meta.get("name") or "")
+        if kind == "IPPool" and "projectcalico.org" in str(d.get("apiVersion", "")):
+            self.seen = True
+            cidr = spec.get("cidr")
+            _check_cidr(cidr, f"{kind}/{name}")
+            net = _v4net(cidr)
+            if net is not None and not spec.get("disabled"):
+                self.pools.append(str(net))
+                if isinstance(spec.get("blockSize"), int):
+                    self.block_size = spec["blockSize"]
+                notes = [
+                    f"{key} {spec[key]}"
+                    for key in ("ipipMode", "vxlanMode")
+                    if spec.get(key) not in (None, "", "Never")
+                ]
+                if spec.get("natOutgoing"):
+                    notes.append("natOutgoing")
+                if notes:
+                    self.unmodelled.append(
+                        f"Calico IPPool {name} ({net}): {', '.join(notes)} not modelled "
+                        "(blocks are routed without encapsulation, as in Calico's BGP mode; "
+                        "pod traffic to addresses outside the pools is not masqueraded)"
+                    )
+            return True
+        if kind == "BlockAffinity" and "projectcalico.org" in str(d.get("apiVersion", "")):
+            self.seen = True
+            _check_cidr(spec.get("cidr"), f"{kind}/{name}")
+            net = _v4net(spec.get("cidr"))
+            if net is not None and spec.get("node") and spec.get("state", "confirmed") == "confirmed":
+                self.affinities.append({"node": str(spec["node"]), "cidr": str(net)})
+            return True
+        if kind in ("DaemonSet", "Pod") and name.startswith("calico-node"):
+            self.seen = True
+        ann = meta.get("annotations")
+        if kind == "Pod" and isinstance(ann, dict) and any(k in ann for k in _CALICO_ANNOTATIONS):
+            self.seen = True
+        return False
+
+
+def _check_cidr(text: object, obj: str) -> None:
+    """A Calico object's ``spec.cidr`` must be a network (IPv6 ones are ignored later);
+    :class:`SchemaError` naming the object and field otherwise (the caller adds the
+    file and document)."""
+    try:
+        ipaddress.ip_network(str(text), strict=False)
+    except ValueError:
+        raise SchemaError(f"invalid CIDR {text!r}", obj=obj, field="spec.cidr") from None
+
+
+def _v4net(text: object) -> ipaddress.IPv4Network | None:
+    try:
+        net = ipaddress.ip_network(str(text), strict=False)
+    except ValueError:
+        return None
+    return net if isinstance(net, ipaddress.IPv4Network) else None
+
+
+def _pod_ip(d: dict[str, Any]) -> ipaddress.IPv4Address | None:
+    if (d.get("spec") or {}).get("hostNetwork"):
+        return None
+    return _v4((d.get("status") or {}).get("podIP"))
+
+
 def prepare(docs: list[dict[str, Any]], *, has_cluster: bool) -> PreparedDump:
     """Dump documents (List items already unfolded) -> :class:`PreparedDump`."""
     out = PreparedDump(docs=[])
+    calico = _CalicoSeen()
+    pod_ips: list[ipaddress.IPv4Network] = []
     services: list[dict[str, Any]] = []
     cidr_objs: list[str] = []
     pod_cidrs: list[ipaddress.IPv4Network] = []
@@ -257,6 +345,13 @@ def prepare(docs: list[dict[str, Any]], *, has_cluster: bool) -> PreparedDump:
                 cluster_cidr = _cluster_cidr(conf) or cluster_cidr
             out.skipped[kind] += 1
             continue
+        if calico.read(kind, d):
+            out.skipped[kind] += 1
+            continue
+        if kind == "Pod":
+            pip = _pod_ip(d)
+            if pip is not None:
+                pod_ips.append(ipaddress.IPv4Network(f"{pip}/32"))
         if kind == "ServiceCIDR":
             cidr_objs.extend(str(c) for c in (d.get("spec") or {}).get("cidrs") or [])
             out.skipped[kind] += 1
@@ -310,6 +405,29 @@ def prepare(docs: list[dict[str, Any]], *, has_cluster: bool) -> PreparedDump:
             spec["nodeNetwork"] = str(_covering(node_ips, 24))
         if mode is not None:
             spec["proxyMode"] = mode
+        if calico.seen:
+            out.warnings.extend(calico.unmodelled)
+            spec["cni"] = "calico"
+            spec.pop("overlay", None)
+            cal: dict[str, Any] = {}
+            pod_range = ipaddress.ip_network(spec.get("podCIDR", "10.244.0.0/16"))
+            if calico.pools:
+                cal["ipPools"] = calico.pools
+            elif pod_ips and not all(p.subnet_of(pod_range) for p in pod_ips):  # type: ignore[arg-type]
+                pool = _covering(pod_ips, 26)
+                cal["ipPools"] = [str(pool)]
+                out.warnings.append(
+                    f"Calico IP pool {pool} inferred from the pod addresses (no IPPool object)"
+                )
+            if not pod_cidrs and "podCIDR" not in spec:
+                first = ipaddress.ip_network((cal.get("ipPools") or [None])[0] or "10.244.0.0/16")
+                spec["podCIDR"] = str(cluster_cidr or first)
+            if calico.block_size is not None:
+                cal["blockSize"] = calico.block_size
+            if calico.affinities:
+                cal["blockAffinities"] = calico.affinities
+            if cal:
+                spec["calico"] = cal
         out.cluster = {
             "apiVersion": "svclab.dev/v1alpha1",
             "kind": "Cluster",
@@ -335,6 +453,7 @@ _RANGES = (
 _SCALARS = (
     ("nodeCIDRMaskSize", "node_cidr_mask_size"),
     ("proxyMode", "proxy_mode"),
+    ("cni", "cni"),
     ("allocation", "allocation"),
     ("kubernetesService", "kubernetes_service"),
     ("nodes", "nodes"),
@@ -381,6 +500,28 @@ def merge_inferred(stored: Cluster, inferred: Cluster, *, where: str) -> Cluster
                 field=f"spec.{alias}",
             )
         update[alias] = str(_covering([old, new]))
+    if "calico" in set_ and inferred.spec.calico != stored.spec.calico:
+        old_c, new_c = stored.spec.calico, inferred.spec.calico
+        if not widen or old_c.block_size != new_c.block_size:
+            raise InputError(
+                f"the dump gives Calico settings {new_c.model_dump(by_alias=True)}, the "
+                f"cluster in {where} has {old_c.model_dump(by_alias=True)}: a different "
+                "cluster (use a new --state)",
+                obj=name,
+                field="spec.calico",
+            )
+        pools = list(old_c.ip_pools) + [p for p in new_c.ip_pools if p not in old_c.ip_pools]
+        seen = {(a.node, a.cidr) for a in old_c.block_affinities}
+        affinities = [a.model_dump(by_alias=True) for a in old_c.block_affinities] + [
+            a.model_dump(by_alias=True)
+            for a in new_c.block_affinities
+            if (a.node, a.cidr) not in seen
+        ]
+        update["calico"] = {
+            "ipPools": pools,
+            "blockSize": old_c.block_size,
+            "blockAffinities": affinities,
+        }
     if not update:
         return stored
     data = stored.to_dict()

@@ -280,7 +280,16 @@ def _collect_paused(texts: list[tuple[str, str]]) -> Manifests:
         has_cluster = any(
             d.get("kind") == "Cluster" and d.get("apiVersion") == CLUSTER_API for _, _, d in located
         )
-        prepared = kubedump.prepare([d for _, _, d in located], has_cluster=has_cluster)
+        try:
+            prepared = kubedump.prepare([d for _, _, d in located], has_cluster=has_cluster)
+        except SchemaError as e:  # a Calico object: say which file and document
+            at = next(
+                ((src, i) for src, i, d in located if _describe(d) == e.obj),
+                (None, None),
+            )
+            raise SchemaError(
+                e.reason, file=at[0], document=at[1] or None, obj=e.obj, field=e.field
+            ) from None
         kept: list[tuple[str, int, dict[str, Any]]] = []
         for s, i, d in located:
             if d.get("kind") in kubedump.MODELLED_KINDS or d.get("kind") in (

@@ -144,6 +144,9 @@ class ClusterNetwork:
     veths: tuple[VethPair, ...] = ()
     overlay: Literal["vxlan", "host-gw"] = "vxlan"
     node_network: IPv4Network | None = None
+    #: the pods' network plugin (``netmodel.topology``): ``flannel`` (bridge + overlay)
+    #: or ``calico`` (cali veths, proxy ARP, BGP routes to each node's blocks)
+    cni: Literal["flannel", "calico"] = "flannel"
 
     def owner_of(self, ip: IPAddress) -> Netns | None:
         """The namespace holding address ``ip`` (loopback excluded)."""

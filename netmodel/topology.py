@@ -17,6 +17,26 @@ The layout is what a kind-like cluster with flannel and the CNI ``bridge`` plugi
   pod-to-pod traffic crosses iptables, so hairpin Service traffic is NATed).
 * ``pod/NS/NAME``: ``eth0`` (pod IP with the podCIDR's prefix, MTU 1450 under VXLAN),
   default via the cni0 address.
+
+With ``cni="calico"`` the pod network is Calico's instead (its dataplane as Calico's docs
+describe it, "Calico networking" and the FAQ on 169.254.1.1 and ``ee:ee:ee:ee:ee:ee``):
+
+* no bridge: each pod's host-side veth is ``cali`` + the first 11 hex digits of the
+  SHA-1 of ``NAMESPACE.NAME`` (:func:`calico_veth_name`, the name Calico's CNI plugin
+  gives it, so names match a real node's ``ip link``), MAC ``ee:ee:ee:ee:ee:ee``, no
+  address, with ``net.ipv4.conf.caliX.proxy_arp=1`` and
+  ``net.ipv4.neigh.caliX.proxy_delay=0``; the node routes ``<podIP> dev caliX scope
+  link``;
+* the pod's ``eth0`` holds ``<podIP>/32`` with ``169.254.1.1 dev eth0 scope link`` and
+  ``default via 169.254.1.1 dev eth0``: nobody holds 169.254.1.1, the host veth answers
+  the pod's ARP for it by proxy ARP (the node routes it elsewhere), so every packet of
+  the pod goes to the node and is routed there;
+* between nodes, Calico's BGP mode without encapsulation (as BIRD programs it): each
+  node routes every other node's IPAM blocks ``<block> via <nodeIP> dev eth0``, and a
+  pod address *borrowed* from a block affine to another node as ``<podIP>/32 via
+  <nodeIP>`` (:func:`calico_blocks`). The blackhole route Calico adds for a node's own
+  blocks is not modelled (an unused address of a local block goes out by the default
+  route and is dropped at the underlay router instead).
 """
 
 from __future__ import annotations
@@ -27,6 +47,7 @@ from dataclasses import dataclass
 from ipaddress import IPv4Address, IPv4Interface, IPv4Network, ip_address, ip_network
 from typing import Literal
 
+from netmodel.cluster import ClusterSpec
 from netmodel.ip import IPAddress
 from netmodel.lazy import LazyMapping
 from netmodel.network import (
@@ -70,6 +91,90 @@ def host_veth_name(pod_key: str) -> str:
     return "veth" + hashlib.sha256(pod_key.encode()).hexdigest()[:8]
 
 
+def calico_veth_name(pod_key: str) -> str:
+    """The host-side veth Calico's CNI plugin creates for pod ``NS/NAME``: ``cali`` + the
+    first 11 hex digits of the SHA-1 of ``NS.NAME`` (the workload's id; a real node's
+    ``ip link`` shows the same name, e.g. microk8s' ``dump-workload-endpoints.sh`` lists
+    them that way)."""
+    ns, _, name = pod_key.partition("/")
+    return "cali" + hashlib.sha1(f"{ns}.{name}".encode()).hexdigest()[:11]
+
+
+#: the MAC Calico gives every host-side veth (the pod only ever talks to the host)
+CALICO_HOST_MAC = "ee:ee:ee:ee:ee:ee"
+#: the pod's gateway under Calico: an address nobody holds, answered by proxy ARP
+CALICO_GATEWAY = IPv4Address("169.254.1.1")
+CALICO_NODE_SYSCTLS = (
+    ("net.ipv4.ip_forward", "1"),
+    ("net.ipv4.conf.all.route_localnet", "1"),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class CalicoBlocks:
+    """Where Calico's pod addresses are routed: ``blocks`` node -> its affine blocks;
+    ``borrowed`` node -> the addresses of its pods that lie in no block of its own."""
+
+    blocks: dict[str, tuple[IPv4Network, ...]]
+    borrowed: dict[str, tuple[IPv4Address, ...]]
+
+
+def calico_blocks(
+    nodes: Sequence[NodeInfo],
+    pods: Sequence[PodInfo],
+    *,
+    block_size: int = 26,
+    affinities: Sequence[tuple[str, IPv4Network]] = (),
+) -> CalicoBlocks:
+    """Calico's block affinities. Given (``affinities``: ``(node, block)`` as Calico's
+    BlockAffinity objects say), they are taken as they are; otherwise each pod's address
+    gives the ``/block_size`` block it falls in, affine to the node holding most of the
+    block's pods (ties: the first node in ``nodes`` order). A pod whose address lies in
+    no block of its node is borrowed (Calico routes it as a ``/32``). Pure."""
+    names = [n.name for n in nodes]
+    order = {n: i for i, n in enumerate(names)}
+    owner: dict[IPv4Network, str] = {}
+    if affinities:
+        for node, block in affinities:
+            owner.setdefault(block, node)
+    else:
+        count: dict[IPv4Network, dict[str, int]] = {}
+        for p in pods:
+            if p.node not in order:
+                continue
+            net = ip_network(f"{p.ip}/{block_size}", strict=False)
+            assert isinstance(net, IPv4Network)
+            per = count.setdefault(net, {})
+            per[p.node] = per.get(p.node, 0) + 1
+        for block, per in count.items():
+            owner[block] = min(per, key=lambda n: (-per[n], order[n]))
+    blocks: dict[str, list[IPv4Network]] = {}
+    for block, node in sorted(owner.items(), key=lambda kv: (kv[0].network_address, kv[0].prefixlen)):
+        blocks.setdefault(node, []).append(block)
+    borrowed: dict[str, list[IPv4Address]] = {}
+    for p in sorted(pods, key=lambda p: p.ip):
+        if p.node in order and not any(p.ip in b for b in blocks.get(p.node, ())):
+            borrowed.setdefault(p.node, []).append(p.ip)
+    return CalicoBlocks(
+        {n: tuple(v) for n, v in blocks.items()}, {n: tuple(v) for n, v in borrowed.items()}
+    )
+
+
+def spec_blocks(
+    spec: ClusterSpec, nodes: Sequence[NodeInfo], pods: Sequence[PodInfo]
+) -> CalicoBlocks | None:
+    """The Calico blocks of a cluster (None unless ``cni: calico``): the Cluster's
+    ``calico.blockAffinities`` when given, else inferred from ``pods``."""
+    if spec.cni != "calico":
+        return None
+    affinities = []
+    for a in spec.calico.block_affinities:
+        net = ip_network(a.cidr)
+        assert isinstance(net, IPv4Network)
+        affinities.append((a.node, net))
+    return calico_blocks(nodes, pods, block_size=spec.calico.block_size, affinities=affinities)
+
+
 def vtep_mac(node: str) -> str:
     return stable_mac("vtep", node)
 
@@ -97,12 +202,20 @@ def build(
     *,
     overlay: Literal["vxlan", "host-gw"] = "vxlan",
     external_clients: Sequence[str] = (),
+    cni: Literal["flannel", "calico"] = "flannel",
+    blocks: CalicoBlocks | None = None,
 ) -> ClusterNetwork:
-    """The whole network. Pure: the same inputs give the same value (MACs included)."""
-    plan = _Plan(node_network, nodes, pods, overlay, external_clients)
+    """The whole network. Pure: the same inputs give the same value (MACs included).
+    ``cni="calico"``: Calico's pod network (module docstring); ``blocks`` its block
+    affinities (default: :func:`calico_blocks` of ``nodes`` and ``pods``)."""
+    plan = _Plan(node_network, nodes, pods, overlay, external_clients, cni, blocks)
     namespaces = {name: plan.netns(name) for name in plan.names}
     return ClusterNetwork(
-        namespaces=namespaces, veths=plan.veths(), overlay=overlay, node_network=node_network
+        namespaces=namespaces,
+        veths=plan.veths(),
+        overlay=plan.overlay,
+        node_network=node_network,
+        cni=cni,
     )
 
 
@@ -113,18 +226,21 @@ def build_lazy(
     *,
     overlay: Literal["vxlan", "host-gw"] = "vxlan",
     external_clients: Sequence[str] = (),
+    cni: Literal["flannel", "calico"] = "flannel",
+    blocks: CalicoBlocks | None = None,
 ) -> LazyClusterNetwork:
     """:func:`build`'s network with each namespace derived when first looked up (same
     names in the same order, equal values): a node's routes, neighbours and FDB entries
     name every other node, so building all of them costs the square of the node count;
     a question about one packet needs two or three. :meth:`LazyClusterNetwork.owner_of`
     and :meth:`LazyClusterNetwork.interface` answer from indexes, without building."""
-    plan = _Plan(node_network, nodes, pods, overlay, external_clients)
+    plan = _Plan(node_network, nodes, pods, overlay, external_clients, cni, blocks)
     return LazyClusterNetwork(
         namespaces=LazyMapping(plan.names, plan.netns),  # type: ignore[arg-type]
         veths=plan.veths(),
-        overlay=overlay,
+        overlay=plan.overlay,
         node_network=node_network,
+        cni=cni,
         plan=plan,
     )
 
@@ -162,18 +278,27 @@ class _Plan:
         pods: Sequence[PodInfo],
         overlay: Literal["vxlan", "host-gw"],
         external_clients: Sequence[str],
+        cni: Literal["flannel", "calico"] = "flannel",
+        blocks: CalicoBlocks | None = None,
     ) -> None:
         self.node_network = node_network
         self.nodes = list(nodes)
-        self.overlay = overlay
+        self.calico = cni == "calico"
+        # Calico (BGP, no encapsulation) routes between nodes as host-gw does
+        self.overlay: Literal["vxlan", "host-gw"] = "host-gw" if self.calico else overlay
         self.clients = list(external_clients)
         self.gateway = node_network.network_address + 1
-        self.mtu = 1500 - VXLAN_OVERHEAD if overlay == "vxlan" else 1500
+        self.mtu = 1500 - VXLAN_OVERHEAD if self.overlay == "vxlan" else 1500
         pods_by_node: dict[str, list[PodInfo]] = {}
         for p in pods:
             pods_by_node.setdefault(p.node, []).append(p)
         self.pods_by_node = {k: sorted(v, key=lambda p: p.key) for k, v in pods_by_node.items()}
         self.node_index = {n.name: i for i, n in enumerate(self.nodes)}
+        self.blocks = (
+            (blocks if blocks is not None else calico_blocks(self.nodes, pods))
+            if self.calico
+            else CalicoBlocks({}, {})
+        )
         #: netns name -> what builds it: ("ext", j) | ("router",) | ("pod", node, pod) |
         #: ("node", node), in build()'s order
         self.what: dict[str, tuple[object, ...]] = {}
@@ -181,12 +306,20 @@ class _Plan:
             self.what[ext_ns(client)] = ("ext", j)
         self.what["router"] = ("router",)
         for n in self.nodes:
-            if n.pod_cidr is not None:
+            if self._has_pods(n):
                 for p in self.pods_by_node.get(n.name, []):
                     self.what[pod_ns(p.key)] = ("pod", n, p)
             self.what[node_ns(n.name)] = ("node", n)
         self.names = list(self.what)
         self._owners: dict[IPAddress, str] | None = None
+
+    def _has_pods(self, n: NodeInfo) -> bool:
+        """Whether the node's pods are attached: under flannel only on a node with a
+        podCIDR (the bridge's subnet); Calico ignores podCIDRs."""
+        return self.calico or n.pod_cidr is not None
+
+    def host_veth(self, pod_key: str) -> str:
+        return calico_veth_name(pod_key) if self.calico else host_veth_name(pod_key)
 
     # ---- whole-network facts
 
@@ -194,11 +327,11 @@ class _Plan:
         out = [VethPair(("router", f"u{i}"), (node_ns(n.name), "eth0")) for i, n in enumerate(self.nodes)]
         out += [VethPair(("router", f"x{j}"), (ext_ns(c), "eth0")) for j, c in enumerate(self.clients)]
         for n in self.nodes:
-            if n.pod_cidr is None:
+            if not self._has_pods(n):
                 continue
             ns = node_ns(n.name)
             for p in self.pods_by_node.get(n.name, []):
-                out.append(VethPair((ns, host_veth_name(p.key)), (pod_ns(p.key), "eth0")))
+                out.append(VethPair((ns, self.host_veth(p.key)), (pod_ns(p.key), "eth0")))
         return tuple(out)
 
     def owners(self) -> dict[IPAddress, str]:
@@ -224,7 +357,7 @@ class _Plan:
             return [what[2].ip]  # type: ignore[attr-defined]
         n: NodeInfo = what[1]  # type: ignore[assignment]
         out: list[IPAddress] = [n.ip]
-        if n.pod_cidr is not None:
+        if n.pod_cidr is not None and not self.calico:
             out.append(n.pod_cidr.network_address + 1)
             if self.overlay == "vxlan":
                 out.append(n.pod_cidr.network_address)
@@ -313,18 +446,38 @@ class _Plan:
         )
 
     def _pod_eth0(self, n: NodeInfo, p: PodInfo) -> Interface:
-        assert n.pod_cidr is not None
-        paddr = IPv4Interface(f"{p.ip}/{n.pod_cidr.prefixlen}")
+        if self.calico:
+            paddr = IPv4Interface(f"{p.ip}/32")
+        else:
+            assert n.pod_cidr is not None
+            paddr = IPv4Interface(f"{p.ip}/{n.pod_cidr.prefixlen}")
         return Interface(
             "eth0",
             "veth",
             stable_mac("pod", p.key),
             (paddr,),
             mtu=self.mtu,
-            peer=(node_ns(n.name), host_veth_name(p.key)),
+            peer=(node_ns(n.name), self.host_veth(p.key)),
         )
 
     def _pod(self, n: NodeInfo, p: PodInfo) -> Netns:
+        if self.calico:
+            return Netns(
+                name=pod_ns(p.key),
+                role="pod",
+                node=n.name,
+                pod=p.key,
+                interfaces=(
+                    Interface(
+                        "lo", "loopback", "00:00:00:00:00:00", (IPv4Interface("127.0.0.1/8"),)
+                    ),
+                    self._pod_eth0(n, p),
+                ),
+                routes=(
+                    Route(dst=IPv4Network(f"{CALICO_GATEWAY}/32"), dev="eth0", scope="link"),
+                    Route(dst=DEFAULT_ROUTE, dev="eth0", via=CALICO_GATEWAY),
+                ),
+            )
         assert n.pod_cidr is not None
         gw = n.pod_cidr.network_address + 1
         eth0 = self._pod_eth0(n, p)
@@ -350,7 +503,42 @@ class _Plan:
         idx = self.node_index[n.name]
         return Interface("eth0", "veth", stable_mac(ns, "eth0"), (eth0,), peer=("router", f"u{idx}"))
 
+    def _calico_node(self, n: NodeInfo) -> Netns:
+        ns = node_ns(n.name)
+        eth0_itf = self._node_eth0(n)
+        eth0 = eth0_itf.addresses[0]
+        itfs = [
+            Interface("lo", "loopback", "00:00:00:00:00:00", (IPv4Interface("127.0.0.1/8"),)),
+            eth0_itf,
+        ]
+        routes = [_connected("eth0", eth0), Route(dst=DEFAULT_ROUTE, dev="eth0", via=self.gateway)]
+        sysctls = list(CALICO_NODE_SYSCTLS)
+        for p in self.pods_by_node.get(n.name, []):
+            hv = calico_veth_name(p.key)
+            itfs.append(
+                Interface(hv, "veth", CALICO_HOST_MAC, mtu=self.mtu, peer=(pod_ns(p.key), "eth0"))
+            )
+            routes.append(Route(dst=IPv4Network(f"{p.ip}/32"), dev=hv, scope="link"))
+            sysctls += [(f"net.ipv4.conf.{hv}.proxy_arp", "1"), (f"net.ipv4.neigh.{hv}.proxy_delay", "0")]
+        for peer in self.nodes:
+            if peer.name == n.name:
+                continue
+            for block in self.blocks.blocks.get(peer.name, ()):
+                routes.append(Route(dst=block, dev="eth0", via=peer.ip))
+            for ip in self.blocks.borrowed.get(peer.name, ()):
+                routes.append(Route(dst=IPv4Network(f"{ip}/32"), dev="eth0", via=peer.ip))
+        return Netns(
+            name=ns,
+            role="node",
+            node=n.name,
+            interfaces=tuple(itfs),
+            routes=tuple(routes),
+            sysctls=tuple(sysctls),
+        )
+
     def _node(self, n: NodeInfo) -> Netns:
+        if self.calico:
+            return self._calico_node(n)
         ns = node_ns(n.name)
         mtu = self.mtu
         eth0_itf = self._node_eth0(n)

@@ -68,7 +68,8 @@ def _point(scene: Scene, netns: str, dev: str) -> str | None:
     if ns.role in ("pod", "external"):
         return point_id(netns, "eth0")
     if dev in ("eth0", "cni0", "flannel.1") or any(
-        i.name == dev and i.master == "cni0" for i in ns.interfaces
+        i.name == dev and (i.master == "cni0" or (i.name.startswith("cali") and i.peer))
+        for i in ns.interfaces
     ):
         return point_id(netns, dev)
     return None
@@ -99,7 +100,11 @@ def trace_path(scene: Scene, hops: Sequence[Mapping[str, Any]]) -> Path:
             pod = points[-1] if _is_pod(points[-1]) else pid
             veth = _veth_of(scene, _ns(pod))
             if veth is not None:
-                between = [veth] if pod != pid else [f"{_ns(veth)}#cni0", veth]
+                node = scene.network.namespaces.get(_ns(veth))
+                bridged = node is not None and any(i.name == "cni0" for i in node.interfaces)
+                # into a pod: over its node's bridge (flannel), or routed straight to its
+                # cali veth (Calico)
+                between = [veth] if pod != pid or not bridged else [f"{_ns(veth)}#cni0", veth]
                 for p in between:
                     place(p)
         place(pid)

@@ -16,7 +16,7 @@ from control.session import Session
 from netmodel.errors import InputError
 from netmodel.network import ClusterNetwork
 from netmodel.objects import EndpointSlice, Node, Pod, Service
-from netmodel.topology import NodeInfo, PodInfo, build, node_info
+from netmodel.topology import NodeInfo, PodInfo, build, node_info, spec_blocks
 
 #: the most nodes one picture draws (a 60-node graph is already a poster)
 MAX_NODES = 60
@@ -149,7 +149,14 @@ def scene(
         if not focus:
             raise InputError(f"node {node} not found", field="--node")
         mine = [p for p in pods if p.node == node]
-        net = build(node_net, focus, mine, overlay=spec.overlay)
+        net = build(
+            node_net,
+            focus,
+            mine,
+            overlay=spec.overlay,
+            cni=spec.cni,
+            blocks=spec_blocks(spec, nodes, pods),
+        )
         peers = sum(1 for n in nodes if n.name != node and n.pod_cidr is not None)
         return Scene(tuple(focus), tuple(mine), net, services(session), node, peers)
     if network is None and len(nodes) > max_nodes:
@@ -158,5 +165,12 @@ def scene(
             f"(at most {max_nodes}): draw one node with --node NAME"
         )
     if network is None:
-        network = build(node_net, nodes, pods, overlay=spec.overlay)
+        network = build(
+            node_net,
+            nodes,
+            pods,
+            overlay=spec.overlay,
+            cni=spec.cni,
+            blocks=spec_blocks(spec, nodes, pods),
+        )
     return Scene(tuple(nodes), tuple(pods), network, services(session))

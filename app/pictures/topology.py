@@ -1,7 +1,8 @@
 """The cluster drawn as a graph (Graphviz ``dot``, left to right): the underlay router,
 each node as a box holding eth0 (node address), flannel.1 (VXLAN VNI, VTEP) or its
 host-gw routes, the cni0 bridge (the podCIDR's gateway), one veth per pod and the pod's
-eth0 with its IP; external clients on the underlay; Services on the right, each an
+eth0 with its IP (under Calico: the routes to the other nodes' blocks and one ``cali``
+veth per pod, with proxy ARP); external clients on the underlay; Services on the right, each an
 arrow to the pods behind its endpoints.
 
 Pure: :func:`topology_graph` turns a :class:`~app.pictures.scene.Scene` into a
@@ -102,6 +103,13 @@ def _node_box(g: graphviz.Digraph, scene: Scene, ns: Netns) -> None:
             )
             c.edge(point_id(ns.name, "eth0"), rid, dir="none", style="dotted")
             c.edge(rid, point_id(ns.name, "cni0"), dir="none", style="dotted")
+        cali = [
+            i
+            for i in ns.interfaces
+            if i.kind == "veth" and i.master is None and i.peer and i.name.startswith("cali")
+        ]
+        if cali and "cni0" not in names:
+            _calico(c, scene, ns, cali)
         for itf in ns.interfaces:
             if itf.kind != "veth" or itf.master != "cni0" or itf.peer is None:
                 continue
@@ -119,6 +127,39 @@ def _node_box(g: graphviz.Digraph, scene: Scene, ns: Netns) -> None:
             pod_netns = scene.network.namespaces.get(itf.peer[0])
             if pod_netns is not None:
                 _pod_box(c, pod_netns, itf.peer[1], vid)
+
+
+def _calico(c: graphviz.Digraph, scene: Scene, ns: Netns, cali: list[Interface]) -> None:
+    """Calico's side of a node: its routes to the other nodes' blocks, and each pod's
+    ``cali`` veth (proxy ARP, a /32 route) with the pod behind it."""
+    routes = [r for r in ns.routes if r.dev == "eth0" and r.via is not None and r.dst.prefixlen]
+    lines = [f"{r.dst} via {r.via}" for r in routes[:MAX_ROUTES]]
+    if len(routes) > MAX_ROUTES:
+        lines.append(f"... {len(routes) - MAX_ROUTES} more")
+    rid = point_id(ns.name, "routes")
+    c.node(
+        rid,
+        "Calico routes (BGP)\\n" + "\\l".join(lines or ["(no peer blocks)"]) + "\\l",
+        shape="note",
+        fillcolor="#fbeedd",
+    )
+    c.edge(point_id(ns.name, "eth0"), rid, dir="none", style="dotted")
+    for itf in cali:
+        assert itf.peer is not None
+        vid = point_id(ns.name, itf.name)
+        c.node(
+            vid,
+            f"{itf.name}\\nproxy ARP",
+            shape="box",
+            style="filled",
+            fillcolor="#f4f4f4",
+            fontsize="8",
+            height="0.2",
+        )
+        c.edge(rid, vid, dir="none", style="dotted", label="/32")
+        pod_netns = scene.network.namespaces.get(itf.peer[0])
+        if pod_netns is not None:
+            _pod_box(c, pod_netns, itf.peer[1], vid)
 
 
 def _pod_box(c: graphviz.Digraph, ns: Netns, dev: str, veth_id: str) -> None:

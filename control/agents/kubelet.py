@@ -50,6 +50,12 @@ class Sandbox:
     network: PodNetworkResult | None
 
 
+def _needs_pod_cidr(plugin: NetworkPlugin) -> bool:
+    """Whether the plugin keeps recorded addresses only on nodes with a podCIDR (the
+    bridge + host-local pair; Calico's attachment does not need one)."""
+    return bool(getattr(plugin, "needs_pod_cidr", True))
+
+
 def _needs_work(pod: Pod) -> bool:
     s = pod.status
     return pod.is_terminating or s.phase != "Running" or not s.pod_ip or not pod.is_ready
@@ -120,7 +126,7 @@ class Kubelet:
         self._waiting.clear()
         mine = [p for p in pods if p.spec.node_name == self.node_name]
         running = [p for p in mine if p.status.pod_ip and not p.is_terminating]
-        if node is not None and node.spec.pod_cidr:
+        if node is not None and (node.spec.pod_cidr or not _needs_pod_cidr(self.plugin)):
             self.plugin.restore(node, running)
         for p in running:
             self.sandboxes[p.key] = Sandbox(p.metadata.uid, p, p.status.pod_ip or "", None)
@@ -139,7 +145,7 @@ class Kubelet:
             and not pod.spec.host_network
             and not pod.is_terminating
             and self.node is not None
-            and self.node.spec.pod_cidr
+            and (self.node.spec.pod_cidr or not _needs_pod_cidr(self.plugin))
         ):
             self.plugin.restore(self.node, [pod])
 
@@ -220,9 +226,10 @@ class Kubelet:
                     )
                 raise
             sb = Sandbox(pod.metadata.uid, pod, res.ip, res)
+            where = f"on {res.bridge}" if res.bridge else "routed, proxy ARP"
             msg = (
                 f"Created pod sandbox: {res.interface} {res.ip}/{res.prefixlen} "
-                f"gateway {res.gateway}, veth {res.host_veth} on {res.bridge}"
+                f"gateway {res.gateway}, veth {res.host_veth} {where}"
             )
         self.sandboxes[pod.key] = sb
         self.recorder.record(COMPONENT, pod, "SandboxCreated", msg)

@@ -21,12 +21,22 @@ flannel configure them:
   that carry a ``status.podIP`` (host-local's last-reserved pointer is then taken to be
   the highest address in use: as host-local says of a lost pointer, "we just lose
   round-robin this one time").
+
+``EmulatedCNI(calico=True)`` is the cluster's ``cni: calico`` (see
+:mod:`netmodel.topology`): the pod's ``eth0`` holds its address as a ``/32`` with the
+gateway 169.254.1.1, the host end is ``cali`` + 11 hex digits, and there is no bridge.
+A recorded address (a replayed dump's pod, from Calico's block IPAM) is kept as it is,
+wherever it lies (the apiserver checked it against the IP pools); the node needs no
+podCIDR for it. A new pod gets the next free address of its node's podCIDR as
+host-local would hand it out, skipping every address another pod of the cluster holds
+(Calico's own block allocator is not modelled).
 """
 
 from __future__ import annotations
 
 import hashlib
 import ipaddress
+import threading
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
@@ -168,11 +178,59 @@ class HostLocalRange:
 
 
 class EmulatedCNI:
-    """bridge + host-local, emulated (see the module docstring). One instance serves all
-    nodes; state is kept per node name."""
+    """bridge + host-local, emulated (see the module docstring), or Calico's attachment
+    (``calico``). One instance serves all nodes; state is kept per node name."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, calico: bool = False) -> None:
         self._ranges: dict[str, HostLocalRange] = {}
+        self.calico = calico
+        #: calico: recorded addresses kept as they are, by sandbox id
+        self._kept: dict[str, str] = {}
+        #: calico: every address in use in the cluster -> its sandbox id
+        self._held: dict[str, str] = {}
+        #: one instance may serve the kubelets of several threads (``svclab serve``)
+        self._lock = threading.RLock()
+
+    def note(self, pod: Pod, *, gone: bool = False) -> None:
+        """calico: learn (or, ``gone``, forget) an address some pod of the cluster holds,
+        as Calico's IPAM reads its blocks from the datastore (the live driver feeds it
+        every Pod it sees); nothing for flannel, whose ranges are per node."""
+        ip = pod.status.pod_ip
+        if not self.calico or not ip or pod.spec.host_network:
+            return
+        owner = pod_sandbox_id(pod)
+        with self._lock:
+            if gone:
+                if self._held.get(ip) == owner:
+                    del self._held[ip]
+            else:
+                self._held.setdefault(ip, owner)
+
+    @property
+    def needs_pod_cidr(self) -> bool:
+        """Whether a recorded address can only be kept on a node with a podCIDR."""
+        return not self.calico
+
+    def _result(self, pod: Pod, ip: str, r: HostLocalRange | None) -> PodNetworkResult:
+        if self.calico:
+            from netmodel.topology import CALICO_GATEWAY, calico_veth_name
+
+            return PodNetworkResult(
+                ip=ip,
+                prefixlen=32,
+                gateway=str(CALICO_GATEWAY),
+                host_veth=calico_veth_name(pod.key),
+                mac=mac_for(ip),
+                bridge="",
+            )
+        assert r is not None
+        return PodNetworkResult(
+            ip=ip,
+            prefixlen=r.net.prefixlen,
+            gateway=r.gateway,
+            host_veth=host_veth_name(pod),
+            mac=mac_for(ip),
+        )
 
     def _range(self, node: Node) -> HostLocalRange:
         cidr = node.spec.pod_cidr
@@ -184,22 +242,62 @@ class EmulatedCNI:
         return r
 
     def add(self, node: Node, pod: Pod) -> PodNetworkResult:
+        with self._lock:
+            return self._add(node, pod)
+
+    def _add(self, node: Node, pod: Pod) -> PodNetworkResult:
+        owner = pod_sandbox_id(pod)
+        kept = self._kept.get(owner)
+        if kept is not None:
+            return self._result(pod, kept, None)
         r = self._range(node)
-        ip = r.allocate(pod_sandbox_id(pod))
-        return PodNetworkResult(
-            ip=ip,
-            prefixlen=r.net.prefixlen,
-            gateway=r.gateway,
-            host_veth=host_veth_name(pod),
-            mac=mac_for(ip),
-        )
+        ip = r.allocate(owner)
+        while self.calico and self._held.get(ip, owner) != owner:
+            # another node's pod holds it (a Calico block inside this podCIDR): skip it
+            r.release(owner)
+            r.reserve(f"held-elsewhere/{ip}", ip)
+            ip = r.allocate(owner)
+        if self.calico:
+            self._held[ip] = owner
+        return self._result(pod, ip, r)
 
     def delete(self, node: Node, pod: Pod) -> None:
+        with self._lock:
+            self._delete(node, pod)
+
+    def _delete(self, node: Node, pod: Pod) -> None:
+        owner = pod_sandbox_id(pod)
+        kept = self._kept.pop(owner, None)
+        if kept is not None and self._held.get(kept) == owner:
+            del self._held[kept]
         r = self._ranges.get(node.name)
         if r is not None:
-            r.release(pod_sandbox_id(pod))
+            ip = r.by_owner.get(owner)
+            r.release(owner)
+            key = None if ip is None else str(ipaddress.IPv4Address(ip))
+            if key is not None and self._held.get(key) == owner:
+                del self._held[key]
 
     def restore(self, node: Node, pods: Iterable[Pod]) -> None:
+        with self._lock:
+            self._restore(node, pods)
+
+    def _restore(self, node: Node, pods: Iterable[Pod]) -> None:
+        if self.calico:
+            rest = []
+            for pod in pods:
+                ip = pod.status.pod_ip
+                if not ip or pod.spec.host_network:
+                    continue
+                owner = pod_sandbox_id(pod)
+                self._held[ip] = owner
+                if node.spec.pod_cidr and ipaddress.IPv4Address(ip) in self._range(node).net:
+                    rest.append(pod)
+                else:
+                    self._kept[owner] = ip
+            if not node.spec.pod_cidr:
+                return
+            pods = rest
         r = self._range(node)
         top: int | None = None
         for pod in pods:

@@ -12,9 +12,10 @@ admission, every recorded address the node could not have given:
   ``spec.podCIDR``), its network or broadcast address, or the node bridge's gateway (the
   first address): the CNI bridge + host-local pair never hands those out. Calico's
   block IPAM does hand out addresses outside the node's podCIDR (/26 blocks affine to
-  the node); svclab's network routes podCIDRs only, so such Pods are refused too, and
-  the message says so when the Pod carries Calico's ``cni.projectcalico.org/podIP(s)``
-  annotation;
+  the node): in a cluster with ``cni: calico`` (``pools`` given) an address must lie in
+  one of Calico's IP pools instead, wherever the node's podCIDR is; in a flannel
+  cluster it is refused, and the message says that the Pod carries Calico's
+  ``cni.projectcalico.org/podIP(s)`` annotation and how to model it (``cni: calico``);
 * an address another live Pod holds (stored, or earlier in the same apply).
 
 Pods in the host network share the node's address (no check), and so do Pods whose
@@ -79,11 +80,13 @@ def check_recorded_pod_ips(
     *,
     node: Callable[[str], Node | None],
     held: Iterable[Pod],
+    pools: Sequence[ipaddress.IPv4Network | ipaddress.IPv6Network] | None = None,
 ) -> list[tuple[int, InvalidError]]:
     """Check the recorded addresses of ``pods`` (the Pods of one apply, in order) against
     their nodes (``node(name)``: the Node as it will be after the apply, or None) and
-    against ``held`` (the stored Pods that this apply does not replace). Returns the
-    first problem as ``[(index into pods, error)]``, or ``[]``."""
+    against ``held`` (the stored Pods that this apply does not replace); ``pools``:
+    Calico's IP pools (a ``cni: calico`` cluster), None for flannel. Returns the first
+    problem as ``[(index into pods, error)]``, or ``[]``."""
     keys = {p.key for p in pods}
     owner: dict[str, str] = {}
     for p in held:
@@ -116,6 +119,18 @@ def check_recorded_pod_ips(
             except ValueError:
                 continue  # validation of the Pod says so
             same = [c for c in cidrs if c.version == addr.version]
+            if pools is not None:
+                mine = [c for c in pools if c.version == addr.version]
+                if mine and not any(addr in c for c in mine):
+                    shown = ", ".join(str(c) for c in mine)
+                    err = InvalidError(
+                        f"Invalid value: {ip!r}: not in any of Calico's IP pools ({shown}; "
+                        "calico.ipPools)",
+                        obj=pod.ref,
+                        field=field,
+                    )
+                    return [(i, err)]
+                same = []  # Calico ignores the node's podCIDR
             if same:
                 inside = next((c for c in same if addr in c), None)
                 why = None
@@ -125,8 +140,8 @@ def check_recorded_pod_ips(
                     calico = _calico_annotation(pod)
                     if calico is not None:
                         why += (
-                            f"; the address comes from Calico's block IPAM ({calico}), which "
-                            "svclab does not model: it routes each node's podCIDR only"
+                            f"; the address comes from Calico's block IPAM ({calico}): "
+                            "give the Cluster cni: calico to model Calico's network"
                         )
                 elif addr in (inside.network_address, inside.broadcast_address):
                     why = f"the network or broadcast address of podCIDR {inside}"

@@ -659,7 +659,8 @@ class APIServer:
 
         pods = [plan[i].obj for i in at]
         held = [p for p in self.store.list(Pod.KIND) if isinstance(p, Pod)]
-        for j, err in check_recorded_pod_ips(pods, node=node, held=held):  # type: ignore[arg-type]
+        pools = self.cluster.calico_pools if self.cluster.cni == "calico" else None
+        for j, err in check_recorded_pod_ips(pods, node=node, held=held, pools=pools):  # type: ignore[arg-type]
             i = at[j]
             raise err.located(file=source, document=documents[i] if documents else i + 1)
 

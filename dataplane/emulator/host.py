@@ -118,6 +118,25 @@ class Host:
         (``arp_ignore=0``) answers for any local address, whichever device holds it."""
         return addr in self.local_addresses and dev.kind != "loopback"
 
+    def answers_arp(self, dev: Device, addr: IPAddress) -> bool:
+        """Whether the host answers an ARP request for ``addr`` arriving on ``dev``: for
+        its own addresses (:meth:`owns_on`), and by proxy ARP (``arp_fwd_proxy``) when
+        ``net.ipv4.conf.{all,DEV}.proxy_arp`` is on, the host forwards, and it routes
+        ``addr`` (unicast) out of another device. Calico's host veths answer the pod's
+        ARP for its gateway 169.254.1.1 this way."""
+        if self.owns_on(dev, addr):
+            return True
+        if not self.ip_forward or dev.kind == "loopback":
+            return False
+        conf = self.sysctls
+        if "1" not in (
+            conf.get(f"net.ipv4.conf.{dev.name}.proxy_arp"),
+            conf.get("net.ipv4.conf.all.proxy_arp"),
+        ):
+            return False
+        rt = self.fib.lookup(addr)
+        return rt.type == "unicast" and rt.dev != dev.name
+
     def vxlan_for_port(self, port: int, dst: IPAddress) -> VxlanDevice | None:
         """The VXLAN device bound to UDP ``port`` on local address ``dst``."""
         key = (port, dst._ip)  # type: ignore[union-attr]  # int(dst), without its Python call

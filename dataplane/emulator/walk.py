@@ -491,9 +491,10 @@ class Walker:
         reply = Frame(rx_dev.mac, dev.mac, arp=("is-at", str(nexthop), str(sender)))
         host.learn_neighbor(dev.name, nexthop, rx_dev.mac)
         if w.record:
+            proxy = "" if rx_host.is_local(nexthop) else " (proxy ARP)"
             w.hops.append(
                 Hop("arp", rx_host.name, dev_out=rx_dev.name, frame=reply,
-                    arp=f"{nexthop} is-at {rx_dev.mac}")
+                    arp=f"{nexthop} is-at {rx_dev.mac}{proxy}")
             )
             w.hops.append(
                 Hop("arp", host.name, dev_in=dev.name,
@@ -535,7 +536,7 @@ class Walker:
         rx = self.hosts[peer.host_name]
         bridge = peer.master
         if bridge is None:
-            return (rx, peer, path) if rx.owns_on(peer, target) else None
+            return (rx, peer, path) if rx.answers_arp(peer, target) else None
         learned = bridge.learn(frame.src_mac, peer)
         if rx.owns_on(bridge, target):
             if w.record and learned:

@@ -231,9 +231,18 @@ class NsLink:
                 self.ipr.link("set", index=idx, state="up")
 
     def ensure_addr(self, index: int, addr: IPv4Interface) -> None:
+        """Add ``addr``; a loopback address (127/8) gets scope host, as the kernel gives
+        ``lo``'s own: with scope global it would be a candidate source address for
+        routes out of a device without one (Calico's ``cali…`` veths), and the kernel
+        would pick 127.0.0.1 before the node's address."""
+        extra: dict[str, Any] = {"scope": 254} if addr.ip.is_loopback else {}
         with self._op(f"address {addr}"), tolerate(errno.EEXIST):
             self.ipr.addr(
-                "add", index=index, address=str(addr.ip), prefixlen=addr.network.prefixlen
+                "add",
+                index=index,
+                address=str(addr.ip),
+                prefixlen=addr.network.prefixlen,
+                **extra,
             )
 
     def set_up(self, ifname: str) -> None:

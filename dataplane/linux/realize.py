@@ -14,6 +14,11 @@ What :func:`realize` creates (names from :mod:`dataplane.linux.names`):
 * pods: through the real CNI plugins (``bridge-plugin``) with the model's IP and MAC, or
   directly with pyroute2 (``netlink``, veth names and MACs exactly as the model; one
   node's pods one after the other, nodes concurrently, as kubelets would);
+  a Calico network (``network.cni == "calico"``) is always realised by ``netlink``: no
+  ``cni0``; each pod's ``cali…`` veth (MAC ``ee:ee:ee:ee:ee:ee``) with its ``/32``
+  route, ``proxy_arp=1`` and ``proxy_delay=0`` (the model's sysctls), the pod's
+  ``169.254.1.1`` gateway, and a route per other node's block (see
+  :mod:`netmodel.topology`);
 * sysctls (the model lists them per namespace):
 
   - ``net.ipv4.ip_forward=1`` on the router and nodes: they route pod and Service
@@ -266,6 +271,10 @@ def realize(
     :func:`teardown` or :func:`cleanup` removes it. Pod servers are not started here (the
     model has no containerPorts): call :meth:`RealCluster.serve`."""
     validate(network)
+    if network.cni == "calico":
+        # Calico's CNI plugin is not installed here: svclab lays the pods out itself,
+        # exactly as the model (and Calico's plugin) does
+        cni = "netlink"
     rules.restore_tool(iptables_backend)
     names = ClusterNames(cluster_id)
     earlier = StateDir.of(cluster_id).read_json(StateDir.of(cluster_id).cluster_file)
@@ -394,7 +403,8 @@ def realize(
         namespaces=kernel,
         cni=cni,
         hairpin=chosen,
-        overlay=network.overlay,
+        # what joins the nodes' pod networks: flannel's backend, or Calico's BGP routes
+        overlay="calico-bgp" if network.cni == "calico" else network.overlay,
         pods=results,
         mtu=mtu,
         iptables_backend=iptables_backend,

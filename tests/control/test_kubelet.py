@@ -197,3 +197,53 @@ def test_pods_bound_to_a_node_before_it_joins_start_when_it_does() -> None:
     assert ipaddress.ip_address(p.status.pod_ip or "") in ipaddress.ip_network(
         _node(plane, "node-9").spec.pod_cidr or ""
     )
+
+
+def _recorded(name: str, node: str, ip: str) -> Pod:
+    p = object_from_dict(
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name, "namespace": "default"},
+            "spec": {"nodeName": node, "containers": [{"name": "app", "image": "x"}]},
+            "status": {"phase": "Running", "podIP": ip, "podIPs": [{"ip": ip}]},
+        }
+    )
+    assert isinstance(p, Pod)
+    return p
+
+
+def test_calico_keeps_block_addresses_and_new_pods_skip_them() -> None:
+    """cni: calico: a recorded address outside the node's podCIDR (a Calico block,
+    here inside node-1's podCIDR although the pod runs on node-2) is kept; a new pod
+    on node-1 gets host-local's next address that no pod of the cluster holds; the
+    attachment is Calico's (/32, gateway 169.254.1.1, cali veth, no bridge)."""
+    plane = _plane(cni="calico")
+    assert _node(plane, "node-1").spec.pod_cidr == "10.244.0.0/24"
+    plane.apply([_recorded("held", "node-2", "10.244.0.2")])
+    plane.run_until_idle()
+    plane.apply([_pod("new", "node-1")])
+    plane.run_until_idle()
+    assert _get(plane, "held").status.pod_ip == "10.244.0.2"
+    assert _get(plane, "new").status.pod_ip == "10.244.0.3"
+    msgs = [e.message for e in timeline(plane.store) if e.reason == "SandboxCreated"]
+    assert any(
+        "eth0 10.244.0.3/32 gateway 169.254.1.1, veth cali" in m and "routed, proxy ARP" in m
+        for m in msgs
+    ), msgs
+
+
+def test_calico_cni_keeps_recorded_addresses_on_nodes_without_a_podcidr() -> None:
+    cni = EmulatedCNI(calico=True)
+    node = object_from_dict(
+        {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n"}, "spec": {}}
+    )
+    assert isinstance(node, Node)
+    pod = _recorded("p", "n", "192.168.171.66")
+    cni.restore(node, [pod])
+    res = cni.add(node, pod)
+    assert (res.ip, res.prefixlen, res.gateway, res.bridge) == ("192.168.171.66", 32, "169.254.1.1", "")
+    assert res.host_veth.startswith("cali") and len(res.host_veth) == 15
+    cni.delete(node, pod)
+    with pytest.raises(Exception, match="no podCIDR"):
+        cni.add(node, pod)  # gone: a new address would come from the podCIDR

@@ -100,3 +100,39 @@ def test_service_range_carved_out_of_the_pod_range_is_accepted_with_a_warning() 
     # the other way round (pods inside the service range) is still refused
     with pytest.raises(InputError, match=r"serviceCIDR 10\.4\.0\.0/14 overlaps podCIDR"):
         cluster("{podCIDR: 10.7.240.0/20, serviceCIDR: 10.4.0.0/14}")
+
+
+def test_calico_is_explicit_and_reads_back_the_same() -> None:
+    s = cluster("{}")
+    assert s.cni == "flannel" and [str(p) for p in s.calico_pools] == ["10.244.0.0/16"]
+    s = cluster(
+        "{cni: calico, podCIDR: 10.244.0.0/16, calico: {ipPools: [192.168.0.0/16], "
+        "blockSize: 26, blockAffinities: [{node: node-1, cidr: 192.168.3.64/26}]}}"
+    )
+    assert s.cni == "calico" and [str(p) for p in s.calico_pools] == ["192.168.0.0/16"]
+    from netmodel.cluster import Cluster, cluster_from_dict
+
+    again = cluster_from_dict(Cluster(spec=s).to_dict())
+    assert again.spec == s and "overlay" not in Cluster(spec=s).to_dict()["spec"]
+
+
+@pytest.mark.parametrize(
+    ("spec", "fragment"),
+    [
+        ("{cni: calico, overlay: vxlan}", "overlay is flannel's backend"),
+        ("{cni: weave}", "spec.cni"),
+        ("{cni: calico, calico: {ipPools: [10.96.0.0/16]}}", "calico.ipPools 10.96.0.0/16 overlaps serviceCIDR"),
+        ("{cni: calico, calico: {ipPools: [172.18.5.0/24]}}", "overlaps nodeNetwork"),
+        ("{cni: calico, calico: {blockSize: 8}}", "blockSize 8 must be between 20 and 32"),
+        (
+            "{cni: calico, calico: {blockAffinities: [{node: a, cidr: 192.168.0.0/26}]}}",
+            "calico.blockAffinities[0].cidr 192.168.0.0/26 is in no IP pool (10.244.0.0/16)",
+        ),
+        ("{calico: {ipPools: [192.168.0.0/16]}}", "calico settings need cni: calico"),
+    ],
+)
+def test_bad_calico_settings(spec: str, fragment: str) -> None:
+    with pytest.raises(InputError) as err:
+        cluster(spec)
+    assert fragment in str(err.value)
+    assert str(err.value).startswith("c.yaml (document 1): Cluster/svclab")

@@ -446,11 +446,9 @@ def test_a_refused_later_dump_leaves_the_stored_cluster_as_it_was(tmp_path: Path
     assert "worker-3" not in _get(s, "nodes")
 
 
-def test_a_calico_block_address_is_refused_saying_why(tmp_path: Path) -> None:
-    """Calico's block IPAM gives a Pod an address from a /26 block affine to its node,
-    inside the cluster's pod range but outside the node's podCIDR. svclab's network
-    routes podCIDRs only, so the Pod is refused (not accepted unroutable), and the
-    message names Calico's annotation instead of leaving the user to guess."""
+def _calico_pod_dump(tmp_path: Path, *, cluster: str | None = None) -> Path:
+    """The pods dump with web's pod given a Calico block address outside its node's
+    podCIDR (and Calico's annotations); ``cluster``: a Cluster document put first."""
     doc = yaml.safe_load(PODS.read_text())
     pod = next(i for i in doc["items"] if i["metadata"].get("name") == "web-7d9c5b-abcde")
     pod["metadata"].setdefault("annotations", {}).update(
@@ -463,7 +461,38 @@ def test_a_calico_block_address_is_refused_saying_why(tmp_path: Path) -> None:
     pod["status"]["podIP"] = "10.4.3.66"
     pod["status"]["podIPs"] = [{"ip": "10.4.3.66"}]
     f = tmp_path / "calico.yaml"
-    f.write_text(yaml.safe_dump(doc))
+    text = yaml.safe_dump(doc)
+    f.write_text(f"{cluster}\n---\n{text}" if cluster else text)
+    return f
+
+
+def test_a_calico_block_address_is_kept_in_a_cluster_inferred_as_calico(tmp_path: Path) -> None:
+    """Calico's block IPAM gives a Pod an address from a /26 block affine to its node,
+    outside the node's podCIDR. The dump shows Calico (the Pod's annotations), so the
+    Cluster is inferred with ``cni: calico`` and the address is kept as recorded."""
+    f = _calico_pod_dump(tmp_path)
+    s = tmp_path / "s"
+    r = CliRunner().invoke(cli, ["--state", str(s), "apply", "-f", str(f)])
+    assert r.exit_code == 0, r.output
+    assert yaml.safe_load((s / "cluster.yaml").read_text())["spec"]["cni"] == "calico"
+    pods = _get(s, "pods")
+    assert pods["web-7d9c5b-abcde"]["status"]["podIP"] == "10.4.3.66"
+    assert pods["web-7d9c5b-abcde"]["spec"]["nodeName"] == "worker-1"
+    again = CliRunner().invoke(cli, ["--state", str(s), "apply", "-f", str(f)])
+    assert again.exit_code == 0, again.output  # the stored Cluster reads back the same
+
+
+def test_a_calico_block_address_is_refused_in_a_flannel_cluster_saying_why(
+    tmp_path: Path,
+) -> None:
+    """A Cluster written with ``cni: flannel`` routes each node's podCIDR only: the
+    Calico address is refused, and the message names Calico's annotation and the fix."""
+    cluster = (
+        "apiVersion: svclab.dev/v1alpha1\nkind: Cluster\nmetadata: {name: c}\n"
+        "spec: {cni: flannel, serviceCIDR: 10.8.0.0/20, podCIDR: 10.4.0.0/16, "
+        "nodes: 0, allocation: recorded, kubernetesService: false}"
+    )
+    f = _calico_pod_dump(tmp_path, cluster=cluster)
     s = tmp_path / "s"
     r = CliRunner().invoke(cli, ["--state", str(s), "apply", "-f", str(f)])
     assert r.exit_code == 1
@@ -471,7 +500,8 @@ def test_a_calico_block_address_is_refused_saying_why(tmp_path: Path) -> None:
     assert "status.podIPs[0].ip" in line
     assert "not in the podCIDR of node worker-1 (10.4.1.0/24)" in line
     assert "Calico's block IPAM (cni.projectcalico.org/podIP: 10.4.3.66/32)" in line
-    assert "does not model" in line
+    assert "cni: calico" in line
+    assert not (s / "cluster.yaml").exists() or "worker-1" not in _get(s, "nodes")
 
 
 def test_empty_lists_encoded_with_null_items_are_empty() -> None:
@@ -535,3 +565,120 @@ def test_k3s_support_bundle_applies_and_reads_back_as_recorded(tmp_path: Path) -
                 assert back["status"]["podIPs"] == rec["status"]["podIPs"], key
     (traefik,) = [v for k, v in _recorded("services").items() if k[1] == "traefik"]
     assert [p["nodePort"] for p in traefik["spec"]["ports"]] == [30885, 30687]
+
+
+def test_a_calico_address_outside_every_ip_pool_is_refused(tmp_path: Path) -> None:
+    cluster = (
+        "apiVersion: svclab.dev/v1alpha1\nkind: Cluster\nmetadata: {name: c}\n"
+        "spec: {cni: calico, calico: {ipPools: [10.4.0.0/22]}, serviceCIDR: 10.8.0.0/20, "
+        "podCIDR: 10.4.0.0/16, nodes: 0, allocation: recorded, kubernetesService: false}"
+    )
+    f = _calico_pod_dump(tmp_path, cluster=cluster)
+    text = f.read_text().replace("10.4.3.66", "10.4.9.66")
+    f.write_text(text)
+    r = CliRunner().invoke(cli, ["--state", str(tmp_path / "s"), "apply", "-f", str(f)])
+    assert r.exit_code == 1
+    (line,) = [ln for ln in r.output.splitlines() if ln.startswith("error:")]
+    assert "Pod/default/web-7d9c5b-abcde" in line and "status.podIPs[0].ip" in line
+    assert "'10.4.9.66': not in any of Calico's IP pools (10.4.0.0/22" in line
+
+
+CALICO = Path(__file__).resolve().parents[1] / "data" / "kubectl-dumps" / "calico-kubeadm-list.yaml"
+
+
+def test_a_calico_dump_infers_cni_calico_and_its_ip_pools() -> None:
+    m = load([CALICO])
+    assert m.cluster is not None
+    spec = m.cluster.spec
+    assert spec.cni == "calico" and "overlay" not in spec.model_fields_set
+    assert spec.calico.ip_pools == ["192.168.0.0/16"] and spec.calico.block_size == 26
+    assert spec.pod_cidr == "192.168.0.0/16" and spec.calico.block_affinities == []
+    assert dict(m.skipped)["IPPool"] == 1 and dict(m.skipped)["DaemonSet"] == 1
+    (note,) = [w for w in m.warnings if "IPPool" in w]
+    assert note.startswith("Calico IPPool default-ipv4-ippool (192.168.0.0/16): natOutgoing")
+    assert "not modelled" in note
+
+
+def _calico_items(drop: tuple[str, ...] = ()) -> dict:  # type: ignore[type-arg]
+    doc = yaml.safe_load(CALICO.read_text())
+    doc["items"] = [i for i in doc["items"] if i["kind"] not in drop]
+    return doc  # type: ignore[no-any-return]
+
+
+def test_block_affinities_are_read_and_pools_inferred_from_pod_addresses() -> None:
+    doc = _calico_items(drop=("IPPool", "ConfigMap"))
+    for i in doc["items"]:  # podCIDRs from another range, as kubeadm's default is
+        if i["kind"] == "Node":
+            i["spec"]["podCIDR"] = i["spec"]["podCIDRs"][0] = i["spec"]["podCIDR"].replace(
+                "192.168.", "10.244."
+            )
+    doc["items"].append(
+        {
+            "apiVersion": "crd.projectcalico.org/v1",
+            "kind": "BlockAffinity",
+            "metadata": {"name": "calico-cp-192-168-171-64-26", "uid": "b1"},
+            "spec": {"node": "calico-cp", "cidr": "192.168.171.64/26", "state": "confirmed"},
+        }
+    )
+    doc["items"].append(
+        {
+            "apiVersion": "crd.projectcalico.org/v1",
+            "kind": "BlockAffinity",
+            "metadata": {"name": "calico-worker-192-168-35-128-26", "uid": "b2"},
+            "spec": {"node": "calico-worker", "cidr": "192.168.35.128/26", "state": "pending"},
+        }
+    )
+    m = load_text(yaml.safe_dump(doc), source="calico.yaml")
+    assert m.cluster is not None
+    spec = m.cluster.spec
+    assert spec.cni == "calico" and spec.pod_cidr == "10.244.0.0/23"
+    assert spec.calico.ip_pools == ["192.168.0.0/16"]
+    assert [(a.node, a.cidr) for a in spec.calico.block_affinities] == [
+        ("calico-cp", "192.168.171.64/26")  # a pending affinity is not the node's yet
+    ]
+    assert any("Calico IP pool 192.168.0.0/16 inferred" in w for w in m.warnings)
+
+
+def test_a_later_calico_dump_widens_the_inferred_pools(tmp_path: Path) -> None:
+    s = tmp_path / "s"
+    r = CliRunner().invoke(cli, ["--state", str(s), "apply", "-f", str(CALICO)])
+    assert r.exit_code == 0, r.output
+    doc = _calico_items()
+    pool = next(i for i in doc["items"] if i["kind"] == "IPPool")
+    doc["items"].append({**pool, "metadata": {"name": "extra", "uid": "p2"},
+                         "spec": {**pool["spec"], "cidr": "172.20.0.0/16"}})
+    f = tmp_path / "later.yaml"
+    f.write_text(yaml.safe_dump(doc))
+    r = CliRunner().invoke(cli, ["--state", str(s), "apply", "-f", str(f)])
+    assert r.exit_code == 0, r.output
+    stored = yaml.safe_load((s / "cluster.yaml").read_text())["spec"]
+    assert stored["calico"]["ipPools"] == ["192.168.0.0/16", "172.20.0.0/16"]
+    # a dump of the same cluster that showed no sign of Calico was inferred as flannel:
+    # the Calico dump is then another cluster
+    bare = _calico_items(drop=("Pod", "DaemonSet", "IPPool"))
+    first = tmp_path / "bare.yaml"
+    first.write_text(yaml.safe_dump(bare))
+    s2 = tmp_path / "s2"
+    r = CliRunner().invoke(cli, ["--state", str(s2), "apply", "-f", str(first)])
+    assert r.exit_code == 0, r.output
+    r = CliRunner().invoke(cli, ["--state", str(s2), "apply", "-f", str(CALICO)])
+    assert r.exit_code == 1
+    (line,) = [ln for ln in r.output.splitlines() if ln.startswith("error:")]
+    assert "spec.cni: the dump gives 'calico'" in line and "'flannel'" in line
+
+
+def test_a_bad_ip_pool_cidr_is_one_line_naming_file_object_and_field(tmp_path: Path) -> None:
+    doc = _calico_items()
+    pool = next(i for i in doc["items"] if i["kind"] == "IPPool")
+    pool["spec"]["cidr"] = "192.168.0.0/33"
+    f = tmp_path / "bad.yaml"
+    f.write_text(yaml.safe_dump(doc))
+    with pytest.raises(InputError) as err:
+        load([f])
+    assert str(err.value) == (
+        f"{f} (document 12): IPPool/default-ipv4-ippool: spec.cidr: invalid CIDR '192.168.0.0/33'"
+    )
+    s = tmp_path / "s"
+    r = CliRunner().invoke(cli, ["--state", str(s), "apply", "-f", str(f)])
+    assert r.exit_code == 1 and len(r.output.strip().splitlines()) == 1
+    assert not (s / "state.db").exists()

@@ -70,3 +70,85 @@ def test_veth_peers_are_symmetric_and_owner_lookup() -> None:
 
 def test_deterministic() -> None:
     assert two_nodes() == two_nodes()
+
+
+def calico_pair():  # type: ignore[no-untyped-def]
+    """Calico: podCIDRs 10.244.x.0/24, pods at block addresses outside them; c on node-1
+    borrows an address from node-2's block."""
+    nodes = [
+        node_info("node-1", "172.18.0.2", "10.244.0.0/24"),
+        node_info("node-2", "172.18.0.3", "10.244.1.0/24"),
+    ]
+    pods = [
+        PodInfo("default/web-0", "node-1", IPv4Address("192.168.171.66")),
+        PodInfo("default/a", "node-2", IPv4Address("192.168.35.130")),
+        PodInfo("default/b", "node-2", IPv4Address("192.168.35.131")),
+        PodInfo("default/c", "node-1", IPv4Address("192.168.35.140")),
+    ]
+    return nodes, pods
+
+
+def test_calico_layout_has_cali_veths_proxy_arp_and_block_routes() -> None:
+    from netmodel.topology import CALICO_HOST_MAC, calico_veth_name
+
+    nodes, pods = calico_pair()
+    net = build(IPv4Network("172.18.0.0/16"), nodes, pods, cni="calico")
+    assert net.cni == "calico" and net.overlay == "host-gw"
+    # Calico's name: cali + the first 11 hex digits of sha1("default.web-0")
+    veth = calico_veth_name("default/web-0")
+    assert veth == "cali0d7763386da"
+    n1 = net.namespaces["node/node-1"]
+    assert "cni0" not in [i.name for i in n1.interfaces]
+    itf = n1.interface(veth)
+    assert itf.mac == CALICO_HOST_MAC and not itf.addresses and itf.master is None
+    assert itf.peer == ("pod/default/web-0", "eth0")
+    routes = [r.describe() for r in n1.routes]
+    assert f"192.168.171.66/32 dev {veth} scope link" in routes
+    assert "192.168.35.128/26 via 172.18.0.3 dev eth0" in routes
+    assert not any("10.244." in r for r in routes)  # podCIDRs are not Calico's
+    assert (f"net.ipv4.conf.{veth}.proxy_arp", "1") in n1.sysctls
+    assert (f"net.ipv4.neigh.{veth}.proxy_delay", "0") in n1.sysctls
+    assert ("net.bridge.bridge-nf-call-iptables", "1") not in n1.sysctls
+    n2 = [r.describe() for r in net.namespaces["node/node-2"].routes]
+    assert "192.168.171.64/26 via 172.18.0.2 dev eth0" in n2
+    assert "192.168.35.140/32 via 172.18.0.2 dev eth0" in n2  # borrowed: a /32
+    pod = net.namespaces["pod/default/web-0"]
+    assert [str(a) for a in pod.interface("eth0").addresses] == ["192.168.171.66/32"]
+    assert [r.describe() for r in pod.routes] == [
+        "169.254.1.1/32 dev eth0 scope link",
+        "default via 169.254.1.1 dev eth0",
+    ]
+
+
+def test_calico_blocks_follow_block_affinities_when_given() -> None:
+    from netmodel.topology import calico_blocks
+
+    nodes, pods = calico_pair()
+    inferred = calico_blocks(nodes, pods)
+    assert inferred.blocks == {
+        "node-1": (IPv4Network("192.168.171.64/26"),),
+        "node-2": (IPv4Network("192.168.35.128/26"),),
+    }
+    assert inferred.borrowed == {"node-1": (IPv4Address("192.168.35.140"),)}
+    given = calico_blocks(
+        nodes,
+        pods,
+        affinities=[
+            ("node-1", IPv4Network("192.168.171.64/26")),
+            ("node-1", IPv4Network("192.168.35.128/28")),  # as BlockAffinity objects say
+            ("node-2", IPv4Network("192.168.35.192/26")),
+        ],
+    )
+    assert given.blocks == {
+        "node-1": (IPv4Network("192.168.35.128/28"), IPv4Network("192.168.171.64/26")),
+        "node-2": (IPv4Network("192.168.35.192/26"),),
+    }
+    # node-2's pods lie in no block of node-2's: borrowed, routed as /32s
+    assert given.borrowed == {
+        "node-2": (IPv4Address("192.168.35.130"), IPv4Address("192.168.35.131"))
+    }
+    net = build(IPv4Network("172.18.0.0/16"), nodes, pods, cni="calico", blocks=given)
+    n1 = [r.describe() for r in net.namespaces["node/node-1"].routes]
+    assert "192.168.35.192/26 via 172.18.0.3 dev eth0" in n1
+    assert "192.168.35.130/32 via 172.18.0.3 dev eth0" in n1
+    assert "192.168.35.128/26 via 172.18.0.3 dev eth0" not in n1

@@ -151,3 +151,27 @@ def test_the_nat_notes_name_what_decided_in_every_proxy_mode(
     assert dnat_by in by_kind["dnat"]
     assert by_kind["snat"].startswith(f"MASQUERADE (source) {client}:")
     assert masq_by in by_kind["snat"]
+
+
+def test_a_calico_path_goes_through_the_cali_veths_and_no_bridge() -> None:
+    from pathlib import Path as _Path
+
+    from netmodel.manifests import load
+    from netmodel.topology import calico_veth_name
+
+    dump = _Path(__file__).resolve().parents[2] / "data" / "kubectl-dumps" / "calico-kubeadm-list.yaml"
+    session = Session.ephemeral(load([dump]))
+    t = _trace(session, "pod/default/client", "192.168.171.66", 8080, [])
+    assert t["verdict"] == "delivered"
+    path = trace_path(scene(session), t["hops"])
+    assert not any(p.endswith("#cni0") for p in path.points)
+    client, web0 = calico_veth_name("default/client"), calico_veth_name("default/web-0")
+    assert list(path.points) == [
+        "pod/default/client#eth0",
+        f"node/calico-worker#{client}",
+        "node/calico-worker#eth0",
+        "router",
+        "node/calico-cp#eth0",
+        f"node/calico-cp#{web0}",
+        "pod/default/web-0#eth0",
+    ]

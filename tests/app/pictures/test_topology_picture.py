@@ -93,3 +93,18 @@ def test_a_cluster_too_big_to_draw_is_refused_with_a_hint(web3: Session) -> None
         scene(web3, max_nodes=2)
     with pytest.raises(InputError, match="node nope not found"):
         scene(web3, node="nope")
+
+
+def test_calico_nodes_show_their_block_routes_and_cali_veths() -> None:
+    from pathlib import Path as _Path
+
+    from netmodel.manifests import load
+    from netmodel.topology import calico_veth_name
+
+    dump = _Path(__file__).resolve().parents[2] / "data" / "kubectl-dumps" / "calico-kubeadm-list.yaml"
+    session = Session.ephemeral(load([dump]))
+    texts = svg_texts(render_graph(topology_graph(scene(session)), "svg"))
+    assert texts.count("Calico routes (BGP)") == 2 and not any("cni0" in t for t in texts)
+    assert "192.168.35.128/26 via 10.0.0.11" in texts  # calico-cp's route to the worker
+    assert calico_veth_name("default/web-0") in texts and "proxy ARP" in texts
+    assert "eth0 192.168.171.66/32" in texts

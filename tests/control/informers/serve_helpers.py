@@ -93,11 +93,14 @@ def wait_for(what: Callable[[], T | None], timeout: float, message: str) -> T:
 
 
 @contextmanager
-def serve(tmp: Path, *extra: str) -> Iterator[Served]:
+def serve(tmp: Path, *extra: str, manifest: Path | None = None) -> Iterator[Served]:
+    """``svclab serve`` on a state made from ``manifest`` (default: a small Cluster)."""
     state = tmp / "state"
-    (tmp / "cluster.yaml").write_text(CLUSTER)
+    if manifest is None:
+        manifest = tmp / "cluster.yaml"
+        manifest.write_text(CLUSTER)
     made = subprocess.run(
-        [*svclab_cmd(), "--state", str(state), "apply", "-f", str(tmp / "cluster.yaml")],
+        [*svclab_cmd(), "--state", str(state), "apply", "-f", str(manifest)],
         capture_output=True,
         text=True,
         timeout=120,
