@@ -340,17 +340,29 @@ def realize(
     finally:
         for lk in links.values():
             lk.close()
-    # one ip/bridge -batch pair per namespace, several namespaces at once
-    tables = [
-        (kernel[logical], ns)
-        for logical, ns in nss.items()
-        if ns.role != "pod" and (ns.routes or ns.neighbors or ns.fdb)
-    ]
-    with (
-        maybe(phases, "tables"),
-        ThreadPoolExecutor(max_workers=max(1, min(workers, len(tables)))) as pool,
-    ):
-        list(pool.map(lambda t: ensure_tables(t[0], t[1].routes, t[1].neighbors, t[1].fdb), tables))
+
+    def node_tables() -> None:
+        """One ip/bridge -batch pair per namespace, several namespaces at once."""
+        tables = [
+            (kernel[logical], ns)
+            for logical, ns in nss.items()
+            if ns.role != "pod" and (ns.routes or ns.neighbors or ns.fdb)
+        ]
+        with (
+            maybe(phases, "tables"),
+            ThreadPoolExecutor(max_workers=max(1, min(workers, len(tables)))) as pool,
+        ):
+            list(
+                pool.map(
+                    lambda t: ensure_tables(t[0], t[1].routes, t[1].neighbors, t[1].fdb), tables
+                )
+            )
+
+    # the CNI plugins find the nodes' routes in place, as on a node whose network is up;
+    # by netlink the nodes' tables come after the pods, because a node may route into a
+    # pod's veth (Calico's /32 routes to its cali… devices), which the pod brings
+    if by_plugin:
+        node_tables()
 
     # 3. pods
     results: dict[str, CniResult] = {}
@@ -391,6 +403,7 @@ def realize(
             )
         for ns in pods.values():
             results[str(ns.pod)] = _model_result(ns)
+        node_tables()
 
     ensure_neighbour_room(neighbour_entries(network))
 
