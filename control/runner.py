@@ -58,7 +58,14 @@ from control.controllers.replicaset import ReplicaSetController
 from control.events import Recorder
 from control.informers.listwatch import StoreListerWatcher
 from control.scheduler import Scheduler
-from control.store.base import BatchConflictError, Store, WatchEvent, batched
+from control.store.base import (
+    BatchConflictError,
+    Store,
+    WatchEvent,
+    batched,
+    first_states,
+    track_first_states,
+)
 from netmodel.cluster import ClusterSpec
 from netmodel.errors import CompactedError, SvclabError
 from netmodel.objects import KubeObject, Node
@@ -182,6 +189,10 @@ class ControlPlane:
         self.timing = Timing()
         self.pause_gc = True
         self._rev: int | None = None
+        #: a start from a converged revision (see :meth:`start`): that revision, and the
+        #: components not started yet (by id)
+        self._converged_at: int | None = None
+        self._unprimed: dict[int, Agent] = {}
         self._started = False
         self._kinds_cache: tuple[int, frozenset[str], list[frozenset[str]]] | None = None
 
@@ -190,16 +201,44 @@ class ControlPlane:
 
     # ---- lifecycle and writes
 
-    def start(self) -> None:
+    def start(self, *, converged_at: int | None = None) -> None:
         """Bootstrap the cluster (namespaces, the kubernetes Service, the Nodes) and list
-        the store into every component. Idempotent."""
+        the store into every component. Idempotent.
+
+        ``converged_at``: the caller knows the store is converged at this revision (the
+        last run to idle ended there, :mod:`control.noderules`). When it is the store's
+        revision now and the store can record the states its writes overwrite
+        (:func:`control.store.base.track_first_states`; SQLite), no component is listed
+        here: a component starts when an event of its kinds first comes, from the
+        store's state at ``converged_at`` (today's listing with every object written
+        since put back as it was then), and is then given every event since. What it
+        does is what a full start would have done, less the first resync's reconcile
+        of every key, which on a converged store writes nothing: a component that
+        defines ``prime(objects)`` is started through it (its cache filled, nothing
+        queued), any other through ``resync``. A component none of whose kinds changed
+        never starts: nothing it reads changed, so it has nothing to do. Should the
+        record be lost (another process wrote to the store), every component not
+        started yet is listed as a full start would (:meth:`_list`)."""
         if self._started:
             return
+        if (
+            converged_at is not None
+            and self._rev is None
+            and converged_at == self.store.revision
+            and track_first_states(self.store) == converged_at
+        ):
+            self._rev = self._converged_at = converged_at
+            self._unprimed = {id(c): c for c in self.components}
         self.apiserver.bootstrap()
         self.apiserver.bootstrap_nodes()
         self._started = True
         if self._rev is None:
             self._list()
+
+    @property
+    def started_from_converged(self) -> bool:
+        """Whether :meth:`start` took the converged path (and no relist undid it)."""
+        return self._converged_at is not None
 
     def apply(
         self, objs: Sequence[KubeObject], source: str | None = None
@@ -215,7 +254,9 @@ class ControlPlane:
         """Add a component (e.g. a node's kube-proxy). It runs after the built-in ones,
         and starts from a listing of its kinds at its first round."""
         self.components.append(agent)
-        if self._rev is not None:
+        if self._converged_at is not None:
+            self._unprimed[id(agent)] = agent  # started by its first event (see start)
+        elif self._rev is not None:
             self._start_component(agent, self._listing(agent.kinds))
 
     def kubelet(self, node_name: str) -> Kubelet:
@@ -255,6 +296,8 @@ class ControlPlane:
         worked = 0
         for comp in self.components:
             self._pump()
+            if id(comp) in self._unprimed:
+                continue  # not started: nothing it reads changed (see start)
             t0 = time.perf_counter()
             try:
                 with batched(self.store):
@@ -290,17 +333,55 @@ class ControlPlane:
             out += self.lister_watcher.list(kind).objects
         return out
 
-    def _start_component(self, comp: Agent, objs: list[KubeObject]) -> None:
+    def _start_component(
+        self, comp: Agent, objs: list[KubeObject], *, converged: bool = False
+    ) -> None:
         t0 = time.perf_counter()
-        resync = getattr(comp, "resync", None)
+        prime = getattr(comp, "prime", None) if converged else None
+        resync = prime or getattr(comp, "resync", None)
         if resync is not None:
             resync(objs)
         else:
             comp.handle([WatchEvent("ADDED", o, o.resource_version) for o in objs])
         self.timing.add(_name(comp), time.perf_counter() - t0)
 
+    def _prime(self, comp: Agent, kinds: frozenset[str]) -> bool:
+        """Start ``comp`` from the converged revision (see :meth:`start`) and give it
+        every event of its kinds since. False: the states that revision had are no
+        longer known (every component was listed instead, :meth:`_list`)."""
+        base = self._converged_at
+        assert base is not None
+        first = first_states(self.store)
+        if first is None:
+            self._list()
+            return False
+        del self._unprimed[id(comp)]
+        out: list[KubeObject] = []
+        for kind in sorted(kinds):
+            now = {o.key: o for o in self.lister_watcher.list(kind).objects}
+            for (k, key), before in first.items():
+                if k != kind:
+                    continue
+                if before is None:
+                    now.pop(key, None)
+                else:
+                    now[key] = before
+            out += [now[key] for key in sorted(now)]
+        self._start_component(comp, out, converged=True)
+        try:
+            evs = self.lister_watcher.poll(base, kinds)
+        except CompactedError:
+            self._list()
+            return False
+        t1 = time.perf_counter()
+        comp.handle(evs)
+        self.timing.add(_name(comp), time.perf_counter() - t1)
+        return True
+
     def _list(self) -> None:
         """Give every component the current state (initial list, or after compaction)."""
+        self._converged_at = None
+        self._unprimed = {}
         rev = self.store.revision
         cache: dict[str, list[KubeObject]] = {}
         for comp in self.components:
@@ -342,7 +423,10 @@ class ControlPlane:
             evs = by_kinds.get(ks)
             if evs is None:
                 evs = by_kinds[ks] = [e for e in events if e.object.kind in ks]
-            if evs:
+            if evs and id(comp) in self._unprimed:
+                if not self._prime(comp, ks):
+                    return  # every component was listed at the current revision
+            elif evs:
                 t1 = time.perf_counter()
                 comp.handle(evs)
                 spent = time.perf_counter() - t1

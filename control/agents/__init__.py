@@ -12,7 +12,10 @@ deterministic runner) and :class:`control.live.LiveControlPlane` (``svclab serve
 
 Optional: ``name`` (shown in timing breakdowns) and ``resync(objects)``, called with every
 stored object of ``kinds`` when the agent starts or its watch must restart (the store
-compacted past it); without ``resync`` the agent gets those objects as ADDED events.
+compacted past it); without ``resync`` the agent gets those objects as ADDED events; and
+``prime(objects)``, what the runner calls instead of ``resync`` when it starts the agent
+from a converged store (:meth:`control.runner.ControlPlane.start`): the same state, with
+no work queued that a converged store does not need.
 """
 
 from __future__ import annotations

@@ -146,6 +146,14 @@ class Controller(ABC):
             for key in self.keys_for(WatchEvent("ADDED", obj, obj.resource_version), None):
                 self.queue.add(key)
 
+    def prime(self, objects: Iterable[KubeObject]) -> None:
+        """Start from a listing of a converged store (:meth:`control.runner.ControlPlane.start`):
+        what :meth:`resync` keeps, without queueing every key (their reconciles would
+        write nothing). Controllers whose reconcile does more than converge the store
+        (time-based work) keep :meth:`resync` here."""
+        self.resync(objects)
+        self.queue.clear()
+
     def pending(self) -> int:
         return len(self.queue)
 

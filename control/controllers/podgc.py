@@ -139,6 +139,11 @@ class PodGarbageCollector(Controller):
         objs = sorted(objects, key=lambda o: not isinstance(o, Node))  # nodes first
         self.handle([WatchEvent("ADDED", o, o.resource_version) for o in objs])
 
+    def prime(self, objects: Iterable[KubeObject]) -> None:
+        """As :meth:`resync`: the quarantine of pods bound to missing nodes is this
+        process's own (time-based), so it starts as a full start starts it."""
+        self.resync(objects)
+
     # ---- work
 
     def pending(self) -> int:
