@@ -358,10 +358,13 @@ class ControlPlane:
         del self._unprimed[id(comp)]
         out: list[KubeObject] = []
         for kind in sorted(kinds):
-            now = {o.key: o for o in self.lister_watcher.list(kind).objects}
-            for (k, key), before in first.items():
-                if k != kind:
-                    continue
+            listed = self.lister_watcher.list(kind).objects
+            written = {key: before for (k, key), before in first.items() if k == kind}
+            if not written:
+                out += listed
+                continue
+            now = {o.key: o for o in listed}
+            for key, before in written.items():
                 if before is None:
                     now.pop(key, None)
                 else:
