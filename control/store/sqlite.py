@@ -302,6 +302,8 @@ class SqliteStore:
         keys = self._keys.get(kind)
         if keys is None:
             keys = self._keys[kind] = sorted(bucket)
+        if namespace is None and selector is None:
+            return [bucket[k] for k in keys]
         return iter_matching((bucket[k] for k in keys), namespace, selector)
 
     def scan(self, kind: str, paths: Sequence[Sequence[str]]) -> builtins.list[tuple[Any, ...]]:
