@@ -29,7 +29,9 @@ driver, :mod:`control.live`, reads the HTTPS API through): one multi-kind watch 
 component step stands for every component's informers, which keeps the run
 deterministic and cheap. The first run (or :meth:`ControlPlane.start`) lists the store and gives each component
 its initial state (``resync``), so a control plane opened on a persistent store picks
-up where the previous one stopped. If the store compacted past the runner's revision,
+up where the previous one stopped. A control plane started on a store known to be
+converged (``start(converged_at=...)``, what a CLI apply or delete does) lists nothing:
+each component starts when a change first reaches it, from the state at that revision. If the store compacted past the runner's revision,
 the runner lists again. Every step leaves an Event: writes through the apiserver record
 one, and the controllers add the Kubernetes ones (ScalingReplicaSet, SuccessfulCreate,
 Scheduled, SandboxCreated, Started, ...).
