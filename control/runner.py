@@ -218,7 +218,9 @@ class ControlPlane:
         of every key, which on a converged store writes nothing: a component that
         defines ``prime(objects)`` is started through it (its cache filled, nothing
         queued), any other through ``resync``. A component none of whose kinds changed
-        never starts: nothing it reads changed, so it has nothing to do. Should the
+        never starts: nothing it reads changed, so it has nothing to do, unless its
+        ``has_start_work(store)`` says a full start would find work left (a retry: a pod
+        still unscheduled, a pod its kubelet has not started): then it starts here. Should the
         record be lost (another process wrote to the store), every component not
         started yet is listed as a full start would (:meth:`_list`)."""
         if self._started:
@@ -236,6 +238,12 @@ class ControlPlane:
         self._started = True
         if self._rev is None:
             self._list()
+            return
+        _, per_comp = self._kinds()
+        for comp, ks in zip(list(self.components), per_comp, strict=True):
+            has_work = getattr(comp, "has_start_work", None)
+            if self._converged_at is not None and has_work is not None and has_work(self.store):
+                self._prime(comp, ks)  # a retry a full start makes (e.g. unscheduled pods)
 
     @property
     def started_from_converged(self) -> bool:

@@ -33,7 +33,7 @@ from control.agents.network import NetworkPlugin, PodNetworkResult
 from control.clock import Clock, rfc3339
 from control.controllers.base import APIClient, WorkQueue
 from control.events import Recorder
-from control.store.base import WatchEvent
+from control.store.base import Store, WatchEvent, scan
 from netmodel.errors import NotFoundError, SvclabError
 from netmodel.objects import Condition, KubeObject, Node, Pod, PodIP, PodStatus
 
@@ -346,6 +346,25 @@ class KubeletPool:
             k.resync(nodes[name], pods.get(name, []))
             if k.pending():
                 self._busy.add(name)
+
+    @staticmethod
+    def has_start_work(store: Store) -> bool:
+        """Whether :meth:`resync` over ``store`` would queue a pod on some node (one
+        being deleted, not Running, or without an address; a Running pod with an
+        address is Ready here, no probes), read through
+        :func:`~control.store.base.scan`, no pod decoded. A control plane started on a
+        converged store starts the kubelets at once when so, as a full start would
+        (:meth:`control.runner.ControlPlane.start`)."""
+        paths = [
+            ("spec", "nodeName"),
+            ("metadata", "deletionTimestamp"),
+            ("status", "phase"),
+            ("status", "podIP"),
+        ]
+        return any(
+            node and (deleting is not None or phase != "Running" or not ip)
+            for _, node, deleting, phase, ip in scan(store, "Pod", paths)
+        )
 
     def pending(self) -> int:
         return sum(self.kubelets[n].pending() for n in self._busy if n in self.kubelets)

@@ -42,7 +42,7 @@ from control.events import Recorder
 from control.scheduler.decision import SCHEDULING_ANNOTATION, Decision, NodeRow
 from control.scheduler.plugins import Filter, Score, default_filters, default_scores
 from control.scheduler.table import BoolArray, IntArray, NodeTable, PodInfo, pod_info
-from control.store.base import WatchEvent
+from control.store.base import Store, WatchEvent, scan
 from netmodel.errors import NotFoundError, SvclabError
 from netmodel.objects import Condition, KubeObject, Node, Pod
 
@@ -186,6 +186,19 @@ class Scheduler:
         objs = list(objects)
         self.handle([WatchEvent("ADDED", o, 0) for o in objs if isinstance(o, Node)])
         self.handle([WatchEvent("ADDED", o, 0) for o in objs if isinstance(o, Pod)])
+
+    @staticmethod
+    def has_start_work(store: Store) -> bool:
+        """Whether :meth:`resync` over ``store`` would queue a pod (one without a node,
+        not being deleted, for this scheduler): read through
+        :func:`~control.store.base.scan`, no pod decoded. A control plane started on a
+        converged store starts the scheduler at once when so, as a full start would
+        retry such a pod (:meth:`control.runner.ControlPlane.start`)."""
+        paths = [("spec", "nodeName"), ("metadata", "deletionTimestamp"), ("spec", "schedulerName")]
+        return any(
+            not node and deleting is None and (name or SCHEDULER_NAME) == SCHEDULER_NAME
+            for _, node, deleting, name in scan(store, "Pod", paths)
+        )
 
     def pending(self) -> int:
         return len(self._active_set)
