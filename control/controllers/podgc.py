@@ -34,7 +34,7 @@ from typing import Protocol
 from control.clock import Clock, parse_rfc3339
 from control.controllers.base import APIClient, Controller
 from control.events import Recorder
-from control.store.base import WatchEvent
+from control.store.base import Store, WatchEvent, scan
 from netmodel.errors import NotFoundError
 from netmodel.objects import KubeObject, Node, Pod
 
@@ -138,6 +138,17 @@ class PodGarbageCollector(Controller):
             state.clear()
         objs = sorted(objects, key=lambda o: not isinstance(o, Node))  # nodes first
         self.handle([WatchEvent("ADDED", o, o.resource_version) for o in objs])
+
+    @staticmethod
+    def has_start_work(store: Store) -> bool:
+        """Whether a pod is bound to a node that is not stored (what :meth:`resync`
+        queues), read through :func:`~control.store.base.scan`, no pod decoded: a control
+        plane started on a converged store starts the collector at once when so, as a
+        full start would (:meth:`control.runner.ControlPlane.start`)."""
+        nodes = {key for (key,) in scan(store, Node.KIND, [])}
+        return any(
+            node and node not in nodes for _, node in scan(store, Pod.KIND, [("spec", "nodeName")])
+        )
 
     def prime(self, objects: Iterable[KubeObject]) -> None:
         """As :meth:`resync`: the quarantine of pods bound to missing nodes is this

@@ -252,8 +252,10 @@ def test_a_new_service_starts_only_what_it_reaches(converged: Path, tmp_path: Pa
 
 
 def test_start_work_is_read_without_decoding_pods(converged: Path) -> None:
-    """What tells a converged start to start the scheduler or the kubelets at once."""
+    """What tells a converged start to start the scheduler, the kubelets or the pod
+    garbage collector at once."""
     from control.agents.kubelet import KubeletPool
+    from control.controllers.podgc import PodGarbageCollector
     from control.scheduler import Scheduler
     from netmodel.objects import Pod
 
@@ -266,3 +268,10 @@ def test_start_work_is_read_without_decoding_pods(converged: Path) -> None:
         assert KubeletPool.has_start_work(store)
         store.delete("Pod", "default/stuck")
         assert not Scheduler.has_start_work(store)
+        assert not PodGarbageCollector.has_start_work(store)
+        store.create(
+            pod.evolve(spec=pod.spec.model_copy(update={"node_name": "ghost"})).with_meta(
+                name="orphan"
+            )
+        )
+        assert PodGarbageCollector.has_start_work(store)  # bound to a node not stored
