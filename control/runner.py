@@ -45,7 +45,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from control.agents import Agent
+from control.agents import Agent, PodSummary, pod_summaries
 from control.agents.kubelet import Kubelet, KubeletPool
 from control.agents.network import EmulatedCNI, NetworkPlugin
 from control.apiserver.server import APIServer
@@ -240,9 +240,14 @@ class ControlPlane:
             self._list()
             return
         _, per_comp = self._kinds()
+        pods: list[PodSummary] | None = None
         for comp, ks in zip(list(self.components), per_comp, strict=True):
             has_work = getattr(comp, "has_start_work", None)
-            if self._converged_at is not None and has_work is not None and has_work(self.store):
+            if self._converged_at is None or has_work is None:
+                continue
+            if pods is None:
+                pods = pod_summaries(self.store)
+            if has_work(self.store, pods):
                 self._prime(comp, ks)  # a retry a full start makes (e.g. unscheduled pods)
 
     @property

@@ -29,11 +29,12 @@ import hashlib
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
+from control.agents import PodSummary
 from control.agents.network import NetworkPlugin, PodNetworkResult
 from control.clock import Clock, rfc3339
 from control.controllers.base import APIClient, WorkQueue
 from control.events import Recorder
-from control.store.base import Store, WatchEvent, scan
+from control.store.base import Store, WatchEvent
 from netmodel.errors import NotFoundError, SvclabError
 from netmodel.objects import Condition, KubeObject, Node, Pod, PodIP, PodStatus
 
@@ -348,22 +349,15 @@ class KubeletPool:
                 self._busy.add(name)
 
     @staticmethod
-    def has_start_work(store: Store) -> bool:
-        """Whether :meth:`resync` over ``store`` would queue a pod on some node (one
-        being deleted, not Running, or without an address; a Running pod with an
-        address is Ready here, no probes), read through
-        :func:`~control.store.base.scan`, no pod decoded. A control plane started on a
-        converged store starts the kubelets at once when so, as a full start would
-        (:meth:`control.runner.ControlPlane.start`)."""
-        paths = [
-            ("spec", "nodeName"),
-            ("metadata", "deletionTimestamp"),
-            ("status", "phase"),
-            ("status", "podIP"),
-        ]
+    def has_start_work(store: Store, pods: Sequence[PodSummary]) -> bool:
+        """Whether :meth:`resync` would queue a pod on some node (one being deleted, not
+        Running, or without an address; a Running pod with an address is Ready here:
+        no probes): a full start works on it, so a control plane started on a converged
+        store starts the kubelets at once (:meth:`control.runner.ControlPlane.start`)."""
         return any(
-            node and (deleting is not None or phase != "Running" or not ip)
-            for _, node, deleting, phase, ip in scan(store, "Pod", paths)
+            p.node_name
+            and (p.deletion_timestamp is not None or p.phase != "Running" or not p.pod_ip)
+            for p in pods
         )
 
     def pending(self) -> int:

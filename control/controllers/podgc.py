@@ -31,6 +31,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Protocol
 
+from control.agents import PodSummary
 from control.clock import Clock, parse_rfc3339
 from control.controllers.base import APIClient, Controller
 from control.events import Recorder
@@ -140,15 +141,12 @@ class PodGarbageCollector(Controller):
         self.handle([WatchEvent("ADDED", o, o.resource_version) for o in objs])
 
     @staticmethod
-    def has_start_work(store: Store) -> bool:
+    def has_start_work(store: Store, pods: Sequence[PodSummary]) -> bool:
         """Whether a pod is bound to a node that is not stored (what :meth:`resync`
-        queues), read through :func:`~control.store.base.scan`, no pod decoded: a control
-        plane started on a converged store starts the collector at once when so, as a
-        full start would (:meth:`control.runner.ControlPlane.start`)."""
+        queues): a full start works on it, so a control plane started on a converged
+        store starts the collector at once (:meth:`control.runner.ControlPlane.start`)."""
         nodes = {key for (key,) in scan(store, Node.KIND, [])}
-        return any(
-            node and node not in nodes for _, node in scan(store, Pod.KIND, [("spec", "nodeName")])
-        )
+        return any(p.node_name and p.node_name not in nodes for p in pods)
 
     def prime(self, objects: Iterable[KubeObject]) -> None:
         """As :meth:`resync`: the quarantine of pods bound to missing nodes is this

@@ -254,24 +254,27 @@ def test_a_new_service_starts_only_what_it_reaches(converged: Path, tmp_path: Pa
 def test_start_work_is_read_without_decoding_pods(converged: Path) -> None:
     """What tells a converged start to start the scheduler, the kubelets or the pod
     garbage collector at once."""
+    from control.agents import pod_summaries
     from control.agents.kubelet import KubeletPool
     from control.controllers.podgc import PodGarbageCollector
     from control.scheduler import Scheduler
     from netmodel.objects import Pod
 
     with SqliteStore(converged / "state.db") as store:
-        assert Scheduler.has_start_work(store)  # (the stuck pod)
-        assert not KubeletPool.has_start_work(store)
+        assert Scheduler.has_start_work(store, pod_summaries(store))  # (the stuck pod)
+        assert not KubeletPool.has_start_work(store, pod_summaries(store))
         pod = next(p for p in store.list("Pod") if p.name.startswith("web-"))
         assert isinstance(pod, Pod)
         store.update(pod.evolve(status=pod.status.model_copy(update={"phase": "Pending"})))
-        assert KubeletPool.has_start_work(store)
+        assert KubeletPool.has_start_work(store, pod_summaries(store))
         store.delete("Pod", "default/stuck")
-        assert not Scheduler.has_start_work(store)
-        assert not PodGarbageCollector.has_start_work(store)
+        assert not Scheduler.has_start_work(store, pod_summaries(store))
+        assert not PodGarbageCollector.has_start_work(store, pod_summaries(store))
         store.create(
             pod.evolve(spec=pod.spec.model_copy(update={"node_name": "ghost"})).with_meta(
                 name="orphan"
             )
         )
-        assert PodGarbageCollector.has_start_work(store)  # bound to a node not stored
+        assert PodGarbageCollector.has_start_work(
+            store, pod_summaries(store)
+        )  # bound to a node not stored
