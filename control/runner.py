@@ -29,7 +29,9 @@ driver, :mod:`control.live`, reads the HTTPS API through): one multi-kind watch 
 component step stands for every component's informers, which keeps the run
 deterministic and cheap. The first run (or :meth:`ControlPlane.start`) lists the store and gives each component
 its initial state (``resync``), so a control plane opened on a persistent store picks
-up where the previous one stopped. If the store compacted past the runner's revision,
+up where the previous one stopped. A control plane started on a store known to be
+converged (``start(converged_at=...)``, what a CLI apply or delete does) lists nothing:
+each component starts when a change first reaches it, from the state at that revision. If the store compacted past the runner's revision,
 the runner lists again. Every step leaves an Event: writes through the apiserver record
 one, and the controllers add the Kubernetes ones (ScalingReplicaSet, SuccessfulCreate,
 Scheduled, SandboxCreated, Started, ...).
@@ -43,7 +45,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from control.agents import Agent
+from control.agents import Agent, PodSummary, pod_summaries
 from control.agents.kubelet import Kubelet, KubeletPool
 from control.agents.network import EmulatedCNI, NetworkPlugin
 from control.apiserver.server import APIServer
@@ -58,7 +60,14 @@ from control.controllers.replicaset import ReplicaSetController
 from control.events import Recorder
 from control.informers.listwatch import StoreListerWatcher
 from control.scheduler import Scheduler
-from control.store.base import BatchConflictError, Store, WatchEvent, batched
+from control.store.base import (
+    BatchConflictError,
+    Store,
+    WatchEvent,
+    batched,
+    first_states,
+    track_first_states,
+)
 from netmodel.cluster import ClusterSpec
 from netmodel.errors import CompactedError, SvclabError
 from netmodel.objects import KubeObject, Node
@@ -184,6 +193,10 @@ class ControlPlane:
         self.timing = Timing()
         self.pause_gc = True
         self._rev: int | None = None
+        #: a start from a converged revision (see :meth:`start`): that revision, and the
+        #: components not started yet (by id)
+        self._converged_at: int | None = None
+        self._unprimed: dict[int, Agent] = {}
         self._started = False
         self._kinds_cache: tuple[int, frozenset[str], list[frozenset[str]]] | None = None
 
@@ -192,16 +205,57 @@ class ControlPlane:
 
     # ---- lifecycle and writes
 
-    def start(self) -> None:
+    def start(self, *, converged_at: int | None = None) -> None:
         """Bootstrap the cluster (namespaces, the kubernetes Service, the Nodes) and list
-        the store into every component. Idempotent."""
+        the store into every component. Idempotent.
+
+        ``converged_at``: the caller knows the store is converged at this revision (the
+        last run to idle ended there, :mod:`control.noderules`). When it is the store's
+        revision now and the store can record the states its writes overwrite
+        (:func:`control.store.base.track_first_states`; SQLite), no component is listed
+        here: a component starts when an event of its kinds first comes, from the
+        store's state at ``converged_at`` (today's listing with every object written
+        since put back as it was then), and is then given every event since. What it
+        does is what a full start would have done, less the first resync's reconcile
+        of every key, which on a converged store writes nothing: a component that
+        defines ``prime(objects)`` is started through it (its cache filled, nothing
+        queued), any other through ``resync``. A component none of whose kinds changed
+        never starts: nothing it reads changed, so it has nothing to do, unless its
+        ``has_start_work(store)`` says a full start would find work left (a retry: a pod
+        still unscheduled, a pod its kubelet has not started): then it starts here. Should the
+        record be lost (another process wrote to the store), every component not
+        started yet is listed as a full start would (:meth:`_list`)."""
         if self._started:
             return
+        if (
+            converged_at is not None
+            and self._rev is None
+            and converged_at == self.store.revision
+            and track_first_states(self.store) == converged_at
+        ):
+            self._rev = self._converged_at = converged_at
+            self._unprimed = {id(c): c for c in self.components}
         self.apiserver.bootstrap()
         self.apiserver.bootstrap_nodes()
         self._started = True
         if self._rev is None:
             self._list()
+            return
+        _, per_comp = self._kinds()
+        pods: list[PodSummary] | None = None
+        for comp, ks in zip(list(self.components), per_comp, strict=True):
+            has_work = getattr(comp, "has_start_work", None)
+            if self._converged_at is None or has_work is None:
+                continue
+            if pods is None:
+                pods = pod_summaries(self.store)
+            if has_work(self.store, pods):
+                self._prime(comp, ks)  # a retry a full start makes (e.g. unscheduled pods)
+
+    @property
+    def started_from_converged(self) -> bool:
+        """Whether :meth:`start` took the converged path (and no relist undid it)."""
+        return self._converged_at is not None
 
     def apply(
         self, objs: Sequence[KubeObject], source: str | None = None
@@ -217,7 +271,9 @@ class ControlPlane:
         """Add a component (e.g. a node's kube-proxy). It runs after the built-in ones,
         and starts from a listing of its kinds at its first round."""
         self.components.append(agent)
-        if self._rev is not None:
+        if self._converged_at is not None:
+            self._unprimed[id(agent)] = agent  # started by its first event (see start)
+        elif self._rev is not None:
             self._start_component(agent, self._listing(agent.kinds))
 
     def kubelet(self, node_name: str) -> Kubelet:
@@ -257,6 +313,8 @@ class ControlPlane:
         worked = 0
         for comp in self.components:
             self._pump()
+            if id(comp) in self._unprimed:
+                continue  # not started: nothing it reads changed (see start)
             t0 = time.perf_counter()
             try:
                 with batched(self.store):
@@ -292,17 +350,58 @@ class ControlPlane:
             out += self.lister_watcher.list(kind).objects
         return out
 
-    def _start_component(self, comp: Agent, objs: list[KubeObject]) -> None:
+    def _start_component(
+        self, comp: Agent, objs: list[KubeObject], *, converged: bool = False
+    ) -> None:
         t0 = time.perf_counter()
-        resync = getattr(comp, "resync", None)
+        prime = getattr(comp, "prime", None) if converged else None
+        resync = prime or getattr(comp, "resync", None)
         if resync is not None:
             resync(objs)
         else:
             comp.handle([WatchEvent("ADDED", o, o.resource_version) for o in objs])
         self.timing.add(_name(comp), time.perf_counter() - t0)
 
+    def _prime(self, comp: Agent, kinds: frozenset[str]) -> bool:
+        """Start ``comp`` from the converged revision (see :meth:`start`) and give it
+        every event of its kinds since. False: the states that revision had are no
+        longer known (every component was listed instead, :meth:`_list`)."""
+        base = self._converged_at
+        assert base is not None
+        first = first_states(self.store)
+        if first is None:
+            self._list()
+            return False
+        del self._unprimed[id(comp)]
+        out: list[KubeObject] = []
+        for kind in sorted(kinds):
+            listed = self.lister_watcher.list(kind).objects
+            written = {key: before for (k, key), before in first.items() if k == kind}
+            if not written:
+                out += listed
+                continue
+            now = {o.key: o for o in listed}
+            for key, before in written.items():
+                if before is None:
+                    now.pop(key, None)
+                else:
+                    now[key] = before
+            out += [now[key] for key in sorted(now)]
+        self._start_component(comp, out, converged=True)
+        try:
+            evs = self.lister_watcher.poll(base, kinds)
+        except CompactedError:
+            self._list()
+            return False
+        t1 = time.perf_counter()
+        comp.handle(evs)
+        self.timing.add(_name(comp), time.perf_counter() - t1)
+        return True
+
     def _list(self) -> None:
         """Give every component the current state (initial list, or after compaction)."""
+        self._converged_at = None
+        self._unprimed = {}
         rev = self.store.revision
         cache: dict[str, list[KubeObject]] = {}
         for comp in self.components:
@@ -344,7 +443,10 @@ class ControlPlane:
             evs = by_kinds.get(ks)
             if evs is None:
                 evs = by_kinds[ks] = [e for e in events if e.object.kind in ks]
-            if evs:
+            if evs and id(comp) in self._unprimed:
+                if not self._prime(comp, ks):
+                    return  # every component was listed at the current revision
+            elif evs:
                 t1 = time.perf_counter()
                 comp.handle(evs)
                 spent = time.perf_counter() - t1

@@ -101,6 +101,12 @@ class Session:
     #: for, as read-only commands do (:mod:`control.noderules`). Off: one emulated
     #: kube-proxy per node (the in-memory cluster, the server, the Python API's default)
     proxies_from_store: bool = False
+    #: with :attr:`proxies_from_store`, over a store at its converged revision
+    #: (DIR/converged.json): start the control plane from that revision, each component
+    #: when the change first reaches it (:meth:`control.runner.ControlPlane.start`),
+    #: instead of listing every object into every component. Off: the full start (the
+    #: reference the converged start is tested against)
+    converged_start: bool = True
     _note: StoreSyncNote | None = None
 
     # ---- construction
@@ -224,7 +230,7 @@ class Session:
             self._plane = ControlPlane(
                 self.store, self.cluster.spec, seed=self.cluster.spec.seed, clock=self.clock
             )
-            self._plane.start()
+            self._plane.start(converged_at=self._converged_start_revision())
             if self._proxies_from_store:
                 from control.noderules import StoreSyncNote
 
@@ -235,6 +241,18 @@ class Session:
             elif self.with_proxies:
                 self._add_proxies()
         return self._plane
+
+    def _converged_start_revision(self) -> int | None:
+        """The revision the control plane may start from without listing (see
+        :attr:`converged_start`), or None for a full start."""
+        if not (self.converged_start and self._proxies_from_store) or self.state_dir is None:
+            return None
+        if self.served:
+            return None
+        from control.noderules import converged_revision
+
+        rev = converged_revision(self.state_dir)
+        return rev if rev is not None and rev == self.store.revision else None
 
     @property
     def _proxies_from_store(self) -> bool:

@@ -29,11 +29,12 @@ import hashlib
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
+from control.agents import PodSummary
 from control.agents.network import NetworkPlugin, PodNetworkResult
 from control.clock import Clock, rfc3339
 from control.controllers.base import APIClient, WorkQueue
 from control.events import Recorder
-from control.store.base import WatchEvent
+from control.store.base import Store, WatchEvent
 from netmodel.errors import NotFoundError, SvclabError
 from netmodel.objects import Condition, KubeObject, Node, Pod, PodIP, PodStatus
 
@@ -353,6 +354,18 @@ class KubeletPool:
             k.resync(nodes[name], pods.get(name, []))
             if k.pending():
                 self._busy.add(name)
+
+    @staticmethod
+    def has_start_work(store: Store, pods: Sequence[PodSummary]) -> bool:
+        """Whether :meth:`resync` would queue a pod on some node (one being deleted, not
+        Running, or without an address; a Running pod with an address is Ready here:
+        no probes): a full start works on it, so a control plane started on a converged
+        store starts the kubelets at once (:meth:`control.runner.ControlPlane.start`)."""
+        return any(
+            p.node_name
+            and (p.deletion_timestamp is not None or p.phase != "Running" or not p.pod_ip)
+            for p in pods
+        )
 
     def pending(self) -> int:
         return sum(self.kubelets[n].pending() for n in self._busy if n in self.kubelets)

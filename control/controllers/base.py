@@ -146,6 +146,14 @@ class Controller(ABC):
             for key in self.keys_for(WatchEvent("ADDED", obj, obj.resource_version), None):
                 self.queue.add(key)
 
+    def prime(self, objects: Iterable[KubeObject]) -> None:
+        """Start from a listing of a converged store (:meth:`control.runner.ControlPlane.start`):
+        what :meth:`resync` keeps, without queueing every key (their reconciles would
+        write nothing). Controllers whose reconcile does more than converge the store
+        (time-based work) keep :meth:`resync` here."""
+        self.resync(objects)
+        self.queue.clear()
+
     def pending(self) -> int:
         return len(self.queue)
 
@@ -242,6 +250,10 @@ class GarbageCollector(Controller):
         self._owners: dict[str, tuple[str, ...]] = {}
         # owner id -> key, of the owners being deleted in the foreground
         self._foreground: dict[str, str] = {}
+        # after prime: the objects whose owners are not indexed yet, and the keys
+        # whose events came since (see prime)
+        self._unindexed: list[KubeObject] | None = None
+        self._touched: set[str] = set()
 
     def handle(self, events: Sequence[WatchEvent]) -> None:
         # No object cache: owners are checked against the store, dependents indexed here.
@@ -253,13 +265,51 @@ class GarbageCollector(Controller):
         self._dependents.clear()
         self._owners.clear()
         self.queue.clear()
+        self._unindexed = None
         for obj in objects:
             for key in self.keys_for(WatchEvent("ADDED", obj, obj.resource_version), None):
                 self.queue.add(key)
 
+    def prime(self, objects: Iterable[KubeObject]) -> None:
+        """:meth:`Controller.prime`: objects being deleted are taken at once (as
+        :meth:`resync` takes them); the index of everyone else's owners is built from
+        ``objects`` only when a deletion first needs it (a change that deletes nothing
+        never builds it), leaving out the objects whose events came meanwhile (their
+        owners are indexed from those)."""
+        self.resync([])
+        rest = []
+        for obj in objects:
+            if obj.metadata.deletion_timestamp is not None:
+                for key in self.keys_for(WatchEvent("ADDED", obj, obj.resource_version), None):
+                    self.queue.add(key)
+            elif obj.metadata.owner_references:
+                rest.append(obj)
+        self._unindexed = rest
+        self._touched = set()
+
+    def _index_listing(self) -> None:
+        """Index the owners of what :meth:`prime` left unindexed (see there)."""
+        listing, self._unindexed = self._unindexed, None
+        for obj in listing or ():
+            key = f"{obj.kind}|{obj.key}"
+            if key not in self._touched:
+                owners = tuple(
+                    owner_id(r.kind, obj.namespace, r.name, r.uid)
+                    for r in obj.metadata.owner_references
+                )
+                self._owners[key] = owners
+                for o in owners:
+                    self._dependents.setdefault(o, {})[key] = None
+        self._touched = set()
+
     def keys_for(self, event: WatchEvent, old: KubeObject | None) -> Iterator[str]:
         obj = event.object
         key = f"{obj.kind}|{obj.key}"
+        if self._unindexed is not None:
+            if event.type == "DELETED" or obj.metadata.deletion_timestamp is not None:
+                self._index_listing()
+            else:
+                self._touched.add(key)
         if event.type == "DELETED":
             # a dependent gone: the owners waiting for it in the foreground look again
             yield from [
@@ -273,9 +323,11 @@ class GarbageCollector(Controller):
             ):
                 self._foreground.pop(ident, None)
             ident = owner_id(obj.kind, obj.namespace, obj.name, uid)
-            yield from list(self._dependents.pop(ident, {}))
+            # in key order, whatever order the index learnt them in (a primed
+            # collector learns them later than one started from a full listing)
+            yield from sorted(self._dependents.pop(ident, {}))
             if uid:  # dependents that referenced it by name only
-                yield from list(
+                yield from sorted(
                     self._dependents.pop(owner_id(obj.kind, obj.namespace, obj.name, None), {})
                 )
             return
@@ -342,12 +394,14 @@ class GarbageCollector(Controller):
         """Foreground deletion: delete the owner's dependents (in the foreground too);
         once none is left, remove the ``foregroundDeletion`` finalizer, which lets the
         apiserver remove the owner. A dependent's DELETED event brings the owner back."""
+        if self._unindexed is not None:
+            self._index_listing()
         ids = (
             owner_id(owner.kind, owner.namespace, owner.name, owner.metadata.uid),
             owner_id(owner.kind, owner.namespace, owner.name, None),
         )
         left = 0
-        for dep_key in [k for i in ids for k in self._dependents.get(i, {})]:
+        for dep_key in [k for i in ids for k in sorted(self._dependents.get(i, {}))]:
             kind, _, obj_key = dep_key.partition("|")
             try:
                 dep = self.store.get(kind, obj_key)

@@ -231,6 +231,20 @@ class EndpointSliceController(Controller):
     def subject(self, key: str) -> KubeObject | None:
         return self.cache.get("Service", key)
 
+    def prime(self, objects: Iterable[KubeObject]) -> None:
+        """:meth:`Controller.prime`: the cache and the nodes' zones, as :meth:`resync`
+        leaves them, without working out the keys each object would queue (for every
+        pod, the Services selecting it)."""
+        self.cache.clear()
+        self.queue.clear()
+        self._zones.clear()
+        for obj in objects:
+            self.cache.put(obj)
+            if obj.kind == "Node":
+                zone = obj.labels.get(ZONE_LABEL)
+                if zone is not None:
+                    self._zones[obj.name] = zone
+
     # ---- reconcile
 
     def _selected_pods(self, svc: Service) -> list[Pod]:

@@ -31,10 +31,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Protocol
 
+from control.agents import PodSummary
 from control.clock import Clock, parse_rfc3339
 from control.controllers.base import APIClient, Controller
 from control.events import Recorder
-from control.store.base import WatchEvent
+from control.store.base import Store, WatchEvent, scan
 from netmodel.errors import NotFoundError
 from netmodel.objects import KubeObject, Node, Pod
 
@@ -138,6 +139,19 @@ class PodGarbageCollector(Controller):
             state.clear()
         objs = sorted(objects, key=lambda o: not isinstance(o, Node))  # nodes first
         self.handle([WatchEvent("ADDED", o, o.resource_version) for o in objs])
+
+    @staticmethod
+    def has_start_work(store: Store, pods: Sequence[PodSummary]) -> bool:
+        """Whether a pod is bound to a node that is not stored (what :meth:`resync`
+        queues): a full start works on it, so a control plane started on a converged
+        store starts the collector at once (:meth:`control.runner.ControlPlane.start`)."""
+        nodes = {key for (key,) in scan(store, Node.KIND, [])}
+        return any(p.node_name and p.node_name not in nodes for p in pods)
+
+    def prime(self, objects: Iterable[KubeObject]) -> None:
+        """As :meth:`resync`: the quarantine of pods bound to missing nodes is this
+        process's own (time-based), so it starts as a full start starts it."""
+        self.resync(objects)
 
     # ---- work
 

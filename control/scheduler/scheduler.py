@@ -35,6 +35,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from control.agents import PodSummary
 from control.apiserver.server import APIServer
 from control.clock import Clock, rfc3339
 from control.controllers.base import APIClient
@@ -42,7 +43,7 @@ from control.events import Recorder
 from control.scheduler.decision import SCHEDULING_ANNOTATION, Decision, NodeRow
 from control.scheduler.plugins import Filter, Score, default_filters, default_scores
 from control.scheduler.table import BoolArray, IntArray, NodeTable, PodInfo, pod_info
-from control.store.base import WatchEvent
+from control.store.base import Store, WatchEvent
 from netmodel.errors import NotFoundError, SvclabError
 from netmodel.objects import Condition, KubeObject, Node, Pod
 
@@ -186,6 +187,19 @@ class Scheduler:
         objs = list(objects)
         self.handle([WatchEvent("ADDED", o, 0) for o in objs if isinstance(o, Node)])
         self.handle([WatchEvent("ADDED", o, 0) for o in objs if isinstance(o, Pod)])
+
+    @staticmethod
+    def has_start_work(store: Store, pods: Sequence[PodSummary]) -> bool:
+        """Whether :meth:`resync` would queue a pod (one without a node, not being
+        deleted, for this scheduler): a full start retries it, so a control plane
+        started on a converged store starts the scheduler at once
+        (:meth:`control.runner.ControlPlane.start`)."""
+        return any(
+            not p.node_name
+            and p.deletion_timestamp is None
+            and (p.scheduler_name or SCHEDULER_NAME) == SCHEDULER_NAME
+            for p in pods
+        )
 
     def pending(self) -> int:
         return len(self._active_set)

@@ -203,6 +203,24 @@ def peek(store: Store, kind: str, key: str) -> KubeObject:
     return store.get(kind, key)
 
 
+def track_first_states(store: Store) -> int | None:
+    """Ask ``store`` to record, from now on, each object's state before this process
+    first writes it (a backend with ``track_first_states``; SQLite). Returns the
+    revision the record starts at, or None when the backend cannot record."""
+    own = getattr(store, "track_first_states", None)
+    return own() if own is not None else None
+
+
+def first_states(store: Store) -> dict[tuple[str, str], KubeObject | None] | None:
+    """Since :func:`track_first_states`: ``(kind, key)`` -> the object as it was at the
+    revision the record started at (None: absent then), for every object written
+    since. With the store's current state this gives its whole state at that revision
+    without reading history. None: nothing recorded, or not all writes are known (the
+    backend cannot record, or another process wrote meanwhile)."""
+    own = getattr(store, "first_states", None)
+    return own() if own is not None else None
+
+
 def iter_matching(
     objs: Iterator[KubeObject] | list[KubeObject],
     namespace: str | None,

@@ -129,6 +129,10 @@ class SqliteStore:
         self._undo: builtins.list[_Undo] = []
         # kind -> (the object the latest write of that kind returned, its JSON): see encoded
         self._written: dict[str, tuple[KubeObject, str]] = {}
+        # (kind, key) -> the state before this process's first write to it since
+        # track_first_states() (None: absent); None: not tracking, or another process
+        # wrote meanwhile (see first_states)
+        self._first: dict[tuple[str, str], KubeObject | None] | None = None
         self._data_version = self._read_data_version()
 
     # ------------------------------------------------------------------ plumbing
@@ -158,9 +162,7 @@ class SqliteStore:
         busy timeout): then this store names no state token."""
         db = self._conn
         try:
-            db.execute(
-                "INSERT OR IGNORE INTO meta(name, value) VALUES ('store_id', abs(random()))"
-            )
+            db.execute("INSERT OR IGNORE INTO meta(name, value) VALUES ('store_id', abs(random()))")
         except sqlite3.OperationalError:
             return None
         row = db.execute("SELECT value FROM meta WHERE name = 'store_id'").fetchone()
@@ -183,6 +185,7 @@ class SqliteStore:
         meta = dict(db.execute("SELECT name, value FROM meta").fetchall())
         rev, compacted = int(meta.get("revision", 0)), int(meta.get("compacted", 0))
         if rev > self._revision:
+            self._first = None  # another process wrote: the states it overwrote are unknown
             rows = db.execute(
                 "SELECT rev, type, kind, key, data FROM log WHERE rev > ? AND rev <= ? ORDER BY rev",
                 (self._revision, rev),
@@ -299,6 +302,8 @@ class SqliteStore:
         keys = self._keys.get(kind)
         if keys is None:
             keys = self._keys[kind] = sorted(bucket)
+        if namespace is None and selector is None:
+            return [bucket[k] for k in keys]
         return iter_matching((bucket[k] for k in keys), namespace, selector)
 
     def scan(self, kind: str, paths: Sequence[Sequence[str]]) -> builtins.list[tuple[Any, ...]]:
@@ -347,6 +352,22 @@ class SqliteStore:
             raise NotFoundError(f"{kind} {key!r} not found")
         return _load(kind, row[0])
 
+    def track_first_states(self) -> int:
+        """Start recording, for every object this store writes from now on, its state
+        before the first such write; returns the revision the record starts at. See
+        :func:`control.store.base.first_states`."""
+        self._refresh()
+        self._first = {}
+        return self._revision
+
+    def first_states(self) -> dict[tuple[str, str], KubeObject | None] | None:
+        """What :meth:`track_first_states` recorded so far: ``(kind, key)`` -> the
+        object as it was at the start revision (None: it did not exist), for every
+        object written since; None when not tracking or when another process wrote
+        to the file since (its writes' earlier states are not known here)."""
+        self._refresh()
+        return None if self._first is None else dict(self._first)
+
     def watch(self, since: int, kinds: Collection[str] | None = None) -> builtins.list[WatchEvent]:
         self._refresh()
         if since < self._compacted:
@@ -377,11 +398,37 @@ class SqliteStore:
         with self._writing():
             return self._create(obj)
 
+    def _current(self, kind: str, key: str) -> KubeObject | None:
+        """The stored ``kind``/``key`` a write checks against: from the cache when the
+        kind is loaded, else that one row (a write never loads a whole kind: recording
+        one Event must not decode every Event stored)."""
+        bucket = self._cache.get(kind)
+        if bucket is not None:
+            return bucket.get(key)
+        row = self._conn.execute(
+            "SELECT data FROM objects WHERE kind = ? AND key = ?", (kind, key)
+        ).fetchone()
+        return None if row is None else _load(kind, row[0])
+
+    def _exists(self, kind: str, key: str) -> bool:
+        bucket = self._cache.get(kind)
+        if bucket is not None:
+            return key in bucket
+        row = self._conn.execute(
+            "SELECT 1 FROM objects WHERE kind = ? AND key = ?", (kind, key)
+        ).fetchone()
+        return row is not None
+
+    def _track(self, kind: str, key: str, before: KubeObject | None) -> None:
+        first = self._first
+        if first is not None and (kind, key) not in first:
+            first[(kind, key)] = before
+
     def _create(self, obj: KubeObject) -> KubeObject:
-        bucket = self._bucket(obj.kind)
         key = obj.key
-        if key in bucket:
+        if self._exists(obj.kind, key):
             raise ConflictError(f"{obj.kind} {key!r} already exists")
+        self._track(obj.kind, key, None)
         self._revision += 1
         stored = stamped(obj, self._revision)
         data = _dump(stored)
@@ -390,7 +437,9 @@ class SqliteStore:
         )
         self._append("ADDED", stored, data)
         self._written[obj.kind] = (stored, data)
-        bucket[key] = stored
+        bucket = self._cache.get(obj.kind)
+        if bucket is not None:
+            bucket[key] = stored
         self._keys.pop(obj.kind, None)
         self._remember(obj.kind, key, None)
         self._wrote()
@@ -401,12 +450,12 @@ class SqliteStore:
             return self._update(obj, expected_version)
 
     def _update(self, obj: KubeObject, expected_version: int | None) -> KubeObject:
-        bucket = self._bucket(obj.kind)
         key = obj.key
-        current = bucket.get(key)
+        current = self._current(obj.kind, key)
         if current is None:
             raise NotFoundError(f"{obj.kind} {key!r} not found")
         self._check_version(obj.kind, key, current, expected_version)
+        self._track(obj.kind, key, current)
         self._revision += 1
         stored = stamped(obj, self._revision)
         data = _dump(stored)
@@ -415,7 +464,9 @@ class SqliteStore:
         )
         self._append("MODIFIED", stored, data)
         self._written[obj.kind] = (stored, data)
-        bucket[key] = stored
+        bucket = self._cache.get(obj.kind)
+        if bucket is not None:
+            bucket[key] = stored
         self._remember(obj.kind, key, current)
         self._wrote()
         return stored
@@ -425,15 +476,17 @@ class SqliteStore:
             return self._delete(kind, key, expected_version)
 
     def _delete(self, kind: str, key: str, expected_version: int | None) -> KubeObject:
-        bucket = self._bucket(kind)
-        current = bucket.get(key)
+        current = self._current(kind, key)
         if current is None:
             raise NotFoundError(f"{kind} {key!r} not found")
         self._check_version(kind, key, current, expected_version)
+        self._track(kind, key, current)
         self._revision += 1
         self._conn.execute("DELETE FROM objects WHERE kind = ? AND key = ?", (kind, key))
         self._append("DELETED", current, _dump(current))
-        del bucket[key]
+        bucket = self._cache.get(kind)
+        if bucket is not None:
+            del bucket[key]
         self._keys.pop(kind, None)
         self._remember(kind, key, current)
         self._wrote()
@@ -484,7 +537,9 @@ class SqliteStore:
 
     def _restore(self, undo_mark: int, log_mark: int, rev: int, compacted: int) -> None:
         for kind, key, before in reversed(self._undo[undo_mark:]):
-            bucket = self._bucket(kind)
+            bucket = self._cache.get(kind)
+            if bucket is None:
+                continue  # not loaded: the rows rolled back are what a load reads
             if before is None:
                 bucket.pop(key, None)
             else:

@@ -436,8 +436,16 @@ def test_batch_conflict_with_another_writer_refuses_only_that_write(
 
 
 def _scanned(s: Store) -> list[tuple[object, ...]]:
-    return scan(s, "Pod", [("spec", "nodeName"), ("spec", "hostNetwork"),
-                           ("metadata", "labels", "k8s-app"), ("metadata", "uid")])
+    return scan(
+        s,
+        "Pod",
+        [
+            ("spec", "nodeName"),
+            ("spec", "hostNetwork"),
+            ("metadata", "labels", "k8s-app"),
+            ("metadata", "uid"),
+        ],
+    )
 
 
 def _listed(s: Store) -> list[tuple[object, ...]]:
@@ -445,8 +453,15 @@ def _listed(s: Store) -> list[tuple[object, ...]]:
     for p in s.list("Pod"):
         assert isinstance(p, Pod)
         hn = p.spec.host_network if "hostNetwork" in p.to_dict().get("spec", {}) else None
-        out.append((p.key, p.spec.node_name, None if hn is None else int(hn),
-                    p.labels.get("k8s-app"), p.metadata.uid))
+        out.append(
+            (
+                p.key,
+                p.spec.node_name,
+                None if hn is None else int(hn),
+                p.labels.get("k8s-app"),
+                p.metadata.uid,
+            )
+        )
     return out
 
 
@@ -455,8 +470,11 @@ def test_scan_and_peek_read_what_list_and_get_read(store: Store) -> None:
     None, booleans as 1/0), peek an object as get: after writes, inside a transaction
     (its writes seen), after its rollback (gone again)."""
     a = pod("a", "kube-system", **{"k8s-app": "kube-dns"})
-    store.create(a.model_copy(update={"spec": a.spec.model_copy(
-        update={"node_name": "n1", "host_network": True})}))
+    store.create(
+        a.model_copy(
+            update={"spec": a.spec.model_copy(update={"node_name": "n1", "host_network": True})}
+        )
+    )
     store.create(pod("b"))
     store.create(pod("c", "dev", app="x"))
     assert _scanned(store) == _listed(store) and len(_scanned(store)) == 3
