@@ -23,7 +23,14 @@ from dataclasses import dataclass
 
 from dataplane.emulator.devices import Epoch
 from dataplane.emulator.hooks import ReplayStep
-from dataplane.netfilter.conntrack import SEEN_REPLY, Connection
+from dataplane.netfilter.conntrack import (
+    SEEN_REPLY,
+    Connection,
+    RefreshStep,
+    SimClock,
+    refresh_all,
+    refresh_step,
+)
 from netmodel.packet import Packet
 
 FLOW_CACHE_LIMIT = 100_000
@@ -58,6 +65,12 @@ class Flow:
     dev: str
     delivered: Packet
     src_rewritten: bool
+    #: when every step is one :func:`~dataplane.netfilter.conntrack.refresh_step` can
+    #: make (packets that leave the connections' states as they were) and every table
+    #: reads one simulated clock: the whole replay as one
+    #: :func:`~dataplane.netfilter.conntrack.refresh_all` at that clock's time
+    fast: tuple[RefreshStep, ...] | None = None
+    clock: SimClock | None = None
 
 
 class FlowCache:
@@ -104,6 +117,7 @@ class FlowCache:
         if len(self.flows) >= self.limit:
             self.flows.clear()
         steps = tuple(s for s in log if s is not None)
+        fast, clock = _fast_plan(key[1], steps)
         self.flows[key] = Flow(
             epoch=self.epoch.value,
             steps=steps,
@@ -124,6 +138,8 @@ class FlowCache:
             dev=dev,
             delivered=delivered,
             src_rewritten=src_rewritten,
+            fast=fast,
+            clock=clock,
         )
 
     def forget(self, key: FlowKey) -> None:
@@ -143,6 +159,14 @@ class FlowCache:
         instant: the same state and expiry)."""
         if flow.epoch != self.epoch.value or not flow.steps:
             return False
+        fast = flow.fast
+        if fast is not None:
+            assert flow.clock is not None
+            if refresh_all(fast, flow.clock.t):
+                self.replayed += 1
+                return True
+            self.flows.pop((flow.src, pkt), None)
+            return False
         flags = pkt.flags
         for refresh, conn, direction, state, tcp_before, original, established in flow.plan:
             if conn.tcp_state != tcp_before or (
@@ -157,3 +181,27 @@ class FlowCache:
                 return False
         self.replayed += 1
         return True
+
+
+def _fast_plan(
+    pkt: Packet, steps: tuple[ReplayStep, ...]
+) -> tuple[tuple[RefreshStep, ...] | None, SimClock | None]:
+    """:attr:`Flow.fast` and its clock, when every step has a
+    :func:`~dataplane.netfilter.conntrack.refresh_step` (made from the TCP state it was
+    recorded in) and all the tables read one :class:`SimClock` (so that one reading is
+    what each namespace's own would give); (None, None) otherwise."""
+    if not steps:
+        return None, None
+    clock = steps[0].table.clock
+    if clock.__class__ is not SimClock:
+        return None, None
+    fast: list[RefreshStep] = []
+    for st in steps:
+        if st.table.clock is not clock:
+            return None, None
+        step = refresh_step(st.table, st.conn, st.direction, st.state, pkt.flags)
+        if step is None or step.tcp_state != st.tcp_before:
+            return None, None
+        fast.append(step)
+    assert isinstance(clock, SimClock)
+    return tuple(fast), clock
