@@ -79,16 +79,15 @@ class FlowCache:
     def __init__(self, epoch: Epoch, limit: int = FLOW_CACHE_LIMIT) -> None:
         self.epoch = epoch
         self.limit = limit
+        #: (the dictionary is never replaced: :meth:`get` is its ``get``)
         self.flows: dict[FlowKey, Flow] = {}
+        self.get: Callable[[FlowKey], Flow | None] = self.flows.get
         self._seen: set[FlowKey] = set()
         #: how many packets were replayed (statistics for benchmarks and tests)
         self.replayed = 0
 
     def __len__(self) -> int:
         return len(self.flows)
-
-    def get(self, key: FlowKey) -> Flow | None:
-        return self.flows.get(key)
 
     def seen_before(self, key: FlowKey) -> bool:
         """Whether this packet was walked before (only then is a walk recorded: a first

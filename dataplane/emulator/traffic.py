@@ -155,11 +155,12 @@ class Endpoints:
 
     def receive(self, netns: str, pkt: Packet) -> Reception:
         """Deliver ``pkt`` (already routed to this namespace) and decide the answer."""
-        if pkt.proto == "icmp":
-            return self._icmp(netns, pkt)
-        if pkt.proto == "tcp":
+        proto = pkt.proto
+        if proto == "tcp":
             return self._tcp(netns, pkt)
-        if pkt.proto == "udp":
+        if proto == "icmp":
+            return self._icmp(netns, pkt)
+        if proto == "udp":
             return self._udp(netns, pkt)
         return Reception("refused", _port_unreachable(pkt), pkt.dport, "protocol unreachable")
 
@@ -191,10 +192,12 @@ class Endpoints:
         return Reception("consumed", None, 0, "ICMP error without a socket")
 
     def _tcp(self, netns: str, pkt: Packet) -> Reception:
-        key: FourTuple = ("tcp", _int(pkt.dst), pkt.dport, _int(pkt.src), pkt.sport)
+        dport = pkt.dport
+        key: FourTuple = ("tcp", pkt.dst._ip, dport, pkt.src._ip, pkt.sport)  # type: ignore[union-attr]
         flags = pkt.flags
         if key in self.clients.get(netns, ()):
-            return Reception("client", None, pkt.dport, "answer to the client socket")
+            # tuple.__new__: the named tuple's own __new__ is a Python-level call (hot path)
+            return _new_tuple(Reception, ("client", None, dport, "answer to the client socket"))
         conns = self.server_conns.get(netns)
         if conns is None:
             conns = self.server_conns[netns] = {}
@@ -227,10 +230,9 @@ class Endpoints:
                 data = len(out).to_bytes(2, "big") + out
                 ans = _tcp_answer(pkt, PSH_ACK, length=40 + len(data)).evolve(payload=data)
                 return Reception("listener", ans, pkt.dport, "data answered")
-            return Reception(
-                "listener", _tcp_answer(pkt, PSH_ACK, length=pkt.length), pkt.dport, "data"
-            )
-        return Reception("listener", None, pkt.dport, "ACK")
+            return _new_tuple(Reception, ("listener", _tcp_answer(pkt, PSH_ACK, pkt.length),
+                                          dport, "data"))
+        return _new_tuple(Reception, ("listener", None, dport, "ACK"))
 
     def _udp(self, netns: str, pkt: Packet) -> Reception:
         key: FourTuple = ("udp", _int(pkt.dst), pkt.dport, _int(pkt.src), pkt.sport)
@@ -265,6 +267,9 @@ class Endpoints:
             length=pkt.length,
         )
         return Reception("listener", answer, pkt.dport, "datagram answered")
+
+
+_new_tuple = tuple.__new__
 
 
 def _int(addr: IPAddress) -> int:
