@@ -82,6 +82,10 @@ class Reception(NamedTuple):
 @dataclass(slots=True)
 class _ServerConn:
     state: Literal["established", "last-ack"] = "established"
+    #: the last data segment answered and its reception: a segment that *is* that one
+    #: (a flow-cache replay delivers the same packet object again) gets the same answer,
+    #: which depends on nothing but the segment (packets are immutable values)
+    answered: tuple[Packet, Reception] | None = None
 
 
 @dataclass(slots=True)
@@ -222,16 +226,22 @@ class Endpoints:
             conn.state = "last-ack"
             return Reception("listener", _tcp_answer(pkt, FIN_ACK), pkt.dport, "FIN-ACK")
         if "PSH" in flags:
-            answerer = self.answerers.get(netns, {}).get(("tcp", pkt.dport))
-            if answerer is not None and len(pkt.payload) >= 2:
+            answerer = self.answerers.get(netns, _NO_ANSWERERS).get(("tcp", dport))
+            if answerer is None:
+                memo = conn.answered
+                if memo is not None and memo[0] is pkt:
+                    return memo[1]
+            elif len(pkt.payload) >= 2:
                 out = answerer(pkt.payload[2:], True)
                 if out is None:
                     return Reception("listener", None, pkt.dport, "data, no answer")
                 data = len(out).to_bytes(2, "big") + out
                 ans = _tcp_answer(pkt, PSH_ACK, length=40 + len(data)).evolve(payload=data)
                 return Reception("listener", ans, pkt.dport, "data answered")
-            return _new_tuple(Reception, ("listener", _tcp_answer(pkt, PSH_ACK, pkt.length),
-                                          dport, "data"))
+            rec = _new_tuple(Reception, ("listener", _tcp_answer(pkt, PSH_ACK, pkt.length),
+                                         dport, "data"))
+            conn.answered = (pkt, rec)
+            return rec
         return _new_tuple(Reception, ("listener", None, dport, "ACK"))
 
     def _udp(self, netns: str, pkt: Packet) -> Reception:
@@ -270,6 +280,7 @@ class Endpoints:
 
 
 _new_tuple = tuple.__new__
+_NO_ANSWERERS: dict[tuple[str, int], Answerer] = {}
 
 
 def _int(addr: IPAddress) -> int:
