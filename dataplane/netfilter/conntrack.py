@@ -190,7 +190,7 @@ class Connection:
         "zone_reply",
     )
 
-    def __init__(self, orig: CtTuple, *, icmp_type: int = 0, conn_id: int = 0) -> None:
+    def __init__(self, orig: CtTuple, icmp_type: int = 0, conn_id: int = 0) -> None:
         self.orig = orig
         self.reply = _new_tuple(CtTuple, (orig[0], orig[2], orig[1], orig[4], orig[3]))  # inverted
         self.status = 0
@@ -499,7 +499,7 @@ class ConntrackTable:
         if hit is None:
             if proto in ("icmp", "ipv6-icmp") and icmp_type not in ICMP_REQUESTS:
                 return _ps(None, ORIGINAL, "INVALID")
-            conn = Connection(t, icmp_type=icmp_type or 0, conn_id=self._next_id)
+            conn = Connection(t, icmp_type or 0, self._next_id)  # positional: hot
             self._next_id += 1
             if zone is not None:
                 conn.zone_orig, conn.zone_reply = zone
