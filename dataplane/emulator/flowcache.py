@@ -7,7 +7,11 @@ adapters). If the walk ended in delivery, the next identical packet (same sender
 header) is replayed instead of walked: namespace by namespace the recorded entry must
 still be live, in that TCP state (so only packets that leave an entry's state unchanged
 are replayed) and give the same ctstate; conntrack then updates it exactly as the full
-walk would. Rules, routes, neighbours and FDBs are not consulted again.
+walk would. Rules, routes, neighbours and FDBs are not consulted again. When every
+recorded step is a packet that leaves its entry's state as it was (a plain ACK segment of
+an ESTABLISHED TCP connection, a UDP datagram of a known flow) and all the tables read
+one simulated clock, the whole replay is one loop over precomputed tests and updates
+(:func:`~dataplane.netfilter.conntrack.refresh_all`), with the same effects.
 
 A replay is refused (and the full walk taken) when a learned L2 entry changed since the
 recording (:class:`~dataplane.emulator.devices.Epoch`), when any recorded entry moved on,

@@ -69,6 +69,8 @@ def _outcome(res: Any, reply: Any) -> tuple[object, ...]:
 @example([("udp", 0, 0, 3), ("advance", 29.0), ("udp", 0, 0, 3), ("advance", 120.0),
           ("udp", 0, 0, 3), ("advance", 31.0), ("udp", 0, 0, 2)])
 @example([("connect", 3, 2), ("data", 0, PSH_ACK), ("advance", 30.0), ("data", 0, PSH_ACK)])
+# a recorded ACK segment of a connection that has since been closed (FIN_WAIT, LAST_ACK)
+@example([("connect", 0, 2), ("data", 0, ACK), ("data", 0, FIN_ACK), ("data", 0, ACK)])
 # the instant an entry expires (a -> b: no VXLAN entries on the way, 120 s stream timeout)
 @example([("udp", 0, 1, 3), ("advance", 120.0), ("udp", 0, 1, 3)])
 @example([("udp", 0, 1, 2), ("advance", 30.0), ("udp", 0, 1, 3)])
