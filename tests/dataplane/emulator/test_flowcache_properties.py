@@ -29,7 +29,8 @@ ops = st.lists(
             st.sampled_from(range(len(TARGETS))),
         ),
         st.tuples(st.just("data"), st.integers(0, 7), st.sampled_from([ACK, PSH_ACK])),
-        st.tuples(st.just("data"), st.integers(0, 7), st.just(FIN_ACK)),
+        # a FIN once (the server then waits for the last ACK) or three times (reset)
+        st.tuples(st.just("data"), st.integers(0, 7), st.just(FIN_ACK), st.sampled_from([1, 3])),
         st.tuples(
             st.just("udp"),
             st.sampled_from(range(len(CLIENTS))),
@@ -70,7 +71,8 @@ def _outcome(res: Any, reply: Any) -> tuple[object, ...]:
           ("udp", 0, 0, 3), ("advance", 31.0), ("udp", 0, 0, 2)])
 @example([("connect", 3, 2), ("data", 0, PSH_ACK), ("advance", 30.0), ("data", 0, PSH_ACK)])
 # a recorded ACK segment of a connection that has since been closed (FIN_WAIT, LAST_ACK)
-@example([("connect", 0, 2), ("data", 0, ACK), ("data", 0, FIN_ACK), ("data", 0, ACK)])
+@example([("connect", 0, 2), ("data", 0, ACK), ("data", 0, FIN_ACK, 1), ("data", 0, ACK)])
+@example([("connect", 0, 2), ("data", 0, ACK), ("data", 0, FIN_ACK, 3), ("data", 0, ACK)])
 # the instant an entry expires (a -> b: no VXLAN entries on the way, 120 s stream timeout)
 @example([("udp", 0, 1, 3), ("advance", 120.0), ("udp", 0, 1, 3)])
 @example([("udp", 0, 1, 2), ("advance", 30.0), ("udp", 0, 1, 3)])
@@ -102,7 +104,8 @@ def test_fast_path_and_full_walk_agree(steps: list[tuple[Any, ...]]) -> None:
             src, base = conns[k]
             pkt = base.evolve(flags=step[2], length=100 if step[2] == PSH_ACK else 52)
             before = fast.walker.replayed
-            for _ in range(3):  # the 2nd walk is recorded, the 3rd may replay
+            reps = step[3] if len(step) > 3 else 3
+            for _ in range(reps):  # the 2nd walk is recorded, the 3rd may replay
                 assert _outcome(*fast.exchange(src, pkt, record=False)) == _outcome(
                     *full.exchange(src, pkt, record=False)
                 )
