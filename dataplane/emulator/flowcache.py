@@ -7,7 +7,11 @@ adapters). If the walk ended in delivery, the next identical packet (same sender
 header) is replayed instead of walked: namespace by namespace the recorded entry must
 still be live, in that TCP state (so only packets that leave an entry's state unchanged
 are replayed) and give the same ctstate; conntrack then updates it exactly as the full
-walk would. Rules, routes, neighbours and FDBs are not consulted again.
+walk would. Rules, routes, neighbours and FDBs are not consulted again. When every
+recorded step is a packet that leaves its entry's state as it was (a plain ACK segment of
+an ESTABLISHED TCP connection, a UDP datagram of a known flow) and all the tables read
+one simulated clock, the whole replay is one loop over precomputed tests and updates
+(:func:`~dataplane.netfilter.conntrack.refresh_all`), with the same effects.
 
 A replay is refused (and the full walk taken) when a learned L2 entry changed since the
 recording (:class:`~dataplane.emulator.devices.Epoch`), when any recorded entry moved on,
@@ -23,7 +27,14 @@ from dataclasses import dataclass
 
 from dataplane.emulator.devices import Epoch
 from dataplane.emulator.hooks import ReplayStep
-from dataplane.netfilter.conntrack import SEEN_REPLY, Connection
+from dataplane.netfilter.conntrack import (
+    SEEN_REPLY,
+    Connection,
+    RefreshStep,
+    SimClock,
+    refresh_all,
+    refresh_step,
+)
 from netmodel.packet import Packet
 
 FLOW_CACHE_LIMIT = 100_000
@@ -58,6 +69,12 @@ class Flow:
     dev: str
     delivered: Packet
     src_rewritten: bool
+    #: when every step is one :func:`~dataplane.netfilter.conntrack.refresh_step` can
+    #: make (packets that leave the connections' states as they were) and every table
+    #: reads one simulated clock: the whole replay as one
+    #: :func:`~dataplane.netfilter.conntrack.refresh_all` at that clock's time
+    fast: tuple[RefreshStep, ...] | None = None
+    clock: SimClock | None = None
 
 
 class FlowCache:
@@ -66,16 +83,15 @@ class FlowCache:
     def __init__(self, epoch: Epoch, limit: int = FLOW_CACHE_LIMIT) -> None:
         self.epoch = epoch
         self.limit = limit
+        #: (the dictionary is never replaced: :meth:`get` is its ``get``)
         self.flows: dict[FlowKey, Flow] = {}
+        self.get: Callable[[FlowKey], Flow | None] = self.flows.get
         self._seen: set[FlowKey] = set()
         #: how many packets were replayed (statistics for benchmarks and tests)
         self.replayed = 0
 
     def __len__(self) -> int:
         return len(self.flows)
-
-    def get(self, key: FlowKey) -> Flow | None:
-        return self.flows.get(key)
 
     def seen_before(self, key: FlowKey) -> bool:
         """Whether this packet was walked before (only then is a walk recorded: a first
@@ -104,6 +120,7 @@ class FlowCache:
         if len(self.flows) >= self.limit:
             self.flows.clear()
         steps = tuple(s for s in log if s is not None)
+        fast, clock = _fast_plan(key[1], steps)
         self.flows[key] = Flow(
             epoch=self.epoch.value,
             steps=steps,
@@ -124,6 +141,8 @@ class FlowCache:
             dev=dev,
             delivered=delivered,
             src_rewritten=src_rewritten,
+            fast=fast,
+            clock=clock,
         )
 
     def forget(self, key: FlowKey) -> None:
@@ -143,6 +162,14 @@ class FlowCache:
         instant: the same state and expiry)."""
         if flow.epoch != self.epoch.value or not flow.steps:
             return False
+        fast = flow.fast
+        if fast is not None:
+            assert flow.clock is not None
+            if refresh_all(fast, flow.clock.t):
+                self.replayed += 1
+                return True
+            self.flows.pop((flow.src, pkt), None)
+            return False
         flags = pkt.flags
         for refresh, conn, direction, state, tcp_before, original, established in flow.plan:
             if conn.tcp_state != tcp_before or (
@@ -157,3 +184,27 @@ class FlowCache:
                 return False
         self.replayed += 1
         return True
+
+
+def _fast_plan(
+    pkt: Packet, steps: tuple[ReplayStep, ...]
+) -> tuple[tuple[RefreshStep, ...] | None, SimClock | None]:
+    """:attr:`Flow.fast` and its clock, when every step has a
+    :func:`~dataplane.netfilter.conntrack.refresh_step` (made from the TCP state it was
+    recorded in) and all the tables read one :class:`SimClock` (so that one reading is
+    what each namespace's own would give); (None, None) otherwise."""
+    if not steps:
+        return None, None
+    clock = steps[0].table.clock
+    if clock.__class__ is not SimClock:
+        return None, None
+    fast: list[RefreshStep] = []
+    for st in steps:
+        if st.table.clock is not clock:
+            return None, None
+        step = refresh_step(st.table, st.conn, st.direction, st.state, pkt.flags)
+        if step is None or step.tcp_state != st.tcp_before:
+            return None, None
+        fast.append(step)
+    assert isinstance(clock, SimClock)
+    return tuple(fast), clock

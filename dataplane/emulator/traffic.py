@@ -82,6 +82,10 @@ class Reception(NamedTuple):
 @dataclass(slots=True)
 class _ServerConn:
     state: Literal["established", "last-ack"] = "established"
+    #: the last data segment answered and its reception: a segment that *is* that one
+    #: (a flow-cache replay delivers the same packet object again) gets the same answer,
+    #: which depends on nothing but the segment (packets are immutable values)
+    answered: tuple[Packet, Reception] | None = None
 
 
 @dataclass(slots=True)
@@ -155,11 +159,12 @@ class Endpoints:
 
     def receive(self, netns: str, pkt: Packet) -> Reception:
         """Deliver ``pkt`` (already routed to this namespace) and decide the answer."""
-        if pkt.proto == "icmp":
-            return self._icmp(netns, pkt)
-        if pkt.proto == "tcp":
+        proto = pkt.proto
+        if proto == "tcp":
             return self._tcp(netns, pkt)
-        if pkt.proto == "udp":
+        if proto == "icmp":
+            return self._icmp(netns, pkt)
+        if proto == "udp":
             return self._udp(netns, pkt)
         return Reception("refused", _port_unreachable(pkt), pkt.dport, "protocol unreachable")
 
@@ -191,10 +196,12 @@ class Endpoints:
         return Reception("consumed", None, 0, "ICMP error without a socket")
 
     def _tcp(self, netns: str, pkt: Packet) -> Reception:
-        key: FourTuple = ("tcp", _int(pkt.dst), pkt.dport, _int(pkt.src), pkt.sport)
+        dport = pkt.dport
+        key: FourTuple = ("tcp", pkt.dst._ip, dport, pkt.src._ip, pkt.sport)  # type: ignore[union-attr]
         flags = pkt.flags
         if key in self.clients.get(netns, ()):
-            return Reception("client", None, pkt.dport, "answer to the client socket")
+            # tuple.__new__: the named tuple's own __new__ is a Python-level call (hot path)
+            return _new_tuple(Reception, ("client", None, dport, "answer to the client socket"))
         conns = self.server_conns.get(netns)
         if conns is None:
             conns = self.server_conns[netns] = {}
@@ -219,18 +226,23 @@ class Endpoints:
             conn.state = "last-ack"
             return Reception("listener", _tcp_answer(pkt, FIN_ACK), pkt.dport, "FIN-ACK")
         if "PSH" in flags:
-            answerer = self.answerers.get(netns, {}).get(("tcp", pkt.dport))
-            if answerer is not None and len(pkt.payload) >= 2:
+            answerer = self.answerers.get(netns, _NO_ANSWERERS).get(("tcp", dport))
+            if answerer is None:
+                memo = conn.answered
+                if memo is not None and memo[0] is pkt:
+                    return memo[1]
+            elif len(pkt.payload) >= 2:
                 out = answerer(pkt.payload[2:], True)
                 if out is None:
                     return Reception("listener", None, pkt.dport, "data, no answer")
                 data = len(out).to_bytes(2, "big") + out
                 ans = _tcp_answer(pkt, PSH_ACK, length=40 + len(data)).evolve(payload=data)
                 return Reception("listener", ans, pkt.dport, "data answered")
-            return Reception(
-                "listener", _tcp_answer(pkt, PSH_ACK, length=pkt.length), pkt.dport, "data"
-            )
-        return Reception("listener", None, pkt.dport, "ACK")
+            rec = _new_tuple(Reception, ("listener", _tcp_answer(pkt, PSH_ACK, pkt.length),
+                                         dport, "data"))
+            conn.answered = (pkt, rec)
+            return rec
+        return _new_tuple(Reception, ("listener", None, dport, "ACK"))
 
     def _udp(self, netns: str, pkt: Packet) -> Reception:
         key: FourTuple = ("udp", _int(pkt.dst), pkt.dport, _int(pkt.src), pkt.sport)
@@ -265,6 +277,10 @@ class Endpoints:
             length=pkt.length,
         )
         return Reception("listener", answer, pkt.dport, "datagram answered")
+
+
+_new_tuple = tuple.__new__
+_NO_ANSWERERS: dict[tuple[str, int], Answerer] = {}
 
 
 def _int(addr: IPAddress) -> int:

@@ -159,6 +159,8 @@ def vxlan_source_port(pkt: Packet) -> int:
     return lo + zlib.crc32(key.to_bytes(6, "little")) % (hi - lo + 1)
 
 
+_new_tuple = tuple.__new__
+
 _UNSEEN: Any = object()  # a host whose filter was not looked up yet
 
 
@@ -264,14 +266,16 @@ class Walker:
         host = flow.host
         delivered = flow.delivered
         rec = self.endpoints.receive(host, delivered)
-        answer = Answer(host, rec.answer) if rec.answer is not None else None
+        ans = rec.answer
+        # positional, named tuples through tuple.__new__: this runs once per replayed packet
         return WalkResult(
-            verdict="unreachable" if rec.kind == "refused" else "delivered",
-            reason=rec.note,
-            hops=[],
-            delivered=Delivery(host, delivered, rec, flow.dev),
-            answer=answer,
-            src_rewritten=flow.src_rewritten,
+            "unreachable" if rec.kind == "refused" else "delivered",
+            rec.note,
+            [],
+            _new_tuple(Delivery, (host, delivered, rec, flow.dev)),
+            _new_tuple(Answer, (host, ans, None)) if ans is not None else None,
+            None,
+            flow.src_rewritten,
         )
 
     # ------------------------------------------------------------------ helpers

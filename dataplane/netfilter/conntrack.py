@@ -52,10 +52,14 @@ __all__ = [
     "Connection",
     "ConntrackTable",
     "CtTuple",
+    "RefreshStep",
     "SimClock",
     "addr_int",
     "format_conntrack_l",
     "int_addr",
+    "is_plain_ack",
+    "refresh_all",
+    "refresh_step",
 ]
 
 # status bits (values as in the kernel's enum ip_conntrack_status)
@@ -186,7 +190,7 @@ class Connection:
         "zone_reply",
     )
 
-    def __init__(self, orig: CtTuple, *, icmp_type: int = 0, conn_id: int = 0) -> None:
+    def __init__(self, orig: CtTuple, icmp_type: int = 0, conn_id: int = 0) -> None:
         self.orig = orig
         self.reply = _new_tuple(CtTuple, (orig[0], orig[2], orig[1], orig[4], orig[3]))  # inverted
         self.status = 0
@@ -255,6 +259,12 @@ def _plain_ack(flags: frozenset[str]) -> bool:
     if hit is None:
         hit = _PLAIN_ACK[flags] = _tcp_event(flags) == "ack"
     return hit
+
+
+def is_plain_ack(flags: frozenset[str]) -> bool:
+    """Whether a TCP segment with these flags is conntrack's ``ack`` event (ACK without
+    SYN, FIN or RST): the segment that leaves an ESTABLISHED connection ESTABLISHED."""
+    return _plain_ack(flags)
 
 
 def tcp_next(state: str | None, direction: int, event: str, closer: int) -> str | None:
@@ -489,7 +499,7 @@ class ConntrackTable:
         if hit is None:
             if proto in ("icmp", "ipv6-icmp") and icmp_type not in ICMP_REQUESTS:
                 return _ps(None, ORIGINAL, "INVALID")
-            conn = Connection(t, icmp_type=icmp_type or 0, conn_id=self._next_id)
+            conn = Connection(t, icmp_type or 0, self._next_id)  # positional: hot
             self._next_id += 1
             if zone is not None:
                 conn.zone_orig, conn.zone_reply = zone
@@ -679,6 +689,80 @@ class ConntrackTable:
         conn.reply = cand
         conn.status |= SRC_NAT | SRC_NAT_DONE
         return chosen
+
+
+class RefreshStep(NamedTuple):
+    """One connection of :func:`refresh_all`: its table, the status bits tested
+    (``mask``) and the value they must have (``want``), the TCP state it must be in
+    (None for UDP), the bits the packet sets (``add``) and the timeout it gives. Made by
+    :func:`refresh_step`."""
+
+    conn: Connection
+    table: ConntrackTable
+    mask: int
+    want: int
+    tcp_state: str | None
+    add: int
+    timeout: int
+
+
+def refresh_step(
+    table: ConntrackTable, conn: Connection, direction: int, state: str, flags: frozenset[str]
+) -> RefreshStep | None:
+    """The :func:`refresh_all` step of a packet with TCP ``flags`` of ``conn`` (of
+    ``table``) in ``direction`` that gives ctstate ``state``, for the packets that leave
+    a connection's state as it was: a plain ACK segment (:func:`is_plain_ack`) of an
+    ESTABLISHED TCP connection, or a UDP datagram (in the reply direction, of a
+    connection that has seen a reply before). None for any other."""
+    proto = conn.orig[0]
+    if proto == "tcp":
+        if not _plain_ack(flags):
+            return None
+        if direction == REPLY:
+            # a reply sets SEEN_REPLY, then ASSURED (tcp_packet): always ESTABLISHED
+            if state != "ESTABLISHED":
+                return None
+            return RefreshStep(conn, table, DYING, 0, "ESTABLISHED", SEEN_REPLY | ASSURED,
+                               _TCP_ESTABLISHED)
+        if state == "ESTABLISHED":
+            return RefreshStep(conn, table, DYING | SEEN_REPLY, SEEN_REPLY, "ESTABLISHED",
+                               ASSURED, _TCP_ESTABLISHED)
+        if state == "NEW":
+            return RefreshStep(conn, table, DYING | SEEN_REPLY, 0, "ESTABLISHED", 0,
+                               _TCP_ESTABLISHED)
+        return None
+    if proto == "udp":
+        if state == "ESTABLISHED":
+            # a reply was seen before this datagram (either direction): ASSURED, stream
+            # timeout (nf_conntrack_udp_packet)
+            return RefreshStep(conn, table, DYING | SEEN_REPLY, SEEN_REPLY, None, ASSURED,
+                               UDP_STREAM_TIMEOUT)
+        if state == "NEW" and direction == ORIGINAL:
+            return RefreshStep(conn, table, DYING | SEEN_REPLY, 0, None, 0, UDP_TIMEOUT)
+    return None
+
+
+def refresh_all(steps: tuple[RefreshStep, ...], now: float) -> bool:
+    """Apply one packet, at time ``now``, to each step's connection in turn, exactly as
+    :meth:`ConntrackTable.refresh` does for it (timeout, SEEN_REPLY and ASSURED),
+    provided the connection is still in its table (neither dying nor expired: an expired
+    one is removed, as ``refresh`` removes it), in the step's TCP state and gives the
+    step's ctstate (its status bits as the step requires). At the first step that fails
+    the test, stop and return False; the steps before it stay applied, and applying one
+    again later changes nothing (same packet, same ``now``: same timeout and bits). The
+    flow cache's replay of a packet of known connections: one loop for every namespace
+    the packet crosses."""
+    for conn, table, mask, want, tcp_state, add, timeout in steps:
+        status = conn.status
+        if status & mask != want or conn.tcp_state != tcp_state:
+            return False
+        if conn.expires <= now:
+            table._remove(conn)
+            return False
+        conn.expires = now + timeout
+        if add:
+            conn.status = status | add
+    return True
 
 
 def _default_port_range(port: int, proto: str) -> tuple[int, int]:

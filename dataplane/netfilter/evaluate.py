@@ -460,8 +460,11 @@ class Netfilter:
             w.host = self
         else:
             self._spare = None
-        w.src = w.psrc = addr_int(p.src)
-        w.dst = w.pdst = addr_int(p.dst)
+        # addr_int, inlined for IPv4 (the integer the address object holds)
+        a = p.src
+        w.src = w.psrc = a._ip if a.__class__ is IPv4Address else addr_int(a)  # type: ignore[attr-defined]
+        a = p.dst
+        w.dst = w.pdst = a._ip if a.__class__ is IPv4Address else addr_int(a)  # type: ignore[attr-defined]
         w.proto = p.proto
         w.sport = p.sport
         w.dport = p.dport
@@ -801,7 +804,11 @@ class Netfilter:
             w.visited,
             (w.ct, w.ctdir, w.untracked) if v == ACCEPT else None,
         )
-        self._release(w)
+        w.ct = None  # _release, inlined
+        w.inner = None
+        w.left_as = None
+        w.chooser = self.chooser
+        self._spare = w
         return t
 
     def enumerate(

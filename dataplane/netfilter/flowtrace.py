@@ -39,7 +39,7 @@ __all__ = ["SOURCE_PORT", "EndpointShare", "Flow", "FlowResult", "FlowTracer", "
 SOURCE_PORT = 40000
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class Flow:
     """What upstream's flow tables give: source IP, protocol, destination IP and port."""
 
@@ -47,6 +47,15 @@ class Flow:
     dest: str
     dport: int
     protocol: str = "tcp"
+
+    def __init__(self, source: str, dest: str, dport: int, protocol: str = "tcp") -> None:
+        # the generated __init__ of a frozen dataclass, written out with the slots' own
+        # stores (its object.__setattr__ per field costs twice as much: one Flow is made
+        # per traced flow); same fields, order and default (a test checks it)
+        _set_source(self, source)
+        _set_dest(self, dest)
+        _set_dport(self, dport)
+        _set_protocol(self, protocol)
 
     def packet(self) -> Packet:
         """The flow's first packet: a TCP SYN, a UDP datagram or an ICMP echo request
@@ -59,6 +68,10 @@ class Flow:
         return Packet(src, dst, proto, SOURCE_PORT, self.dport, 64, 60, flags)  # type: ignore[arg-type]
 
 
+_set_source = Flow.__dict__["source"].__set__
+_set_dest = Flow.__dict__["dest"].__set__
+_set_dport = Flow.__dict__["dport"].__set__
+_set_protocol = Flow.__dict__["protocol"].__set__
 _SYN = frozenset({"SYN"})
 _NO_FLAGS: frozenset[str] = frozenset()
 _ADDRESSES: dict[str, IPAddress] = {}
@@ -196,7 +209,8 @@ class FlowTracer:
 
     def sample(self, flow: Flow, rng: Random | None = None, *, commit: bool = False) -> Traversal:
         """One traversal, random choices drawn from ``rng`` (``--at`` without ``--all``)."""
-        packet, origin = self._start(flow)
+        start = self._starts.get((flow.source, flow.dest, flow.dport, flow.protocol))
+        packet, origin = start if start is not None else self._start(flow)
         chooser = None
         if rng is not None:
             # one chooser per generator, reused (it holds nothing but the generator)

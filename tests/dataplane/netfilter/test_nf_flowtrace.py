@@ -140,3 +140,26 @@ def test_external_traffic_policy_local_case_flows(
     for f in data["flows"]:
         r = tracer.trace(Flow(f["sourceIP"], f["destIP"], f["destPort"], f["protocol"]))
         assert (r.upstream_output(), r.masquerade) == (f["output"], f["masq"]), f["name"]
+
+
+def test_flow_init_is_the_dataclass_one() -> None:
+    """Flow's __init__ is written out (for speed): every field in order with its
+    default, a frozen value that equals, hashes and pickles like one."""
+    import dataclasses
+    import inspect
+    import pickle
+
+    params = list(inspect.signature(Flow.__init__).parameters.values())[1:]
+    fields = dataclasses.fields(Flow)
+    assert [p.name for p in params] == [f.name for f in fields]
+    for p, f in zip(params, fields, strict=True):
+        want = inspect.Parameter.empty if f.default is dataclasses.MISSING else f.default
+        assert p.default == want, f.name
+    a = Flow("10.0.0.1", "10.96.0.1", 80)
+    assert a == Flow(source="10.0.0.1", dest="10.96.0.1", dport=80, protocol="tcp")
+    assert hash(a) == hash(Flow("10.0.0.1", "10.96.0.1", 80))
+    assert a != Flow("10.0.0.1", "10.96.0.1", 80, "udp")
+    assert pickle.loads(pickle.dumps(a)) == a
+    assert dataclasses.replace(a, dport=53).dport == 53
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        a.dport = 1  # type: ignore[misc]
