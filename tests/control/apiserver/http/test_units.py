@@ -282,3 +282,66 @@ def test_a_long_list_body_is_the_same_bytes_in_pieces() -> None:
     short = _pieces(b"[", items[:3], b"]")
     assert short.body == b'[{"n":0},{"n":1},{"n":2}]'
     assert _pieces(b"[", [], b"]").body == b"[]"
+
+
+def test_a_metadata_only_patch_builds_the_object_the_full_validation_builds() -> None:
+    """write_update's shortcut (handlers._metadata_only): when a patched body differs from
+    the stored object's JSON in metadata only, the object is the stored one with the new
+    metadata, equal (and encoded the same) to what validating the whole body gives;
+    anything else, an Event or a refused metadata falls back to the full path."""
+    from control.apiserver.http.handlers import _metadata_only
+    from control.apiserver.http.resources import by_path
+    from netmodel.objects import object_from_dict
+
+    pods = by_path("", "v1", "pods")
+    assert pods is not None
+    pod = object_from_dict(
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": "web-1",
+                "namespace": "default",
+                "labels": {"app": "web"},
+                "ownerReferences": [
+                    {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web", "uid": "u1"}
+                ],
+                "managedFields": [{"manager": "kubectl", "operation": "Update"}],
+                "resourceVersion": "7",
+                "uid": "u2",
+            },
+            "spec": {
+                "nodeName": "node-1",
+                "hostname": "h",  # not modelled: kept as it came
+                "containers": [
+                    {"name": "c", "image": "x", "ports": [{"containerPort": 80, "name": "http"}]}
+                ],
+            },
+            "status": {"podIP": "10.0.0.5", "phase": "Running"},
+            "someExtension": {"kept": True},
+        }
+    )
+    cur = pod.to_dict()
+    for change in (
+        {"metadata": {"annotations": {"a": "b"}}},
+        {"metadata": {"labels": {"app": None, "tier": "front"}}},
+        {"metadata": {"finalizers": ["x/y"]}},
+    ):
+        body = patch.merge_patch(cur, change)
+        fast = _metadata_only(pods, body, cur, pod)
+        full = object_from_dict(body)
+        assert fast is not None
+        assert fast == full
+        assert fast.to_dict() == full.to_dict() == body
+        assert fast.model_dump_json(by_alias=True, exclude_unset=True) == full.model_dump_json(
+            by_alias=True, exclude_unset=True
+        )
+    spec = patch.merge_patch(cur, {"spec": {"nodeName": "node-2"}})
+    assert _metadata_only(pods, spec, cur, pod) is None
+    extra = patch.merge_patch(cur, {"someExtension": {"kept": False}})
+    assert _metadata_only(pods, extra, cur, pod) is None
+    refused = patch.merge_patch(cur, {"metadata": {"labels": ["not", "a", "map"]}})
+    assert _metadata_only(pods, refused, cur, pod) is None
+    events = by_path("", "v1", "events")
+    assert events is not None
+    assert _metadata_only(events, patch.merge_patch(cur, change), cur, pod) is None
