@@ -345,3 +345,75 @@ def test_a_metadata_only_patch_builds_the_object_the_full_validation_builds() ->
     events = by_path("", "v1", "events")
     assert events is not None
     assert _metadata_only(events, patch.merge_patch(cur, change), cur, pod) is None
+
+
+def test_changed_leaves_are_those_of_the_full_walk() -> None:
+    """managedFields' changed and removed leaves (ssa._changed_leaves, which walks only the
+    top-level fields and the metadata fields that differ) are exactly what comparing the
+    leaves of the two whole objects gives, on randomly mutated pods."""
+    import copy
+    import random
+
+    from control.apiserver.http import ssa
+
+    def full(new: dict, before: dict) -> tuple[set, set]:  # type: ignore[type-arg]
+        a, b = ssa._leaves(new, "Pod"), ssa._leaves(before, "Pod")
+        return {p for p, v in a.items() if p not in b or b[p] != v}, {p for p in b if p not in a}
+
+    base = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": "p",
+            "namespace": "default",
+            "uid": "u",
+            "resourceVersion": "3",
+            "labels": {"app": "web", "tier": "a"},
+            "annotations": {"x": "1"},
+            "ownerReferences": [
+                {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "r", "uid": "o"}
+            ],
+            "finalizers": ["f/1"],
+            "managedFields": [{"manager": "m", "operation": "Update", "fieldsV1": {}}],
+        },
+        "spec": {"containers": [{"name": "c", "image": "i", "ports": [{"containerPort": 80}]}]},
+        "status": {"phase": "Running"},
+    }
+    values = [None, "v", "w", {}, {"k": "v"}, [], ["f/2"], 7]
+    keys = [
+        "labels",
+        "annotations",
+        "ownerReferences",
+        "finalizers",
+        "name",
+        "uid",
+        "managedFields",
+        "generateName",
+    ]
+    r = random.Random(12)
+    for _ in range(3000):
+        objs = []
+        for _side in range(2):
+            d = copy.deepcopy(base)
+            meta = d["metadata"]
+            for _m in range(r.randint(0, 3)):
+                k = r.choice(keys)
+                v = r.choice(values)
+                if v is None:
+                    meta.pop(k, None)
+                elif k in ("labels", "annotations") and isinstance(v, str):
+                    m = meta.get(k)
+                    meta[k] = {**(m if isinstance(m, dict) else {}), r.choice("abxy"): v}
+                elif k == "ownerReferences" and isinstance(v, str):
+                    meta[k] = [{"kind": "ReplicaSet", "name": v, "uid": v}]
+                else:
+                    meta[k] = v
+            if r.random() < 0.05:  # nothing but what managedFields skip
+                d["metadata"] = {k: v for k, v in meta.items() if k in ssa._SKIP_META}
+            if r.random() < 0.02:
+                d["metadata"] = r.choice(["text", None, {}])
+            if r.random() < 0.1:
+                d["spec"]["containers"][0]["image"] = r.choice("ij")
+            objs.append(d)
+        new, before = objs
+        assert ssa._changed_leaves(new, before, "Pod") == full(new, before), (new, before)
