@@ -189,7 +189,12 @@ def _changed_leaves(
     for k in new.keys() | before.keys():
         if k in new and k in before and new[k] == before[k]:
             continue
-        if k == "metadata" and _metadata_changes(new[k], before[k], kind, changed, removed):
+        if (
+            k == "metadata"
+            and k in new
+            and k in before
+            and _metadata_changes(new[k], before[k], kind, changed, removed)
+        ):
             continue
         after = _leaves({k: new[k]}, kind) if k in new else {}
         prev = _leaves({k: before[k]}, kind) if k in before else {}

@@ -412,6 +412,8 @@ def test_changed_leaves_are_those_of_the_full_walk() -> None:
                 d["metadata"] = {k: v for k, v in meta.items() if k in ssa._SKIP_META}
             if r.random() < 0.02:
                 d["metadata"] = r.choice(["text", None, {}])
+            if r.random() < 0.02:  # a create: nothing before
+                del d["metadata"]
             if r.random() < 0.1:
                 d["spec"]["containers"][0]["image"] = r.choice("ij")
             objs.append(d)
