@@ -32,6 +32,14 @@ state directory):
   the new ``log`` rows into the cache and the watch log (or drops the cache when the
   other process compacted past them). So a reader sees a committed revision and, through
   ``watch``, every write of every process.
+* Checkpoints (copying the WAL back into the database file, with its fsyncs) happen in
+  the committing thread when the WAL passes SQLite's default 1,000 pages, unless the
+  owner takes them over (:meth:`defer_checkpoints`): then :meth:`checkpoint`, on a
+  connection of its own, may run in another thread while this one keeps writing (a
+  passive checkpoint never blocks a writer). ``svclab serve`` does so, so that a
+  checkpoint never stalls its event loop.
+* The page cache holds up to :attr:`SqliteStore.CACHE_KIB` (SQLite's default, 2 MiB,
+  is smaller than what one flush of a busy server dirties: pages spilled and read back).
 * A process sees another's writes once they are committed: a writer that batches (see
   above) should :meth:`flush` when it goes idle; the deterministic runner does at the
   end of each ``run_until_idle``. Readers never block writers (WAL).
@@ -42,6 +50,7 @@ from __future__ import annotations
 import bisect
 import builtins
 import sqlite3
+import threading
 from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -97,6 +106,8 @@ class SqliteStore:
 
     COMMIT_EVERY = 5000
     BUSY_TIMEOUT = 30.0
+    CACHE_KIB = 64 * 1024
+    WAL_LIMIT = 64 << 20
 
     def __init__(self, path: str | Path, *, commit_every: int | None = None) -> None:
         self.path = Path(path)
@@ -113,6 +124,10 @@ class SqliteStore:
         db.execute("PRAGMA journal_mode=WAL")
         db.execute("PRAGMA synchronous=NORMAL")
         db.execute("PRAGMA temp_store=MEMORY")
+        db.execute(f"PRAGMA cache_size=-{self.CACHE_KIB}")
+        self._deferred_checkpoints = False
+        self._ckpt_db: sqlite3.Connection | None = None
+        self._ckpt_lock = threading.Lock()
         db.executescript(_SCHEMA)
         meta = dict(db.execute("SELECT name, value FROM meta").fetchall())
         self._revision: int = int(meta.get("revision", 0))
@@ -568,14 +583,44 @@ class SqliteStore:
         if self._depth == 0:
             self._commit()
 
+    def defer_checkpoints(self) -> None:
+        """From now on this store's writes never checkpoint the WAL: the caller runs
+        :meth:`checkpoint` often enough (the WAL grows until it does). Idempotent."""
+        if not self._deferred_checkpoints:
+            self._conn.execute("PRAGMA wal_autocheckpoint=0")
+            # a restarted WAL is written over from its start; past this size the file
+            # is truncated then (it would otherwise keep its largest size)
+            self._conn.execute(f"PRAGMA journal_size_limit={self.WAL_LIMIT}")
+            self._deferred_checkpoints = True
+
+    def checkpoint(self) -> tuple[int, int]:
+        """A passive WAL checkpoint on a connection of its own: it copies what is
+        committed back into the database file without waiting for, or blocking, the
+        writer, so it may run in another thread than the one that writes. The next
+        write transaction after a complete one restarts the WAL. Returns the WAL's
+        frames and how many of them are in the database file now ((0, 0) once closed)."""
+        with self._ckpt_lock:
+            if self._db is None:
+                return 0, 0
+            if self._ckpt_db is None:
+                self._ckpt_db = sqlite3.connect(
+                    str(self.path), isolation_level=None, check_same_thread=False
+                )
+            _, log, done = self._ckpt_db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+            return int(log), int(done)
+
     def close(self) -> None:
-        """Commit and close; idempotent."""
+        """Commit and close; idempotent. (Call it once no :meth:`checkpoint` runs.)"""
         if self._db is None:
             return
         if self._depth == 0:
             self._commit()
-        self._db.close()
-        self._db = None
+        with self._ckpt_lock:  # a checkpoint running in another thread ends first
+            if self._ckpt_db is not None:
+                self._ckpt_db.close()
+                self._ckpt_db = None
+            self._db.close()
+            self._db = None
 
     def __enter__(self) -> SqliteStore:
         return self

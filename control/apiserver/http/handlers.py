@@ -55,6 +55,7 @@ from netmodel.objects import (
     EndpointSlice,
     Event,
     KubeObject,
+    ObjectMeta,
     Service,
     object_from_dict,
 )
@@ -741,7 +742,9 @@ def write_update(
         if before is None:
             before = current.to_dict()
         body = ssa.record_update(body, before, manager, res.api_version)
-    obj = to_object(res, body)
+    obj = _metadata_only(res, body, before, current) if before is not None else None
+    if obj is None:
+        obj = to_object(res, body)
     apiserver = api.apiserver
     try:
         if status_only:
@@ -756,6 +759,30 @@ def write_update(
     if not dry:
         _after_write(api, res, stored)
     return stored
+
+
+def _metadata_only(
+    res: Resource, body: dict[str, Any], before: dict[str, Any], current: KubeObject
+) -> KubeObject | None:
+    """The object ``body`` describes, built from ``current`` when ``body`` differs from
+    ``before`` (``current.to_dict()``) in ``metadata`` only: only the metadata is
+    validated again, and the rest of ``current`` (spec, status, unmodelled fields) is
+    shared, as validating its own JSON form again gives it back. An annotation or label
+    patch of a pod validated the whole pod. None when anything else differs, for an
+    Event (its wire form is converted), or when the metadata is refused: then
+    :func:`to_object` builds (and reports) it as for any other body."""
+    if res.kind == "Event" or body.keys() != before.keys():
+        return None
+    for k, v in body.items():
+        if k != "metadata" and v != before[k]:
+            return None
+    meta = body.get("metadata")
+    if not isinstance(meta, dict):
+        return None
+    try:
+        return current.evolve(metadata=ObjectMeta.model_validate(meta))
+    except ValidationError:
+        return None
 
 
 async def _patch(

@@ -7,7 +7,9 @@ certificate from another CA, an expired one or one not meant for client
 authentication. uvicorn serves HTTP on top of that TLS layer, on a plain TCP listener.
 
 Background work on the event loop: the control-plane driver (:mod:`.driver`), a
-flusher that commits the SQLite store every ``flush_every`` seconds, and a compactor
+flusher that commits the SQLite store every ``flush_every`` seconds and checkpoints its
+WAL every ``checkpoint_every`` seconds in a worker thread (a checkpoint's copying and
+fsyncs would otherwise stall the loop inside a commit), and a compactor
 that keeps the last ``watch_history`` revisions of the watch log (older watches get
 410 Gone). SIGINT/SIGTERM stop uvicorn; the store is then committed and closed.
 """
@@ -19,6 +21,7 @@ import contextlib
 import logging
 import os
 import signal
+import sqlite3
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -30,6 +33,7 @@ from control.apiserver.http import pki, tls
 from control.apiserver.http.app import API
 from control.apiserver.http.authn import Authenticator, load_token_file
 from control.apiserver.http.driver import Driver, RunnerDriver
+from control.store.sqlite import SqliteStore
 
 log = logging.getLogger("svclab.serve")
 
@@ -68,6 +72,7 @@ class Server:
         *,
         token_file: Path | None = None,
         flush_every: float = 0.2,
+        checkpoint_every: float = 1.0,
         watch_history: int = 100_000,
         compact_every: float = 30.0,
         kube_proxies: bool = True,
@@ -89,16 +94,28 @@ class Server:
             kube_proxies=kube_proxies,
         )
         self.flush_every = flush_every
+        self.checkpoint_every = checkpoint_every
         self.watch_history = watch_history
         self.compact_every = compact_every
         self._tasks: list[asyncio.Task[None]] = []
 
     async def _flusher(self) -> None:
+        loop = asyncio.get_running_loop()
+        last_checkpoint = loop.time()
         while True:
             await asyncio.sleep(self.flush_every)
-            flush = getattr(self.api.store, "flush", None)
+            store = self.api.store
+            flush = getattr(store, "flush", None)
             if flush is not None:
                 flush()
+            if isinstance(store, SqliteStore):
+                store.defer_checkpoints()
+                if loop.time() - last_checkpoint >= self.checkpoint_every:
+                    try:
+                        await loop.run_in_executor(None, store.checkpoint)
+                    except sqlite3.Error as e:  # tried again next time
+                        log.warning("WAL checkpoint failed: %s", e)
+                    last_checkpoint = loop.time()
 
     async def _compactor(self) -> None:
         while True:

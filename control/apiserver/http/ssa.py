@@ -189,11 +189,43 @@ def _changed_leaves(
     for k in new.keys() | before.keys():
         if k in new and k in before and new[k] == before[k]:
             continue
+        if (
+            k == "metadata"
+            and k in new
+            and k in before
+            and _metadata_changes(new[k], before[k], kind, changed, removed)
+        ):
+            continue
         after = _leaves({k: new[k]}, kind) if k in new else {}
         prev = _leaves({k: before[k]}, kind) if k in before else {}
         changed.update(p for p, v in after.items() if p not in prev or prev[p] != v)
         removed.update(p for p in prev if p not in after)
     return changed, removed
+
+
+def _metadata_changes(
+    new: Any, before: Any, kind: str, changed: set[Path], removed: set[Path]
+) -> bool:
+    """:func:`_changed_leaves` of ``metadata`` one level down: each field's leaves sit
+    under ``f:metadata.f:FIELD``, so only the fields that differ are walked (an
+    annotation patch walked the labels and ownerReferences too). False, with nothing
+    added, where that does not hold: a metadata that is no map, or one with nothing but
+    the fields managedFields skip (then ``f:metadata`` itself is the leaf)."""
+    if not isinstance(new, dict) or not isinstance(before, dict):
+        return False
+    keys = [k for k in new.keys() | before.keys() if k not in _SKIP_META]
+    if not any(k in new for k in keys) or not any(k in before for k in keys):
+        return False
+    top = ("metadata",)
+    prefix = ("f:metadata",)
+    for k in keys:
+        if k in new and k in before and new[k] == before[k]:
+            continue
+        after = _leaves({k: new[k]}, kind, top, prefix) if k in new else {}
+        prev = _leaves({k: before[k]}, kind, top, prefix) if k in before else {}
+        changed.update(p for p, v in after.items() if p not in prev or prev[p] != v)
+        removed.update(p for p in prev if p not in after)
+    return True
 
 
 def get_object(obj: Any, path: Path) -> tuple[bool, Any]:

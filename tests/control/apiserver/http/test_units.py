@@ -282,3 +282,140 @@ def test_a_long_list_body_is_the_same_bytes_in_pieces() -> None:
     short = _pieces(b"[", items[:3], b"]")
     assert short.body == b'[{"n":0},{"n":1},{"n":2}]'
     assert _pieces(b"[", [], b"]").body == b"[]"
+
+
+def test_a_metadata_only_patch_builds_the_object_the_full_validation_builds() -> None:
+    """write_update's shortcut (handlers._metadata_only): when a patched body differs from
+    the stored object's JSON in metadata only, the object is the stored one with the new
+    metadata, equal (and encoded the same) to what validating the whole body gives;
+    anything else, an Event or a refused metadata falls back to the full path."""
+    from control.apiserver.http.handlers import _metadata_only
+    from control.apiserver.http.resources import by_path
+    from netmodel.objects import object_from_dict
+
+    pods = by_path("", "v1", "pods")
+    assert pods is not None
+    pod = object_from_dict(
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": "web-1",
+                "namespace": "default",
+                "labels": {"app": "web"},
+                "ownerReferences": [
+                    {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web", "uid": "u1"}
+                ],
+                "managedFields": [{"manager": "kubectl", "operation": "Update"}],
+                "resourceVersion": "7",
+                "uid": "u2",
+            },
+            "spec": {
+                "nodeName": "node-1",
+                "hostname": "h",  # not modelled: kept as it came
+                "containers": [
+                    {"name": "c", "image": "x", "ports": [{"containerPort": 80, "name": "http"}]}
+                ],
+            },
+            "status": {"podIP": "10.0.0.5", "phase": "Running"},
+            "someExtension": {"kept": True},
+        }
+    )
+    cur = pod.to_dict()
+    for change in (
+        {"metadata": {"annotations": {"a": "b"}}},
+        {"metadata": {"labels": {"app": None, "tier": "front"}}},
+        {"metadata": {"finalizers": ["x/y"]}},
+    ):
+        body = patch.merge_patch(cur, change)
+        fast = _metadata_only(pods, body, cur, pod)
+        full = object_from_dict(body)
+        assert fast is not None
+        assert fast == full
+        assert fast.to_dict() == full.to_dict() == body
+        assert fast.model_dump_json(by_alias=True, exclude_unset=True) == full.model_dump_json(
+            by_alias=True, exclude_unset=True
+        )
+    spec = patch.merge_patch(cur, {"spec": {"nodeName": "node-2"}})
+    assert _metadata_only(pods, spec, cur, pod) is None
+    extra = patch.merge_patch(cur, {"someExtension": {"kept": False}})
+    assert _metadata_only(pods, extra, cur, pod) is None
+    refused = patch.merge_patch(cur, {"metadata": {"labels": ["not", "a", "map"]}})
+    assert _metadata_only(pods, refused, cur, pod) is None
+    events = by_path("", "v1", "events")
+    assert events is not None
+    assert _metadata_only(events, patch.merge_patch(cur, change), cur, pod) is None
+
+
+def test_changed_leaves_are_those_of_the_full_walk() -> None:
+    """managedFields' changed and removed leaves (ssa._changed_leaves, which walks only the
+    top-level fields and the metadata fields that differ) are exactly what comparing the
+    leaves of the two whole objects gives, on randomly mutated pods."""
+    import copy
+    import random
+
+    from control.apiserver.http import ssa
+
+    def full(new: dict, before: dict) -> tuple[set, set]:  # type: ignore[type-arg]
+        a, b = ssa._leaves(new, "Pod"), ssa._leaves(before, "Pod")
+        return {p for p, v in a.items() if p not in b or b[p] != v}, {p for p in b if p not in a}
+
+    base = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": "p",
+            "namespace": "default",
+            "uid": "u",
+            "resourceVersion": "3",
+            "labels": {"app": "web", "tier": "a"},
+            "annotations": {"x": "1"},
+            "ownerReferences": [
+                {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "r", "uid": "o"}
+            ],
+            "finalizers": ["f/1"],
+            "managedFields": [{"manager": "m", "operation": "Update", "fieldsV1": {}}],
+        },
+        "spec": {"containers": [{"name": "c", "image": "i", "ports": [{"containerPort": 80}]}]},
+        "status": {"phase": "Running"},
+    }
+    values = [None, "v", "w", {}, {"k": "v"}, [], ["f/2"], 7]
+    keys = [
+        "labels",
+        "annotations",
+        "ownerReferences",
+        "finalizers",
+        "name",
+        "uid",
+        "managedFields",
+        "generateName",
+    ]
+    r = random.Random(12)
+    for _ in range(3000):
+        objs = []
+        for _side in range(2):
+            d = copy.deepcopy(base)
+            meta = d["metadata"]
+            for _m in range(r.randint(0, 3)):
+                k = r.choice(keys)
+                v = r.choice(values)
+                if v is None:
+                    meta.pop(k, None)
+                elif k in ("labels", "annotations") and isinstance(v, str):
+                    m = meta.get(k)
+                    meta[k] = {**(m if isinstance(m, dict) else {}), r.choice("abxy"): v}
+                elif k == "ownerReferences" and isinstance(v, str):
+                    meta[k] = [{"kind": "ReplicaSet", "name": v, "uid": v}]
+                else:
+                    meta[k] = v
+            if r.random() < 0.05:  # nothing but what managedFields skip
+                d["metadata"] = {k: v for k, v in meta.items() if k in ssa._SKIP_META}
+            if r.random() < 0.02:
+                d["metadata"] = r.choice(["text", None, {}])
+            if r.random() < 0.02:  # a create: nothing before
+                del d["metadata"]
+            if r.random() < 0.1:
+                d["spec"]["containers"][0]["image"] = r.choice("ij")
+            objs.append(d)
+        new, before = objs
+        assert ssa._changed_leaves(new, before, "Pod") == full(new, before), (new, before)
