@@ -11,6 +11,11 @@ The scanner finds three kinds of reference:
   ``/work`` or ``/Users``): another machine's files. System paths (``/usr/lib/cni``,
   ``/proc``, ``/var/run/netns``) are the environment's, not references out of the tree;
 * ``Path(__file__)`` climbed (``.parent``, ``.parents[N]``) above the repository root.
+
+Recorded third-party data (a directory under ``tests/data`` whose ``SOURCE.md`` or
+``PROVENANCE.md`` says where it was taken from) keeps the absolute paths it was
+recorded with: a real pod's ``HOME`` (a directory under ``/home``) is part of the object,
+not a reference. Its provenance notes are ours and are scanned like any other file.
 """
 
 from __future__ import annotations
@@ -67,16 +72,33 @@ def _levels(chain: str) -> int:
     return sum(int(m.group(2)) + 1 if m.group(1) else 1 for m in _STEP.finditer(chain))
 
 
+PROVENANCE = ("SOURCE.md", "PROVENANCE.md")
+
+
+def recorded_data(path: Path, root: Path) -> bool:
+    """Is ``path`` third-party data recorded as it was (see the module docstring)?"""
+    data = root / "tests" / "data"
+    if path.name in PROVENANCE or data not in path.parents:
+        return False
+    return any(
+        (d / name).is_file()
+        for d in path.parents
+        if d == data or data in d.parents
+        for name in PROVENANCE
+    )
+
+
 def outside_references(path: Path, root: Path) -> Iterator[Reference]:
     """The references out of ``root`` in the text file ``path`` (inside ``root``)."""
     rel = path.relative_to(root)
+    absolute_ok = recorded_data(path, root)
     depth = len(rel.parts) - 1  # directories between the root and the file
     for no, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
         for m in _RELATIVE.finditer(line):
             up = m.group(1).count("../")
             if up > depth:
                 yield Reference(rel, no, m.group(0))
-        for m in _ABSOLUTE.finditer(line):
+        for m in () if absolute_ok else _ABSOLUTE.finditer(line):
             yield Reference(rel, no, m.group(0))
         for m in _FILE_CLIMB.finditer(line):
             if _levels(m.group(1)) > depth + 1:
@@ -146,6 +168,20 @@ def test_the_scanner_finds_a_planted_reference(
     f.parent.mkdir(parents=True, exist_ok=True)
     f.write_text(f"first line\n{text}\n")
     assert [str(r) for r in scan(tmp_path)] == [f"{where}:2: {found}"]
+
+
+def test_recorded_data_keeps_its_absolute_paths_but_its_notes_do_not(tmp_path: Path) -> None:
+    home = "/" + "home/klipper-helm"
+    d = tmp_path / "tests" / "data" / "dumps" / "k3s"
+    (d / "pods").mkdir(parents=True)
+    (d / "pods" / "p.json").write_text(f'{{"env": "HOME={home}"}}\n')
+    planted = f"tests/data/dumps/k3s/pods/p.json:1: {home}"
+    assert [str(r) for r in scan(tmp_path)] == [planted]  # no provenance: a reference
+    (d / "SOURCE.md").write_text(f"taken from {home}\n")
+    assert [str(r) for r in scan(tmp_path)] == [f"tests/data/dumps/k3s/SOURCE.md:1: {home}"]
+    # relative climbs out of the tree are still references, recorded or not
+    (d / "pods" / "q.yaml").write_text(f"x: {UP * 6}etc\n")
+    assert f"tests/data/dumps/k3s/pods/q.yaml:1: {UP * 6}etc" in map(str, scan(tmp_path))
 
 
 @pytest.mark.parametrize(
