@@ -55,11 +55,15 @@ NO_VICTIMS = "No preemption victims found for incoming pod"
 
 def num_feasible_nodes_to_find(num_all: int, percentage: int = 0) -> int:
     """kube-scheduler's numFeasibleNodesToFind: every node below 100 nodes, else
-    ``percentage`` of them (adaptive when 0: 50 - nodes/125, at least 5) but >= 100."""
+    ``percentage`` of them (adaptive when 0: 50 - nodes/125, at least 5) but >= 100.
+    Above 100 it acts as 100 (the Kubernetes documentation, "Scheduler Performance
+    Tuning", https://kubernetes.io/docs/concepts/scheduling-eviction/scheduler-perf-tuning/:
+    50% at 100 nodes, 10% at 5,000, never below 5%, and at least 100 feasible nodes)."""
     if num_all < MIN_FEASIBLE_NODES_TO_FIND:
         return num_all
     if percentage <= 0:
         percentage = max(MIN_FEASIBLE_NODES_PERCENTAGE_TO_FIND, 50 - num_all // 125)
+    percentage = min(percentage, 100)
     return max(MIN_FEASIBLE_NODES_TO_FIND, num_all * percentage // 100)
 
 

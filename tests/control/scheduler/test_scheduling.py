@@ -220,6 +220,15 @@ def test_num_feasible_nodes_to_find_is_adaptive() -> None:
     assert num_feasible_nodes_to_find(5000) == 500  # 10%
     assert num_feasible_nodes_to_find(100_000) == 5000  # floor of 5%
     assert num_feasible_nodes_to_find(1000, 10) == 100
+    assert num_feasible_nodes_to_find(1000, 100) == 1000
+    assert num_feasible_nodes_to_find(1000, 150) == 1000  # above 100 acts as 100
+
+
+def test_a_percentage_above_100_evaluates_each_node_once() -> None:
+    s = scheduler([node(f"n{i:03d}") for i in range(150)], percentage_of_nodes_to_score=150)
+    d = decide(s, pod("p"))
+    assert (d.nodes_total, d.evaluated, d.feasible) == (150, 150, 150)
+    assert d.omitted + len(d.rows) == 150
 
 
 def test_filtering_stops_early_and_the_start_rotates() -> None:
