@@ -279,3 +279,28 @@ def test_decision_json_round_trips_and_matches_json_dumps() -> None:
         "omitted": 1,
     }
     assert Decision.from_json("default/p", text) == d
+
+
+def test_decision_text_is_compact_json_dumps() -> None:
+    """The hand-built text is byte for byte ``json.dumps`` of the record, with names that
+    need escaping and a plugin name with a per cent sign."""
+    from control.scheduler.decision import Decision, NodeRow
+
+    weights = {"Least%Allocated": 1, 'Spread"x"': 2, "é": 1}
+    rows = (
+        NodeRow('n"1', None, {"Least%Allocated": 90, 'Spread"x"': 50, "é": 0}, 190),
+        NodeRow("n2", None, {"Least%Allocated": 7, 'Spread"x"': 100, "é": 100}, 307),
+        NodeRow("n3", "NodeResourcesFit: Insufficient cpu; 100% used"),
+    )
+    d = Decision("default/p", 'n"1', "Scheduled to n1", 3, 3, 2, weights, rows, omitted=4)
+    expect = {
+        "result": d.result,
+        "node": d.node,
+        "nodesTotal": 3,
+        "evaluated": 3,
+        "feasible": 2,
+        "weights": weights,
+        "nodes": [r.to_json() for r in rows],
+        "omitted": 4,
+    }
+    assert d.to_json() == json.dumps(expect, separators=(",", ":"))
