@@ -22,6 +22,13 @@ from netmodel.selectors import LabelSelector
 
 M = TypeVar("M", bound="K8sModel")
 _set = object.__setattr__
+#: the setters of BaseModel's four slots (what ``object.__setattr__`` ends up calling)
+_set_dict = BaseModel.__dict__["__dict__"].__set__
+_set_extra = BaseModel.__dict__["__pydantic_extra__"].__set__
+_set_fields_set = BaseModel.__dict__["__pydantic_fields_set__"].__set__
+_set_private = BaseModel.__dict__["__pydantic_private__"].__set__
+#: each model class's field names (pydantic's ``__pydantic_fields__`` keys)
+_FIELD_NAMES: dict[type, frozenset[str]] = {}
 
 #: A resource quantity ("100m", "1Gi", 2): kept as its text.
 Quantity = Annotated[str, BeforeValidator(lambda v: v if isinstance(v, str) else str(v))]
@@ -48,16 +55,21 @@ class K8sModel(BaseModel):
         new = cls.__new__(cls)
         values = self.__dict__.copy()
         extra = self.__pydantic_extra__
-        fields = cls.__pydantic_fields__
-        for name, value in changes.items():
-            if name in fields:
-                values[name] = value
-            else:
-                extra = {**(extra or {}), name: value}
-        _set(new, "__dict__", values)
-        _set(new, "__pydantic_extra__", extra)
-        _set(new, "__pydantic_fields_set__", self.__pydantic_fields_set__ | changes.keys())
-        _set(new, "__pydantic_private__", getattr(self, "__pydantic_private__", None))
+        fields = _FIELD_NAMES.get(cls)
+        if fields is None:
+            fields = _FIELD_NAMES[cls] = frozenset(cls.__pydantic_fields__)
+        if changes.keys() <= fields:  # the usual case: model fields only
+            values.update(changes)
+        else:
+            for name, value in changes.items():
+                if name in fields:
+                    values[name] = value
+                else:
+                    extra = {**(extra or {}), name: value}
+        _set_dict(new, values)
+        _set_extra(new, extra)
+        _set_fields_set(new, self.__pydantic_fields_set__ | changes.keys())
+        _set_private(new, getattr(self, "__pydantic_private__", None))
         return new
 
     def to_dict(self) -> dict[str, Any]:
