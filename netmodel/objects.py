@@ -12,7 +12,7 @@ Field names are snake_case in Python and camelCase on the wire (aliases).
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Annotated, Any, ClassVar, Literal, TypeVar
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
@@ -71,6 +71,29 @@ class K8sModel(BaseModel):
         _set_fields_set(new, self.__pydantic_fields_set__ | changes.keys())
         _set_private(new, getattr(self, "__pydantic_private__", None))
         return new
+
+    @classmethod
+    def maker(cls: type[M], prototype: M) -> Callable[[dict[str, Any]], M]:
+        """A function ``values -> prototype.evolve(**values)`` for ``values`` that name
+        model fields only (the caller's promise: nothing checks it), without evolve's
+        per-call lookups; for objects made in bulk from one prototype (Events)."""
+        base = dict(prototype.__dict__)
+        extra = prototype.__pydantic_extra__
+        fields_set = set(prototype.__pydantic_fields_set__)
+        private = getattr(prototype, "__pydantic_private__", None)
+        new = cls.__new__
+
+        def make(values: dict[str, Any]) -> M:
+            obj = new(cls)
+            d = base.copy()
+            d.update(values)
+            _set_dict(obj, d)
+            _set_extra(obj, extra)
+            _set_fields_set(obj, fields_set | values.keys())
+            _set_private(obj, private)
+            return obj
+
+        return make
 
     def to_dict(self) -> dict[str, Any]:
         """The Kubernetes JSON form: camelCase, only fields that were given or set (never
