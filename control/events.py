@@ -34,32 +34,38 @@ def event_about(
     keeps only fields that were set). ``resource_version``: the revision the Event's
     write will get, when the writer knows it (a store keeps such an object as it is
     instead of copying it to stamp it, :func:`control.store.base.stamped`)."""
-    # made by evolving empty prototypes (no validation: every value is typed already;
-    # the same fields count as set as with the constructors): the recorder writes one
-    # Event per control-plane step, and validating three models each was ~5% of a run
-    timeline = {k: v for k, v in (("revision", revision), ("sequence", sequence)) if v is not None}
-    return _EVENT.evolve(
-        metadata=_META.evolve(
-            name=name,
-            namespace=subject.namespace or SYSTEM_NAMESPACE,
-            creation_timestamp=created,
-            **({} if resource_version is None else {"resource_version": str(resource_version)}),
+    # made from empty prototypes (no validation: every value is typed already; the same
+    # fields count as set as with the constructors): the recorder writes one Event per
+    # control-plane step, and validating three models each was ~5% of a run
+    ns = subject.namespace
+    meta = {"name": name, "namespace": ns or SYSTEM_NAMESPACE, "creation_timestamp": created}
+    if resource_version is not None:
+        meta["resource_version"] = str(resource_version)
+    values: dict[str, object] = {
+        "metadata": _make_meta(meta),
+        "involved_object": _make_ref(
+            {
+                "kind": subject.kind,
+                "namespace": ns or None,
+                "name": subject.name,
+                "uid": subject.metadata.uid,
+            }
         ),
-        involved_object=_REF.evolve(
-            kind=subject.kind,
-            namespace=subject.namespace or None,
-            name=subject.name,
-            uid=subject.metadata.uid,
-        ),
-        reason=reason,
-        message=message,
-        type=type_,
-        source_component=component,
-        **timeline,
-    )
+        "reason": reason,
+        "message": message,
+        "type": type_,
+        "source_component": component,
+    }
+    if revision is not None:
+        values["revision"] = revision
+    if sequence is not None:
+        values["sequence"] = sequence
+    return _make_event(values)
 
 
-_EVENT, _META, _REF = Event(), ObjectMeta(), ObjectReference()
+_make_event = Event.maker(Event())
+_make_meta = ObjectMeta.maker(ObjectMeta())
+_make_ref = ObjectReference.maker(ObjectReference())
 
 
 class Recorder:

@@ -8,12 +8,22 @@ in upstream's order; a node's status is the first plugin that rejects it.
 A score plugin returns, for the feasible nodes given, integer scores already
 normalised to 0..100; the framework multiplies by the plugin's weight and sums.
 Plugins cache what depends only on static node data by (table generation, signature).
+
+What depends on a node's requests too (the fit verdict, the two resource scores) is kept
+per pod signature as one value per node (:class:`_PerNodeCache`) and brought up to date
+only in the rows whose requests changed since (the table's change log): a bind changes
+one row, so the next pod of the same shape pays for one row, not for every node. A row
+is recomputed by a scalar twin of the vectorised formula (same integer and IEEE float
+operations, so the same value; where a value could leave the range in which the two
+agree, by the vectorised formula itself). ``incremental=False`` gives the straightforward
+evaluation, every node every time (the tests compare the two).
 """
 
 from __future__ import annotations
 
 import json
 from abc import ABC, abstractmethod
+from collections.abc import Callable, Hashable
 
 import numpy as np
 
@@ -61,6 +71,54 @@ class _SignatureCache:
         if len(self._data) > 4096:
             self._data.clear()
         self._data[sig] = value
+
+
+#: magnitudes below which Python's int and float arithmetic agree with numpy's int64 and
+#: float64 arithmetic (no int64 overflow, exact conversion to float)
+_SAFE = 2**52
+
+
+class _PerNodeCache:
+    """Per pod signature, one value per node that depends on the table's static data and
+    its requests; rows changed since the last use are recomputed by ``row``, everything
+    by ``full`` after a new generation, a log gap or many changes. The array returned is
+    updated in place later: use it before the table changes again."""
+
+    LIMIT = 64
+
+    def __init__(self) -> None:
+        self._gen = -1
+        self._data: dict[Hashable, tuple[int, np.ndarray]] = {}
+
+    def get(
+        self,
+        table: NodeTable,
+        sig: Hashable,
+        full: Callable[[], np.ndarray],
+        row: Callable[[int], object],
+    ) -> np.ndarray:
+        table.refresh()
+        if self._gen != table.generation:
+            self._gen = table.generation
+            self._data = {}
+        pos = table.log_position
+        hit = self._data.get(sig)
+        arr: np.ndarray | None = None
+        if hit is not None:
+            at, arr = hit
+            if at != pos:
+                rows = table.rows_changed_since(at)
+                if rows is None or len(rows) > 64:
+                    arr = None
+                else:
+                    for i in set(rows):
+                        arr[i] = row(i)
+        if arr is None:
+            if len(self._data) >= self.LIMIT:
+                self._data = {}
+            arr = full()
+        self._data[sig] = (pos, arr)
+        return arr
 
 
 # --------------------------------------------------------------------------- filters
@@ -196,12 +254,42 @@ class NodeResourcesFit(Filter):
     name = "NodeResourcesFit"
     unresolvable = False
 
-    def fails(self, pod: Pod, info: PodInfo, table: NodeTable) -> BoolArray | None:
+    def __init__(self, incremental: bool = True) -> None:
+        self._cache = _PerNodeCache() if incremental else None
+
+    @staticmethod
+    def _mask(info: PodInfo, table: NodeTable) -> BoolArray:
         mask: BoolArray = table.req_pods + 1 > table.alloc_pods
         if info.cpu > 0:
             mask = mask | (info.cpu > table.alloc_cpu - table.req_cpu)
         if info.memory > 0:
             mask = mask | (info.memory > table.alloc_mem - table.req_mem)
+        return mask
+
+    @staticmethod
+    def _row(info: PodInfo, table: NodeTable, i: int) -> bool:
+        """``_mask(info, table)[i]`` in scalars."""
+        rp, ap = int(table.req_pods[i]), int(table.alloc_pods[i])
+        ac, rc = int(table.alloc_cpu[i]), int(table.req_cpu[i])
+        am, rm = int(table.alloc_mem[i]), int(table.req_mem[i])
+        if max(abs(rp), abs(ap), abs(ac), abs(rc), abs(am), abs(rm)) >= _SAFE:
+            return bool(NodeResourcesFit._mask(info, table)[i])
+        if rp + 1 > ap:
+            return True
+        if info.cpu > 0 and info.cpu > ac - rc:
+            return True
+        return info.memory > 0 and info.memory > am - rm
+
+    def fails(self, pod: Pod, info: PodInfo, table: NodeTable) -> BoolArray | None:
+        if self._cache is None or max(abs(info.cpu), abs(info.memory)) >= _SAFE:
+            mask = self._mask(info, table)
+        else:
+            mask = self._cache.get(
+                table,
+                (info.cpu, info.memory),
+                lambda: self._mask(info, table),
+                lambda i: self._row(info, table, i),
+            )
         return mask if mask.any() else None
 
     def reasons(self, pod: Pod, info: PodInfo, table: NodeTable, i: int) -> list[str]:
@@ -267,14 +355,14 @@ class InterPodAntiAffinity(Filter):
         return [self.EXISTING]
 
 
-def default_filters() -> list[Filter]:
-    """Upstream's default filter order."""
+def default_filters(incremental: bool = True) -> list[Filter]:
+    """Upstream's default filter order (``incremental``: see the module docstring)."""
     return [
         NodeUnschedulable(),
         NodeName(),
         TaintToleration(),
         NodeAffinity(),
-        NodeResourcesFit(),
+        NodeResourcesFit(incremental),
         InterPodAntiAffinity(),
     ]
 
@@ -289,13 +377,39 @@ class LeastAllocated(Score):
     name = "NodeResourcesLeastAllocated"
     weight = 1
 
+    def __init__(self, incremental: bool = True) -> None:
+        self._cache = _PerNodeCache() if incremental else None
+
     def score(self, pod: Pod, info: PodInfo, table: NodeTable, nodes: IntArray) -> IntArray:
+        if self._cache is None or max(abs(info.nz_cpu), abs(info.nz_memory)) >= _SAFE:
+            return self._scores(info, table, nodes)
+        every = self._cache.get(
+            table,
+            (info.nz_cpu, info.nz_memory),
+            lambda: self._scores(info, table, np.arange(len(table.names))),
+            lambda i: self._row(info, table, i),
+        )
+        return every[nodes]
+
+    @staticmethod
+    def _scores(info: PodInfo, table: NodeTable, nodes: IntArray) -> IntArray:
         # (capacity - requested) * 100 / capacity, 0 when over capacity or capacity is 0
         # (a zero capacity is stored as 1 in safe_*: its free share is negative too)
         free_cpu = table.alloc_cpu[nodes] - (table.nz_cpu[nodes] + info.nz_cpu)
         free_mem = table.alloc_mem[nodes] - (table.nz_mem[nodes] + info.nz_memory)
         cpu = np.maximum(free_cpu * MAX_SCORE // table.safe_cpu[nodes], 0)
         mem = np.maximum(free_mem * MAX_SCORE // table.safe_mem[nodes], 0)
+        return (cpu + mem) // 2
+
+    @staticmethod
+    def _row(info: PodInfo, table: NodeTable, i: int) -> int:
+        """``_scores(info, table, [i])[0]`` in scalars (floor division, as numpy's)."""
+        free_cpu = int(table.alloc_cpu[i]) - (int(table.nz_cpu[i]) + info.nz_cpu)
+        free_mem = int(table.alloc_mem[i]) - (int(table.nz_mem[i]) + info.nz_memory)
+        if max(abs(free_cpu), abs(free_mem)) * MAX_SCORE >= _SAFE:
+            return int(LeastAllocated._scores(info, table, np.array([i]))[0])
+        cpu = max(free_cpu * MAX_SCORE // int(table.safe_cpu[i]), 0)
+        mem = max(free_mem * MAX_SCORE // int(table.safe_mem[i]), 0)
         return (cpu + mem) // 2
 
 
@@ -305,13 +419,43 @@ class BalancedAllocation(Score):
     name = "NodeResourcesBalancedAllocation"
     weight = 1
 
+    def __init__(self, incremental: bool = True) -> None:
+        self._cache = _PerNodeCache() if incremental else None
+
     def score(self, pod: Pod, info: PodInfo, table: NodeTable, nodes: IntArray) -> IntArray:
+        if self._cache is None or max(abs(info.cpu), abs(info.memory)) >= _SAFE:
+            return self._scores(info, table, nodes)
+        every = self._cache.get(
+            table,
+            (info.cpu, info.memory),
+            lambda: self._scores(info, table, np.arange(len(table.names))),
+            lambda i: self._row(info, table, i),
+        )
+        return every[nodes]
+
+    @staticmethod
+    def _scores(info: PodInfo, table: NodeTable, nodes: IntArray) -> IntArray:
         fc = np.minimum(1.0, (table.req_cpu[nodes] + info.cpu) / table.safe_cpu[nodes])
         fm = np.minimum(1.0, (table.req_mem[nodes] + info.memory) / table.safe_mem[nodes])
         std = np.abs(fc - fm) / 2
         if not table.all_sized:  # a resource without capacity leaves one fraction: std 0
             std = np.where(table.sized[nodes], std, 0.0)
         return ((1.0 - std) * MAX_SCORE).astype(np.int64)
+
+    @staticmethod
+    def _row(info: PodInfo, table: NodeTable, i: int) -> int:
+        """``_scores(info, table, [i])[0]`` in scalars: numpy divides the float64 forms
+        of two int64s, as ``float(a) / float(b)`` does; ``int`` truncates as astype."""
+        rc, sc = int(table.req_cpu[i]) + info.cpu, int(table.safe_cpu[i])
+        rm, sm = int(table.req_mem[i]) + info.memory, int(table.safe_mem[i])
+        if max(abs(rc), abs(rm), sc, sm) >= _SAFE:
+            return int(BalancedAllocation._scores(info, table, np.array([i]))[0])
+        fc = min(1.0, float(rc) / float(sc))
+        fm = min(1.0, float(rm) / float(sm))
+        std = abs(fc - fm) / 2
+        if not table.all_sized and not table.sized[i]:
+            std = 0.0
+        return int((1.0 - std) * MAX_SCORE)
 
 
 class SelectorSpread(Score):
@@ -332,8 +476,9 @@ class SelectorSpread(Score):
         return (MAX_SCORE * (top - c)) // top
 
 
-def default_scores() -> list[Score]:
-    return [LeastAllocated(), BalancedAllocation(), SelectorSpread()]
+def default_scores(incremental: bool = True) -> list[Score]:
+    """The default profile's scores (``incremental``: see the module docstring)."""
+    return [LeastAllocated(incremental), BalancedAllocation(incremental), SelectorSpread()]
 
 
 __all__ = [

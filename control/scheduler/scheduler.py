@@ -56,11 +56,15 @@ NO_VICTIMS = "No preemption victims found for incoming pod"
 
 def num_feasible_nodes_to_find(num_all: int, percentage: int = 0) -> int:
     """kube-scheduler's numFeasibleNodesToFind: every node below 100 nodes, else
-    ``percentage`` of them (adaptive when 0: 50 - nodes/125, at least 5) but >= 100."""
+    ``percentage`` of them (adaptive when 0: 50 - nodes/125, at least 5) but >= 100.
+    Above 100 it acts as 100 (the Kubernetes documentation, "Scheduler Performance
+    Tuning", https://kubernetes.io/docs/concepts/scheduling-eviction/scheduler-perf-tuning/:
+    50% at 100 nodes, 10% at 5,000, never below 5%, and at least 100 feasible nodes)."""
     if num_all < MIN_FEASIBLE_NODES_TO_FIND:
         return num_all
     if percentage <= 0:
         percentage = max(MIN_FEASIBLE_NODES_PERCENTAGE_TO_FIND, 50 - num_all // 125)
+    percentage = min(percentage, 100)
     return max(MIN_FEASIBLE_NODES_TO_FIND, num_all * percentage // 100)
 
 
@@ -292,6 +296,7 @@ class Scheduler:
             )
         per_plugin: dict[str, IntArray] | None = None
         totals: IntArray | None = None
+        pick = top = 0
         if len(feasible) == 1:
             chosen = int(feasible[0])
         else:
@@ -301,8 +306,9 @@ class Scheduler:
                 weighted = score * sp.weight if sp.weight != 1 else score
                 totals = weighted.copy() if totals is None else totals + weighted
             assert totals is not None
-            best = np.flatnonzero(totals == totals.max())
-            pick = best[self._rng.randrange(len(best))] if len(best) > 1 else best[0]
+            top = int(totals.max())
+            best = np.flatnonzero(totals == top)
+            pick = int(best[self._rng.randrange(len(best))] if len(best) > 1 else best[0])
             chosen = int(feasible[pick])
         node = t.names[chosen]
         rows, omitted = self._rows(
@@ -313,7 +319,7 @@ class Scheduler:
             feasible,
             per_plugin,
             totals,
-            chosen,
+            (pick, top),
         )
         return Decision(
             pod.key,
@@ -355,27 +361,33 @@ class Scheduler:
         feasible: IntArray,
         per_plugin: dict[str, IntArray] | None,
         totals: IntArray | None,
-        chosen: int | None = None,
+        picked_best: tuple[int, int] | None = None,
     ) -> tuple[tuple[NodeRow, ...], int]:
         """The table rows worth keeping (at most ``record_limit``: the chosen node, the
         best totals, then rejected nodes by name) and how many were left out.
-        ``status`` None means no evaluated node was rejected."""
+        ``status`` None means no evaluated node was rejected. ``picked_best``: the chosen
+        node's position in ``feasible`` and the best total, when scored."""
         t = self.table
         limit = self.record_limit
         rows: list[NodeRow] = []
         if len(feasible) and totals is not None and per_plugin is not None:
+            assert picked_best is not None
+            first, best = picked_best  # the chosen one first: a tie may rank it lower
             # best total first, ties by name (node indexes are in name order): one key
-            key = (int(totals.max()) - totals) * len(t.names) + feasible
-            k = min(limit, len(key)) - 1
-            top = np.argpartition(key, k)[: k + 1] if len(key) > limit else np.arange(len(key))
-            order = top[np.argsort(key[top])].tolist()
-            first = int(np.flatnonzero(feasible == chosen)[0])  # a tie may rank it lower
+            key = (best - totals) * len(t.names) + feasible
+            if len(key) > limit:
+                top = np.argpartition(key, limit - 1)[:limit]
+                order = top[np.argsort(key[top])].tolist()
+            else:
+                order = np.argsort(key).tolist()
             picked = np.array([first, *[j for j in order if j != first]][:limit])
             names = [t.names[i] for i in feasible[picked].tolist()]
-            cols = [(name, arr[picked].tolist()) for name, arr in per_plugin.items()]
-            tots = totals[picked].tolist()
-            for r, name in enumerate(names):
-                rows.append(NodeRow(name, None, {p: col[r] for p, col in cols}, tots[r]))
+            plugins = list(per_plugin)
+            cols = zip(*[arr[picked].tolist() for arr in per_plugin.values()], strict=True)
+            rows = [
+                NodeRow(name, None, dict(zip(plugins, scores, strict=True)), total)
+                for name, total, scores in zip(names, totals[picked].tolist(), cols, strict=True)
+            ]
         elif len(feasible):
             rows = [NodeRow(t.names[i]) for i in np.sort(feasible)[:limit].tolist()]
         if status is None:

@@ -5,7 +5,9 @@ the node set or a node's scheduling-relevant fields change (``generation`` then
 increases, which invalidates the plugins' per-signature caches). What assigned pods
 request (cpu, memory, pod count, the non-zero requests used for scoring, per-owner pod
 counts, anti-affinity term counts) is updated incrementally on every add/remove: a bind
-costs O(1) array updates, never a recount.
+costs O(1) array updates, never a recount. Each update also notes the node's row in a
+change log (:meth:`NodeTable.rows_changed_since`), so what a plugin derives per node from
+those requests can be brought up to date row by row instead of recomputed for every node.
 """
 
 from __future__ import annotations
@@ -25,6 +27,9 @@ from netmodel.selectors import LabelSelector
 DEFAULT_MILLI_CPU = 100
 DEFAULT_MEMORY = 200 * 1024 * 1024
 HOSTNAME_LABEL = "kubernetes.io/hostname"
+
+#: how many row changes the log keeps (then it drops its older half)
+LOG_LIMIT = 8192
 
 IntArray = NDArray[np.int64]
 BoolArray = NDArray[np.bool_]
@@ -140,6 +145,9 @@ class NodeTable:
         self._owner_counts: dict[str, IntArray] = {}
         self._term_counts: dict[str, tuple[Term, IntArray]] = {}
         self._domains: dict[str, tuple[NDArray[np.int64], int]] = {}
+        #: rows whose requests changed, in order; entry k is change number _log_base + k
+        self._log: list[int] = []
+        self._log_base = 0
 
     def __len__(self) -> int:
         self.refresh()
@@ -195,6 +203,8 @@ class NodeTable:
         self._owner_counts = {}
         self._term_counts = {}
         self._domains = {}
+        self._log_base += len(self._log)
+        self._log = []
         for info in self.pods.values():
             self._account(info, +1)
 
@@ -228,6 +238,11 @@ class NodeTable:
         self.req_pods[i] += sign
         self.nz_cpu[i] += sign * info.nz_cpu
         self.nz_mem[i] += sign * info.nz_memory
+        log = self._log
+        log.append(i)
+        if len(log) > LOG_LIMIT:  # readers this far behind recompute every row
+            del log[: LOG_LIMIT // 2]
+            self._log_base += LOG_LIMIT // 2
         if info.owner is not None:
             counts = self._owner_counts.get(info.owner)
             if counts is None:
@@ -236,6 +251,22 @@ class NodeTable:
         for term, tc in self._term_counts.values():
             if term.matches(info.namespace, info.labels):
                 tc[i] += sign
+
+    @property
+    def log_position(self) -> int:
+        """How many request changes were made so far (in this generation or before)."""
+        return self._log_base + len(self._log)
+
+    def rows_changed_since(self, position: int) -> list[int] | None:
+        """The rows whose requests (cpu, memory, pods and their non-zero forms) changed
+        after :attr:`log_position` was ``position`` (a row may repeat); None when the log
+        no longer reaches back that far: everything must be recomputed. Only meaningful
+        within one :attr:`generation`."""
+        self.refresh()
+        k = position - self._log_base
+        if k < 0:
+            return None
+        return self._log[k:]
 
     def owner_counts(self, owner: str) -> IntArray | None:
         self.refresh()

@@ -220,6 +220,15 @@ def test_num_feasible_nodes_to_find_is_adaptive() -> None:
     assert num_feasible_nodes_to_find(5000) == 500  # 10%
     assert num_feasible_nodes_to_find(100_000) == 5000  # floor of 5%
     assert num_feasible_nodes_to_find(1000, 10) == 100
+    assert num_feasible_nodes_to_find(1000, 100) == 1000
+    assert num_feasible_nodes_to_find(1000, 150) == 1000  # above 100 acts as 100
+
+
+def test_a_percentage_above_100_evaluates_each_node_once() -> None:
+    s = scheduler([node(f"n{i:03d}") for i in range(150)], percentage_of_nodes_to_score=150)
+    d = decide(s, pod("p"))
+    assert (d.nodes_total, d.evaluated, d.feasible) == (150, 150, 150)
+    assert d.omitted + len(d.rows) == 150
 
 
 def test_filtering_stops_early_and_the_start_rotates() -> None:
@@ -270,3 +279,28 @@ def test_decision_json_round_trips_and_matches_json_dumps() -> None:
         "omitted": 1,
     }
     assert Decision.from_json("default/p", text) == d
+
+
+def test_decision_text_is_compact_json_dumps() -> None:
+    """The hand-built text is byte for byte ``json.dumps`` of the record, with names that
+    need escaping and a plugin name with a per cent sign."""
+    from control.scheduler.decision import Decision, NodeRow
+
+    weights = {"Least%Allocated": 1, 'Spread"x"': 2, "é": 1}
+    rows = (
+        NodeRow('n"1', None, {"Least%Allocated": 90, 'Spread"x"': 50, "é": 0}, 190),
+        NodeRow("n2", None, {"Least%Allocated": 7, 'Spread"x"': 100, "é": 100}, 307),
+        NodeRow("n3", "NodeResourcesFit: Insufficient cpu; 100% used"),
+    )
+    d = Decision("default/p", 'n"1', "Scheduled to n1", 3, 3, 2, weights, rows, omitted=4)
+    expect = {
+        "result": d.result,
+        "node": d.node,
+        "nodesTotal": 3,
+        "evaluated": 3,
+        "feasible": 2,
+        "weights": weights,
+        "nodes": [r.to_json() for r in rows],
+        "omitted": 4,
+    }
+    assert d.to_json() == json.dumps(expect, separators=(",", ":"))
