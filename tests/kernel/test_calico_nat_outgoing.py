@@ -20,10 +20,12 @@ import pytest
 from app import emulation
 from control.session import Session
 from dataplane.backends import EmulatorBackend, RealBackend, emulator_backend, real_backend
+from dataplane.backends.realise import kernel_holds
 from dataplane.linux.conntrack import parse_line
 from dataplane.linux.netns import is_root, run_in
 from netmodel.manifests import load_text
 from netmodel.objects import Pod, Service
+from netmodel.rulesets import IptablesRules
 
 pytestmark = [pytest.mark.kernel, pytest.mark.skipif(not is_root(), reason="needs root")]
 
@@ -121,6 +123,9 @@ def test_the_kernel_holds_felixs_chain_and_sets(pair: Pair) -> None:
     if pair.nat:
         members = run_in(netns, ["ipset", "list", "cali40masq-ipam-pools"]).stdout
         assert "10.244.0.0/16" in members.split("Members:")[1]
+    rules = pair.real.view.rulesets["node-1"]
+    if isinstance(rules, IptablesRules):  # realising again would touch nothing
+        assert kernel_holds(netns, rules.text, backend)
 
 
 def test_a_pod_pinging_another_node_is_seen_as_its_node_with_nat_outgoing(pair: Pair) -> None:
