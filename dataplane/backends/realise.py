@@ -153,7 +153,9 @@ def load_rules(
     replaced whole; nfacct objects created first); a node whose tables read back equal
     (:func:`kernel_holds`) is left alone. Any ``ip kube-proxy`` nft table is removed.
     nftables mode: iptables' filter and nat are flushed, the ``ip kube-proxy`` table is
-    deleted and the transaction loaded. Either way, under ``hairpin="masquerade"`` the
+    deleted and the transaction loaded, then the iptables tables kept beside it (Calico's)
+    if any. The ipsets the rules use (Calico's) are made to hold exactly the view's
+    members first, every time (``ipset -exist restore``). Either way, under ``hairpin="masquerade"`` the
     fallback rule is installed again afterwards."""
     backend = cluster.iptables_backend
     check_realisable(view, backend)
