@@ -134,10 +134,16 @@ class IPPool(_Strict):
       masqueraded on the pod's node (``IPPool.spec.natOutgoing``; default false, as in
       Calico's API). Felix renders it as the ``cali-nat-outgoing`` chain of the nat table
       over the ``cali40masq-ipam-pools`` and ``cali40all-ipam-pools`` ipsets
-      (:mod:`netmodel.calicorules`)."""
+      (:mod:`netmodel.calicorules`);
+    * ``vxlanMode``: ``Never`` (BGP routes), ``Always`` (Calico's VXLAN overlay) or
+      ``CrossSubnet`` (VXLAN between subnets only: svclab's nodes share one subnet)."""
 
     cidr: str
     nat_outgoing: bool = False
+    #: ``IPPool.spec.vxlanMode``: ``Always`` routes the pool's blocks between nodes
+    #: through ``vxlan.calico`` (:mod:`netmodel.topology`); ``CrossSubnet`` only between
+    #: nodes of different subnets, and svclab's nodes share one: as ``Never``
+    vxlan_mode: Literal["Never", "Always", "CrossSubnet"] = "Never"
 
     @field_validator("cidr")
     @classmethod

@@ -28,8 +28,8 @@ or objects carrying server-set metadata (``uid``, ``resourceVersion``,
   (the dump's own ``default/kubernetes`` is applied); ``nodes: 0`` (the Nodes come from
   the dump); ``cni: calico`` when the dump shows Calico (a ``calico-node`` Pod or
   DaemonSet, Pods annotated ``cni.projectcalico.org/podIP(s)``, IPPool or BlockAffinity
-  objects), with ``calico.ipPools`` from the IPPool objects (their CIDR and
-  natOutgoing; else, when some pod address lies outside the podCIDR, the smallest network
+  objects), with ``calico.ipPools`` from the IPPool objects (their CIDR, natOutgoing and
+  vxlanMode; else, when some pod address lies outside the podCIDR, the smallest network
   holding every pod address, with natOutgoing as calico-node's default pool, and a
   warning) and ``calico.blockAffinities`` from the BlockAffinity objects (else the
   blocks are inferred from the pods, see ``netmodel.topology.calico_blocks``).
@@ -273,18 +273,24 @@ class _CalicoSeen:
                         obj=f"{kind}/{name}",
                         field="spec.natOutgoing",
                     )
-                self.pools.append({"cidr": str(net), "natOutgoing": nat})
+                vxlan = spec.get("vxlanMode") or "Never"
+                if vxlan not in ("Never", "Always", "CrossSubnet"):
+                    raise SchemaError(
+                        f"vxlanMode must be Never, Always or CrossSubnet, not {vxlan!r}",
+                        obj=f"{kind}/{name}",
+                        field="spec.vxlanMode",
+                    )
+                self.pools.append({"cidr": str(net), "natOutgoing": nat, "vxlanMode": vxlan})
                 if isinstance(spec.get("blockSize"), int):
                     self.block_size = spec["blockSize"]
-                notes = [
-                    f"{key} {spec[key]}"
-                    for key in ("ipipMode", "vxlanMode")
-                    if spec.get(key) not in (None, "", "Never")
-                ]
-                if notes:
+                ipip = spec.get("ipipMode")
+                if ipip not in (None, "", "Never"):
+                    how = "through vxlan.calico" if vxlan == "Always" else (
+                        "without encapsulation, as in Calico's BGP mode"
+                    )
                     self.unmodelled.append(
-                        f"Calico IPPool {name} ({net}): {', '.join(notes)} not modelled "
-                        "(blocks are routed without encapsulation, as in Calico's BGP mode)"
+                        f"Calico IPPool {name} ({net}): ipipMode {ipip} not modelled "
+                        f"(its blocks are routed {how})"
                     )
             return True
         if kind == "BlockAffinity" and "projectcalico.org" in str(d.get("apiVersion", "")):
@@ -420,7 +426,7 @@ def prepare(docs: list[dict[str, Any]], *, has_cluster: bool) -> PreparedDump:
                 cal["ipPools"] = calico.pools
             elif pod_ips and not all(p.subnet_of(pod_range) for p in pod_ips):  # type: ignore[arg-type]
                 pool = _covering(pod_ips, 26)
-                cal["ipPools"] = [{"cidr": str(pool), "natOutgoing": True}]
+                cal["ipPools"] = [{"cidr": str(pool), "natOutgoing": True, "vxlanMode": "Never"}]
                 out.warnings.append(
                     f"Calico IP pool {pool} inferred from the pod addresses (no IPPool "
                     "object), with natOutgoing as calico-node's default pool has it"

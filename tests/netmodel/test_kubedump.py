@@ -656,8 +656,8 @@ def test_a_later_calico_dump_widens_the_inferred_pools(tmp_path: Path) -> None:
     assert r.exit_code == 0, r.output
     stored = yaml.safe_load((s / "cluster.yaml").read_text())["spec"]
     assert stored["calico"]["ipPools"] == [
-        {"cidr": "192.168.0.0/16", "natOutgoing": True},
-        {"cidr": "172.20.0.0/16", "natOutgoing": False},
+        {"cidr": "192.168.0.0/16", "natOutgoing": True, "vxlanMode": "Never"},
+        {"cidr": "172.20.0.0/16", "natOutgoing": False, "vxlanMode": "Never"},
     ]
     # a dump of the same cluster that showed no sign of Calico was inferred as flannel:
     # the Calico dump is then another cluster
@@ -711,12 +711,15 @@ def test_an_ip_pools_nat_outgoing_is_read_and_encapsulation_named(tmp_path: Path
     assert [p.nat_outgoing for p in m.cluster.spec.calico.ip_pools] == [False]
     m = load([_with_pool(tmp_path, vxlanMode="Always")])
     assert m.cluster is not None
-    assert [p.nat_outgoing for p in m.cluster.spec.calico.ip_pools] == [True]
+    [pool] = m.cluster.spec.calico.ip_pools
+    assert (pool.nat_outgoing, pool.vxlan_mode) == (True, "Always")
+    assert not [w for w in m.warnings if "IPPool" in w]  # VXLAN is modelled
+    m = load([_with_pool(tmp_path, ipipMode="Always")])
     (note,) = [w for w in m.warnings if "IPPool" in w]
-    assert note.startswith(
-        "Calico IPPool default-ipv4-ippool (192.168.0.0/16): vxlanMode Always not modelled"
+    assert note == (
+        "Calico IPPool default-ipv4-ippool (192.168.0.0/16): ipipMode Always not modelled "
+        "(its blocks are routed without encapsulation, as in Calico's BGP mode)"
     )
-    assert "natOutgoing" not in note
 
 
 def test_a_bad_nat_outgoing_is_one_line_naming_file_object_and_field(tmp_path: Path) -> None:
@@ -731,3 +734,13 @@ def test_a_bad_nat_outgoing_is_one_line_naming_file_object_and_field(tmp_path: P
     r = CliRunner().invoke(cli, ["--state", str(s), "apply", "-f", str(f)])
     assert r.exit_code == 1 and len(r.output.strip().splitlines()) == 1
     assert not (s / "state.db").exists()
+
+
+def test_a_bad_vxlan_mode_is_one_line_naming_file_object_and_field(tmp_path: Path) -> None:
+    f = _with_pool(tmp_path, vxlanMode="Sometimes")
+    with pytest.raises(InputError) as err:
+        load([f])
+    assert str(err.value) == (
+        f"{f} (document 12): IPPool/default-ipv4-ippool: spec.vxlanMode: "
+        "vxlanMode must be Never, Always or CrossSubnet, not 'Sometimes'"
+    )
