@@ -176,7 +176,9 @@ class CalicoSpec(_Strict):
 
     Routing is Calico's with encapsulation ``None`` (BGP, the mode with the fewest
     moving parts: no tunnel device, no MTU change): every node reaches another node's
-    blocks by ``<block> via <nodeIP> dev eth0``, as BIRD programs them."""
+    blocks by ``<block> via <nodeIP> dev eth0``, as BIRD programs them; the blocks of a
+    pool with ``vxlanMode: Always`` go through ``vxlan.calico`` instead
+    (:mod:`netmodel.topology`)."""
 
     ip_pools: list[IPPool] = Field(default_factory=list, alias="ipPools")
     block_size: int = 26

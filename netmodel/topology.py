@@ -36,7 +36,14 @@ describe it, "Calico networking" and the FAQ on 169.254.1.1 and ``ee:ee:ee:ee:ee
   pod address *borrowed* from a block affine to another node as ``<podIP>/32 via
   <nodeIP>`` (:func:`calico_blocks`). The blackhole route Calico adds for a node's own
   blocks is not modelled (an unused address of a local block goes out by the default
-  route and is dropped at the underlay router instead).
+  route and is dropped at the underlay router instead);
+* the blocks of a pool with ``vxlanMode: Always`` go through Calico's VXLAN device
+  instead: each node's ``vxlan.calico`` (VNI 4096, UDP 4789, ``nolearning``, MTU 1450 as
+  the pods' veths) holds its tunnel address (the first address of its first such block
+  no pod holds, as Calico's IPAM gives it), and routes ``<block> via <peer tunnel
+  address> dev vxlan.calico onlink``, with a permanent neighbour entry for that address
+  (the peer's VTEP MAC, :func:`calico_vtep_mac`) and an FDB entry sending that MAC to the
+  peer's node address, as Felix programs them. flannel's VXLAN device model serves both.
 """
 
 from __future__ import annotations

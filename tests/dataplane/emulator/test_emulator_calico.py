@@ -110,3 +110,30 @@ def test_nat_outgoing_masquerades_a_pod_leaving_the_pools_in_every_proxy_mode(mo
         assert t.source_seen == seen
         rules = [h.rule or "" for h in t.hops_of("rule")]
         assert any("cali40masq-ipam-pools" in r and "MASQUERADE" in r for r in rules) is nat
+
+
+def test_a_vxlan_pool_encapsulates_between_nodes_with_calicos_vni_and_port() -> None:
+    from netmodel.topology import calico_blocks
+
+    net0 = network()
+    nodes = [
+        node_info("n1", "172.18.0.2", "10.244.0.0/24"),
+        node_info("n2", "172.18.0.3", "10.244.1.0/24"),
+    ]
+    pods = [
+        PodInfo("default/a", "n1", IPv4Address(A)),
+        PodInfo("default/b", "n1", IPv4Address(B)),
+        PodInfo("default/c", "n2", IPv4Address(C)),
+    ]
+    blocks = calico_blocks(nodes, pods, vxlan_pools=[ip_network("192.168.0.0/16")])  # type: ignore[list-item]
+    net = build(ip_network("172.18.0.0/16"), nodes, pods, cni="calico", blocks=blocks)  # type: ignore[arg-type]
+    assert net != net0
+    c = EmulatedCluster(net, listeners=LISTENERS)
+    t = c.trace("pod/default/a", C, "tcp", 8080)
+    assert t.verdict == "delivered" and t.source_seen == A
+    vx = [h.vxlan or "" for h in t.hops if h.vxlan]
+    assert vx[0].startswith("encap VNI 4096: 172.18.0.2:") and "> 172.18.0.3:4789" in vx[0]
+    assert vx[1].startswith("decap VNI 4096 from 172.18.0.2:")
+    # the node's own traffic leaves from its tunnel address (the route's device's)
+    t = c.trace("node/n1", C, "tcp", 8080)
+    assert t.verdict == "delivered" and t.source_seen == "192.168.10.64"
