@@ -25,7 +25,7 @@ from dataplane.backends.emulated import answerers
 from dataplane.emulator.cluster import EmulatedCluster
 from dataplane.netfilter import format_save
 from dataplane.proxy.ipvs import IpvsRender
-from netmodel.calicorules import CalicoRules, nat_outgoing, with_calico
+from netmodel.calicorules import CalicoRules, felix_rules, with_calico
 from netmodel.cluster import ClusterSpec
 from netmodel.dnszone import DnsZone, build_zone
 from netmodel.errors import InputError, NotFoundError
@@ -78,11 +78,11 @@ def ruleset_input(state: NodeRules) -> RulesetInput | None:
 
 def calico_rules(spec: ClusterSpec) -> CalicoRules | None:
     """Felix's rules every node of a ``cni: calico`` cluster carries beside kube-proxy's
-    (natOutgoing: :mod:`netmodel.calicorules`); None when there are none."""
+    (natOutgoing, VXLAN: :mod:`netmodel.calicorules`); None when there are none."""
     if spec.cni != "calico":
         return None
     random_fully = spec.node_environment.iptables_has_random_fully
-    return nat_outgoing(spec.calico_ip_pools, random_fully=random_fully)
+    return felix_rules(spec.calico_ip_pools, random_fully=random_fully)
 
 
 def lazy_rulesets(

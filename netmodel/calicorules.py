@@ -16,10 +16,14 @@ them). Destinations outside the pools include the nodes' own addresses (Felix's 
 ``natOutgoingExclusions: IPPoolsOnly``); a packet delivered to its own node never
 reaches POSTROUTING, so only other nodes and the outside see the node's address.
 
+With a VXLAN pool, Felix's ``-A cali-POSTROUTING -o vxlan.calico -m addrtype !
+--src-type LOCAL --limit-iface-out -m addrtype --src-type LOCAL -j MASQUERADE`` too
+(:func:`felix_rules`).
+
 The emulator evaluates exactly this text and these sets (:func:`with_calico`); the kernel
 back end loads the same (``ipset restore``, then ``iptables-restore``). Rendered only
-when some pool asks for natOutgoing, so a cluster without it keeps kube-proxy's rules
-alone. Not modelled: Calico's policy, raw/mangle/filter chains, floating IPs
+when some pool asks for natOutgoing or VXLAN, so a cluster without them keeps
+kube-proxy's rules alone. Not modelled: Calico's policy, raw/mangle/filter chains, floating IPs
 (``cali-fip-*``)."""
 
 from __future__ import annotations
@@ -52,31 +56,57 @@ class CalicoRules:
         return _table("nat", self, ())
 
 
-def nat_outgoing(pools: Sequence[IPPool], *, random_fully: bool = True) -> CalicoRules | None:
-    """Felix's natOutgoing rules and ipsets for ``pools``; None when no pool asks for
-    natOutgoing. ``random_fully``: the node's iptables has ``--random-fully`` (Felix adds
-    it when it does)."""
-    if not any(p.nat_outgoing for p in pools):
+def felix_rules(pools: Sequence[IPPool], *, random_fully: bool = True) -> CalicoRules | None:
+    """Felix's nat rules and ipsets for ``pools``; None when no pool asks for natOutgoing
+    or VXLAN. ``random_fully``: the node's iptables has ``--random-fully`` (Felix adds it
+    when it does). With a VXLAN pool, ``cali-POSTROUTING`` also masquerades the node's
+    own traffic that leaves ``vxlan.calico`` from an address that is not that device's
+    (the node's eth0 address, after kube-proxy DNATed a node's connection to a remote
+    pod) to the tunnel address."""
+    nat = any(p.nat_outgoing for p in pools)
+    vxlan = any(p.vxlan_mode == "Always" for p in pools)
+    if not (nat or vxlan):
         return None
     masq = "-j MASQUERADE --random-fully" if random_fully else "-j MASQUERADE"
+    chains = ["cali-POSTROUTING"]
+    rules = []
     sets = []
-    for name, members in (
-        (ALL_POOLS_SET, [p.cidr for p in pools]),
-        (MASQ_POOLS_SET, [p.cidr for p in pools if p.nat_outgoing]),
-    ):
-        sets.append(f"create {name} {_SET_OPTS}")
-        sets += [f"add {name} {m}" for m in members]
-    return CalicoRules(
-        chains=("cali-POSTROUTING", "cali-nat-outgoing"),
-        first=('-A POSTROUTING -m comment --comment "cali:O3lYWMrLQYEMJtB5" -j cali-POSTROUTING',),
-        rules=(
-            '-A cali-POSTROUTING -m comment --comment "cali:nYKhEzDlr11Jccal" -j cali-nat-outgoing',
+    if nat:
+        chains.append("cali-nat-outgoing")
+        rules.append(
+            '-A cali-POSTROUTING -m comment --comment "cali:nYKhEzDlr11Jccal" -j cali-nat-outgoing'
+        )
+    if vxlan:
+        rules.append(
+            '-A cali-POSTROUTING -o vxlan.calico -m comment --comment "cali:e9dnSgSVNmIcpVhP" '
+            "-m addrtype ! --src-type LOCAL --limit-iface-out -m addrtype --src-type LOCAL "
+            f"{masq}"
+        )
+    if nat:
+        rules.append(
             '-A cali-nat-outgoing -m comment --comment "cali:flqWnvo8yq4ULQLa" '
             f"-m set --match-set {MASQ_POOLS_SET} src "
-            f"-m set ! --match-set {ALL_POOLS_SET} dst {masq}",
-        ),
-        ipsets="\n".join(sets) + "\n",
+            f"-m set ! --match-set {ALL_POOLS_SET} dst {masq}"
+        )
+        for name, members in (
+            (ALL_POOLS_SET, [p.cidr for p in pools]),
+            (MASQ_POOLS_SET, [p.cidr for p in pools if p.nat_outgoing]),
+        ):
+            sets.append(f"create {name} {_SET_OPTS}")
+            sets += [f"add {name} {m}" for m in members]
+    return CalicoRules(
+        chains=tuple(chains),
+        first=('-A POSTROUTING -m comment --comment "cali:O3lYWMrLQYEMJtB5" -j cali-POSTROUTING',),
+        rules=tuple(rules),
+        ipsets="\n".join(sets) + "\n" if sets else "",
     )
+
+
+def nat_outgoing(pools: Sequence[IPPool], *, random_fully: bool = True) -> CalicoRules | None:
+    """:func:`felix_rules` of the pools as if none asked for VXLAN: the natOutgoing part
+    alone (None when no pool asks for it)."""
+    return felix_rules([p.model_copy(update={"vxlan_mode": "Never"}) for p in pools],
+                       random_fully=random_fully)
 
 
 _NAT_BUILTINS = ("PREROUTING", "INPUT", "OUTPUT", "POSTROUTING")

@@ -19,10 +19,12 @@ import pytest
 from app import emulation
 from control.session import Session
 from dataplane.backends import EmulatorBackend, RealBackend, emulator_backend, real_backend
+from dataplane.backends.realise import kernel_holds
 from dataplane.linux import inspect
 from dataplane.linux.netns import is_root, run_in
 from netmodel.manifests import load_text
 from netmodel.objects import Pod, Service
+from netmodel.rulesets import IptablesRules
 
 pytestmark = [pytest.mark.kernel, pytest.mark.skipif(not is_root(), reason="needs root")]
 
@@ -151,3 +153,16 @@ def test_nat_outgoing_still_applies_to_the_underlay(pair: Pair) -> None:
     e = pair.emu.ping("pod/default/client", NODE2, 1)
     r = pair.real.ping("pod/default/client", NODE2, 1)
     assert e == r and e[0].ok
+
+
+def test_felixs_vxlan_masquerade_is_loaded_and_a_node_reaches_the_service(pair: Pair) -> None:
+    """Felix's ``-o vxlan.calico ... --limit-iface-out ... -j MASQUERADE`` is in the kernel
+    as rendered (both iptables back ends take it); a node's connection to the ClusterIP,
+    DNATed to the remote pod, leaves the tunnel from the tunnel address."""
+    cluster = pair.real.cluster
+    netns = cluster.node_netns("node-1")
+    rules = pair.real.view.rulesets["node-1"]
+    assert isinstance(rules, IptablesRules) and "-o vxlan.calico" in rules.text
+    assert kernel_holds(netns, rules.text, cluster.iptables_backend)
+    got = agree(pair, "node/node-1", pair.vip, 80, N)
+    assert ("default/web-b", "10.244.0.0") in got
