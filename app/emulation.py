@@ -25,6 +25,8 @@ from dataplane.backends.emulated import answerers
 from dataplane.emulator.cluster import EmulatedCluster
 from dataplane.netfilter import format_save
 from dataplane.proxy.ipvs import IpvsRender
+from netmodel.calicorules import CalicoRules, felix_rules, with_calico
+from netmodel.cluster import ClusterSpec
 from netmodel.dnszone import DnsZone, build_zone
 from netmodel.errors import InputError, NotFoundError
 from netmodel.lazy import LazyMapping
@@ -74,18 +76,30 @@ def ruleset_input(state: NodeRules) -> RulesetInput | None:
     return IpvsRules(ipvsadm=r.ipvsadm_text, ipset=r.ipset_text, iptables=r.iptables_save_text)
 
 
+def calico_rules(spec: ClusterSpec) -> CalicoRules | None:
+    """Felix's rules every node of a ``cni: calico`` cluster carries beside kube-proxy's
+    (natOutgoing, VXLAN: :mod:`netmodel.calicorules`); None when there are none."""
+    if spec.cni != "calico":
+        return None
+    random_fully = spec.node_environment.iptables_has_random_fully
+    return felix_rules(spec.calico_ip_pools, random_fully=random_fully)
+
+
 def lazy_rulesets(
-    source: NodeRulesSource, override: Mapping[str, RulesetInput]
+    source: NodeRulesSource,
+    override: Mapping[str, RulesetInput],
+    cni: CalicoRules | None = None,
 ) -> tuple[LazyMapping[str, RulesetInput], LazyMapping[str, tuple[str, ...]]]:
     """:func:`view`'s ``rulesets`` and ``local_addresses`` with each node's rendered on
     first access (``override`` wins). Keys: every Node (each has a kube-proxy, whose
-    first sync always renders: a Node object gives it its configuration)."""
+    first sync always renders: a Node object gives it its configuration). ``cni``: the
+    network plugin's rules, joined to each node's kube-proxy rules (not to overrides)."""
 
     def rules_of(node: str) -> RulesetInput:
         # by_rules: an iptables node's RulesetInput is its ruleset's iptables-save alone
         ri = source.ruleset(node, ruleset_input, by_rules=True)[0]
         assert ri is not None, f"kube-proxy on {node} rendered nothing"
-        return ri
+        return with_calico(ri, cni)
 
     def local_of(node: str) -> tuple[str, ...]:
         return source.ruleset(node, ruleset_input)[1]
@@ -265,14 +279,15 @@ def _view(
     )
     rulesets: Mapping[str, RulesetInput]
     local: Mapping[str, tuple[str, ...]]
+    cni_rules = calico_rules(spec)
     if session.lazy_rules is not None:
-        rulesets, local = lazy_rulesets(session.lazy_rules, rules_override or {})
+        rulesets, local = lazy_rulesets(session.lazy_rules, rules_override or {}, cni_rules)
     else:
         rulesets, local = {}, {}
         for name, state in session.rules.nodes.items():
             ri = ruleset_input(state)
             if ri is not None:
-                rulesets[name] = ri
+                rulesets[name] = with_calico(ri, cni_rules)
             if isinstance(state.rendered, IpvsRender):
                 local[name] = tuple(state.rendered.addresses)
         rulesets.update(rules_override or {})

@@ -126,12 +126,46 @@ class BlockAffinity(_Strict):
         return str(net)
 
 
+class IPPool(_Strict):
+    """One of Calico's IP pools (an ``IPPool`` object's spec, as far as it is modelled).
+
+    * ``cidr``: the pool's network (``IPPool.spec.cidr``);
+    * ``natOutgoing``: pod traffic from this pool to a destination in no pool is
+      masqueraded on the pod's node (``IPPool.spec.natOutgoing``; default false, as in
+      Calico's API). Felix renders it as the ``cali-nat-outgoing`` chain of the nat table
+      over the ``cali40masq-ipam-pools`` and ``cali40all-ipam-pools`` ipsets
+      (:mod:`netmodel.calicorules`);
+    * ``vxlanMode``: ``Never`` (BGP routes), ``Always`` (Calico's VXLAN overlay) or
+      ``CrossSubnet`` (VXLAN between subnets only: svclab's nodes share one subnet)."""
+
+    cidr: str
+    nat_outgoing: bool = False
+    #: ``IPPool.spec.vxlanMode``: ``Always`` routes the pool's blocks between nodes
+    #: through ``vxlan.calico`` (:mod:`netmodel.topology`); ``CrossSubnet`` only between
+    #: nodes of different subnets, and svclab's nodes share one: as ``Never``
+    vxlan_mode: Literal["Never", "Always", "CrossSubnet"] = "Never"
+
+    @field_validator("cidr")
+    @classmethod
+    def _cidr(cls, v: str) -> str:
+        try:
+            net = parse_cidr(v)
+        except ValueError as e:
+            raise ValueError(f"invalid CIDR {v!r}: {e}") from None
+        if net.version != 4:
+            raise ValueError(f"{v!r} is not an IPv4 pool")
+        return str(net)
+
+
 class CalicoSpec(_Strict):
     """How Calico's IPAM and routing are modelled (``cni: calico``; see
     :mod:`netmodel.topology`).
 
-    * ``ipPools``: the IPPools pod addresses come from (Calico's ``IPPool.spec.cidr``);
-      empty: the cluster's podCIDR. A recorded pod address must lie in one of them.
+    * ``ipPools``: the IPPools pod addresses come from, each ``{cidr, natOutgoing}``
+      (:class:`IPPool`) or a CIDR alone (a pool without natOutgoing). Empty: Calico's
+      default pool as ``calico-node`` creates it, the cluster's podCIDR with
+      ``natOutgoing: true`` (``CALICO_IPV4POOL_NAT_OUTGOING``'s default). A recorded pod
+      address must lie in one of them.
     * ``blockSize``: the prefix length of the blocks the pools are cut into (Calico's
       ``IPPool.spec.blockSize``, default 26).
     * ``blockAffinities``: which node each block is affine to (Calico's
@@ -142,25 +176,20 @@ class CalicoSpec(_Strict):
 
     Routing is Calico's with encapsulation ``None`` (BGP, the mode with the fewest
     moving parts: no tunnel device, no MTU change): every node reaches another node's
-    blocks by ``<block> via <nodeIP> dev eth0``, as BIRD programs them."""
+    blocks by ``<block> via <nodeIP> dev eth0``, as BIRD programs them; the blocks of a
+    pool with ``vxlanMode: Always`` go through ``vxlan.calico`` instead
+    (:mod:`netmodel.topology`)."""
 
-    ip_pools: list[str] = Field(default_factory=list, alias="ipPools")
+    ip_pools: list[IPPool] = Field(default_factory=list, alias="ipPools")
     block_size: int = 26
     block_affinities: list[BlockAffinity] = Field(default_factory=list)
 
-    @field_validator("ip_pools")
+    @field_validator("ip_pools", mode="before")
     @classmethod
-    def _pools(cls, v: list[str]) -> list[str]:
-        out = []
-        for c in v:
-            try:
-                net = parse_cidr(c)
-            except ValueError as e:
-                raise ValueError(f"invalid CIDR {c!r}: {e}") from None
-            if net.version != 4:
-                raise ValueError(f"{c!r} is not an IPv4 pool")
-            out.append(str(net))
-        return out
+    def _pools(cls, v: object) -> object:
+        if not isinstance(v, list):
+            return v
+        return [{"cidr": c} if isinstance(c, str) else c for c in v]
 
     @field_validator("block_size")
     @classmethod
@@ -376,7 +405,13 @@ class ClusterSpec(_Strict):
     @property
     def calico_pools(self) -> list[IPNetwork]:
         """Calico's IP pools (``calico.ipPools``, else the podCIDR)."""
-        return [parse_cidr(p) for p in self.calico.ip_pools] or [self.pod_net]
+        return [parse_cidr(p.cidr) for p in self.calico.ip_pools] or [self.pod_net]
+
+    @property
+    def calico_ip_pools(self) -> list[IPPool]:
+        """Calico's IP pools with their settings: ``calico.ipPools``, else the default
+        pool ``calico-node`` creates (the podCIDR, natOutgoing)."""
+        return list(self.calico.ip_pools) or [IPPool(cidr=str(self.pod_net), nat_outgoing=True)]
 
     @property
     def lb_net(self) -> IPNetwork:

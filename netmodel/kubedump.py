@@ -28,9 +28,10 @@ or objects carrying server-set metadata (``uid``, ``resourceVersion``,
   (the dump's own ``default/kubernetes`` is applied); ``nodes: 0`` (the Nodes come from
   the dump); ``cni: calico`` when the dump shows Calico (a ``calico-node`` Pod or
   DaemonSet, Pods annotated ``cni.projectcalico.org/podIP(s)``, IPPool or BlockAffinity
-  objects), with ``calico.ipPools`` from the IPPool objects (else, when some pod
-  address lies outside the podCIDR, the smallest network holding every pod address, with
-  a warning) and ``calico.blockAffinities`` from the BlockAffinity objects (else the
+  objects), with ``calico.ipPools`` from the IPPool objects (their CIDR, natOutgoing and
+  vxlanMode; else, when some pod address lies outside the podCIDR, the smallest network
+  holding every pod address, with natOutgoing as calico-node's default pool, and a
+  warning) and ``calico.blockAffinities`` from the BlockAffinity objects (else the
   blocks are inferred from the pods, see ``netmodel.topology.calico_blocks``).
 
 Values only: no I/O.
@@ -248,7 +249,7 @@ class _CalicoSeen:
     """What a dump shows of Calico."""
 
     seen: bool = False
-    pools: list[str] = field(default_factory=list)
+    pools: list[dict[str, Any]] = field(default_factory=list)
     block_size: int | None = None
     affinities: list[dict[str, str]] = field(default_factory=list)
     #: what an IPPool asks for that svclab does not model, one note per pool
@@ -265,21 +266,31 @@ class _CalicoSeen:
             _check_cidr(cidr, f"{kind}/{name}")
             net = _v4net(cidr)
             if net is not None and not spec.get("disabled"):
-                self.pools.append(str(net))
+                nat = spec.get("natOutgoing", False)
+                if not isinstance(nat, bool):
+                    raise SchemaError(
+                        f"natOutgoing must be true or false, not {nat!r}",
+                        obj=f"{kind}/{name}",
+                        field="spec.natOutgoing",
+                    )
+                vxlan = spec.get("vxlanMode") or "Never"
+                if vxlan not in ("Never", "Always", "CrossSubnet"):
+                    raise SchemaError(
+                        f"vxlanMode must be Never, Always or CrossSubnet, not {vxlan!r}",
+                        obj=f"{kind}/{name}",
+                        field="spec.vxlanMode",
+                    )
+                self.pools.append({"cidr": str(net), "natOutgoing": nat, "vxlanMode": vxlan})
                 if isinstance(spec.get("blockSize"), int):
                     self.block_size = spec["blockSize"]
-                notes = [
-                    f"{key} {spec[key]}"
-                    for key in ("ipipMode", "vxlanMode")
-                    if spec.get(key) not in (None, "", "Never")
-                ]
-                if spec.get("natOutgoing"):
-                    notes.append("natOutgoing")
-                if notes:
+                ipip = spec.get("ipipMode")
+                if ipip not in (None, "", "Never"):
+                    how = "through vxlan.calico" if vxlan == "Always" else (
+                        "without encapsulation, as in Calico's BGP mode"
+                    )
                     self.unmodelled.append(
-                        f"Calico IPPool {name} ({net}): {', '.join(notes)} not modelled "
-                        "(blocks are routed without encapsulation, as in Calico's BGP mode; "
-                        "pod traffic to addresses outside the pools is not masqueraded)"
+                        f"Calico IPPool {name} ({net}): ipipMode {ipip} not modelled "
+                        f"(its blocks are routed {how})"
                     )
             return True
         if kind == "BlockAffinity" and "projectcalico.org" in str(d.get("apiVersion", "")):
@@ -415,12 +426,15 @@ def prepare(docs: list[dict[str, Any]], *, has_cluster: bool) -> PreparedDump:
                 cal["ipPools"] = calico.pools
             elif pod_ips and not all(p.subnet_of(pod_range) for p in pod_ips):  # type: ignore[arg-type]
                 pool = _covering(pod_ips, 26)
-                cal["ipPools"] = [str(pool)]
+                cal["ipPools"] = [{"cidr": str(pool), "natOutgoing": True, "vxlanMode": "Never"}]
                 out.warnings.append(
-                    f"Calico IP pool {pool} inferred from the pod addresses (no IPPool object)"
+                    f"Calico IP pool {pool} inferred from the pod addresses (no IPPool "
+                    "object), with natOutgoing as calico-node's default pool has it"
                 )
             if not pod_cidrs and "podCIDR" not in spec:
-                first = ipaddress.ip_network((cal.get("ipPools") or [None])[0] or "10.244.0.0/16")
+                first = ipaddress.ip_network(
+                    (cal.get("ipPools") or [{"cidr": "10.244.0.0/16"}])[0]["cidr"]
+                )
                 spec["podCIDR"] = str(cluster_cidr or first)
             if calico.block_size is not None:
                 cal["blockSize"] = calico.block_size
@@ -510,7 +524,9 @@ def merge_inferred(stored: Cluster, inferred: Cluster, *, where: str) -> Cluster
                 obj=name,
                 field="spec.calico",
             )
-        pools = list(old_c.ip_pools) + [p for p in new_c.ip_pools if p not in old_c.ip_pools]
+        # by CIDR: a later dump's settings for a pool (natOutgoing) are the newer ones
+        by_cidr = {p.cidr: p for p in old_c.ip_pools} | {p.cidr: p for p in new_c.ip_pools}
+        pools = list(by_cidr.values())
         seen = {(a.node, a.cidr) for a in old_c.block_affinities}
         affinities = [a.model_dump(by_alias=True) for a in old_c.block_affinities] + [
             a.model_dump(by_alias=True)
@@ -518,7 +534,7 @@ def merge_inferred(stored: Cluster, inferred: Cluster, *, where: str) -> Cluster
             if (a.node, a.cidr) not in seen
         ]
         update["calico"] = {
-            "ipPools": pools,
+            "ipPools": [p.model_dump(by_alias=True) for p in pools],
             "blockSize": old_c.block_size,
             "blockAffinities": affinities,
         }

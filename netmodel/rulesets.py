@@ -1,8 +1,10 @@
 """What a node's rules can be given as, to either backend (a small union, pure values):
 
 * :class:`IptablesRules` — ``iptables-save`` text (or an ``iptables-restore`` payload
-  applied to empty tables with ``restore=True``);
-* :class:`NftRules` — ``nft list ruleset`` / ``nft -f`` text;
+  applied to empty tables with ``restore=True``), with the ``ipset save`` text of the
+  sets its rules use (Calico's, :mod:`netmodel.calicorules`);
+* :class:`NftRules` — ``nft list ruleset`` / ``nft -f`` text, and the iptables tables
+  and ipsets another agent keeps beside it (Calico's Felix);
 * :class:`IpvsRules` — ``ipvsadm-save -n`` text plus ``ipset save`` text plus the
   iptables glue (``iptables-save`` text).
 
@@ -23,6 +25,8 @@ class IptablesRules:
     text: str
     restore: bool = False
     source: str = "<iptables-save>"
+    #: ``ipset save`` text of the sets ``-m set`` rules in ``text`` refer to ("": none)
+    ipsets: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,6 +35,10 @@ class NftRules:
 
     text: str
     source: str = "<nft>"
+    #: ``iptables-save`` text of tables kept beside the nft ruleset by another agent
+    #: (iptables-nft; Calico's Felix) and the ``ipset save`` text its rules use
+    iptables: str = ""
+    ipsets: str = ""
 
 
 @dataclass(frozen=True, slots=True)

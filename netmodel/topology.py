@@ -36,7 +36,14 @@ describe it, "Calico networking" and the FAQ on 169.254.1.1 and ``ee:ee:ee:ee:ee
   pod address *borrowed* from a block affine to another node as ``<podIP>/32 via
   <nodeIP>`` (:func:`calico_blocks`). The blackhole route Calico adds for a node's own
   blocks is not modelled (an unused address of a local block goes out by the default
-  route and is dropped at the underlay router instead).
+  route and is dropped at the underlay router instead);
+* the blocks of a pool with ``vxlanMode: Always`` go through Calico's VXLAN device
+  instead: each node's ``vxlan.calico`` (VNI 4096, UDP 4789, ``nolearning``, MTU 1450 as
+  the pods' veths) holds its tunnel address (the first address of its first such block
+  no pod holds, as Calico's IPAM gives it), and routes ``<block> via <peer tunnel
+  address> dev vxlan.calico onlink``, with a permanent neighbour entry for that address
+  (the peer's VTEP MAC, :func:`calico_vtep_mac`) and an FDB entry sending that MAC to the
+  peer's node address, as Felix programs them. flannel's VXLAN device model serves both.
 """
 
 from __future__ import annotations
@@ -117,6 +124,12 @@ class CalicoBlocks:
 
     blocks: dict[str, tuple[IPv4Network, ...]]
     borrowed: dict[str, tuple[IPv4Address, ...]]
+    #: the pools whose blocks travel through ``vxlan.calico`` (``vxlanMode: Always``)
+    vxlan_pools: tuple[IPv4Network, ...] = ()
+
+    def vxlan(self, net: IPv4Network) -> bool:
+        """Whether ``net`` (a block, or a /32) lies in a VXLAN pool."""
+        return any(net.subnet_of(p) for p in self.vxlan_pools)
 
 
 def calico_blocks(
@@ -125,6 +138,7 @@ def calico_blocks(
     *,
     block_size: int = 26,
     affinities: Sequence[tuple[str, IPv4Network]] = (),
+    vxlan_pools: Sequence[IPv4Network] = (),
 ) -> CalicoBlocks:
     """Calico's block affinities. Given (``affinities``: ``(node, block)`` as Calico's
     BlockAffinity objects say), they are taken as they are; otherwise each pod's address
@@ -156,7 +170,9 @@ def calico_blocks(
         if p.node in order and not any(p.ip in b for b in blocks.get(p.node, ())):
             borrowed.setdefault(p.node, []).append(p.ip)
     return CalicoBlocks(
-        {n: tuple(v) for n, v in blocks.items()}, {n: tuple(v) for n, v in borrowed.items()}
+        {n: tuple(v) for n, v in blocks.items()},
+        {n: tuple(v) for n, v in borrowed.items()},
+        tuple(vxlan_pools),
     )
 
 
@@ -172,11 +188,32 @@ def spec_blocks(
         net = ip_network(a.cidr)
         assert isinstance(net, IPv4Network)
         affinities.append((a.node, net))
-    return calico_blocks(nodes, pods, block_size=spec.calico.block_size, affinities=affinities)
+    vxlan = []
+    for pool in spec.calico_ip_pools:
+        if pool.vxlan_mode == "Always":
+            net = ip_network(pool.cidr)
+            assert isinstance(net, IPv4Network)
+            vxlan.append(net)
+    return calico_blocks(
+        nodes, pods, block_size=spec.calico.block_size, affinities=affinities, vxlan_pools=vxlan
+    )
 
 
 def vtep_mac(node: str) -> str:
     return stable_mac("vtep", node)
+
+
+#: Calico's VXLAN device: ``vxlan.calico``, VNI 4096, UDP 4789 (Felix's defaults,
+#: FelixConfiguration ``vxlanVNI``/``vxlanPort``)
+CALICO_VXLAN_DEV = "vxlan.calico"
+CALICO_VXLAN_VNI = 4096
+CALICO_VXLAN_PORT = 4789
+
+
+def calico_vtep_mac(node: str) -> str:
+    """The MAC of ``node``'s ``vxlan.calico`` (Felix picks a random one and records it
+    on the Calico Node; svclab derives one)."""
+    return stable_mac("calico-vtep", node)
 
 
 def node_ns(node: str) -> str:
@@ -299,6 +336,21 @@ class _Plan:
             if self.calico
             else CalicoBlocks({}, {})
         )
+        #: Calico's VXLAN: each node's tunnel address (Calico's IPAM gives it the first
+        #: free address of the node's first block in a VXLAN pool; a node without such a
+        #: block has none); pods' and tunnels' MTU 1450, as Calico sets them
+        self.calico_vxlan = self.calico and bool(self.blocks.vxlan_pools)
+        self.vtep_ip: dict[str, IPv4Address] = {}
+        if self.calico_vxlan:
+            self.mtu = 1500 - VXLAN_OVERHEAD
+            held = {p.ip for p in pods}
+            for n in self.nodes:
+                for block in self.blocks.blocks.get(n.name, ()):
+                    if self.blocks.vxlan(block):
+                        free = next((a for a in block if a not in held), None)
+                        if free is not None:
+                            self.vtep_ip[n.name] = free
+                            break
         #: netns name -> what builds it: ("ext", j) | ("router",) | ("pod", node, pod) |
         #: ("node", node), in build()'s order
         self.what: dict[str, tuple[object, ...]] = {}
@@ -361,6 +413,8 @@ class _Plan:
             out.append(n.pod_cidr.network_address + 1)
             if self.overlay == "vxlan":
                 out.append(n.pod_cidr.network_address)
+        if n.name in self.vtep_ip:
+            out.append(self.vtep_ip[n.name])
         return out
 
     def interface(self, ns: str, name: str) -> Interface:
@@ -520,19 +574,49 @@ class _Plan:
             )
             routes.append(Route(dst=IPv4Network(f"{p.ip}/32"), dev=hv, scope="link"))
             sysctls += [(f"net.ipv4.conf.{hv}.proxy_arp", "1"), (f"net.ipv4.neigh.{hv}.proxy_delay", "0")]
+        neighbors: list[Neighbor] = []
+        fdb: list[FdbEntry] = []
+        if self.calico_vxlan:
+            vtep = self.vtep_ip.get(n.name)
+            itfs.append(
+                Interface(
+                    CALICO_VXLAN_DEV,
+                    "vxlan",
+                    calico_vtep_mac(n.name),
+                    (IPv4Interface(f"{vtep}/32"),) if vtep is not None else (),
+                    mtu=self.mtu,
+                    vxlan=VxlanParams(
+                        vni=CALICO_VXLAN_VNI, local=n.ip, dev="eth0", port=CALICO_VXLAN_PORT
+                    ),
+                )
+            )
         for peer in self.nodes:
             if peer.name == n.name:
                 continue
-            for block in self.blocks.blocks.get(peer.name, ()):
-                routes.append(Route(dst=block, dev="eth0", via=peer.ip))
-            for ip in self.blocks.borrowed.get(peer.name, ()):
-                routes.append(Route(dst=IPv4Network(f"{ip}/32"), dev="eth0", via=peer.ip))
+            peer_vtep = self.vtep_ip.get(peer.name)
+            nets = [*self.blocks.blocks.get(peer.name, ())]
+            nets += [IPv4Network(f"{ip}/32") for ip in self.blocks.borrowed.get(peer.name, ())]
+            tunnelled = False
+            for net in nets:
+                if peer_vtep is not None and self.blocks.vxlan(net):
+                    # Felix: <block> via <peer's tunnel address> dev vxlan.calico onlink
+                    routes.append(Route(dst=net, dev=CALICO_VXLAN_DEV, via=peer_vtep, onlink=True))
+                    tunnelled = True
+                else:
+                    routes.append(Route(dst=net, dev="eth0", via=peer.ip))
+            if tunnelled:
+                assert peer_vtep is not None
+                mac = calico_vtep_mac(peer.name)
+                neighbors.append(Neighbor(ip=peer_vtep, mac=mac, dev=CALICO_VXLAN_DEV))
+                fdb.append(FdbEntry(mac=mac, dev=CALICO_VXLAN_DEV, dst=peer.ip))
         return Netns(
             name=ns,
             role="node",
             node=n.name,
             interfaces=tuple(itfs),
             routes=tuple(routes),
+            neighbors=tuple(neighbors),
+            fdb=tuple(fdb),
             sysctls=tuple(sysctls),
         )
 

@@ -55,6 +55,8 @@ EPHEMERAL = (32768, 60999)
 #: how many random source ports ``RealBackend.trace`` tries when one is taken
 TRACE_PORT_ATTEMPTS = 20
 VXLAN_PORT = "8472"
+#: the UDP ports the overlays' own VXLAN flows go to: flannel's and Calico's
+VXLAN_PORTS = (VXLAN_PORT, "4789")
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,7 +150,7 @@ def conntrack_selected(e: ConntrackEntry, proto: str, source: str | None) -> boo
     return (
         e.proto == proto
         and (source is None or e.field("orig", "src") == source)
-        and not (proto == "udp" and e.field("orig", "dport") == VXLAN_PORT)
+        and not (proto == "udp" and e.field("orig", "dport") in VXLAN_PORTS)
     )
 
 

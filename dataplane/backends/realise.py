@@ -153,7 +153,9 @@ def load_rules(
     replaced whole; nfacct objects created first); a node whose tables read back equal
     (:func:`kernel_holds`) is left alone. Any ``ip kube-proxy`` nft table is removed.
     nftables mode: iptables' filter and nat are flushed, the ``ip kube-proxy`` table is
-    deleted and the transaction loaded. Either way, under ``hairpin="masquerade"`` the
+    deleted and the transaction loaded, then the iptables tables kept beside it (Calico's)
+    if any. The ipsets the rules use (Calico's) are made to hold exactly the view's
+    members first, every time (``ipset -exist restore``). Either way, under ``hairpin="masquerade"`` the
     fallback rule is installed again afterwards."""
     backend = cluster.iptables_backend
     check_realisable(view, backend)
@@ -163,6 +165,8 @@ def load_rules(
         netns = cluster.node_netns(node)
         cidr = _pod_cidr(view, node)
         if isinstance(rs, IptablesRules):
+            if rs.ipsets:  # the members may change while the rules naming the sets do not
+                linux_rules.load_ipsets(netns, rs.ipsets)
             if kernel_holds(netns, rs.text, backend):
                 continue
             if previous.get(node):
@@ -170,13 +174,17 @@ def load_rules(
             linux_rules.flush_iptables(netns, backend=backend)
             linux_rules.load_iptables(netns, rs.text, jumps=None, backend=backend)
         elif isinstance(rs, NftRules):
-            sha = hashlib.sha256(rs.text.encode()).hexdigest()
+            if rs.ipsets:
+                linux_rules.load_ipsets(netns, rs.ipsets)
+            sha = hashlib.sha256((rs.text + "\0" + rs.iptables).encode()).hexdigest()
             shas[node] = sha
             if previous.get(node) == sha and NFT_TABLE in linux_rules.nft_ruleset(netns):
                 continue
             linux_rules.flush_iptables(netns)
             _drop_nft_table(netns)
             linux_rules.load_nft(netns, rs.text)
+            if rs.iptables:  # iptables-nft tables beside kube-proxy's (Calico's Felix)
+                linux_rules.load_iptables(netns, rs.iptables, jumps=None)
         else:  # pragma: no cover - check_realisable refused it
             raise BackendError(f"node {node}: cannot load {type(rs).__name__}")
         if cluster.hairpin == "masquerade" and cidr is not None:

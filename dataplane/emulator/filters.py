@@ -77,7 +77,13 @@ def compile_rules(rules: RulesetInput) -> CompiledRules:
     """Parse (and, when shareable, compile) one ruleset input."""
     if isinstance(rules, NftRules):
         # nft rules are evaluated by their own engine; the flow cache does not replay them
-        return CompiledRules(None, None, False, nft=parse_nft(rules.text, source=rules.source))
+        nft = parse_nft(rules.text, source=rules.source)
+        if not rules.iptables:
+            return CompiledRules(None, None, False, nft=nft)
+        # iptables-nft tables beside kube-proxy's (Calico's Felix): evaluated too
+        sets = parse_ipset_save(rules.ipsets, source=rules.source) if rules.ipsets else {}
+        beside = parse_save(rules.iptables, source=rules.source, ipsets=sets)
+        return CompiledRules(beside, None, False, nft=nft, ipsets=sets)
     if isinstance(rules, IpvsRules):
         sets = parse_ipset_save(rules.ipset, source=rules.source)
         glue = parse_save(rules.iptables, source=rules.source, ipsets=sets)
@@ -87,10 +93,13 @@ def compile_rules(rules: RulesetInput) -> CompiledRules:
         # IPVS schedules only connections it does not own yet (a replayed packet's is
         # owned); for its own connections it rewrites from the entry: the glue decides
         return CompiledRules(glue, compiled, replay_safe(glue), ipvs=state, ipsets=sets)
-    ruleset = parse_iptables(rules)
+    given = parse_ipset_save(rules.ipsets, source=rules.source) if rules.ipsets else None
+    ruleset = parse_iptables(rules, given)
     # each chain compiled when a packet first runs it (a node's 60,000 rules, three run)
-    compiled = None if _uses_nth(ruleset) else nf_eval.CompiledRuleset(ruleset, lazy=True)
-    return CompiledRules(ruleset, compiled, replay_safe(ruleset))
+    compiled = (
+        None if _uses_nth(ruleset) else nf_eval.CompiledRuleset(ruleset, sets=given, lazy=True)
+    )
+    return CompiledRules(ruleset, compiled, replay_safe(ruleset), ipsets=given)
 
 
 def _uses_nth(ruleset: Ruleset) -> bool:
@@ -103,10 +112,13 @@ def _uses_nth(ruleset: Ruleset) -> bool:
     )
 
 
-def parse_iptables(rules: IptablesRules) -> Ruleset:
+def parse_iptables(rules: IptablesRules, sets: Mapping[str, IpSet] | None = None) -> Ruleset:
+    """The ruleset of ``rules``; ``sets``: the ipsets its ``-m set`` rules may name."""
     if rules.restore:
-        return apply_restore(Ruleset(), rules.text, noflush=False, source=rules.source)
-    return parse_save(rules.text, source=rules.source)
+        return apply_restore(
+            Ruleset(), rules.text, noflush=False, source=rules.source, ipsets=sets
+        )
+    return parse_save(rules.text, source=rules.source, ipsets=sets)
 
 
 def ct_tuple(pkt: Packet) -> CtTuple:
@@ -290,6 +302,7 @@ class EngineFilter:
         elif isinstance(rules, IpvsRules):
             assert compiled.ipvs is not None
             extra["ipvs"] = IpvsEngine(compiled.ipvs)
+        if compiled.ipsets is not None:
             extra["ipsets"] = compiled.ipsets
         nf = nf_eval.Netfilter(
             compiled.ruleset,

@@ -919,7 +919,16 @@ class Walker:
                 Hop("vxlan", host.name, dev_in=vx.name, packet=inner.packet,
                     vxlan=f"decap VNI {vx.vni} from {outer.src}:{outer.sport}")
             )
-        self._l2_rcv(w, host, vx, inner.src_mac, inner.dst_mac, inner.packet, None)
+        pkt = inner.packet
+        if pkt.mark != outer.mark:
+            # one skb: the inner packet carries the mark the outer one arrived with (the
+            # sender's was scrubbed when the packet left its namespace), not the mark
+            # the sender's rules gave it before encapsulation
+            p = pkt
+            pkt = Packet(p.src, p.dst, p.proto, p.sport, p.dport, p.ttl, p.length, p.flags,
+                         p.icmp_type, p.icmp_code, p.icmp_id, p.payload, outer.mark, p.inner,
+                         p.df)
+        self._l2_rcv(w, host, vx, inner.src_mac, inner.dst_mac, pkt, None)
 
 
 def _with_ttl(p: Packet, ttl: int) -> Packet:

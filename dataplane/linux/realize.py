@@ -243,6 +243,14 @@ def _pod_cidr(node: Netns) -> IPv4Network:
     return cni0.addresses[0].network
 
 
+def _calico_overlay(network: ClusterNetwork) -> str:
+    """``calico-vxlan`` when a node has Calico's VXLAN device, else ``calico-bgp``."""
+    for ns in network.namespaces.values():
+        if ns.role == "node":
+            return "calico-vxlan" if any(i.kind == "vxlan" for i in ns.interfaces) else "calico-bgp"
+    return "calico-bgp"
+
+
 def realize(
     network: ClusterNetwork,
     *,
@@ -417,7 +425,8 @@ def realize(
         cni=cni,
         hairpin=chosen,
         # what joins the nodes' pod networks: flannel's backend, or Calico's BGP routes
-        overlay="calico-bgp" if network.cni == "calico" else network.overlay,
+        # (with its VXLAN device when a pool asks for it)
+        overlay=_calico_overlay(network) if network.cni == "calico" else network.overlay,
         pods=results,
         mtu=mtu,
         iptables_backend=iptables_backend,

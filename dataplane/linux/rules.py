@@ -246,6 +246,28 @@ def flush_iptables(netns: str, *, backend: IptablesBackend = "nft") -> None:
     run_in(netns, [restore_tool(backend)], input="*filter\nCOMMIT\n*nat\nCOMMIT\n")
 
 
+def ipset_restore_input(text: str) -> str:
+    """``ipset save`` text as an idempotent ``ipset -exist restore`` input: each set
+    created if missing and emptied, then filled with exactly the members of ``text``
+    (a set that rules refer to cannot be destroyed, but it can be flushed)."""
+    out: list[str] = []
+    for line in text.splitlines():
+        words = line.split()
+        if not words:
+            continue
+        out.append(line)
+        if words[0] == "create" and len(words) > 1:
+            out.append(f"flush {words[1]}")
+    return "\n".join(out) + "\n"
+
+
+def load_ipsets(netns: str, text: str) -> None:
+    """Make ``netns``'s ipsets named in ``text`` (``ipset save`` form) hold exactly its
+    members (``ipset -exist restore``, :func:`ipset_restore_input`); other sets are left
+    alone. Raises BackendError with the tool's first error line."""
+    run_in(netns, ["ipset", "-exist", "restore"], input=ipset_restore_input(text))
+
+
 def load_nft(netns: str, text: str) -> None:
     """``nft -f -`` in ``netns`` (kube-proxy's nftables mode payload)."""
     run_in(netns, ["nft", "-f", "-"], input=text)

@@ -361,12 +361,19 @@ class Netfilter:
 
     def masq_source(self, w: Work) -> IPAddress | None:
         """MASQUERADE's source address for the packet in ``w``: the first address of its
-        family on the output interface, else the first non-loopback local address
-        (None: nothing to masquerade to). A host that routes overrides it."""
+        family on the output interface, else (an interface without addresses, as
+        Calico's ``cali`` veths are) the first non-loopback address of the interfaces in
+        their order, as ``inet_select_addr`` walks the namespace's devices, else the
+        first non-loopback local address (None: nothing to masquerade to). A host that
+        routes overrides it."""
         want6 = bool(w.src & (1 << 128))
         for a in self.iface_addr_list.get(w.oif, ()):
             if (a.version == 6) == want6:
                 return a
+        for addrs in self.iface_addr_list.values():
+            for a in addrs:
+                if (a.version == 6) == want6 and not a.is_loopback:
+                    return a
         for v in sorted(self.local_addrs):
             a = int_addr(v)
             if (a.version == 6) == want6 and not a.is_loopback:

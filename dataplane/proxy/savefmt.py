@@ -91,6 +91,8 @@ _OPTION_MATCH: dict[str, tuple[str | None, int]] = {
     "--ctstate": ("conntrack", 1),
     "--src-type": ("addrtype", 1),
     "--dst-type": ("addrtype", 1),
+    "--limit-iface-in": ("addrtype", 0),
+    "--limit-iface-out": ("addrtype", 0),
     "--mark": ("mark", 1),
     "--nfacct-name": ("nfacct", 1),
     "--match-set": ("set", 2),
@@ -149,6 +151,9 @@ def _format_match(m: _Match, ipv6: bool) -> str:
         for o in ("--src-type", "--dst-type"):
             if o in opts:
                 parts.append(f"{neg(o)}{o} {val(o)}")
+        for o in ("--limit-iface-in", "--limit-iface-out"):  # after the types, as saved
+            if o in opts:
+                parts.append(o)
     elif m.name == "mark":
         parts.append(f"{neg('--mark')}--mark {_mark(val('--mark'))}")
     elif m.name == "nfacct":

@@ -116,6 +116,21 @@ def test_calico_is_explicit_and_reads_back_the_same() -> None:
     assert again.spec == s and "overlay" not in Cluster(spec=s).to_dict()["spec"]
 
 
+def test_calico_pools_carry_nat_outgoing() -> None:
+    # a CIDR alone is a pool without natOutgoing (Calico's API default)
+    s = cluster("{cni: calico, calico: {ipPools: [10.9.0.0/16, {cidr: 10.8.0.0/16, natOutgoing: true}]}}")
+    assert [(p.cidr, p.nat_outgoing) for p in s.calico_ip_pools] == [
+        ("10.9.0.0/16", False), ("10.8.0.0/16", True)
+    ]
+    # no pools: calico-node's default pool, the podCIDR with natOutgoing
+    s = cluster("{cni: calico}")
+    assert [(p.cidr, p.nat_outgoing) for p in s.calico_ip_pools] == [("10.244.0.0/16", True)]
+    from netmodel.cluster import Cluster, cluster_from_dict
+
+    again = cluster_from_dict(Cluster(spec=s).to_dict())
+    assert again.spec == s
+
+
 @pytest.mark.parametrize(
     ("spec", "fragment"),
     [
@@ -129,6 +144,12 @@ def test_calico_is_explicit_and_reads_back_the_same() -> None:
             "calico.blockAffinities[0].cidr 192.168.0.0/26 is in no IP pool (10.244.0.0/16)",
         ),
         ("{calico: {ipPools: [192.168.0.0/16]}}", "calico settings need cni: calico"),
+        ("{cni: calico, calico: {ipPools: [10.9.0.0/33]}}", "calico.ipPools.0.cidr"),
+        (
+            "{cni: calico, calico: {ipPools: [{cidr: 10.9.0.0/16, natOutgoing: maybe}]}}",
+            "calico.ipPools.0.natOutgoing",
+        ),
+        ("{cni: calico, calico: {ipPools: [{cidr: 10.9.0.0/16, ipip: x}]}}", "ipip"),
     ],
 )
 def test_bad_calico_settings(spec: str, fragment: str) -> None:

@@ -591,12 +591,13 @@ def test_a_calico_dump_infers_cni_calico_and_its_ip_pools() -> None:
     assert m.cluster is not None
     spec = m.cluster.spec
     assert spec.cni == "calico" and "overlay" not in spec.model_fields_set
-    assert spec.calico.ip_pools == ["192.168.0.0/16"] and spec.calico.block_size == 26
+    [pool] = spec.calico.ip_pools
+    assert (pool.cidr, pool.nat_outgoing) == ("192.168.0.0/16", True)  # the IPPool's own
+    assert spec.calico.block_size == 26
     assert spec.pod_cidr == "192.168.0.0/16" and spec.calico.block_affinities == []
     assert dict(m.skipped)["IPPool"] == 1 and dict(m.skipped)["DaemonSet"] == 1
-    (note,) = [w for w in m.warnings if "IPPool" in w]
-    assert note.startswith("Calico IPPool default-ipv4-ippool (192.168.0.0/16): natOutgoing")
-    assert "not modelled" in note
+    # natOutgoing is modelled now: the IPPool (ipipMode/vxlanMode Never) says nothing
+    assert not [w for w in m.warnings if "IPPool" in w]
 
 
 def _calico_items(drop: tuple[str, ...] = ()) -> dict:  # type: ignore[type-arg]
@@ -632,7 +633,8 @@ def test_block_affinities_are_read_and_pools_inferred_from_pod_addresses() -> No
     assert m.cluster is not None
     spec = m.cluster.spec
     assert spec.cni == "calico" and spec.pod_cidr == "10.244.0.0/23"
-    assert spec.calico.ip_pools == ["192.168.0.0/16"]
+    [pool] = spec.calico.ip_pools  # inferred: calico-node's default pool, natOutgoing
+    assert (pool.cidr, pool.nat_outgoing) == ("192.168.0.0/16", True)
     assert [(a.node, a.cidr) for a in spec.calico.block_affinities] == [
         ("calico-cp", "192.168.171.64/26")  # a pending affinity is not the node's yet
     ]
@@ -646,13 +648,17 @@ def test_a_later_calico_dump_widens_the_inferred_pools(tmp_path: Path) -> None:
     doc = _calico_items()
     pool = next(i for i in doc["items"] if i["kind"] == "IPPool")
     doc["items"].append({**pool, "metadata": {"name": "extra", "uid": "p2"},
-                         "spec": {**pool["spec"], "cidr": "172.20.0.0/16"}})
+                         "spec": {**pool["spec"], "cidr": "172.20.0.0/16",
+                                  "natOutgoing": False}})
     f = tmp_path / "later.yaml"
     f.write_text(yaml.safe_dump(doc))
     r = CliRunner().invoke(cli, ["--state", str(s), "apply", "-f", str(f)])
     assert r.exit_code == 0, r.output
     stored = yaml.safe_load((s / "cluster.yaml").read_text())["spec"]
-    assert stored["calico"]["ipPools"] == ["192.168.0.0/16", "172.20.0.0/16"]
+    assert stored["calico"]["ipPools"] == [
+        {"cidr": "192.168.0.0/16", "natOutgoing": True, "vxlanMode": "Never"},
+        {"cidr": "172.20.0.0/16", "natOutgoing": False, "vxlanMode": "Never"},
+    ]
     # a dump of the same cluster that showed no sign of Calico was inferred as flannel:
     # the Calico dump is then another cluster
     bare = _calico_items(drop=("Pod", "DaemonSet", "IPPool"))
@@ -682,3 +688,59 @@ def test_a_bad_ip_pool_cidr_is_one_line_naming_file_object_and_field(tmp_path: P
     r = CliRunner().invoke(cli, ["--state", str(s), "apply", "-f", str(f)])
     assert r.exit_code == 1 and len(r.output.strip().splitlines()) == 1
     assert not (s / "state.db").exists()
+
+
+def _with_pool(tmp_path: Path, **spec: object) -> Path:
+    doc = _calico_items()
+    pool = next(i for i in doc["items"] if i["kind"] == "IPPool")
+    pool["spec"].update(spec)
+    f = tmp_path / "pools.yaml"
+    f.write_text(yaml.safe_dump(doc))
+    return f
+
+
+def test_an_ip_pools_nat_outgoing_is_read_and_encapsulation_named(tmp_path: Path) -> None:
+    m = load([_with_pool(tmp_path, natOutgoing=False)])
+    assert m.cluster is not None
+    assert [p.nat_outgoing for p in m.cluster.spec.calico.ip_pools] == [False]
+    doc = _calico_items()
+    pool = next(i for i in doc["items"] if i["kind"] == "IPPool")
+    del pool["spec"]["natOutgoing"]  # Calico's API default: false
+    m = load_text(yaml.safe_dump(doc), source="p.yaml")
+    assert m.cluster is not None
+    assert [p.nat_outgoing for p in m.cluster.spec.calico.ip_pools] == [False]
+    m = load([_with_pool(tmp_path, vxlanMode="Always")])
+    assert m.cluster is not None
+    [pool] = m.cluster.spec.calico.ip_pools
+    assert (pool.nat_outgoing, pool.vxlan_mode) == (True, "Always")
+    assert not [w for w in m.warnings if "IPPool" in w]  # VXLAN is modelled
+    m = load([_with_pool(tmp_path, ipipMode="Always")])
+    (note,) = [w for w in m.warnings if "IPPool" in w]
+    assert note == (
+        "Calico IPPool default-ipv4-ippool (192.168.0.0/16): ipipMode Always not modelled "
+        "(its blocks are routed without encapsulation, as in Calico's BGP mode)"
+    )
+
+
+def test_a_bad_nat_outgoing_is_one_line_naming_file_object_and_field(tmp_path: Path) -> None:
+    f = _with_pool(tmp_path, natOutgoing="yes")
+    with pytest.raises(InputError) as err:
+        load([f])
+    assert str(err.value) == (
+        f"{f} (document 12): IPPool/default-ipv4-ippool: spec.natOutgoing: "
+        "natOutgoing must be true or false, not 'yes'"
+    )
+    s = tmp_path / "s"
+    r = CliRunner().invoke(cli, ["--state", str(s), "apply", "-f", str(f)])
+    assert r.exit_code == 1 and len(r.output.strip().splitlines()) == 1
+    assert not (s / "state.db").exists()
+
+
+def test_a_bad_vxlan_mode_is_one_line_naming_file_object_and_field(tmp_path: Path) -> None:
+    f = _with_pool(tmp_path, vxlanMode="Sometimes")
+    with pytest.raises(InputError) as err:
+        load([f])
+    assert str(err.value) == (
+        f"{f} (document 12): IPPool/default-ipv4-ippool: spec.vxlanMode: "
+        "vxlanMode must be Never, Always or CrossSubnet, not 'Sometimes'"
+    )

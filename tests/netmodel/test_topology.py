@@ -120,6 +120,41 @@ def test_calico_layout_has_cali_veths_proxy_arp_and_block_routes() -> None:
     ]
 
 
+def test_calico_vxlan_pools_go_through_vxlan_calico() -> None:
+    """A VXLAN pool's blocks (and borrowed addresses) are routed through vxlan.calico via
+    the peer's tunnel address (the first free address of its block), with the peer
+    VTEP's neighbour and FDB entry; a pool without VXLAN keeps BGP routes."""
+    from netmodel.topology import calico_blocks, calico_vtep_mac
+
+    nodes, pods = calico_pair()
+    blocks = calico_blocks(nodes, pods, vxlan_pools=[IPv4Network("192.168.0.0/16")])
+    net = build(IPv4Network("172.18.0.0/16"), nodes, pods, cni="calico", blocks=blocks)
+    n1 = net.namespaces["node/node-1"]
+    vx = n1.interface("vxlan.calico")
+    assert vx.vxlan is not None and (vx.vxlan.vni, vx.vxlan.port) == (4096, 4789)
+    assert not vx.vxlan.learning and str(vx.vxlan.local) == "172.18.0.2"
+    assert [str(a) for a in vx.addresses] == ["192.168.171.64/32"] and vx.mtu == 1450
+    routes = [r.describe() for r in n1.routes]
+    assert "192.168.35.128/26 via 192.168.35.128 dev vxlan.calico onlink" in routes
+    [nb] = n1.neighbors
+    assert (str(nb.ip), nb.mac, nb.dev) == ("192.168.35.128", calico_vtep_mac("node-2"), "vxlan.calico")
+    [fdb] = n1.fdb
+    assert (fdb.mac, str(fdb.dst)) == (calico_vtep_mac("node-2"), "172.18.0.3")
+    n2 = [r.describe() for r in net.namespaces["node/node-2"].routes]
+    assert "192.168.35.140/32 via 192.168.171.64 dev vxlan.calico onlink" in n2  # borrowed
+    assert net.namespaces["pod/default/web-0"].interface("eth0").mtu == 1450
+    assert net.owner_of(IPv4Address("192.168.171.64")) is n1  # the tunnel address
+    # the first free address: node-2's block base is free, a pod holding it moves it on
+    taken = [*pods, PodInfo("default/d", "node-2", IPv4Address("192.168.35.128"))]
+    again = build(IPv4Network("172.18.0.0/16"), nodes, taken, cni="calico",
+                  blocks=calico_blocks(nodes, taken, vxlan_pools=[IPv4Network("192.168.0.0/16")]))
+    vx2 = again.namespaces["node/node-2"].interface("vxlan.calico")
+    assert [str(a) for a in vx2.addresses] == ["192.168.35.129/32"]
+    # a pool without VXLAN: no device, BGP routes
+    plain = build(IPv4Network("172.18.0.0/16"), nodes, pods, cni="calico")
+    assert "vxlan.calico" not in [i.name for i in plain.namespaces["node/node-1"].interfaces]
+
+
 def test_calico_blocks_follow_block_affinities_when_given() -> None:
     from netmodel.topology import calico_blocks
 
