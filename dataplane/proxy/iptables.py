@@ -121,11 +121,10 @@ def _endpoint_rules(
     eps: tuple[EndpointInfo, ...],
     large: bool,
     out: list[str],
-    sep_of: dict[str, str],
 ) -> None:
     spn = st.info.name.text
     timeout = st.info.affinity_timeout
-    seps = [sep_of[ep.endpoint] for ep in eps]
+    seps = [ep.chain_name for ep in eps]
     if timeout:
         for ep, sep in zip(eps, seps, strict=True):
             cm = "" if large else f'-m comment --comment "{spn} -> {ep.endpoint}" '
@@ -175,9 +174,6 @@ def _fragment(st: ServicePortState, ctx: _Ctx) -> _Fragment:
     return _general_fragment(st, ctx)
 
 
-_ENDPOINT = attrgetter("endpoint")
-
-
 def _plain_fragment(st: ServicePortState, ctx: _Ctx) -> _Fragment:
     """:func:`_general_fragment` for a port whose only entry is its ClusterIP, with
     cluster-wide endpoints and no affinity: the same text, written with fewer steps
@@ -193,29 +189,30 @@ def _plain_fragment(st: ServicePortState, ctx: _Ctx) -> _Fragment:
         rules.append(f"-A {svc} {match} -j KUBE-MARK-MASQ\n")
     elif ctx.not_local is not None:
         rules.append(f"-A {svc} {match} {ctx.not_local} -j KUBE-MARK-MASQ\n")
-    seps = naming.sep_chain_map(spn, p, map(_ENDPOINT, st.endpoints))
     eps = st.cluster_endpoints
     n = len(eps)
     prob = probability
     if ctx.large:
         heads = _statistic_heads(n)
         for i in range(n):
-            rules.append(f"-A {svc} {heads[i]}{seps[eps[i].endpoint]}\n")
+            rules.append(f"-A {svc} {heads[i]}{eps[i].chain_name}\n")
         cm = ""
     else:
         for i in range(n - 1):
-            e = eps[i].endpoint
+            e = eps[i]
             rules.append(
-                f'-A {svc} -m comment --comment "{spn} -> {e}" -m statistic --mode random '
-                f"--probability {prob(n - i)} -j {seps[e]}\n"
+                f'-A {svc} -m comment --comment "{spn} -> {e.endpoint}" -m statistic --mode '
+                f"random --probability {prob(n - i)} -j {e.chain_name}\n"
             )
         if n:
-            e = eps[-1].endpoint
-            rules.append(f'-A {svc} -m comment --comment "{spn} -> {e}" -j {seps[e]}\n')
+            e = eps[-1]
+            rules.append(
+                f'-A {svc} -m comment --comment "{spn} -> {e.endpoint}" -j {e.chain_name}\n'
+            )
         cm = f"-m comment --comment {spn} "
     chains = [svc]
     for ep in st.reachable_endpoints:
-        sep = seps[ep.endpoint]
+        sep = ep.chain_name
         chains.append(sep)
         rules.append(
             f"-A {sep} {cm}-s {ep.ip} -j KUBE-MARK-MASQ\n"
@@ -244,7 +241,6 @@ def _general_fragment(st: ServicePortState, ctx: _Ctx) -> _Fragment:
     info = st.info
     spn = info.name.text
     p = info.proto
-    sep_of = naming.sep_chain_map(spn, p, map(_ENDPOINT, st.endpoints))
     pm = f"-m {p} -p {p}"
     cip, port = info.cluster_ip, info.port
     filt: list[str] = []
@@ -374,16 +370,16 @@ def _general_fragment(st: ServicePortState, ctx: _Ctx) -> _Fragment:
     # [9] service chains
     if st.uses_cluster_chain:
         chains.append(st.svc_chain)
-        _endpoint_rules(st, st.svc_chain, st.cluster_endpoints, ctx.large, rules, sep_of)
+        _endpoint_rules(st, st.svc_chain, st.cluster_endpoints, ctx.large, rules)
     if st.uses_local_chain:
         chains.append(st.svl_chain)
-        _endpoint_rules(st, st.svl_chain, st.local_endpoints, ctx.large, rules, sep_of)
+        _endpoint_rules(st, st.svl_chain, st.local_endpoints, ctx.large, rules)
     # [10] endpoint chains
     cm = "" if ctx.large else f"-m comment --comment {spn} "
     dnat = f"{pm} -j DNAT --to-destination "
     affinity = bool(info.affinity_timeout)
     for ep in st.reachable_endpoints:
-        sep = sep_of[ep.endpoint]
+        sep = ep.chain_name
         chains.append(sep)
         rules.append(f"-A {sep} {cm}-s {ep.ip} -j KUBE-MARK-MASQ")
         if affinity:

@@ -430,7 +430,8 @@ def test_generated_rule_sets_are_consistent(data) -> None:  # type: ignore[no-un
 @given(service_sets())
 def test_plain_port_writer_agrees_with_the_general_one(data) -> None:  # type: ignore[no-untyped-def]
     """The renderer writes ClusterIP-only ports with a shorter writer: for every port,
-    on every kind of node, its text is the general writer's."""
+    on every kind of node, its text is the general writer's. Both read the endpoints'
+    KUBE-SEP names kept on the endpoints: each is the name hashed from its own port."""
     services, slices = data
     for cfg in (
         fake_config(),
@@ -439,6 +440,10 @@ def test_plain_port_writer_agrees_with_the_general_one(data) -> None:  # type: i
         fake_config_v6(),
     ):
         for st in build_snapshot(services, slices, cfg):
+            for ep in st.endpoints:
+                assert ep.chain_name == "KUBE-SEP-" + naming.hash16(
+                    st.name.text + st.info.proto + ep.endpoint
+                )
             for large in (False, True):
                 assert port_text(st, cfg, large=large) == port_text(
                     st, cfg, large=large, general=True
