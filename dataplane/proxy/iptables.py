@@ -22,7 +22,7 @@ from __future__ import annotations
 import functools
 import gc
 from collections.abc import Collection, Iterable
-from itertools import accumulate, compress
+from itertools import accumulate, compress, repeat
 from itertools import chain as concat
 from operator import attrgetter, is_not
 from typing import NamedTuple
@@ -110,9 +110,24 @@ class _Fragment(NamedTuple):
     nat_top_rules: str  # KUBE-SERVICES / KUBE-NODEPORTS rules (always written)
     chain_lines: str  # ":KUBE-SVC-… - [0:0]" lines of its own chains
     chain_rules: str  # rules of its own chains (skipped on partial syncs if unchanged)
-    active: tuple[str, ...]
     service_key: str  # namespace/name: what partial syncs compare against
     port_key: str  # unique per service port (its KUBE-SVC name)
+
+    @property
+    def active(self) -> list[str]:
+        """The per-service chains this port keeps, read from :attr:`chain_lines` (a
+        fragment holds only strings: the garbage collector stops tracking it after one
+        look, and a cold render makes no tuple of names per port for it to walk)."""
+        return _chain_names(self.chain_lines)
+
+
+def _chain_names(chain_lines: str) -> list[str]:
+    """The chains declared by ``chain_lines`` (``:NAME - [0:0]`` lines), in order."""
+    return chain_lines[1:-_DECL_TAIL_LEN].split(_DECL_SEP) if chain_lines else []
+
+
+_DECL_SEP = " - [0:0]\n:"
+_DECL_TAIL_LEN = len(" - [0:0]\n")
 
 
 def _endpoint_rules(
@@ -226,7 +241,6 @@ def _plain_fragment(st: ServicePortState, ctx: _Ctx) -> _Fragment:
             f"-A KUBE-SERVICES {match} -j {svc}\n",
             ":" + " - [0:0]\n:".join(chains) + " - [0:0]\n",
             "".join(rules),
-            tuple(chains),
             info.name.service_key,
             svc,
         ),
@@ -392,7 +406,6 @@ def _general_fragment(st: ServicePortState, ctx: _Ctx) -> _Fragment:
         nat_top_rules=_lines(top),
         chain_lines=":" + " - [0:0]\n:".join(chains) + " - [0:0]\n" if chains else "",
         chain_rules=_lines(rules),
-        active=tuple(chains),
         service_key=info.name.service_key,
         port_key=st.svc_chain,
     )
@@ -407,7 +420,7 @@ def port_text(
     that handles every kind of port (for tests: the two must agree)."""
     ctx = _context(config, large)
     fr = _general_fragment(state, ctx) if general else _fragment(state, ctx)
-    return fr.filter_rules, fr.nat_top_rules, fr.chain_lines, fr.chain_rules, fr.active
+    return fr.filter_rules, fr.nat_top_rules, fr.chain_lines, fr.chain_rules, tuple(fr.active)
 
 
 class _Memo:
@@ -421,6 +434,7 @@ class _Memo:
         "by_port",
         "by_state",
         "delta",
+        "id_states",
         "last",
         "last_frags",
         "last_states",
@@ -433,7 +447,10 @@ class _Memo:
     )
 
     def __init__(self) -> None:
-        self.by_id: dict[int, tuple[ServicePortState, _Fragment]] = {}
+        # id of a state -> its fragment, while ``id_states`` holds that very state (two
+        # flat maps: no (state, fragment) pair per port for the garbage collector)
+        self.by_id: dict[int, _Fragment] = {}
+        self.id_states: dict[int, ServicePortState] = {}
         self.by_state: dict[ServicePortState, _Fragment] = {}
         self.by_port: dict[str, _Fragment] = {}
         self.active: set[str] = set()
@@ -532,18 +549,26 @@ def _find(memo: _Memo, ctx: _Ctx, st: ServicePortState, shared: _Ctx | None = No
 
 
 def _lookup(memo: _Memo, ctx: _Ctx, st: ServicePortState) -> _Fragment:
-    hit = memo.by_id.get(id(st))
-    if hit is not None and hit[0] is st:
-        return hit[1]
+    key = id(st)
+    if memo.id_states.get(key) is st:
+        return memo.by_id[key]
     fr = _find(memo, ctx, st)
-    memo.by_id[id(st)] = (st, fr)
+    memo.by_id[key] = fr
+    memo.id_states[key] = st
     return fr
 
 
 def _trim(memo: _Memo, states: list[ServicePortState], out: list[_Fragment]) -> None:
     if len(memo.by_id) > 2 * len(out) + 1024 or len(memo.by_state) > 2 * len(out) + 1024:
-        memo.by_state = dict(zip(states, out, strict=True))
-        memo.by_id = {id(st): (st, fr) for st, fr in zip(states, out, strict=True)}
+        _remember(memo, states, out)
+
+
+def _remember(memo: _Memo, states: list[ServicePortState], out: list[_Fragment]) -> None:
+    """Make the memo hold exactly ``states`` and their fragments ``out`` (C-level)."""
+    ids = list(map(id, states))
+    memo.by_state = dict(zip(states, out, strict=True))
+    memo.by_id = dict(zip(ids, out, strict=True))
+    memo.id_states = dict(zip(ids, states, strict=True))
 
 
 def _fragments_walk(snapshot: list[ServicePortState], memo: _Memo, ctx: _Ctx) -> list[_Fragment]:
@@ -565,29 +590,27 @@ def _fragments_walk(snapshot: list[ServicePortState], memo: _Memo, ctx: _Ctx) ->
 
 def _walk(snapshot: list[ServicePortState], memo: _Memo, ctx: _Ctx) -> list[_Fragment]:
     by_id = memo.by_id
-    get = by_id.get
-    shared = ctx._replace(primary_ip="")
-    out: list[_Fragment] = []
-    append = out.append
     if not by_id and not memo.by_state:
         # nothing rendered before in this context: no lookups (the ports of one snapshot
-        # are distinct, so none can reuse another's text)
-        by_state = memo.by_state
-        for st in snapshot:
-            made = by_state[st] = _fragment(st, ctx)
-            by_id[id(st)] = (st, made)
-            append(made)
-        _trim(memo, snapshot, out)
+        # are distinct, so none can reuse another's text), and the memo filled at C level
+        out = list(map(_fragment, snapshot, repeat(ctx, len(snapshot))))
+        _remember(memo, snapshot, out)
         return out
+    id_states = memo.id_states
+    state_of = id_states.get
+    shared = ctx._replace(primary_ip="")
+    out = []
+    append = out.append
     for st in snapshot:
         # identity first (the tracker hands over unchanged states as the same objects;
         # an int lookup avoids the Python-level __hash__), then equality
-        hit = get(id(st))
-        if hit is not None and hit[0] is st:
-            append(hit[1])
+        key = id(st)
+        if state_of(key) is st:
+            append(by_id[key])
             continue
         fr = _find(memo, ctx, st, shared)
-        by_id[id(st)] = (st, fr)
+        by_id[key] = fr
+        id_states[key] = st
         append(fr)
     _trim(memo, snapshot, out)
     return out
@@ -708,7 +731,7 @@ def _active_set(memo: _Memo, frags: list[_Fragment]) -> set[str]:
 
 
 def _active(frags: list[_Fragment]) -> frozenset[str]:
-    return frozenset().union(*[fr.active for fr in frags])
+    return frozenset(_chain_names("".join(map(_CHAIN_LINES, frags))))
 
 
 def active_chains(snapshot: ProxySnapshot, node_config: NodeProxyConfig) -> frozenset[str]:
