@@ -39,6 +39,7 @@ from dataplane.proxy.hostchains import (
 from dataplane.proxy.model import (
     NFACCT_INVALID_DROPPED,
     NFACCT_LOCALHOST_NODEPORTS,
+    PROTOCOLS,
     EndpointInfo,
     NodeProxyConfig,
     ProxySnapshot,
@@ -184,6 +185,7 @@ def _fragment(st: ServicePortState, ctx: _Ctx) -> _Fragment:
             or info.affinity_timeout
             or info.internal_policy_local
         )
+        and st.reachable_endpoints is st.cluster_endpoints
     ):
         return _plain_fragment(st, ctx)
     return _general_fragment(st, ctx)
@@ -192,11 +194,13 @@ def _fragment(st: ServicePortState, ctx: _Ctx) -> _Fragment:
 def _plain_fragment(st: ServicePortState, ctx: _Ctx) -> _Fragment:
     """:func:`_general_fragment` for a port whose only entry is its ClusterIP, with
     cluster-wide endpoints and no affinity: the same text, written with fewer steps
-    (one KUBE-SERVICES rule, the KUBE-SVC chain, the KUBE-SEP chains)."""
+    (one KUBE-SERVICES rule, the KUBE-SVC chain, the KUBE-SEP chains; every endpoint
+    gets its KUBE-SVC rule and its KUBE-SEP rules in one pass, each rule one f-string
+    whose fixed parts are prepared once per port or per protocol)."""
     info = st.info
-    spn = info.name.text
-    p = info.name.protocol.lower()
-    pm = f"-m {p} -p {p}"
+    name = info.name
+    spn = name.text
+    pm, dnat = _PROTO_TEXT[name.protocol]
     svc = st.svc_chain
     match = f'-m comment --comment "{spn} cluster IP" {pm} -d {info.cluster_ip} --dport {info.port}'
     rules: list[str] = []
@@ -204,35 +208,36 @@ def _plain_fragment(st: ServicePortState, ctx: _Ctx) -> _Fragment:
         rules.append(f"-A {svc} {match} -j KUBE-MARK-MASQ\n")
     elif ctx.not_local is not None:
         rules.append(f"-A {svc} {match} {ctx.not_local} -j KUBE-MARK-MASQ\n")
-    eps = st.cluster_endpoints
-    n = len(eps)
-    prob = probability
+    eps = st.cluster_endpoints  # also the reachable ones (_fragment checks)
+    chains = [svc]  # (list.append, not a bound alias: the interpreter specialises it)
     if ctx.large:
-        heads = _statistic_heads(n)
-        for i in range(n):
-            rules.append(f"-A {svc} {heads[i]}{eps[i].chain_name}\n")
-        cm = ""
+        head = f"-A {svc} "
+        # as many heads as endpoints; zip() with a keyword argument parses it per call
+        for stat, ep in zip(_statistic_heads(len(eps)), eps):  # noqa: B905
+            rules.append(f"{head}{stat}{ep.chain_name}\n")
+        for ep in eps:
+            sep = ep.chain_name
+            chains.append(sep)
+            rules.append(f"-A {sep} -s {ep.ip} -j KUBE-MARK-MASQ\n-A {sep}{dnat}{ep.endpoint}\n")
     else:
+        head = f'-A {svc} -m comment --comment "{spn} -> '
+        n = len(eps)
+        prob = probability
         for i in range(n - 1):
             e = eps[i]
             rules.append(
-                f'-A {svc} -m comment --comment "{spn} -> {e.endpoint}" -m statistic --mode '
-                f"random --probability {prob(n - i)} -j {e.chain_name}\n"
+                f'{head}{e.endpoint}" -m statistic --mode random --probability {prob(n - i)} '
+                f"-j {e.chain_name}\n"
             )
-        if n:
-            e = eps[-1]
+        e = eps[-1]
+        rules.append(f'{head}{e.endpoint}" -j {e.chain_name}\n')
+        cm = f"-m comment --comment {spn}"
+        for ep in eps:
+            sep = ep.chain_name
+            chains.append(sep)
             rules.append(
-                f'-A {svc} -m comment --comment "{spn} -> {e.endpoint}" -j {e.chain_name}\n'
+                f"-A {sep} {cm} -s {ep.ip} -j KUBE-MARK-MASQ\n-A {sep} {cm}{dnat}{ep.endpoint}\n"
             )
-        cm = f"-m comment --comment {spn} "
-    chains = [svc]
-    for ep in st.reachable_endpoints:
-        sep = ep.chain_name
-        chains.append(sep)
-        rules.append(
-            f"-A {sep} {cm}-s {ep.ip} -j KUBE-MARK-MASQ\n"
-            f"-A {sep} {cm}{pm} -j DNAT --to-destination {ep.endpoint}\n"
-        )
     # tuple.__new__ directly: a named tuple's own __new__ is a Python-level call
     return _new_tuple(
         _Fragment,
@@ -241,10 +246,18 @@ def _plain_fragment(st: ServicePortState, ctx: _Ctx) -> _Fragment:
             f"-A KUBE-SERVICES {match} -j {svc}\n",
             ":" + " - [0:0]\n:".join(chains) + " - [0:0]\n",
             "".join(rules),
-            info.name.service_key,
+            name.service_key,
             svc,
         ),
     )
+
+
+#: Each protocol a service port can have (as ServicePortName spells it) -> its match
+#: (``-m tcp -p tcp``) and the DNAT target an endpoint chain writes after it.
+_PROTO_TEXT: dict[str, tuple[str, str]] = {
+    proto: (f"-m {p} -p {p}", f" -m {p} -p {p} -j DNAT --to-destination ")
+    for proto, p in ((proto, proto.lower()) for proto in PROTOCOLS)
+}
 
 
 _new_tuple = tuple.__new__
@@ -600,18 +613,17 @@ def _walk(snapshot: list[ServicePortState], memo: _Memo, ctx: _Ctx) -> list[_Fra
     state_of = id_states.get
     shared = ctx._replace(primary_ip="")
     out = []
-    append = out.append
     for st in snapshot:
         # identity first (the tracker hands over unchanged states as the same objects;
         # an int lookup avoids the Python-level __hash__), then equality
         key = id(st)
         if state_of(key) is st:
-            append(by_id[key])
+            out.append(by_id[key])
             continue
         fr = _find(memo, ctx, st, shared)
         by_id[key] = fr
         id_states[key] = st
-        append(fr)
+        out.append(fr)
     _trim(memo, snapshot, out)
     return out
 
