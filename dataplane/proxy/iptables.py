@@ -166,24 +166,23 @@ def _endpoint_rules(
 
 
 def _fragment(st: ServicePortState, ctx: _Ctx) -> _Fragment:
-    """One service port's text: :func:`_plain_fragment` for a port that only has a
-    ClusterIP with cluster-wide endpoints (most ports of a large cluster), else
-    :func:`_general_fragment`. Both give the same text for a plain port (a property
-    test checks it)."""
+    """One service port's text: :func:`_plain_fragment` for a port whose entries are
+    its ClusterIP and at most a NodePort, with cluster-wide endpoints and traffic
+    policies (most ports of a large cluster), else :func:`_general_fragment`. Both
+    give the same text for a plain port (a property test checks it)."""
     info = st.info
     if (
         st.has_internal_endpoints
         and st.uses_cluster_chain
         and not (
             st.uses_local_chain
-            or st.uses_external_chain
             or st.uses_fw_chain
-            or info.node_port
             or info.external_ips
             or info.load_balancer_vips
             or info.health_check_node_port
             or info.affinity_timeout
             or info.internal_policy_local
+            or info.external_policy_local
         )
         and st.reachable_endpoints is st.cluster_endpoints
     ):
@@ -192,24 +191,40 @@ def _fragment(st: ServicePortState, ctx: _Ctx) -> _Fragment:
 
 
 def _plain_fragment(st: ServicePortState, ctx: _Ctx) -> _Fragment:
-    """:func:`_general_fragment` for a port whose only entry is its ClusterIP, with
-    cluster-wide endpoints and no affinity: the same text, written with fewer steps
-    (one KUBE-SERVICES rule, the KUBE-SVC chain, the KUBE-SEP chains; every endpoint
-    gets its KUBE-SVC rule and its KUBE-SEP rules in one pass, each rule one f-string
-    whose fixed parts are prepared once per port or per protocol)."""
+    """:func:`_general_fragment` for a port whose entries are its ClusterIP and at most
+    a NodePort, with cluster-wide endpoints and policies and no affinity: the same
+    text, written with fewer steps (the KUBE-SERVICES rule, the KUBE-NODEPORTS rules
+    and KUBE-EXT chain of a NodePort, the KUBE-SVC chain, the KUBE-SEP chains; each
+    rule one f-string whose fixed parts are prepared once per port or per protocol)."""
     info = st.info
     name = info.name
     spn = name.text
     pm, dnat = _PROTO_TEXT[name.protocol]
     svc = st.svc_chain
     match = f'-m comment --comment "{spn} cluster IP" {pm} -d {info.cluster_ip} --dport {info.port}'
+    top = f"-A KUBE-SERVICES {match} -j {svc}\n"
     rules: list[str] = []
     if ctx.masquerade_all:
         rules.append(f"-A {svc} {match} -j KUBE-MARK-MASQ\n")
     elif ctx.not_local is not None:
         rules.append(f"-A {svc} {match} {ctx.not_local} -j KUBE-MARK-MASQ\n")
+    if st.uses_external_chain:  # the NodePort (a plain port has no other external entry)
+        ext, np = st.ext_chain, info.node_port
+        nodeport = f"-A KUBE-NODEPORTS -m comment --comment {spn} {pm}"
+        if ctx.localhost_nodeports:
+            top += (
+                f"{nodeport} -d 127.0.0.0/8 --dport {np} -m nfacct --nfacct-name "
+                f"{NFACCT_LOCALHOST_NODEPORTS} -j {ext}\n"
+            )
+        top += f"{nodeport} --dport {np} -j {ext}\n"
+        rules.append(
+            f'-A {ext} -m comment --comment "masquerade traffic for {spn} external '
+            f'destinations" -j KUBE-MARK-MASQ\n-A {ext} -j {svc}\n'
+        )
+        chains = [ext, svc]
+    else:
+        chains = [svc]  # (list.append, not a bound alias: the interpreter specialises it)
     eps = st.cluster_endpoints  # also the reachable ones (_fragment checks)
-    chains = [svc]  # (list.append, not a bound alias: the interpreter specialises it)
     if ctx.large:
         head = f"-A {svc} "
         # as many heads as endpoints; zip() with a keyword argument parses it per call
@@ -243,7 +258,7 @@ def _plain_fragment(st: ServicePortState, ctx: _Ctx) -> _Fragment:
         _Fragment,
         (
             "",
-            f"-A KUBE-SERVICES {match} -j {svc}\n",
+            top,
             ":" + " - [0:0]\n:".join(chains) + " - [0:0]\n",
             "".join(rules),
             name.service_key,

@@ -465,6 +465,31 @@ def test_plain_and_general_writers_agree_on_a_cluster_ip_port() -> None:
         assert (filt, top, chains, rules, active) == port_text(st, cfg, large=large, general=True)
 
 
+def test_plain_and_general_writers_agree_on_a_node_port_port() -> None:
+    """A NodePort with cluster-wide policy and seven endpoints (the plain writer's other
+    case, more endpoints than the generated sets have): KUBE-SERVICES and
+    KUBE-NODEPORTS rules, the KUBE-EXT chain, the same from both writers, with and
+    without the localhost NodePort rule and large-cluster mode."""
+    svc = service("ns1", "svc1", "172.30.0.41", type="NodePort", ports=[("p80", "UDP", 80, 3001)])
+    eps = slice_(
+        "ns1",
+        "svc1",
+        [endpoint(f"10.180.0.{i}") for i in range(1, 8)],
+        ports=[("p80", "UDP", 80)],
+    )
+    for cfg in (fake_config(), fake_config(nfacct_counters=frozenset())):
+        for st in build_snapshot([svc], [eps], cfg):
+            for large in (False, True):
+                filt, top, chains, rules, active = port_text(st, cfg, large=large)
+                assert filt == "" and len(active) == 9 and active[0].startswith("KUBE-EXT-")
+                assert top.count("-A KUBE-NODEPORTS ") == (2 if cfg.nfacct_counters else 1)
+                assert rules.count("-m statistic --mode random") == 6
+                assert f"-A {active[0]} -j {active[1]}\n" in rules
+                assert (filt, top, chains, rules, active) == port_text(
+                    st, cfg, large=large, general=True
+                )
+
+
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(service_sets(max_services=5), service_sets(max_services=5))
 def test_partial_syncs_from_the_tracker_reach_the_full_state(before, after) -> None:  # type: ignore[no-untyped-def]
