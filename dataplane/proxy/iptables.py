@@ -22,7 +22,7 @@ from __future__ import annotations
 import functools
 import gc
 from collections.abc import Collection, Iterable
-from itertools import accumulate, compress
+from itertools import accumulate, compress, repeat
 from itertools import chain as concat
 from operator import attrgetter, is_not
 from typing import NamedTuple
@@ -39,6 +39,7 @@ from dataplane.proxy.hostchains import (
 from dataplane.proxy.model import (
     NFACCT_INVALID_DROPPED,
     NFACCT_LOCALHOST_NODEPORTS,
+    PROTOCOLS,
     EndpointInfo,
     NodeProxyConfig,
     ProxySnapshot,
@@ -110,9 +111,24 @@ class _Fragment(NamedTuple):
     nat_top_rules: str  # KUBE-SERVICES / KUBE-NODEPORTS rules (always written)
     chain_lines: str  # ":KUBE-SVC-… - [0:0]" lines of its own chains
     chain_rules: str  # rules of its own chains (skipped on partial syncs if unchanged)
-    active: tuple[str, ...]
     service_key: str  # namespace/name: what partial syncs compare against
     port_key: str  # unique per service port (its KUBE-SVC name)
+
+    @property
+    def active(self) -> list[str]:
+        """The per-service chains this port keeps, read from :attr:`chain_lines` (a
+        fragment holds only strings: the garbage collector stops tracking it after one
+        look, and a cold render makes no tuple of names per port for it to walk)."""
+        return _chain_names(self.chain_lines)
+
+
+def _chain_names(chain_lines: str) -> list[str]:
+    """The chains declared by ``chain_lines`` (``:NAME - [0:0]`` lines), in order."""
+    return chain_lines[1:-_DECL_TAIL_LEN].split(_DECL_SEP) if chain_lines else []
+
+
+_DECL_SEP = " - [0:0]\n:"
+_DECL_TAIL_LEN = len(" - [0:0]\n")
 
 
 def _endpoint_rules(
@@ -121,11 +137,10 @@ def _endpoint_rules(
     eps: tuple[EndpointInfo, ...],
     large: bool,
     out: list[str],
-    sep_of: dict[str, str],
 ) -> None:
     spn = st.info.name.text
     timeout = st.info.affinity_timeout
-    seps = [sep_of[ep.endpoint] for ep in eps]
+    seps = [ep.chain_name for ep in eps]
     if timeout:
         for ep, sep in zip(eps, seps, strict=True):
             cm = "" if large else f'-m comment --comment "{spn} -> {ep.endpoint}" '
@@ -151,89 +166,113 @@ def _endpoint_rules(
 
 
 def _fragment(st: ServicePortState, ctx: _Ctx) -> _Fragment:
-    """One service port's text: :func:`_plain_fragment` for a port that only has a
-    ClusterIP with cluster-wide endpoints (most ports of a large cluster), else
-    :func:`_general_fragment`. Both give the same text for a plain port (a property
-    test checks it)."""
+    """One service port's text: :func:`_plain_fragment` for a port whose entries are
+    its ClusterIP and at most a NodePort, with cluster-wide endpoints and traffic
+    policies (most ports of a large cluster), else :func:`_general_fragment`. Both
+    give the same text for a plain port (a property test checks it)."""
     info = st.info
     if (
         st.has_internal_endpoints
         and st.uses_cluster_chain
         and not (
             st.uses_local_chain
-            or st.uses_external_chain
             or st.uses_fw_chain
-            or info.node_port
             or info.external_ips
             or info.load_balancer_vips
             or info.health_check_node_port
             or info.affinity_timeout
             or info.internal_policy_local
+            or info.external_policy_local
         )
+        and st.reachable_endpoints is st.cluster_endpoints
     ):
         return _plain_fragment(st, ctx)
     return _general_fragment(st, ctx)
 
 
-_ENDPOINT = attrgetter("endpoint")
-
-
 def _plain_fragment(st: ServicePortState, ctx: _Ctx) -> _Fragment:
-    """:func:`_general_fragment` for a port whose only entry is its ClusterIP, with
-    cluster-wide endpoints and no affinity: the same text, written with fewer steps
-    (one KUBE-SERVICES rule, the KUBE-SVC chain, the KUBE-SEP chains)."""
+    """:func:`_general_fragment` for a port whose entries are its ClusterIP and at most
+    a NodePort, with cluster-wide endpoints and policies and no affinity: the same
+    text, written with fewer steps (the KUBE-SERVICES rule, the KUBE-NODEPORTS rules
+    and KUBE-EXT chain of a NodePort, the KUBE-SVC chain, the KUBE-SEP chains; each
+    rule one f-string whose fixed parts are prepared once per port or per protocol)."""
     info = st.info
-    spn = info.name.text
-    p = info.name.protocol.lower()
-    pm = f"-m {p} -p {p}"
+    name = info.name
+    spn = name.text
+    pm, dnat = _PROTO_TEXT[name.protocol]
     svc = st.svc_chain
     match = f'-m comment --comment "{spn} cluster IP" {pm} -d {info.cluster_ip} --dport {info.port}'
+    top = f"-A KUBE-SERVICES {match} -j {svc}\n"
     rules: list[str] = []
     if ctx.masquerade_all:
         rules.append(f"-A {svc} {match} -j KUBE-MARK-MASQ\n")
     elif ctx.not_local is not None:
         rules.append(f"-A {svc} {match} {ctx.not_local} -j KUBE-MARK-MASQ\n")
-    seps = naming.sep_chain_map(spn, p, map(_ENDPOINT, st.endpoints))
-    eps = st.cluster_endpoints
-    n = len(eps)
-    prob = probability
-    if ctx.large:
-        heads = _statistic_heads(n)
-        for i in range(n):
-            rules.append(f"-A {svc} {heads[i]}{seps[eps[i].endpoint]}\n")
-        cm = ""
-    else:
-        for i in range(n - 1):
-            e = eps[i].endpoint
-            rules.append(
-                f'-A {svc} -m comment --comment "{spn} -> {e}" -m statistic --mode random '
-                f"--probability {prob(n - i)} -j {seps[e]}\n"
+    if st.uses_external_chain:  # the NodePort (a plain port has no other external entry)
+        ext, np = st.ext_chain, info.node_port
+        nodeport = f"-A KUBE-NODEPORTS -m comment --comment {spn} {pm}"
+        if ctx.localhost_nodeports:
+            top += (
+                f"{nodeport} -d 127.0.0.0/8 --dport {np} -m nfacct --nfacct-name "
+                f"{NFACCT_LOCALHOST_NODEPORTS} -j {ext}\n"
             )
-        if n:
-            e = eps[-1].endpoint
-            rules.append(f'-A {svc} -m comment --comment "{spn} -> {e}" -j {seps[e]}\n')
-        cm = f"-m comment --comment {spn} "
-    chains = [svc]
-    for ep in st.reachable_endpoints:
-        sep = seps[ep.endpoint]
-        chains.append(sep)
+        top += f"{nodeport} --dport {np} -j {ext}\n"
         rules.append(
-            f"-A {sep} {cm}-s {ep.ip} -j KUBE-MARK-MASQ\n"
-            f"-A {sep} {cm}{pm} -j DNAT --to-destination {ep.endpoint}\n"
+            f'-A {ext} -m comment --comment "masquerade traffic for {spn} external '
+            f'destinations" -j KUBE-MARK-MASQ\n-A {ext} -j {svc}\n'
         )
+        chains = [ext, svc]
+    else:
+        chains = [svc]  # (list.append, not a bound alias: the interpreter specialises it)
+    eps = st.cluster_endpoints  # also the reachable ones (_fragment checks)
+    if ctx.large:
+        head = f"-A {svc} "
+        # as many heads as endpoints; zip() with a keyword argument parses it per call
+        for stat, ep in zip(_statistic_heads(len(eps)), eps):  # noqa: B905
+            rules.append(f"{head}{stat}{ep.chain_name}\n")
+        for ep in eps:
+            sep = ep.chain_name
+            chains.append(sep)
+            rules.append(f"-A {sep} -s {ep.ip} -j KUBE-MARK-MASQ\n-A {sep}{dnat}{ep.endpoint}\n")
+    else:
+        head = f'-A {svc} -m comment --comment "{spn} -> '
+        n = len(eps)
+        prob = probability
+        for i in range(n - 1):
+            e = eps[i]
+            rules.append(
+                f'{head}{e.endpoint}" -m statistic --mode random --probability {prob(n - i)} '
+                f"-j {e.chain_name}\n"
+            )
+        e = eps[-1]
+        rules.append(f'{head}{e.endpoint}" -j {e.chain_name}\n')
+        cm = f"-m comment --comment {spn}"
+        for ep in eps:
+            sep = ep.chain_name
+            chains.append(sep)
+            rules.append(
+                f"-A {sep} {cm} -s {ep.ip} -j KUBE-MARK-MASQ\n-A {sep} {cm}{dnat}{ep.endpoint}\n"
+            )
     # tuple.__new__ directly: a named tuple's own __new__ is a Python-level call
     return _new_tuple(
         _Fragment,
         (
             "",
-            f"-A KUBE-SERVICES {match} -j {svc}\n",
+            top,
             ":" + " - [0:0]\n:".join(chains) + " - [0:0]\n",
             "".join(rules),
-            tuple(chains),
-            info.name.service_key,
+            name.service_key,
             svc,
         ),
     )
+
+
+#: Each protocol a service port can have (as ServicePortName spells it) -> its match
+#: (``-m tcp -p tcp``) and the DNAT target an endpoint chain writes after it.
+_PROTO_TEXT: dict[str, tuple[str, str]] = {
+    proto: (f"-m {p} -p {p}", f" -m {p} -p {p} -j DNAT --to-destination ")
+    for proto, p in ((proto, proto.lower()) for proto in PROTOCOLS)
+}
 
 
 _new_tuple = tuple.__new__
@@ -244,7 +283,6 @@ def _general_fragment(st: ServicePortState, ctx: _Ctx) -> _Fragment:
     info = st.info
     spn = info.name.text
     p = info.proto
-    sep_of = naming.sep_chain_map(spn, p, map(_ENDPOINT, st.endpoints))
     pm = f"-m {p} -p {p}"
     cip, port = info.cluster_ip, info.port
     filt: list[str] = []
@@ -374,16 +412,16 @@ def _general_fragment(st: ServicePortState, ctx: _Ctx) -> _Fragment:
     # [9] service chains
     if st.uses_cluster_chain:
         chains.append(st.svc_chain)
-        _endpoint_rules(st, st.svc_chain, st.cluster_endpoints, ctx.large, rules, sep_of)
+        _endpoint_rules(st, st.svc_chain, st.cluster_endpoints, ctx.large, rules)
     if st.uses_local_chain:
         chains.append(st.svl_chain)
-        _endpoint_rules(st, st.svl_chain, st.local_endpoints, ctx.large, rules, sep_of)
+        _endpoint_rules(st, st.svl_chain, st.local_endpoints, ctx.large, rules)
     # [10] endpoint chains
     cm = "" if ctx.large else f"-m comment --comment {spn} "
     dnat = f"{pm} -j DNAT --to-destination "
     affinity = bool(info.affinity_timeout)
     for ep in st.reachable_endpoints:
-        sep = sep_of[ep.endpoint]
+        sep = ep.chain_name
         chains.append(sep)
         rules.append(f"-A {sep} {cm}-s {ep.ip} -j KUBE-MARK-MASQ")
         if affinity:
@@ -396,7 +434,6 @@ def _general_fragment(st: ServicePortState, ctx: _Ctx) -> _Fragment:
         nat_top_rules=_lines(top),
         chain_lines=":" + " - [0:0]\n:".join(chains) + " - [0:0]\n" if chains else "",
         chain_rules=_lines(rules),
-        active=tuple(chains),
         service_key=info.name.service_key,
         port_key=st.svc_chain,
     )
@@ -411,7 +448,7 @@ def port_text(
     that handles every kind of port (for tests: the two must agree)."""
     ctx = _context(config, large)
     fr = _general_fragment(state, ctx) if general else _fragment(state, ctx)
-    return fr.filter_rules, fr.nat_top_rules, fr.chain_lines, fr.chain_rules, fr.active
+    return fr.filter_rules, fr.nat_top_rules, fr.chain_lines, fr.chain_rules, tuple(fr.active)
 
 
 class _Memo:
@@ -425,6 +462,7 @@ class _Memo:
         "by_port",
         "by_state",
         "delta",
+        "id_states",
         "last",
         "last_frags",
         "last_states",
@@ -437,7 +475,10 @@ class _Memo:
     )
 
     def __init__(self) -> None:
-        self.by_id: dict[int, tuple[ServicePortState, _Fragment]] = {}
+        # id of a state -> its fragment, while ``id_states`` holds that very state (two
+        # flat maps: no (state, fragment) pair per port for the garbage collector)
+        self.by_id: dict[int, _Fragment] = {}
+        self.id_states: dict[int, ServicePortState] = {}
         self.by_state: dict[ServicePortState, _Fragment] = {}
         self.by_port: dict[str, _Fragment] = {}
         self.active: set[str] = set()
@@ -536,18 +577,26 @@ def _find(memo: _Memo, ctx: _Ctx, st: ServicePortState, shared: _Ctx | None = No
 
 
 def _lookup(memo: _Memo, ctx: _Ctx, st: ServicePortState) -> _Fragment:
-    hit = memo.by_id.get(id(st))
-    if hit is not None and hit[0] is st:
-        return hit[1]
+    key = id(st)
+    if memo.id_states.get(key) is st:
+        return memo.by_id[key]
     fr = _find(memo, ctx, st)
-    memo.by_id[id(st)] = (st, fr)
+    memo.by_id[key] = fr
+    memo.id_states[key] = st
     return fr
 
 
 def _trim(memo: _Memo, states: list[ServicePortState], out: list[_Fragment]) -> None:
     if len(memo.by_id) > 2 * len(out) + 1024 or len(memo.by_state) > 2 * len(out) + 1024:
-        memo.by_state = dict(zip(states, out, strict=True))
-        memo.by_id = {id(st): (st, fr) for st, fr in zip(states, out, strict=True)}
+        _remember(memo, states, out)
+
+
+def _remember(memo: _Memo, states: list[ServicePortState], out: list[_Fragment]) -> None:
+    """Make the memo hold exactly ``states`` and their fragments ``out`` (C-level)."""
+    ids = list(map(id, states))
+    memo.by_state = dict(zip(states, out, strict=True))
+    memo.by_id = dict(zip(ids, out, strict=True))
+    memo.id_states = dict(zip(ids, states, strict=True))
 
 
 def _fragments_walk(snapshot: list[ServicePortState], memo: _Memo, ctx: _Ctx) -> list[_Fragment]:
@@ -569,30 +618,27 @@ def _fragments_walk(snapshot: list[ServicePortState], memo: _Memo, ctx: _Ctx) ->
 
 def _walk(snapshot: list[ServicePortState], memo: _Memo, ctx: _Ctx) -> list[_Fragment]:
     by_id = memo.by_id
-    get = by_id.get
-    shared = ctx._replace(primary_ip="")
-    out: list[_Fragment] = []
-    append = out.append
     if not by_id and not memo.by_state:
         # nothing rendered before in this context: no lookups (the ports of one snapshot
-        # are distinct, so none can reuse another's text)
-        by_state = memo.by_state
-        for st in snapshot:
-            made = by_state[st] = _fragment(st, ctx)
-            by_id[id(st)] = (st, made)
-            append(made)
-        _trim(memo, snapshot, out)
+        # are distinct, so none can reuse another's text), and the memo filled at C level
+        out = list(map(_fragment, snapshot, repeat(ctx, len(snapshot))))
+        _remember(memo, snapshot, out)
         return out
+    id_states = memo.id_states
+    state_of = id_states.get
+    shared = ctx._replace(primary_ip="")
+    out = []
     for st in snapshot:
         # identity first (the tracker hands over unchanged states as the same objects;
         # an int lookup avoids the Python-level __hash__), then equality
-        hit = get(id(st))
-        if hit is not None and hit[0] is st:
-            append(hit[1])
+        key = id(st)
+        if state_of(key) is st:
+            out.append(by_id[key])
             continue
         fr = _find(memo, ctx, st, shared)
-        by_id[id(st)] = (st, fr)
-        append(fr)
+        by_id[key] = fr
+        id_states[key] = st
+        out.append(fr)
     _trim(memo, snapshot, out)
     return out
 
@@ -712,7 +758,7 @@ def _active_set(memo: _Memo, frags: list[_Fragment]) -> set[str]:
 
 
 def _active(frags: list[_Fragment]) -> frozenset[str]:
-    return frozenset().union(*[fr.active for fr in frags])
+    return frozenset(_chain_names("".join(map(_CHAIN_LINES, frags))))
 
 
 def active_chains(snapshot: ProxySnapshot, node_config: NodeProxyConfig) -> frozenset[str]:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import ipaddress
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, InitVar, dataclass, field
 from enum import StrEnum
 from typing import Literal
 
@@ -250,11 +250,16 @@ class ServicePortInfo:
 
 @dataclass(frozen=True, slots=True)
 class EndpointInfo:
-    """One endpoint of a service port: ``ip:port`` with its conditions.
+    """One endpoint of ``service_port``: ``ip:port`` with its conditions.
 
     ``endpoint`` is ``ip:port`` (``[ip]:port`` for IPv6), the string kube-proxy sorts and
     hashes. ``is_local`` means the endpoint's nodeName is this node; ``zone_hints`` are
-    the zones of ``hints.forZones``.
+    the zones of ``hints.forZones``. ``chain_name`` is the endpoint's ``KUBE-SEP-…``
+    chain (and ``-m recent`` list) for ``service_port``, computed once when the endpoint
+    is made and kept, as upstream's endpoints change tracker keeps it on its endpoint
+    info: the renderers read it instead of hashing on every sync. ``service_port`` is not
+    kept (an endpoint belongs to the one port whose state holds it) and takes no part in
+    equality.
     """
 
     ip: str
@@ -264,10 +269,19 @@ class EndpointInfo:
     serving: bool = True
     terminating: bool = False
     zone_hints: frozenset[str] = frozenset()
+    _: KW_ONLY
+    service_port: InitVar[ServicePortName]
     endpoint: str = field(init=False, compare=False, repr=False)
+    chain_name: str = field(init=False, compare=False, repr=False)
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "endpoint", join_host_port(self.ip, self.port))
+    def __post_init__(self, service_port: ServicePortName) -> None:
+        endpoint = join_host_port(self.ip, self.port)
+        object.__setattr__(self, "endpoint", endpoint)
+        object.__setattr__(
+            self,
+            "chain_name",
+            naming.sep_chain(service_port.text, service_port.protocol, endpoint),
+        )
 
     def __str__(self) -> str:
         return self.endpoint
@@ -363,7 +377,7 @@ class ServicePortState:
 
     def sep_chain(self, ep: EndpointInfo) -> str:
         """The KUBE-SEP-… chain (and recent list) of one endpoint of this port."""
-        return naming.sep_chain(self.info.name.text, self.info.proto, ep.endpoint)
+        return ep.chain_name
 
     def active_chains(self) -> Iterator[str]:
         """Every per-service nat chain this port keeps in the kernel (iptables mode)."""
@@ -376,7 +390,7 @@ class ServicePortState:
         if self.uses_local_chain:
             yield self.svl_chain
         for ep in self.reachable_endpoints:
-            yield self.sep_chain(ep)
+            yield ep.chain_name
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,15 +18,15 @@ nftables mode::
     endpoint base = hash_and_truncate("<ns>/<svc>/<proto>/<portName>__<ip>/<port>")
                     (IPv6: every ':' of the IP replaced by '.')
 
-All functions are pure and memoised: a cluster of 10,000 Services asks for the same
-names on every sync.
+All functions are pure. The service hashes are memoised (a cluster of 10,000 Services
+asks for the same names on every sync); an endpoint's name is computed once, with the
+endpoint's :class:`~dataplane.proxy.model.EndpointInfo`, and kept there.
 """
 
 from __future__ import annotations
 
 import functools
 import hashlib
-from collections.abc import Iterable
 
 #: Prefixes of the per-service chains kube-proxy owns (and deletes when stale).
 SERVICE_CHAIN_PREFIXES: tuple[str, ...] = (
@@ -70,48 +70,6 @@ def hash16(text: str) -> str:
     )
 
 
-def sep_chains(port_name: str, protocol: str, endpoints: Iterable[str]) -> list[str]:
-    """:func:`sep_chain` of each endpoint, in order. Not memoised: a renderer asks for
-    these once per changed service port, where a 50,000-entry cache costs more than the
-    hashing (SHA-256 runs in C; the base32 digits are two table lookups per 10 bits)."""
-    prefix = port_name + protocol.lower()
-    t = _B32_PAIRS
-    out = []
-    for endpoint in endpoints:
-        n = _from_bytes(_sha256((prefix + endpoint).encode()).digest()[:10], "big")
-        out.append(
-            "KUBE-SEP-"
-            + t[n >> 70]
-            + t[n >> 60 & 1023]
-            + t[n >> 50 & 1023]
-            + t[n >> 40 & 1023]
-            + t[n >> 30 & 1023]
-            + t[n >> 20 & 1023]
-            + t[n >> 10 & 1023]
-            + t[n & 1023]
-        )
-    return out
-
-
-def sep_chain_map(port_name: str, protocol: str, endpoints: Iterable[str]) -> dict[str, str]:
-    """Each endpoint -> its :func:`sep_chain`, as :func:`sep_chains` computes them, in one
-    call per service port (the iptables renderer looks the names up by endpoint)."""
-    prefix = port_name + protocol.lower()
-    t = _B32_PAIRS
-    sha, from_bytes = _sha256, _from_bytes
-    out = {}
-    for endpoint in endpoints:
-        # the first 10 digest bytes (80 bits): the whole digest shifted, one slice less
-        n = from_bytes(sha((prefix + endpoint).encode()).digest(), "big") >> 176
-        # one f-string: a single allocation where eight + would make eight strings
-        out[endpoint] = (
-            f"KUBE-SEP-{t[n >> 70]}{t[n >> 60 & 1023]}{t[n >> 50 & 1023]}"
-            f"{t[n >> 40 & 1023]}{t[n >> 30 & 1023]}{t[n >> 20 & 1023]}"
-            f"{t[n >> 10 & 1023]}{t[n & 1023]}"
-        )
-    return out
-
-
 def _hash8(text: str) -> str:
     n = _from_bytes(_sha256(text.encode()).digest()[:5], "big")
     t = _B32_PAIRS
@@ -147,8 +105,23 @@ def fw_chain(port_name: str, protocol: str) -> str:
 
 
 def sep_chain(port_name: str, protocol: str, endpoint: str) -> str:
-    """``KUBE-SEP-…`` for ``endpoint`` (``ip:port`` / ``[ip]:port``); also the recent list."""
-    return "KUBE-SEP-" + hash16(port_name + protocol.lower() + endpoint)
+    """``KUBE-SEP-…`` for ``endpoint`` (``ip:port`` / ``[ip]:port``); also the recent list.
+
+    :func:`hash16` written out and not memoised: each endpoint's name is asked for once,
+    when its :class:`~dataplane.proxy.model.EndpointInfo` is made (a 50,000-entry cache
+    costs more than the hashing; SHA-256 runs in C, the base32 digits are two per table
+    lookup).
+    """
+    # the first 10 digest bytes (80 bits): the whole digest's integer shifted
+    n = _from_bytes(_sha256((port_name + protocol.lower() + endpoint).encode()).digest(), "big")
+    n >>= 176
+    t = _B32_PAIRS
+    # one f-string: a single allocation where eight + would make eight strings
+    return (
+        f"KUBE-SEP-{t[n >> 70]}{t[n >> 60 & 1023]}{t[n >> 50 & 1023]}"
+        f"{t[n >> 40 & 1023]}{t[n >> 30 & 1023]}{t[n >> 20 & 1023]}"
+        f"{t[n >> 10 & 1023]}{t[n & 1023]}"
+    )
 
 
 def is_service_chain(name: str) -> bool:

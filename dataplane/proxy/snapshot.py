@@ -317,7 +317,14 @@ def slice_endpoints(
         spn = ServicePortName(eps.namespace, svc, port.name or "", (port.protocol or "TCP").upper())
         out.setdefault(spn, []).extend(
             EndpointInfo(
-                ip, port.port, is_local=local, ready=r, serving=s, terminating=t, zone_hints=z
+                ip,
+                port.port,
+                is_local=local,
+                ready=r,
+                serving=s,
+                terminating=t,
+                zone_hints=z,
+                service_port=spn,
             )
             for ip, local, r, s, t, z in infos
         )

@@ -430,7 +430,8 @@ def test_generated_rule_sets_are_consistent(data) -> None:  # type: ignore[no-un
 @given(service_sets())
 def test_plain_port_writer_agrees_with_the_general_one(data) -> None:  # type: ignore[no-untyped-def]
     """The renderer writes ClusterIP-only ports with a shorter writer: for every port,
-    on every kind of node, its text is the general writer's."""
+    on every kind of node, its text is the general writer's. Both read the endpoints'
+    KUBE-SEP names kept on the endpoints: each is the name hashed from its own port."""
     services, slices = data
     for cfg in (
         fake_config(),
@@ -439,6 +440,10 @@ def test_plain_port_writer_agrees_with_the_general_one(data) -> None:  # type: i
         fake_config_v6(),
     ):
         for st in build_snapshot(services, slices, cfg):
+            for ep in st.endpoints:
+                assert ep.chain_name == "KUBE-SEP-" + naming.hash16(
+                    st.name.text + st.info.proto + ep.endpoint
+                )
             for large in (False, True):
                 assert port_text(st, cfg, large=large) == port_text(
                     st, cfg, large=large, general=True
@@ -458,6 +463,31 @@ def test_plain_and_general_writers_agree_on_a_cluster_ip_port() -> None:
         assert filt == "" and top.startswith("-A KUBE-SERVICES ") and len(active) == 3
         assert rules.count("-j DNAT --to-destination 10.180.0.") == 2
         assert (filt, top, chains, rules, active) == port_text(st, cfg, large=large, general=True)
+
+
+def test_plain_and_general_writers_agree_on_a_node_port_port() -> None:
+    """A NodePort with cluster-wide policy and seven endpoints (the plain writer's other
+    case, more endpoints than the generated sets have): KUBE-SERVICES and
+    KUBE-NODEPORTS rules, the KUBE-EXT chain, the same from both writers, with and
+    without the localhost NodePort rule and large-cluster mode."""
+    svc = service("ns1", "svc1", "172.30.0.41", type="NodePort", ports=[("p80", "UDP", 80, 3001)])
+    eps = slice_(
+        "ns1",
+        "svc1",
+        [endpoint(f"10.180.0.{i}") for i in range(1, 8)],
+        ports=[("p80", "UDP", 80)],
+    )
+    for cfg in (fake_config(), fake_config(nfacct_counters=frozenset())):
+        for st in build_snapshot([svc], [eps], cfg):
+            for large in (False, True):
+                filt, top, chains, rules, active = port_text(st, cfg, large=large)
+                assert filt == "" and len(active) == 9 and active[0].startswith("KUBE-EXT-")
+                assert top.count("-A KUBE-NODEPORTS ") == (2 if cfg.nfacct_counters else 1)
+                assert rules.count("-m statistic --mode random") == 6
+                assert f"-A {active[0]} -j {active[1]}\n" in rules
+                assert (filt, top, chains, rules, active) == port_text(
+                    st, cfg, large=large, general=True
+                )
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])

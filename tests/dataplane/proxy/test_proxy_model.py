@@ -251,6 +251,41 @@ def test_fast_base32_equals_the_standard_encoding(text: str) -> None:
     assert naming.hash_and_truncate(text) == expected
 
 
+@given(st.text(max_size=100), st.sampled_from(["TCP", "udp", "SCTP"]), st.text(max_size=60))
+def test_endpoint_chain_hash_equals_the_standard_encoding(
+    port_name: str, protocol: str, endpoint: str
+) -> None:
+    """sep_chain hashes without hash16's memo; the name is the standard one."""
+    text = port_name + protocol.lower() + endpoint
+    full = base64.b32encode(hashlib.sha256(text.encode()).digest()).decode()
+    assert naming.sep_chain(port_name, protocol, endpoint) == "KUBE-SEP-" + full[:16]
+
+
+def test_endpoints_carry_their_chain_names() -> None:
+    """Each EndpointInfo holds its KUBE-SEP name for its own service port (two ports of
+    one slice give one address two names), the name upstream computes."""
+    svc = service("ns4", "svc4", "172.30.0.44", ports=[("p80", "TCP", 80, None)])
+    eps = slice_(
+        "ns4",
+        "svc4",
+        [endpoint("10.180.0.4"), endpoint("10.180.0.5")],
+        ports=[("p80", "TCP", 80), ("p81", "UDP", 81)],
+    )
+    svc2 = service(
+        "ns4", "svc4", "172.30.0.44", ports=[("p80", "TCP", 80, None), ("p81", "UDP", 81, None)]
+    )
+    (st,) = build_snapshot([svc], [eps], fake_config())
+    assert st.endpoints[0].chain_name == "KUBE-SEP-UKSFD7AGPMPPLUHC"
+    assert st.sep_chain(st.endpoints[0]) == "KUBE-SEP-UKSFD7AGPMPPLUHC"
+    a, b = build_snapshot([svc2], [eps], fake_config())
+    for state in (a, b):
+        for ep in state.endpoints:
+            assert ep.chain_name == "KUBE-SEP-" + naming.hash16(
+                state.name.text + state.info.proto + ep.endpoint
+            )
+    assert a.endpoints[0].chain_name != b.endpoints[0].chain_name
+
+
 def test_topology_aware_routing_uses_zone_hints() -> None:
     from netmodel.manifests import load_text
 
