@@ -107,6 +107,17 @@ def _carved(svc: IPNetwork, pod: IPNetwork) -> bool:
     return svc.version == pod.version and svc.prefixlen > pod.prefixlen and svc.subnet_of(pod)  # type: ignore[arg-type]
 
 
+def _ipv4_cidr(v: str, what: str) -> str:
+    """``v`` as a normalised IPv4 CIDR, or a ValueError naming it as a Calico ``what``."""
+    try:
+        net = parse_cidr(v)
+    except ValueError as e:
+        raise ValueError(f"invalid CIDR {v!r}: {e}") from None
+    if net.version != 4:
+        raise ValueError(f"{v!r} is not an IPv4 {what}")
+    return str(net)
+
+
 class BlockAffinity(_Strict):
     """One of Calico's ``BlockAffinity`` objects, as ``calicoctl ipam show --show-blocks``
     or ``kubectl get blockaffinities`` print them: block ``cidr`` is affine to ``node``."""
@@ -117,13 +128,7 @@ class BlockAffinity(_Strict):
     @field_validator("cidr")
     @classmethod
     def _block(cls, v: str) -> str:
-        try:
-            net = parse_cidr(v)
-        except ValueError as e:
-            raise ValueError(f"invalid CIDR {v!r}: {e}") from None
-        if net.version != 4:
-            raise ValueError(f"{v!r} is not an IPv4 block")
-        return str(net)
+        return _ipv4_cidr(v, "block")
 
 
 class IPPool(_Strict):
@@ -148,13 +153,7 @@ class IPPool(_Strict):
     @field_validator("cidr")
     @classmethod
     def _cidr(cls, v: str) -> str:
-        try:
-            net = parse_cidr(v)
-        except ValueError as e:
-            raise ValueError(f"invalid CIDR {v!r}: {e}") from None
-        if net.version != 4:
-            raise ValueError(f"{v!r} is not an IPv4 pool")
-        return str(net)
+        return _ipv4_cidr(v, "pool")
 
 
 class CalicoSpec(_Strict):
