@@ -38,8 +38,11 @@ state directory):
   connection of its own, may run in another thread while this one keeps writing (a
   passive checkpoint never blocks a writer). ``svclab serve`` does so, so that a
   checkpoint never stalls its event loop.
-* The page cache holds up to :attr:`SqliteStore.CACHE_KIB` (SQLite's default, 2 MiB,
-  is smaller than what one flush of a busy server dirties: pages spilled and read back).
+* The page cache is SQLite's default (2 MiB) for a short-lived process: a CLI question
+  reads each page about once, and a larger cache only holds what it read (64 MB more
+  peak memory for one trace on a 1,000-node state). A long-running server asks for
+  :attr:`SqliteStore.SERVER_CACHE_KIB` (:meth:`use_server_cache`): the default is
+  smaller than what one flush of a busy server dirties (pages spilled and read back).
 * A process sees another's writes once they are committed: a writer that batches (see
   above) should :meth:`flush` when it goes idle; the deterministic runner does at the
   end of each ``run_until_idle``. Readers never block writers (WAL).
@@ -106,7 +109,8 @@ class SqliteStore:
 
     COMMIT_EVERY = 5000
     BUSY_TIMEOUT = 30.0
-    CACHE_KIB = 64 * 1024
+    #: the page cache :meth:`use_server_cache` asks for (a long-running server's)
+    SERVER_CACHE_KIB = 64 * 1024
     WAL_LIMIT = 64 << 20
 
     def __init__(self, path: str | Path, *, commit_every: int | None = None) -> None:
@@ -124,8 +128,8 @@ class SqliteStore:
         db.execute("PRAGMA journal_mode=WAL")
         db.execute("PRAGMA synchronous=NORMAL")
         db.execute("PRAGMA temp_store=MEMORY")
-        db.execute(f"PRAGMA cache_size=-{self.CACHE_KIB}")
         self._deferred_checkpoints = False
+        self._server_cache = False
         self._ckpt_db: sqlite3.Connection | None = None
         self._ckpt_lock = threading.Lock()
         db.executescript(_SCHEMA)
@@ -582,6 +586,13 @@ class SqliteStore:
         """Commit what is written so far (no-op inside a transaction)."""
         if self._depth == 0:
             self._commit()
+
+    def use_server_cache(self) -> None:
+        """Grow the page cache to :attr:`SERVER_CACHE_KIB` (for a long-running server
+        under write load; see the module docstring). Idempotent."""
+        if not self._server_cache:
+            self._conn.execute(f"PRAGMA cache_size=-{self.SERVER_CACHE_KIB}")
+            self._server_cache = True
 
     def defer_checkpoints(self) -> None:
         """From now on this store's writes never checkpoint the WAL: the caller runs

@@ -109,6 +109,7 @@ class Server:
             if flush is not None:
                 flush()
             if isinstance(store, SqliteStore):
+                store.use_server_cache()
                 store.defer_checkpoints()
                 if loop.time() - last_checkpoint >= self.checkpoint_every:
                     try:
