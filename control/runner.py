@@ -373,6 +373,41 @@ class ControlPlane:
             self._list()
             return False
         del self._unprimed[id(comp)]
+        later = frozenset(getattr(comp, "deferrable_kinds", ())) & kinds
+        t0 = time.perf_counter()
+        out = self._at_converged(kinds - later, first)
+        if later:
+            # listed only when the component first needs them (see prime_deferred)
+            comp.prime_deferred(out, lambda: self._at_converged(later))  # type: ignore[attr-defined]
+            self.timing.add(_name(comp), time.perf_counter() - t0)
+        else:
+            self._start_component(comp, out, converged=True)
+        try:
+            evs = self.lister_watcher.poll(base, kinds)
+        except CompactedError:
+            self._list()
+            return False
+        t1 = time.perf_counter()
+        try:
+            comp.handle(evs)
+        except _RecordLost:
+            self._list()
+            return False
+        self.timing.add(_name(comp), time.perf_counter() - t1)
+        return True
+
+    def _at_converged(
+        self,
+        kinds: Iterable[str],
+        first: dict[tuple[str, str], KubeObject | None] | None = None,
+    ) -> list[KubeObject]:
+        """The objects of ``kinds`` as they were at the converged revision, in kind then
+        key order: today's listing with every object written since put back as it was
+        then. Raises :class:`_RecordLost` when those states are no longer known."""
+        if first is None:
+            first = first_states(self.store)
+            if first is None:
+                raise _RecordLost
         out: list[KubeObject] = []
         for kind in sorted(kinds):
             listed = self.lister_watcher.list(kind).objects
@@ -387,16 +422,7 @@ class ControlPlane:
                 else:
                     now[key] = before
             out += [now[key] for key in sorted(now)]
-        self._start_component(comp, out, converged=True)
-        try:
-            evs = self.lister_watcher.poll(base, kinds)
-        except CompactedError:
-            self._list()
-            return False
-        t1 = time.perf_counter()
-        comp.handle(evs)
-        self.timing.add(_name(comp), time.perf_counter() - t1)
-        return True
+        return out
 
     def _list(self) -> None:
         """Give every component the current state (initial list, or after compaction)."""
@@ -448,11 +474,21 @@ class ControlPlane:
                     return  # every component was listed at the current revision
             elif evs:
                 t1 = time.perf_counter()
-                comp.handle(evs)
+                try:
+                    comp.handle(evs)
+                except _RecordLost:  # a deferred listing (prime_deferred) came too late
+                    self._list()
+                    return
                 spent = time.perf_counter() - t1
                 handling += spent
                 self.timing.add(_name(comp), spent)
         self.timing.dispatch_seconds += time.perf_counter() - t0 - handling
+
+
+class _RecordLost(Exception):
+    """The states the converged revision had are no longer known (another process wrote
+    to the store): a component's deferred listing cannot be made; every component is
+    listed instead. Not a :class:`SvclabError`: no reconcile may take it for a retry."""
 
 
 @contextmanager

@@ -37,13 +37,13 @@ from __future__ import annotations
 
 import logging
 from abc import ABC, abstractmethod
-from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from typing import ClassVar, Protocol
 
 from control.events import Recorder
 from control.informers.cache import Indexer, ObjectCache
 from control.informers.workqueue import WorkQueue
-from control.store.base import Store, WatchEvent
+from control.store.base import Store, WatchEvent, first_states, scan
 from netmodel.errors import NotFoundError, SvclabError
 from netmodel.objects import FOREGROUND, KINDS, KubeObject, OwnerReference, Pod, finalizers
 
@@ -242,6 +242,8 @@ class GarbageCollector(Controller):
 
     name = "garbage-collector"
     kinds = frozenset({"Deployment", "ReplicaSet", "Pod", "Service", "EndpointSlice"})
+    #: what :meth:`prime_deferred` can start without (see there)
+    deferrable_kinds = frozenset({"Pod"})
 
     def __init__(self, api: APIClient, recorder: Recorder) -> None:
         super().__init__(api, recorder)
@@ -254,6 +256,8 @@ class GarbageCollector(Controller):
         # whose events came since (see prime)
         self._unindexed: list[KubeObject] | None = None
         self._touched: set[str] = set()
+        # after prime_deferred: the listing of the deferred kinds, made with the index
+        self._later: Callable[[], list[KubeObject]] | None = None
 
     def handle(self, events: Sequence[WatchEvent]) -> None:
         # No object cache: owners are checked against the store, dependents indexed here.
@@ -266,6 +270,7 @@ class GarbageCollector(Controller):
         self._owners.clear()
         self.queue.clear()
         self._unindexed = None
+        self._later = None
         for obj in objects:
             for key in self.keys_for(WatchEvent("ADDED", obj, obj.resource_version), None):
                 self.queue.add(key)
@@ -287,10 +292,39 @@ class GarbageCollector(Controller):
         self._unindexed = rest
         self._touched = set()
 
+    def prime_deferred(
+        self, objects: Iterable[KubeObject], later: Callable[[], list[KubeObject]]
+    ) -> None:
+        """:meth:`prime` with every kind but :attr:`deferrable_kinds` (the pods);
+        ``later()`` lists those as they were at the revision ``objects`` were listed at,
+        and is called when the index is built (a deletion first needs it). When a full
+        prime would queue work at once (an object being deleted, or a pod that was
+        being deleted at that revision: read without decoding the pods), the pods are
+        listed here instead, and this is :meth:`prime`."""
+        objs = list(objects)
+        first = first_states(self.store)
+        if (
+            first is None
+            or any(o.metadata.deletion_timestamp is not None for o in objs)
+            or any(kind in self.deferrable_kinds for kind, _ in first)
+            or any(
+                row[1] is not None
+                for kind in sorted(self.deferrable_kinds)
+                for row in scan(self.store, kind, [("metadata", "deletionTimestamp")])
+            )
+        ):
+            self.prime(sorted(objs + later(), key=lambda o: o.kind))  # (as _prime lists)
+            return
+        self.prime(objs)
+        self._later = later
+
     def _index_listing(self) -> None:
         """Index the owners of what :meth:`prime` left unindexed (see there)."""
-        listing, self._unindexed = self._unindexed, None
-        for obj in listing or ():
+        listing, self._unindexed = self._unindexed or [], None
+        if self._later is not None:  # (no object in it is being deleted: prime_deferred)
+            later, self._later = self._later, None
+            listing = listing + [o for o in later() if o.metadata.owner_references]
+        for obj in listing:
             key = f"{obj.kind}|{obj.key}"
             if key not in self._touched:
                 owners = tuple(

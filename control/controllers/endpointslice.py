@@ -26,13 +26,13 @@ Contract (upstream's ``pkg/controller/endpointslice`` behaviour, simplified plac
 from __future__ import annotations
 
 import random
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from control.controllers.base import APIClient, Controller, Indexer, controller_ref
 from control.controllers.deployment import SAFE_ALPHABET
 from control.events import Recorder
-from control.store.base import WatchEvent
+from control.store.base import WatchEvent, labelled
 from netmodel.errors import NotFoundError
 from netmodel.objects import (
     Endpoint,
@@ -130,6 +130,8 @@ class EndpointSliceController(Controller):
 
     name = "endpointslice-controller"
     kinds = frozenset({"Service", "Pod", "EndpointSlice", "Node"})
+    #: what :meth:`prime_deferred` can start without (see there)
+    deferrable_kinds = frozenset({"Pod"})
 
     def __init__(self, api: APIClient, recorder: Recorder, *, seed: int = 0) -> None:
         super().__init__(api, recorder)
@@ -142,6 +144,8 @@ class EndpointSliceController(Controller):
         self._deleted: set[str] = set()
         # pod key -> (pod, variant, endpoint): one Endpoint per pod state, shared by services
         self._endpoints: dict[str, tuple[Pod, tuple[object, ...], Endpoint]] = {}
+        # after prime_deferred, until the first Pod event: the pods' listing, to be made
+        self._pods_later: Callable[[], list[KubeObject]] | None = None
 
     def _own_write(self, event: WatchEvent) -> bool:
         key = event.object.key
@@ -231,10 +235,35 @@ class EndpointSliceController(Controller):
     def subject(self, key: str) -> KubeObject | None:
         return self.cache.get("Service", key)
 
+    def handle(self, events: Sequence[WatchEvent]) -> None:
+        if self._pods_later is not None and any(ev.object.kind == "Pod" for ev in events):
+            later, self._pods_later = self._pods_later, None
+            for pod in later():  # the pods as they were before these events
+                self.cache.put(pod)
+        super().handle(events)
+
+    def resync(self, objects: Iterable[KubeObject]) -> None:
+        self._pods_later = None
+        super().resync(objects)
+
+    def prime_deferred(
+        self, objects: Iterable[KubeObject], pods: Callable[[], list[KubeObject]]
+    ) -> None:
+        """:meth:`prime` with every kind but Pod; ``pods()`` lists the pods as they were
+        at the revision ``objects`` were listed at. Called when the first Pod event
+        comes (until then no pod changed, so the pods that listing would give are the
+        store's); meanwhile a Service's pods are read from the store by its selector
+        (:func:`control.store.base.labelled`: on SQLite, only those pods are decoded),
+        the same pods the cache would give. So a change that touches no pod, a new
+        Service, never decodes the other pods."""
+        self.prime(objects)
+        self._pods_later = pods
+
     def prime(self, objects: Iterable[KubeObject]) -> None:
         """:meth:`Controller.prime`: the cache and the nodes' zones, as :meth:`resync`
         leaves them, without working out the keys each object would queue (for every
         pod, the Services selecting it)."""
+        self._pods_later = None
         self.cache.clear()
         self.queue.clear()
         self._zones.clear()
@@ -250,6 +279,8 @@ class EndpointSliceController(Controller):
     def _selected_pods(self, svc: Service) -> list[Pod]:
         ns = svc.namespace
         sel = svc.spec.selector or {}
+        if self._pods_later is not None:  # no pod changed since the listing: the store's
+            return [p for p in labelled(self.store, "Pod", ns, sel) if isinstance(p, Pod)]
         if not sel:
             pool = self.cache.by_index("by", f"pod:{ns}")
         else:

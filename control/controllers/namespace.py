@@ -24,7 +24,7 @@ anything in it. Contract of :meth:`NamespaceController.reconcile` for such a nam
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, Protocol
 
 from control.clock import Clock, rfc3339
@@ -71,6 +71,8 @@ class NamespaceController(Controller):
 
     name = "namespace-controller"
     kinds = frozenset({Namespace.KIND, *CONTENT_KINDS})
+    #: what :meth:`prime_deferred` starts without: all but the Namespaces
+    deferrable_kinds = frozenset(CONTENT_KINDS)
 
     def __init__(self, api: NamespaceAPI, recorder: Recorder, clock: Clock) -> None:
         super().__init__(api, recorder)
@@ -103,6 +105,15 @@ class NamespaceController(Controller):
         self.handle(
             [WatchEvent("ADDED", o, o.resource_version) for o in objects if o.kind == "Namespace"]
         )
+
+    def prime_deferred(
+        self, objects: Iterable[KubeObject], later: Callable[[], list[KubeObject]]
+    ) -> None:
+        """:meth:`prime` from the Namespaces alone: the only objects :meth:`resync`
+        reads (a namespace's contents are read from the store when it terminates), so
+        ``later``, the listing of the rest, is never needed."""
+        del later
+        self.prime(objects)
 
     # ---- work
 

@@ -175,6 +175,21 @@ def _at(d: Any, path: Sequence[str]) -> Any:
     return int(d) if isinstance(d, bool) else d
 
 
+def labelled(
+    store: Store, kind: str, namespace: str, labels: dict[str, str]
+) -> builtins.list[KubeObject]:
+    """The objects of ``kind`` in ``namespace`` carrying every label in ``labels`` (all
+    of the namespace when empty), in key order: exactly what
+    ``store.list(kind, namespace, LabelSelector(match_labels=labels))`` returns. A
+    backend with a ``labelled`` method answers without building the other objects of
+    the kind (SQLite, when the kind is not loaded yet: a query over the stored labels,
+    decoding only the rows that match)."""
+    own = getattr(store, "labelled", None)
+    if own is not None:
+        return own(kind, namespace, labels)  # type: ignore[no-any-return]
+    return store.list(kind, namespace, LabelSelector(match_labels=dict(labels)))
+
+
 def state_token(store: Store) -> str | None:
     """A text naming the store's current state, for caches of what is derived from it:
     two reads that get the same token read the same objects (the same backend file at

@@ -341,6 +341,29 @@ class SqliteStore:
             f"SELECT key, {cols} FROM objects WHERE kind = ? ORDER BY key", (*args, kind)
         ).fetchall()
 
+    def labelled(
+        self, kind: str, namespace: str, labels: dict[str, str]
+    ) -> builtins.list[KubeObject]:
+        """:func:`control.store.base.labelled`: when ``kind`` is not loaded yet, one
+        query over the stored labels (``metadata.labels``) and the key's namespace part,
+        decoding only the rows that match (not cached: a later :meth:`get` or
+        :meth:`list` loads the kind as before); else from the loaded kind."""
+        self._refresh()
+        cls = KINDS.get(kind)
+        if kind in self._cache or cls is None or not cls.NAMESPACED:
+            return self.list(kind, namespace, LabelSelector(match_labels=dict(labels)))
+        prefix = namespace + "/"
+        where = ["kind = ?", "substr(key, 1, ?) = ?"]
+        args: list[object] = [kind, len(prefix), prefix]
+        for k, v in sorted(labels.items()):
+            where.append("json_extract(data, ?) = ?")
+            args += ['$.metadata.labels."' + k.replace('"', '""') + '"', v]
+        rows = self._conn.execute(
+            f"SELECT data FROM objects WHERE {' AND '.join(where)} ORDER BY key", args
+        ).fetchall()
+        with bulk():
+            return [_load(kind, data) for (data,) in rows]
+
     def state_token(self) -> str | None:
         """:func:`control.store.base.state_token`: this file's identity and the
         committed revision (None inside this process's own open transaction: the

@@ -10,7 +10,7 @@ import pytest
 from store_backends import FACTORIES, Opener
 
 from control.store import BatchConflictError, SqliteStore, Store, WatchEvent, batched
-from control.store.base import peek, scan, state_token
+from control.store.base import labelled, peek, scan, state_token
 from netmodel.errors import CompactedError, ConflictError, NotFoundError
 from netmodel.objects import KubeObject, Namespace, ObjectMeta, Pod, Service
 from netmodel.selectors import LabelSelector, parse_selector
@@ -569,3 +569,58 @@ def test_state_token_names_the_committed_state(
             elsewhere.close()
     finally:
         s.close()
+
+
+# --------------------------------------------------------------------------- labelled
+
+
+def test_labelled_gives_what_list_by_labels_gives(
+    backend: tuple[Opener, Opener | None],
+) -> None:
+    """labelled(kind, ns, labels) is list(kind, ns, matchLabels): the same objects in the
+    same order, from a store whose kind is not loaded yet (SQLite: a query over the
+    stored labels) and from one that has loaded it; dotted and slashed label keys,
+    a namespace that prefixes another, an empty selector (the whole namespace)."""
+    opener, reopen = backend
+    writer = opener()
+    try:
+        rows = [
+            ("b", "default", {"app": "web", "app.kubernetes.io/name": "w"}),
+            ("a", "default", {"app": "web"}),
+            ("c", "default", {"app": "db", "app.kubernetes.io/name": "w"}),
+            ("d", "default-2", {"app": "web"}),
+            ("e", "dev", {"app": "web", "tier": "x"}),
+            ("f", "default", {}),
+        ]
+        for name, ns, labels in rows:
+            writer.create(pod(name, ns, **labels))
+        flush = getattr(writer, "flush", None)
+        if flush is not None:
+            flush()
+        selectors = [
+            ("default", {"app": "web"}),
+            ("default", {"app.kubernetes.io/name": "w"}),
+            ("default", {"app": "web", "app.kubernetes.io/name": "w"}),
+            ("default", {}),
+            ("default-2", {"app": "web"}),
+            ("dev", {"tier": "x", "app": "web"}),
+            ("dev", {"tier": "y"}),
+            ("nowhere", {}),
+        ]
+        readers = [writer] if reopen is None else [reopen(), writer]
+        try:
+            for reader in readers:
+                for ns, labels in selectors:
+                    want = writer.list("Pod", ns, LabelSelector(match_labels=labels))
+                    assert labelled(reader, "Pod", ns, labels) == want, (ns, labels)
+                    assert [o.key for o in want] == sorted(o.key for o in want)
+                assert [o.name for o in labelled(reader, "Pod", "default", {"app": "web"})] == [
+                    "a",
+                    "b",
+                ]
+        finally:
+            for reader in readers:
+                if reader is not writer:
+                    reader.close()
+    finally:
+        writer.close()
