@@ -199,6 +199,7 @@ class ControlPlane:
         self._unprimed: dict[int, Agent] = {}
         self._started = False
         self._kinds_cache: tuple[int, frozenset[str], list[frozenset[str]]] | None = None
+        self._start_pods: list[PodSummary] | None = None
 
     def _new_kubelet(self, node_name: str) -> Kubelet:
         return Kubelet(node_name, self.apiserver, self.recorder, self.clock, self.network_plugin)
@@ -242,15 +243,20 @@ class ControlPlane:
             self._list()
             return
         _, per_comp = self._kinds()
-        pods: list[PodSummary] | None = None
         for comp, ks in zip(list(self.components), per_comp, strict=True):
             has_work = getattr(comp, "has_start_work", None)
             if self._converged_at is None or has_work is None:
                 continue
-            if pods is None:
-                pods = pod_summaries(self.store)
-            if has_work(self.store, pods):
+            if has_work(self.store, self._pod_summaries()):
                 self._prime(comp, ks)  # a retry a full start makes (e.g. unscheduled pods)
+
+    def _pod_summaries(self) -> list[PodSummary]:
+        """Every pod's :class:`PodSummary`, read once per start (what ``has_start_work``
+        and ``prime_deferred`` are given): the pods at the converged revision, as long
+        as no pod was written since (see :func:`control.store.base.first_states`)."""
+        if self._start_pods is None:
+            self._start_pods = pod_summaries(self.store)
+        return self._start_pods
 
     @property
     def started_from_converged(self) -> bool:
@@ -378,7 +384,9 @@ class ControlPlane:
         out = self._at_converged(kinds - later, first)
         if later:
             # listed only when the component first needs them (see prime_deferred)
-            comp.prime_deferred(out, lambda: self._at_converged(later))  # type: ignore[attr-defined]
+            comp.prime_deferred(  # type: ignore[attr-defined]
+                out, lambda: self._at_converged(later), self._pod_summaries
+            )
             self.timing.add(_name(comp), time.perf_counter() - t0)
         else:
             self._start_component(comp, out, converged=True)

@@ -107,12 +107,15 @@ class NamespaceController(Controller):
         )
 
     def prime_deferred(
-        self, objects: Iterable[KubeObject], later: Callable[[], list[KubeObject]]
+        self,
+        objects: Iterable[KubeObject],
+        later: Callable[[], list[KubeObject]],
+        summaries: Callable[[], object],
     ) -> None:
         """:meth:`prime` from the Namespaces alone: the only objects :meth:`resync`
         reads (a namespace's contents are read from the store when it terminates), so
-        ``later``, the listing of the rest, is never needed."""
-        del later
+        ``later``, the listing of the rest, is never needed (nor ``summaries``)."""
+        del later, summaries
         self.prime(objects)
 
     # ---- work

@@ -186,7 +186,7 @@ def labelled(
     decoding only the rows that match)."""
     own = getattr(store, "labelled", None)
     if own is not None:
-        return own(kind, namespace, labels)  # type: ignore[no-any-return]
+        return own(kind, namespace, labels)
     return store.list(kind, namespace, LabelSelector(match_labels=dict(labels)))
 
 
