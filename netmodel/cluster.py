@@ -425,6 +425,12 @@ class ClusterSpec(_Strict):
     def node_count(self) -> int:
         return self.nodes if isinstance(self.nodes, int) else len(self.nodes)
 
+    def node_names(self) -> list[str]:
+        """The names of :meth:`node_entries`, in the same order, without building them."""
+        if isinstance(self.nodes, int):
+            return [f"node-{i + 1}" for i in range(self.nodes)]
+        return [e.name for e in self.nodes]
+
     def node_entries(self) -> list[NodeSpecEntry]:
         """The node list with names and addresses filled in (node-1, node-2, ...; .2, .3, ...)."""
         if isinstance(self.nodes, int):

@@ -269,7 +269,11 @@ class APIServer:
 
     def bootstrap_nodes(self) -> list[Node]:
         """Create the Node objects the Cluster declares (those not stored yet) and return
-        every declared Node as stored. Idempotent."""
+        every declared Node as stored. Idempotent: when every declared Node is stored
+        (a persistent cluster's every later start), none is built."""
+        stored_now = [self._get(Node.KIND, name) for name in self.cluster.node_names()]
+        if all(isinstance(n, Node) for n in stored_now):
+            return [n for n in stored_now if isinstance(n, Node)]
         out: list[Node] = []
         for node in nodes_for(self.cluster, now=self._now()):
             stored = self._get(Node.KIND, node.key)

@@ -30,11 +30,13 @@ def test_node_count_gives_named_nodes_with_consecutive_addresses() -> None:
     entries = cluster("{nodes: 3}").node_entries()
     assert [e.name for e in entries] == ["node-1", "node-2", "node-3"]
     assert [e.addresses for e in entries] == [["172.18.0.2"], ["172.18.0.3"], ["172.18.0.4"]]
+    assert cluster("{nodes: 3}").node_names() == ["node-1", "node-2", "node-3"]
 
 
 def test_node_list_with_several_addresses() -> None:
     s = cluster("{nodes: [{name: test-node, addresses: [192.168.0.2, 192.168.1.2]}]}")
     assert s.node_entries()[0].addresses == ["192.168.0.2", "192.168.1.2"]
+    assert s.node_names() == ["test-node"]
 
 
 @pytest.mark.parametrize(
