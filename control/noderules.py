@@ -27,7 +27,7 @@ converged revision is recorded after the run, so the next question renders from 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -46,25 +46,44 @@ if TYPE_CHECKING:
 CONVERGED_FILE = "converged.json"
 
 
+def _converged_record(state_dir: Path) -> dict[str, object] | None:
+    try:
+        data = json.loads((state_dir / CONVERGED_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
 def converged_revision(state_dir: Path) -> int | None:
     """The store revision recorded after the last run of the control plane to idle over
     ``state_dir`` (None: never recorded, or unreadable: then converge as before)."""
-    try:
-        data = json.loads((state_dir / CONVERGED_FILE).read_text())
-        rev = data["revision"]
-    except (OSError, ValueError, KeyError, TypeError):
+    rev = (_converged_record(state_dir) or {}).get("revision")
+    return rev if isinstance(rev, int) and not isinstance(rev, bool) else None
+
+
+def converged_start_work(state_dir: Path) -> dict[str, bool] | None:
+    """What was recorded with the converged revision about the work a full start would
+    find (:meth:`control.runner.ControlPlane.start_work`), or None."""
+    work = (_converged_record(state_dir) or {}).get("start_work")
+    if not isinstance(work, dict) or not all(isinstance(v, bool) for v in work.values()):
         return None
-    return rev if isinstance(rev, int) else None
+    return {str(k): v for k, v in work.items()}
 
 
-def record_converged(state_dir: Path, revision: int) -> None:
-    """Record that the store of ``state_dir`` is converged at ``revision`` (atomic
-    replace; nothing written when the record already says so or the directory is gone)."""
-    if converged_revision(state_dir) == revision or not state_dir.is_dir():
+def record_converged(
+    state_dir: Path, revision: int, start_work: Mapping[str, bool] | None = None
+) -> None:
+    """Record that the store of ``state_dir`` is converged at ``revision``, with what a
+    full start would find to do there when known (``start_work``; atomic replace;
+    nothing written when the record already says so or the directory is gone)."""
+    data: dict[str, object] = {"revision": revision}
+    if start_work is not None:
+        data["start_work"] = dict(sorted(start_work.items()))
+    if _converged_record(state_dir) == data or not state_dir.is_dir():
         return
     f = state_dir / CONVERGED_FILE
     tmp = f.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"revision": revision}) + "\n")
+    tmp.write_text(json.dumps(data) + "\n")
     tmp.replace(f)
 
 

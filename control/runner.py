@@ -41,11 +41,11 @@ from __future__ import annotations
 
 import gc
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from control.agents import Agent, PodSummary, pod_summaries
+from control.agents import Agent, pod_summaries
 from control.agents.kubelet import Kubelet, KubeletPool
 from control.agents.network import EmulatedCNI, NetworkPlugin
 from control.apiserver.server import APIServer
@@ -71,6 +71,10 @@ from control.store.base import (
 from netmodel.cluster import ClusterSpec
 from netmodel.errors import CompactedError, SvclabError
 from netmodel.objects import KubeObject, Node
+
+#: the :meth:`ControlPlane.start_work` answer: a pod was being deleted at the converged
+#: revision
+PODS_DELETING = "pods-deleting"
 
 
 class ConvergenceError(SvclabError):
@@ -199,14 +203,17 @@ class ControlPlane:
         self._unprimed: dict[int, Agent] = {}
         self._started = False
         self._kinds_cache: tuple[int, frozenset[str], list[frozenset[str]]] | None = None
-        self._start_pods: list[PodSummary] | None = None
+        #: a converged start's answers (see :meth:`start_work`)
+        self._start_work: dict[str, bool] | None = None
 
     def _new_kubelet(self, node_name: str) -> Kubelet:
         return Kubelet(node_name, self.apiserver, self.recorder, self.clock, self.network_plugin)
 
     # ---- lifecycle and writes
 
-    def start(self, *, converged_at: int | None = None) -> None:
+    def start(
+        self, *, converged_at: int | None = None, start_work: Mapping[str, bool] | None = None
+    ) -> None:
         """Bootstrap the cluster (namespaces, the kubernetes Service, the Nodes) and list
         the store into every component. Idempotent.
 
@@ -225,7 +232,11 @@ class ControlPlane:
         ``has_start_work(store)`` says a full start would find work left (a retry: a pod
         still unscheduled, a pod its kubelet has not started): then it starts here. Should the
         record be lost (another process wrote to the store), every component not
-        started yet is listed as a full start would (:meth:`_list`)."""
+        started yet is listed as a full start would (:meth:`_list`).
+
+        ``start_work``: what :meth:`start_work` said at ``converged_at`` (recorded with
+        it): those answers are taken instead of reading every pod, as long as no Pod and
+        no Node has been written since (bootstrap may create Nodes)."""
         if self._started:
             return
         if (
@@ -242,21 +253,43 @@ class ControlPlane:
         if self._rev is None:
             self._list()
             return
+        if self._converged_at is None:
+            return
         _, per_comp = self._kinds()
-        for comp, ks in zip(list(self.components), per_comp, strict=True):
-            has_work = getattr(comp, "has_start_work", None)
-            if self._converged_at is None or has_work is None:
-                continue
-            if has_work(self.store, self._pod_summaries()):
+        checks = [
+            (comp, ks, has_work)
+            for comp, ks in zip(list(self.components), per_comp, strict=True)
+            if (has_work := getattr(comp, "has_start_work", None)) is not None
+        ]
+        wanted = {PODS_DELETING, *(_name(comp) for comp, _, _ in checks)}
+        if start_work is not None and wanted <= start_work.keys() and self._pods_unwritten():
+            self._start_work = {k: bool(start_work[k]) for k in sorted(wanted)}
+        else:
+            pods = pod_summaries(self.store)
+            self._start_work = {
+                _name(comp): bool(has_work(self.store, pods)) for comp, _, has_work in checks
+            }
+            self._start_work[PODS_DELETING] = any(p.deletion_timestamp is not None for p in pods)
+        for comp, ks, _ in checks:
+            if self._start_work[_name(comp)] and id(comp) in self._unprimed:
                 self._prime(comp, ks)  # a retry a full start makes (e.g. unscheduled pods)
 
-    def _pod_summaries(self) -> list[PodSummary]:
-        """Every pod's :class:`PodSummary`, read once per start (what ``has_start_work``
-        and ``prime_deferred`` are given): the pods at the converged revision, as long
-        as no pod was written since (see :func:`control.store.base.first_states`)."""
-        if self._start_pods is None:
-            self._start_pods = pod_summaries(self.store)
-        return self._start_pods
+    def _pods_unwritten(self) -> bool:
+        """Whether no Pod and no Node was written since the converged revision (what
+        ``has_start_work`` reads), as far as the store's record says."""
+        first = first_states(self.store)
+        return first is not None and not any(kind in ("Pod", "Node") for kind, _ in first)
+
+    def start_work(self) -> dict[str, bool] | None:
+        """What a full start on the store as it is now would find to do, per component
+        with a ``has_start_work`` (by name), and whether a pod is being deleted
+        (``pods-deleting``), when this run knows it without reading every pod: it
+        started from a converged revision, read or was given the answers there, and has
+        written no Pod and no Node since. None otherwise. Recorded with the converged
+        revision (:func:`control.noderules.record_converged`) for the next start."""
+        if self._converged_at is None or self._start_work is None or not self._pods_unwritten():
+            return None
+        return dict(self._start_work)
 
     @property
     def started_from_converged(self) -> bool:
@@ -384,8 +417,9 @@ class ControlPlane:
         out = self._at_converged(kinds - later, first)
         if later:
             # listed only when the component first needs them (see prime_deferred)
+            deleting = bool((self._start_work or {}).get(PODS_DELETING, True))
             comp.prime_deferred(  # type: ignore[attr-defined]
-                out, lambda: self._at_converged(later), self._pod_summaries
+                out, lambda: self._at_converged(later), deleting
             )
             self.timing.add(_name(comp), time.perf_counter() - t0)
         else:

@@ -230,7 +230,13 @@ class Session:
             self._plane = ControlPlane(
                 self.store, self.cluster.spec, seed=self.cluster.spec.seed, clock=self.clock
             )
-            self._plane.start(converged_at=self._converged_start_revision())
+            rev = self._converged_start_revision()
+            work = None
+            if rev is not None and self.state_dir is not None:
+                from control.noderules import converged_start_work
+
+                work = converged_start_work(self.state_dir)
+            self._plane.start(converged_at=rev, start_work=work)
             if self._proxies_from_store:
                 from control.noderules import StoreSyncNote
 
@@ -322,7 +328,7 @@ class Session:
         if self.state_dir is not None:
             from control.noderules import record_converged
 
-            record_converged(self.state_dir, self.store.revision)
+            record_converged(self.state_dir, self.store.revision, self.plane.start_work())
             self._render_lazily()
 
     def _converged_already(self) -> bool:

@@ -40,7 +40,6 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from typing import ClassVar, Protocol
 
-from control.agents import PodSummary
 from control.events import Recorder
 from control.informers.cache import Indexer, ObjectCache
 from control.informers.workqueue import WorkQueue
@@ -297,22 +296,21 @@ class GarbageCollector(Controller):
         self,
         objects: Iterable[KubeObject],
         later: Callable[[], list[KubeObject]],
-        summaries: Callable[[], Sequence[PodSummary]],
+        deleting: bool,
     ) -> None:
         """:meth:`prime` with every kind but :attr:`deferrable_kinds` (the pods);
         ``later()`` lists those as they were at the revision ``objects`` were listed at,
         and is called when the index is built (a deletion first needs it). When a full
         prime would queue work at once (an object being deleted, or a pod that was
-        being deleted at that revision, told by ``summaries()``, every pod's
-        :class:`~control.agents.PodSummary` as read at the start, valid when no pod
-        was written since), the pods are listed here instead, and this is :meth:`prime`."""
+        being deleted at that revision: ``deleting``, which the runner knows without
+        decoding the pods), the pods are listed here instead, and this is :meth:`prime`."""
         objs = list(objects)
         first = first_states(self.store)
         if (
             first is None
             or any(o.metadata.deletion_timestamp is not None for o in objs)
             or any(kind in self.deferrable_kinds for kind, _ in first)
-            or any(p.deletion_timestamp is not None for p in summaries())
+            or deleting
         ):
             self.prime(sorted(objs + later(), key=lambda o: o.kind))  # (as _prime lists)
             return

@@ -29,7 +29,6 @@ import random
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
-from control.agents import PodSummary
 from control.controllers.base import APIClient, Controller, Indexer, controller_ref
 from control.controllers.deployment import SAFE_ALPHABET
 from control.events import Recorder
@@ -251,16 +250,16 @@ class EndpointSliceController(Controller):
         self,
         objects: Iterable[KubeObject],
         pods: Callable[[], list[KubeObject]],
-        summaries: Callable[[], Sequence[PodSummary]],
+        deleting: bool,
     ) -> None:
         """:meth:`prime` with every kind but Pod; ``pods()`` lists the pods as they were
-        at the revision ``objects`` were listed at (``summaries`` is not needed). Called when the first Pod event
+        at the revision ``objects`` were listed at (``deleting`` is not needed). Called when the first Pod event
         comes (until then no pod changed, so the pods that listing would give are the
         store's); meanwhile a Service's pods are read from the store by its selector
         (:func:`control.store.base.labelled`: on SQLite, only those pods are decoded),
         the same pods the cache would give. So a change that touches no pod, a new
         Service, never decodes the other pods."""
-        del summaries
+        del deleting
         self.prime(objects)
         self._pods_later = pods
 

@@ -110,12 +110,12 @@ class NamespaceController(Controller):
         self,
         objects: Iterable[KubeObject],
         later: Callable[[], list[KubeObject]],
-        summaries: Callable[[], object],
+        deleting: bool,
     ) -> None:
         """:meth:`prime` from the Namespaces alone: the only objects :meth:`resync`
         reads (a namespace's contents are read from the store when it terminates), so
-        ``later``, the listing of the rest, is never needed (nor ``summaries``)."""
-        del later, summaries
+        ``later``, the listing of the rest, is never needed (nor ``deleting``)."""
+        del later, deleting
         self.prime(objects)
 
     # ---- work

@@ -296,3 +296,50 @@ def test_start_work_is_read_without_decoding_pods(converged: Path) -> None:
         assert PodGarbageCollector.has_start_work(
             store, pod_summaries(store)
         )  # bound to a node not stored
+
+
+def test_start_work_is_recorded_and_read_again_while_no_pod_changes(
+    converged: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A change that writes no Pod and no Node records, with the converged revision,
+    what a full start would find to do (the stuck pod to retry); the next start reads
+    that instead of every pod. A change that writes pods records nothing of it, and
+    the start after it reads the pods again."""
+    import control.runner
+    from control.noderules import converged_start_work
+
+    scans: list[int] = []
+    real = control.runner.pod_summaries
+
+    def counting(store: object) -> object:
+        scans.append(1)
+        return real(store)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(control.runner, "pod_summaries", counting)
+
+    def change(text: str) -> None:
+        s = session(converged, fast=True)
+        try:
+            apply(text)(s)
+            assert s.plane.started_from_converged
+        finally:
+            s.close()
+
+    assert converged_start_work(converged) is None  # (the base was a full start)
+    change(service("web2", "web", 81))
+    assert scans == [1]
+    want = {
+        "default-scheduler": True,  # the stuck pod
+        "kubelet": False,
+        "pod-garbage-collector": False,
+        "pods-deleting": False,
+    }
+    assert converged_start_work(converged) == want
+    change(service("web3", "web", 82))
+    assert scans == [1]  # read from the record
+    assert converged_start_work(converged) == want
+    change(deployment("web", 4))  # writes a pod
+    assert converged_start_work(converged) is None
+    change(service("web4", "web", 83))
+    assert scans == [1, 1]
+    assert converged_start_work(converged) == want
