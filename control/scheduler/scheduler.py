@@ -32,8 +32,8 @@ import time
 from collections import Counter, OrderedDict, deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-
-import numpy as np
+from functools import cached_property
+from typing import TYPE_CHECKING
 
 from control.agents import PodSummary
 from control.apiserver.server import APIServer
@@ -41,11 +41,13 @@ from control.clock import Clock, rfc3339
 from control.controllers.base import APIClient
 from control.events import Recorder
 from control.scheduler.decision import SCHEDULING_ANNOTATION, Decision, NodeRow
-from control.scheduler.plugins import Filter, Score, default_filters, default_scores
-from control.scheduler.table import BoolArray, IntArray, NodeTable, PodInfo, pod_info
 from control.store.base import Store, WatchEvent
 from netmodel.errors import NotFoundError, SvclabError
 from netmodel.objects import Condition, KubeObject, Node, Pod
+
+if TYPE_CHECKING:  # numpy is imported when the scheduler first works (see Scheduler)
+    from control.scheduler.plugins import Filter, Score
+    from control.scheduler.table import BoolArray, IntArray, NodeTable, PodInfo
 
 SCHEDULER_NAME = "default-scheduler"
 MIN_FEASIBLE_NODES_TO_FIND = 100
@@ -106,11 +108,9 @@ class Scheduler:
         self.store = api.store
         self.recorder = recorder
         self.clock = clock
-        self.filters = list(filters) if filters is not None else default_filters()
-        self.scores = list(scores) if scores is not None else default_scores()
+        self._given = (filters, scores)
         self.percentage = percentage_of_nodes_to_score
         self.record_limit = record_limit
-        self.table = NodeTable()
         self.stats = SchedulerStats()
         self.decisions: OrderedDict[str, Decision] = OrderedDict()
         self._seed = seed
@@ -120,9 +120,46 @@ class Scheduler:
         self._parked: dict[str, tuple[object, object]] = {}
         self._failures: dict[str, int] = {}
         self._next_start = 0
-        self._walk_cache: IntArray = np.zeros(0, dtype=np.int64)
-        self._weights = {sp.name: sp.weight for sp in self.scores}
-        self._no_status: IntArray = np.zeros(0, dtype=np.int64)
+
+    # ---- made on first use: the plugins, the node table and their numpy arrays (numpy
+    # and the plugins are imported then, not by a control plane whose scheduler never
+    # works, e.g. a converged start that changes no pod)
+
+    @cached_property
+    def filters(self) -> list[Filter]:
+        from control.scheduler.plugins import default_filters
+
+        given = self._given[0]
+        return list(given) if given is not None else default_filters()
+
+    @cached_property
+    def scores(self) -> list[Score]:
+        from control.scheduler.plugins import default_scores
+
+        given = self._given[1]
+        return list(given) if given is not None else default_scores()
+
+    @cached_property
+    def table(self) -> NodeTable:
+        from control.scheduler.table import NodeTable
+
+        return NodeTable()
+
+    @cached_property
+    def _weights(self) -> dict[str, int]:
+        return {sp.name: sp.weight for sp in self.scores}
+
+    @cached_property
+    def _walk_cache(self) -> IntArray:
+        import numpy as np
+
+        return np.zeros(0, dtype=np.int64)
+
+    @cached_property
+    def _no_status(self) -> IntArray:
+        import numpy as np
+
+        return np.zeros(0, dtype=np.int64)
 
     # ---- queue
 
@@ -159,6 +196,8 @@ class Scheduler:
                     self._unpark_all()
 
     def _on_pod(self, type_: str, pod: Pod) -> None:
+        from control.scheduler.table import pod_info
+
         key = pod.key
         if type_ == "DELETED":
             self._forget(key)
@@ -184,6 +223,8 @@ class Scheduler:
 
     def resync(self, objects: Iterable[KubeObject]) -> None:
         """Rebuild the cache and queues from a full listing (start, relist)."""
+        from control.scheduler.table import NodeTable
+
         self.table = NodeTable()
         self._active.clear()
         self._active_set.clear()
@@ -232,6 +273,8 @@ class Scheduler:
         return done
 
     def _attempt(self, key: str) -> None:
+        from control.scheduler.table import pod_info
+
         try:
             pod = self.store.get("Pod", key)
         except NotFoundError:
@@ -258,6 +301,8 @@ class Scheduler:
 
     def schedule(self, pod: Pod, info: PodInfo) -> Decision:
         """Filter, score and select a node for ``pod`` against the cache; no writes."""
+        import numpy as np
+
         t = self.table
         t.refresh()
         n = len(t.names)
@@ -335,11 +380,15 @@ class Scheduler:
 
     def _walk(self, n: int) -> IntArray:
         """0..n-1 twice over: a walk of any length from any start is one slice."""
+        import numpy as np
+
         if len(self._walk_cache) != 2 * n:
             self._walk_cache = np.concatenate((np.arange(n), np.arange(n)))
         return self._walk_cache
 
     def _fit_error(self, pod: Pod, info: PodInfo, status: IntArray) -> str:
+        import numpy as np
+
         n = len(status)
         reasons: list[str] = []
         preemption: list[str] = []
@@ -367,6 +416,8 @@ class Scheduler:
         best totals, then rejected nodes by name) and how many were left out.
         ``status`` None means no evaluated node was rejected. ``picked_best``: the chosen
         node's position in ``feasible`` and the best total, when scored."""
+        import numpy as np
+
         t = self.table
         limit = self.record_limit
         rows: list[NodeRow] = []

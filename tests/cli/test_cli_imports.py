@@ -127,6 +127,32 @@ def test_get_reads_the_store_without_the_control_plane(tmp_path: Path) -> None:
     assert loaded == []
 
 
+def test_a_new_service_on_a_converged_store_loads_no_numpy(tmp_path: Path) -> None:
+    """``apply`` of a Service on a converged persistent cluster runs the control plane,
+    but its scheduler never works (no pod changes): the scheduler's numpy, plugins and
+    node table are not loaded."""
+    from control.session import Session
+    from netmodel.manifests import load
+
+    session = Session.open(tmp_path / "state", must_exist=False)
+    session.proxies_from_store = True
+    try:
+        session.apply(load([str(WEB)]))
+    finally:
+        session.close()
+    svc = tmp_path / "svc.yaml"
+    svc.write_text(
+        "apiVersion: v1\nkind: Service\nmetadata: {name: extra}\n"
+        "spec:\n  selector: {app: web}\n  ports: [{port: 81, targetPort: 80}]\n"
+    )
+    watched = ("numpy", "control.scheduler.table", "control.scheduler.plugins", "control.runner")
+    got, loaded = probe(
+        ["--state", str(tmp_path / "state"), "apply", "-f", str(svc)], watched, tmp_path
+    )
+    assert got == 0
+    assert loaded == ["control.runner"]  # (the control plane did run)
+
+
 def test_constants_repeated_for_start_up_agree() -> None:
     """The two values the CLI repeats so that --help need not import their modules."""
     from app.cli import main, rules_cmd
@@ -154,8 +180,15 @@ def test_trace_without_cluster_dns_loads_no_dns_library(tmp_path: Path) -> None:
         pod = next(p.key for p in session.store.list("Pod") if p.key.startswith("default/"))
     finally:
         session.close()
-    argv = ["--state", str(tmp_path / "state"), "trace", "--from", f"pod/{pod}",
-            "--to", "svc/default/web:80"]
+    argv = [
+        "--state",
+        str(tmp_path / "state"),
+        "trace",
+        "--from",
+        f"pod/{pod}",
+        "--to",
+        "svc/default/web:80",
+    ]
     got, loaded = probe(argv, ("dns", "dataplane.dns", "dataplane.emulator.resolver"), tmp_path)
     assert got == 0
     assert loaded == []
