@@ -102,13 +102,6 @@ def felix_rules(pools: Sequence[IPPool], *, random_fully: bool = True) -> Calico
     )
 
 
-def nat_outgoing(pools: Sequence[IPPool], *, random_fully: bool = True) -> CalicoRules | None:
-    """:func:`felix_rules` of the pools as if none asked for VXLAN: the natOutgoing part
-    alone (None when no pool asks for it)."""
-    return felix_rules([p.model_copy(update={"vxlan_mode": "Never"}) for p in pools],
-                       random_fully=random_fully)
-
-
 _NAT_BUILTINS = ("PREROUTING", "INPUT", "OUTPUT", "POSTROUTING")
 
 

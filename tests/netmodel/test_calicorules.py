@@ -3,7 +3,7 @@ pools, and how it joins kube-proxy's rules of each mode without changing them.""
 
 from __future__ import annotations
 
-from netmodel.calicorules import merge_save, nat_outgoing, with_calico
+from netmodel.calicorules import felix_rules, merge_save, with_calico
 from netmodel.cluster import IPPool
 from netmodel.rulesets import IptablesRules, IpvsRules, NftRules
 
@@ -28,14 +28,14 @@ def pools(*spec: tuple[str, bool]) -> list[IPPool]:
     return [IPPool(cidr=c, nat_outgoing=n) for c, n in spec]
 
 
-def test_nothing_is_rendered_without_nat_outgoing() -> None:
-    assert nat_outgoing(pools(("10.244.0.0/16", False))) is None
+def test_nothing_is_rendered_without_felix_rules() -> None:
+    assert felix_rules(pools(("10.244.0.0/16", False))) is None
     rules = IptablesRules(KUBE)
     assert with_calico(rules, None) is rules
 
 
 def test_the_sets_hold_every_pool_and_the_nat_outgoing_ones() -> None:
-    cal = nat_outgoing(pools(("10.244.0.0/16", True), ("10.9.0.0/16", False)))
+    cal = felix_rules(pools(("10.244.0.0/16", True), ("10.9.0.0/16", False)))
     assert cal is not None
     assert cal.ipsets.splitlines() == [
         "create cali40all-ipam-pools hash:net family inet hashsize 1024 maxelem 1048576",
@@ -48,12 +48,12 @@ def test_the_sets_hold_every_pool_and_the_nat_outgoing_ones() -> None:
         "-m set --match-set cali40masq-ipam-pools src "
         "-m set ! --match-set cali40all-ipam-pools dst -j MASQUERADE --random-fully"
     )
-    plain = nat_outgoing(pools(("10.244.0.0/16", True)), random_fully=False)
+    plain = felix_rules(pools(("10.244.0.0/16", True)), random_fully=False)
     assert plain is not None and plain.rules[-1].endswith("-j MASQUERADE")
 
 
 def test_felixs_jump_heads_postrouting_and_kube_proxys_rules_stay() -> None:
-    cal = nat_outgoing(pools(("10.244.0.0/16", True)))
+    cal = felix_rules(pools(("10.244.0.0/16", True)))
     assert cal is not None
     merged = merge_save(KUBE, cal).splitlines()
     post = [ln for ln in merged if ln.startswith("-A POSTROUTING")]
@@ -69,7 +69,7 @@ def test_felixs_jump_heads_postrouting_and_kube_proxys_rules_stay() -> None:
 
 
 def test_each_mode_carries_the_rules_and_sets() -> None:
-    cal = nat_outgoing(pools(("10.244.0.0/16", True)))
+    cal = felix_rules(pools(("10.244.0.0/16", True)))
     assert cal is not None
     ipt = with_calico(IptablesRules(KUBE, source="kp"), cal)
     assert isinstance(ipt, IptablesRules) and ipt.ipsets == cal.ipsets and ipt.source == "kp"
