@@ -434,7 +434,7 @@ class ClusterSpec(_Strict):
     def node_entries(self) -> list[NodeSpecEntry]:
         """The node list with names and addresses filled in (node-1, node-2, ...; .2, .3, ...)."""
         if isinstance(self.nodes, int):
-            entries = [NodeSpecEntry(name=f"node-{i + 1}") for i in range(self.nodes)]
+            entries = [NodeSpecEntry(name=n) for n in self.node_names()]
         else:
             entries = list(self.nodes)
         out = []
