@@ -47,6 +47,7 @@ from typing import Any
 
 import yaml
 
+from netmodel import kinds
 from netmodel.cluster import Cluster, cluster_from_dict
 from netmodel.errors import InputError, SchemaError
 
@@ -65,9 +66,8 @@ __all__ = [
 #: ranges are lower bounds the next dump of the same cluster may widen
 INFERRED_ANNOTATION = "svclab.dev/inferred-from"
 
-MODELLED_KINDS = frozenset(
-    {"Deployment", "EndpointSlice", "Namespace", "Node", "Pod", "ReplicaSet", "Service"}
-)
+#: the kinds a dump brings in (the kind table's ``dump`` rows); others are skipped
+MODELLED_KINDS = frozenset(r.kind for r in kinds.ROWS if r.dump)
 _SERVER_META = (
     "resourceVersion",
     "managedFields",
@@ -349,13 +349,13 @@ def prepare(docs: list[dict[str, Any]], *, has_cluster: bool) -> PreparedDump:
         if kind in ("Cluster", "KubeProxyConfiguration"):
             out.docs.append(d)
             continue
-        if kind == "ConfigMap":
-            if meta.get("namespace") == "kube-system" and meta.get("name") == "kube-proxy":
-                conf = _proxy_conf(d)
-                mode = _proxy_mode(conf) or mode
-                cluster_cidr = _cluster_cidr(conf) or cluster_cidr
-            out.skipped[kind] += 1
-            continue
+        if kind == "ConfigMap" and (meta.get("namespace"), meta.get("name")) == (
+            "kube-system",
+            "kube-proxy",
+        ):  # read for the proxy mode and cluster CIDR, and kept (a generic kind)
+            conf = _proxy_conf(d)
+            mode = _proxy_mode(conf) or mode
+            cluster_cidr = _cluster_cidr(conf) or cluster_cidr
         if calico.read(kind, d):
             out.skipped[kind] += 1
             continue

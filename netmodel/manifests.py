@@ -22,7 +22,8 @@ from netmodel import schema
 from netmodel.cluster import API_VERSION as CLUSTER_API
 from netmodel.cluster import Cluster, cluster_from_dict
 from netmodel.errors import InputError, SchemaError
-from netmodel.objects import KubeObject, object_from_dict
+from netmodel.kinds import object_from_dict
+from netmodel.objects import KubeObject
 from netmodel.proxyconfig import API_VERSION as PROXY_API
 from netmodel.proxyconfig import KubeProxyConfiguration, proxy_config_from_dict
 

@@ -12,7 +12,7 @@ Field names are snake_case in Python and camelCase on the wire (aliases).
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Annotated, Any, ClassVar, Literal, TypeVar
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
@@ -198,6 +198,18 @@ class KubeObject(K8sModel):
     def with_meta(self: M, **changes: Any) -> M:
         meta: ObjectMeta = self.metadata  # type: ignore[attr-defined]
         return self.evolve(metadata=meta.evolve(**changes))
+
+
+class GenericObject(KubeObject):
+    """An object of a kind svclab has no typed class for (ConfigMap, Secret, a custom
+    resource...): apiVersion, kind and metadata are typed, every other field is kept as
+    it came (pydantic extra fields) and written back unchanged by ``to_dict()``. Each such
+    kind gets its own subclass fixing ``KIND``, ``API_VERSION`` and ``NAMESPACED`` (see
+    :func:`netmodel.kinds.generic_class`)."""
+
+    def field(self, name: str) -> Any:
+        """A top-level field other than apiVersion/kind/metadata (None if absent)."""
+        return (self.model_extra or {}).get(name)
 
 
 # --------------------------------------------------------------------------- core/v1
@@ -649,30 +661,3 @@ class ClusterRoleBinding(KubeObject):
     NAMESPACED = False
     subjects: list[Subject] = Field(default_factory=list)
     role_ref: RoleRef | None = None
-
-
-KINDS: dict[str, type[KubeObject]] = {
-    cls.KIND: cls
-    for cls in (
-        Namespace,
-        Node,
-        Pod,
-        Service,
-        Deployment,
-        ReplicaSet,
-        EndpointSlice,
-        Event,
-        Role,
-        ClusterRole,
-        RoleBinding,
-        ClusterRoleBinding,
-    )
-}
-
-
-def object_from_dict(data: Mapping[str, Any]) -> KubeObject:
-    """Build the typed object for ``data['kind']`` (no strict schema check: see schema.py)."""
-    cls = KINDS.get(str(data.get("kind", "")))
-    if cls is None:
-        raise KeyError(f"unknown kind {data.get('kind')!r}")
-    return cls.model_validate(data)

@@ -12,25 +12,32 @@ from __future__ import annotations
 import functools
 import importlib
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
+from netmodel import kinds
 from netmodel.errors import SchemaError
 
-#: (apiVersion, kind) -> kubernetes client model class name
-KNOWN_KINDS: dict[tuple[str, str], str] = {
-    ("v1", "Namespace"): "V1Namespace",
-    ("v1", "Node"): "V1Node",
-    ("v1", "Pod"): "V1Pod",
-    ("v1", "Service"): "V1Service",
-    ("apps/v1", "Deployment"): "V1Deployment",
-    ("apps/v1", "ReplicaSet"): "V1ReplicaSet",
-    ("discovery.k8s.io/v1", "EndpointSlice"): "V1EndpointSlice",
-    ("rbac.authorization.k8s.io/v1", "Role"): "V1Role",
-    ("rbac.authorization.k8s.io/v1", "ClusterRole"): "V1ClusterRole",
-    ("rbac.authorization.k8s.io/v1", "RoleBinding"): "V1RoleBinding",
-    ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"): "V1ClusterRoleBinding",
-}
+
+class _KnownKinds(Mapping[tuple[str, str], str]):
+    """(apiVersion, kind) -> kubernetes client model class name, for every kind
+    ``svclab apply`` takes: a live view of :data:`netmodel.kinds.ROWS` (rows registered
+    at run time are seen)."""
+
+    def _table(self) -> dict[tuple[str, str], str]:
+        return {(r.api_version, r.kind): r.model for r in kinds.ROWS if r.apply and r.model}
+
+    def __getitem__(self, key: tuple[str, str]) -> str:
+        return self._table()[key]
+
+    def __iter__(self) -> Iterator[tuple[str, str]]:
+        return iter(self._table())
+
+    def __len__(self) -> int:
+        return len(self._table())
+
+
+KNOWN_KINDS: Mapping[tuple[str, str], str] = _KnownKinds()
 
 _LIST = re.compile(r"^[Ll]ist\[(.+)\]$")
 _DICT = re.compile(r"^(?:dict\(str, (.+)\)|Dict\[str, (.+)\])$")
@@ -84,7 +91,7 @@ def _check_value(value: Any, typ: str, path: str) -> None:
                 continue
             _check_value(v, inner, f"{path}.{k}")
         return
-    if typ == "str":
+    if typ in ("str", "bytes"):  # bytes: base64 text on the wire
         if not isinstance(value, str):
             raise SchemaError(f"expected string, got {_type_name(value)}", field=path)
     elif typ == "int":
@@ -126,10 +133,10 @@ def check(doc: Mapping[str, Any]) -> None:
         raise SchemaError("missing apiVersion", field="apiVersion")
     model = KNOWN_KINDS.get((api, kind))
     if model is None:
-        kinds = sorted({k for _, k in KNOWN_KINDS})
-        if kind in kinds:
+        known = sorted({k for _, k in KNOWN_KINDS})
+        if kind in known:
             raise SchemaError(f"no kind {kind!r} in apiVersion {api!r}", field="apiVersion")
-        raise SchemaError(f"unknown kind {kind!r} (svclab knows {', '.join(kinds)})", field="kind")
+        raise SchemaError(f"unknown kind {kind!r} (svclab knows {', '.join(known)})", field="kind")
     _check_object(dict(doc), model, "")
 
 
@@ -141,7 +148,7 @@ def _prune_value(value: Any, typ: str, path: str, unknown: list[str]) -> Any:
     if m and isinstance(value, dict):
         inner = m.group(1) or m.group(2)
         return {k: _prune_value(v, inner, f"{path}.{k}", unknown) for k, v in value.items()}
-    if typ in ("str", "int", "float", "bool", "datetime", "date", "object") or m:
+    if typ in ("str", "bytes", "int", "float", "bool", "datetime", "date", "object") or m:
         return value
     if not isinstance(value, dict):
         return value

@@ -58,7 +58,8 @@ from control.runner import ControlPlane, Timing
 from control.scheduler import SchedulerStats
 from control.store import Store, open_store
 from netmodel.cluster import ClusterSpec
-from netmodel.objects import KubeObject, object_from_dict
+from netmodel.kinds import object_from_dict
+from netmodel.objects import KubeObject
 
 ROOT = Path(__file__).resolve().parents[1]
 

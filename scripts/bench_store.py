@@ -43,7 +43,8 @@ from etcd_procs import etcd_cluster  # noqa: E402
 
 from control.store import Store, open_store  # noqa: E402
 from control.store.etcd_layout import MARKER_KEY, b64, encode_value, object_key  # noqa: E402
-from netmodel.objects import KubeObject, object_from_dict  # noqa: E402
+from netmodel.kinds import object_from_dict  # noqa: E402
+from netmodel.objects import KubeObject  # noqa: E402
 
 
 def make_pod(i: int, prefix: str = "p") -> KubeObject:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from control.apiserver import configkinds
 from netmodel.cluster import ClusterSpec
 from netmodel.objects import (
     ClientIPConfig,
@@ -51,6 +52,8 @@ def default_object(obj: KubeObject, cluster: ClusterSpec) -> KubeObject:
         return default_endpointslice(obj)
     if isinstance(obj, Namespace):
         return default_namespace(obj)
+    if obj.kind in configkinds.KINDS:
+        return configkinds.default(obj)
     return obj
 
 

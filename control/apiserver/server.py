@@ -66,11 +66,12 @@ from netmodel.errors import (
     NotFoundError,
     SvclabError,
 )
+from netmodel.kinds import KINDS
 from netmodel.objects import (
     FOREGROUND,
-    KINDS,
     Condition,
     EndpointSlice,
+    GenericObject,
     KubeObject,
     Namespace,
     Node,
@@ -730,7 +731,7 @@ class APIServer:
                 raise
         if merged == current:
             return _Admitted("unchanged", current, current.resource_version, [], journal)
-        if _spec_changed(merged, current):
+        if not isinstance(merged, GenericObject) and _spec_changed(merged, current):
             merged = merged.with_meta(generation=(current.metadata.generation or 1) + 1)
         return _Admitted("configured", merged, current.resource_version, notes, journal)
 
@@ -757,8 +758,8 @@ class APIServer:
             "deletion_timestamp": None,
             "uid": None,
         }
-        if obj.kind != "Event":
-            ch["generation"] = 1
+        if obj.kind != "Event" and not isinstance(obj, GenericObject):
+            ch["generation"] = 1  # (kube-apiserver counts none for ConfigMaps and the like)
         if obj.NAMESPACED:
             if not meta.namespace:
                 ch["namespace"] = "default"

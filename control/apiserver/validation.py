@@ -26,6 +26,7 @@ import warnings
 from collections.abc import Callable, Iterable, Mapping
 from typing import NoReturn
 
+from control.apiserver import configkinds
 from control.apiserver.defaults import NODE_PORT_TYPES
 from control.apiserver.names import (
     check_dns1035_label,
@@ -108,6 +109,9 @@ class Problems:
         allowed = ", ".join(quote(s) for s in supported)
         self._raise(field, f"Unsupported value: {quote(value)}: supported values: {allowed}")
 
+    def too_long(self, field: str, limit: int) -> NoReturn:
+        self._raise(field, f"Too long: may not be more than {limit} bytes")
+
     def too_many(self, field: str, have: int, limit: int) -> NoReturn:
         self._raise(field, f"Too many: {have}: must have at most {limit} items")
 
@@ -186,11 +190,15 @@ def validate(obj: KubeObject, cluster: ClusterSpec, stored: KubeObject | None = 
         _endpointslice(obj, p)
     elif isinstance(obj, Node):
         _node(obj, cluster, p)
+    elif obj.kind in configkinds.KINDS:
+        configkinds.validate(obj, p)
 
 
 def validate_update(obj: KubeObject, old: KubeObject) -> None:
     """Rules that compare the new object with the stored one (immutable fields)."""
     p = Problems(obj.ref)
+    if obj.kind in configkinds.KINDS:
+        configkinds.validate_update(obj, old, p)
     if isinstance(obj, Deployment | ReplicaSet) and isinstance(old, Deployment | ReplicaSet):
         if obj.spec.selector != old.spec.selector and isinstance(obj, Deployment):
             p.invalid("spec.selector", _selector_text(obj.spec.selector), "field is immutable")

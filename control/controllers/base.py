@@ -45,7 +45,8 @@ from control.informers.cache import Indexer, ObjectCache
 from control.informers.workqueue import WorkQueue
 from control.store.base import Store, WatchEvent, first_states
 from netmodel.errors import NotFoundError, SvclabError
-from netmodel.objects import FOREGROUND, KINDS, KubeObject, OwnerReference, Pod, finalizers
+from netmodel.kinds import KINDS
+from netmodel.objects import FOREGROUND, KubeObject, OwnerReference, Pod, finalizers
 
 log = logging.getLogger(__name__)
 

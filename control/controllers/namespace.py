@@ -32,7 +32,8 @@ from control.controllers.base import APIClient, Controller
 from control.events import Recorder
 from control.store.base import WatchEvent
 from netmodel.errors import NotFoundError
-from netmodel.objects import KINDS, Event, KubeObject, Namespace
+from netmodel.kinds import KINDS
+from netmodel.objects import Event, KubeObject, Namespace
 
 _ORDER = ("Deployment", "ReplicaSet", "Service", "EndpointSlice", "Pod")
 

@@ -28,24 +28,13 @@ import httpx
 
 from control.informers.listwatch import Bookmark, Listing
 from control.store.base import EventType, WatchEvent
+from netmodel import kinds
 from netmodel.errors import CompactedError, ConflictError, InvalidError, NotFoundError, SvclabError
-from netmodel.objects import KINDS, KubeObject, object_from_dict
+from netmodel.kinds import KINDS, object_from_dict
+from netmodel.objects import KubeObject
 
-#: kind -> plural resource name in URLs
-PLURALS: dict[str, str] = {
-    "Namespace": "namespaces",
-    "Node": "nodes",
-    "Pod": "pods",
-    "Service": "services",
-    "Deployment": "deployments",
-    "ReplicaSet": "replicasets",
-    "EndpointSlice": "endpointslices",
-    "Event": "events",
-    "Role": "roles",
-    "ClusterRole": "clusterroles",
-    "RoleBinding": "rolebindings",
-    "ClusterRoleBinding": "clusterrolebindings",
-}
+#: store kind -> plural resource name in URLs (from the kind table)
+PLURALS: dict[str, str] = {r.kind: r.plural for r in kinds.stored_rows()}
 
 
 class APIError(SvclabError):

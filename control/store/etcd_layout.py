@@ -22,25 +22,15 @@ from __future__ import annotations
 
 import base64
 
-from netmodel.objects import KINDS, KubeObject
+from netmodel import kinds
+from netmodel.kinds import KINDS
+from netmodel.objects import KubeObject
 
 PREFIX = "/registry/"
 
-#: kind -> the resource path kube-apiserver uses under /registry
-RESOURCES: dict[str, str] = {
-    "Namespace": "namespaces",
-    "Node": "minions",
-    "Pod": "pods",
-    "Service": "services/specs",
-    "Deployment": "deployments",
-    "ReplicaSet": "replicasets",
-    "EndpointSlice": "endpointslices",
-    "Event": "events",
-    "Role": "roles",
-    "ClusterRole": "clusterroles",
-    "RoleBinding": "rolebindings",
-    "ClusterRoleBinding": "clusterrolebindings",
-}
+#: store kind -> the resource path kube-apiserver uses under /registry (from the kind
+#: table: :data:`netmodel.kinds.ROWS`)
+RESOURCES: dict[str, str] = {r.kind: r.etcd for r in kinds.stored_rows() if r.etcd}
 
 #: svclab's own records (not Kubernetes objects)
 SVCLAB_PREFIX = PREFIX + "svclab.dev/"

@@ -62,7 +62,8 @@ from typing import Any
 
 from control.store.base import EventType, WatchEvent, bulk, iter_matching, stamped
 from netmodel.errors import CompactedError, ConflictError, NotFoundError
-from netmodel.objects import KINDS, KubeObject
+from netmodel.kinds import KINDS
+from netmodel.objects import KubeObject
 from netmodel.selectors import LabelSelector
 
 _SCHEMA = """

@@ -16,7 +16,8 @@ from control.store import Store, open_store
 from control.store.memory import MemoryStore
 from netmodel.cluster import ClusterSpec
 from netmodel.errors import NotFoundError
-from netmodel.objects import EndpointSlice, Node, Pod, Service, object_from_dict
+from netmodel.kinds import object_from_dict
+from netmodel.objects import EndpointSlice, Node, Pod, Service
 
 APPS = ["a", "b", "c"]
 

@@ -14,7 +14,8 @@ from control.runner import ControlPlane
 from control.store.memory import MemoryStore
 from netmodel.cluster import ClusterSpec
 from netmodel.errors import AllocationError
-from netmodel.objects import Node, Pod, object_from_dict
+from netmodel.kinds import object_from_dict
+from netmodel.objects import Node, Pod
 
 
 def _plane(store: MemoryStore | None = None, **spec: Any) -> ControlPlane:

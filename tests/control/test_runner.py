@@ -17,7 +17,8 @@ from control.store.base import Store, WatchEvent
 from control.store.memory import MemoryStore
 from control.store.sqlite import SqliteStore
 from netmodel.cluster import ClusterSpec
-from netmodel.objects import EndpointSlice, KubeObject, Node, Pod, object_from_dict
+from netmodel.kinds import object_from_dict
+from netmodel.objects import EndpointSlice, KubeObject, Node, Pod
 
 WEB = """
 apiVersion: apps/v1
@@ -249,7 +250,7 @@ from control.events import timeline
 from control.runner import ControlPlane
 from control.store.memory import MemoryStore
 from netmodel.cluster import ClusterSpec
-from netmodel.objects import object_from_dict
+from netmodel.kinds import object_from_dict
 docs = [object_from_dict(d) for d in yaml.safe_load_all(sys.stdin.read()) if d]
 plane = ControlPlane(MemoryStore(), ClusterSpec(nodes=7), seed=2, clock=FakeClock())
 plane.start()

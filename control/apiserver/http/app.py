@@ -45,7 +45,8 @@ from control.apiserver.http.status import APIError
 from control.apiserver.http.watch import Hub
 from netmodel.cluster import Cluster
 from netmodel.errors import CompactedError, NotFoundError
-from netmodel.objects import KINDS, KubeObject
+from netmodel.kinds import KINDS
+from netmodel.objects import KubeObject
 
 log = logging.getLogger("svclab.apiserver")
 

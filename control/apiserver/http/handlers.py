@@ -51,14 +51,8 @@ from netmodel.errors import (
     NotFoundError,
     SvclabError,
 )
-from netmodel.objects import (
-    EndpointSlice,
-    Event,
-    KubeObject,
-    ObjectMeta,
-    Service,
-    object_from_dict,
-)
+from netmodel.kinds import object_from_dict
+from netmodel.objects import EndpointSlice, Event, KubeObject, ObjectMeta, Service
 from netmodel.selectors import parse_selector
 
 if TYPE_CHECKING:

@@ -109,6 +109,7 @@ class _Builder:
             }
         simple = {
             "str": {"type": "string"},
+            "bytes": {"type": "string", "format": "byte"},
             "int": {"type": "integer", "format": "int64"},
             "float": {"type": "number", "format": "double"},
             "bool": {"type": "boolean"},

@@ -203,19 +203,52 @@ MESSAGES: dict[str, list[Field]] = {
         ("externalName", 10, STR, False, None),
     ],
     "Service": [("metadata", 1, MSG, False, "ObjectMeta"), ("spec", 2, MSG, False, "ServiceSpec")],
+    "ConfigMap": [
+        ("metadata", 1, MSG, False, "ObjectMeta"),
+        ("data", 2, MSG, True, "ConfigMap.DataEntry"),
+        ("binaryData", 3, MSG, True, "ConfigMap.BinaryDataEntry"),
+        ("immutable", 4, BOOL, False, None),
+    ],
+    "Secret": [
+        ("metadata", 1, MSG, False, "ObjectMeta"),
+        ("data", 2, MSG, True, "Secret.DataEntry"),
+        ("type", 3, STR, False, None),
+        ("stringData", 4, MSG, True, "Secret.StringDataEntry"),
+        ("immutable", 5, BOOL, False, None),
+    ],
+    "ObjectReference": [
+        ("kind", 1, STR, False, None),
+        ("namespace", 2, STR, False, None),
+        ("name", 3, STR, False, None),
+        ("uid", 4, STR, False, None),
+        ("apiVersion", 5, STR, False, None),
+        ("resourceVersion", 6, STR, False, None),
+        ("fieldPath", 7, STR, False, None),
+    ],
+    "LocalObjectReference": [("name", 1, STR, False, None)],
+    "ServiceAccount": [
+        ("metadata", 1, MSG, False, "ObjectMeta"),
+        ("secrets", 2, MSG, True, "ObjectReference"),
+        ("imagePullSecrets", 3, MSG, True, "LocalObjectReference"),
+        ("automountServiceAccountToken", 4, BOOL, False, None),
+    ],
     "NamespaceSpec": [("finalizers", 1, STR, True, None)],
     "Namespace": [
         ("metadata", 1, MSG, False, "ObjectMeta"),
         ("spec", 2, MSG, False, "NamespaceSpec"),
     ],
 }
-#: map fields: message -> entry names (string -> string)
+#: a map entry's value type for ``map<string, bytes>`` (base64 in JSON)
+BYTES_VALUE = "bytes"
+#: map fields: message -> entries (name, value message; None: string, BYTES_VALUE: bytes)
 _MAPS: dict[str, tuple[tuple[str, str | None], ...]] = {
     "ObjectMeta": (("LabelsEntry", None), ("AnnotationsEntry", None)),
     "LabelSelector": (("MatchLabelsEntry", None),),
     "ResourceRequirements": (("LimitsEntry", "Quantity"), ("RequestsEntry", "Quantity")),
     "PodSpec": (("NodeSelectorEntry", None),),
     "ServiceSpec": (("SelectorEntry", None),),
+    "ConfigMap": (("DataEntry", None), ("BinaryDataEntry", BYTES_VALUE)),
+    "Secret": (("DataEntry", BYTES_VALUE), ("StringDataEntry", None)),
 }
 #: kind -> message
 KINDS = {
@@ -229,6 +262,9 @@ KINDS = {
     "SelfSubjectReview": "SelfSubjectReview",
     "Deployment": "Deployment",
     "Service": "Service",
+    "ConfigMap": "ConfigMap",
+    "Secret": "Secret",
+    "ServiceAccount": "ServiceAccount",
 }
 
 
@@ -246,7 +282,9 @@ def _classes() -> dict[str, Any]:
             e.options.map_entry = True
             e.field.add(name="key", number=1, type=STR, label=_T.LABEL_OPTIONAL)
             v = e.field.add(name="value", number=2, type=STR, label=_T.LABEL_OPTIONAL)
-            if value_msg is not None:
+            if value_msg == BYTES_VALUE:
+                v.type = BYTES
+            elif value_msg is not None:
                 v.type = MSG
                 v.type_name = f".{_PKG}.{value_msg}"
         add_fields(m, _PKG, fields, json_names=True)

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from control.apiserver.http.authn import User
+from netmodel import kinds
 from netmodel.objects import (
     ClusterRole,
     ClusterRoleBinding,
@@ -204,6 +205,19 @@ def _rule(verbs: str, groups: str, resources: str, names: str = "") -> PolicyRul
     )
 
 
+def _namespace_content_rules() -> list[PolicyRule]:
+    """What the namespace controller reads and deletes: every namespaced kind stored
+    (from the kind table), one rule per API group."""
+    by_group: dict[str, list[str]] = {}
+    for r in kinds.stored_rows():
+        if r.namespaced:
+            by_group.setdefault(r.group or "core", []).append(r.plural)
+    return [
+        _rule(READ + " delete deletecollection", g, " ".join(plurals))
+        for g, plurals in sorted(by_group.items())
+    ]
+
+
 def _urls(verbs: str, urls: str) -> PolicyRule:
     return PolicyRule(verbs=verbs.split(), non_resource_ur_ls=urls.split())
 
@@ -333,7 +347,7 @@ def bootstrap_policy() -> list[KubeObject]:
                 _rule("create patch update", "events.k8s.io", "events"),
                 _rule(READ + " patch update", RBAC_GROUP, "clusterroles"),
                 # the namespace controller empties a Terminating namespace of every kind
-                _rule(READ + " delete deletecollection", RBAC_GROUP, "roles rolebindings"),
+                *_namespace_content_rules(),
             ],
         ),
         _cr(

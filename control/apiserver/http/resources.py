@@ -1,7 +1,7 @@
 """The resources the HTTP API serves: names, kinds, scope, verbs, short names, categories.
 
-One table (:data:`RESOURCES`) drives discovery, OpenAPI, routing and RBAC resource
-names, so they cannot disagree. ``store_kind`` names what is stored (``None`` for
+One table (:data:`RESOURCES`, derived from the kind table :data:`netmodel.kinds.ROWS`)
+drives discovery, OpenAPI, routing and RBAC resource names, so they cannot disagree. ``store_kind`` names what is stored (``None`` for
 resources computed on read: ``endpoints``, the ``svclab.dev`` documents, the access
 reviews).
 """
@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-ALL_VERBS = ("create", "delete", "deletecollection", "get", "list", "patch", "update", "watch")
-READ_VERBS = ("get", "list", "watch")
+from netmodel import kinds
+from netmodel.kinds import ALL_VERBS, KindRow
 
 
 @dataclass(frozen=True)
@@ -45,167 +45,26 @@ class Resource:
         return f"{self.name}.{self.group}" if self.group else self.name
 
 
-def _r(
-    name: str,
-    kind: str,
-    group: str,
-    version: str,
-    *,
-    namespaced: bool = True,
-    singular: str | None = None,
-    verbs: tuple[str, ...] = ALL_VERBS,
-    short: tuple[str, ...] = (),
-    categories: tuple[str, ...] = (),
-    sub: tuple[str, ...] = (),
-    stored: bool = True,
-    model: str | None = None,
-) -> Resource:
+def _resource(r: KindRow) -> Resource:
     return Resource(
-        name=name,
-        singular=singular or kind.lower(),
-        kind=kind,
-        group=group,
-        version=version,
-        namespaced=namespaced,
-        verbs=verbs,
-        short_names=short,
-        categories=categories,
-        subresources=sub,
-        store_kind=kind if stored else None,
-        model=model,
-        list_model=(model + "List") if model else None,
+        name=r.plural,
+        singular=r.singular,
+        kind=r.kind,
+        group=r.group,
+        version=r.version,
+        namespaced=r.namespaced,
+        verbs=r.verbs,
+        short_names=r.short_names,
+        categories=r.categories,
+        subresources=r.subresources,
+        store_kind=r.store_kind,
+        model=r.model,
+        list_model=(r.model + "List") if r.model else None,
     )
 
 
-RBAC = "rbac.authorization.k8s.io"
-SVCLAB = "svclab.dev"
-
-RESOURCES: tuple[Resource, ...] = (
-    _r(
-        "namespaces",
-        "Namespace",
-        "",
-        "v1",
-        namespaced=False,
-        short=("ns",),
-        sub=("status", "finalize"),
-        model="V1Namespace",
-    ),
-    _r("nodes", "Node", "", "v1", namespaced=False, short=("no",), sub=("status",), model="V1Node"),
-    _r(
-        "pods",
-        "Pod",
-        "",
-        "v1",
-        short=("po",),
-        categories=("all",),
-        sub=("status", "binding"),
-        model="V1Pod",
-    ),
-    _r(
-        "services",
-        "Service",
-        "",
-        "v1",
-        short=("svc",),
-        categories=("all",),
-        sub=("status",),
-        model="V1Service",
-    ),
-    _r(
-        "endpoints",
-        "Endpoints",
-        "",
-        "v1",
-        singular="endpoints",
-        verbs=READ_VERBS,
-        short=("ep",),
-        stored=False,
-        model="V1Endpoints",
-    ),
-    _r("events", "Event", "", "v1", short=("ev",), model="CoreV1Event"),
-    _r(
-        "deployments",
-        "Deployment",
-        "apps",
-        "v1",
-        short=("deploy",),
-        categories=("all",),
-        sub=("status", "scale"),
-        model="V1Deployment",
-    ),
-    _r(
-        "replicasets",
-        "ReplicaSet",
-        "apps",
-        "v1",
-        short=("rs",),
-        categories=("all",),
-        sub=("status", "scale"),
-        model="V1ReplicaSet",
-    ),
-    _r("endpointslices", "EndpointSlice", "discovery.k8s.io", "v1", model="V1EndpointSlice"),
-    _r("events", "Event", "events.k8s.io", "v1", short=("ev",), model="EventsV1Event"),
-    _r("roles", "Role", RBAC, "v1", model="V1Role"),
-    _r("clusterroles", "ClusterRole", RBAC, "v1", namespaced=False, model="V1ClusterRole"),
-    _r("rolebindings", "RoleBinding", RBAC, "v1", model="V1RoleBinding"),
-    _r(
-        "clusterrolebindings",
-        "ClusterRoleBinding",
-        RBAC,
-        "v1",
-        namespaced=False,
-        model="V1ClusterRoleBinding",
-    ),
-    _r(
-        "selfsubjectaccessreviews",
-        "SelfSubjectAccessReview",
-        "authorization.k8s.io",
-        "v1",
-        namespaced=False,
-        verbs=("create",),
-        stored=False,
-        model="V1SelfSubjectAccessReview",
-    ),
-    _r(
-        "selfsubjectrulesreviews",
-        "SelfSubjectRulesReview",
-        "authorization.k8s.io",
-        "v1",
-        namespaced=False,
-        verbs=("create",),
-        stored=False,
-        model="V1SelfSubjectRulesReview",
-    ),
-    _r(
-        "selfsubjectreviews",
-        "SelfSubjectReview",
-        "authentication.k8s.io",
-        "v1",
-        namespaced=False,
-        verbs=("create",),
-        stored=False,
-        model="V1SelfSubjectReview",
-    ),
-    _r(
-        "clusters",
-        "Cluster",
-        SVCLAB,
-        "v1alpha1",
-        namespaced=False,
-        verbs=("create", "get", "list", "patch", "update"),
-        stored=False,
-    ),
-    _r(
-        "kubeproxyconfigurations",
-        "KubeProxyConfiguration",
-        SVCLAB,
-        "v1alpha1",
-        namespaced=False,
-        verbs=("get", "list"),
-        stored=False,
-    ),
-)
+#: every served resource, one per row of the kind table (:data:`netmodel.kinds.ROWS`)
+RESOURCES: tuple[Resource, ...] = tuple(_resource(r) for r in kinds.ROWS)
 
 #: kinds kubectl resolves by ``Kind`` in a subresource response
 SCALE_KIND = "Scale"

@@ -305,6 +305,24 @@ def _binding(b: RoleBinding | ClusterRoleBinding, now: float) -> list[Any]:
     ]
 
 
+def _extra(o: KubeObject, name: str) -> Any:
+    return (o.model_extra or {}).get(name)
+
+
+def _configmap(o: KubeObject, now: float) -> list[Any]:
+    n = len(_extra(o, "data") or {}) + len(_extra(o, "binaryData") or {})
+    return [o.name, n, age(o.metadata.creation_timestamp, now)]
+
+
+def _secret(o: KubeObject, now: float) -> list[Any]:
+    n = len(_extra(o, "data") or {})
+    return [o.name, _extra(o, "type") or "", n, age(o.metadata.creation_timestamp, now)]
+
+
+def _serviceaccount(o: KubeObject, now: float) -> list[Any]:
+    return [o.name, len(_extra(o, "secrets") or []), age(o.metadata.creation_timestamp, now)]
+
+
 def _created_at(o: KubeObject, now: float) -> list[Any]:
     return [o.name, o.metadata.creation_timestamp or ""]
 
@@ -531,6 +549,20 @@ TABLES: dict[str, tuple[list[Col], Callable[[Any, float], list[Any]]]] = {
     "namespaces": (
         [_NAME, ("Status", "string", 0, "The status of the namespace"), _AGE],
         _namespace,
+    ),
+    "configmaps": ([_NAME, ("Data", "string", 0, "Number of entries in data."), _AGE], _configmap),
+    "secrets": (
+        [
+            _NAME,
+            ("Type", "string", 0, "The type of the secret"),
+            ("Data", "string", 0, "Number of entries in data."),
+            _AGE,
+        ],
+        _secret,
+    ),
+    "serviceaccounts": (
+        [_NAME, ("Secrets", "string", 0, "Number of secrets in the service account."), _AGE],
+        _serviceaccount,
     ),
     "roles": ([_NAME, _CREATED], _created_at),
     "clusterroles": ([_NAME, _CREATED], _created_at),

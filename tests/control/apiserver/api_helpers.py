@@ -11,7 +11,8 @@ from control.clock import FakeClock
 from control.events import Recorder
 from control.store import MemoryStore, Store
 from netmodel.cluster import ClusterSpec
-from netmodel.objects import KubeObject, Service, object_from_dict
+from netmodel.kinds import object_from_dict
+from netmodel.objects import KubeObject, Service
 
 
 def make_api(store: Store | None = None, **cluster: Any) -> APIServer:

@@ -8,7 +8,7 @@ import pytest
 from api_helpers import make_api
 
 from netmodel.errors import InvalidError
-from netmodel.objects import object_from_dict
+from netmodel.kinds import object_from_dict
 
 POD_SPEC: dict[str, Any] = {"containers": [{"name": "c"}]}
 

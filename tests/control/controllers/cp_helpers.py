@@ -10,7 +10,8 @@ from control.clock import FakeClock
 from control.runner import ControlPlane
 from control.store.memory import MemoryStore
 from netmodel.cluster import ClusterSpec
-from netmodel.objects import EndpointSlice, KubeObject, Pod, object_from_dict
+from netmodel.kinds import object_from_dict
+from netmodel.objects import EndpointSlice, KubeObject, Pod
 
 
 def make_plane(

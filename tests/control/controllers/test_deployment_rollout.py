@@ -20,6 +20,7 @@ from control.controllers.deployment import (
 from control.events import timeline
 from control.runner import ControlPlane
 from netmodel.errors import InputError
+from netmodel.kinds import object_from_dict
 from netmodel.objects import (
     Deployment,
     DeploymentStrategy,
@@ -30,7 +31,6 @@ from netmodel.objects import (
     PodStatus,
     ReplicaSet,
     RollingUpdateDeployment,
-    object_from_dict,
 )
 
 MAX_ROUNDS = 200

@@ -12,16 +12,8 @@ from control.controllers.endpointslice import (
     SERVICE_NAME_LABEL,
     pod_endpoint,
 )
-from netmodel.objects import (
-    Condition,
-    EndpointSlice,
-    ObjectMeta,
-    Pod,
-    PodSpec,
-    PodStatus,
-    Service,
-    object_from_dict,
-)
+from netmodel.kinds import object_from_dict
+from netmodel.objects import Condition, EndpointSlice, ObjectMeta, Pod, PodSpec, PodStatus, Service
 
 
 def _ips(sls: list[EndpointSlice]) -> list[str]:

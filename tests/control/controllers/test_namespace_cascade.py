@@ -16,8 +16,9 @@ from control.session import Session
 from control.store.memory import MemoryStore
 from netmodel.cluster import ClusterSpec
 from netmodel.errors import InputError, InvalidError
+from netmodel.kinds import object_from_dict
 from netmodel.manifests import load_text
-from netmodel.objects import KubeObject, Namespace, Service, object_from_dict
+from netmodel.objects import KubeObject, Namespace, Service
 
 NAMESPACE = "{apiVersion: v1, kind: Namespace, metadata: {name: shop}}"
 

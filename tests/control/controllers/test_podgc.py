@@ -13,8 +13,9 @@ from control.runner import ControlPlane
 from control.session import Session
 from control.store.memory import MemoryStore
 from netmodel.cluster import ClusterSpec
+from netmodel.kinds import object_from_dict
 from netmodel.manifests import load_text
-from netmodel.objects import Pod, object_from_dict
+from netmodel.objects import Pod
 
 
 def _clock(plane: ControlPlane) -> FakeClock:

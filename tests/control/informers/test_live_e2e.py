@@ -17,7 +17,8 @@ from control.apiserver.http import pki
 from control.informers import Reflector, SharedInformer
 from control.informers.http import AccessError, Credentials, HTTPListerWatcher, KubeClient
 from netmodel.errors import CompactedError
-from netmodel.objects import Deployment, Pod, Service, object_from_dict
+from netmodel.kinds import object_from_dict
+from netmodel.objects import Deployment, Pod, Service
 
 pytestmark = pytest.mark.slow
 

@@ -17,7 +17,8 @@ from control.scheduler.plugins import default_filters, default_scores
 from control.scheduler.table import pod_info
 from control.store.memory import MemoryStore
 from netmodel.cluster import ClusterSpec
-from netmodel.objects import Node, Pod, object_from_dict
+from netmodel.kinds import object_from_dict
+from netmodel.objects import Node, Pod
 
 CPUS = ["500m", "1", "2", "4", "0"]  # "0": a node without cpu capacity (not "sized")
 MEMS = ["512Mi", "1Gi", "4Gi", "16Gi"]

@@ -15,7 +15,8 @@ from control.scheduler import SCHEDULING_ANNOTATION, num_feasible_nodes_to_find
 from control.scheduler.table import pod_info
 from control.store.memory import MemoryStore
 from netmodel.cluster import ClusterSpec
-from netmodel.objects import Pod, object_from_dict
+from netmodel.kinds import object_from_dict
+from netmodel.objects import Pod
 
 
 def _plane(nodes: object = 3, seed: int = 0) -> ControlPlane:

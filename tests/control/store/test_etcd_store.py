@@ -345,7 +345,7 @@ def test_bad_store_urls_are_one_line(member: EtcdCluster, tmp_path: Path) -> Non
 
 def test_every_kind_has_a_key_that_maps_back() -> None:
     from control.store.etcd_layout import RESOURCES, object_key, split_key
-    from netmodel.objects import KINDS
+    from netmodel.kinds import KINDS
 
     assert set(RESOURCES) == set(KINDS)
     for kind in KINDS:
@@ -359,7 +359,7 @@ def test_every_kind_has_a_key_that_maps_back() -> None:
 
 def test_decoding_gives_the_version_to_the_top_level_metadata() -> None:
     from control.store.etcd_layout import decode_value, encode_value
-    from netmodel.objects import object_from_dict
+    from netmodel.kinds import object_from_dict
 
     dep = object_from_dict(
         {

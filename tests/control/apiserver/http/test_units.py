@@ -291,7 +291,7 @@ def test_a_metadata_only_patch_builds_the_object_the_full_validation_builds() ->
     anything else, an Event or a refused metadata falls back to the full path."""
     from control.apiserver.http.handlers import _metadata_only
     from control.apiserver.http.resources import by_path
-    from netmodel.objects import object_from_dict
+    from netmodel.kinds import object_from_dict
 
     pods = by_path("", "v1", "pods")
     assert pods is not None

@@ -1,0 +1,411 @@
+"""The kind table: every kind svclab knows, once, and the tables derived from it.
+
+One :class:`KindRow` per (group, version, kind) says everything the rest of svclab
+needs to know about a kind to store and serve it: its URL names (plural, singular,
+short names, categories), scope, verbs and subresources, the kubernetes Python client
+model its schema comes from, the path under ``/registry`` where etcd keeps it, the
+typed class that decodes it (or ``None``: then a :class:`~netmodel.objects.GenericObject`
+class is made for it), and whether ``svclab apply`` and kubectl dumps take it.
+
+Every other kind table is derived from :data:`ROWS`: :data:`KINDS` and
+:func:`object_from_dict` here, the schema's ``KNOWN_KINDS``, the dump reader's
+``MODELLED_KINDS``, the etcd layout, the informers' plurals and the HTTP resources
+(a test checks that they agree). A kind with no networking meaning needs nothing but
+its row: it is stored, served, applied and imported through the generic path.
+
+Rows may be added at run time (:func:`register`, for CustomResourceDefinitions):
+:data:`KINDS` and the schema's ``KNOWN_KINDS`` see them at once; the tables other
+modules derive once at import (etcd layout, plurals, HTTP resources, dump kinds) hold
+the built-in rows.
+
+Kinds are keyed by their ``kind`` name in the stores (``store_kind``): two groups that
+serve one kind (core/v1 and events.k8s.io/v1 Events) share one store kind.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from netmodel.objects import (
+    ClusterRole,
+    ClusterRoleBinding,
+    Deployment,
+    EndpointSlice,
+    Event,
+    GenericObject,
+    KubeObject,
+    Namespace,
+    Node,
+    Pod,
+    ReplicaSet,
+    Role,
+    RoleBinding,
+    Service,
+)
+
+ALL_VERBS = ("create", "delete", "deletecollection", "get", "list", "patch", "update", "watch")
+READ_VERBS = ("get", "list", "watch")
+
+
+@dataclass(frozen=True)
+class KindRow:
+    """One kind as svclab stores and serves it.
+
+    ``etcd``: the resource path under ``/registry`` (``services/specs``), None for kinds
+    computed on read (``Endpoints``, the access reviews, svclab's documents): those are
+    not stored (``store_kind`` is None). ``store_kind``: the kind name the stores keep it
+    under (the row's own kind unless another group's row owns the store).
+    ``typed``: the class that decodes it; None for a kind served through the generic path.
+    ``apply``: ``svclab apply`` takes it; ``dump``: kubectl dumps bring it in.
+    ``owns_store``: this row's class, etcd path and plural are its store kind's; False for
+    a row that shares another group's store (events.k8s.io/v1 Events)."""
+
+    group: str
+    version: str
+    kind: str
+    plural: str
+    singular: str
+    namespaced: bool
+    short_names: tuple[str, ...]
+    categories: tuple[str, ...]
+    subresources: tuple[str, ...]
+    verbs: tuple[str, ...]
+    model: str | None
+    etcd: str | None
+    store_kind: str | None
+    typed: type[KubeObject] | None
+    apply: bool
+    dump: bool
+    #: one row per store kind owns it: its class, etcd path and plural are the store's
+    #: (the other rows of that kind, another group's, share it)
+    owns_store: bool
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    @property
+    def stored(self) -> bool:
+        return self.store_kind is not None
+
+
+def row(
+    group: str,
+    version: str,
+    kind: str,
+    plural: str,
+    *,
+    typed: type[KubeObject] | None = None,
+    namespaced: bool = True,
+    singular: str | None = None,
+    short: tuple[str, ...] = (),
+    categories: tuple[str, ...] = (),
+    sub: tuple[str, ...] = (),
+    verbs: tuple[str, ...] = ALL_VERBS,
+    model: str | None = None,
+    etcd: str | None = "",
+    shares_store: bool = False,
+    apply: bool = True,
+    dump: bool = True,
+) -> KindRow:
+    """A row with the usual defaults: stored under ``/registry/<plural>`` as its own
+    kind, applied and imported from dumps. ``etcd=None`` makes a kind computed on read
+    (not stored, not applied); ``shares_store``: kept in the store of another group's
+    row of the same kind."""
+    stored = etcd is not None
+    return KindRow(
+        group=group,
+        version=version,
+        kind=kind,
+        plural=plural,
+        singular=singular or kind.lower(),
+        namespaced=namespaced,
+        short_names=short,
+        categories=categories,
+        subresources=sub,
+        verbs=verbs,
+        model=model,
+        etcd=(etcd or plural) if stored else None,
+        store_kind=kind if stored else None,
+        typed=typed,
+        apply=apply and stored,
+        dump=dump and stored,
+        owns_store=stored and not shares_store,
+    )
+
+
+RBAC = "rbac.authorization.k8s.io"
+SVCLAB = "svclab.dev"
+
+#: every kind, in the order discovery lists them
+ROWS: list[KindRow] = [
+    row(
+        "",
+        "v1",
+        "Namespace",
+        "namespaces",
+        typed=Namespace,
+        namespaced=False,
+        short=("ns",),
+        sub=("status", "finalize"),
+        model="V1Namespace",
+    ),
+    row(
+        "",
+        "v1",
+        "Node",
+        "nodes",
+        typed=Node,
+        namespaced=False,
+        short=("no",),
+        sub=("status",),
+        model="V1Node",
+        etcd="minions",
+    ),
+    row(
+        "",
+        "v1",
+        "Pod",
+        "pods",
+        typed=Pod,
+        short=("po",),
+        categories=("all",),
+        sub=("status", "binding"),
+        model="V1Pod",
+    ),
+    row(
+        "",
+        "v1",
+        "Service",
+        "services",
+        typed=Service,
+        short=("svc",),
+        categories=("all",),
+        sub=("status",),
+        model="V1Service",
+        etcd="services/specs",
+    ),
+    row(
+        "",
+        "v1",
+        "Endpoints",
+        "endpoints",
+        singular="endpoints",
+        verbs=READ_VERBS,
+        short=("ep",),
+        model="V1Endpoints",
+        etcd=None,
+    ),
+    row("", "v1", "ConfigMap", "configmaps", short=("cm",), model="V1ConfigMap"),
+    row("", "v1", "Secret", "secrets", model="V1Secret"),
+    row(
+        "",
+        "v1",
+        "ServiceAccount",
+        "serviceaccounts",
+        short=("sa",),
+        sub=("token",),
+        model="V1ServiceAccount",
+    ),
+    row(
+        "",
+        "v1",
+        "Event",
+        "events",
+        typed=Event,
+        short=("ev",),
+        model="CoreV1Event",
+        apply=False,
+        dump=False,
+    ),
+    row(
+        "apps",
+        "v1",
+        "Deployment",
+        "deployments",
+        typed=Deployment,
+        short=("deploy",),
+        categories=("all",),
+        sub=("status", "scale"),
+        model="V1Deployment",
+    ),
+    row(
+        "apps",
+        "v1",
+        "ReplicaSet",
+        "replicasets",
+        typed=ReplicaSet,
+        short=("rs",),
+        categories=("all",),
+        sub=("status", "scale"),
+        model="V1ReplicaSet",
+    ),
+    row(
+        "discovery.k8s.io",
+        "v1",
+        "EndpointSlice",
+        "endpointslices",
+        typed=EndpointSlice,
+        model="V1EndpointSlice",
+    ),
+    row(
+        "events.k8s.io",
+        "v1",
+        "Event",
+        "events",
+        short=("ev",),
+        model="EventsV1Event",
+        shares_store=True,
+        apply=False,
+        dump=False,
+    ),
+    row(RBAC, "v1", "Role", "roles", typed=Role, model="V1Role", dump=False),
+    row(
+        RBAC,
+        "v1",
+        "ClusterRole",
+        "clusterroles",
+        typed=ClusterRole,
+        namespaced=False,
+        model="V1ClusterRole",
+        dump=False,
+    ),
+    row(
+        RBAC,
+        "v1",
+        "RoleBinding",
+        "rolebindings",
+        typed=RoleBinding,
+        model="V1RoleBinding",
+        dump=False,
+    ),
+    row(
+        RBAC,
+        "v1",
+        "ClusterRoleBinding",
+        "clusterrolebindings",
+        typed=ClusterRoleBinding,
+        namespaced=False,
+        model="V1ClusterRoleBinding",
+        dump=False,
+    ),
+    row(
+        "authorization.k8s.io",
+        "v1",
+        "SelfSubjectAccessReview",
+        "selfsubjectaccessreviews",
+        namespaced=False,
+        verbs=("create",),
+        model="V1SelfSubjectAccessReview",
+        etcd=None,
+    ),
+    row(
+        "authorization.k8s.io",
+        "v1",
+        "SelfSubjectRulesReview",
+        "selfsubjectrulesreviews",
+        namespaced=False,
+        verbs=("create",),
+        model="V1SelfSubjectRulesReview",
+        etcd=None,
+    ),
+    row(
+        "authentication.k8s.io",
+        "v1",
+        "SelfSubjectReview",
+        "selfsubjectreviews",
+        namespaced=False,
+        verbs=("create",),
+        model="V1SelfSubjectReview",
+        etcd=None,
+    ),
+    row(
+        SVCLAB,
+        "v1alpha1",
+        "Cluster",
+        "clusters",
+        namespaced=False,
+        verbs=("create", "get", "list", "patch", "update"),
+        etcd=None,
+    ),
+    row(
+        SVCLAB,
+        "v1alpha1",
+        "KubeProxyConfiguration",
+        "kubeproxyconfigurations",
+        namespaced=False,
+        verbs=("get", "list"),
+        etcd=None,
+    ),
+]
+
+
+def generic_class(kind: str, api_version: str, namespaced: bool) -> type[GenericObject]:
+    """The class of a kind served through the generic path: a :class:`GenericObject`
+    with the kind's name, apiVersion and scope."""
+    attrs = {
+        "__module__": __name__,
+        "__doc__": f"{kind} ({api_version}): served through the generic path.",
+        "KIND": kind,
+        "API_VERSION": api_version,
+        "NAMESPACED": namespaced,
+    }
+    return type(kind, (GenericObject,), attrs)
+
+
+#: store kind -> the class its objects decode to (derived from :data:`ROWS`)
+KINDS: dict[str, type[KubeObject]] = {}
+
+
+def _add_class(r: KindRow) -> None:
+    if not r.owns_store:
+        return
+    if r.kind in KINDS:
+        raise ValueError(f"kind {r.kind!r} is stored twice")
+    KINDS[r.kind] = r.typed or generic_class(r.kind, r.api_version, r.namespaced)
+
+
+for _r in ROWS:
+    _add_class(_r)
+
+
+def register(new: KindRow) -> None:
+    """Add a row at run time (a CustomResourceDefinition's version): its class is made
+    and every derived table sees it. ValueError if its (group, version, kind) or its
+    (group, version, plural) is taken, or its store kind is already stored."""
+    for r in ROWS:
+        if (r.group, r.version, r.kind) == (new.group, new.version, new.kind):
+            raise ValueError(f"kind {new.kind!r} in {new.api_version} is already known")
+        if (r.group, r.version, r.plural) == (new.group, new.version, new.plural):
+            raise ValueError(f"resource {new.plural!r} in {new.api_version} is already served")
+    _add_class(new)
+    ROWS.append(new)
+
+
+def rows() -> list[KindRow]:
+    """Every row (a copy: add rows with :func:`register`)."""
+    return list(ROWS)
+
+
+def stored_rows() -> list[KindRow]:
+    """The rows that own a store kind: one per store kind."""
+    return [r for r in ROWS if r.owns_store]
+
+
+def row_of(kind: str) -> KindRow:
+    """The row that owns store kind ``kind``; KeyError if none does."""
+    for r in ROWS:
+        if r.kind == kind and r.owns_store:
+            return r
+    raise KeyError(f"unknown kind {kind!r}")
+
+
+def object_from_dict(data: Mapping[str, Any]) -> KubeObject:
+    """Build the object for ``data['kind']`` with its kind's class (typed or generic);
+    no strict schema check (see :mod:`netmodel.schema`). KeyError for an unknown kind."""
+    cls = KINDS.get(str(data.get("kind", "")))
+    if cls is None:
+        raise KeyError(f"unknown kind {data.get('kind')!r}")
+    return cls.model_validate(data)
