@@ -11,7 +11,8 @@ kube-apiserver's defaulting and validation.
 * Secret types: the keys each built-in type requires (``tls.crt``/``tls.key``, ...);
   ``type`` is immutable.
 
-Functions take the object's wire form (``to_dict()``) and raise through
+Its strategy (:mod:`.strategy`) calls these. They read the object's wire form and
+raise through
 :class:`~control.apiserver.validation.Problems` with kube-apiserver's field paths and
 wording (``data[a b]: Invalid value: "a b": a valid config key must consist of ...``).
 """

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from control.apiserver import configkinds
 from netmodel.cluster import ClusterSpec
 from netmodel.objects import (
     ClientIPConfig,
@@ -17,7 +16,6 @@ from netmodel.objects import (
     Deployment,
     DeploymentStrategy,
     EndpointSlice,
-    KubeObject,
     Namespace,
     Pod,
     PodSpec,
@@ -36,25 +34,6 @@ NODE_PORT_TYPES = ("NodePort", "LoadBalancer")
 
 def ip_family(cluster: ClusterSpec) -> str:
     return "IPv4" if cluster.service_net.version == 4 else "IPv6"
-
-
-def default_object(obj: KubeObject, cluster: ClusterSpec) -> KubeObject:
-    """Apply the defaults of ``obj``'s kind (other kinds are returned unchanged)."""
-    if isinstance(obj, Service):
-        return default_service(obj, cluster)
-    if isinstance(obj, Pod):
-        return default_pod(obj)
-    if isinstance(obj, Deployment):
-        return default_deployment(obj)
-    if isinstance(obj, ReplicaSet):
-        return default_replicaset(obj)
-    if isinstance(obj, EndpointSlice):
-        return default_endpointslice(obj)
-    if isinstance(obj, Namespace):
-        return default_namespace(obj)
-    if obj.kind in configkinds.KINDS:
-        return configkinds.default(obj)
-    return obj
 
 
 def default_namespace(ns: Namespace) -> Namespace:
@@ -260,7 +239,6 @@ __all__ = [
     "default_deployment",
     "default_endpointslice",
     "default_namespace",
-    "default_object",
     "default_pod",
     "default_pod_spec",
     "default_replicaset",

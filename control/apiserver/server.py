@@ -50,11 +50,11 @@ from typing import Any, Literal
 
 from control.apiserver import clusterdns, endpoints
 from control.apiserver.allocators import Journal
-from control.apiserver.defaults import default_object
 from control.apiserver.nodes import nodes_for
 from control.apiserver.podips import check_recorded_pod_ips, recorded_ips
 from control.apiserver.services import ServiceAllocators
-from control.apiserver.validation import validate, validate_binding, validate_update
+from control.apiserver.strategy import default, strategy_for, validate, validate_update
+from control.apiserver.validation import validate_binding
 from control.clock import Clock, rfc3339
 from control.events import Recorder
 from control.store.base import Store, bulk
@@ -71,7 +71,6 @@ from netmodel.objects import (
     FOREGROUND,
     Condition,
     EndpointSlice,
-    GenericObject,
     KubeObject,
     Namespace,
     Node,
@@ -126,26 +125,6 @@ def _spec_changed(a: KubeObject, b: KubeObject) -> bool:
     return {k: v for k, v in ea.items() if k != "status"} != {
         k: v for k, v in eb.items() if k != "status"
     }
-
-
-def _keep_assigned(obj: KubeObject, current: KubeObject) -> KubeObject:
-    """Fields the control plane filled in that a re-applied manifest does not mention stay
-    as stored: a Node's podCIDR(s) (node IPAM), a Pod's nodeName (the scheduler). A
-    Service's clusterIP and nodePorts are kept by its admission."""
-    if isinstance(obj, Node) and isinstance(current, Node):
-        if not obj.spec.pod_cidr and not obj.spec.pod_cidrs and current.spec.pod_cidr:
-            spec = obj.spec.evolve(
-                pod_cidr=current.spec.pod_cidr, pod_cidrs=list(current.spec.pod_cidrs)
-            )
-            return obj.evolve(spec=spec)
-    elif (
-        isinstance(obj, Pod)
-        and isinstance(current, Pod)
-        and not obj.spec.node_name
-        and current.spec.node_name
-    ):
-        return obj.evolve(spec=obj.spec.evolve(node_name=current.spec.node_name))
-    return obj
 
 
 def _uid(kind: str, key: str, revision: int) -> str:
@@ -704,7 +683,7 @@ class APIServer:
         obj = self._new_metadata(obj, reserved, uid_revision)
         if given:
             obj = obj.with_meta(uid=given)
-        obj = default_object(obj, self.cluster)
+        obj = default(obj, self.cluster)
         validate(obj, self.cluster)
         self._check_namespace_active(obj)
         journal = Journal()
@@ -718,7 +697,7 @@ class APIServer:
         return _Admitted("created", obj, None, notes, journal)
 
     def _admit_update(self, obj: KubeObject, current: KubeObject) -> _Admitted:
-        merged = default_object(self._merge(obj, current), self.cluster)
+        merged = default(self._merge(obj, current), self.cluster)
         validate(merged, self.cluster, current)
         validate_update(merged, current)
         journal = Journal()
@@ -731,7 +710,7 @@ class APIServer:
                 raise
         if merged == current:
             return _Admitted("unchanged", current, current.resource_version, [], journal)
-        if not isinstance(merged, GenericObject) and _spec_changed(merged, current):
+        if strategy_for(merged).counts_generation and _spec_changed(merged, current):
             merged = merged.with_meta(generation=(current.metadata.generation or 1) + 1)
         return _Admitted("configured", merged, current.resource_version, notes, journal)
 
@@ -758,8 +737,8 @@ class APIServer:
             "deletion_timestamp": None,
             "uid": None,
         }
-        if obj.kind != "Event" and not isinstance(obj, GenericObject):
-            ch["generation"] = 1  # (kube-apiserver counts none for ConfigMaps and the like)
+        if obj.kind != "Event" and strategy_for(obj).counts_generation:
+            ch["generation"] = 1
         if obj.NAMESPACED:
             if not meta.namespace:
                 ch["namespace"] = "default"
@@ -797,8 +776,8 @@ class APIServer:
         """The object an update stores: ``obj``'s metadata (labels, annotations, owners,
         ...) and spec, the stored identity fields, and the stored status (Service
         status.loadBalancer.ingress may be given, as in a replayed manifest). Values the
-        control plane assigned and ``obj`` leaves unset are kept (see _keep_assigned)."""
-        obj = _keep_assigned(obj, current)
+        control plane assigned and ``obj`` leaves unset are kept (its strategy's keep_assigned)."""
+        obj = strategy_for(obj).keep_assigned(obj, current)
         cm, om = current.metadata, obj.metadata
         identity = {
             "name": cm.name,

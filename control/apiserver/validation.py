@@ -1,11 +1,12 @@
 """Validation of defaulted objects, with Kubernetes' field paths and wording.
 
-Contract: :func:`validate` raises the *first* problem as one
-:class:`~netmodel.errors.InvalidError` naming the object (``Kind/ns/name``) and the field
-(``spec.ports[1].name``), e.g. ``Service/default/web: spec.ports[0].port: Invalid value:
-0: must be between 1 and 65535, inclusive``; it returns None for a valid object.
-:func:`validate_update` adds the rules that compare against the stored object
-(immutable fields). Both are pure: no store access, no allocation.
+Contract: each ``validate_*`` function raises the *first* problem through
+:class:`Problems` as one :class:`~netmodel.errors.InvalidError` naming the object
+(``Kind/ns/name``) and the field (``spec.ports[1].name``), e.g. ``Service/default/web:
+spec.ports[0].port: Invalid value: 0: must be between 1 and 65535, inclusive``; it
+returns None for a valid object. They are pure: no store access, no allocation. Which
+of them an object passes is its kind's strategy's choice (:mod:`.strategy`:
+``strategy.validate`` / ``strategy.validate_update``).
 
 Legacy IPs: as kube-apiserver does, the IP fields existing clusters may hold in the
 legacy form (Service clusterIP(s), externalIPs, loadBalancerIP, loadBalancerSourceRanges,
@@ -26,7 +27,6 @@ import warnings
 from collections.abc import Callable, Iterable, Mapping
 from typing import NoReturn
 
-from control.apiserver import configkinds
 from control.apiserver.defaults import NODE_PORT_TYPES
 from control.apiserver.names import (
     check_dns1035_label,
@@ -166,58 +166,6 @@ def _canonical_ip_version(value: str) -> int | None:
     return None if leading_zero_warning("", value) else addr.version
 
 
-# --------------------------------------------------------------------------- dispatch
-
-
-def validate(obj: KubeObject, cluster: ClusterSpec, stored: KubeObject | None = None) -> None:
-    """Raise InvalidError for the first problem of a defaulted object. ``stored``: the
-    stored version an update replaces (it passed these checks): a Pod's spec or status
-    equal to its stored one is not checked again (an annotation patch re-parsed every
-    address of the pod)."""
-    p = Problems(obj.ref)
-    _metadata(obj, p)
-    if isinstance(obj, Service):
-        _service(obj, cluster, p)
-    elif isinstance(obj, Pod):
-        old = stored if isinstance(stored, Pod) else None
-        if old is None or obj.spec != old.spec:
-            _pod_spec(obj.spec, "spec", p)
-        if old is None or obj.status != old.status:
-            _pod_status(obj, p)
-    elif isinstance(obj, Deployment | ReplicaSet):
-        _workload(obj, p)
-    elif isinstance(obj, EndpointSlice):
-        _endpointslice(obj, p)
-    elif isinstance(obj, Node):
-        _node(obj, cluster, p)
-    elif obj.kind in configkinds.KINDS:
-        configkinds.validate(obj, p)
-
-
-def validate_update(obj: KubeObject, old: KubeObject) -> None:
-    """Rules that compare the new object with the stored one (immutable fields)."""
-    p = Problems(obj.ref)
-    if obj.kind in configkinds.KINDS:
-        configkinds.validate_update(obj, old, p)
-    if isinstance(obj, Deployment | ReplicaSet) and isinstance(old, Deployment | ReplicaSet):
-        if obj.spec.selector != old.spec.selector and isinstance(obj, Deployment):
-            p.invalid("spec.selector", _selector_text(obj.spec.selector), "field is immutable")
-    elif isinstance(obj, Node) and isinstance(old, Node):
-        if old.spec.pod_cidr and obj.spec.pod_cidr != old.spec.pod_cidr:
-            p.forbidden(
-                "spec.podCIDR", 'node updates may not change podCIDR except from "" to valid'
-            )
-    elif isinstance(obj, Pod) and isinstance(old, Pod):
-        if old.spec.node_name and obj.spec.node_name != old.spec.node_name:
-            p.forbidden("spec.nodeName", "pod updates may not change nodeName once set")
-    elif (
-        isinstance(obj, EndpointSlice)
-        and isinstance(old, EndpointSlice)
-        and obj.address_type != old.address_type
-    ):
-        p.invalid("addressType", obj.address_type, "field is immutable")
-
-
 def validate_binding(pod: Pod, node: str, annotations: Mapping[str, str]) -> None:
     """A Binding of ``pod`` (its stored state) to ``node``, copying ``annotations``
     (pods/binding): the target is required and must be a valid node name, the
@@ -247,7 +195,7 @@ _NAME_CHECKS: dict[str, Callable[[str], str | None]] = {
 }
 
 
-def _metadata(obj: KubeObject, p: Problems) -> None:
+def validate_metadata(obj: KubeObject, p: Problems) -> None:
     meta = obj.metadata
     if not meta.name:
         p.required("metadata.name", "name or generateName is required")
@@ -269,7 +217,7 @@ def _metadata(obj: KubeObject, p: Problems) -> None:
 # --------------------------------------------------------------------------- Service
 
 
-def _service(svc: Service, cluster: ClusterSpec, p: Problems) -> None:
+def validate_service(svc: Service, cluster: ClusterSpec, p: Problems) -> None:
     spec = svc.spec
     type_ = spec.type or "ClusterIP"
     p.enum("spec.type", type_, SERVICE_TYPES)
@@ -480,7 +428,7 @@ def _containers(containers: list[Container], f: str, p: Problems) -> None:
         _VALID_CONTAINERS[id(containers)] = containers
 
 
-def _pod_spec(spec: PodSpec, f: str, p: Problems) -> None:
+def validate_pod_spec(spec: PodSpec, f: str, p: Problems) -> None:
     if not spec.containers:
         p.required(f"{f}.containers")
     _containers(spec.containers, f, p)
@@ -556,7 +504,7 @@ def _container_ports(c: Container, cf: str, port_names: set[str], p: Problems) -
         seen.add(key)
 
 
-def _pod_status(pod: Pod, p: Problems) -> None:
+def validate_pod_status(pod: Pod, p: Problems) -> None:
     st = pod.status
     p.enum("status.phase", st.phase, ("Failed", "Pending", "Running", "Succeeded", "Unknown"))
     if st.pod_ip:
@@ -570,7 +518,7 @@ def _pod_status(pod: Pod, p: Problems) -> None:
 # --------------------------------------------------------------------------- apps/v1
 
 
-def _selector_text(sel: LabelSelector) -> dict[str, object]:
+def selector_text(sel: LabelSelector) -> dict[str, object]:
     out: dict[str, object] = {}
     if sel.match_labels:
         out["matchLabels"] = dict(sel.match_labels)
@@ -595,7 +543,7 @@ def _label_selector(sel: LabelSelector, f: str, p: Problems) -> None:
             )
 
 
-def _workload(obj: Deployment | ReplicaSet, p: Problems) -> None:
+def validate_workload(obj: Deployment | ReplicaSet, p: Problems) -> None:
     spec = obj.spec
     if spec.replicas is not None and spec.replicas < 0:
         p.invalid("spec.replicas", spec.replicas, "must be greater than or equal to 0")
@@ -610,7 +558,7 @@ def _workload(obj: Deployment | ReplicaSet, p: Problems) -> None:
         p.invalid(
             "spec.template.metadata.labels", labels, "`selector` does not match template `labels`"
         )
-    _pod_spec(spec.template.spec, "spec.template.spec", p)
+    validate_pod_spec(spec.template.spec, "spec.template.spec", p)
     if isinstance(obj, Deployment):
         _deployment_spec(obj, p)
 
@@ -671,7 +619,7 @@ MAX_ADDRESSES = 100
 MAX_PORTS = 100
 
 
-def _endpointslice(es: EndpointSlice, p: Problems) -> None:
+def validate_endpointslice(es: EndpointSlice, p: Problems) -> None:
     p.enum("addressType", es.address_type, ADDRESS_TYPES)
     if len(es.endpoints) > MAX_ENDPOINTS:
         p.too_many("endpoints", len(es.endpoints), MAX_ENDPOINTS)
@@ -711,7 +659,7 @@ def _endpointslice(es: EndpointSlice, p: Problems) -> None:
 # --------------------------------------------------------------------------- Node
 
 
-def _node(node: Node, cluster: ClusterSpec, p: Problems) -> None:
+def validate_node(node: Node, cluster: ClusterSpec, p: Problems) -> None:
     spec = node.spec
     pod_net = cluster.pod_net
     cidrs = list(spec.pod_cidrs)

@@ -51,6 +51,7 @@ def test_kubectl_create_configmap_get_and_its_columns(srv: Served) -> None:
     cm = _json(srv, "get", "configmap", "cfg")
     assert cm["data"] == {"a": "1", "b": "2"}
     assert cm["metadata"]["namespace"] == "default" and cm["metadata"]["uid"]
+    assert "generation" not in cm["metadata"]  # kube-apiserver counts none for ConfigMaps
     table = srv.kubectl("get", "cm", "cfg").stdout.splitlines()
     assert table[0].split() == ["NAME", "DATA", "AGE"]
     assert table[1].split()[:2] == ["cfg", "2"]
