@@ -15,10 +15,8 @@ each write the watch hub is pumped and the driver is woken.
 
 from __future__ import annotations
 
-import base64
 import builtins
 import gc
-import json
 import logging
 import time
 from collections.abc import Callable
@@ -26,7 +24,6 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs
 
-import yaml
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -453,41 +450,4 @@ class API:
         return await handlers.handle(self, request, info, user, params)
 
 
-def decode_body(raw: bytes, ctype: str) -> Any:
-    if "protobuf" in ctype:
-        from control.apiserver.http import proto
-
-        try:
-            return proto.decode(raw)
-        except proto.ProtobufError as e:
-            raise APIError(
-                415,
-                "UnsupportedMediaType",
-                f"the body of the request was in an unknown format - accepted media types include: application/json, application/yaml ({e})",
-                {},
-            ) from None
-    if not raw:
-        raise status.bad_request("the request body is empty")
-    try:
-        if "yaml" in ctype:
-            return yaml.safe_load(raw)
-        return json.loads(raw)
-    except (ValueError, yaml.YAMLError) as e:
-        raise status.bad_request(
-            f"the body of the request was in an unknown format - accepted media types include: application/json, application/yaml ({e})"
-        ) from None
-
-
-def continue_token(rv: int, last_key: str) -> str:
-    return base64.urlsafe_b64encode(json.dumps({"rv": rv, "start": last_key}).encode()).decode()
-
-
-def parse_continue(token: str) -> tuple[int, str]:
-    try:
-        d = json.loads(base64.urlsafe_b64decode(token.encode()))
-        return int(d["rv"]), str(d["start"])
-    except (ValueError, KeyError, TypeError):
-        raise status.bad_request("continue key is not valid") from None
-
-
-__all__ = ["API", "continue_token", "decode_body", "parse_continue"]
+__all__ = ["API"]

@@ -236,7 +236,7 @@ def _list(
     cont = None
     remaining = None
     if token:
-        from control.apiserver.http.app import parse_continue
+        from control.apiserver.http.wire import parse_continue
 
         _, start = parse_continue(token)
         keys = [o.key for o in objs]
@@ -244,7 +244,7 @@ def _list(
 
         objs = objs[bisect.bisect_right(keys, start) :]
     if limit > 0 and len(objs) > limit:
-        from control.apiserver.http.app import continue_token
+        from control.apiserver.http.wire import continue_token
 
         remaining = len(objs) - limit
         objs = objs[:limit]
@@ -503,7 +503,7 @@ def _stream(
 
 
 def _decode(raw: bytes, ctype: str) -> Any:
-    from control.apiserver.http.app import decode_body
+    from control.apiserver.http.wire import decode_body
 
     return decode_body(raw, ctype)
 
@@ -795,7 +795,7 @@ async def _patch(
     if ctype == patches.APPLY_YAML:
         if sub:
             raise status.method_not_allowed("server-side apply of a subresource is not supported")
-        return await ssa.apply(api, request, res, info, user, params, dry, body)
+        return await _server_side_apply(api, request, res, info, user, params, dry, body)
     for _attempt in range(5):
         try:
             current = get_object(api, res, info.namespace, info.name)
@@ -877,6 +877,68 @@ async def _patch(
             raise
         return _written(api, res, stored, dry, 200, warnings)
     raise status.conflict(res, info.name, status.STALE)
+
+
+async def _server_side_apply(
+    api: API,
+    request: Request,
+    res: Resource,
+    info: RequestInfo,
+    user: User,
+    params: dict[str, list[str]],
+    dry: bool,
+    cfg: Any,
+) -> Response:
+    """PATCH with ``application/apply-patch+yaml``: create or update ``info.name`` as
+    :func:`.ssa.apply_configuration` merges ``cfg`` into it."""
+    manager = (params.get("fieldManager") or [""])[0]
+    if not manager:
+        raise APIError(
+            400,
+            "BadRequest",
+            'PatchOptions.meta.k8s.io "" is invalid: fieldManager: Required value: is required for apply patch',
+            {},
+        )
+    force = (params.get("force") or [""])[0] in ("true", "1")
+    if not isinstance(cfg, dict):
+        raise status.bad_request("the applied configuration must be an object")
+    check_gvk(res, cfg)
+    meta = cfg.setdefault("metadata", {})
+    if meta.get("name") and meta["name"] != info.name:
+        raise status.bad_request(
+            f"the name of the object ({meta['name']}) does not match the name on the URL ({info.name})"
+        )
+    meta["name"] = info.name
+    if res.namespaced:
+        meta["namespace"] = info.namespace
+    cfg, warnings = validate_fields(res, cfg, params)
+    try:
+        current_obj: KubeObject | None = get_object(api, res, info.namespace, info.name)
+    except APIError as err:
+        if err.code != 404:
+            raise
+        current_obj = None
+    current = (
+        current_obj.to_dict()
+        if current_obj is not None
+        else {"apiVersion": res.api_version, "kind": res.kind, "metadata": {}}
+    )
+    new = ssa.apply_configuration(current, cfg, manager, force=force, api_version=res.api_version)
+    if current_obj is None:
+        new["metadata"].pop("resourceVersion", None)
+        obj = to_object(res, new)
+        try:
+            stored = api.apiserver.create(obj, component=user.name, dry_run=dry)
+        except SvclabError as e:
+            raise status.from_svclab(e, res, res.kind, info.name, creating=True) from None
+        if not dry:
+            api.wrote()
+        return respond(to_wire(api, res, stored), 201, warn_headers(warnings))
+    new["metadata"]["resourceVersion"] = current_obj.metadata.resource_version
+    stored = write_update(
+        api, res, info.name, new, user, params, dry, request, current_obj, operation="apply"
+    )
+    return respond(to_wire(api, res, stored), 200, warn_headers(warnings))
 
 
 def _scale_of(res: Resource, obj: KubeObject) -> dict[str, Any]:

@@ -14,6 +14,8 @@ entries; other lists and scalars are leaves.
   with a different value is a conflict (409 ``Apply failed with N conflicts``)
   unless ``force=true``, which takes it over. The manager's ``Apply`` entry becomes
   exactly the applied set. Applying to a missing object creates it.
+  :func:`apply_configuration` computes the result; the PATCH handler (in
+  :mod:`.handlers`, with the other verbs) reads the request and writes it.
 """
 
 from __future__ import annotations
@@ -21,19 +23,12 @@ from __future__ import annotations
 import copy
 import json
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from starlette.requests import Request
-from starlette.responses import Response
 
 from control.apiserver.http import patch as patches
-from control.apiserver.http import status
-from control.apiserver.http.authn import User
-from control.apiserver.http.resources import Resource
 from control.apiserver.http.status import APIError
-
-if TYPE_CHECKING:
-    from control.apiserver.http.app import API, RequestInfo
 
 Path = tuple[str, ...]
 _SKIP_META = frozenset(
@@ -305,52 +300,16 @@ def _merge(cur: Any, cfg: Any, kind: str, parents: tuple[str, ...] = ()) -> Any:
     return out
 
 
-async def apply(
-    api: API,
-    request: Request,
-    res: Resource,
-    info: RequestInfo,
-    user: User,
-    params: dict[str, list[str]],
-    dry: bool,
-    cfg: Any,
-) -> Response:
-    from control.apiserver.http import handlers
-
-    manager = (params.get("fieldManager") or [""])[0]
-    if not manager:
-        raise APIError(
-            400,
-            "BadRequest",
-            'PatchOptions.meta.k8s.io "" is invalid: fieldManager: Required value: is required for apply patch',
-            {},
-        )
-    force = (params.get("force") or [""])[0] in ("true", "1")
-    if not isinstance(cfg, dict):
-        raise status.bad_request("the applied configuration must be an object")
-    handlers.check_gvk(res, cfg)
-    meta = cfg.setdefault("metadata", {})
-    if meta.get("name") and meta["name"] != info.name:
-        raise status.bad_request(
-            f"the name of the object ({meta['name']}) does not match the name on the URL ({info.name})"
-        )
-    meta["name"] = info.name
-    if res.namespaced:
-        meta["namespace"] = info.namespace
-    cfg, warnings = handlers.validate_fields(res, cfg, params)
-    kind = res.kind
+def apply_configuration(
+    current: dict[str, Any], cfg: dict[str, Any], manager: str, *, force: bool, api_version: str
+) -> dict[str, Any]:
+    """The object server-side apply of ``cfg`` by ``manager`` makes of ``current`` (the
+    stored object's wire form, or an empty one to create), its managedFields updated:
+    fields ``manager`` applied before and no longer applies are removed unless another
+    manager owns them. Raises the 409 Conflict kube-apiserver gives when ``cfg`` sets a
+    field another manager owns to another value (``force``: take them over instead)."""
+    kind = str(cfg.get("kind") or current.get("kind") or "")
     applied = set(_leaves(cfg, kind))
-    try:
-        current_obj = handlers.get_object(api, res, info.namespace, info.name)
-    except APIError as err:
-        if err.code != 404:
-            raise
-        current_obj = None
-    current = (
-        current_obj.to_dict()
-        if current_obj is not None
-        else {"apiVersion": res.api_version, "kind": kind, "metadata": {}}
-    )
     entries = _entries(current)
     conflicts: list[tuple[str, Path]] = []
     cfg_values = _leaves(cfg, kind)
@@ -396,28 +355,6 @@ async def apply(
             new_entries.append({**ent, "fieldsV1": _to_fields(paths)})
     for p in sorted(previous - applied - owned_by_others, key=len, reverse=True):
         _remove(new, p)
-    new_entries.append(_entry(manager, "Apply", res.api_version, applied))
+    new_entries.append(_entry(manager, "Apply", api_version, applied))
     _set_entries(new, new_entries)
-    if current_obj is None:
-        new["metadata"].pop("resourceVersion", None)
-        obj = handlers.to_object(res, new)
-        try:
-            stored = api.apiserver.create(obj, component=user.name, dry_run=dry)
-        except Exception as e:
-            from netmodel.errors import SvclabError
-
-            if isinstance(e, SvclabError):
-                raise status.from_svclab(e, res, kind, info.name, creating=True) from None
-            raise
-        if not dry:
-            api.wrote()
-        return handlers.respond(
-            handlers.to_wire(api, res, stored), 201, handlers.warn_headers(warnings)
-        )
-    new["metadata"]["resourceVersion"] = current_obj.metadata.resource_version
-    stored = handlers.write_update(
-        api, res, info.name, new, user, params, dry, request, current_obj, operation="apply"
-    )
-    return handlers.respond(
-        handlers.to_wire(api, res, stored), 200, handlers.warn_headers(warnings)
-    )
+    return new

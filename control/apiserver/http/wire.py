@@ -13,17 +13,25 @@ resourceVersion). Three resources are views of something stored:
   ``metadata.namespace``, ``spec.nodeName``, ``status.phase``, ``involvedObject.*``,
   ``type``, ``reason``, ``spec.unschedulable``; others are refused (400), as
   kube-apiserver refuses labels it does not index.
+
+Request bodies (:func:`decode_body`: JSON, YAML, protobuf) and list continue tokens
+(:func:`continue_token`, :func:`parse_continue`) are read and made here too, so that the
+verb handlers need nothing from :mod:`.app`.
 """
 
 from __future__ import annotations
 
+import base64
+import json
 from collections.abc import Callable
 from typing import Any
 
 import orjson
+import yaml
 
-from control.apiserver.http import tables
+from control.apiserver.http import status, tables
 from control.apiserver.http.resources import Resource
+from control.apiserver.http.status import APIError
 from netmodel.objects import (
     EndpointSlice,
     Event,
@@ -360,3 +368,43 @@ def parse_field_selector(text: str) -> list[FieldTerm]:
         else:
             raise ValueError(f"invalid selector: '{text}'; can't understand '{part}'")
     return terms
+
+
+# --------------------------------------------------------------------------- bodies
+
+
+def decode_body(raw: bytes, ctype: str) -> Any:
+    if "protobuf" in ctype:
+        from control.apiserver.http import proto
+
+        try:
+            return proto.decode(raw)
+        except proto.ProtobufError as e:
+            raise APIError(
+                415,
+                "UnsupportedMediaType",
+                f"the body of the request was in an unknown format - accepted media types include: application/json, application/yaml ({e})",
+                {},
+            ) from None
+    if not raw:
+        raise status.bad_request("the request body is empty")
+    try:
+        if "yaml" in ctype:
+            return yaml.safe_load(raw)
+        return json.loads(raw)
+    except (ValueError, yaml.YAMLError) as e:
+        raise status.bad_request(
+            f"the body of the request was in an unknown format - accepted media types include: application/json, application/yaml ({e})"
+        ) from None
+
+
+def continue_token(rv: int, last_key: str) -> str:
+    return base64.urlsafe_b64encode(json.dumps({"rv": rv, "start": last_key}).encode()).decode()
+
+
+def parse_continue(token: str) -> tuple[int, str]:
+    try:
+        d = json.loads(base64.urlsafe_b64decode(token.encode()))
+        return int(d["rv"]), str(d["start"])
+    except (ValueError, KeyError, TypeError):
+        raise status.bad_request("continue key is not valid") from None
