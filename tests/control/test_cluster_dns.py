@@ -168,6 +168,23 @@ def test_a_truncated_answer_is_asked_again_over_tcp(session: Session) -> None:
     assert m is not None and not m.flags & dns.flags.TC
 
 
+def test_a_tcp_answer_larger_than_the_mtu_goes_as_segments(session: Session) -> None:
+    """40 SRV records and their A records (about 2 KB) over TCP: the DNS pod's stack cuts
+    the answer into MSS-sized segments (the first is walked, within the MTU); the client
+    reads the whole answer."""
+    emu = emulation.emulator(session)
+    q = query(emu, CLIENT, "10.96.0.10", f"many.default.svc.{D}", "SRV")
+    assert q.truncated_udp and q.proto == "tcp" and q.rcode == "NOERROR", q.error
+    assert len(q.records("SRV")) == 40 and q.response is not None and len(q.response) > 1500
+    reply = q.traces[-1].reply
+    assert reply is not None and reply.verdict == "delivered"
+    (cut,) = [h for h in reply.hops if h.kind == "route" and h.note and "segments" in h.note]
+    mtu = emu.hosts[cut.netns].devices[cut.dev_out].mtu  # type: ignore[index]
+    assert cut.note == f"{len(q.response) + 2} octets of data: segments of MSS {mtu - 40}"
+    xmit = [h.packet for h in reply.hops if h.kind == "xmit"]
+    assert xmit and all(p is not None and p.length == mtu for p in xmit)  # within the MTU
+
+
 def test_both_backends_answer_the_same_through_dnsqueries(session: Session) -> None:
     with emulator_backend(emulation.view(session)) as be:
         o = dnsqueries.dig(be, CLIENT, f"_http._tcp.web.default.svc.{D}", "SRV")
