@@ -267,6 +267,64 @@ def test_cli_dig_tcp_search_and_errors(manifest: str) -> None:
     assert code == 1 and "label" in err.lower()
 
 
+def _dns_pod_ip(manifest: str) -> tuple[str, str]:
+    """(key, IP) of one DNS pod of the manifest's cluster (the same every run: seeded)."""
+    s = Session.ephemeral(load_text(Path(manifest).read_text(), source="m.yaml"))
+    s.converge()
+    pods = sorted(
+        (p.key, p.status.pod_ip)
+        for p in s.store.list("Pod")
+        if isinstance(p, Pod) and p.namespace == "kube-system"
+    )
+    return pods[0][0], str(pods[0][1])
+
+
+def test_cli_dig_search_asks_the_server_given(manifest: str) -> None:
+    """``--search --server IP`` asks IP for every name of the search list: a DNS pod's own
+    address is answered by that pod, without kube-proxy's DNAT; an address where nothing
+    listens gets no answer (exit 9), where the pod's nameserver would have answered."""
+    pod, ip = _dns_pod_ip(manifest)
+    args = ["dig", "pod/client", "web.default", "--search", "-o", "json", "--hops"]
+    code, out, _ = run(*args, "--server", ip, "-f", manifest)
+    assert code == 0, out
+    j = json.loads(out)
+    assert j["status"] == "ok" and [q["server"] for q in j["queries"]] == [ip, ip]
+    assert {q["delivered_to"]["pod"] for q in j["queries"]} == {pod}
+    assert "kube-system/kube-dns:dns" not in json.dumps(j["queries"])  # no Service, no DNAT
+    code, out, _ = run(*args, "-f", manifest)  # the pod's nameserver: kube-dns's ClusterIP
+    assert code == 0 and "kube-system/kube-dns:dns" in json.dumps(json.loads(out)["queries"])
+    code, out, _ = run(
+        "dig", "pod/client", "web", "--search", "--server", "192.0.2.53", "-f", manifest
+    )
+    assert code == 9 and ";; communications error to 192.0.2.53#53" in out
+
+
+def test_cli_dig_search_asks_the_type_given(manifest: str) -> None:
+    code, out, _ = run(
+        "dig", "pod/client", "_http._tcp.web", "SRV", "--search", "-o", "json", "-f", manifest
+    )
+    assert code == 0
+    j = json.loads(out)
+    assert j["status"] == "ok" and {q["qtype"] for q in j["queries"]} == {"SRV"}
+    assert j["queries"][-1]["answer"] == [
+        f"_http._tcp.web.default.svc.{D}. 30 IN SRV 0 100 80 web.default.svc.{D}."
+    ]
+
+
+def test_cli_dig_hops_in_text_and_json(manifest: str) -> None:
+    """``--hops`` shows every walk's hops, in text (the trace tables) as in JSON."""
+    name = f"web.default.svc.{D}"
+    code, plain, _ = run("dig", "pod/client", name, "-f", manifest)
+    assert code == 0 and "request: udp" not in plain
+    code, out, _ = run("dig", "pod/client", name, "--hops", "-f", manifest)
+    assert code == 0 and out.startswith(plain.rstrip("\n"))
+    assert "request: udp " in out and "reply: udp " in out and "KUBE-SVC-" in out
+    code, out, _ = run("dig", "pod/client", name, "--search", "--hops", "-f", manifest)
+    assert code == 0 and out.count("request: udp ") == out.count("; <<>> svclab dig") == 4
+    code, out, _ = run("dig", "pod/client", name, "-o", "json", "-f", manifest)
+    assert code == 0 and "traces" not in json.loads(out)
+
+
 def test_cli_trace_connect_ping_by_name(manifest: str) -> None:
     code, out, _ = run("trace", "--from", "pod/default/client", "--to", "web:80", "-f", manifest)
     assert code == 0
