@@ -26,6 +26,7 @@ from typing import Any
 import click
 
 from app.cli.context import Context, handle_errors
+from app.cli.types import IPV4
 from netmodel.errors import InputError
 
 NO_REPLY_EXIT = 9
@@ -35,7 +36,9 @@ NO_REPLY_EXIT = 9
 @click.argument("src")
 @click.argument("name")
 @click.argument("qtype", default="A")
-@click.option("--server", default=None, help="Ask this IP (default: the pod's nameserver)")
+@click.option(
+    "--server", type=IPV4, default=None, help="Ask this IP (default: the pod's nameserver)"
+)
 @click.option("--tcp", is_flag=True, help="Ask over TCP (dig +tcp)")
 @click.option("--search", is_flag=True, help="Use the pod's search list (dig +search)")
 @click.option(

@@ -310,6 +310,18 @@ def test_cli_dig_search_asks_the_server_given(manifest: str) -> None:
     assert code == 9 and ";; communications error to 192.0.2.53#53" in out
 
 
+@pytest.mark.parametrize("server", ["ns.example.com", "10.0.0.300", "::1"])
+@pytest.mark.parametrize("extra", [[], ["--search"], ["--real"]])
+def test_cli_dig_server_must_be_an_ipv4_address(
+    manifest: str, server: str, extra: list[str]
+) -> None:
+    """A name would have to be looked up by the host's resolver, which svclab never asks:
+    refused as bad usage on either backend, before any cluster is built."""
+    code, _, err = run("dig", "pod/client", "web", "--server", server, *extra, "-f", manifest)
+    assert code == 2 and f"Invalid value for '--server': {server!r}: want an IPv4" in err
+    assert len(err.strip().splitlines()) == 1
+
+
 def test_cli_dig_search_asks_the_type_given(manifest: str) -> None:
     code, out, _ = run(
         "dig", "pod/client", "_http._tcp.web", "SRV", "--search", "-o", "json", "-f", manifest
