@@ -5,7 +5,7 @@ The convention (one for all benches):
 * a timed key says whether it was taken ``cold`` (a fresh process, caches empty, on the
   path a user runs) or ``warm`` (repeats in a process or state that has run it before):
   ``list_pods_cold_seconds``, ``trace_warm_median_seconds``. A key counts as timed when
-  its name has ``seconds``, ``_ms``, ``per_s`` or ``ratio`` in it or ends in ``_s``; a
+  its name has ``seconds``, ``_ms``, ``per_s``, ``per_second`` or ``ratio`` in it or ends in ``_s``; a
   timed key nested in an object whose key says ``cold`` or ``warm`` inherits it;
 * a target sits beside the figure it names, as the figure's value::
 
@@ -26,7 +26,7 @@ import re
 import sys
 from typing import Any
 
-_TIMED = re.compile(r"seconds|_ms(_|$)|per_s|ratio|_s$")
+_TIMED = re.compile(r"seconds|_ms(_|$)|per_s(econd)?(_|$)|ratio|_s$")
 _TEMPERATURE = re.compile(r"(^|_)(cold|warm)(_|$)")
 
 
