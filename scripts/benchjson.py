@@ -27,6 +27,7 @@ import sys
 from typing import Any
 
 _TIMED = re.compile(r"seconds|_ms(_|$)|per_s(econd)?(_|$)|ratio|_s$")
+_VERDICT = re.compile(r"(^|_)(met|meets)(_|$)")
 _TEMPERATURE = re.compile(r"(^|_)(cold|warm)(_|$)")
 
 
@@ -73,14 +74,15 @@ def problems(obj: Any, path: str = "", labelled: bool = False) -> list[str]:
         for key, val in obj.items():
             name = str(key)
             here = f"{path}.{name}" if path else name
+            if _VERDICT.search(name):
+                out.append(f"{here}: a verdict away from its figure (use target())")
+                continue
             says = labelled or bool(_TEMPERATURE.search(name))
             numbers = isinstance(val, list) and any(_number(v) for v in val)
             if isinstance(val, dict | list) and not numbers:
                 out += problems(val, here, says)
             elif (_number(val) or numbers) and _TIMED.search(name) and not says:
                 out.append(f"{here}: a timed key says neither cold nor warm")
-            elif name == "met" or name.endswith("_met"):
-                out.append(f"{here}: a verdict away from its figure (use target())")
     elif isinstance(obj, list):
         for i, val in enumerate(obj):
             out += problems(val, f"{path}[{i}]", labelled)
