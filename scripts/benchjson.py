@@ -2,11 +2,14 @@
 
 The convention (one for all benches):
 
-* a timed key says whether it was taken ``cold`` (a fresh process, caches empty, on the
-  path a user runs) or ``warm`` (repeats in a process or state that has run it before):
+* a timed key says whether it was taken ``cold`` (the first run in a fresh process,
+  caches empty, on the path a user runs: the CLI or the API) or ``warm`` (anything else:
+  repeats, or a process or state that has done the work before):
   ``list_pods_cold_seconds``, ``trace_warm_median_seconds``. A key counts as timed when
-  its name has ``seconds``, ``_ms``, ``per_s``, ``per_second`` or ``ratio`` in it or ends in ``_s``; a
-  timed key nested in an object whose key says ``cold`` or ``warm`` inherits it;
+  its name has ``seconds``, ``_ms``, ``per_s``, ``per_second`` or ``ratio`` in it or
+  ends in ``_s``; a timed key nested in an object whose key says ``cold`` or ``warm``
+  inherits it;
+* no verdict apart from its figure: no ``targets_met`` or ``meets_targets`` table;
 * a target sits beside the figure it names, as the figure's value::
 
       "list_pods_cold_seconds": {"value": 0.8, "at_most": 1.0, "met": true}
