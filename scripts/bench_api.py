@@ -6,7 +6,10 @@ built once into a state directory (``--state``, reused when it already holds a
 cluster) with the deterministic runner, then served by a real ``svclab serve``
 subprocess (``--control-plane runner`` by default; ``live`` starts a kubelet per node
 in the control plane's process, which takes many minutes with 1,000 nodes on a busy
-host). Prints one JSON object (figures with a target are ``{"value", "at_most" or
+host): one fresh server for each cold LIST, stopped after it, then the measuring
+server for everything else (``setup.serve_ready_cold_seconds`` lists the three
+start-ups). A reused ``--state`` holds the same rows; each server still starts with
+empty caches, so the cold LISTs stay cold. Prints one JSON object (figures with a target are ``{"value", "at_most" or
 "at_least", "met"}``, see scripts/benchjson.py):
 
     list_pods_cold_seconds          LIST of every pod as JSON: the first request of a
