@@ -55,6 +55,7 @@ from dataplane.emulator.fib import RouteResult
 from dataplane.emulator.flowcache import Flow, FlowCache
 from dataplane.emulator.hooks import HookName, PacketFilter, ReplayStep, Skb, Tunnel
 from dataplane.emulator.host import Host
+from dataplane.emulator.ports import EPHEMERAL_PORTS
 from dataplane.emulator.trace import Hop
 from dataplane.emulator.traffic import Endpoints, Reception, icmp_error
 from netmodel.ip import IPAddress
@@ -78,7 +79,6 @@ TCP_IP_HEADERS = 40
 VXLAN_OVERHEAD = 50
 _NO_FLAGS: frozenset[str] = frozenset()
 MAX_STEPS = 512
-EPHEMERAL_PORTS = (32768, 60999)
 _ICMP_ERROR_TYPES = frozenset({3, 4, 5, 11, 12})
 _REJECT_CODES = {
     "icmp-net-unreachable": 0,
