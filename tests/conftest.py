@@ -95,15 +95,29 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
             rep.longrepr = verdict
 
 
-def _netns_dir_state() -> tuple[int, frozenset[str]] | None:
-    """/run/netns's mtime and entries (None if there is none): any namespace made or
-    removed there, by this process or a child, changes it."""
-    from dataplane.linux.nsenter import NETNS_DIR
+def _ours(pid: int | None) -> bool:
+    """Is ``pid`` this process or one of its descendants?"""
+    me = os.getpid()
+    while pid is not None and pid > 1:
+        if pid == me:
+            return True
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            return False
+        pid = int(stat.rsplit(")", 1)[1].split()[1])
+    return False
 
-    try:
-        return os.stat(NETNS_DIR).st_mtime_ns, frozenset(os.listdir(NETNS_DIR))
-    except FileNotFoundError:
-        return None
+
+def _new_namespaces(before: frozenset[str]) -> list[str]:
+    """svclab namespaces made since ``before`` was listed by this process's children (or
+    by a process gone since, or a tool that records no owner) and still there; not
+    another live process's, nor a persistent cluster's (other users of the machine)."""
+    from dataplane.linux import netns as ns
+    from dataplane.linux import nsenter
+
+    made = set(ns.list_ours(include_held=True)) - before
+    return sorted(n for n in made if _ours(nsenter.owner(n)) or not ns.held(n))
 
 
 @pytest.fixture(autouse=True)
@@ -112,9 +126,9 @@ def _namespaces_only_in_kernel_tests(
 ) -> Iterator[None]:
     """A test without the ``kernel`` marker must not make a network namespace: ``-m "not
     kernel"`` runs it without root, where it errors. In this process the namespace
-    maker itself refuses (and the test fails even if it catches that); under ``CI=true``
-    as root (no other namespace maker runs there) a change to /run/netns during the
-    test, say by a subprocess, fails it too."""
+    maker itself refuses (and the test fails even if it catches that); as root, a
+    namespace a child process made and left behind fails it too (one a child makes and
+    removes again goes unseen)."""
     if request.node.get_closest_marker("kernel") is not None:
         yield
         return
@@ -127,7 +141,9 @@ def _namespaces_only_in_kernel_tests(
         raise AssertionError(f"network namespace {name!r} made by a test without the kernel marker")
 
     monkeypatch.setattr(nsenter, "create_netns", refuse)
-    before = _netns_dir_state() if _ci_root() else None
+    from dataplane.linux import netns as ns
+
+    before = frozenset(ns.list_ours(include_held=True)) if os.geteuid() == 0 else None
     yield
     if tried:
         pytest.fail(
@@ -135,10 +151,9 @@ def _namespaces_only_in_kernel_tests(
             "pytest.mark.kernel marker",
             pytrace=False,
         )
-    if before is not None and (after := _netns_dir_state()) != before:
-        changed = sorted(before[1] ^ (after[1] if after else frozenset()))
+    if before is not None and (made := _new_namespaces(before)):
         pytest.fail(
-            f"{request.node.nodeid} changed /run/netns (a namespace made or removed: "
-            f"{changed or 'made and removed again'}) but has no pytest.mark.kernel marker",
+            f"{request.node.nodeid} made network namespaces {made} (in a child process) "
+            "but has no pytest.mark.kernel marker",
             pytrace=False,
         )
