@@ -30,6 +30,20 @@ def netns() -> Iterator[str]:
         yield name
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """A test that asks for the :func:`netns` fixture must carry the ``kernel`` marker
+    (else ``-m "not kernel"`` would run it): refused at collection, before anything runs."""
+    bare = [
+        i.nodeid
+        for i in items
+        if "netns" in getattr(i, "fixturenames", ()) and i.get_closest_marker("kernel") is None
+    ]
+    if bare:
+        raise pytest.UsageError(
+            f"tests use the netns fixture without pytest.mark.kernel: {', '.join(bare)}"
+        )
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _no_leftover_namespaces() -> Iterator[None]:
     """Fails the session if tests left svclab namespaces behind: those no other live

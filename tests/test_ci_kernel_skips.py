@@ -121,6 +121,19 @@ def test_outside_ci_a_kernel_skip_is_a_skip(tmp_path: Path) -> None:
     assert "2 skipped" in res.stdout
 
 
+def test_a_test_asking_for_netns_without_the_kernel_marker_is_refused_at_collection(
+    tmp_path: Path,
+) -> None:
+    module = "import pytest\n\ndef test_bare(netns):\n    pass\n"
+    module += "\n@pytest.mark.kernel\ndef test_marked(netns):\n    pass\n"
+    res = _run(tmp_path, None, module + "\ndef test_other():\n    pass\n")
+    assert res.returncode == 4, res.stdout + res.stderr  # usage error: nothing ran
+    assert (
+        "tests use the netns fixture without pytest.mark.kernel: test_module.py::test_bare\n"
+        in res.stderr
+    ), res.stderr
+
+
 @pytest.mark.kernel
 @pytest.mark.skipif(not is_root(), reason="needs root")
 def test_a_test_without_the_kernel_marker_may_not_make_namespaces(tmp_path: Path) -> None:
