@@ -464,6 +464,8 @@ class APIServer:
           the garbage collector deletes its dependents, which then removes the
           finalizer, and the update that removes an object's last finalizer removes it
           (:meth:`update`).
+        * Anything else but a Pod that has finalizers: only marked (deletionTimestamp),
+          as kube-apiserver does; the update that removes its last finalizer removes it.
 
         * A Pod bound to a node is only marked (deletionTimestamp set, stays stored;
           marking twice is a no-op); the kubelet finishes it with
@@ -511,6 +513,18 @@ class APIServer:
                 "Deleting",
                 "marked for deletion in the foreground: the garbage collector deletes its "
                 "dependents first",
+            )
+            return kept
+        if not isinstance(current, Pod) and (fins := finalizers(current)):
+            kept = self.store.update(
+                current.with_meta(deletion_timestamp=self._now()),
+                expected_version=current.resource_version,
+            )
+            self._record(
+                component,
+                kept,
+                "Deleting",
+                f"marked for deletion: it goes once its finalizers ({', '.join(fins)}) are removed",
             )
             return kept
         message = "deleted"
