@@ -238,11 +238,11 @@ def _apply(
         if name not in t.chains:
             raise NftError(f"{where}: no chain {name!r}")
         text = " ".join(cur.toks[cur.i :])
-        steps, comment = compile_rule(cur, t)
+        steps, comment, effect = compile_rule(cur, t)
         chain = t.chains[name]
         if chain.type not in (None, "nat") and _NAT_WORD.search(text.split(" comment ")[0]):
             raise NftError(f"{where}: NAT in a {chain.type} chain (Operation not supported)")
-        rule = NftRule(text, n, steps, comment)
+        rule = NftRule(text, n, steps, comment, effect)
         checks.append((t, text, where))
         if verb == "insert":
             t.chains[name].rules.insert(0, rule)
@@ -614,7 +614,8 @@ class NftEngine:
                 continue
             if verdict is None:
                 if rec is not None:
-                    rec.append(self._record(w, table, chain.name, num, rule.text, "match", None))
+                    effect = rule.effect or "match"
+                    rec.append(self._record(w, table, chain.name, num, rule.text, effect, None))
                 continue
             kind, dest = verdict
             nat = None
