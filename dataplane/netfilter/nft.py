@@ -13,8 +13,9 @@ Rules understood (each statement in order; a test that fails ends the rule):
 ``... vmap @map`` and inline ``vmap { k : verdict , ... }``, ``numgen random mod N
 [offset M]``, ``ct state``, ``ct status``, ``ct mark``, ``fib saddr|daddr type local``,
 ``meta mark`` / ``mark`` with ``and|or|xor`` (or ``&``, ``|``, ``^``, as ``nft list``
-prints them) then a comparison, ``iifname``/``oifname``, ``icmp type``; statements
-``mark set …``, ``ct mark set …``, ``update|add @set { key }``, ``counter``, ``log``,
+prints them) then a comparison, ``meta priority``, ``iifname``/``oifname``, ``icmp
+type``; statements ``meta mark|nftrace|priority set …``, ``mark set …``, ``nftrace set
+…``, ``ct mark set …`` (:mod:`.nftmeta`), ``update|add @set { key }``, ``counter``, ``log``,
 ``notrack``, ``dnat [ip] to A[:P]``, ``snat [ip] to A[:P]``,
 ``masquerade [random|fully-random|persistent]``, ``reject [with tcp reset|icmp type T]``;
 verdicts ``accept``, ``drop``, ``return``, ``continue``, ``jump C``, ``goto C``;
