@@ -138,3 +138,26 @@ def test_refused_with_the_line(statement: str, message: str) -> None:
     assert str(e.value).startswith(f"f:3: add rule ip x c {statement}: ")
     assert message in str(e.value)
     assert "\n" not in str(e.value)
+
+
+def test_a_refusal_in_the_nested_form_names_the_line_of_the_file() -> None:
+    """``nft list ruleset`` text is read through a flat form; the error names the line
+    the statement has in the text given (here 10), as ``nft -f`` does."""
+    text = """table ip t {
+        set s {
+                type ipv4_addr
+                elements = { 10.0.0.1,
+                             10.0.0.2 }
+        }
+        chain c {
+                type filter hook prerouting priority 0; policy accept;
+                ip saddr @s counter
+                meta nftrace set 7
+        }
+}
+"""
+    with pytest.raises(NftError) as e:
+        parse_nft(text, source="ruleset.txt")
+    assert str(e.value) == (
+        "ruleset.txt:10: add rule ip t c meta nftrace set 7: Value 7 exceeds valid range 0-1"
+    )
