@@ -34,7 +34,7 @@ Contract:
 * :meth:`APIServer.bootstrap` (run each time a control plane starts) creates the system
   Namespaces and, unless the Cluster says ``kubernetesService: false``, the
   ``default/kubernetes`` Service and its EndpointSlice (:mod:`.endpoints`), repairing
-  the slice if it drifted; with ``dns: true`` also cluster DNS, as kubeadm installs it
+  the slice if it drifted; unless ``dns: false``, also cluster DNS, as kubeadm installs it
   (:mod:`.clusterdns`: the ``kube-system/kube-dns`` Service and the ``coredns``
   Deployment, created when missing).
 """
@@ -199,7 +199,7 @@ class APIServer:
         """Create the system Namespaces and the ``default/kubernetes`` Service (first
         address of the serviceCIDR, port 443 ``https`` → 6443, no selector), then
         reconcile that Service's EndpointSlice (:meth:`reconcile_kubernetes_endpoints`).
-        With ``kubernetesService: false`` neither is created. With ``dns: true``, the
+        With ``kubernetesService: false`` neither is created. Unless ``dns: false``, the
         kube-dns Service and the coredns Deployment are created when missing
         (:mod:`.clusterdns`). Idempotent."""
         for name in SYSTEM_NAMESPACES:

@@ -90,9 +90,23 @@ def test_kubeadm_objects_are_bootstrapped(session: Session) -> None:
     assert len(pods) == 2 and all(p.labels["k8s-app"] == "kube-dns" and p.is_ready for p in pods)
 
 
-def test_no_dns_objects_unless_asked() -> None:
+def test_dns_objects_by_default_and_none_with_dns_false() -> None:
+    """Cluster DNS is on by default, as kubeadm installs it; ``dns: false`` opts out."""
     s = Session.ephemeral(
         load_text("apiVersion: svclab.dev/v1alpha1\nkind: Cluster\nspec: {nodes: 1}\n", source="x")
+    )
+    s.converge()
+    assert sorted(x.key for x in s.store.list("Service")) == [
+        "default/kubernetes",
+        "kube-system/kube-dns",
+    ]
+    assert [x.key for x in s.store.list("Deployment")] == ["kube-system/coredns"]
+    assert emulation.view(s).dns_zone is not None
+    s = Session.ephemeral(
+        load_text(
+            "apiVersion: svclab.dev/v1alpha1\nkind: Cluster\nspec: {nodes: 1, dns: false}\n",
+            source="x",
+        )
     )
     s.converge()
     assert [x.key for x in s.store.list("Service")] == ["default/kubernetes"]

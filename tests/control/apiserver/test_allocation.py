@@ -207,8 +207,12 @@ def test_deleting_a_service_frees_everything() -> None:
 
 
 def test_full_ranges_refuse_cleanly() -> None:
+    # a /29 has no tenth address for kube-dns: no cluster DNS (kubeadm would refuse it)
     api = make_api(
-        serviceCIDR="10.96.0.0/29", nodePortRange="30000-30001", loadBalancerCIDR="172.19.0.0/30"
+        serviceCIDR="10.96.0.0/29",
+        nodePortRange="30000-30001",
+        loadBalancerCIDR="172.19.0.0/30",
+        dns=False,
     )
     # /29: .1 (kubernetes) .. .6 usable -> 5 more
     for i in range(5):
