@@ -90,6 +90,8 @@ def dig(
         conf = emu.resolv_confs.get(s)
         if conf is None:
             raise InputError(f"{src}: no such running pod", field="SRC")
+        if server is None and not conf.nameservers:
+            raise InputError(f"{src}: its resolv.conf has no nameserver", field="SRC")
         if search:
             from dataplane.emulator.resolver import resolve
 
@@ -102,8 +104,6 @@ def dig(
             _emit(out, output)
             return
         if server is None:
-            if not conf.nameservers:
-                raise InputError(f"{src}: its resolv.conf has no nameserver", field="SRC")
             server = conf.nameservers[0]
         from dataplane.emulator.resolver import query
 

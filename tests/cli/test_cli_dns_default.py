@@ -45,6 +45,11 @@ def test_dns_false_makes_a_cluster_without_it(tmp_path: Path) -> None:
     res = run(state, "get", "svc", "-A")
     assert "kube-dns" not in res.output and "kubernetes" in res.output
     assert "coredns" not in run(state, "get", "pods", "-A").output
-    # the client's resolv.conf names no nameserver: no answer
-    res = run(state, "dig", "pod/default/client", "web", "--search")
-    assert "IN\tA\t" not in res.output
+    # the client's resolv.conf names no nameserver: refused as the other forms are, not
+    # an empty answer with exit 0
+    for args in (("web", "--search"), ("web.default.svc.cluster.local",)):
+        res = run(state, "dig", "pod/default/client", *args)
+        assert res.exit_code == 1, res.output
+        assert res.output.strip().endswith(
+            "pod/default/client: its resolv.conf has no nameserver"
+        ), res.output
