@@ -8,6 +8,10 @@ labs and the differential tests ask).
 * :func:`resolve` — a name looked up by the pod's libc: the emulator's stub resolver
   (:func:`dataplane.emulator.resolver.resolve`) or, on the kernel, Python's
   ``getaddrinfo`` under ``ip netns exec`` (glibc reading ``/etc/netns/<ns>/resolv.conf``).
+* :func:`search` — ``dig +search``: the names of the pod's search list
+  (:func:`netmodel.resolvconf.search_order`) asked in turn with :func:`dig`, of any type
+  and of any server, until one answers with records of that type; real questions on
+  either backend.
 """
 
 from __future__ import annotations
@@ -33,8 +37,10 @@ class DnsOutcome:
     """One question and its answer, backend-neutral. ``status``: the rcode's name, or
     ``no-answer`` (``error`` says what the socket reported). ``answer``/``authority``/
     ``additional``: ``name ttl IN TYPE rdata`` lines (the answer sorted: CoreDNS's
-    order is not part of the contract). ``server_pod``: ``ns/name`` of the DNS pod that
-    answered."""
+    order is not part of the contract). ``server``: the address asked. ``server_pod``:
+    ``ns/name`` of the DNS pod that answered. ``conntrack``: on the kernel, the question's conntrack entries as
+    ``conntrack -L`` printed them on each node (``node: line``): the DNAT the kernel did,
+    what it has to show for the emulator's hops."""
 
     qname: str
     qtype: str
@@ -48,6 +54,8 @@ class DnsOutcome:
     server_pod: str | None = None
     error: str | None = None
     response: bytes | None = field(default=None, repr=False, compare=False)
+    conntrack: tuple[str, ...] = field(default=(), compare=False)
+    server: str = field(default="", compare=False)
 
     def key(self) -> tuple[Any, ...]:
         """What must agree between backends (which pod answered is a random choice)."""
@@ -78,8 +86,10 @@ class DnsOutcome:
             "additional": list(self.additional),
             "proto": self.proto,
             "truncated_udp": self.truncated_udp,
+            "server": self.server,
             "server_pod": self.server_pod,
             "error": self.error,
+            "conntrack": list(self.conntrack),
         }
 
 
@@ -98,6 +108,8 @@ def outcome(
     truncated_udp: bool,
     server_pod: str | None,
     error: str | None,
+    conntrack: tuple[str, ...] = (),
+    server: str = "",
 ) -> DnsOutcome:
     if response is None:
         return DnsOutcome(
@@ -108,6 +120,8 @@ def outcome(
             error=error,
             truncated_udp=truncated_udp,
             server_pod=server_pod,
+            conntrack=conntrack,
+            server=server,
         )
     m = dns.message.from_wire(response)
     return DnsOutcome(
@@ -123,6 +137,8 @@ def outcome(
         server_pod,
         None,
         response,
+        conntrack,
+        server,
     )
 
 
@@ -168,31 +184,102 @@ def dig(
             truncated_udp=q.truncated_udp,
             server_pod=d.pod if d else None,
             error=q.error,
+            server=srv,
         )
     from dataplane.linux import dnsclient
+    from dataplane.linux.conntrack import parse_line
 
     qname, qt, msg = _question(name, qtype)
     raw = dnsclient.query(be.cluster.netns(src), srv, msg.to_wire(), tcp=tcp)
+    # this question's flow: its source port and the address asked (an entry of an
+    # earlier question from the same port to another address may still be listed)
+    flows = {
+        node: kept
+        for node, entries in be.flows_conntrack([raw.sport], raw.proto, settle=0.0)
+        .get(raw.sport, {})
+        .items()
+        if (kept := [e for e in entries if parse_line(e).field("orig", "dst") == srv])
+    }
     return outcome(
         qname,
         qt,
         raw.response,
         proto=raw.proto,
         truncated_udp=raw.truncated_udp,
-        server_pod=_answered_by(be, raw.sport, raw.proto),
+        server_pod=_answered_by(be, flows),
         error=raw.error,
+        conntrack=tuple(f"{node}: {e}" for node, es in sorted(flows.items()) for e in es),
+        server=srv,
     )
 
 
-def _answered_by(be: RealBackend, sport: int, proto: str) -> str | None:
+def _answered_by(be: RealBackend, flows: dict[str, list[str]]) -> str | None:
     """The pod whose address is the reply source of the question's conntrack entry."""
     by_ip = {str(r.ip): pod for pod, r in be.cluster.pods.items()}
-    for entries in be.flows_conntrack([sport], proto, settle=0.0).get(sport, {}).values():
+    for entries in flows.values():
         for e in entries:
             found = _SRC.findall(e)
             if len(found) >= 2 and found[1] in by_ip:
                 return by_ip[found[1]]
     return None
+
+
+@dataclass(frozen=True, slots=True)
+class Search:
+    """A ``dig +search`` walk: every question asked, in order, and how it ended.
+    ``status``: ``ok`` (``answered_name`` answered with records of the type asked),
+    ``NXDOMAIN`` / ``NODATA`` (every name gave one of those; NODATA when any did), or
+    ``error`` (a question got no answer: the walk stops there, as glibc's does)."""
+
+    name: str
+    qtype: str
+    status: str
+    queries: tuple[DnsOutcome, ...]
+    answered_name: str | None = None
+
+    @property
+    def records(self) -> list[str]:
+        """The answering question's records of the type asked."""
+        if self.status != "ok":
+            return []
+        return [r for r in self.queries[-1].answer if f" IN {self.qtype} " in r]
+
+
+def search(
+    be: EmulatorBackend | RealBackend,
+    src: str,
+    name: str,
+    qtype: str = "A",
+    *,
+    server: str | None = None,
+) -> Search:
+    """``name`` through pod ``src``'s search list, each candidate a :func:`dig` of type
+    ``qtype`` to ``server`` (default: each of the pod's nameservers in turn, the next
+    only when one does not answer). See :class:`Search`."""
+    from netmodel.resolvconf import search_order
+
+    conf = be.view.resolv_confs.get(src)
+    if conf is None:
+        raise InputError(f"{src}: not a pod", field="SRC")
+    servers = [server] if server is not None else [str(n) for n in conf.nameservers]
+    if not servers:
+        raise InputError(f"{src}: its resolv.conf has no nameserver", field="SRC")
+    qt = _question(name, qtype)[1]
+    asked: list[DnsOutcome] = []
+    nodata = False
+    for candidate in search_order(name, conf):
+        for srv in servers:
+            o = dig(be, src, candidate, qt, server=srv)
+            asked.append(o)
+            if o.status != "no-answer":
+                break
+        else:
+            return Search(name, qt, "error", tuple(asked))
+        if o.status == "NOERROR":
+            if any(f" IN {qt} " in r for r in o.answer):
+                return Search(name, qt, "ok", tuple(asked), answered_name=o.qname)
+            nodata = True
+    return Search(name, qt, "NODATA" if nodata else "NXDOMAIN", tuple(asked))
 
 
 @dataclass(frozen=True, slots=True)

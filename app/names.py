@@ -33,7 +33,7 @@ class LookupFailed(SvclabError):
         if r.status == "no-nameserver":
             super().__init__(
                 f"cannot resolve {r.name!r}: the pod's resolv.conf names no nameserver "
-                "(a cluster without DNS: give the Cluster `dns: true`, or an IP)"
+                "(a Cluster with `dns: false` has no cluster DNS: drop it, or give an IP)"
             )
             return
         why = r.error if r.status == "error" else r.status

@@ -76,9 +76,12 @@ class Scenario:
     pairs: tuple[tuple[int, int], ...]
 
     def manifest(self) -> str:
+        # dns: false: cluster DNS plays no part in pod-to-pod reachability, and its two
+        # coredns pods would be two more pods (and, with --real, two DNS servers) per
+        # generated scenario
         docs = [
             "apiVersion: svclab.dev/v1alpha1\nkind: Cluster\nmetadata: {name: lab04}\n"
-            f"spec: {{nodes: {self.nodes}, overlay: {self.overlay}}}"
+            f"spec: {{nodes: {self.nodes}, overlay: {self.overlay}, dns: false}}"
         ]
         for i, node in enumerate(self.placement):
             docs.append(

@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Lab 07 — cluster DNS: names resolved through the Services dataplane itself.
 
-The cluster runs kubeadm's DNS: two `coredns` pods behind the `kube-system/kube-dns`
-Service at 10.96.0.10, the tenth address of the service CIDR. Every pod's resolv.conf
+The cluster runs kubeadm's DNS, as every svclab Cluster does unless it says `dns: false`
+(the manifest below asks for nothing): two `coredns` pods behind the
+`kube-system/kube-dns` Service at 10.96.0.10, the tenth address of the service CIDR. Every pod's resolv.conf
 names that address, so a pod's first Service packet is its DNS question: UDP to
 10.96.0.10:53, DNATed by kube-proxy to a DNS pod.
 
@@ -46,7 +47,6 @@ kind: Cluster
 metadata: {name: lab07}
 spec:
   nodes: 2
-  dns: true
   dnsUpstream: {example.com: [203.0.113.80]}
 ---
 apiVersion: apps/v1

@@ -130,11 +130,9 @@ def save_shares(counts, name: str, title: str) -> None:  # type: ignore[no-untyp
     out = pictures_dir()
     if out is None:
         return
-    from scipy.stats import chisquare
-
     from app.pictures.files import write_figure
-    from app.pictures.shares import ChiSquare, shares_figure
+    from app.pictures.shares import shares_figure
+    from app.stats import chi_square
 
-    test = chisquare(list(counts.values()))
-    chi = ChiSquare(float(test.statistic), len(counts) - 1, float(test.pvalue))
+    chi = chi_square(list(counts.values()))
     _written(write_figure(shares_figure(counts, chi, title=title), out / f"{name}.png"))

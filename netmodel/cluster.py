@@ -14,12 +14,15 @@ natural name order, among the nodes labelled ``node-role.kubernetes.io/control-p
 or among all nodes when none is. It depends on this document only, so it is the same
 every time a cluster is opened.
 
-Cluster DNS (kubeadm's CoreDNS, see :mod:`dataplane.dns`): ``dns: true`` makes the
-control plane create the ``kube-system/kube-dns`` Service at the tenth address of
-serviceCIDR (:meth:`ClusterSpec.dns_service_ip`) and its two-replica ``coredns``
-Deployment, and gives pods kubelet's ``resolv.conf``. It is off by default: every
-existing scenario (exact pod counts, rule dumps, upstream replays) stays as it was, and a
-scenario opts in. ``clusterDomain`` (default ``cluster.local``) is kubelet's
+Cluster DNS (kubeadm's CoreDNS, see :mod:`dataplane.dns`) is on by default, as on every
+kubeadm, kind, k3s or minikube cluster: the control plane creates the
+``kube-system/kube-dns`` Service at the tenth address of serviceCIDR
+(:meth:`ClusterSpec.dns_service_ip`) and its two-replica ``coredns`` Deployment, and
+gives pods kubelet's ``resolv.conf``. ``dns: false`` opts out: a state that has no
+cluster DNS (upstream kube-proxy's test fixtures, a scenario whose pods, rules or
+addresses were written without it). A serviceCIDR too small to hold a tenth address is
+refused while DNS is on, as ``kubeadm init`` refuses it (it cannot place kube-dns);
+the error says so and names ``dns: false``. ``clusterDomain`` (default ``cluster.local``) is kubelet's
 ``--cluster-domain`` and the zone CoreDNS serves. Names outside it are what CoreDNS
 forwards upstream; svclab never asks the host's resolver: ``dnsUpstream`` is that
 upstream, a static table of names and their IPv4 addresses (any other name: NXDOMAIN).
@@ -231,9 +234,10 @@ class ClusterSpec(_Strict):
     seed: int = 0
     #: kubelet's ``--cluster-domain``: the zone cluster DNS answers for.
     cluster_domain: str = "cluster.local"
-    #: create kube-system/kube-dns and the coredns Deployment; pods get kubelet's
-    #: ClusterFirst resolv.conf pointing at it.
-    dns: bool = False
+    #: create kube-system/kube-dns and the coredns Deployment, as kubeadm does (on by
+    #: default, as on a real cluster); pods get kubelet's ClusterFirst resolv.conf
+    #: pointing at it. false: no cluster DNS (a replay of a state that has none).
+    dns: bool = True
     #: the upstream resolver CoreDNS forwards names outside the cluster domain to: a
     #: static table name -> IPv4 addresses (other names: NXDOMAIN).
     dns_upstream: dict[str, list[str]] = Field(default_factory=dict)
@@ -364,7 +368,10 @@ class ClusterSpec(_Strict):
         elif "calico" in self.model_fields_set:
             raise ValueError("calico settings need cni: calico")
         if self.dns and svc.num_addresses < 12:
-            raise ValueError(f"serviceCIDR {svc} has no tenth address for kube-dns")
+            raise ValueError(
+                f"serviceCIDR {svc} has no tenth address for kube-dns (cluster DNS is on "
+                "by default; use a /28 or wider, or set dns: false)"
+            )
         if self.advertise_address is not None:
             want = parse_ip(self.advertise_address)
             firsts = {parse_ip(e.addresses[0]) for e in self.node_entries()}

@@ -28,6 +28,8 @@ its vocabulary), listed here with where each lives::
     │   ├── PortInUse              the source port asked for is taken (dataplane.linux.traffic)
     │   └── IpamMismatch           the real host-local IPAM chose another address than the
     │                              model (app.realnet)
+    ├── AddressNotAvailable        an emulated connect() found no free ephemeral port:
+    │                              EADDRNOTAVAIL (dataplane.emulator.ports)
     ├── NoClusterError             no cluster in the state directory (control.session)
     ├── ConvergenceError           the runner found no fixed point (control.runner)
     ├── AlreadyServedError         the state directory is served already (control.serving)

@@ -24,8 +24,10 @@ or objects carrying server-set metadata (``uid``, ``resourceVersion``,
   length (a serviceCIDR inside that podCIDR, as GKE's routes-based clusters have, is
   accepted with a warning: ``ClusterSpec.layout_warnings``); ``nodeNetwork`` the smallest network (at most /24) holding the
   Nodes' InternalIPs; ``proxyMode`` from the kube-proxy ConfigMap; ``allocation:
-  recorded`` (ClusterIPs, NodePorts kept as recorded) and ``kubernetesService: false``
-  (the dump's own ``default/kubernetes`` is applied); ``nodes: 0`` (the Nodes come from
+  recorded`` (ClusterIPs, NodePorts kept as recorded), ``kubernetesService: false``
+  (the dump's own ``default/kubernetes`` is applied) and ``dns: false`` (the dump's own
+  ``kube-dns`` Service and ``coredns`` pods, when it has them, are applied as recorded:
+  the import invents no second cluster DNS and no pods the dump lacks); ``nodes: 0`` (the Nodes come from
   the dump); ``cni: calico`` when the dump shows Calico (a ``calico-node`` Pod or
   DaemonSet, Pods annotated ``cni.projectcalico.org/podIP(s)``, IPPool or BlockAffinity
   objects), with ``calico.ipPools`` from the IPPool objects (their CIDR, natOutgoing and
@@ -388,6 +390,7 @@ def prepare(docs: list[dict[str, Any]], *, has_cluster: bool) -> PreparedDump:
         spec: dict[str, Any] = {
             "allocation": "recorded",
             "kubernetesService": False,
+            "dns": False,
             "nodes": 0,
         }
         svc = _service_cidr(services, cidr_objs)
@@ -484,7 +487,9 @@ def merge_inferred(stored: Cluster, inferred: Cluster, *, where: str) -> Cluster
     smallest network holding both (its range was a lower bound: the allocators are
     rebuilt from the stored objects, so every address stays valid), and a Cluster the
     user wrote is a conflict. A value read as it is (nodeCIDRMaskSize, proxyMode,
-    allocation, kubernetesService, nodes) must be equal. A conflict is one
+    allocation, kubernetesService, nodes) must be equal; ``dns`` is not compared (the
+    inference's ``dns: false`` only keeps an import from inventing cluster DNS: the stored
+    Cluster's choice stands). A conflict is one
     :class:`InputError` naming the field and ``where`` (the stored Cluster's place);
     the widened Cluster is validated again (layout checks)."""
     name = f"Cluster/{stored.metadata.get('name', 'svclab')}"

@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
 """Benchmark the CLI's start-up: wall-clock time of typical ``svclab`` commands.
 
-Each command runs in a fresh interpreter (subprocess), ``--repeat`` times (default 5);
-the best and the median are reported. The commands work on a small persistent state
-made once in a temporary directory (``svclab --state DIR apply -f examples/web.yaml``):
+Each command runs in a fresh interpreter (subprocess), once cold (``cold_s``: the
+first run in the round, the state just applied) and then ``--repeat`` times warm
+(default 5; ``warm_best_s`` and ``warm_median_s``: the page cache, the bytecode cache
+and the state's own cache filled by the runs before). The commands work on a small persistent state
+made in a temporary directory, one per round (``svclab --state DIR apply -f examples/web.yaml``):
 
     help       svclab --help
     get_pods   svclab --state DIR get pods -A
@@ -23,7 +25,6 @@ into the checkout). Prints one JSON object.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import shutil
@@ -35,6 +36,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "scripts"))
+
+from benchjson import emit  # noqa: E402
 
 
 def svclab_script() -> list[str]:
@@ -58,21 +62,29 @@ def run(
 
 
 def timed(argv: list[str], repeat: int, env: dict[str, str] | None = None) -> dict[str, float]:
-    run(argv, env)  # warm-up: page cache, and the bytecode cache when there is one
+    """``cold_s``: the first run (in the round: on a state just applied, the bytecode
+    cache as the round's earlier commands left it); ``warm_best_s``, ``warm_median_s``:
+    ``repeat`` more, each a fresh process after that one (page cache, bytecode cache and
+    the state's own cache filled)."""
     times = []
-    for _ in range(repeat):
+    for _ in range(repeat + 1):
         dt, proc = run(argv, env)
         if proc.returncode != 0:
             raise SystemExit(f"{' '.join(argv)}: exit {proc.returncode}\n{proc.stderr}")
         times.append(dt)
-    return {"best_s": round(min(times), 4), "median_s": round(statistics.median(times), 4)}
+    cold, warm = times[0], times[1:]
+    return {
+        "cold_s": round(cold, 4),
+        "warm_best_s": round(min(warm), 4),
+        "warm_median_s": round(statistics.median(warm), 4),
+    }
 
 
 def import_time(module: str, repeat: int, env: dict[str, str] | None = None) -> dict[str, float]:
     """Cumulative ``-X importtime`` of ``module`` (microseconds in the report → seconds)."""
     pattern = re.compile(rf"^import time:\s+\d+\s+\|\s+(\d+)\s+\|\s*{re.escape(module)}$")
     times = []
-    for _ in range(repeat):
+    for _ in range(repeat + 1):
         _, proc = run([sys.executable, "-X", "importtime", "-c", f"import {module}"], env)
         if proc.returncode != 0:
             raise SystemExit(f"import {module}: exit {proc.returncode}\n{proc.stderr}")
@@ -80,7 +92,12 @@ def import_time(module: str, repeat: int, env: dict[str, str] | None = None) -> 
         if not hits:
             raise SystemExit(f"no importtime line for {module}")
         times.append(int(hits[-1].group(1)) / 1e6)
-    return {"best_s": round(min(times), 4), "median_s": round(statistics.median(times), 4)}
+    cold, warm = times[0], times[1:]
+    return {
+        "cold_s": round(cold, 4),
+        "warm_best_s": round(min(warm), 4),
+        "warm_median_s": round(statistics.median(warm), 4),
+    }
 
 
 def first_name(svclab: list[str], state: str, kind: str) -> str:
@@ -99,26 +116,6 @@ def main() -> None:
 
     svclab = svclab_script()
     with tempfile.TemporaryDirectory(prefix="svclab-bench-cli-") as tmp:
-        state = os.path.join(tmp, "state")
-        _, proc = run([*svclab, "--state", state, "apply", "-f", args.manifest])
-        if proc.returncode != 0:
-            raise SystemExit(f"apply: exit {proc.returncode}\n{proc.stderr}")
-        node = first_name(svclab, state, "nodes")
-        pod = first_name(svclab, state, "pods")
-        commands = {
-            "help": ["--help"],
-            "get_pods": ["--state", state, "get", "pods", "-A"],
-            "rules": ["--state", state, "rules", "--node", node],
-            "trace": [
-                "--state",
-                state,
-                "trace",
-                "--from",
-                f"pod/{pod}",
-                "--to",
-                "svc/default/web:80",
-            ],
-        }
         cache = os.path.join(tmp, "pycache")
         rounds = {
             "no_bytecode_cache": dict(os.environ),
@@ -129,16 +126,31 @@ def main() -> None:
         }
         result: dict[str, object] = {"svclab": " ".join(svclab), "repeat": args.repeat}
         for label, env in rounds.items():
+            # a state of the round's own, so that its first trace is the first after
+            # the apply (cold)
+            state = os.path.join(tmp, f"state-{label}")
+            _, proc = run([*svclab, "--state", state, "apply", "-f", args.manifest], env)
+            if proc.returncode != 0:
+                raise SystemExit(f"apply: exit {proc.returncode}\n{proc.stderr}")
+            node = first_name(svclab, state, "nodes")
+            pod = first_name(svclab, state, "pods")
+            commands = {
+                "help": ["--help"],
+                "get_pods": ["--state", state, "get", "pods", "-A"],
+                "rules": ["--state", state, "rules", "--node", node],
+                "trace": [
+                    *("--state", state, "trace", "--from", f"pod/{pod}"),
+                    *("--to", "svc/default/web:80"),
+                ],
+            }
             figures: dict[str, object] = {
                 "python_startup": timed([sys.executable, "-c", "pass"], args.repeat, env)
             }
             for name, argv in commands.items():
                 figures[name] = timed([*svclab, *argv], args.repeat, env)
-            figures["importtime_app_cli_main"] = import_time(
-                "app.cli.main", args.repeat, env
-            )
+            figures["importtime_app_cli_main"] = import_time("app.cli.main", args.repeat, env)
             result[label] = figures
-    print(json.dumps(result, indent=2))
+    emit(result)
 
 
 if __name__ == "__main__":

@@ -3,8 +3,9 @@ manifests: a Cluster and a KubeProxyConfiguration that state the case's ``node:`
 plus its Services and EndpointSlices (``x-`` annotations of the case format dropped).
 
 The Cluster uses ``allocation: recorded`` (the tests' Services carry NodePorts of 0 and a
-shared healthCheckNodePort that a real apiserver would not allow) and ``nodeEnvironment``
-for what the upstream test fake fixes (mark text ``0x4000``, no ``--random-fully``,
+shared healthCheckNodePort that a real apiserver would not allow), ``kubernetesService:
+false`` and ``dns: false`` (the fake proxier sees only the case's Services), and
+``nodeEnvironment`` for what the upstream test fake fixes (mark text ``0x4000``, no ``--random-fully``,
 nfacct counters present). ``python3 scripts/case_manifests.py CASE.yaml`` prints them.
 """
 
@@ -58,7 +59,10 @@ def case_documents(case: dict[str, Any]) -> list[dict[str, Any]]:
             "nodeNetwork": "192.168.0.0/16",
             "loadBalancerCIDR": "172.31.0.0/24",
             "allocation": "recorded",
+            # upstream's fake proxier has only the case's Services: no default/kubernetes
+            # and no kube-system/kube-dns
             "kubernetesService": False,
+            "dns": False,
             "nodes": [{"name": node["name"], "addresses": ips}],
             "nodeEnvironment": env,
         },

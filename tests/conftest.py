@@ -30,6 +30,20 @@ def netns() -> Iterator[str]:
         yield name
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """A test that asks for the :func:`netns` fixture must carry the ``kernel`` marker
+    (else ``-m "not kernel"`` would run it): refused at collection, before anything runs."""
+    bare = [
+        i.nodeid
+        for i in items
+        if "netns" in getattr(i, "fixturenames", ()) and i.get_closest_marker("kernel") is None
+    ]
+    if bare:
+        raise pytest.UsageError(
+            f"tests use the netns fixture without pytest.mark.kernel: {', '.join(bare)}"
+        )
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _no_leftover_namespaces() -> Iterator[None]:
     """Fails the session if tests left svclab namespaces behind: those no other live
@@ -56,18 +70,104 @@ def _no_leftover_namespaces() -> Iterator[None]:
     assert not kept, f"tests left persistent clusters behind: {clusters} ({kept})"
 
 
+#: Skips a root CI machine may have, by the start of their reason, each with why. Any
+#: other skip under ``CI=true`` as root fails the run (:func:`pytest_runtest_makereport`):
+#: such a machine has every tool scripts/install installs, so a skip there means a part
+#: of svclab went untested. Empty today: every skip in the suite is for a missing tool,
+#: a missing binary or missing root, none of which a root CI machine lacks.
+CI_ALLOWED_SKIPS: dict[str, str] = {}
+
+
+def _ci_root() -> bool:
+    return os.environ.get("CI") == "true" and os.geteuid() == 0
+
+
+def _skip_verdict(item: pytest.Item, reason: str) -> str | None:
+    """Why a skip of ``item`` is a failure here, or None if it may stay a skip: under
+    ``CI=true`` a kernel test must not skip (CI runs as root); as root under ``CI=true``
+    no test may, unless its reason starts with a key of :data:`CI_ALLOWED_SKIPS`."""
+    if os.environ.get("CI") != "true":
+        return None
+    if item.get_closest_marker("kernel") is not None:
+        return f"kernel test skipped under CI=true (kernel tests must run): {reason}"
+    if _ci_root() and not any(reason.startswith(k) for k in CI_ALLOWED_SKIPS):
+        return f"test skipped under CI=true as root (not in CI_ALLOWED_SKIPS): {reason}"
+    return None
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
-    """Under ``CI=true`` a kernel test that would skip is an error: CI runs as root, and
-    a skipped kernel test there means the kernel side went untested."""
+    """Turns the skips :func:`_skip_verdict` refuses into failures."""
     outcome = yield
     rep = outcome.get_result()  # type: ignore[attr-defined]
-    if (
-        rep.skipped
-        and not hasattr(rep, "wasxfail")
-        and os.environ.get("CI") == "true"
-        and item.get_closest_marker("kernel") is not None
-    ):
+    if rep.skipped and not hasattr(rep, "wasxfail"):
         reason = rep.longrepr[2] if isinstance(rep.longrepr, tuple) else str(rep.longrepr)
-        rep.outcome = "failed"
-        rep.longrepr = f"kernel test skipped under CI=true (kernel tests must run): {reason}"
+        reason = reason.removeprefix("Skipped: ")
+        verdict = _skip_verdict(item, reason)
+        if verdict is not None:
+            rep.outcome = "failed"
+            rep.longrepr = verdict
+
+
+def _ours(pid: int | None) -> bool:
+    """Is ``pid`` this process or one of its descendants?"""
+    me = os.getpid()
+    while pid is not None and pid > 1:
+        if pid == me:
+            return True
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            return False
+        pid = int(stat.rsplit(")", 1)[1].split()[1])
+    return False
+
+
+def _new_namespaces(before: frozenset[str]) -> list[str]:
+    """svclab namespaces made since ``before`` was listed by this process's children (or
+    by a process gone since, or a tool that records no owner) and still there; not
+    another live process's, nor a persistent cluster's (other users of the machine)."""
+    from dataplane.linux import netns as ns
+    from dataplane.linux import nsenter
+
+    made = set(ns.list_ours(include_held=True)) - before
+    return sorted(n for n in made if _ours(nsenter.owner(n)) or not ns.held(n))
+
+
+@pytest.fixture(autouse=True)
+def _namespaces_only_in_kernel_tests(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[None]:
+    """A test without the ``kernel`` marker must not make a network namespace: ``-m "not
+    kernel"`` runs it without root, where it errors. In this process the namespace
+    maker itself refuses (and the test fails even if it catches that); as root, a
+    namespace a child process made and left behind fails it too (one a child makes and
+    removes again goes unseen)."""
+    if request.node.get_closest_marker("kernel") is not None:
+        yield
+        return
+    from dataplane.linux import nsenter
+
+    tried: list[str] = []
+
+    def refuse(name: str) -> bool:
+        tried.append(name)  # (checked after the test too: the test may catch this)
+        raise AssertionError(f"network namespace {name!r} made by a test without the kernel marker")
+
+    monkeypatch.setattr(nsenter, "create_netns", refuse)
+    from dataplane.linux import netns as ns
+
+    before = frozenset(ns.list_ours(include_held=True)) if os.geteuid() == 0 else None
+    yield
+    if tried:
+        pytest.fail(
+            f"{request.node.nodeid} makes network namespaces {tried} but has no "
+            "pytest.mark.kernel marker",
+            pytrace=False,
+        )
+    if before is not None and (made := _new_namespaces(before)):
+        pytest.fail(
+            f"{request.node.nodeid} made network namespaces {made} (in a child process) "
+            "but has no pytest.mark.kernel marker",
+            pytrace=False,
+        )

@@ -18,6 +18,9 @@ EXPECTED = {
     "svclab describe pod client": "NodeAffinity",
     "svclab ping pod/default/a pod/default/b -c 3": " 0% packet loss",
     "svclab describe svc web-headless": "None",
+    # cluster DNS with no setting in examples/ (on by default, as kubeadm installs it)
+    "svclab get svc -A": "kube-dns",
+    "svclab dig pod/default/client web --search": "ANSWERED BY: pod/kube-system/coredns-",
 }
 
 
@@ -45,11 +48,20 @@ def test_every_readme_command_runs_as_written(tmp_path: Path) -> None:
     cwd = workdir(tmp_path)
     commands = of_kind("commands")
     assert set(EXPECTED) <= set(map(bare, commands)), "EXPECTED names a line no longer there"
+    web_ip = ""
     for command in commands:
         proc = run(command, cwd)
         assert not failure(command, proc), failure(command, proc)
         want = EXPECTED.get(bare(command))
         assert want is None or want in proc.stdout, f"{command!r}: no {want!r} in\n{proc.stdout}"
+        if bare(command) == "svclab get svc web -o json":
+            web_ip = json.loads(proc.stdout)["spec"]["clusterIP"]
+        if bare(command) == "svclab dig pod/default/client web --search":
+            # the search list finds web's ClusterIP, answered through kube-dns
+            assert web_ip and "status: NOERROR" in proc.stdout, proc.stdout
+            assert f"web.default.svc.cluster.local.\t\t30\tIN\tA\t{web_ip}\n" in proc.stdout
+        if bare(command) == "svclab get svc -A":
+            assert re.search(r"^kube-system +kube-dns +ClusterIP +10\.96\.0\.10 ", proc.stdout, re.M)
         if "--at node/node-1 --all -o json" in command:
             # web-local (externalTrafficPolicy Local) on a node with a web pod: kept source
             out = json.loads(proc.stdout)

@@ -200,14 +200,11 @@ def node_dump_connect(
             }
         )
     counts = Counter(str(c["endpoint"] or c["verdict"]) for c in conns)
-    from app.cli.traffic_cmd import chi_square
+    from app.stats import chi_square
 
-    stat, p = chi_square(list(counts.values()))
+    chi = chi_square(list(counts.values()))
     where = {"iif": iif} if iif is not None else {}
-    summary = {
-        "counts": dict(counts),
-        "chi_square": {"statistic": stat, "dof": max(len(counts) - 1, 0), "p_value": p},
-    }
+    summary = {"counts": dict(counts), "chi_square": chi.to_json()}
     if output == "json":
         click.echo(json.dumps({**where, "connections": conns, **summary}, indent=2))
         return
@@ -232,8 +229,10 @@ def node_dump_connect(
     table = [["ENDPOINT", "COUNT", "SHARE"]]
     table += [[k, str(v), f"{v / total:.3f}"] for k, v in counts.most_common()]
     click.echo("\n" + format_table(table))
-    dof = max(len(counts) - 1, 0)
-    click.echo(f"\nchi-square vs equal shares: {stat:.3f} (dof {dof}), p = {p:.4f}")
+    click.echo(
+        f"\nchi-square vs equal shares: {chi.statistic:.3f} (dof {chi.dof}), "
+        f"p = {chi.p_value:.4f}"
+    )
 
 
 @click.group("node-dump")

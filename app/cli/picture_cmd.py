@@ -20,6 +20,7 @@ from app.cli.context import Context, handle_errors
 from app.cli.types import GRAPH_FILE
 
 if TYPE_CHECKING:
+    from app.stats import ChiSquare
     from control.session import Session
     from netmodel.network import ClusterNetwork
     from netmodel.objects import Event
@@ -91,18 +92,17 @@ def trace_diagram(session: Session, trace: Mapping[str, Any], path: str, src: st
 
 def shares_plot(
     counts: Mapping[str, int],
-    statistic: float,
-    p_value: float,
+    chi: ChiSquare,
     path: str,
     *,
     title: str,
 ) -> None:
-    """Write the per-endpoint shares of a connect run to ``path`` (.png or .svg)."""
+    """Write the per-endpoint shares of a connect run and its chi-square test ``chi`` to
+    ``path`` (.png or .svg)."""
     from app.pictures import files
-    from app.pictures.shares import ChiSquare, shares_figure
+    from app.pictures.shares import shares_figure
 
     files.suffix_of(path, GRAPH, option="--plot")
-    chi = ChiSquare(statistic, max(len(counts) - 1, 0), p_value)
     files.write_figure(shares_figure(counts, chi, title=title), path)
 
 

@@ -39,6 +39,7 @@ from app.cli.types import (
     check_endpoint,
     endpoint_port,
 )
+from app.stats import CONFIDENCE, ChiSquare, shares_summary
 from netmodel.errors import InputError, NotFoundError
 from netmodel.ip import split_host_port
 
@@ -636,77 +637,6 @@ def ping(
 # --------------------------------------------------------------------------- connect
 
 
-def chi_square(counts: list[int]) -> tuple[float, float]:
-    """Pearson's chi-square statistic against equal shares, and its p-value (what
-    ``scipy.stats.chisquare`` gives, computed here: importing scipy costs a run more than
-    a hundred thousand connections' statistics)."""
-    n, k = sum(counts), len(counts)
-    if k < 2 or n == 0:
-        return 0.0, 1.0
-    expected = n / k
-    stat = sum((c - expected) ** 2 for c in counts) / expected
-    return stat, chi2_sf(stat, k - 1)
-
-
-def chi2_sf(x: float, dof: int) -> float:
-    """The chi-square distribution's survival function ``P(X >= x)`` for an integer
-    ``dof >= 1``, in closed form: the regularised upper gamma function Q(dof/2, x/2) is a
-    finite sum for integer and half-integer orders (Abramowitz & Stegun 26.4.4-5)."""
-    if x <= 0:
-        return 1.0
-    half = x / 2
-    if dof % 2 == 0:  # Q(m, h) = e^-h * sum_{i<m} h^i / i!
-        term = total = math.exp(-half)
-        for i in range(1, dof // 2):
-            term *= half / i
-            total += term
-        return min(1.0, total)
-    # Q(m + 1/2, h) = erfc(sqrt h) + e^-h * sum_{i=1..m} h^(i-1/2) / Gamma(i + 1/2)
-    root = math.sqrt(half)
-    total = math.erfc(root)
-    term = math.exp(-half) * root / math.gamma(1.5)
-    for i in range(1, (dof - 1) // 2 + 1):
-        total += term
-        term *= half / (i + 0.5)
-    return min(1.0, total)
-
-
-Z95 = 1.959963984540054  # the standard normal's 97.5th percentile
-
-
-def wilson_interval(k: int, n: int, z: float = Z95) -> tuple[float, float]:
-    """The Wilson score interval (95% by default) of a share ``k / n``."""
-    if n == 0:
-        return 0.0, 1.0
-    p = k / n
-    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return max(0.0, centre - half), min(1.0, centre + half)
-
-
-@dataclass
-class ConnectTally:
-    """Per-endpoint counts, kept as the connections go by (O(endpoints) memory):
-    shares, their confidence intervals and the chi-square test come from it."""
-
-    counts: Counter[str]
-
-    def add(self, key: str) -> None:
-        self.counts[key] += 1
-
-    def summary(self) -> dict[str, Any]:
-        total = sum(self.counts.values())
-        stat, p = chi_square(list(self.counts.values()))
-        return {
-            "counts": dict(self.counts),
-            "shares": {k: v / total for k, v in self.counts.items()},
-            "confidence_intervals": {
-                k: list(wilson_interval(v, total)) for k, v in self.counts.items()
-            },
-            "chi_square": {"statistic": stat, "dof": max(len(self.counts) - 1, 0), "p_value": p},
-        }
-
-
 class _Progress:
     """A rich progress bar on stderr, shown once a run has lasted a second (and only on
     a terminal: piped output stays clean)."""
@@ -851,12 +781,12 @@ class ConnectReport:
         # a run names a handful of distinct rules: each is put in save form once
         self._saved: dict[str, str] = {}
 
-    def _plot(self, counts: Counter[str], stat: float, p: float, where: str) -> None:
+    def _plot(self, counts: Counter[str], chi: ChiSquare, where: str) -> None:
         if self.plot:
             from app.cli.picture_cmd import shares_plot
 
             title = f"connect {self.src} -> {self.dst}, {where}"
-            shares_plot(counts, stat, p, self.plot, title=title)
+            shares_plot(counts, chi, self.plot, title=title)
 
     def _rule(self, text: str | None) -> str | None:
         """``text`` in ``iptables-save`` form, memoised."""
@@ -924,11 +854,9 @@ class ConnectReport:
                     progress.update(i)
         finally:
             progress.close()
-        summary = ConnectTally(counts).summary()
+        summary = shares_summary(counts)
         chi = summary["chi_square"]
-        self._plot(
-            counts, chi["statistic"], chi["p_value"], "real kernel" if kernel else "emulated"
-        )
+        self._plot(counts, ChiSquare(**chi), "real kernel" if kernel else "emulated")
         if output == "json":
             write("\n],\n" + json.dumps(summary, indent=2)[1:] + "\n")
             return
@@ -936,7 +864,7 @@ class ConnectReport:
             write(json.dumps({"summary": summary}) + "\n")
             return
         total = sum(counts.values())
-        rows = [["ENDPOINT", "COUNT", "SHARE", "95% CI"]]
+        rows = [["ENDPOINT", "COUNT", "SHARE", f"{CONFIDENCE:.0%} CI"]]
         for k, v in counts.most_common():
             lo, hi = summary["confidence_intervals"][k]
             rows.append([k, str(v), f"{v / total:.3f}", f"{lo:.3f}-{hi:.3f}"])

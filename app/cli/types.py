@@ -8,6 +8,8 @@ a usage error (exit 2, one line) before any cluster is opened.
   or a DNS name ``NAME[:PORT]`` (resolved from the source pod by cluster DNS); the text
   is returned unchanged (the session resolves it), only its form is checked;
 * :class:`NodeRef` — ``node/NAME`` (``--at``); :class:`ClusterId` — ``up --cluster-id``;
+* :class:`Ipv4` — an IPv4 address (``dig --server``: a name there would have to be
+  looked up by the host's resolver, which svclab never asks; the clusters are IPv4);
 * :class:`Selector` — a ``-l`` label selector, checked as kubectl checks it;
 * :data:`READABLE_FILE` / :class:`NewFile` — a file to read that exists and is no
   directory; a file to write whose directory exists.
@@ -148,6 +150,22 @@ class NodeRef(click.ParamType):
         return text
 
 
+class Ipv4(click.ParamType):
+    """An IPv4 address in dotted-quad form, returned normalised."""
+
+    name = "IPv4"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        text = str(value)
+        try:
+            ip = ip_address(text)
+        except ValueError:
+            self.fail(f"{text!r}: want an IPv4 address", param, ctx)
+        if ip.version != 4:
+            self.fail(f"{text!r}: want an IPv4 address (the cluster is IPv4)", param, ctx)
+        return str(ip)
+
+
 #: :data:`dataplane.linux.names.CLUSTER_ID_RE`, repeated so that ``--help`` does not
 #: import the real backend (a test checks that the two agree)
 CLUSTER_ID_PATTERN = r"^[a-z0-9]{1,12}$"
@@ -259,6 +277,7 @@ class PictureFile(NewFile):
 
 ENDPOINT = Endpoint()
 NODE_REF = NodeRef()
+IPV4 = Ipv4()
 SELECTOR = Selector()
 CLUSTER_ID = ClusterId()
 NEW_FILE = NewFile()

@@ -4,42 +4,21 @@ share as a line, and the chi-square test's result in the title (green when the c
 are consistent with the expected shares at the 1% level, red when not).
 
 Pure: :func:`shares_figure` returns a ``matplotlib.figure.Figure`` (no pyplot, no global
-state); :func:`wilson` gives the intervals (scipy's ``binomtest``).
+state). The intervals and the test come from :mod:`app.stats`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 
 from matplotlib.figure import Figure
+
+from app.stats import ChiSquare, wilson_interval
 
 #: the picture's size in pixels at :data:`DPI` (tests check it)
 WIDTH, HEIGHT, DPI = 800, 450, 100
 CONFIDENCE = 0.99
 ALPHA = 0.01
-
-
-@dataclass(frozen=True, slots=True)
-class ChiSquare:
-    statistic: float
-    dof: int
-    p_value: float
-
-    @property
-    def rejected(self) -> bool:
-        """Equal shares rejected at the 1% level."""
-        return self.p_value < ALPHA
-
-
-def wilson(k: int, n: int, confidence: float = CONFIDENCE) -> tuple[float, float]:
-    """The Wilson score interval of a proportion ``k/n``."""
-    if n == 0:
-        return 0.0, 1.0
-    from scipy.stats import binomtest
-
-    ci = binomtest(k, n).proportion_ci(confidence_level=confidence, method="wilson")
-    return float(ci.low), float(ci.high)
 
 
 def shares_figure(
@@ -57,7 +36,7 @@ def shares_figure(
     fig = Figure(figsize=(WIDTH / DPI, HEIGHT / DPI), dpi=DPI)
     ax = fig.add_subplot()
     shares = [counts[k] / n if n else 0.0 for k in names]
-    intervals = [wilson(counts[k], n) for k in names]
+    intervals = [wilson_interval(counts[k], n, CONFIDENCE) for k in names]
     lower = [s - lo for s, (lo, _) in zip(shares, intervals, strict=True)]
     upper = [hi - s for s, (_, hi) in zip(shares, intervals, strict=True)]
     xs = list(range(len(names)))
@@ -96,9 +75,10 @@ def shares_figure(
     ax.set_ylim(0, min(1.0, max([hi for _, hi in intervals] + list(exp.values())) * 1.4))
     ax.grid(axis="y", alpha=0.3, zorder=0)
     ax.legend(fontsize=8, loc="upper center", ncol=3, frameon=False)
+    rejected = chi.p_value < ALPHA
     verdict = (
         f"equal shares rejected (p < {ALPHA})"
-        if chi.rejected
+        if rejected
         else f"consistent with equal shares (p ≥ {ALPHA})"
     )
     ax.set_title(
@@ -106,7 +86,7 @@ def shares_figure(
         + f"n = {n}; chi-square {chi.statistic:.2f} (dof {chi.dof}), p = {chi.p_value:.4f}: "
         + verdict,
         fontsize=9,
-        color="#c62828" if chi.rejected else "#2e7d32",
+        color="#c62828" if rejected else "#2e7d32",
     )
     fig.subplots_adjust(bottom=0.16 if len(names) <= 4 else 0.24, top=0.86)
     return fig

@@ -1,5 +1,6 @@
 """Cluster DNS as kubeadm installs it (its ``CoreDNS`` addon), created by
-:meth:`control.apiserver.server.APIServer.bootstrap` when the Cluster says ``dns: true``:
+:meth:`control.apiserver.server.APIServer.bootstrap` unless the Cluster says ``dns: false``
+(cluster DNS is on by default, as kubeadm, kind, k3s and minikube install it):
 
 * the Service ``kube-system/kube-dns``: ClusterIP the tenth address of serviceCIDR,
   selector ``k8s-app: kube-dns``, ports ``dns`` 53/UDP, ``dns-tcp`` 53/TCP and

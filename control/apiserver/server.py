@@ -34,7 +34,7 @@ Contract:
 * :meth:`APIServer.bootstrap` (run each time a control plane starts) creates the system
   Namespaces and, unless the Cluster says ``kubernetesService: false``, the
   ``default/kubernetes`` Service and its EndpointSlice (:mod:`.endpoints`), repairing
-  the slice if it drifted; with ``dns: true`` also cluster DNS, as kubeadm installs it
+  the slice if it drifted; unless ``dns: false``, also cluster DNS, as kubeadm installs it
   (:mod:`.clusterdns`: the ``kube-system/kube-dns`` Service and the ``coredns``
   Deployment, created when missing).
 """
@@ -179,7 +179,7 @@ class APIServer:
         """Create the system Namespaces and the ``default/kubernetes`` Service (first
         address of the serviceCIDR, port 443 ``https`` → 6443, no selector), then
         reconcile that Service's EndpointSlice (:meth:`reconcile_kubernetes_endpoints`).
-        With ``kubernetesService: false`` neither is created. With ``dns: true``, the
+        With ``kubernetesService: false`` neither is created. Unless ``dns: false``, the
         kube-dns Service and the coredns Deployment are created when missing
         (:mod:`.clusterdns`). Idempotent."""
         for name in SYSTEM_NAMESPACES:
@@ -444,6 +444,8 @@ class APIServer:
           the garbage collector deletes its dependents, which then removes the
           finalizer, and the update that removes an object's last finalizer removes it
           (:meth:`update`).
+        * Anything else but a Pod that has finalizers: only marked (deletionTimestamp),
+          as kube-apiserver does; the update that removes its last finalizer removes it.
 
         * A Pod bound to a node is only marked (deletionTimestamp set, stays stored;
           marking twice is a no-op); the kubelet finishes it with
@@ -491,6 +493,18 @@ class APIServer:
                 "Deleting",
                 "marked for deletion in the foreground: the garbage collector deletes its "
                 "dependents first",
+            )
+            return kept
+        if not isinstance(current, Pod) and (fins := finalizers(current)):
+            kept = self.store.update(
+                current.with_meta(deletion_timestamp=self._now()),
+                expected_version=current.resource_version,
+            )
+            self._record(
+                component,
+                kept,
+                "Deleting",
+                f"marked for deletion: it goes once its finalizers ({', '.join(fins)}) are removed",
             )
             return kept
         message = "deleted"

@@ -17,6 +17,7 @@ application's business (:mod:`app.real`).
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import secrets
 import warnings
@@ -57,7 +58,11 @@ def new_cluster_id() -> str:
 
 def fingerprint(view: ClusterView) -> str:
     """A digest of everything :func:`realize_view` realises from ``view`` (network,
-    rules, listeners): equal digests, nothing to do. Stable across processes."""
+    rules, listeners, DNS zone and resolv.confs): equal digests, nothing to do. Stable
+    across processes. The zone's SOA serial (the store revision of the snapshot) is left
+    out: it moves with every write to the store (an Event, a Lease), so with cluster DNS
+    on, the default, every ``--real`` command would realise the cluster again; like
+    CoreDNS, the realised servers keep their serial until the zone's records change."""
     h = hashlib.sha256()
     h.update(repr(view.network).encode())
     for node, rs in sorted(view.rulesets.items()):
@@ -67,7 +72,8 @@ def fingerprint(view: ClusterView) -> str:
     for node, addrs in sorted(view.local_addresses.items()):
         h.update(f"\0local {node} {sorted(addrs)!r}".encode())
     if view.dns_zone is not None:
-        h.update(f"\0dns {view.dns_zone.dumps()} {sorted(view.dns_servers)!r}".encode())
+        zone = dataclasses.replace(view.dns_zone, serial=0)
+        h.update(f"\0dns {zone.dumps()} {sorted(view.dns_servers)!r}".encode())
     for ns, conf in sorted(view.resolv_confs.items()):
         h.update(f"\0resolv {ns} {conf.render()}".encode())
     return h.hexdigest()

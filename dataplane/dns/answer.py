@@ -13,7 +13,9 @@ name                                answer
 ``svc.ns.svc.<d>``                  A: the ClusterIP; headless: every ready endpoint's
                                     IP (none ready: NXDOMAIN); ExternalName: a CNAME to
                                     the external name (followed when svclab can: the
-                                    target's A records are added); SRV: one record per
+                                    target's A records are added; a loop of
+                                    ExternalNames stops at the first name met again,
+                                    a chain after 8 CNAMEs); SRV: one record per
                                     port (headless: per endpoint and port), additional
                                     A records for the targets
 ``host.svc.ns.svc.<d>``             a headless endpoint: ``host`` is its ``hostname``,
@@ -80,6 +82,9 @@ SOA_TIMERS = (7200, 1800, 86400, TTL)
 A = dns.rdatatype.A
 SRV = dns.rdatatype.SRV
 CNAME = dns.rdatatype.CNAME
+#: the most CNAMEs an ExternalName chain is chased through (CoreDNS stops adding
+#: records to a chain past 7 earlier ones)
+MAX_CNAME_CHAIN = 8
 PTR = dns.rdatatype.PTR
 TXT = dns.rdatatype.TXT
 SOA = dns.rdatatype.SOA
@@ -193,15 +198,18 @@ def _soa_text(zone: DnsZone) -> str:
 # ---------------------------------------------------------------------- lookups
 
 
-def lookup(zone: DnsZone, qname: dns.name.Name, qtype: RdataType) -> _Result:
-    """The records for one question (see the module docstring)."""
+def lookup(
+    zone: DnsZone, qname: dns.name.Name, qtype: RdataType, chain: frozenset[str] = frozenset()
+) -> _Result:
+    """The records for one question (see the module docstring). ``chain``: the names an
+    ExternalName CNAME chain has already passed through (lower case, absolute)."""
     owner = qname.to_text()
     labels = [lab.decode("ascii", "replace").lower() for lab in qname.labels[:-1]]
     dom = zone.domain.split(".")
     res = _Result()
     if labels[-len(dom) :] == dom:
         res.zone_apex = zone.domain + "."
-        _cluster(zone, owner, labels[: len(labels) - len(dom)], qtype, res)
+        _cluster(zone, owner, labels[: len(labels) - len(dom)], qtype, res, chain)
         return res
     if labels[-2:] == ["in-addr", "arpa"] and qtype == PTR and _reverse(zone, owner, labels, res):
         return res
@@ -210,7 +218,14 @@ def lookup(zone: DnsZone, qname: dns.name.Name, qtype: RdataType) -> _Result:
     return res
 
 
-def _cluster(zone: DnsZone, owner: str, rel: list[str], qtype: RdataType, res: _Result) -> None:
+def _cluster(
+    zone: DnsZone,
+    owner: str,
+    rel: list[str],
+    qtype: RdataType,
+    res: _Result,
+    chain: frozenset[str] = frozenset(),
+) -> None:
     d = zone.domain
     if not rel:
         if qtype == SOA:
@@ -254,7 +269,7 @@ def _cluster(zone: DnsZone, owner: str, rel: list[str], qtype: RdataType, res: _
         return
     base = f"{svc.name}.{svc.namespace}.svc.{d}."
     if len(rest) == 1:
-        _service(zone, owner, base, svc, qtype, res, None)
+        _service(zone, owner, base, svc, qtype, res, None, chain)
     elif len(rest) == 2:
         eps = [e for e in svc.endpoints if _endpoint_name(e) == rest[0]]
         if not svc.headless or not eps:
@@ -268,7 +283,7 @@ def _cluster(zone: DnsZone, owner: str, rel: list[str], qtype: RdataType, res: _
         if not any((p.name, p.proto) == port for p in svc.ports) and svc.external_name is None:
             res.rcode = dns.rcode.NXDOMAIN
             return
-        _service(zone, owner, base, svc, qtype, res, port)
+        _service(zone, owner, base, svc, qtype, res, port, chain)
     else:
         res.rcode = dns.rcode.NXDOMAIN
 
@@ -281,12 +296,20 @@ def _service(
     qtype: RdataType,
     res: _Result,
     port: tuple[str, str] | None,
+    chain: frozenset[str] = frozenset(),
 ) -> None:
     if svc.external_name is not None:
         target = svc.external_name + "."
         res.answer.append((owner, CNAME, target))
-        if qtype in (A, dns.rdatatype.AAAA):
-            chase = lookup(zone, dns.name.from_text(target), qtype)
+        # a chain of ExternalName Services is chased at most MAX_CNAME_CHAIN links and
+        # never back to a name it passed through (a loop: its CNAMEs, each once)
+        passed = chain | {owner.lower()}
+        if (
+            qtype in (A, dns.rdatatype.AAAA)
+            and target.lower() not in passed
+            and len(passed) < MAX_CNAME_CHAIN
+        ):
+            chase = lookup(zone, dns.name.from_text(target), qtype, passed)
             res.answer += [rr for rr in chase.answer if rr[1] in (A, CNAME)]
         return
     if svc.headless:

@@ -4,7 +4,8 @@ The layout follows dig 9's default output: the ``->>HEADER<<-`` line (opcode, st
 id), the flags line with section counts, the QUESTION / ANSWER / AUTHORITY /
 ADDITIONAL sections (empty ones left out), then the ``SERVER`` line. svclab adds where
 the question went (``PATH``, the namespaces it crossed there and back) and which DNS pod
-answered (``ANSWERED BY``). No answer: dig's ``communications error`` lines.
+answered (``ANSWERED BY``) and, when given, the conntrack entries the kernel kept for the
+question (``CONNTRACK``). No answer: dig's ``communications error`` lines.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ def render(
     path: Sequence[str] = (),
     answered_by: str | None = None,
     truncated_udp: bool = False,
+    conntrack: Sequence[str] = (),
 ) -> str:
     """The text of one question (see the module docstring)."""
     lines = [f"; <<>> svclab dig <<>> @{server} {qname} {qtype} (from {source})"]
@@ -51,6 +53,7 @@ def render(
         lines.append(";; no servers could be reached")
         if path:
             lines.append(f";; PATH: {' > '.join(path)}")
+        lines += [f";; CONNTRACK: {c}" for c in conntrack]
         return "\n".join(lines) + "\n"
     m = dns.message.from_wire(response)
     lines += [
@@ -80,5 +83,6 @@ def render(
         lines.append(f";; ANSWERED BY: {answered_by}")
     if path:
         lines.append(f";; PATH: {' > '.join(path)}")
+    lines += [f";; CONNTRACK: {c}" for c in conntrack]
     lines.append(f";; MSG SIZE  rcvd: {len(response)}")
     return "\n".join(lines) + "\n"

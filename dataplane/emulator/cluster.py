@@ -40,10 +40,11 @@ from dataplane.emulator.filters import (
     TrackingFilter,
 )
 from dataplane.emulator.host import Host
+from dataplane.emulator.ports import EPHEMERAL_PORTS, EphemeralPorts
 from dataplane.emulator.results import ConnResult, ConntrackEntry, PingResult
 from dataplane.emulator.trace import DeliveredTo, EndpointChance, Trace
 from dataplane.emulator.traffic import Answerer, Endpoints
-from dataplane.emulator.walk import EPHEMERAL_PORTS, Walker, WalkResult
+from dataplane.emulator.walk import Walker, WalkResult
 from dataplane.netfilter.choice import Chooser, NthCounter, RandomChooser, explore
 from dataplane.netfilter.conntrack import (
     Clock,
@@ -122,7 +123,7 @@ class _Snapshot:
     fdbs: dict[tuple[str, str], dict[str, Any]]
     endpoints: Endpoints
     rng: Any
-    ports: dict[str, set[int]] = field(default_factory=dict)
+    ports: dict[Any, Any] = field(default_factory=dict)
 
 
 class EmulatedCluster:
@@ -140,6 +141,10 @@ class EmulatedCluster:
     ``compiled_cache``: parsed and compiled rules by ruleset, shared with other
     clusters (e.g. kept on disk, see :mod:`control.rulecache`); by default this
     cluster's own.
+    ``port_range``: each namespace's ephemeral ports (``net.ipv4.ip_local_port_range``);
+    client sockets take their source ports from it and give them back when they close
+    (TCP after TIME_WAIT on ``clock``): see :mod:`.ports`. A socket that finds none
+    raises :class:`~dataplane.emulator.ports.AddressNotAvailable` (``EADDRNOTAVAIL``).
 
     Laziness: ``network``, ``rulesets`` and ``local_addresses`` may be lazy mappings
     (:class:`netmodel.lazy.LazyMapping`); a namespace's host and filter are built when a
@@ -158,6 +163,7 @@ class EmulatedCluster:
         answerers: Mapping[str, Mapping[tuple[str, int], Answerer]] | None = None,
         resolv_confs: Mapping[str, ResolvConf] | None = None,
         compiled_cache: MutableMapping[RulesetInput, CompiledRules] | None = None,
+        port_range: tuple[int, int] = EPHEMERAL_PORTS,
     ) -> None:
         self.network = network
         self.clock: Clock = clock or SimClock()
@@ -208,7 +214,11 @@ class EmulatedCluster:
         self.walker = Walker(
             self.hosts, self.filters, self.endpoints, self.epoch, arp_skip=self._cannot_own
         )
-        self._ports: dict[str, set[int]] = {}
+        try:
+            #: the client sockets' source ports (see :mod:`.ports`)
+            self.ports = EphemeralPorts(self._rng, self.clock.now, port_range)
+        except ValueError as e:
+            raise InputError(str(e), field="port_range") from None
         self._destinations: dict[str, tuple[IPAddress, int | None]] = {}
 
     def _extra(self, node: str) -> list[IPAddress]:
@@ -374,14 +384,10 @@ class EmulatedCluster:
         """A DNS message ID for a question a socket of the cluster sends (seeded)."""
         return self._rng.randint(0, 65535)
 
-    def _ephemeral(self, netns: str) -> int:
-        used = self._ports.setdefault(netns, set())
-        lo, hi = EPHEMERAL_PORTS
-        while True:
-            port = self._rng.randint(lo, hi)
-            if port not in used:
-                used.add(port)
-                return port
+    def _ephemeral(self, netns: str, proto: str, src: IPAddress, dst: IPAddress, dport: int) -> int:
+        """A source port for a new client socket (held until :meth:`_close`); raises
+        :class:`~dataplane.emulator.ports.AddressNotAvailable` when there is none."""
+        return self.ports.connect(netns, proto, src, dst, dport)
 
     # ------------------------------------------------------------------ packets
 
@@ -415,7 +421,8 @@ class EmulatedCluster:
             pkt = Packet(src=src_ip, dst=daddr, proto="icmp", icmp_type=ICMP_ECHO_REQUEST,
                          icmp_code=0, icmp_id=ident, ttl=ttl, length=length or 84, df=df)
             return host, pkt
-        port = sport if sport is not None else self._ephemeral(host.name)
+        port = sport if sport is not None else self._ephemeral(host.name, proto, src_ip, daddr,
+                                                               dport or 0)
         flags = frozenset({"SYN"}) if proto == "tcp" else frozenset()
         pkt = Packet(src=src_ip, dst=daddr, proto=proto, sport=port, dport=dport or 0,  # type: ignore[arg-type]
                      ttl=ttl, length=length or (28 + len(payload) if payload else 60), flags=flags,
@@ -428,11 +435,16 @@ class EmulatedCluster:
         else:
             self.endpoints.open_client(host.name, pkt.proto, pkt.src, pkt.sport, pkt.dst, pkt.dport)
 
-    def _close(self, host: Host, pkt: Packet) -> None:
+    def _close(self, host: Host, pkt: Packet, *, time_wait: bool = False) -> None:
+        """Close the client socket ``pkt`` was sent from and give its source port back:
+        at once, or (``time_wait``: TCP, the client closed a connection it had
+        established) once its 4-tuple has spent TIME_WAIT (see :mod:`.ports`)."""
         if pkt.proto == "icmp":
             self.endpoints.close_ping(host.name, pkt.icmp_id)
         else:
             self.endpoints.close_client(host.name, pkt.proto, pkt.src, pkt.sport, pkt.dst, pkt.dport)
+            self.ports.close(host.name, pkt.proto, pkt.src, pkt.sport, pkt.dst, pkt.dport,
+                             time_wait=time_wait)
 
     def _exchange(
         self, host: Host, pkt: Packet, *, record: bool, choice: bool = False
@@ -489,7 +501,7 @@ class EmulatedCluster:
         try:
             self._open(host, pkt)
             res, reply = self._exchange(host, pkt, record=record)
-            self._close(host, pkt)
+            self._close(host, pkt, time_wait=_handshake_done(reply))
         finally:
             self._chooser_box[0] = self._base_chooser
         trace = self._trace_value(src, dst, pkt, res, reply)
@@ -519,8 +531,8 @@ class EmulatedCluster:
         probability and trace). The cluster's state afterwards is as before the call."""
         original = self._snapshot()
         if sport is None and proto != "icmp":
-            host, _ = self.resolve_source(src)
-            sport = self._ephemeral(host.name)
+            # the port is taken here and given back with the original state
+            sport = self._request(src, dst, proto, dport, None)[1].sport
         start = self._snapshot()  # every branch starts here (same ports, same ICMP id)
 
         def run(explorer: Any) -> Trace:
@@ -671,12 +683,7 @@ class EmulatedCluster:
             host, pkt = self._request(src, dst, proto, dport, None)
             self._open(host, pkt)
             res, reply = self._exchange(host, pkt, record=record, choice=choice)
-            established = (
-                reply is not None
-                and reply.delivered is not None
-                and reply.delivered.reception.kind == "client"
-                and (proto != "tcp" or "SYN" in reply.delivered.packet.flags)
-            )
+            established = _answered(reply) and (proto != "tcp" or _handshake_done(reply))
             if not complete:
                 pass
             elif established and proto == "tcp":
@@ -704,12 +711,11 @@ class EmulatedCluster:
                 trace=trace,
             )
             if close or proto != "tcp" or release:
-                self._close(host, pkt)
+                # released: forgotten at once, as if its TIME_WAIT had passed
+                self._close(host, pkt, time_wait=established and proto == "tcp" and not release)
             if release:
                 for k, f in self.filters.built().items():
                     f.conntrack.delete_since(marks.get(k, self._pristine[k][1]))
-                if proto != "icmp":
-                    self._ports.get(host.name, set()).discard(pkt.sport)
                 if d is not None and proto != "icmp":
                     p = d.packet
                     self.endpoints.close_server(d.host, proto, p.dst, p.dport, p.src, p.sport)
@@ -724,15 +730,11 @@ class EmulatedCluster:
         What DNS over TCP does after a truncated answer."""
         host, syn = self._request(src, dst, "tcp", dport, None)
         self._open(host, syn)
+        ok = False
         try:
             res, reply = self._exchange(host, syn, record=True)
             first = self._trace_value(src, dst, syn, res, reply)
-            ok = (
-                reply is not None
-                and reply.delivered is not None
-                and reply.delivered.reception.kind == "client"
-                and "SYN" in reply.delivered.packet.flags
-            )
+            ok = _handshake_done(reply)
             if not ok:
                 return first, None
             ack = syn.evolve(flags=frozenset({"ACK"}), length=40)
@@ -747,7 +749,8 @@ class EmulatedCluster:
             self._exchange(host, ack, record=False)
             return first, second
         finally:
-            self._close(host, syn)
+            # the client's FIN went first: its 4-tuple spends TIME_WAIT
+            self._close(host, syn, time_wait=ok)
 
     def _tcp_follow_up(self, host: Host, syn: Packet, *, close: bool, record: bool) -> None:
         ack = syn.evolve(flags=frozenset({"ACK"}), length=40)
@@ -790,7 +793,7 @@ class EmulatedCluster:
             },
             endpoints=self.endpoints.copy(),
             rng=self._rng.getstate(),
-            ports={k: set(v) for k, v in self._ports.items()},
+            ports=self.ports.copy(),
         )
 
     def _restore(self, s: _Snapshot) -> None:
@@ -817,7 +820,27 @@ class EmulatedCluster:
         self.endpoints = eps
         self.walker.endpoints = eps
         self._rng.setstate(s.rng)
-        self._ports = {k: set(v) for k, v in s.ports.items()}
+        self.ports.restore(s.ports)
+
+
+def _answered(reply: WalkResult | None) -> bool:
+    """Whether an answer reached the client socket."""
+    return (
+        reply is not None
+        and reply.delivered is not None
+        and reply.delivered.reception.kind == "client"
+    )
+
+
+def _handshake_done(reply: WalkResult | None) -> bool:
+    """Whether the answer to a TCP SYN was a SYN-ACK that reached the client socket
+    (the connection is established; false for UDP and ICMP answers)."""
+    return (
+        reply is not None
+        and reply.delivered is not None
+        and reply.delivered.reception.kind == "client"
+        and "SYN" in reply.delivered.packet.flags
+    )
 
 
 def _node_key(name: str) -> str:

@@ -3,7 +3,11 @@ socket, dropped, rejected or finds no route.
 
 The steps follow the kernel's IPv4 path (names in brackets):
 
-* **local output** [ip_local_out]: route lookup (local table, then main) → OUTPUT hook →
+* **local output** [ip_local_out]: route lookup (local table, then main) → a TCP
+  segment with data longer than the MSS is cut to its first segment [tcp_sendmsg sizes
+  segments to min(the peer's MSS, the route's MTU - 40); the emulator's SYNs advertise
+  :data:`PEER_MSS`]: that segment is walked, carrying the whole data as payload (what the
+  peer's socket reads once the stream is reassembled) → OUTPUT hook →
   re-route if NAT changed the destination [ip_route_me_harder] → MTU check (a DF packet
   larger than the egress MTU fails with EMSGSIZE: verdict ``frag-needed``, no packet) →
   **output**.
@@ -51,6 +55,7 @@ from dataplane.emulator.fib import RouteResult
 from dataplane.emulator.flowcache import Flow, FlowCache
 from dataplane.emulator.hooks import HookName, PacketFilter, ReplayStep, Skb, Tunnel
 from dataplane.emulator.host import Host
+from dataplane.emulator.ports import EPHEMERAL_PORTS
 from dataplane.emulator.trace import Hop
 from dataplane.emulator.traffic import Endpoints, Reception, icmp_error
 from netmodel.ip import IPAddress
@@ -65,10 +70,15 @@ from netmodel.packet import (
     VxlanEncap,
 )
 
+#: the MSS the emulator's SYNs advertise (a 1500-octet MTU: what Linux puts in the
+#: options :data:`dataplane.emulator.pcap.SYN_OPTIONS` writes)
+PEER_MSS = 1460
+#: IPv4 and TCP headers without options
+TCP_IP_HEADERS = 40
+
 VXLAN_OVERHEAD = 50
 _NO_FLAGS: frozenset[str] = frozenset()
 MAX_STEPS = 512
-EPHEMERAL_PORTS = (32768, 60999)
 _ICMP_ERROR_TYPES = frozenset({3, 4, 5, 11, 12})
 _REJECT_CODES = {
     "icmp-net-unreachable": 0,
@@ -408,8 +418,16 @@ class Walker:
         if rt.type == "unreachable":
             self._drop(w, host, f"connect: Network is unreachable ({pkt.dst})", "no-route")
             return
+        note = None
+        if pkt.proto == "tcp" and pkt.payload and rt.type == "unicast":
+            mss = min(PEER_MSS, host.devices[rt.dev].mtu - TCP_IP_HEADERS)  # type: ignore[index]
+            if pkt.length > TCP_IP_HEADERS + mss:
+                note = f"{pkt.length - TCP_IP_HEADERS} octets of data: segments of MSS {mss}"
+                pkt = pkt.evolve(length=TCP_IP_HEADERS + mss)
         if w.record:
-            w.hops.append(Hop("route", host.name, dev_out=rt.dev, route=rt.description))
+            w.hops.append(
+                Hop("route", host.name, dev_out=rt.dev, route=rt.description, note=note)
+            )
         out = self._hook(w, host, "OUTPUT", pkt, None, rt.dev, skb)
         if out is None:
             return

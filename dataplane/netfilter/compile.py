@@ -91,11 +91,13 @@ class Work:
         "mark",
         "masq_bit",
         "masq_seen",
+        "nftrace",
         "now",
         "oif",
         "pdst",
         "phys_in",
         "phys_out",
+        "priority",
         "proto",
         "psrc",
         "recent",
@@ -125,6 +127,10 @@ class Work:
         self.length = 60
         self.ttl = 64
         self.mark = 0
+        # skb->nf_trace and skb->priority (nft ``meta nftrace set``, ``meta priority set``):
+        # skb metadata that stays with the packet inside one host, like the mark
+        self.nftrace = False
+        self.priority = 0
         self.iif = ""
         self.oif = ""
         self.phys_in = ""

@@ -98,7 +98,7 @@ class Skb:
     (the kernel's skb->_nfct). Immutable by convention; hooks return a new one, or
     (:meth:`Netfilter.run_quick`) the same one when they changed nothing."""
 
-    __slots__ = ("conn", "direction", "masq", "packet", "state", "untracked")
+    __slots__ = ("conn", "direction", "masq", "nftrace", "packet", "priority", "state", "untracked")
 
     def __init__(
         self,
@@ -108,6 +108,8 @@ class Skb:
         state: str = "",
         untracked: bool = False,
         masq: bool = False,
+        nftrace: bool = False,
+        priority: int = 0,
     ) -> None:
         self.packet = packet
         self.conn = conn
@@ -115,6 +117,9 @@ class Skb:
         self.state = state
         self.untracked = untracked
         self.masq = masq
+        # skb->nf_trace and skb->priority, set by nft ``meta nftrace|priority set``
+        self.nftrace = nftrace
+        self.priority = priority
 
     def __repr__(self) -> str:
         return f"Skb({self.packet.summary()}, state={self.state or '-'})"
@@ -175,7 +180,7 @@ class Traversal:
         ctstate: str,
         raw: RawTrace | None,
         visited: int,
-        ctinfo: tuple[object, int, bool] | None,
+        ctinfo: tuple[object, int, bool, bool, int] | None,
     ) -> None:
         self.packet = packet
         self.verdict = verdict
@@ -196,8 +201,17 @@ class Traversal:
         """The packet with its connection, for a follow-up :meth:`Netfilter.run_hook`."""
         if self._ctinfo is None:
             return None
-        conn, direction, untracked = self._ctinfo
-        return Skb(self.packet, conn, direction, self.ctstate, untracked, self.masquerade)
+        conn, direction, untracked, nftrace, priority = self._ctinfo
+        return Skb(
+            self.packet,
+            conn,
+            direction,
+            self.ctstate,
+            untracked,
+            self.masquerade,
+            nftrace,
+            priority,
+        )
 
     @property
     def records(self) -> tuple[TraceRecord, ...]:
@@ -246,6 +260,10 @@ def _hook_runner(hook: str, stages: list[Stage]) -> Callable[[Work, RawTrace | N
         "    w.reject_with = ''",
         "    if rec is not None: rec.append(MARK)",
     ]
+    if hook == "FORWARD":
+        # ip_forward() sets skb->priority from the TOS before the hook:
+        # rt_tos2priority(0) is 0, and svclab's packets carry TOS 0
+        lines.append("    w.priority = 0")
     for i in range(len(stages)):
         lines += [f"    v = s{i}(w, rec)", "    if v >= 2: return v"]
     lines.append("    return 1")
@@ -493,6 +511,8 @@ class Netfilter:
         w.bridged = bool(phys_in or phys_out)
         w.smac = smac
         w.ctzone = None
+        w.nftrace = skb.nftrace if skb is not None else False
+        w.priority = skb.priority if skb is not None else 0
         if skb is not None and skb.state:
             w.ct = skb.conn  # type: ignore[assignment]
             w.ctdir = skb.direction
@@ -581,7 +601,16 @@ class Netfilter:
             records = ()
         out = None
         if v in (ACCEPT, STOLEN):
-            out = Skb(_rebuild(pkt, w), w.ct, w.ctdir, w.ctname, w.untracked, w.masq_seen)
+            out = Skb(
+                _rebuild(pkt, w),
+                w.ct,
+                w.ctdir,
+                w.ctname,
+                w.untracked,
+                w.masq_seen,
+                w.nftrace,
+                w.priority,
+            )
         # tuple.__new__ directly: the named tuple's own __new__ is a Python-level call
         result: HookResult = _new_tuple(
             HookResult, (out, VERDICT_NAMES[v], w.reject_with or None, records, w.visited)
@@ -646,6 +675,8 @@ class Netfilter:
             w.commit = True
             w.smac = ""
             w.ctzone = None
+            w.nftrace = prev.nftrace if prev is not None else False
+            w.priority = prev.priority if prev is not None else 0
             if prev is not None and prev.state:
                 w.ct = prev.conn  # type: ignore[assignment]
                 w.ctdir = prev.direction
@@ -689,12 +720,32 @@ class Netfilter:
                     and prev.direction == w.ctdir
                     and prev.untracked == w.untracked
                     and prev.masq == w.masq_seen
+                    and prev.nftrace == w.nftrace
+                    and prev.priority == w.priority
                 ):
                     out = prev
                 else:
-                    out = Skb(pkt, w.ct, w.ctdir, w.ctname, w.untracked, w.masq_seen)
+                    out = Skb(
+                        pkt,
+                        w.ct,
+                        w.ctdir,
+                        w.ctname,
+                        w.untracked,
+                        w.masq_seen,
+                        w.nftrace,
+                        w.priority,
+                    )
             else:
-                out = Skb(_rebuild(pkt, w), w.ct, w.ctdir, w.ctname, w.untracked, w.masq_seen)
+                out = Skb(
+                    _rebuild(pkt, w),
+                    w.ct,
+                    w.ctdir,
+                    w.ctname,
+                    w.untracked,
+                    w.masq_seen,
+                    w.nftrace,
+                    w.priority,
+                )
         reject_with = w.reject_with or None
         # kept as the spare with its state, which is ``out``'s (see above)
         w.left_as = out
@@ -809,7 +860,7 @@ class Netfilter:
             w.ctname,
             rec,
             w.visited,
-            (w.ct, w.ctdir, w.untracked) if v == ACCEPT else None,
+            (w.ct, w.ctdir, w.untracked, w.nftrace, w.priority) if v == ACCEPT else None,
         )
         w.ct = None  # _release, inlined
         w.inner = None

@@ -13,8 +13,9 @@ Rules understood (each statement in order; a test that fails ends the rule):
 ``... vmap @map`` and inline ``vmap { k : verdict , ... }``, ``numgen random mod N
 [offset M]``, ``ct state``, ``ct status``, ``ct mark``, ``fib saddr|daddr type local``,
 ``meta mark`` / ``mark`` with ``and|or|xor`` (or ``&``, ``|``, ``^``, as ``nft list``
-prints them) then a comparison, ``iifname``/``oifname``, ``icmp type``; statements
-``mark set …``, ``ct mark set …``, ``update|add @set { key }``, ``counter``, ``log``,
+prints them) then a comparison, ``meta priority``, ``iifname``/``oifname``, ``icmp
+type``; statements ``meta mark|nftrace|priority set …``, ``mark set …``, ``nftrace set
+…``, ``ct mark set …`` (:mod:`.nftmeta`), ``update|add @set { key }``, ``counter``, ``log``,
 ``notrack``, ``dnat [ip] to A[:P]``, ``snat [ip] to A[:P]``,
 ``masquerade [random|fully-random|persistent]``, ``reject [with tcp reset|icmp type T]``;
 verdicts ``accept``, ``drop``, ``return``, ``continue``, ``jump C``, ``goto C``;
@@ -84,18 +85,20 @@ def parse_nft(text: str, *, base: NftRuleset | None = None, source: str = "<nft>
     """Apply an ``nft -f`` payload to ``base`` (or an empty ruleset) and return the result.
     The nested ``table … { … }`` form is accepted too."""
     rs = NftRuleset({k: _copy_table(t) for k, t in (base.tables if base else {}).items()})
+    origin: list[int] | None = None  # a flat line's line in the nested text
+    end = len(text.splitlines()) + 1
     if re.search(r"^\s*table\s+\S+\s+\S+\s*\{", text, re.M):
-        text = _flatten_nested(text)
+        text, origin = _flatten_nested(text)
     checks: list[tuple[NftTable, str, str]] = []
     lines = text.splitlines()
     for n, raw in enumerate(lines, 1):
         line = raw.strip()
         if not line or line.startswith("#"):
             continue
-        where = f"{source}:{n}: {line}"
+        where = f"{source}:{origin[n - 1] if origin else n}: {line}"
         if line.count("{") > line.count("}"):
             # nft reads on for the closing brace and meets the end of the file
-            raise NftError(f"{source}:{len(lines) + 1}: {line}: unexpected end of file")
+            raise NftError(f"{source}:{end}: {line}: unexpected end of file")
         try:
             _apply(rs, line, where, n, checks)
         except (ValueError, IndexError, KeyError) as e:
@@ -238,11 +241,11 @@ def _apply(
         if name not in t.chains:
             raise NftError(f"{where}: no chain {name!r}")
         text = " ".join(cur.toks[cur.i :])
-        steps, comment = compile_rule(cur, t)
+        steps, comment, effect = compile_rule(cur, t)
         chain = t.chains[name]
         if chain.type not in (None, "nat") and _NAT_WORD.search(text.split(" comment ")[0]):
             raise NftError(f"{where}: NAT in a {chain.type} chain (Operation not supported)")
-        rule = NftRule(text, n, steps, comment)
+        rule = NftRule(text, n, steps, comment, effect)
         checks.append((t, text, where))
         if verb == "insert":
             t.chains[name].rules.insert(0, rule)
@@ -383,25 +386,37 @@ def _block(cur: Cursor) -> dict[str, str]:
         words.append(tok)
 
 
-def _flatten_nested(text: str) -> str:
-    """The nested form, read with a small block parser, as flat commands."""
-    lines = [
-        ln.split("#", 1)[0] if not ln.lstrip().startswith("#") else "" for ln in text.splitlines()
-    ]
-    toks = tokenize_nft(" ; ".join(lines))
+def _flatten_nested(text: str) -> tuple[str, list[int]]:
+    """The nested form, read with a small block parser, as flat commands, and for each
+    flat line the line of the nested text it comes from (errors name that one)."""
+    toks: list[str] = []
+    tok_line: list[int] = []  # each token's line (a line ends with a ";" token)
+    for n, ln in enumerate(text.splitlines(), 1):
+        ln = ln.split("#", 1)[0] if not ln.lstrip().startswith("#") else ""
+        line_toks = [*tokenize_nft(ln), ";"]
+        toks += line_toks
+        tok_line += [n] * len(line_toks)
     cur = Cursor(toks, "<nft list ruleset>")
     out: list[str] = []
+    at: list[int] = []  # the nested line of each entry of ``out``
+
+    def here() -> int:
+        """The line of the token the cursor took last."""
+        return tok_line[cur.i - 1]
+
     while not cur.done():
         tok = cur.next()
         if tok == ";":
             continue
         if tok != "table":
             raise NftError(f"expected 'table', got {tok!r}")
+        table_at = here()
         fam, tname = cur.next(), cur.next()
         cur.expect("{")
         out.append(f"add table {fam} {tname}")
-        rules: list[str] = []
-        elems: list[str] = []
+        at.append(table_at)
+        rules: list[tuple[str, int]] = []
+        elems: list[tuple[str, int]] = []
         while True:
             tok = cur.next()
             if tok == ";":
@@ -413,10 +428,12 @@ def _flatten_nested(text: str) -> str:
                 continue
             if tok not in ("chain", "set", "map"):
                 raise NftError(f"unexpected {tok!r} in table {tname}")
+            block_at = here()
             name = cur.next()
             cur.expect("{")
-            props: list[str] = []
+            props: list[tuple[str, int]] = []  # (statement, its first line)
             stmt: list[str] = []
+            stmt_at = block_at
             depth = 0
             while True:
                 t2 = cur.next()
@@ -425,35 +442,42 @@ def _flatten_nested(text: str) -> str:
                 elif t2 == "}":
                     if depth == 0:
                         if stmt:
-                            props.append(" ".join(stmt))
+                            props.append((" ".join(stmt), stmt_at))
                         break
                     depth -= 1
                 if t2 == ";" and depth == 0:
                     if stmt:
-                        props.append(" ".join(stmt))
+                        props.append((" ".join(stmt), stmt_at))
                     stmt = []
                     continue
                 if t2 == ";":
                     continue
+                if not stmt:
+                    stmt_at = here()
                 stmt.append(t2)
             if tok == "chain":
-                head = [p for p in props if p.split(" ")[0] in ("type", "policy", "comment")]
-                body = [p for p in props if p not in head]
+                head = [p for p, _ in props if p.split(" ")[0] in ("type", "policy", "comment")]
                 out.append(
                     f"add chain {fam} {tname} {name}"
                     + (" { " + " ; ".join(head) + " ; }" if head else "")
                 )
-                rules += [f"add rule {fam} {tname} {name} {p}" for p in body]
+                at.append(block_at)
+                rules += [
+                    (f"add rule {fam} {tname} {name} {p}", n) for p, n in props if p not in head
+                ]
             else:
-                head = [p for p in props if not p.startswith("elements")]
+                head = [p for p, _ in props if not p.startswith("elements")]
                 out.append(f"add {tok} {fam} {tname} {name} {{ " + " ; ".join(head) + " ; }")
-                for p in props:
+                at.append(block_at)
+                for p, n in props:
                     if p.startswith("elements"):
                         elems.append(
-                            f"add element {fam} {tname} {name} " + p.split("=", 1)[1].strip()
+                            (f"add element {fam} {tname} {name} " + p.split("=", 1)[1].strip(), n)
                         )
-        out += rules + elems
-    return "\n".join(out) + "\n"
+        for line, n in rules + elems:
+            out.append(line)
+            at.append(n)
+    return "\n".join(out) + "\n", at
 
 
 # --------------------------------------------------------------------------- engine
@@ -614,7 +638,8 @@ class NftEngine:
                 continue
             if verdict is None:
                 if rec is not None:
-                    rec.append(self._record(w, table, chain.name, num, rule.text, "match", None))
+                    effect = rule.effect or "match"
+                    rec.append(self._record(w, table, chain.name, num, rule.text, effect, None))
                 continue
             kind, dest = verdict
             nat = None

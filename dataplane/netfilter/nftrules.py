@@ -21,6 +21,7 @@ from . import rules as R
 from .compile import ST_ESTABLISHED, ST_INVALID, ST_NEW, ST_RELATED, ST_UNTRACKED, Work
 from .conntrack import DST_NAT, SRC_NAT, STATUS_NAMES, addr_int
 from .nat import dnat, snat
+from .nftmeta import meta_set_statement, parse_tc_handle, starts_meta_set
 from .verdict import ACCEPT
 
 if TYPE_CHECKING:
@@ -90,6 +91,8 @@ class NftRule:
     line: int
     steps: list[Callable[[Work, NftContext], Verdict | bool | None]]
     comment: str = ""
+    #: what its metadata statements do, for the trace (``nftrace set 1``); "" if none
+    effect: str = ""
 
 
 @dataclass
@@ -228,7 +231,18 @@ def _parse_value(kind: str, tok: str) -> object:
         return tok
     if kind in ("mark", "int"):
         return int(tok, 0)
-    if kind in ("fib_type", "ifname", "str", "icmp_type"):
+    if kind == "tc_handle":
+        lo_text, dash, hi_text = tok.partition("-")
+        lo = parse_tc_handle(lo_text)
+        if not dash:
+            return lo
+        hi = parse_tc_handle(hi_text)
+        if lo > hi:
+            raise ValueError(f"bad range {tok}")
+        return (lo, hi, "range")
+    if kind == "ifname":
+        return unquote(tok)  # ``nft list`` prints names quoted: iifname "eth0"
+    if kind in ("fib_type", "str", "icmp_type"):
         return tok
     raise NftError(f"cannot parse a value of type {kind}")
 
@@ -260,6 +274,14 @@ def _selector(cur: Cursor) -> tuple[Getter, str, str] | None:
     if a in ("ip", "ip6") and b in ("protocol", "nexthdr"):
         cur.i += 2
         return (lambda w: w.proto), "inet_proto", f"{a} {b}"
+    if a == "meta" and b == "nftrace":
+        # the kernel sets skb->nf_trace but has no expression that reads it
+        raise NftError(f"{cur.where}: Could not process rule: Operation not supported")
+    if a == "meta" and b == "priority":
+        cur.i += 2
+        return (lambda w: w.priority), "tc_handle", "meta priority"
+    if a == "priority":
+        raise NftError(f"{cur.where}: syntax error, unexpected priority")
     if a == "meta" and b in ("l4proto", "mark", "iifname", "oifname", "nfproto"):
         cur.i += 2
         if b == "l4proto":
@@ -444,7 +466,7 @@ def _match_value(value: object, want: object, kind: str) -> bool:
         return False
     if kind == "addr" and isinstance(want, tuple):
         return (int(value) & want[1]) == want[0]  # type: ignore[call-overload]
-    if kind == "inet_service" and isinstance(want, tuple):
+    if kind in ("inet_service", "tc_handle") and isinstance(want, tuple):
         return bool(want[0] <= int(value) <= want[1])  # type: ignore[call-overload]
     if kind == "ct_state":
         return bool(int(value) & CT_STATE_BITS[str(want)])  # type: ignore[call-overload]
@@ -463,8 +485,11 @@ def _match_value(value: object, want: object, kind: str) -> bool:
 Step = Callable[[Work, NftContext], "Verdict | bool | None"]
 
 
-def compile_rule(cur: Cursor, table: NftTable) -> tuple[list[Step], str]:
+def compile_rule(cur: Cursor, table: NftTable) -> tuple[list[Step], str, str]:
+    """One rule's statements as steps, its comment, and what its metadata statements do
+    as a trace shows it (``nftrace set 1``; empty when it has none)."""
     steps: list[Step] = []
+    effects: list[str] = []
     comment = ""
     while not cur.done():
         tok = cur.peek()
@@ -550,10 +575,10 @@ def compile_rule(cur: Cursor, table: NftTable) -> tuple[list[Step], str]:
                 cur.next()
                 cur.next()
             continue
-        if (tok == "mark" and cur.peek(1) == "set") or (
-            tok in ("meta", "ct") and cur.peek(1) == "mark" and cur.peek(2) == "set"
-        ):
-            steps.append(_mark_set(cur))
+        if starts_meta_set(cur):
+            step, effect = meta_set_statement(cur)
+            steps.append(step)
+            effects.append(effect)
             continue
         if tok in ("update", "add") and (cur.peek(1) or "").startswith("@"):
             steps.append(_set_update(cur, table))
@@ -577,11 +602,13 @@ def compile_rule(cur: Cursor, table: NftTable) -> tuple[list[Step], str]:
             negate = cur.next() == "!="
         elif nxt in ("<", ">", "<=", ">="):
             op = cur.next()
-            val = int(cur.next(), 0)
-            steps.append(_cmp_step(getter, op, val))
+            val = (
+                int(cur.next(), 0) if kinds != ("tc_handle",) else _parse_value(*kinds, cur.next())
+            )
+            steps.append(_cmp_step(getter, op, val))  # type: ignore[arg-type]
             continue
         steps.append(_test_step(cur, table, getter, kinds, negate))
-    return steps, comment
+    return steps, comment, ", ".join(effects)
 
 
 #: nft's bitwise operators: the words kube-proxy writes and the symbols ``nft list`` prints
@@ -639,44 +666,6 @@ def _nat_step(t: R.Dnat | R.Snat | R.Masquerade) -> Step:
             code, note = snat(w, t)
         c.note = note
         return ("accept", None) if code == ACCEPT else ("drop", None)
-
-    return step
-
-
-def _mark_set(cur: Cursor) -> Step:
-    ct = cur.peek() == "ct"
-    if cur.peek() in ("meta", "ct"):
-        cur.next()
-    cur.expect("mark")
-    cur.expect("set")
-    # value: N | mark OP N [OP N]
-    ops: list[tuple[str, int]] = []
-    base_is_mark = False
-    if cur.peek() in ("mark", "meta", "ct"):
-        if cur.next() in ("meta", "ct"):
-            cur.expect("mark")
-        base_is_mark = True
-        while cur.peek() in _BITOPS:
-            op = _BITOPS[cur.next()]
-            ops.append((op, int(cur.next(), 0)))
-    else:
-        ops.append(("set", int(cur.next(), 0)))
-
-    def step(w: Work, c: NftContext) -> None:
-        if ct:
-            if w.ct is None:
-                return
-            v = w.ct.mark if base_is_mark else 0
-        else:
-            v = w.mark if base_is_mark else 0
-        for op, n in ops:
-            v = n if op == "set" else (v & n if op == "and" else (v | n if op == "or" else v ^ n))
-        if ct:
-            w.ct.mark = v  # type: ignore[union-attr]
-        else:
-            w.mark = v
-            if v & w.masq_bit:
-                w.masq_seen = True
 
     return step
 

@@ -44,9 +44,11 @@ def pods(state: Path) -> list[str]:
 def test_topology_svg_and_png(state: Path, tmp_path: Path) -> None:
     res = run(state, "topology", str(tmp_path / "t.svg"))
     assert res.exit_code == 0, res.output
-    assert res.output.strip() == f"{tmp_path / 't.svg'}: 3 node(s), 3 pod(s), 2 service(s)"
+    # web's 3 pods and cluster DNS's 2 coredns pods; web, kubernetes and kube-dns
+    assert res.output.strip() == f"{tmp_path / 't.svg'}: 3 node(s), 5 pod(s), 3 service(s)"
     labels = texts(tmp_path / "t.svg")
     assert {"node-1", "node-2", "node-3", "Service default/web"} <= set(labels)
+    assert "Service kube-system/kube-dns" in labels
     assert all(f"pod default/{p}" in labels for p in pods(state))
     res = run(state, "topology", str(tmp_path / "t.png"), "--node", "node-2")
     assert res.exit_code == 0, res.output

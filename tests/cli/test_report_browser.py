@@ -99,7 +99,9 @@ def report(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[str]]:
     runner = CliRunner()
     res = runner.invoke(cli, ["report", "-o", str(out), "-f", str(WEB)])
     assert res.exit_code == 0, res.output
-    assert res.output.strip() == f"{out}: 3 node(s), 6 traced pair(s)"
+    # 5 pods (3 web, 2 coredns: cluster DNS is on by default) x 5 Service ports (web,
+    # kubernetes, kube-dns's dns, dns-tcp and metrics)
+    assert res.output.strip() == f"{out}: 3 node(s), 25 traced pair(s)"
     pods = re.findall(r'<option value="pod/(default/web-[a-z0-9-]+)">', out.read_text())
     assert len(pods) == 3
     return out, pods
@@ -179,11 +181,12 @@ def test_a_20_node_report(tmp_path: Path) -> None:
     out = tmp_path / "r20.html"
     res = CliRunner().invoke(cli, ["report", "-o", str(out), "-f", str(manifest)])
     assert res.exit_code == 0, res.output
-    # 8 pods x 3 Service ports (web, web-np, kubernetes)
-    assert res.output.strip() == f"{out}: 20 node(s), 24 traced pair(s)"
+    # 10 pods (8 web, 2 coredns) x 6 Service ports (web, web-np, kubernetes, and
+    # kube-dns's dns, dns-tcp and metrics: cluster DNS is on by default)
+    assert res.output.strip() == f"{out}: 20 node(s), 60 traced pair(s)"
     html = out.read_text()
     pods = re.findall(r'<option value="pod/(default/web-[a-z0-9-]+)">', html)
-    assert len(pods) == 8 and html.count("<template id=") == 24
+    assert len(pods) == 8 and html.count("<template id=") == 60
     dom = chromium(_url(out, f"pod/{pods[-1]}", "svc/default/web-np:80"), "--dump-dom")
     assert {f"node-{i}" for i in range(1, 21)} <= set(element(dom, "topology-picture").texts)
     view = element(dom, "path-view")

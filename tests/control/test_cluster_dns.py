@@ -90,9 +90,23 @@ def test_kubeadm_objects_are_bootstrapped(session: Session) -> None:
     assert len(pods) == 2 and all(p.labels["k8s-app"] == "kube-dns" and p.is_ready for p in pods)
 
 
-def test_no_dns_objects_unless_asked() -> None:
+def test_dns_objects_by_default_and_none_with_dns_false() -> None:
+    """Cluster DNS is on by default, as kubeadm installs it; ``dns: false`` opts out."""
     s = Session.ephemeral(
         load_text("apiVersion: svclab.dev/v1alpha1\nkind: Cluster\nspec: {nodes: 1}\n", source="x")
+    )
+    s.converge()
+    assert sorted(x.key for x in s.store.list("Service")) == [
+        "default/kubernetes",
+        "kube-system/kube-dns",
+    ]
+    assert [x.key for x in s.store.list("Deployment")] == ["kube-system/coredns"]
+    assert emulation.view(s).dns_zone is not None
+    s = Session.ephemeral(
+        load_text(
+            "apiVersion: svclab.dev/v1alpha1\nkind: Cluster\nspec: {nodes: 1, dns: false}\n",
+            source="x",
+        )
     )
     s.converge()
     assert [x.key for x in s.store.list("Service")] == ["default/kubernetes"]
@@ -168,16 +182,44 @@ def test_a_truncated_answer_is_asked_again_over_tcp(session: Session) -> None:
     assert m is not None and not m.flags & dns.flags.TC
 
 
-def test_both_backends_answer_the_same_through_dnsqueries(session: Session) -> None:
+def test_a_tcp_answer_larger_than_the_mtu_goes_as_segments(session: Session) -> None:
+    """40 SRV records and their A records (about 2 KB) over TCP: the DNS pod's stack cuts
+    the answer into MSS-sized segments (the first is walked, within the MTU); the client
+    reads the whole answer."""
+    emu = emulation.emulator(session)
+    q = query(emu, CLIENT, "10.96.0.10", f"many.default.svc.{D}", "SRV")
+    assert q.truncated_udp and q.proto == "tcp" and q.rcode == "NOERROR", q.error
+    assert len(q.records("SRV")) == 40 and q.response is not None and len(q.response) > 1500
+    reply = q.traces[-1].reply
+    assert reply is not None and reply.verdict == "delivered"
+    (cut,) = [h for h in reply.hops if h.kind == "route" and h.note and "segments" in h.note]
+    mtu = emu.hosts[cut.netns].devices[cut.dev_out].mtu  # type: ignore[index]
+    assert cut.note == f"{len(q.response) + 2} octets of data: segments of MSS {mtu - 40}"
+    xmit = [h.packet for h in reply.hops if h.kind == "xmit"]
+    assert xmit and all(p is not None and p.length == mtu for p in xmit)  # within the MTU
+
+
+def test_dnsqueries_on_the_emulator(session: Session) -> None:
+    """``dnsqueries`` (what the labs call) over the emulator backend: the SRV record of
+    the named port, the stub resolver's search, ``dig +search`` of another type. Both
+    backends against an independent oracle: tests/kernel/test_differential_dns.py."""
+    web = session.store.get("Service", "default/web")
+    assert isinstance(web, Service)
+    dns_pods = {p.key for p in session.store.list("Pod") if p.namespace == "kube-system"}
     with emulator_backend(emulation.view(session)) as be:
         o = dnsqueries.dig(be, CLIENT, f"_http._tcp.web.default.svc.{D}", "SRV")
-        assert (
-            o.status == "NOERROR"
-            and len(o.answer) == 1
-            and (o.server_pod or "").startswith("kube-system/")
+        assert o.status == "NOERROR" and o.server_pod in dns_pods
+        assert o.answer == (
+            f"_http._tcp.web.default.svc.{D}. 30 IN SRV 0 100 80 web.default.svc.{D}.",
         )
-        assert dnsqueries.resolve(be, CLIENT, "web").status == "ok"
-        assert dnsqueries.resolve(be, CLIENT, "nope").status == "not-found"
+        assert o.additional == (f"web.default.svc.{D}. 30 IN A {web.spec.cluster_ip}",)
+        found = dnsqueries.resolve(be, CLIENT, "web")
+        assert (found.status, found.addresses) == ("ok", (web.spec.cluster_ip,))
+        gone = dnsqueries.resolve(be, CLIENT, "nope")
+        assert (gone.status, gone.addresses, gone.queries) == ("not-found", (), 4)
+        srv = dnsqueries.search(be, CLIENT, "_http._tcp.web", "SRV")
+        assert srv.status == "ok" and srv.answered_name == f"_http._tcp.web.default.svc.{D}."
+        assert srv.records == list(o.answer)
 
 
 def test_kube_dns_without_endpoints_rejects_the_question() -> None:
@@ -248,6 +290,76 @@ def test_cli_dig_tcp_search_and_errors(manifest: str) -> None:
     assert code == 1 and err.startswith("error: ") and len(err.strip().splitlines()) == 1
     code, _, err = run("dig", "pod/client", "a" * 64 + ".com", "-f", manifest)
     assert code == 1 and "label" in err.lower()
+
+
+def _dns_pod_ip(manifest: str) -> tuple[str, str]:
+    """(key, IP) of one DNS pod of the manifest's cluster (the same every run: seeded)."""
+    s = Session.ephemeral(load_text(Path(manifest).read_text(), source="m.yaml"))
+    s.converge()
+    pods = sorted(
+        (p.key, p.status.pod_ip)
+        for p in s.store.list("Pod")
+        if isinstance(p, Pod) and p.namespace == "kube-system"
+    )
+    return pods[0][0], str(pods[0][1])
+
+
+def test_cli_dig_search_asks_the_server_given(manifest: str) -> None:
+    """``--search --server IP`` asks IP for every name of the search list: a DNS pod's own
+    address is answered by that pod, without kube-proxy's DNAT; an address where nothing
+    listens gets no answer (exit 9), where the pod's nameserver would have answered."""
+    pod, ip = _dns_pod_ip(manifest)
+    args = ["dig", "pod/client", "web.default", "--search", "-o", "json", "--hops"]
+    code, out, _ = run(*args, "--server", ip, "-f", manifest)
+    assert code == 0, out
+    j = json.loads(out)
+    assert j["status"] == "ok" and [q["server"] for q in j["queries"]] == [ip, ip]
+    assert {q["delivered_to"]["pod"] for q in j["queries"]} == {pod}
+    assert "kube-system/kube-dns:dns" not in json.dumps(j["queries"])  # no Service, no DNAT
+    code, out, _ = run(*args, "-f", manifest)  # the pod's nameserver: kube-dns's ClusterIP
+    assert code == 0 and "kube-system/kube-dns:dns" in json.dumps(json.loads(out)["queries"])
+    code, out, _ = run(
+        "dig", "pod/client", "web", "--search", "--server", "192.0.2.53", "-f", manifest
+    )
+    assert code == 9 and ";; communications error to 192.0.2.53#53" in out
+
+
+@pytest.mark.parametrize("server", ["ns.example.com", "10.0.0.300", "::1"])
+@pytest.mark.parametrize("extra", [[], ["--search"], ["--real"]])
+def test_cli_dig_server_must_be_an_ipv4_address(
+    manifest: str, server: str, extra: list[str]
+) -> None:
+    """A name would have to be looked up by the host's resolver, which svclab never asks:
+    refused as bad usage on either backend, before any cluster is built."""
+    code, _, err = run("dig", "pod/client", "web", "--server", server, *extra, "-f", manifest)
+    assert code == 2 and f"Invalid value for '--server': {server!r}: want an IPv4" in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_cli_dig_search_asks_the_type_given(manifest: str) -> None:
+    code, out, _ = run(
+        "dig", "pod/client", "_http._tcp.web", "SRV", "--search", "-o", "json", "-f", manifest
+    )
+    assert code == 0
+    j = json.loads(out)
+    assert j["status"] == "ok" and {q["qtype"] for q in j["queries"]} == {"SRV"}
+    assert j["queries"][-1]["answer"] == [
+        f"_http._tcp.web.default.svc.{D}. 30 IN SRV 0 100 80 web.default.svc.{D}."
+    ]
+
+
+def test_cli_dig_hops_in_text_and_json(manifest: str) -> None:
+    """``--hops`` shows every walk's hops, in text (the trace tables) as in JSON."""
+    name = f"web.default.svc.{D}"
+    code, plain, _ = run("dig", "pod/client", name, "-f", manifest)
+    assert code == 0 and "request: udp" not in plain
+    code, out, _ = run("dig", "pod/client", name, "--hops", "-f", manifest)
+    assert code == 0 and out.startswith(plain.rstrip("\n"))
+    assert "request: udp " in out and "reply: udp " in out and "KUBE-SVC-" in out
+    code, out, _ = run("dig", "pod/client", name, "--search", "--hops", "-f", manifest)
+    assert code == 0 and out.count("request: udp ") == out.count("; <<>> svclab dig") == 4
+    code, out, _ = run("dig", "pod/client", name, "-o", "json", "-f", manifest)
+    assert code == 0 and "traces" not in json.loads(out)
 
 
 def test_cli_trace_connect_ping_by_name(manifest: str) -> None:

@@ -17,7 +17,7 @@ from netmodel.objects import Deployment, Node, Pod, Service
 MANIFEST = """
 apiVersion: svclab.dev/v1alpha1
 kind: Cluster
-spec: {nodes: 3}
+spec: {nodes: 3, dns: false}   # the endpoint sets below predate cluster DNS
 ---
 apiVersion: apps/v1
 kind: Deployment

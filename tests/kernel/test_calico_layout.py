@@ -173,7 +173,11 @@ def test_a_calico_cluster_written_by_hand_agrees_on_both() -> None:
         if isinstance(s, Service) and s.name == "web"
     )
     assert vip is not None
-    web = {p.key for p in session.store.list("Pod") if isinstance(p, Pod) and p.name != "client"}
+    web = {
+        p.key
+        for p in session.store.list("Pod")
+        if isinstance(p, Pod) and p.namespace == "default" and p.name != "client"
+    }
     with (
         emulator_backend(view, seed=5) as emu,
         emulator_backend(view, seed=5) as pristine,

@@ -29,8 +29,10 @@ CLUSTER = """
 apiVersion: svclab.dev/v1alpha1
 kind: Cluster
 metadata: {name: ipam}
-spec: {nodes: 2, podCIDR: 10.244.0.0/16, nodeCIDRMaskSize: 28}
+spec: {nodes: 2, podCIDR: 10.244.0.0/16, nodeCIDRMaskSize: 28, dns: false}
 """
+# dns: false: the real plane starts before its nodes are realised, with no pods yet;
+# coredns's pods would need CNI ADD on nodes that do not exist yet
 
 DEPLOYMENT = """
 apiVersion: apps/v1

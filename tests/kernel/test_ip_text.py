@@ -11,9 +11,12 @@ from pathlib import Path
 
 import pytest
 
+from dataplane.linux.netns import is_root
 from dataplane.nodedump.iptext import addr_text, route_text, rule_text
 from dataplane.nodedump.routing import parse_addrs, parse_routes, parse_rules
 from tests.kernel.nodeshape import run, shaped_node
+
+pytestmark = [pytest.mark.kernel, pytest.mark.skipif(not is_root(), reason="needs root")]
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "node-dumps"
 

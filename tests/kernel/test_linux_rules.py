@@ -178,7 +178,7 @@ def test_conntrack_matches_the_emulators_for_the_same_connection(
 ) -> None:
     """Differential: the node's real iptables-save, given to the emulator, and the same
     connection (same source port) through both: the conntrack lines agree."""
-    emulator = pytest.importorskip("dataplane.emulator.cluster")
+    from dataplane.emulator import cluster as emulator
     from netmodel.rulesets import IptablesRules
 
     sample, c = cluster

@@ -10,11 +10,15 @@ import json
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 from click.testing import CliRunner
 
 from app.cli.main import cli
 from dataplane.linux import netns as ns
+from dataplane.linux.netns import is_root
+
+pytestmark = [pytest.mark.kernel, pytest.mark.skipif(not is_root(), reason="needs root")]
 
 ROOT = Path(__file__).resolve().parents[2]
 WEB = ROOT / "examples" / "web.yaml"

@@ -17,8 +17,11 @@ import pytest
 from click.testing import CliRunner
 
 from app.cli.main import cli
+from dataplane.linux.netns import is_root
 from tests.dataplane.nodedump.test_nodedump import iif_node
 from tests.kernel.nodeshape import kernel_outcomes, shaped_node
+
+pytestmark = [pytest.mark.kernel, pytest.mark.skipif(not is_root(), reason="needs root")]
 
 N = 24
 

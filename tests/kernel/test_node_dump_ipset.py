@@ -22,9 +22,14 @@ import pytest
 from click.testing import CliRunner
 
 from app.cli.main import cli
+from dataplane.linux.netns import is_root
 from tests.kernel.nodeshape import kernel_outcomes, run, shaped_node
 
-DUMP = Path(__file__).resolve().parents[1] / "data" / "node-dumps" / "kube-proxy-ipvs-minikube-ipset"
+pytestmark = [pytest.mark.kernel, pytest.mark.skipif(not is_root(), reason="needs root")]
+
+DUMP = (
+    Path(__file__).resolve().parents[1] / "data" / "node-dumps" / "kube-proxy-ipvs-minikube-ipset"
+)
 RULE = "-A KUBE-SERVICES -m set --match-set KUBE-CLUSTER-IP dst,dst -j ACCEPT"
 CONNTRACK_ON = """\
 table ip svclab-test-ct {

@@ -23,8 +23,11 @@ import yaml
 from click.testing import CliRunner
 
 from app.cli.main import cli
+from dataplane.linux.netns import is_root
 from dataplane.nodedump import NodeFlow, NodeTracer, load_node_dump
 from tests.kernel.nodeshape import kernel_outcomes, shaped_node
+
+pytestmark = [pytest.mark.kernel, pytest.mark.skipif(not is_root(), reason="needs root")]
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "node-dumps"
 KERNEL_DUMPS = sorted(

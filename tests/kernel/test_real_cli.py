@@ -146,7 +146,8 @@ def test_up_connect_trace_ping_down(state: Path) -> None:
     res = run(state, "up", "--real", "--external-client", EXT)
     assert res.exit_code == 0, res.output
     c = _cluster(state)
-    assert res.output.startswith(f"cluster {c.cluster_id} up: 2 nodes, 4 pods, 1 external")
+    # web's 2 pods, client, and cluster DNS's 2 coredns pods (on by default, as on kubeadm)
+    assert res.output.startswith(f"cluster {c.cluster_id} up: 2 nodes, 6 pods, 1 external")
     web = {k for k in c.pods if k.startswith("default/web-")}
     assert len(web) == 3
 

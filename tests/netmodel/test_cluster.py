@@ -64,8 +64,9 @@ def test_bad_cluster(spec: str, fragment: str) -> None:
 
 def test_dns_fields() -> None:
     s = cluster("{}")
-    assert s.cluster_domain == "cluster.local" and s.dns is False and s.dns_upstream == {}
+    assert s.cluster_domain == "cluster.local" and s.dns is True and s.dns_upstream == {}
     assert s.dns_service_ip() == "10.96.0.10"
+    assert cluster("{dns: false}").dns is False
     s = cluster(
         "{dns: true, clusterDomain: Corp.Internal., dnsUpstream: {Example.COM.: [192.0.2.1]}}"
     )
@@ -84,6 +85,10 @@ def test_dns_fields() -> None:
         ("{dnsUpstream: {'bad_name.com': [192.0.2.1]}}", "invalid name 'bad_name.com'"),
         ("{dnsUpstream: {a.svc.cluster.local: [192.0.2.1]}}", "inside the cluster domain"),
         ("{dns: true, serviceCIDR: 10.96.0.0/29}", "no tenth address for kube-dns"),
+        # DNS is on by default, as kubeadm installs it: kubeadm init refuses a service
+        # subnet without ten addresses; the error says how to opt out
+        ("{serviceCIDR: 10.96.0.0/29}", "serviceCIDR 10.96.0.0/29 has no tenth address"),
+        ("{serviceCIDR: 10.96.0.0/29}", "or set dns: false"),
     ],
 )
 def test_bad_dns_fields(spec: str, fragment: str) -> None:
@@ -91,6 +96,11 @@ def test_bad_dns_fields(spec: str, fragment: str) -> None:
         cluster(spec)
     assert fragment in str(err.value)
     assert str(err.value).startswith("c.yaml (document 1): Cluster/svclab")
+
+
+def test_a_small_service_range_without_cluster_dns_is_accepted() -> None:
+    s = cluster("{dns: false, serviceCIDR: 10.96.0.0/29}")
+    assert s.dns is False and str(s.service_net) == "10.96.0.0/29"
 
 
 def test_service_range_carved_out_of_the_pod_range_is_accepted_with_a_warning() -> None:

@@ -26,6 +26,8 @@ def test_dump_is_read_with_the_cluster_inferred() -> None:
     assert spec.pod_cidr == "10.4.1.0/24" and spec.node_cidr_mask_size == 24
     assert spec.proxy_mode == "ipvs" and spec.allocation == "recorded"
     assert spec.kubernetes_service is False and spec.node_count == 0
+    # a dump is the whole state: the import creates no cluster DNS of its own
+    assert spec.dns is False
     assert any("inferred" in w for w in m.warnings)
     assert sorted(o.ref for o in m.objects) == [
         "ConfigMap/kube-system/kube-proxy",

@@ -45,7 +45,7 @@ def test_host_network_cluster_first_gets_the_node_file_unless_with_host_net() ->
 
 def test_default_policy_and_a_cluster_without_dns_get_the_nodes_empty_file() -> None:
     assert pod_resolv_conf(pod(dnsPolicy="Default"), DNS).render() == ""
-    assert pod_resolv_conf(pod(), ClusterSpec()).render() == ""
+    assert pod_resolv_conf(pod(), ClusterSpec(dns=False)).render() == ""
 
 
 def test_dns_config_is_merged() -> None:

@@ -6,8 +6,10 @@ import io
 import math
 
 from conftest import png_size, svg_texts
+from matplotlib.container import ErrorbarContainer
 
-from app.pictures.shares import HEIGHT, WIDTH, ChiSquare, shares_figure, wilson
+from app.pictures.shares import HEIGHT, WIDTH, shares_figure
+from app.stats import ChiSquare, chi_square
 from control.session import Session
 
 
@@ -15,15 +17,21 @@ def _wilson_by_hand(k: int, n: int, z: float) -> tuple[float, float]:
     p = k / n
     centre = (p + z * z / (2 * n)) / (1 + z * z / n)
     half = z / (1 + z * z / n) * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
-    return centre - half, centre + half
+    return max(0.0, centre - half), centre + half
 
 
-def test_wilson_interval_is_the_textbook_one() -> None:
+def test_the_bars_carry_99_percent_wilson_intervals() -> None:
+    """The error bars drawn are the textbook 99% Wilson intervals of each share."""
     z = 2.5758293035489  # the 99.5% quantile of the standard normal
-    for k, n in ((35, 100), (0, 20), (333, 1000)):
-        lo, hi = wilson(k, n)
-        elo, ehi = _wilson_by_hand(k, n, z)
-        assert math.isclose(lo, elo, abs_tol=1e-9) and math.isclose(hi, ehi, abs_tol=1e-9)
+    counts = {"a": 35, "b": 0, "c": 65}
+    fig = shares_figure(counts, chi_square(list(counts.values())))
+    (bars,) = [c for c in fig.axes[0].containers if isinstance(c, ErrorbarContainer)]
+    segments = bars.lines[2][0].get_segments()
+    for (name, k), seg in zip(sorted(counts.items()), segments, strict=True):
+        (_, lo), (_, hi) = seg
+        elo, ehi = _wilson_by_hand(k, 100, z)
+        assert math.isclose(lo, elo, abs_tol=1e-9), name
+        assert math.isclose(hi, ehi, abs_tol=1e-9), name
 
 
 def _save(fig: object, fmt: str) -> bytes:
@@ -61,7 +69,6 @@ def test_the_shares_of_a_20_node_service(cluster20: Session) -> None:
     from collections import Counter
 
     from app import emulation
-    from app.cli.traffic_cmd import chi_square
 
     svc = cluster20.store.get("Service", "default/web")
     client = sorted(p.key for p in cluster20.store.list("Pod"))[0]
@@ -74,8 +81,9 @@ def test_the_shares_of_a_20_node_service(cluster20: Session) -> None:
     )
     counts = Counter(c.endpoint or c.verdict for c in conns)
     assert len(counts) == 8  # every endpoint got some of 200 connections
-    stat, p = chi_square(list(counts.values()))
-    fig = shares_figure(counts, ChiSquare(stat, 7, p), title="200 connections to svc/web")
+    fig = shares_figure(
+        counts, chi_square(list(counts.values())), title="200 connections to svc/web"
+    )
     assert png_size(_save(fig, "png")) == (WIDTH, HEIGHT)
     ax = fig.axes[0]
     assert [t.get_text() for t in ax.get_xticklabels()] == sorted(counts)

@@ -56,8 +56,13 @@ def test_for_follows_owner_references(web3: Session) -> None:
     deploy = web3.store.get("Deployment", "default/web")
     objects = [o for k in ("ReplicaSet", "Pod", "EndpointSlice") for o in web3.store.list(k)]
     caused = caused_by(deploy, objects)
-    rs = [o for o in web3.store.list("ReplicaSet") if isinstance(o, ReplicaSet)]
-    pods = [o for o in web3.store.list("Pod") if isinstance(o, Pod)]
+    # web's own (kube-system's coredns ReplicaSet and pods are not caused by it)
+    rs = [
+        o
+        for o in web3.store.list("ReplicaSet")
+        if isinstance(o, ReplicaSet) and o.namespace == "default"
+    ]
+    pods = [o for o in web3.store.list("Pod") if isinstance(o, Pod) and o.namespace == "default"]
     web_slices = [
         o
         for o in web3.store.list("EndpointSlice")

@@ -49,10 +49,16 @@ def test_the_topology_svg_holds_every_node_pod_and_service(
     assert texts.count("VNI 1, UDP 8472") == len(nodes)
     assert f"routes to {len(nodes) - 1} peer podCIDRs" in texts
     assert "Service default/web" in texts
-    # each pod is joined to the web Service by an edge labelled with its endpoint IP
+    # each web pod is joined to the web Service by an edge labelled with its endpoint IP,
+    # each coredns pod (cluster DNS is on by default) to kube-system/kube-dns
     titles = svg_titles(svg)
-    for p in pods:
+    web = [p for p in pods if p.labels.get("app") == "web"]
+    dns = [p for p in pods if p.labels.get("k8s-app") == "kube-dns"]
+    assert len(dns) == 2 and len(web) + len(dns) == len(pods)
+    for p in web:
         assert f"pod/{p.key}#eth0->svc#default/web" in titles
+    for p in dns:
+        assert f"pod/{p.key}#eth0->svc#kube-system/kube-dns" in titles
 
 
 def test_the_png_is_the_svg_at_96_dpi(cluster20: Session) -> None:

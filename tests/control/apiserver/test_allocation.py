@@ -9,7 +9,7 @@ from api_helpers import make_api, service
 
 from control.events import timeline
 from control.store import SqliteStore
-from netmodel.errors import AllocationError, InvalidError
+from netmodel.errors import AllocationError, InvalidError, NotFoundError
 from netmodel.objects import Service
 
 
@@ -207,8 +207,12 @@ def test_deleting_a_service_frees_everything() -> None:
 
 
 def test_full_ranges_refuse_cleanly() -> None:
+    # a /29 has no tenth address for kube-dns: no cluster DNS (kubeadm would refuse it)
     api = make_api(
-        serviceCIDR="10.96.0.0/29", nodePortRange="30000-30001", loadBalancerCIDR="172.19.0.0/30"
+        serviceCIDR="10.96.0.0/29",
+        nodePortRange="30000-30001",
+        loadBalancerCIDR="172.19.0.0/30",
+        dns=False,
     )
     # /29: .1 (kubernetes) .. .6 usable -> 5 more
     for i in range(5):
@@ -244,3 +248,22 @@ def test_allocations_survive_a_restart(tmp_path: Path) -> None:
     c = svc_of(api2.create(service("c")))
     assert c.spec.cluster_ip == a.spec.cluster_ip
     store2.close()
+
+
+def test_deleting_a_service_with_finalizers_only_marks_it_until_they_are_removed() -> None:
+    """As kube-apiserver: an object with finalizers is marked (deletionTimestamp) and
+    keeps what it holds; the update that removes its last finalizer removes it."""
+    api = make_api()
+    held = service("held")
+    held = held.with_meta(finalizers=["example.com/a", "example.com/b"])
+    ip = svc_of(api.create(held)).spec.cluster_ip
+    marked = api.delete("Service", "default/held")
+    assert marked.metadata.deletion_timestamp is not None
+    assert api.services.cluster_ips.owner(ip or "") == "Service/default/held"
+    assert api.delete("Service", "default/held") == marked  # marking twice changes nothing
+    one = api.update(marked.with_meta(finalizers=["example.com/b"], resource_version=None))
+    assert one.metadata.deletion_timestamp == marked.metadata.deletion_timestamp
+    api.update(one.with_meta(finalizers=[], resource_version=None))
+    with pytest.raises(NotFoundError):
+        api.store.get("Service", "default/held")
+    assert api.services.cluster_ips.owner(ip or "") is None

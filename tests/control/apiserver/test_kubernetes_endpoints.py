@@ -185,11 +185,13 @@ def test_a_connection_is_refused_on_both_backends() -> None:
 
 
 def test_no_service_and_no_slice_when_the_cluster_says_so() -> None:
-    api = make_api(nodes=2, kubernetesService=False)
+    api = make_api(nodes=2, kubernetesService=False, dns=False)  # no system Service at all
     assert [s.key for s in api.store.list("Service")] == []
     assert [s.key for s in api.store.list("EndpointSlice")] == []
     assert api.reconcile_kubernetes_endpoints() is None
-    s = Session.ephemeral(load_text(manifest(extra=", kubernetesService: false"), source="k"))
+    s = Session.ephemeral(
+        load_text(manifest(extra=", kubernetesService: false, dns: false"), source="k")
+    )
     s.converge()
     assert s.store.list("EndpointSlice") == []
     for state in s.rules.nodes.values():
@@ -207,7 +209,8 @@ def test_the_endpointslice_controller_leaves_it_alone() -> None:
     assert sl.metadata.generation == 1
     assert "endpointslice.kubernetes.io/managed-by" not in sl.labels
     others = [x for x in s.store.list("EndpointSlice") if x.key != "default/kubernetes"]
-    assert [the_slice(x).service_name for x in others] == ["web"]
+    # the controller's own slices: web's and kube-dns's (cluster DNS, on by default)
+    assert sorted(the_slice(x).service_name for x in others) == ["kube-dns", "web"]
 
 
 def test_stable_across_restarts_of_a_persistent_cluster(tmp_path: Path) -> None:

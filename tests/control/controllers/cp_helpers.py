@@ -17,7 +17,10 @@ from netmodel.objects import EndpointSlice, KubeObject, Pod
 def make_plane(
     nodes: int | list[dict[str, Any]] = 3, *, seed: int = 0, **spec: Any
 ) -> ControlPlane:
-    cluster = ClusterSpec.model_validate({"nodes": nodes, **spec})
+    """A started, idle control plane. Without cluster DNS unless ``dns=True`` is given:
+    these controller scenarios count every pod, ReplicaSet and Event of the store, and
+    were written before DNS was on by default (kube-system's coredns would add its own)."""
+    cluster = ClusterSpec.model_validate({"nodes": nodes, "dns": False, **spec})
     plane = ControlPlane(MemoryStore(), cluster, seed=seed, clock=FakeClock())
     plane.start()
     plane.run_until_idle()

@@ -137,7 +137,7 @@ def test_a_node_that_registers_within_the_quarantine_keeps_its_pods() -> None:
 
 def test_a_restarted_control_plane_collects_pods_of_a_node_deleted_meanwhile() -> None:
     store, clock = MemoryStore(), FakeClock()
-    cluster = ClusterSpec.model_validate({"nodes": 2})
+    cluster = ClusterSpec.model_validate({"nodes": 2, "dns": False})  # only a's and b's pods
     plane = ControlPlane(store, cluster, clock=clock)
     plane.start()
     plane.apply([_bare_pod("a", "node-2"), _bare_pod("b", "node-1")])
@@ -155,7 +155,7 @@ def test_kube_proxy_rules_drop_the_endpoints_of_a_deleted_node() -> None:
     text = """
 apiVersion: svclab.dev/v1alpha1
 kind: Cluster
-spec: {nodes: 3}
+spec: {nodes: 3, dns: false}   # one pod on node-2 (no coredns pod beside it)
 ---
 apiVersion: apps/v1
 kind: Deployment

@@ -82,7 +82,12 @@ def test_binding_sets_node_name_records_the_decision_and_an_event() -> None:
     }
     w = data["weights"]
     assert data["nodes"][0]["total"] == sum(w[k] * v for k, v in data["nodes"][0]["scores"].items())
-    evs = [e for e in timeline(plane.store) if e.reason == "Scheduled"]
+    # the web pod's (the default Cluster's coredns pods were scheduled too, in kube-system)
+    evs = [
+        e
+        for e in timeline(plane.store)
+        if e.reason == "Scheduled" and e.involved_object.namespace == "default"
+    ]
     assert [e.message for e in evs] == [
         f"Successfully assigned default/{p.name} to {p.spec.node_name}"
     ]

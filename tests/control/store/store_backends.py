@@ -39,6 +39,9 @@ def _etcd(_tmp: Path, request: pytest.FixtureRequest) -> tuple[Opener, Opener | 
     return fresh, (lambda: open_store(cluster.url))
 
 
+#: the backends whose data outlives the store object (``reopen`` is not None)
+PERSISTENT = ("etcd", "sqlite")
+
 FACTORIES: dict[str, Factory] = {
     "memory": _memory,
     "sqlite": _sqlite,

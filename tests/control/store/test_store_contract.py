@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from store_backends import FACTORIES, Opener
+from store_backends import FACTORIES, PERSISTENT, Opener
 
 from control.store import BatchConflictError, SqliteStore, Store, WatchEvent, batched
 from control.store.base import labelled, peek, scan, state_token
@@ -23,6 +23,14 @@ class Boom(Exception):
 @pytest.fixture(params=sorted(FACTORIES))
 def backend(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[Opener, Opener | None]:
     return FACTORIES[request.param](tmp_path, request)
+
+
+@pytest.fixture(params=PERSISTENT)
+def persisted(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[Opener, Opener]:
+    """A backend whose data a second store object opens again (``reopen``)."""
+    open_, reopen = FACTORIES[request.param](tmp_path, request)
+    assert reopen is not None, f"{request.param} is in PERSISTENT but cannot reopen"
+    return open_, reopen
 
 
 @pytest.fixture
@@ -272,11 +280,9 @@ def test_list_reflects_creates_and_deletes(store: Store) -> None:
 
 
 def test_reopen_keeps_objects_revisions_and_history(
-    backend: tuple[Opener, Opener | None],
+    persisted: tuple[Opener, Opener],
 ) -> None:
-    open_, reopen = backend
-    if reopen is None:
-        pytest.skip("backend does not persist")
+    open_, reopen = persisted
     s = open_()
     r0 = s.revision
     for i in range(3):
@@ -389,14 +395,12 @@ def _settle(s: Store) -> None:
 
 
 def test_batch_conflict_with_another_writer_refuses_only_that_write(
-    backend: tuple[Opener, Opener | None],
+    persisted: tuple[Opener, Opener],
 ) -> None:
     """A key another client changed after this store read it: that write is refused (at
     the call, or when the batch is sent: BatchConflictError naming it), never silently,
     and the batch's other writes are applied."""
-    open_, reopen = backend
-    if reopen is None:
-        pytest.skip("a memory store has no other writer")
+    open_, reopen = persisted
     s = open_()
     other = reopen()
     try:
@@ -496,11 +500,9 @@ def test_scan_and_peek_read_what_list_and_get_read(store: Store) -> None:
 
 
 def test_scan_and_peek_see_another_process_s_commits(
-    backend: tuple[Opener, Opener | None],
+    persisted: tuple[Opener, Opener],
 ) -> None:
-    opener, reopen = backend
-    if reopen is None:
-        pytest.skip("the backend's data does not outlive its process")
+    opener, reopen = persisted
     reader = opener()
     writer = reopen()
     try:

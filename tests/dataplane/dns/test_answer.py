@@ -207,6 +207,32 @@ def test_externalname_is_a_cname_followed_through_the_upstream() -> None:
     assert lines(r.answer) == [f"far.default.svc.{D}. 30 IN CNAME far.example.org."]
 
 
+def test_externalname_loops_and_long_chains_end() -> None:
+    """ExternalName Services that name each other (or themselves) are a CNAME loop: the
+    chase stops at the first name it already passed, each CNAME once; a longer chain
+    stops after 8 CNAMEs. Each answer comes back (it once recursed until Python gave up)."""
+    loop = zone(
+        a=ServiceRecord("default", "a", external_name=f"b.default.svc.{D}"),
+        b=ServiceRecord("default", "b", external_name=f"A.default.svc.{D}"),
+        me=ServiceRecord("default", "me", external_name=f"me.default.svc.{D}"),
+        **{f"c{i}": ServiceRecord("default", f"c{i}", external_name=f"c{i + 1}.default.svc.{D}")
+           for i in range(12)},
+    )
+    r = ask(f"a.default.svc.{D}", z=loop)
+    assert status(r) == "NOERROR"
+    assert lines(r.answer) == [
+        f"a.default.svc.{D}. 30 IN CNAME b.default.svc.{D}.",
+        # the target as the Service names it; compression writes it as the owner above
+        f"b.default.svc.{D}. 30 IN CNAME a.default.svc.{D}.",
+    ]
+    r = ask(f"me.default.svc.{D}", "AAAA", z=loop)
+    assert lines(r.answer) == [f"me.default.svc.{D}. 30 IN CNAME me.default.svc.{D}."]
+    r = ask(f"c0.default.svc.{D}", z=loop)
+    assert lines(r.answer) == [
+        f"c{i}.default.svc.{D}. 30 IN CNAME c{i + 1}.default.svc.{D}." for i in range(8)
+    ]
+
+
 def test_zone_apex_soa_ns_and_schema_version() -> None:
     assert lines(ask(D, "SOA").answer) == [SOA]
     r = ask(D, "NS")

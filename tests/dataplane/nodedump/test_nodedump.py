@@ -580,3 +580,23 @@ def test_minikube_ipvs_dump_with_its_ipset_answers_as_the_write_up_reports() -> 
     other = _cli_trace(MINIKUBE_IPVS, "172.17.0.7", "10.108.218.82:81")
     assert not _hits_ipset_rule(other)
     assert other["verdict"] == "ACCEPT" and other["endpoints"] == []
+
+
+def test_cli_connect_node_dump_summary_is_the_chi_square_test(node: Path) -> None:
+    """``connect --node-dump``'s summary: the counts and scipy's chi-square test of equal
+    shares, in the JSON document and on the text output's last line."""
+    from scipy.stats import chisquare
+
+    argv = ["connect", "192.0.2.77", "10.96.0.5:80", "-n", "40", "--node-dump", str(node)]
+    r = CliRunner().invoke(cli, [*argv, "-o", "json"])
+    assert r.exit_code == 0, r.output
+    res = json.loads(r.output)
+    want = chisquare(list(res["counts"].values()))
+    chi = res["chi_square"]
+    assert chi["dof"] == 1 and chi["statistic"] == pytest.approx(want.statistic)
+    assert chi["p_value"] == pytest.approx(want.pvalue)
+    text = CliRunner().invoke(cli, argv)
+    assert text.exit_code == 0, text.output
+    assert text.output.splitlines()[-1] == (
+        f"chi-square vs equal shares: {want.statistic:.3f} (dof 1), p = {want.pvalue:.4f}"
+    )

@@ -3,7 +3,6 @@ the official kubernetes Python client (shared by the tests of this package)."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import shutil
@@ -12,7 +11,6 @@ import socket
 import ssl
 import subprocess
 import sys
-import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -169,33 +167,19 @@ class Served:
 def kubectl_1_20() -> tuple[str | None, str]:
     """Debian's kubectl 1.20 (package kubernetes-client), the oldest client svclab keeps
     working, and why not when there is none. ``SVCLAB_KUBECTL_1_20`` names a binary;
-    otherwise the package is fetched once with ``apt-get download`` and unpacked with
-    ``dpkg -x`` into ``~/.cache/svclab/kubectl-1.20`` (never installed system-wide)."""
+    otherwise ``scripts/kubectl-1.20`` (which scripts/install runs too) fetches the
+    package once into ``.cache/kubectl-1.20`` in the checkout, never installed."""
     binary = os.environ.get("SVCLAB_KUBECTL_1_20")
     if not binary:
-        base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-        cache = base / "svclab" / "kubectl-1.20"
-        binary = str(cache / "usr" / "bin" / "kubectl")
-        if not Path(binary).exists():
-            if not (shutil.which("apt-get") and shutil.which("dpkg")):
-                return None, "no apt-get/dpkg to fetch Debian's kubernetes-client"
-            cache.parent.mkdir(parents=True, exist_ok=True)
-            with tempfile.TemporaryDirectory(dir=cache.parent) as d:
-                got = subprocess.run(
-                    ["apt-get", "download", "kubernetes-client"],
-                    cwd=d,
-                    capture_output=True,
-                    text=True,
-                    timeout=300,
-                )
-                debs = sorted(Path(d).glob("kubernetes-client_*.deb"))
-                if got.returncode != 0 or not debs:
-                    return None, f"apt-get download kubernetes-client failed: {got.stderr[-300:]}"
-                part = Path(d) / "root"
-                subprocess.run(["dpkg", "-x", str(debs[0]), str(part)], check=True, timeout=120)
-                shutil.rmtree(cache, ignore_errors=True)
-                with contextlib.suppress(OSError):  # another run unpacked it meanwhile
-                    part.rename(cache)
+        got = subprocess.run(
+            ["bash", str(ROOT / "scripts" / "kubectl-1.20")],
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        if got.returncode != 0:
+            return None, got.stderr.strip()[-400:]
+        binary = got.stdout.strip()
     try:
         out = subprocess.run(
             [binary, "version", "--client", "-o", "json"],
