@@ -15,7 +15,7 @@ or objects carrying server-set metadata (``uid``, ``resourceVersion``,
   Pod stays bound there with those addresses, see ``control.apiserver.podips``);
 * skips the kinds svclab does not model, counting them per kind (the caller reports
   the counts); the kube-proxy ConfigMap (``kube-system/kube-proxy``, key
-  ``config.conf``) and ``ServiceCIDR`` objects are read, not applied;
+  ``config.conf``) and ``ServiceCIDR`` objects are read, and kept;
 * infers the ``Cluster`` document when the dump has none: ``serviceCIDR`` from the
   ServiceCIDR objects, else the smallest network whose first address is the
   ``kubernetes`` Service's ClusterIP and that holds every ClusterIP of the dump;
@@ -366,9 +366,8 @@ def prepare(docs: list[dict[str, Any]], *, has_cluster: bool) -> PreparedDump:
             if pip is not None:
                 pod_ips.append(ipaddress.IPv4Network(f"{pip}/32"))
         if kind == "ServiceCIDR":
+            # read for the Service range, and kept (the ClusterIP allocator's own state)
             cidr_objs.extend(str(c) for c in (d.get("spec") or {}).get("cidrs") or [])
-            out.skipped[kind] += 1
-            continue
         if kind not in MODELLED_KINDS:
             out.skipped[kind or "<no kind>"] += 1
             continue

@@ -534,6 +534,10 @@ def _recorded(kind: str) -> dict[tuple[str | None, str], dict]:  # type: ignore[
     return out
 
 
+def _owner_kinds(obj: dict) -> list[str]:  # type: ignore[type-arg]
+    return [o["kind"] for o in obj["metadata"].get("ownerReferences") or []]
+
+
 def test_k3s_support_bundle_applies_and_reads_back_as_recorded(tmp_path: Path) -> None:
     """A real k3s cluster's API objects as a support bundle holds them (one typed list per
     kind and namespace, empty ones ``items: null``): ``apply -f DIR`` takes the whole
@@ -542,13 +546,19 @@ def test_k3s_support_bundle_applies_and_reads_back_as_recorded(tmp_path: Path) -
     s = tmp_path / "s"
     r = CliRunner().invoke(cli, ["--state", str(s), "apply", "-f", str(K3S)])
     assert r.exit_code == 0, r.output
-    assert "skipped 5 objects of kinds svclab does not model: 1 DaemonSet, 4 Endpoints" in (
+    assert "skipped 4 objects of kinds svclab does not model: 4 Endpoints" in (
         r.output
     )
     # k3s's cluster range (10.42.0.0/16) is in no object: the one Node's /24 is a lower bound
     assert "warning: podCIDR 10.42.0.0/24 inferred from the Nodes' podCIDRs" in r.output
     for kind in ("services", "endpointslices", "nodes", "pods"):
         want = _recorded(kind)
+        if kind == "pods":
+            # the bundle holds no Jobs: the garbage collector removes the pods of the two
+            # helm-install Jobs, whose owners are gone, as kube-controller-manager's would
+            orphans = {k for k, v in want.items() if _owner_kinds(v) == ["Job"]}
+            assert len(orphans) == 2
+            want = {k: v for k, v in want.items() if k not in orphans}
         got = {(i["metadata"].get("namespace"), n): i for n, i in _get(s, kind).items()}
         assert sorted(got, key=str) == sorted(want, key=str), kind
         for key, rec in want.items():
@@ -601,7 +611,7 @@ def test_a_calico_dump_infers_cni_calico_and_its_ip_pools() -> None:
     assert (pool.cidr, pool.nat_outgoing) == ("192.168.0.0/16", True)  # the IPPool's own
     assert spec.calico.block_size == 26
     assert spec.pod_cidr == "192.168.0.0/16" and spec.calico.block_affinities == []
-    assert dict(m.skipped)["IPPool"] == 1 and dict(m.skipped)["DaemonSet"] == 1
+    assert dict(m.skipped)["IPPool"] == 1 and "DaemonSet" not in dict(m.skipped)
     # natOutgoing is modelled now: the IPPool (ipipMode/vxlanMode Never) says nothing
     assert not [w for w in m.warnings if "IPPool" in w]
 

@@ -51,7 +51,18 @@ def test_version_and_api_resources(srv: Served) -> None:
     assert any("svclab.dev/v1alpha1" in line and "Cluster" in line for line in res.splitlines())
     # the "all" category (kubectl get all): kube-apiserver's members among what is served
     in_all = srv.kubectl("api-resources", "--categories=all", "-o", "name").stdout.split()
-    assert sorted(in_all) == ["deployments.apps", "pods", "replicasets.apps", "services"]
+    assert sorted(in_all) == [
+        "cronjobs.batch",
+        "daemonsets.apps",
+        "deployments.apps",
+        "horizontalpodautoscalers.autoscaling",
+        "jobs.batch",
+        "pods",
+        "replicasets.apps",
+        "replicationcontrollers",
+        "services",
+        "statefulsets.apps",
+    ]
 
 
 def test_apply_creates_the_cluster_and_the_control_plane_reacts(srv: Served) -> None:
