@@ -48,6 +48,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         raise pytest.UsageError(
             f"kernel tests whose module never writes 'mark.kernel': {', '.join(unseen)}"
         )
+    if hasattr(config, "workerinput"):  # an xdist worker: the kernel unit is handed out
+        # first (it is the longest), so the run does not end waiting for it
+        items.sort(key=lambda i: not _says_kernel(i.path))
     bare = [
         i.nodeid
         for i in items
