@@ -3,9 +3,11 @@ removed; the session fails if any svclab-prefixed namespace is left behind."""
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -32,7 +34,23 @@ def netns() -> Iterator[str]:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """A test that asks for the :func:`netns` fixture must carry the ``kernel`` marker
-    (else ``-m "not kernel"`` would run it): refused at collection, before anything runs."""
+    (else ``-m "not kernel"`` would run it): refused at collection, before anything runs.
+    A kernel test must also say so in its module's text (``mark.kernel``): that is how
+    the workers' scheduler (:func:`pytest_xdist_make_scheduler`) finds them."""
+    unseen = sorted(
+        {
+            i.nodeid.split("::")[0]
+            for i in items
+            if i.get_closest_marker("kernel") is not None and not _says_kernel(i.path)
+        }
+    )
+    if unseen:
+        raise pytest.UsageError(
+            f"kernel tests whose module never writes 'mark.kernel': {', '.join(unseen)}"
+        )
+    if hasattr(config, "workerinput"):  # an xdist worker: the kernel unit is handed out
+        # first (it is the longest), so the run does not end waiting for it
+        items.sort(key=lambda i: not _says_kernel(i.path))
     bare = [
         i.nodeid
         for i in items
@@ -42,6 +60,34 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         raise pytest.UsageError(
             f"tests use the netns fixture without pytest.mark.kernel: {', '.join(bare)}"
         )
+
+
+@functools.cache
+def _says_kernel(module: Path) -> bool:
+    """Does the test module ``module`` mark kernel tests (its text names ``mark.kernel``)?"""
+    try:
+        return "mark.kernel" in module.read_text()
+    except OSError:
+        return False
+
+
+@pytest.hookimpl(optionalhook=True, tryfirst=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """Under pytest-xdist (``scripts/test`` runs ``-n auto``) tests go to the workers a
+    module at a time (a module's fixtures, a served cluster say, are made once), and
+    every module with kernel tests goes to one worker as one unit: kernel tests run one
+    at a time, as without workers (some touch state the host shares: sysctls, conntrack,
+    kernel modules), while the other workers run the rest."""
+    from xdist.scheduler import LoadScopeScheduling  # type: ignore[import-untyped]
+
+    root = config.rootpath
+
+    class KernelTestsInTurn(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::", 1)[0]
+            return "kernel" if _says_kernel(root / module) else module
+
+    return KernelTestsInTurn(config, log)
 
 
 @pytest.fixture(scope="session", autouse=True)
