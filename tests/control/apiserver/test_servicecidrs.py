@@ -10,9 +10,10 @@ from typing import Any
 
 import pytest
 from api_helpers import make_api, obj, service
+from etcd_procs import EtcdCluster
 
 from control.runner import ControlPlane
-from control.store import MemoryStore, SqliteStore, Store
+from control.store import MemoryStore, SqliteStore, Store, open_store
 from netmodel.cluster import ClusterSpec
 from netmodel.errors import AllocationError, InvalidError
 from netmodel.kinds import object_from_dict
@@ -257,9 +258,20 @@ def test_ipaddress_parent_ref_is_immutable() -> None:
         api.update(object_from_dict(stored))
 
 
-def test_a_restart_over_a_persistent_store_agrees_with_itself(tmp_path: Path) -> None:
-    db = tmp_path / "state.db"
-    store = SqliteStore(db)
+@pytest.mark.parametrize("backend", ["sqlite", "etcd"])
+def test_a_restart_over_a_persistent_store_agrees_with_itself(
+    backend: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    if backend == "etcd":
+        etcd: EtcdCluster = request.getfixturevalue("etcd_member")
+        etcd.wipe()
+
+    def open_it() -> Store:
+        if backend == "etcd":
+            return open_store(etcd.url)
+        return SqliteStore(tmp_path / "state.db")
+
+    store = open_it()
     cp = _plane(store)
     _fill(cp)
     cp.apply([_cidr("extra", "10.100.0.0/29")])
@@ -270,7 +282,7 @@ def test_a_restart_over_a_persistent_store_agrees_with_itself(tmp_path: Path) ->
     rev = store.revision
     store.close()
 
-    again = SqliteStore(db)
+    again = open_it()
     cp2 = _plane(again)
     assert again.revision == rev  # consistent: the restart repairs nothing
     assert _ipaddresses(again) == before
