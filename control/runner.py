@@ -57,6 +57,7 @@ from control.controllers.namespace import NamespaceController
 from control.controllers.nodeipam import NodeIPAM, natural_key
 from control.controllers.podgc import PodGarbageCollector
 from control.controllers.replicaset import ReplicaSetController
+from control.controllers.servicecidr import ServiceCIDRController
 from control.events import Recorder
 from control.informers.listwatch import StoreListerWatcher
 from control.scheduler import Scheduler
@@ -183,6 +184,7 @@ class ControlPlane:
         self.scheduler = Scheduler(api, rec, self.clock, seed=seed)
         self.kubelets = KubeletPool(self._new_kubelet)
         self.endpointslices = EndpointSliceController(api, rec, seed=seed)
+        self.service_cidrs = ServiceCIDRController(api, rec, self.clock)
         self.components: list[Agent] = [
             self.nodeipam,
             self.deployments,
@@ -193,6 +195,7 @@ class ControlPlane:
             self.scheduler,
             self.kubelets,
             self.endpointslices,
+            self.service_cidrs,
         ]
         self.timing = Timing()
         self.pause_gc = True

@@ -111,6 +111,11 @@ TINY: dict[str, tuple[list[str], bool, list[str]]] = {
         False,
         ["list_pods_cold_seconds", "list_pods_table_cold_seconds", "list_pods_warm_best_seconds"],
     ),
+    "bench_apply_kinds.py": (
+        ["--objects", "200", "--configmaps", "100"],
+        False,
+        ["apply_10k_kinds_cold_seconds", "list_30k_configmaps_cold_seconds"],
+    ),
     "bench_cli.py": (["--repeat", "1"], False, ["bytecode_cache.trace.cold_s"]),
     "bench_connect.py": (
         ["--n", "2000", "--rounds", "1"],

@@ -16,6 +16,12 @@ For a pod bound to its node (``spec.nodeName``), :meth:`Kubelet.reconcile`:
 A pod that arrives holding a ``status.podIP`` (a replayed dump) keeps that address: it
 is reserved in the IPAM before anything is allocated, and CNI ADD hands it back.
 
+It also renews the node's heartbeat, the Lease ``kube-node-lease/<node>``
+(:mod:`control.agents.nodelease`): when it learns its Node and then every
+:data:`~control.agents.nodelease.RENEW_INTERVAL` seconds of its clock (a delayed key of its
+queue: the live driver wakes it; under the runner it is renewed at the kubelet's next
+sync once due).
+
 Pods are ready as soon as they run (no probes). A pod whose node has no podCIDR yet is
 retried when the Node object changes. :class:`KubeletPool` is how the runner drives all
 kubelets as one component: it creates a kubelet per Node object and routes each watch
@@ -29,7 +35,7 @@ import hashlib
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
-from control.agents import PodSummary
+from control.agents import PodSummary, nodelease
 from control.agents.network import NetworkPlugin, PodNetworkResult
 from control.clock import Clock, rfc3339
 from control.controllers.base import APIClient, WorkQueue
@@ -85,7 +91,7 @@ class Kubelet:
         self.clock = clock
         self.plugin: NetworkPlugin = plugin
         self.node: Node | None = None
-        self.queue = WorkQueue()
+        self.queue = WorkQueue(clock=clock)  # the Lease's renewals follow this clock
         self.sandboxes: dict[str, Sandbox] = {}
         self._waiting: set[str] = set()  # pods that need the node to change (no podCIDR)
 
@@ -99,6 +105,8 @@ class Kubelet:
                     continue
                 before = self.node
                 self.node = None if ev.type == "DELETED" else obj
+                if before is None and self.node is not None:
+                    self.queue.add(nodelease.KEY)
                 if self.node is not None and (
                     before is None or before.spec.pod_cidr != self.node.spec.pod_cidr
                 ):
@@ -134,6 +142,8 @@ class Kubelet:
         for p in mine:
             if _needs_work(p):
                 self.queue.add(p.key)
+        if node is not None:
+            self.queue.add(nodelease.KEY)
 
     def _keep_recorded(self, pod: Pod) -> None:
         """A pod that arrives already holding an address (a replayed dump: ``podIP`` in
@@ -183,6 +193,10 @@ class Kubelet:
         return self.node
 
     def reconcile(self, key: str) -> None:
+        if key == nodelease.KEY:
+            nodelease.renew(self.api, self.node, self.node_name, self.clock.now())
+            self.queue.add_after(nodelease.KEY, nodelease.RENEW_INTERVAL)
+            return
         try:
             pod = self.store.get("Pod", key)
         except NotFoundError:

@@ -48,7 +48,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from control.apiserver import clusterdns, endpoints
+from pydantic import BaseModel
+
+from control.apiserver import clusterdns, endpoints, servicecidrs
 from control.apiserver.allocators import Journal
 from control.apiserver.nodes import nodes_for
 from control.apiserver.podips import check_recorded_pod_ips, recorded_ips
@@ -85,7 +87,7 @@ from netmodel.objects import (
 Action = Literal["created", "configured", "unchanged"]
 
 #: Namespaces :meth:`APIServer.bootstrap` creates; the first two may not be deleted.
-SYSTEM_NAMESPACES = ("default", "kube-system", "svclab-system")
+SYSTEM_NAMESPACES = ("default", "kube-system", "kube-node-lease", "svclab-system")
 UNDELETABLE_NAMESPACES = ("default", "kube-system", "kube-public")
 
 #: Kubernetes' generateName alphabet (no vowels, no confusable characters).
@@ -138,6 +140,8 @@ def _spec_changes(before: KubeObject, after: KubeObject) -> str:
     old, new = getattr(before, "spec", None), getattr(after, "spec", None)
     if old is None or new is None or old == new:
         return "updated"
+    if not isinstance(new, BaseModel):  # a generic object's spec: a plain mapping
+        return "updated spec"
     parts = []
     for name, info in type(new).model_fields.items():
         a, b = getattr(old, name), getattr(new, name)
@@ -170,7 +174,7 @@ class APIServer:
         self.clock = clock
         self.recorder = recorder
         self._now_cache: tuple[int, str] = (-1, "")
-        self.services = ServiceAllocators(cluster)
+        self.services = ServiceAllocators(cluster, store=store, now=self._now)
         self.services.rebuild([s for s in store.list("Service") if isinstance(s, Service)])
 
     # ------------------------------------------------------------------ bootstrap
@@ -185,6 +189,8 @@ class APIServer:
         for name in SYSTEM_NAMESPACES:
             if self._get(Namespace.KIND, name) is None:
                 self.create(Namespace(metadata=ObjectMeta(name=name)))
+        servicecidrs.bootstrap(self, self.store, self.cluster, self._now())
+        self.services.repair()
         if self.cluster.dns:
             if self._get(Service.KIND, clusterdns.SERVICE_KEY) is None:
                 self.create(clusterdns.kube_dns_service(self.cluster))

@@ -18,14 +18,23 @@ Contract (checked by ``tests/control/apiserver``):
   clusters), its addresses inside the pool marked taken when free.
 * Everything taken or freed goes through a :class:`Journal`, so a refused batch gives
   back what it took and frees nothing.
+* With a store (the apiserver's), the ClusterIP allocator is KEP-1880's: its ranges are
+  the stored ServiceCIDRs (:mod:`.servicecidrs`; re-read when the store's revision
+  moved), and each ClusterIP taken or freed writes or deletes its IPAddress object once
+  the Service's write is durable (:meth:`Journal.commit`); :meth:`repair` makes the
+  IPAddress objects agree with the stored Services after a restart.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from functools import partial
 from typing import Any
 
-from control.apiserver.allocators import IPAllocator, Journal, PortAllocator
+from control.apiserver import servicecidrs
+from control.apiserver.allocators import ClusterIPRanges, IPAllocator, Journal, PortAllocator
 from control.apiserver.defaults import NODE_PORT_TYPES
+from control.store.base import Store
 from netmodel.cluster import ClusterSpec
 from netmodel.errors import AllocationError, InvalidError
 from netmodel.objects import (
@@ -68,10 +77,27 @@ def needs_health_check(svc: Service) -> bool:
 class ServiceAllocators:
     """The three allocators of the Service range, rebuilt from stored Services."""
 
-    def __init__(self, cluster: ClusterSpec) -> None:
-        self.cluster_ips = IPAllocator(
-            cluster.service_net, what="clusterIP", reserved=1, reserved_for=KUBERNETES_SERVICE
+    def __init__(
+        self,
+        cluster: ClusterSpec,
+        *,
+        store: Store | None = None,
+        now: Callable[[], str] | None = None,
+    ) -> None:
+        """``store``: keep the allocator's state as ServiceCIDR and IPAddress objects
+        there (``now`` stamps their creationTimestamp); without it, the Cluster's
+        serviceCIDR is the only range and no object is written."""
+        self.cluster_ips = ClusterIPRanges(
+            IPAllocator(
+                cluster.service_net,
+                what="clusterIP",
+                reserved=1,
+                reserved_for=KUBERNETES_SERVICE,
+            )
         )
+        self.store = store
+        self._now = now or (lambda: "")
+        self._cidrs_at = -1  # the store revision the ranges were read at
         lo, hi = cluster.port_range
         self.node_ports = PortAllocator(lo, hi, what="nodePort")
         self.lb_ips = IPAllocator(cluster.lb_net, what="loadBalancer IP")
@@ -83,8 +109,34 @@ class ServiceAllocators:
 
     # ---- restart
 
+    def sync_ranges(self) -> None:
+        """Read the stored ServiceCIDRs into the ClusterIP allocator, when the store
+        moved since the last read (a ServiceCIDR created or deleted)."""
+        if self.store is None or self.store.revision == self._cidrs_at:
+            return
+        self.cluster_ips.sync(servicecidrs.cidrs_of(self.store))
+        self._cidrs_at = self.store.revision
+
+    def repair(self) -> int:
+        """Make the stored IPAddress objects agree with the ClusterIPs held (see
+        :func:`.servicecidrs.repair`); the number of writes."""
+        if self.store is None:
+            return 0
+        return servicecidrs.repair(self.store, self.cluster_ips.held(), self._now)
+
+    def _took_ip(self, journal: Journal, ip: str, owner: str) -> None:
+        journal.took(self.cluster_ips, ip, owner)
+        if self.store is not None:
+            journal.after_commit(partial(servicecidrs.record, self.store, ip, owner, self._now))
+
+    def _release_ip(self, journal: Journal, ip: str, owner: str) -> None:
+        journal.release_later(self.cluster_ips, ip, owner)
+        if self.store is not None:
+            journal.after_commit(partial(servicecidrs.forget, self.store, ip, owner))
+
     def rebuild(self, services: list[Service]) -> None:
         """Mark every address and port of the stored Services taken (in key order)."""
+        self.sync_ranges()
         for svc in services:
             owner = _owner(svc)
             ip = requested_cluster_ip(svc)
@@ -137,7 +189,7 @@ class ServiceAllocators:
         notes: list[str] = []
         ip = requested_cluster_ip(svc)
         if ip and ip != "None" and self.cluster_ips.owner(ip) == owner:
-            journal.release_later(self.cluster_ips, ip, owner)
+            self._release_ip(journal, ip, owner)
             notes.append(f"clusterIP {ip}")
         ports = sorted({p.node_port for p in svc.spec.ports if p.node_port})
         if svc.spec.health_check_node_port:
@@ -180,7 +232,7 @@ class ServiceAllocators:
         have = requested_cluster_ip(current) if current is not None else None
         if svc.service_type == "ExternalName":
             if have and have != "None" and self.cluster_ips.owner(have) == owner:
-                journal.release_later(self.cluster_ips, have, owner)
+                self._release_ip(journal, have, owner)
                 notes.append(f"released clusterIP {have}")
             return
         if have is not None:
@@ -197,20 +249,21 @@ class ServiceAllocators:
             changes["cluster_ip"] = "None"
             changes["cluster_ips"] = ["None"]
             return
+        self.sync_ranges()
         try:
             if want is not None:
                 was_mine = self.cluster_ips.owner(want) == owner
                 ip = self.cluster_ips.allocate(want, owner)
                 if not was_mine:
-                    journal.took(self.cluster_ips, ip, owner)
+                    self._took_ip(journal, ip, owner)
                 ip = want  # stored as written (a legacy form with leading zeros stays)
             elif owner == KUBERNETES_SERVICE:
                 ip = str(self.cluster_ips.network.network_address + 1)
                 ip = self.cluster_ips.allocate(ip, owner)
-                journal.took(self.cluster_ips, ip, owner)
+                self._took_ip(journal, ip, owner)
             else:
                 ip = self.cluster_ips.allocate_next(owner)
-                journal.took(self.cluster_ips, ip, owner)
+                self._took_ip(journal, ip, owner)
         except AllocationError as e:
             raise AllocationError(
                 f'Invalid value: "{want or ""}": {e.reason}', obj=svc.ref, field="spec.clusterIPs"

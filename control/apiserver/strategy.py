@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from control.apiserver import configkinds
+from control.apiserver import configkinds, servicecidrkinds
 from control.apiserver.defaults import (
     default_deployment,
     default_endpointslice,
@@ -112,6 +112,18 @@ class ConfigStrategy(GenericStrategy):
 
     def validate_update(self, obj: KubeObject, old: KubeObject, p: Problems) -> None:
         configkinds.validate_update(obj, old, p)
+
+
+class ServiceCIDRStrategy(GenericStrategy):
+    """ServiceCIDR and IPAddress: :mod:`.servicecidrkinds`."""
+
+    def validate(
+        self, obj: KubeObject, cluster: ClusterSpec, p: Problems, stored: KubeObject | None
+    ) -> None:
+        servicecidrkinds.validate(obj, p)
+
+    def validate_update(self, obj: KubeObject, old: KubeObject, p: Problems) -> None:
+        servicecidrkinds.validate_update(obj, old, p)
 
 
 class ServiceStrategy(GenericStrategy):
@@ -265,6 +277,7 @@ STRATEGIES: dict[str, Strategy] = {
     "Node": NodeStrategy(counts_generation=True),
     "Namespace": NamespaceStrategy(counts_generation=True),
     **dict.fromkeys(configkinds.KINDS, _CONFIG),
+    **dict.fromkeys(servicecidrkinds.KINDS, ServiceCIDRStrategy()),
 }
 
 

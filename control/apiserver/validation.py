@@ -38,6 +38,7 @@ from control.apiserver.names import (
     check_qualified_name,
     quote,
 )
+from control.apiserver.servicecidrkinds import check_ip_address_name
 from netmodel.cluster import ClusterSpec
 from netmodel.errors import InvalidError
 from netmodel.ip import leading_zero_warning, parse_cidr, parse_cidr_legacy, parse_ip_legacy
@@ -192,6 +193,7 @@ _NAME_CHECKS: dict[str, Callable[[str], str | None]] = {
     "ClusterRole": check_path_segment,
     "RoleBinding": check_path_segment,
     "ClusterRoleBinding": check_path_segment,
+    "IPAddress": check_ip_address_name,
 }
 
 

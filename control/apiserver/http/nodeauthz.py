@@ -11,6 +11,9 @@ svclab models):
   stored pod's node);
 * events: create, patch, update; services, endpoints and endpointslices: get, list,
   watch (what a kubelet reads);
+* its heartbeat, the Lease ``kube-node-lease/NAME``: get, update, patch, and create in
+  ``kube-node-lease`` (kube's system:node role, with NodeRestriction's own-lease rule
+  for the named verbs);
 * anything else: no opinion (RBAC decides; the bootstrap policy binds nothing to
   ``system:nodes``, so it is refused).
 """
@@ -60,5 +63,13 @@ def allowed(
     ):
         return True
     if res in ("services", "endpoints", "endpointslices") and verb in ("get", "list", "watch"):
+        return True
+    own_lease = a.name == node and verb in ("get", "update", "patch")
+    if (
+        a.group == "coordination.k8s.io"
+        and res == "leases"
+        and a.namespace == "kube-node-lease"
+        and (verb == "create" or own_lease)
+    ):
         return True
     return None

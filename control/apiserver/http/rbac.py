@@ -346,6 +346,13 @@ def bootstrap_policy() -> list[KubeObject]:
                 _rule(READ + " " + WRITE, "discovery.k8s.io", "endpointslices"),
                 _rule("create patch update", "events.k8s.io", "events"),
                 _rule(READ + " patch update", RBAC_GROUP, "clusterroles"),
+                # the ServiceCIDR controller
+                _rule(
+                    READ + " patch update",
+                    "networking.k8s.io",
+                    "servicecidrs servicecidrs/status servicecidrs/finalizers",
+                ),
+                _rule(READ, "networking.k8s.io", "ipaddresses"),
                 # the namespace controller empties a Terminating namespace of every kind
                 *_namespace_content_rules(),
             ],

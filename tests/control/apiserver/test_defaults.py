@@ -16,7 +16,7 @@ def test_bootstrap_is_idempotent_and_makes_the_kubernetes_service() -> None:
     api.bootstrap()
     assert api.store.revision == rev
     names = [n.name for n in api.store.list("Namespace")]
-    assert names == ["default", "kube-system", "svclab-system"]
+    assert names == ["default", "kube-node-lease", "kube-system", "svclab-system"]
     k = api.store.get("Service", "default/kubernetes")
     assert isinstance(k, Service)
     assert k.spec.cluster_ip == "10.96.0.1"

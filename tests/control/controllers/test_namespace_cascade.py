@@ -136,7 +136,7 @@ def test_creating_in_a_terminating_namespace_is_refused_and_changes_nothing() ->
     plane.apply([_in("default", service("late", {"app": "x"}))])  # elsewhere: fine
 
     plane.delete("Namespace", "shop")  # deleting again: a no-op
-    assert plane.store.revision == rev + 2  # the Service and its Created Event
+    assert plane.store.revision == rev + 3  # the Service, its Created Event, its IPAddress
 
     assert isinstance(plane.clock, FakeClock)
     plane.clock.advance(QUARANTINE_SECONDS)
