@@ -640,3 +640,46 @@ def test_a_service_comes_back_with_status_load_balancer(api: client.ApiClient, s
 def test_kubectl_explain_new_kinds(srv: Served, field: str, want: str) -> None:
     out = srv.kubectl("explain", field).stdout
     assert f"FIELD: {want}" in out and "DESCRIPTION:" in out
+
+
+def _workload(kind: str, api_version: str, name: str) -> dict[str, Any]:
+    template = {
+        "metadata": {"labels": {"app": name}},
+        "spec": {"containers": [{"name": "c", "image": "nginx"}]},
+    }
+    spec: dict[str, Any] = {"selector": {"matchLabels": {"app": name}}, "template": template}
+    if kind == "ReplicationController":
+        spec["selector"] = {"app": name}
+    if kind == "StatefulSet":
+        spec["serviceName"] = name
+    return {"apiVersion": api_version, "kind": kind, "metadata": {"name": name}, "spec": spec}
+
+
+def test_workload_kinds_have_kube_apiservers_columns(srv: Served) -> None:
+    """The tables of the kinds other helpers' controllers drive: their columns are the
+    apiserver's, whatever the controllers have done to the objects' status."""
+    docs = [
+        _workload("StatefulSet", "apps/v1", "sts"),
+        _workload("DaemonSet", "apps/v1", "ds"),
+        _workload("ReplicationController", "v1", "rc"),
+    ]
+    srv.kubectl("apply", "-f", "-", input="---\n".join(yaml.safe_dump(d) for d in docs))
+    srv.kubectl("create", "job", "cols", "--image=busybox")
+    srv.kubectl("create", "cronjob", "cols", "--image=busybox", "--schedule=0 * * * *")
+
+    def header(kind: str, *extra: str) -> list[str]:
+        return srv.kubectl("get", kind, *extra).stdout.splitlines()[0].split()
+
+    assert header("statefulsets") == ["NAME", "READY", "AGE"]
+    assert header("daemonsets") == [
+        "NAME", "DESIRED", "CURRENT", "READY", "UP-TO-DATE", "AVAILABLE", "NODE", "SELECTOR", "AGE"
+    ]  # fmt: skip
+    assert header("rc") == ["NAME", "DESIRED", "CURRENT", "READY", "AGE"]
+    assert header("jobs") == ["NAME", "STATUS", "COMPLETIONS", "DURATION", "AGE"]
+    assert header("cronjobs") == [
+        "NAME", "SCHEDULE", "TIMEZONE", "SUSPEND", "ACTIVE", "LAST", "SCHEDULE", "AGE"
+    ]  # fmt: skip
+    assert header("jobs", "-o", "wide")[-3:] == ["CONTAINERS", "IMAGES", "SELECTOR"]
+    cj = srv.kubectl("get", "cronjob", "cols").stdout.splitlines()[1].split()
+    # timezone unset, no active job (Suspend is the CronJob defaulting's: not checked here)
+    assert cj[:5] == ["cols", "0", "*", "*", "*"] and (cj[6], cj[8]) == ("<none>", "0")
