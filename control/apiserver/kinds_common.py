@@ -60,8 +60,8 @@ class WireStrategy:
 
     def default(self, obj: KubeObject, cluster: ClusterSpec) -> KubeObject:
         d = obj.to_dict()
-        out = self.default_wire(d)
-        if out == obj.to_dict():
+        out = self.default_wire(d)  # never mutates d: it copies what it fills in
+        if out == d:
             return obj
         return type(obj).model_validate(out)
 
