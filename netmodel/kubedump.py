@@ -84,12 +84,15 @@ _SVC_MODES = ("iptables", "ipvs", "nftables")
 
 @dataclass
 class PreparedDump:
-    """The documents to decode, what was skipped, the Cluster inferred, and warnings."""
+    """The documents to decode, what was skipped, the Cluster inferred, warnings, and
+    the recorded Endpoints (svclab computes Endpoints from EndpointSlices: the recorded
+    ones are not stored but compared with the computed ones after apply)."""
 
     docs: list[dict[str, Any]]
     skipped: Counter[str] = field(default_factory=Counter)
     cluster: dict[str, Any] | None = None
     warnings: list[str] = field(default_factory=list)
+    endpoints: list[dict[str, Any]] = field(default_factory=list)
 
 
 def is_cluster_dump(raw_docs: Iterable[Any]) -> bool:
@@ -368,6 +371,9 @@ def prepare(docs: list[dict[str, Any]], *, has_cluster: bool) -> PreparedDump:
         if kind == "ServiceCIDR":
             # read for the Service range, and kept (the ClusterIP allocator's own state)
             cidr_objs.extend(str(c) for c in (d.get("spec") or {}).get("cidrs") or [])
+        if kind == "Endpoints" and d.get("apiVersion") == "v1":
+            out.endpoints.append(_strip(d))  # compared after apply, not stored
+            continue
         if kind not in MODELLED_KINDS:
             out.skipped[kind or "<no kind>"] += 1
             continue

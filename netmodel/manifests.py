@@ -40,6 +40,8 @@ class Manifests:
     skipped: tuple[tuple[str, int], ...] = ()
     #: notes for the user (e.g. what was inferred about the cluster)
     warnings: tuple[str, ...] = ()
+    #: a kubectl dump's Endpoints, as recorded (compared with the computed ones)
+    recorded_endpoints: tuple[dict[str, Any], ...] = ()
 
 
 def _describe(doc: dict[str, Any]) -> str | None:
@@ -277,6 +279,7 @@ def _collect_paused(texts: list[tuple[str, str]]) -> Manifests:
             located.append((source, i, doc))
     skipped: tuple[tuple[str, int], ...] = ()
     warnings: tuple[str, ...] = ()
+    recorded_endpoints: tuple[dict[str, Any], ...] = ()
     if kubedump.is_cluster_dump(d for _, _, d in located):
         has_cluster = any(
             d.get("kind") == "Cluster" and d.get("apiVersion") == CLUSTER_API for _, _, d in located
@@ -305,6 +308,7 @@ def _collect_paused(texts: list[tuple[str, str]]) -> Manifests:
             located.insert(0, (texts[0][0] if texts else "<input>", 0, prepared.cluster))
         skipped = tuple(sorted(prepared.skipped.items()))
         warnings = tuple(prepared.warnings)
+        recorded_endpoints = tuple(prepared.endpoints)
     for source, i, doc in located:
         value = decode(doc, source=source, index=i or None)
         if isinstance(value, Cluster):
@@ -328,4 +332,5 @@ def _collect_paused(texts: list[tuple[str, str]]) -> Manifests:
         sources=tuple(s for s, _ in texts),
         skipped=skipped,
         warnings=warnings,
+        recorded_endpoints=recorded_endpoints,
     )

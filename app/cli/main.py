@@ -152,6 +152,12 @@ def apply(ctx: Context, files: tuple[str, ...]) -> None:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", APIWarning)
             results = session.apply(manifests)
+        # a dump's Endpoints are computed, not stored: compare the recorded ones
+        if manifests.recorded_endpoints:
+            from control.endpointscheck import differences
+
+            for note in differences(manifests.recorded_endpoints, session.store):
+                click.echo(f"warning: {note}", err=True)
     finally:
         session.close()
     for w in caught:  # kubectl prints the apiserver's warnings so, on stderr

@@ -25,6 +25,7 @@ from netmodel.objects import (
     RollingUpdateDeployment,
     Service,
     ServicePort,
+    ServiceStatus,
     SessionAffinityConfig,
 )
 
@@ -97,9 +98,16 @@ def default_service(svc: Service, cluster: ClusterSpec) -> Service:
         ch["external_traffic_policy"] = "Cluster"
     if type_ == "LoadBalancer" and spec.allocate_load_balancer_node_ports is None:
         ch["allocate_load_balancer_node_ports"] = True
-    if not ch:
+    # kube-apiserver always writes status.loadBalancer (a struct, never omitted)
+    bare = "status" not in svc.model_fields_set or (
+        "load_balancer" not in svc.status.model_fields_set
+    )
+    if not ch and not bare:
         return svc
-    return svc.evolve(spec=spec.evolve(**ch))
+    out = svc.evolve(spec=spec.evolve(**ch)) if ch else svc
+    if bare:
+        out = out.evolve(status=ServiceStatus(load_balancer=svc.status.load_balancer))
+    return out
 
 
 # --------------------------------------------------------------------------- Pods

@@ -19,7 +19,13 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from control.apiserver import configkinds, servicecidrkinds
+from control.apiserver import (
+    configkinds,
+    kinds_networking,
+    kinds_policy,
+    kinds_storage,
+    servicecidrkinds,
+)
 from control.apiserver.defaults import (
     default_deployment,
     default_endpointslice,
@@ -278,6 +284,24 @@ STRATEGIES: dict[str, Strategy] = {
     "Namespace": NamespaceStrategy(counts_generation=True),
     **dict.fromkeys(configkinds.KINDS, _CONFIG),
     **dict.fromkeys(servicecidrkinds.KINDS, ServiceCIDRStrategy()),
+    # kinds without a controller of their own (kinds_networking, kinds_policy, kinds_storage)
+    "NetworkPolicy": kinds_networking.NetworkPolicyStrategy(counts_generation=True),
+    "Ingress": kinds_networking.IngressStrategy(counts_generation=True),
+    "IngressClass": kinds_networking.IngressClassStrategy(counts_generation=True),
+    "PodDisruptionBudget": kinds_policy.PodDisruptionBudgetStrategy(counts_generation=True),
+    "HorizontalPodAutoscaler": kinds_policy.HorizontalPodAutoscalerStrategy(),
+    "PriorityClass": kinds_policy.PriorityClassStrategy(),
+    "LimitRange": kinds_policy.LimitRangeStrategy(),
+    "ResourceQuota": kinds_policy.ResourceQuotaStrategy(),
+    "PodTemplate": kinds_policy.PodTemplateStrategy(),
+    "Lease": kinds_policy.LeaseStrategy(),
+    "RuntimeClass": kinds_policy.RuntimeClassStrategy(),
+    "CertificateSigningRequest": kinds_policy.CertificateSigningRequestStrategy(),
+    "ValidatingWebhookConfiguration": kinds_policy.WebhookConfigurationStrategy(mutating=False),
+    "MutatingWebhookConfiguration": kinds_policy.WebhookConfigurationStrategy(mutating=True),
+    "PersistentVolume": kinds_storage.PersistentVolumeStrategy(),
+    "PersistentVolumeClaim": kinds_storage.PersistentVolumeClaimStrategy(),
+    "StorageClass": kinds_storage.StorageClassStrategy(),
 }
 
 

@@ -194,6 +194,8 @@ _NAME_CHECKS: dict[str, Callable[[str], str | None]] = {
     "RoleBinding": check_path_segment,
     "ClusterRoleBinding": check_path_segment,
     "IPAddress": check_ip_address_name,
+    # certificates' ValidateCertificateRequestName accepts any name
+    "CertificateSigningRequest": lambda _name: None,
 }
 
 

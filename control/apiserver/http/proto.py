@@ -237,6 +237,108 @@ MESSAGES: dict[str, list[Field]] = {
         ("metadata", 1, MSG, False, "ObjectMeta"),
         ("spec", 2, MSG, False, "NamespaceSpec"),
     ],
+    # batch/v1 Job and CronJob (``kubectl create job|cronjob``, ``create job --from``)
+    "JobSpec": [
+        ("parallelism", 1, I32, False, None),
+        ("completions", 2, I32, False, None),
+        ("activeDeadlineSeconds", 3, I64, False, None),
+        ("selector", 4, MSG, False, "LabelSelector"),
+        ("manualSelector", 5, BOOL, False, None),
+        ("template", 6, MSG, False, "PodTemplateSpec"),
+        ("backoffLimit", 7, I32, False, None),
+        ("ttlSecondsAfterFinished", 8, I32, False, None),
+        ("completionMode", 9, STR, False, None),
+        ("suspend", 10, BOOL, False, None),
+    ],
+    "Job": [("metadata", 1, MSG, False, "ObjectMeta"), ("spec", 2, MSG, False, "JobSpec")],
+    "JobTemplateSpec": [
+        ("metadata", 1, MSG, False, "ObjectMeta"),
+        ("spec", 2, MSG, False, "JobSpec"),
+    ],
+    "CronJobSpec": [
+        ("schedule", 1, STR, False, None),
+        ("startingDeadlineSeconds", 2, I64, False, None),
+        ("concurrencyPolicy", 3, STR, False, None),
+        ("suspend", 4, BOOL, False, None),
+        ("jobTemplate", 5, MSG, False, "JobTemplateSpec"),
+        ("successfulJobsHistoryLimit", 6, I32, False, None),
+        ("failedJobsHistoryLimit", 7, I32, False, None),
+        ("timeZone", 8, STR, False, None),
+    ],
+    "CronJob": [
+        ("metadata", 1, MSG, False, "ObjectMeta"),
+        ("spec", 2, MSG, False, "CronJobSpec"),
+    ],
+    # networking.k8s.io/v1 Ingress (``kubectl create ingress``); a rule's ``http`` sits in
+    # an embedded IngressRuleValue message, flattened on decode as JSON has it
+    "TypedLocalObjectReference": [
+        ("apiGroup", 1, STR, False, None),
+        ("kind", 2, STR, False, None),
+        ("name", 3, STR, False, None),
+    ],
+    "ServiceBackendPort": [("name", 1, STR, False, None), ("number", 2, I32, False, None)],
+    "IngressServiceBackend": [
+        ("name", 1, STR, False, None),
+        ("port", 2, MSG, False, "ServiceBackendPort"),
+    ],
+    "IngressBackend": [
+        ("resource", 3, MSG, False, "TypedLocalObjectReference"),
+        ("service", 4, MSG, False, "IngressServiceBackend"),
+    ],
+    "IngressTLS": [("hosts", 1, STR, True, None), ("secretName", 2, STR, False, None)],
+    "HTTPIngressPath": [
+        ("path", 1, STR, False, None),
+        ("backend", 2, MSG, False, "IngressBackend"),
+        ("pathType", 3, STR, False, None),
+    ],
+    "HTTPIngressRuleValue": [("paths", 1, MSG, True, "HTTPIngressPath")],
+    "IngressRuleValue": [("http", 1, MSG, False, "HTTPIngressRuleValue")],
+    "IngressRule": [
+        ("host", 1, STR, False, None),
+        ("ingressRuleValue", 2, MSG, False, "IngressRuleValue"),
+    ],
+    "IngressSpec": [
+        ("defaultBackend", 1, MSG, False, "IngressBackend"),
+        ("tls", 2, MSG, True, "IngressTLS"),
+        ("rules", 3, MSG, True, "IngressRule"),
+        ("ingressClassName", 4, STR, False, None),
+    ],
+    "Ingress": [("metadata", 1, MSG, False, "ObjectMeta"), ("spec", 2, MSG, False, "IngressSpec")],
+    # policy/v1 PodDisruptionBudget (``kubectl create poddisruptionbudget``)
+    "PodDisruptionBudgetSpec": [
+        ("minAvailable", 1, MSG, False, "IntOrString"),
+        ("selector", 2, MSG, False, "LabelSelector"),
+        ("maxUnavailable", 3, MSG, False, "IntOrString"),
+        ("unhealthyPodEvictionPolicy", 4, STR, False, None),
+    ],
+    "PodDisruptionBudget": [
+        ("metadata", 1, MSG, False, "ObjectMeta"),
+        ("spec", 2, MSG, False, "PodDisruptionBudgetSpec"),
+    ],
+    # scheduling.k8s.io/v1 PriorityClass (``kubectl create priorityclass``)
+    "PriorityClass": [
+        ("metadata", 1, MSG, False, "ObjectMeta"),
+        ("value", 2, I32, False, None),
+        ("globalDefault", 3, BOOL, False, None),
+        ("description", 4, STR, False, None),
+        ("preemptionPolicy", 5, STR, False, None),
+    ],
+    # core/v1 ResourceQuota (``kubectl create quota``)
+    "ScopedResourceSelectorRequirement": [
+        ("scopeName", 1, STR, False, None),
+        ("operator", 2, STR, False, None),
+        ("values", 3, STR, True, None),
+    ],
+    "ScopeSelector": [("matchExpressions", 1, MSG, True, "ScopedResourceSelectorRequirement")],
+    "ResourceQuotaSpec": [
+        ("hard", 1, MSG, True, "ResourceQuotaSpec.HardEntry"),
+        ("scopes", 2, STR, True, None),
+        ("scopeSelector", 3, MSG, False, "ScopeSelector"),
+    ],
+    "ResourceQuota": [
+        ("metadata", 1, MSG, False, "ObjectMeta"),
+        ("spec", 2, MSG, False, "ResourceQuotaSpec"),
+    ],
 }
 #: a map entry's value type for ``map<string, bytes>`` (base64 in JSON)
 BYTES_VALUE = "bytes"
@@ -249,6 +351,7 @@ _MAPS: dict[str, tuple[tuple[str, str | None], ...]] = {
     "ServiceSpec": (("SelectorEntry", None),),
     "ConfigMap": (("DataEntry", None), ("BinaryDataEntry", BYTES_VALUE)),
     "Secret": (("DataEntry", BYTES_VALUE), ("StringDataEntry", None)),
+    "ResourceQuotaSpec": (("HardEntry", "Quantity"),),
 }
 #: kind -> message
 KINDS = {
@@ -265,6 +368,12 @@ KINDS = {
     "ConfigMap": "ConfigMap",
     "Secret": "Secret",
     "ServiceAccount": "ServiceAccount",
+    "Job": "Job",
+    "CronJob": "CronJob",
+    "Ingress": "Ingress",
+    "PodDisruptionBudget": "PodDisruptionBudget",
+    "PriorityClass": "PriorityClass",
+    "ResourceQuota": "ResourceQuota",
 }
 
 
@@ -347,16 +456,19 @@ def decode(body: bytes) -> dict[str, Any]:
     return out
 
 
-_INT_OR_STRING = frozenset({"targetPort", "maxUnavailable", "maxSurge"})
-_QUANTITIES = frozenset({"limits", "requests"})
-#: optional (pointer) fields whose zero is a value, not "unset"
-_POINTERS = frozenset({"replicas", "revisionHistoryLimit", "progressDeadlineSeconds"})
+_INT_OR_STRING = frozenset({"targetPort", "maxUnavailable", "maxSurge", "minAvailable"})
+_QUANTITIES = frozenset({"limits", "requests", "hard"})
+#: optional (pointer) fields whose zero is a value, not "unset" (and a PriorityClass's
+#: ``value``, always written)
+_POINTERS = frozenset({"replicas", "revisionHistoryLimit", "progressDeadlineSeconds", "value"})
 
 
 def _drop_empty(v: Any, key: str = "") -> Any:
     """Kubernetes' protobuf writes unset strings as "": they mean unset. Quantities
     (``{"string": "100m"}``) and int-or-strings become their JSON values."""
     if isinstance(v, dict):
+        if "ingressRuleValue" in v:  # an IngressRule: its value's fields are the rule's
+            v = {k: x for k, x in v.items() if k != "ingressRuleValue"} | v["ingressRuleValue"]
         if key in _INT_OR_STRING:
             return v.get("strVal", "") if str(v.get("type", "0")) == "1" else v.get("intVal", 0)
         if key in _QUANTITIES:

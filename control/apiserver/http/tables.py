@@ -6,12 +6,23 @@ printers compute them from the fields svclab models.
 
 from __future__ import annotations
 
-import datetime as dt
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from control.apiserver.http.resources import Resource
+from control.apiserver.http.tablecells import (
+    AGE,
+    CONTAINERS,
+    CREATED,
+    IMAGES,
+    NAME,
+    Col,
+    age,
+    created_at,
+)
+from control.apiserver.http.tablecells import human_duration as human_duration  # re-exported
+from control.apiserver.http.tables_kinds import KIND_TABLES
 from netmodel.objects import (
     ClusterRoleBinding,
     Deployment,
@@ -25,71 +36,6 @@ from netmodel.objects import (
     RoleBinding,
     Service,
 )
-
-Col = tuple[str, str, int, str]  # name, type, priority, description
-_NAME: Col = ("Name", "string", 0, "Name must be unique within a namespace.")
-_AGE: Col = (
-    "Age",
-    "string",
-    0,
-    "CreationTimestamp is a timestamp representing the server time when this object was created.",
-)
-
-#: the pod-template columns of deployments and replicasets (values from :func:`_containers`)
-_CONTAINERS: Col = ("Containers", "string", 1, "Names of each container in the template.")
-_IMAGES: Col = ("Images", "string", 1, "Images referenced by each container in the template.")
-
-
-def human_duration(seconds: float) -> str:
-    """k8s.io/apimachinery's duration.HumanDuration."""
-    s = int(seconds)
-    if s < -1:
-        return "<invalid>"
-    if s < 0:
-        return "0s"
-    if s < 120:
-        return f"{s}s"
-    minutes = s // 60
-    if minutes < 10:
-        sec = s % 60
-        return f"{minutes}m" if sec == 0 else f"{minutes}m{sec}s"
-    if minutes < 180:
-        return f"{minutes}m"
-    hours = minutes // 60
-    if hours < 8:
-        m = minutes % 60
-        return f"{hours}h" if m == 0 else f"{hours}h{m}m"
-    if hours < 48:
-        return f"{hours}h"
-    if hours < 24 * 8:
-        h = hours % 24
-        return f"{hours // 24}d" if h == 0 else f"{hours // 24}d{h}h"
-    if hours < 24 * 365 * 2:
-        return f"{hours // 24}d"
-    if hours < 24 * 365 * 8:
-        dy = (hours // 24) % 365
-        return f"{hours // 24 // 365}y" if dy == 0 else f"{hours // 24 // 365}y{dy}d"
-    return f"{hours // 24 // 365}y"
-
-
-_TS_CACHE: dict[str, float] = {}
-
-
-def _ts(text: str | None) -> float | None:
-    if not text:
-        return None
-    t = _TS_CACHE.get(text)
-    if t is None:
-        t = dt.datetime.strptime(text[:19], "%Y-%m-%dT%H:%M:%S").replace(tzinfo=dt.UTC).timestamp()
-        if len(_TS_CACHE) > 100_000:
-            _TS_CACHE.clear()
-        _TS_CACHE[text] = t
-    return t
-
-
-def age(ts: str | None, now: float) -> str:
-    t = _ts(ts)
-    return "<unknown>" if t is None else human_duration(now - t)
 
 
 def _join(values: Sequence[str]) -> str:
@@ -323,26 +269,15 @@ def _serviceaccount(o: KubeObject, now: float) -> list[Any]:
     return [o.name, len(_extra(o, "secrets") or []), age(o.metadata.creation_timestamp, now)]
 
 
-def _created_at(o: KubeObject, now: float) -> list[Any]:
-    return [o.name, o.metadata.creation_timestamp or ""]
-
-
 def _default(o: KubeObject, now: float) -> list[Any]:
     return [o.name, age(o.metadata.creation_timestamp, now)]
 
-
-_CREATED: Col = (
-    "Created At",
-    "date",
-    0,
-    "CreationTimestamp is a timestamp representing the server time when this object was created.",
-)
 
 #: resource name -> (columns, row function)
 TABLES: dict[str, tuple[list[Col], Callable[[Any, float], list[Any]]]] = {
     "pods": (
         [
-            _NAME,
+            NAME,
             (
                 "Ready",
                 "string",
@@ -356,7 +291,7 @@ TABLES: dict[str, tuple[list[Col], Callable[[Any, float], list[Any]]]] = {
                 0,
                 "The number of times the containers in this pod have been restarted and when the last container in this pod has restarted.",
             ),
-            _AGE,
+            AGE,
             (
                 "IP",
                 "string",
@@ -386,7 +321,7 @@ TABLES: dict[str, tuple[list[Col], Callable[[Any, float], list[Any]]]] = {
     ),
     "services": (
         [
-            _NAME,
+            NAME,
             ("Type", "string", 0, "type determines how the Service is exposed."),
             (
                 "Cluster-IP",
@@ -401,7 +336,7 @@ TABLES: dict[str, tuple[list[Col], Callable[[Any, float], list[Any]]]] = {
                 "externalIPs is a list of IP addresses for which nodes in the cluster will also accept traffic for this service.",
             ),
             ("Port(s)", "string", 0, "The list of ports that are exposed by this service."),
-            _AGE,
+            AGE,
             (
                 "Selector",
                 "string",
@@ -413,7 +348,7 @@ TABLES: dict[str, tuple[list[Col], Callable[[Any, float], list[Any]]]] = {
     ),
     "deployments": (
         [
-            _NAME,
+            NAME,
             ("Ready", "string", 0, "Number of the pod with ready state"),
             (
                 "Up-to-date",
@@ -427,9 +362,9 @@ TABLES: dict[str, tuple[list[Col], Callable[[Any, float], list[Any]]]] = {
                 0,
                 "Total number of available pods (ready for at least minReadySeconds) targeted by this deployment.",
             ),
-            _AGE,
-            _CONTAINERS,
-            _IMAGES,
+            AGE,
+            CONTAINERS,
+            IMAGES,
             (
                 "Selector",
                 "string",
@@ -441,13 +376,13 @@ TABLES: dict[str, tuple[list[Col], Callable[[Any, float], list[Any]]]] = {
     ),
     "replicasets": (
         [
-            _NAME,
+            NAME,
             ("Desired", "integer", 0, "Replicas is the number of desired replicas."),
             ("Current", "integer", 0, "Replicas is the most recently observed number of replicas."),
             ("Ready", "integer", 0, "The number of ready replicas for this replica set."),
-            _AGE,
-            _CONTAINERS,
-            _IMAGES,
+            AGE,
+            CONTAINERS,
+            IMAGES,
             (
                 "Selector",
                 "string",
@@ -459,10 +394,10 @@ TABLES: dict[str, tuple[list[Col], Callable[[Any, float], list[Any]]]] = {
     ),
     "nodes": (
         [
-            _NAME,
+            NAME,
             ("Status", "string", 0, "The status of the node"),
             ("Roles", "string", 0, "The roles of the node"),
-            _AGE,
+            AGE,
             ("Version", "string", 0, "Kubelet Version reported by the node."),
             (
                 "Internal-IP",
@@ -498,12 +433,12 @@ TABLES: dict[str, tuple[list[Col], Callable[[Any, float], list[Any]]]] = {
         _node,
     ),
     "endpoints": (
-        [_NAME, ("Endpoints", "string", 0, "Endpoints of the service"), _AGE],
+        [NAME, ("Endpoints", "string", 0, "Endpoints of the service"), AGE],
         endpoints_row,
     ),
     "endpointslices": (
         [
-            _NAME,
+            NAME,
             (
                 "AddressType",
                 "string",
@@ -517,7 +452,7 @@ TABLES: dict[str, tuple[list[Col], Callable[[Any, float], list[Any]]]] = {
                 "ports specifies the list of network ports exposed by each endpoint in this slice.",
             ),
             ("Endpoints", "string", 0, "endpoints is a list of unique endpoints in this slice."),
-            _AGE,
+            AGE,
         ],
         _endpointslice,
     ),
@@ -547,30 +482,30 @@ TABLES: dict[str, tuple[list[Col], Callable[[Any, float], list[Any]]]] = {
         _event,
     ),
     "namespaces": (
-        [_NAME, ("Status", "string", 0, "The status of the namespace"), _AGE],
+        [NAME, ("Status", "string", 0, "The status of the namespace"), AGE],
         _namespace,
     ),
-    "configmaps": ([_NAME, ("Data", "string", 0, "Number of entries in data."), _AGE], _configmap),
+    "configmaps": ([NAME, ("Data", "string", 0, "Number of entries in data."), AGE], _configmap),
     "secrets": (
         [
-            _NAME,
+            NAME,
             ("Type", "string", 0, "The type of the secret"),
             ("Data", "string", 0, "Number of entries in data."),
-            _AGE,
+            AGE,
         ],
         _secret,
     ),
     "serviceaccounts": (
-        [_NAME, ("Secrets", "string", 0, "Number of secrets in the service account."), _AGE],
+        [NAME, ("Secrets", "string", 0, "Number of secrets in the service account."), AGE],
         _serviceaccount,
     ),
-    "roles": ([_NAME, _CREATED], _created_at),
-    "clusterroles": ([_NAME, _CREATED], _created_at),
+    "roles": ([NAME, CREATED], created_at),
+    "clusterroles": ([NAME, CREATED], created_at),
     "rolebindings": (
         [
-            _NAME,
+            NAME,
             ("Role", "string", 0, "RoleRef is the reference to the role."),
-            _AGE,
+            AGE,
             ("Users", "string", 1, "Users in the roleBinding"),
             ("Groups", "string", 1, "Groups in the roleBinding"),
             ("ServiceAccounts", "string", 1, "ServiceAccounts in the roleBinding"),
@@ -579,10 +514,11 @@ TABLES: dict[str, tuple[list[Col], Callable[[Any, float], list[Any]]]] = {
     ),
 }
 TABLES["clusterrolebindings"] = TABLES["rolebindings"]
+TABLES.update(KIND_TABLES)
 
 
 def columns(res: Resource) -> list[dict[str, Any]]:
-    cols = TABLES.get(res.name, ([_NAME, _AGE], _default))[0]
+    cols = TABLES.get(res.name, ([NAME, AGE], _default))[0]
     return [
         {
             "name": n,
@@ -597,12 +533,12 @@ def columns(res: Resource) -> list[dict[str, Any]]:
 
 def age_column(res: Resource) -> int | None:
     """The index of the table's Age column (its cell is the object's age), or None."""
-    cols = TABLES.get(res.name, ([_NAME, _AGE], _default))[0]
-    return next((i for i, c in enumerate(cols) if c is _AGE), None)
+    cols = TABLES.get(res.name, ([NAME, AGE], _default))[0]
+    return next((i for i, c in enumerate(cols) if c is AGE), None)
 
 
 def row_cells(res: Resource, obj: Any, now: float | None = None) -> list[Any]:
-    fn = TABLES.get(res.name, ([_NAME, _AGE], _default))[1]
+    fn = TABLES.get(res.name, ([NAME, AGE], _default))[1]
     return fn(obj, time.time() if now is None else now)
 
 
