@@ -28,6 +28,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from netmodel.daemonset import DaemonSet
 from netmodel.objects import (
     ClusterRole,
     ClusterRoleBinding,
@@ -351,6 +352,7 @@ ROWS: list[KindRow] = [
         "v1",
         "DaemonSet",
         "daemonsets",
+        typed=DaemonSet,
         short=("ds",),
         categories=("all",),
         sub=("status",),
