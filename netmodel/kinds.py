@@ -28,6 +28,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from netmodel.apps import ControllerRevision
 from netmodel.daemonset import DaemonSet
 from netmodel.objects import (
     ClusterRole,
@@ -358,7 +359,14 @@ ROWS: list[KindRow] = [
         sub=("status",),
         model="V1DaemonSet",
     ),
-    row("apps", "v1", "ControllerRevision", "controllerrevisions", model="V1ControllerRevision"),
+    row(
+        "apps",
+        "v1",
+        "ControllerRevision",
+        "controllerrevisions",
+        typed=ControllerRevision,
+        model="V1ControllerRevision",
+    ),
     row(
         "batch",
         "v1",
