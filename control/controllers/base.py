@@ -243,7 +243,15 @@ class GarbageCollector(Controller):
 
     name = "garbage-collector"
     kinds = frozenset(
-        {"Deployment", "ReplicaSet", "DaemonSet", "Pod", "Service", "EndpointSlice"}
+        {
+            "Deployment",
+            "ReplicaSet",
+            "DaemonSet",
+            "ControllerRevision",
+            "Pod",
+            "Service",
+            "EndpointSlice",
+        }
     )
     #: what :meth:`prime_deferred` can start without (see there)
     deferrable_kinds = frozenset({"Pod"})

@@ -40,8 +40,15 @@ Each reconcile (upstream's ``syncDaemonSet``):
    node is ready / ready for ``minReadySeconds``), updatedNumberScheduled (its pod is of
    the current template), numberUnavailable, observedGeneration.
 
+Revisions (upstream's constructHistory, through :mod:`.history`): the template is
+kept as a ControllerRevision ``<ds>-<hash>`` (its data the template patch
+``kubectl rollout undo`` sends back; the DaemonSet's annotations, so its change-cause;
+``controller-revision-hash`` = the hash), numbered after the others; a template rolled
+back to renumbers its old revision as the newest; old revisions no pod runs go beyond
+``revisionHistoryLimit``, oldest first.
+
 Pods are made from the template as upstream makes them: named ``<ds>-<5 chars>``
-(seeded, deterministic), labelled ``controller-revision-hash`` (the template's hash)
+(seeded, deterministic), labelled ``controller-revision-hash`` (the revision's hash)
 and ``pod-template-generation``, owned by the DaemonSet, and bound to their node the
 way kube ≥ 1.12 does: the template's required node affinity is replaced by one term,
 ``matchFields metadata.name In [node]``, and the scheduler places the pod. Pods are
@@ -51,6 +58,7 @@ is the DaemonSet's. Orphan pods the selector matches are adopted.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import random
 from collections.abc import Iterable, Iterator, Mapping
@@ -67,14 +75,16 @@ from control.controllers.base import (
     owner_id,
 )
 from control.controllers.deployment import SAFE_ALPHABET, pod_template_hash
+from control.controllers.history import History, sort_revisions, template_patch
 from control.events import Recorder
 from control.store.base import WatchEvent
+from netmodel.apps import ControllerRevision
 from netmodel.daemonset import (
     TEMPLATE_GENERATION_LABEL,
     DaemonSet,
     RollingUpdateDaemonSet,
 )
-from netmodel.errors import InvalidError, NotFoundError
+from netmodel.errors import ConflictError, InvalidError, NotFoundError
 from netmodel.objects import (
     Affinity,
     KubeObject,
@@ -269,7 +279,7 @@ class DaemonSetController(Controller):
     """Keeps each DaemonSet's pod on every eligible node; see the module docstring."""
 
     name = "daemonset-controller"
-    kinds = frozenset({"DaemonSet", "Pod", "Node"})
+    kinds = frozenset({"DaemonSet", "Pod", "Node", "ControllerRevision"})
 
     def __init__(
         self, api: APIClient, recorder: Recorder, *, seed: int = 0, clock: Clock | None = None
@@ -279,12 +289,16 @@ class DaemonSetController(Controller):
         self.clock: Clock = clock or FakeClock()
         self.queue.use(self.queue.limiter, self.clock)  # minReadySeconds waits on it
         self._rngs: dict[str, random.Random] = {}
+        self.history = History(api, self.name)
 
     def indexers(self) -> dict[str, Indexer]:
         def index(obj: KubeObject) -> Iterator[str]:
             if obj.kind == "DaemonSet":
                 yield "ds"
                 yield f"ds:{obj.namespace}"
+                return
+            if obj.kind == "ControllerRevision":
+                yield f"cr:{obj.namespace}"
                 return
             if obj.kind != "Pod":
                 return
@@ -300,6 +314,11 @@ class DaemonSetController(Controller):
         obj = event.object
         if obj.kind == "DaemonSet":
             return [obj.key]
+        if obj.kind == "ControllerRevision":
+            ref = obj.metadata.controller_ref()
+            if ref is None or ref.kind != "DaemonSet":
+                return []
+            return [f"{obj.namespace}/{ref.name}"]
         if obj.kind == "Node":
             if event.type == "MODIFIED" and old is not None and _node_view(old) == _node_view(obj):
                 return []
@@ -329,9 +348,90 @@ class DaemonSetController(Controller):
 
     # ---- reconcile
 
-    def current_hash(self, ds: DaemonSet) -> str:
-        """The hash of the DaemonSet's current template (its pods' revision label)."""
-        return pod_template_hash(ds.spec.template, ds.status.collision_count or 0)
+    def construct_history(
+        self, ds: DaemonSet
+    ) -> tuple[ControllerRevision, list[ControllerRevision]]:
+        """The DaemonSet's revision of its template now and its other revisions (upstream's
+        constructHistory): its revisions (orphans its selector matches adopted) whose data
+        is its template's patch are current, the newest kept (the others deleted); one
+        older than an old revision is renumbered past them (a rollback); none: a new one
+        (:meth:`snapshot`), numbered after the old ones."""
+        revs = self.history.owned(
+            ds, ds.spec.selector, self.cache.by_index("by", f"cr:{ds.namespace}")
+        )
+        data = template_patch(ds.spec.template)
+        current = [r for r in revs if r.data == data]
+        old = [r for r in revs if r.data != data]
+        number = max((r.revision for r in old), default=0) + 1
+        if not current:
+            return self.snapshot(ds, data, number), old
+        *dups, cur = sort_revisions(current)
+        for r in dups:
+            self.api.delete("ControllerRevision", r.key, component=self.name)
+        if REVISION_HASH_LABEL not in cur.labels:  # a revision made without it
+            labels = {**cur.labels, REVISION_HASH_LABEL: cur.name}
+            cur = self._update_revision(cur.with_meta(labels=labels))
+        if cur.revision < number:
+            cur = self.history.renumber(cur, number)
+        return cur, old
+
+    def _update_revision(self, r: ControllerRevision) -> ControllerRevision:
+        updated = self.api.update(r, component=self.name)
+        assert isinstance(updated, ControllerRevision)
+        return updated
+
+    def snapshot(self, ds: DaemonSet, data: object, number: int) -> ControllerRevision:
+        """Store revision ``number`` of the template (upstream's snapshot): named
+        ``<ds>-<hash>`` where the hash is the template's (:func:`pod_template_hash`,
+        with the collision count), labelled with the template's labels and
+        ``controller-revision-hash``, annotated with the DaemonSet's annotations (its
+        change-cause is what ``kubectl rollout history`` shows). A name taken by a
+        revision of other data: the DaemonSet's ``status.collisionCount`` goes up and
+        the reconcile fails (it is retried with the new count)."""
+        h = pod_template_hash(ds.spec.template, ds.status.collision_count or 0)
+        rev = ControllerRevision(
+            metadata=ObjectMeta(
+                name=f"{ds.name}-{h}",
+                namespace=ds.namespace,
+                labels={**ds.spec.template.metadata.labels, REVISION_HASH_LABEL: h},
+                annotations=dict(ds.metadata.annotations),
+                owner_references=[controller_ref(ds)],
+            ),
+            data=data,
+            revision=number,
+        )
+        try:
+            created = self.api.create(rev, component=self.name)
+        except ConflictError:
+            taken = self.store.get("ControllerRevision", rev.key)
+            if isinstance(taken, ControllerRevision) and taken.data == data:
+                return taken
+            count = (ds.status.collision_count or 0) + 1
+            self.api.update_status(
+                ds.evolve(status=ds.status.evolve(collision_count=count)), component=self.name
+            )
+            raise
+        assert isinstance(created, ControllerRevision)
+        return created
+
+    def _cleanup_history(
+        self, ds: DaemonSet, old: list[ControllerRevision], pods: Iterable[Pod]
+    ) -> None:
+        """Delete the oldest old revisions beyond ``revisionHistoryLimit`` that no pod
+        runs (upstream's cleanupHistory)."""
+        limit = ds.spec.revision_history_limit
+        if limit is None or len(old) <= limit:
+            return
+        hashes = {p.labels.get(REVISION_HASH_LABEL) for p in pods}
+        to_kill = len(old) - limit
+        for r in sort_revisions(old):
+            if to_kill <= 0:
+                break
+            if r.labels.get(REVISION_HASH_LABEL) in hashes:
+                continue
+            with contextlib.suppress(NotFoundError):  # deleted meanwhile
+                self.api.delete("ControllerRevision", r.key, component=self.name)
+            to_kill -= 1
 
     def reconcile(self, key: str) -> None:
         try:
@@ -341,7 +441,8 @@ class DaemonSetController(Controller):
             return
         if not isinstance(ds, DaemonSet) or ds.metadata.deletion_timestamp is not None:
             return
-        h = self.current_hash(ds)
+        cur, old = self.construct_history(ds)
+        h = cur.labels.get(REVISION_HASH_LABEL, cur.name)
         ident = owner_id("DaemonSet", ds.namespace, ds.name, ds.metadata.uid)
         pods = [
             p
@@ -364,6 +465,7 @@ class DaemonSetController(Controller):
         if not plan.create and not plan.delete and ds.is_rolling_update:
             plan = self._rolling_update(ds, h, runs, per_node)
         self._carry_out(ds, h, plan)
+        self._cleanup_history(ds, old, pods)
 
     def _manage(
         self,

@@ -12,7 +12,9 @@ from cp_helpers import make_plane, pods
 
 from control.clock import FakeClock
 from control.controllers.daemonset import REVISION_HASH_LABEL, target_node
+from control.controllers.history import template_patch
 from control.runner import ControlPlane
+from netmodel.apps import ControllerRevision
 from netmodel.daemonset import TEMPLATE_GENERATION_ANNOTATION, DaemonSet
 from netmodel.errors import InvalidError
 from netmodel.kinds import object_from_dict
@@ -463,3 +465,59 @@ def test_selector_is_immutable_and_template_generation_counts_template_changes()
     )  # still matches the template
     with pytest.raises(InvalidError, match=r"spec\.selector: Invalid value: .*field is immutable"):
         plane.apiserver.update(after.evolve(spec=after.spec.evolve(selector=sel)))
+
+
+# --------------------------------------------------------------------------- revisions
+
+
+def _revisions(plane: ControlPlane) -> dict[str, tuple[int, str]]:
+    """name -> (revision, controller-revision-hash label)"""
+    return {
+        r.name: (r.revision, r.labels[REVISION_HASH_LABEL])
+        for r in plane.store.list("ControllerRevision")
+        if isinstance(r, ControllerRevision)
+    }
+
+
+def _pod_hashes(plane: ControlPlane) -> set[str]:
+    return {p.labels[REVISION_HASH_LABEL] for p in pods(plane, "agent-")}
+
+
+def test_revisions_follow_the_template_and_a_rollback_renumbers_the_old_one() -> None:
+    plane = make_plane(2)
+    plane.apply([_ds()])
+    plane.run_until_idle()
+    ((name1, (n1, h1)),) = _revisions(plane).items()
+    assert (name1, n1) == (f"agent-{h1}", 1) and _pod_hashes(plane) == {h1}
+    r1 = plane.store.get("ControllerRevision", f"default/{name1}")
+    assert isinstance(r1, ControllerRevision)
+    assert r1.data == template_patch(_stored(plane).spec.template)
+    ref = r1.metadata.controller_ref()
+    assert ref is not None and (ref.kind, ref.name) == ("DaemonSet", "agent")
+
+    _update_image(plane, "agent:2")
+    plane.run_until_idle()
+    revs = _revisions(plane)
+    (h2,) = {h for _, h in revs.values()} - {h1}
+    assert revs == {name1: (1, h1), f"agent-{h2}": (2, h2)}
+    assert _pod_hashes(plane) == {h2}
+
+    _update_image(plane, "agent:1")  # back: the old revision becomes the newest
+    plane.run_until_idle()
+    assert _revisions(plane) == {name1: (3, h1), f"agent-{h2}": (2, h2)}
+    assert _pod_hashes(plane) == {h1}
+    assert {_image(p) for p in pods(plane, "agent-")} == {"agent:1"}
+
+
+def test_revision_history_limit_and_deletion_with_the_daemonset() -> None:
+    plane = make_plane(2)
+    plane.apply([_ds(spec={"revisionHistoryLimit": 1})])
+    plane.run_until_idle()
+    for image in ("agent:2", "agent:3", "agent:4"):
+        _update_image(plane, image)
+        plane.run_until_idle()
+    revs = _revisions(plane)
+    assert sorted(n for n, _ in revs.values()) == [3, 4]  # the current one and one old
+    plane.delete("DaemonSet", "default/agent")
+    plane.run_until_idle()
+    assert _revisions(plane) == {} and pods(plane, "agent-") == []
