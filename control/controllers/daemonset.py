@@ -60,6 +60,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
+import functools
 import random
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
@@ -231,6 +232,7 @@ def should_run(spec: PodSpec, node: Node) -> tuple[bool, bool]:
 # --------------------------------------------------------------------------- pod state
 
 
+@functools.lru_cache(maxsize=4096)
 def _ts(text: str | None) -> float:
     if not text:
         return 0.0
@@ -464,7 +466,7 @@ class DaemonSetController(Controller):
         plan = self._manage(ds, h, runs, per_node)
         if not plan.create and not plan.delete and ds.is_rolling_update:
             plan = self._rolling_update(ds, h, runs, per_node)
-        self._carry_out(ds, h, plan)
+        self._carry_out(ds, h, plan, proto)
         self._cleanup_history(ds, old, pods)
 
     def _manage(
@@ -631,12 +633,12 @@ class DaemonSetController(Controller):
 
     # ---- writes
 
-    def _carry_out(self, ds: DaemonSet, h: str, plan: _Plan) -> None:
+    def _carry_out(self, ds: DaemonSet, h: str, plan: _Plan, proto: PodSpec) -> None:
         for pod in plan.delete[:BURST]:
             self.api.delete("Pod", pod.key, component=self.name)
             self.recorder.record(self.name, ds, "SuccessfulDelete", f"Deleted pod: {pod.name}")
         for node in plan.create[:BURST]:
-            self._create_pod(ds, h, node)
+            self._create_pod(ds, h, node, proto)
         if len(plan.create) > BURST or len(plan.delete) > BURST:
             self.queue.add(ds.key)
 
@@ -667,7 +669,8 @@ class DaemonSetController(Controller):
             except NotFoundError:
                 return name
 
-    def _create_pod(self, ds: DaemonSet, h: str, node: str) -> None:
+    def _create_pod(self, ds: DaemonSet, h: str, node: str, proto: PodSpec) -> None:
+        """A pod for ``node``; ``proto``: the template's spec with the daemon tolerations."""
         t = ds.spec.template
         labels = {**t.metadata.labels, REVISION_HASH_LABEL: h}
         gen = ds.template_generation
@@ -682,7 +685,7 @@ class DaemonSetController(Controller):
                 annotations=dict(t.metadata.annotations),
                 owner_references=[controller_ref(ds)],
             ),
-            spec=bound_to(with_daemon_tolerations(t.spec), node),
+            spec=bound_to(proto, node),
         )
         created = self.api.create(pod, component=self.name)
         self.recorder.record(self.name, ds, "SuccessfulCreate", f"Created pod: {created.name}")
@@ -704,7 +707,7 @@ class DaemonSetController(Controller):
             if not pods:
                 continue
             current += 1
-            pod = min(pods, key=_by_age)
+            pod = pods[0] if len(pods) == 1 else min(pods, key=_by_age)
             if pod.is_ready:
                 ready += 1
                 available += 1 if self._available(ds, pod) else 0
