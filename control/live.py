@@ -55,6 +55,7 @@ from control.agents.kubeproxy import EmulatedRules, KubeProxy
 from control.agents.network import EmulatedCNI
 from control.clock import Clock, WallClock
 from control.controllers.base import GarbageCollector
+from control.controllers.daemonset import DaemonSetController
 from control.controllers.deployment import DeploymentController
 from control.controllers.endpointslice import EndpointSliceController
 from control.controllers.namespace import NamespaceController
@@ -425,7 +426,7 @@ class LiveControlPlane:
                 return
         rec = cm.conn.api.recorder
         apis = [  # one per controller (its own write expectations), reading cm's caches
-            RemoteAPI(client, clock=self.clock, cache_source=cm.lister) for _ in range(8)
+            RemoteAPI(client, clock=self.clock, cache_source=cm.lister) for _ in range(9)
         ]
         controllers: list[tuple[Agent, RemoteAPI]] = [
             (NodeIPAMAgent(NodeIPAM(apis[0], self.cluster)), apis[0]),
@@ -436,6 +437,7 @@ class LiveControlPlane:
             (PodGarbageCollector(apis[5], rec, self.clock), apis[5]),
             (EndpointSliceController(apis[6], rec, seed=self.seed), apis[6]),
             (ServiceCIDRController(apis[7], rec, self.clock), apis[7]),
+            (DaemonSetController(apis[8], rec, seed=self.seed, clock=self.clock), apis[8]),
         ]
         for c, capi in controllers:
             name = str(getattr(c, "name", type(c).__name__))

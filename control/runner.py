@@ -13,7 +13,7 @@ one) until a round does no work:
   revision it last read, and hands every component the new events of its kinds
   (``handle``), in revision order; so each component sees every write made before it
   runs, including those of components earlier in the same round;
-* components run in a fixed order (node IPAM, deployment, replicaset, garbage
+* components run in a fixed order (node IPAM, deployment, replicaset, daemonset, garbage
   collector, namespace, pod GC, scheduler, kubelets, endpointslice, then added agents
   in the order added);
 * each component's ``sync`` runs in one store batch (:func:`control.store.base.batched`):
@@ -51,6 +51,7 @@ from control.agents.network import EmulatedCNI, NetworkPlugin
 from control.apiserver.server import APIServer
 from control.clock import Clock, FakeClock
 from control.controllers.base import GarbageCollector
+from control.controllers.daemonset import DaemonSetController
 from control.controllers.deployment import DeploymentController
 from control.controllers.endpointslice import EndpointSliceController
 from control.controllers.namespace import NamespaceController
@@ -178,6 +179,7 @@ class ControlPlane:
         self.nodeipam = NodeIPAMAgent(NodeIPAM(api, cluster))
         self.deployments = DeploymentController(api, rec)
         self.replicasets = ReplicaSetController(api, rec, seed=seed)
+        self.daemonsets = DaemonSetController(api, rec, seed=seed, clock=self.clock)
         self.garbage_collector = GarbageCollector(api, rec)
         self.namespaces = NamespaceController(api, rec, self.clock)
         self.pod_gc = PodGarbageCollector(api, rec, self.clock)
@@ -189,6 +191,7 @@ class ControlPlane:
             self.nodeipam,
             self.deployments,
             self.replicasets,
+            self.daemonsets,
             self.garbage_collector,
             self.namespaces,
             self.pod_gc,

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from netmodel.apps import ControllerRevision
+from netmodel.daemonset import DaemonSet
 from netmodel.objects import (
     ClusterRole,
     ClusterRoleBinding,
@@ -352,6 +353,7 @@ ROWS: list[KindRow] = [
         "v1",
         "DaemonSet",
         "daemonsets",
+        typed=DaemonSet,
         short=("ds",),
         categories=("all",),
         sub=("status",),

@@ -127,6 +127,7 @@ TINY: dict[str, tuple[list[str], bool, list[str]]] = {
         False,
         ["converge_cold_seconds", "scheduler_cold_pods_per_second"],
     ),
+    "bench_daemonset.py": (["--nodes", "20"], False, ["daemonset_converge_cold_seconds"]),
     "bench_dns.py": (
         ["--seconds", "0.05", "--rounds", "1"],
         True,

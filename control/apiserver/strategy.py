@@ -26,6 +26,7 @@ from control.apiserver import (
     kinds_storage,
     servicecidrkinds,
 )
+from control.apiserver.daemonsets import DaemonSetStrategy
 from control.apiserver.defaults import (
     default_deployment,
     default_endpointslice,
@@ -302,6 +303,7 @@ STRATEGIES: dict[str, Strategy] = {
     "PersistentVolume": kinds_storage.PersistentVolumeStrategy(),
     "PersistentVolumeClaim": kinds_storage.PersistentVolumeClaimStrategy(),
     "StorageClass": kinds_storage.StorageClassStrategy(),
+    "DaemonSet": DaemonSetStrategy(),
 }
 
 

@@ -28,7 +28,7 @@ from collections.abc import Callable, Hashable
 import numpy as np
 
 from control.scheduler.table import BoolArray, IntArray, NodeTable, PodInfo, Term
-from netmodel.objects import NodeSelectorRequirement, Pod, Taint, Toleration
+from netmodel.objects import NodeSelector, NodeSelectorRequirement, Pod, Taint, Toleration
 
 MAX_SCORE = 100
 UNSCHEDULABLE_TAINT = Taint(key="node.kubernetes.io/unschedulable", effect="NoSchedule")
@@ -210,6 +210,39 @@ def requirement_matches(req: NodeSelectorRequirement, labels: dict[str, str]) ->
     return False
 
 
+def _fits(sel: dict[str, str], req: NodeSelector | None, name: str, labels: dict[str, str]) -> bool:
+    """A node (``name``, ``labels``) fits nodeSelector ``sel`` and required terms ``req``."""
+    if not all(labels.get(k) == v for k, v in sel.items()):
+        return False
+    if req is None:
+        return True
+    return any(
+        (term.match_expressions or term.match_fields)
+        and all(requirement_matches(r, labels) for r in term.match_expressions)
+        and all(requirement_matches(r, {"metadata.name": name}) for r in term.match_fields)
+        for term in req.node_selector_terms
+    )
+
+
+def _named_nodes(req: NodeSelector | None) -> set[str] | None:
+    """The only nodes ``req`` can match when each of its terms has a ``matchFields
+    metadata.name In`` requirement (as the DaemonSet controller binds its pods), else
+    None (every node must be looked at)."""
+    if req is None or not req.node_selector_terms:
+        return None
+    out: set[str] = set()
+    for term in req.node_selector_terms:
+        names = [
+            set(r.values)
+            for r in term.match_fields
+            if r.key == "metadata.name" and r.operator == "In"
+        ]
+        if not names:
+            return None
+        out |= set.intersection(*names)
+    return out
+
+
 class NodeAffinity(Filter):
     """nodeSelector and requiredDuringSchedulingIgnoredDuringExecution node affinity."""
 
@@ -224,23 +257,22 @@ class NodeAffinity(Filter):
         req = aff.required_during_scheduling_ignored_during_execution if aff else None
         if not sel and req is None:
             return None
+        named = _named_nodes(req)
+        if named is not None:  # every term names its nodes (a daemon pod's): look them up
+            table.refresh()
+            mask = np.ones(len(table.names), dtype=bool)
+            for name in named:
+                i = table.index.get(name)
+                if i is not None and _fits(sel, req, name, table.labels[i]):
+                    mask[i] = False
+            return mask if mask.any() else None
         sig = json.dumps([sel, req.model_dump(mode="json") if req else None], sort_keys=True)
         hit = self._cache.get(table, sig)
         if hit is None:
-            ok = []
-            for name, labels in zip(table.names, table.labels, strict=True):
-                good = all(labels.get(k) == v for k, v in sel.items())
-                if good and req is not None:
-                    good = any(
-                        (term.match_expressions or term.match_fields)
-                        and all(requirement_matches(r, labels) for r in term.match_expressions)
-                        and all(
-                            requirement_matches(r, {"metadata.name": name})
-                            for r in term.match_fields
-                        )
-                        for term in req.node_selector_terms
-                    )
-                ok.append(good)
+            ok = [
+                _fits(sel, req, name, labels)
+                for name, labels in zip(table.names, table.labels, strict=True)
+            ]
             mask = ~np.array(ok, dtype=bool)
             hit = mask if mask.any() else False
             self._cache.put(sig, hit)

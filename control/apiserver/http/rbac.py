@@ -343,6 +343,9 @@ def bootstrap_policy() -> list[KubeObject]:
                     "apps",
                     "deployments deployments/status deployments/scale replicasets replicasets/status replicasets/scale",
                 ),
+                _rule(
+                    READ + " " + WRITE, "apps", "daemonsets daemonsets/status controllerrevisions"
+                ),
                 _rule(READ + " " + WRITE, "discovery.k8s.io", "endpointslices"),
                 _rule("create patch update", "events.k8s.io", "events"),
                 _rule(READ + " patch update", RBAC_GROUP, "clusterroles"),

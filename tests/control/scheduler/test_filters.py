@@ -217,3 +217,50 @@ def test_fit_error_with_only_unresolvable_reasons() -> None:
 
 def test_no_nodes_at_all() -> None:
     assert decide(scheduler([]), pod("p")).result == "no nodes available to schedule pods"
+
+
+@pytest.mark.parametrize(
+    ("terms", "selector", "expect"),
+    [
+        # a daemon pod's term: the node it names, and no other
+        (
+            [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["b"]}]}],
+            {},
+            {"b"},
+        ),
+        # named, but the nodeSelector or the term's expressions still apply
+        (
+            [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["b"]}]}],
+            {"zone": "z1"},
+            set(),
+        ),
+        (
+            [
+                {
+                    "matchFields": [
+                        {"key": "metadata.name", "operator": "In", "values": ["a", "c"]}
+                    ],
+                    "matchExpressions": [{"key": "disk", "operator": "Exists"}],
+                },
+                {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["zz"]}]},
+            ],
+            {},
+            {"a"},
+        ),
+    ],
+)
+def test_node_affinity_named_terms_look_up_their_nodes(
+    terms: list[dict[str, object]], selector: dict[str, str], expect: set[str]
+) -> None:
+    nodes = [
+        node("a", labels={"zone": "z1", "disk": "ssd"}),
+        node("b", labels={"zone": "z2"}),
+        node("c", labels={"zone": "z1"}),
+    ]
+    aff = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}
+        }
+    }
+    d = decide(scheduler(nodes), pod("p", nodeSelector=selector, affinity=aff))
+    assert {n for n, f in _filters(d).items() if f is None} == expect
