@@ -18,7 +18,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from netmodel import schema
+from netmodel import customresources, schema
 from netmodel.cluster import API_VERSION as CLUSTER_API
 from netmodel.cluster import Cluster, cluster_from_dict
 from netmodel.errors import InputError, SchemaError
@@ -307,6 +307,8 @@ def _collect_paused(texts: list[tuple[str, str]]) -> Manifests:
         warnings = tuple(prepared.warnings)
     for source, i, doc in located:
         value = decode(doc, source=source, index=i or None)
+        if getattr(value, "kind", None) == customresources.CRD_KIND:
+            customresources.provisional(value)  # its objects may follow in these files
         if isinstance(value, Cluster):
             if cluster is not None:
                 raise InputError("a second Cluster document", file=source, document=i)

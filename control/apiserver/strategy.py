@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from control.apiserver import configkinds
+from control.apiserver import configkinds, crds
 from control.apiserver.defaults import (
     default_deployment,
     default_endpointslice,
@@ -40,6 +40,7 @@ from control.apiserver.validation import (
     validate_workload,
 )
 from netmodel.cluster import ClusterSpec
+from netmodel.customresources import CustomResource
 from netmodel.objects import (
     Deployment,
     EndpointSlice,
@@ -265,15 +266,18 @@ STRATEGIES: dict[str, Strategy] = {
     "Node": NodeStrategy(counts_generation=True),
     "Namespace": NamespaceStrategy(counts_generation=True),
     **dict.fromkeys(configkinds.KINDS, _CONFIG),
+    "CustomResourceDefinition": crds.STRATEGY,
 }
 
 
 def strategy_for(obj: KubeObject) -> Strategy:
     """``obj``'s strategy: its kind's own, else the no-op one (counting generations for
     typed kinds, not for generic ones)."""
-    s = STRATEGIES.get(obj.kind)
+    s = STRATEGIES.get(obj.store_kind)
     if s is not None:
         return s
+    if isinstance(obj, CustomResource):  # any CRD's objects: its schema decides
+        return crds.CUSTOM
     return GENERIC if isinstance(obj, GenericObject) else TYPED_NO_RULES
 
 
