@@ -277,6 +277,10 @@ def _collect_paused(texts: list[tuple[str, str]]) -> Manifests:
             located.append((source, i, doc))
     skipped: tuple[tuple[str, int], ...] = ()
     warnings: tuple[str, ...] = ()
+    for source, i, doc in located:  # a dump's CRDs: their objects are modelled kinds
+        if doc.get("kind") == customresources.CRD_KIND:
+            value = decode(doc, source=source, index=i or None)
+            customresources.provisional(value)
     if kubedump.is_cluster_dump(d for _, _, d in located):
         has_cluster = any(
             d.get("kind") == "Cluster" and d.get("apiVersion") == CLUSTER_API for _, _, d in located

@@ -403,7 +403,9 @@ def _gadget() -> dict[str, Any]:
     return body
 
 
-def test_invalid_crds_are_refused_in_kubes_words(api: client.ApiClient) -> None:
+def test_invalid_crds_are_refused_in_kubes_words(
+    api: client.ApiClient, crd: dict[str, Any]
+) -> None:
     ext = client.ApiextensionsV1Api(api)
     body = _gadget()
     body["metadata"]["name"] = "gadgets.example.org"
@@ -529,3 +531,31 @@ def test_svclab_apply_takes_a_crd_and_its_objects(tmp_path: Path) -> None:
         assert names == ["widget.example.com/first", "widget.example.com/second"]
     finally:
         s.stop()
+
+
+def test_a_dump_holding_a_crd_and_its_objects_skips_nothing() -> None:
+    """``kubectl get crd,widgets,nodes -o yaml``: the objects of a CRD in the dump are
+    modelled kinds, not skipped."""
+    from netmodel import customresources
+    from netmodel.manifests import load_text
+
+    node = {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": "n1", "resourceVersion": "1"},
+        "spec": {"podCIDR": "10.244.0.0/24"},
+    }
+    widget = _widget("w1")
+    widget["metadata"].update(namespace="default", resourceVersion="5", uid="u-1")
+    dump = {"apiVersion": "v1", "kind": "List", "items": [node, CRD, widget]}
+    try:
+        got = load_text(yaml.safe_dump(dump), source="dump.yaml")
+        assert got.skipped == ()
+        assert [(o.kind, o.name) for o in got.objects] == [
+            ("Node", "n1"),
+            ("CustomResourceDefinition", "widgets.example.com"),
+            ("Widget", "w1"),
+        ]
+        assert got.objects[-1].store_kind == "widgets.example.com"
+    finally:
+        customresources.uninstall("widgets.example.com")
