@@ -13,19 +13,22 @@ Every other kind table is derived from :data:`ROWS`: :data:`KINDS` and
 (a test checks that they agree). A kind with no networking meaning needs nothing but
 its row: it is stored, served, applied and imported through the generic path.
 
-Rows may be added at run time (:func:`register`, for CustomResourceDefinitions):
-:data:`KINDS` and the schema's ``KNOWN_KINDS`` see them at once; the tables other
-modules derive once at import (etcd layout, plurals, HTTP resources, dump kinds) hold
-the built-in rows.
+Rows are added and removed at run time (:func:`register`, :func:`unregister`: a
+CustomResourceDefinition's versions, see :mod:`netmodel.customresources`): :data:`KINDS`
+and the schema's ``KNOWN_KINDS`` are views; the tables other modules derive (etcd
+layout, plurals, HTTP resources, discovery, OpenAPI, dump kinds) are rebuilt by the
+functions they give :func:`on_change`.
 
-Kinds are keyed by their ``kind`` name in the stores (``store_kind``): two groups that
-serve one kind (core/v1 and events.k8s.io/v1 Events) share one store kind.
+Built-in kinds are keyed by their ``kind`` name in the stores (``store_kind``): two
+groups that serve one kind (core/v1 and events.k8s.io/v1 Events) share one store kind.
+A custom resource's store kind is ``<plural>.<group>`` (the CRD's name), so that a CR
+kind named like a built-in one (``Service`` in ``example.com``) never meets its store.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from netmodel.apps import ControllerRevision
@@ -83,6 +86,11 @@ class KindRow:
     #: one row per store kind owns it: its class, etcd path and plural are the store's
     #: (the other rows of that kind, another group's, share it)
     owns_store: bool
+    #: a custom resource's version: its CRD's name (``<plural>.<group>``); "" for a
+    #: built-in kind
+    crd: str = ""
+    #: a custom resource's class (every version of a CRD shares one store and class)
+    custom_class: type[KubeObject] | None = field(default=None, compare=False)
 
     @property
     def api_version(self) -> str:
@@ -656,28 +664,82 @@ KINDS: dict[str, type[KubeObject]] = {}
 
 
 def _add_class(r: KindRow) -> None:
-    if not r.owns_store:
+    if not r.owns_store or r.store_kind is None:
         return
-    if r.kind in KINDS:
-        raise ValueError(f"kind {r.kind!r} is stored twice")
-    KINDS[r.kind] = r.typed or generic_class(r.kind, r.api_version, r.namespaced)
+    if r.store_kind in KINDS:
+        raise ValueError(f"kind {r.store_kind!r} is stored twice")
+    KINDS[r.store_kind] = (
+        r.custom_class or r.typed or generic_class(r.kind, r.api_version, r.namespaced)
+    )
 
 
 for _r in ROWS:
     _add_class(_r)
 
+#: (apiVersion, kind) -> class, for the custom resources' rows (a CR kind may be named
+#: like a built-in kind of another group: ``object_from_dict`` looks here first)
+_CUSTOM: dict[tuple[str, str], type[KubeObject]] = {}
 
-def register(new: KindRow) -> None:
-    """Add a row at run time (a CustomResourceDefinition's version): its class is made
-    and every derived table sees it. ValueError if its (group, version, kind) or its
-    (group, version, plural) is taken, or its store kind is already stored."""
-    for r in ROWS:
-        if (r.group, r.version, r.kind) == (new.group, new.version, new.kind):
-            raise ValueError(f"kind {new.kind!r} in {new.api_version} is already known")
-        if (r.group, r.version, r.plural) == (new.group, new.version, new.plural):
-            raise ValueError(f"resource {new.plural!r} in {new.api_version} is already served")
-    _add_class(new)
-    ROWS.append(new)
+#: called (no arguments) after rows are registered or unregistered
+_LISTENERS: list[Callable[[], None]] = []
+
+
+def on_change(fn: Callable[[], None]) -> Callable[[], None]:
+    """Call ``fn`` after every :func:`register` / :func:`unregister` (a module whose
+    tables derive from the rows rebuilds them there); returns ``fn``."""
+    _LISTENERS.append(fn)
+    return fn
+
+
+def _changed() -> None:
+    for fn in list(_LISTENERS):
+        fn()
+
+
+def register(*new: KindRow) -> None:
+    """Add rows at run time (a CustomResourceDefinition's versions, one call for all of
+    them): their class is made and every derived table is rebuilt. ValueError (and
+    nothing added) if a (group, version, kind) or a (group, version, plural) is taken,
+    or a store kind is already stored."""
+    seen = list(ROWS)
+    for n in new:
+        for r in seen:
+            if (r.group, r.version, r.kind) == (n.group, n.version, n.kind):
+                raise ValueError(f"kind {n.kind!r} in {n.api_version} is already known")
+            if (r.group, r.version, r.plural) == (n.group, n.version, n.plural):
+                raise ValueError(f"resource {n.plural!r} in {n.api_version} is already served")
+        if n.owns_store and n.store_kind in KINDS:
+            raise ValueError(f"kind {n.store_kind!r} is stored twice")
+        seen.append(n)
+    for n in new:
+        _add_class(n)
+        if n.crd and n.custom_class is not None:
+            _CUSTOM[(n.api_version, n.kind)] = n.custom_class
+        ROWS.append(n)
+    _changed()
+
+
+def unregister(crd: str) -> list[KindRow]:
+    """Remove the rows of CustomResourceDefinition ``crd`` (``<plural>.<group>``) and
+    their class; every derived table is rebuilt. Returns the rows removed (none if it
+    had none). Built-in rows cannot be removed."""
+    if not crd:
+        raise ValueError("only a CustomResourceDefinition's rows can be removed")
+    gone = [r for r in ROWS if r.crd == crd]
+    if not gone:
+        return []
+    ROWS[:] = [r for r in ROWS if r.crd != crd]
+    for r in gone:
+        if r.owns_store and r.store_kind is not None:
+            KINDS.pop(r.store_kind, None)
+        _CUSTOM.pop((r.api_version, r.kind), None)
+    _changed()
+    return gone
+
+
+def custom_rows(crd: str | None = None) -> list[KindRow]:
+    """The custom resources' rows (of one CRD when ``crd`` is given)."""
+    return [r for r in ROWS if r.crd and (crd is None or r.crd == crd)]
 
 
 def rows() -> list[KindRow]:
@@ -693,15 +755,22 @@ def stored_rows() -> list[KindRow]:
 def row_of(kind: str) -> KindRow:
     """The row that owns store kind ``kind``; KeyError if none does."""
     for r in ROWS:
-        if r.kind == kind and r.owns_store:
+        if r.store_kind == kind and r.owns_store:
             return r
     raise KeyError(f"unknown kind {kind!r}")
 
 
+def class_for(api_version: str, kind: str) -> type[KubeObject] | None:
+    """The class of objects of ``kind`` in ``api_version``: a custom resource's, else
+    the built-in kind's of that name (None if neither is known)."""
+    return _CUSTOM.get((api_version, kind)) or KINDS.get(kind)
+
+
 def object_from_dict(data: Mapping[str, Any]) -> KubeObject:
-    """Build the object for ``data['kind']`` with its kind's class (typed or generic);
-    no strict schema check (see :mod:`netmodel.schema`). KeyError for an unknown kind."""
-    cls = KINDS.get(str(data.get("kind", "")))
+    """Build the object for ``data['kind']`` (in ``data['apiVersion']``) with its kind's
+    class (typed, generic or a custom resource's); no strict schema check (see
+    :mod:`netmodel.schema`). KeyError for an unknown kind."""
+    cls = class_for(str(data.get("apiVersion", "")), str(data.get("kind", "")))
     if cls is None:
         raise KeyError(f"unknown kind {data.get('kind')!r}")
     return cls.model_validate(data)

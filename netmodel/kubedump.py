@@ -70,6 +70,15 @@ INFERRED_ANNOTATION = "svclab.dev/inferred-from"
 
 #: the kinds a dump brings in (the kind table's ``dump`` rows); others are skipped
 MODELLED_KINDS = frozenset(r.kind for r in kinds.ROWS if r.dump)
+
+
+@kinds.on_change
+def _rebuild_modelled() -> None:
+    """Rows registered at run time (a CRD's) are brought in from dumps too."""
+    global MODELLED_KINDS
+    MODELLED_KINDS = frozenset(r.kind for r in kinds.ROWS if r.dump)
+
+
 _SERVER_META = (
     "resourceVersion",
     "managedFields",

@@ -18,7 +18,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from netmodel import schema
+from netmodel import customresources, schema
 from netmodel.cluster import API_VERSION as CLUSTER_API
 from netmodel.cluster import Cluster, cluster_from_dict
 from netmodel.errors import InputError, SchemaError
@@ -280,6 +280,10 @@ def _collect_paused(texts: list[tuple[str, str]]) -> Manifests:
     skipped: tuple[tuple[str, int], ...] = ()
     warnings: tuple[str, ...] = ()
     recorded_endpoints: tuple[dict[str, Any], ...] = ()
+    for source, i, doc in located:  # a dump's CRDs: their objects are modelled kinds
+        if doc.get("kind") == customresources.CRD_KIND:
+            value = decode(doc, source=source, index=i or None)
+            customresources.provisional(value)
     if kubedump.is_cluster_dump(d for _, _, d in located):
         has_cluster = any(
             d.get("kind") == "Cluster" and d.get("apiVersion") == CLUSTER_API for _, _, d in located
@@ -311,6 +315,8 @@ def _collect_paused(texts: list[tuple[str, str]]) -> Manifests:
         recorded_endpoints = tuple(prepared.endpoints)
     for source, i, doc in located:
         value = decode(doc, source=source, index=i or None)
+        if getattr(value, "kind", None) == customresources.CRD_KIND:
+            customresources.provisional(value)  # its objects may follow in these files
         if isinstance(value, Cluster):
             if cluster is not None:
                 raise InputError("a second Cluster document", file=source, document=i)

@@ -156,6 +156,9 @@ class KubeObject(K8sModel):
     KIND: ClassVar[str] = ""
     API_VERSION: ClassVar[str] = "v1"
     NAMESPACED: ClassVar[bool] = True
+    #: the kind name the stores keep it under when that is not ``kind`` (a custom
+    #: resource's ``<plural>.<group>``, so that it never meets a built-in kind's store)
+    STORE_KIND: ClassVar[str] = ""
 
     api_version: str = ""
     kind: str = ""
@@ -167,6 +170,12 @@ class KubeObject(K8sModel):
         if not self.kind:
             object.__setattr__(self, "kind", self.KIND)
         self.__pydantic_fields_set__.update(("api_version", "kind", "metadata"))
+
+    @property
+    def store_kind(self) -> str:
+        """The kind the stores keep it under: ``kind``, or a custom resource's
+        ``<plural>.<group>``."""
+        return self.STORE_KIND or self.kind
 
     @property
     def name(self) -> str:

@@ -124,6 +124,19 @@ def _check_object(value: Any, model: str, path: str) -> None:
         _check_value(item, typ, sub)
 
 
+def _custom_schema(api: str, kind: str) -> Mapping[str, Any] | None:
+    """A custom resource version's openAPIV3Schema (None for any other kind)."""
+    from netmodel.customresources import CustomResource
+
+    cls = kinds.class_for(api, kind)
+    if cls is None or not issubclass(cls, CustomResource):
+        return None
+    v = cls.version_spec(api)
+    if v is None:
+        return None
+    return ((v.get("schema") or {}).get("openAPIV3Schema")) or {}
+
+
 def check(doc: Mapping[str, Any]) -> None:
     """Raise SchemaError if ``doc`` is not a known kind or has a field its schema lacks."""
     api, kind = doc.get("apiVersion"), doc.get("kind")
@@ -131,7 +144,21 @@ def check(doc: Mapping[str, Any]) -> None:
         raise SchemaError("missing kind", field="kind")
     if not isinstance(api, str) or not api:
         raise SchemaError("missing apiVersion", field="apiVersion")
+    custom = _custom_schema(api, kind)
+    if custom is not None:  # a custom resource: its CRD's structural schema
+        from netmodel import structural
+
+        _, unknown = structural.prune(doc, custom)
+        if unknown:
+            raise SchemaError("unknown field", field=unknown[0])
+        return
     model = KNOWN_KINDS.get((api, kind))
+    if model is None and "." in api.partition("/")[0] and "/" in api:
+        # a group no built-in kind is in (nor a registered CRD): kube's RESTMapper
+        raise SchemaError(
+            f'no matches for kind "{kind}" in version "{api}" (ensure CRDs are installed first)',
+            field="kind",
+        )
     if model is None:
         known = sorted({k for _, k in KNOWN_KINDS})
         if kind in known:
@@ -168,6 +195,11 @@ def prune(doc: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
     """``doc`` without the fields its schema lacks, and their paths (``spec.foo``), for
     kube-apiserver's ``fieldValidation=Warn|Ignore``. A kind without a schema is
     returned as it is."""
+    custom = _custom_schema(str(doc.get("apiVersion")), str(doc.get("kind")))
+    if custom is not None:
+        from netmodel import structural
+
+        return structural.prune(doc, custom)
     model = KNOWN_KINDS.get((str(doc.get("apiVersion")), str(doc.get("kind"))))
     if model is None:
         return dict(doc), []

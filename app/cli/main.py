@@ -128,12 +128,19 @@ def apply(ctx: Context, files: tuple[str, ...]) -> None:
     legacy IPs) go to stderr as kubectl prints them."""
     import warnings
 
+    from control.apiserver import crds
     from control.apiserver.validation import APIWarning
     from control.session import Session
     from netmodel.errors import InputError
     from netmodel.manifests import load
 
-    manifests = load(list(files))
+    session = Session.open(ctx.state, must_exist=False, store_url=ctx.store)
+    try:
+        crds.sync(session.store)  # the stored CRDs' kinds, before their objects are read
+        manifests = load(list(files))
+    except BaseException:
+        session.close()
+        raise
     if manifests.skipped:
         kinds = ", ".join(f"{n} {k}" for k, n in manifests.skipped)
         total = sum(n for _, n in manifests.skipped)
@@ -141,8 +148,8 @@ def apply(ctx: Context, files: tuple[str, ...]) -> None:
     for note in manifests.warnings:
         click.echo(f"warning: {note}", err=True)
     if not manifests.objects and manifests.cluster is None and manifests.proxy_config is None:
+        session.close()
         raise InputError("no objects passed to apply")  # kubectl's words; nothing recorded
-    session = Session.open(ctx.state, must_exist=False, store_url=ctx.store)
     # no kube-proxy per node here: later questions render a node's rules from the
     # store (one SyncProxyRules Event per change for all nodes; control.noderules)
     session.proxies_from_store = True

@@ -50,7 +50,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
-from control.apiserver import clusterdns, endpoints, servicecidrs
+from control.apiserver import clusterdns, crds, endpoints, servicecidrs
 from control.apiserver.allocators import Journal
 from control.apiserver.nodes import nodes_for
 from control.apiserver.podips import check_recorded_pod_ips, recorded_ips
@@ -61,6 +61,7 @@ from control.clock import Clock, rfc3339
 from control.events import Recorder
 from control.store.base import Store, bulk
 from netmodel.cluster import ClusterSpec
+from netmodel.customresources import CRD_KIND
 from netmodel.errors import (
     ConflictError,
     InputError,
@@ -140,9 +141,15 @@ def _spec_changes(before: KubeObject, after: KubeObject) -> str:
     old, new = getattr(before, "spec", None), getattr(after, "spec", None)
     if old is None or new is None or old == new:
         return "updated"
-    if not isinstance(new, BaseModel):  # a generic object's spec: a plain mapping
-        return "updated spec"
     parts = []
+    if isinstance(old, dict) and isinstance(new, dict):  # a generic kind's spec
+        for k in sorted(set(old) | set(new), key=str):
+            b = new.get(k)
+            if old.get(k) != b:
+                parts.append(f"spec.{k}={b}" if isinstance(b, str | int | bool) else f"spec.{k}")
+        return "updated " + ", ".join(parts) if parts else "updated"
+    if not isinstance(new, BaseModel):  # any other spec that is not a model
+        return "updated spec"
     for name, info in type(new).model_fields.items():
         a, b = getattr(old, name), getattr(new, name)
         if a == b:
@@ -176,6 +183,7 @@ class APIServer:
         self._now_cache: tuple[int, str] = (-1, "")
         self.services = ServiceAllocators(cluster, store=store, now=self._now)
         self.services.rebuild([s for s in store.list("Service") if isinstance(s, Service)])
+        crds.sync(store)  # a persistent store's CRDs: their kinds before any of their objects
 
     # ------------------------------------------------------------------ bootstrap
 
@@ -277,7 +285,7 @@ class APIServer:
         """Admit and store a new object. ConflictError if it exists; InvalidError /
         AllocationError if refused (nothing stored, nothing allocated). ``dry_run``:
         admit only and return what would be stored (nothing written or allocated)."""
-        if obj.name and self._get(obj.kind, obj.key) is not None:
+        if obj.name and self._get(obj.store_kind, obj.key) is not None:
             raise ConflictError(f"{obj.kind} {obj.key!r} already exists")
         adm = self._admit_create(obj, reserved=set(), uid_revision=self.store.revision + 1)
         if dry_run:
@@ -299,7 +307,7 @@ class APIServer:
         ``metadata.resourceVersion`` is set). Returns the stored object; a no-op update
         returns the stored object unchanged without a write. ``dry_run``: admit only
         and return what would be stored."""
-        current = self.store.get(obj.kind, obj.key)
+        current = self.store.get(obj.store_kind, obj.key)
         if obj.metadata.resource_version and obj.resource_version != current.resource_version:
             raise ConflictError(
                 f"{obj.ref}: the object has been modified; please apply your changes to the "
@@ -342,7 +350,7 @@ class APIServer:
         Event unless ``reason`` is given. No write if the status is unchanged."""
         if not _status_fields(obj):
             raise InvalidError(f"{obj.kind} has no status", obj=obj.ref, field="status")
-        current = self.store.get(obj.kind, obj.key)
+        current = self.store.get(obj.store_kind, obj.key)
         if obj.metadata.resource_version and obj.resource_version != current.resource_version:
             raise ConflictError(
                 f"{obj.ref}: status update on resourceVersion {obj.resource_version}, "
@@ -526,7 +534,7 @@ class APIServer:
         if isinstance(current, Service):
             notes = [f"released {n}" for n in self.services.release(current, journal)]
         deleted = self.store.delete(
-            current.kind, current.key, expected_version=current.resource_version
+            current.store_kind, current.key, expected_version=current.resource_version
         )
         journal.commit()
         self._record(component, deleted, "Deleted", _message(message, notes))
@@ -674,15 +682,15 @@ class APIServer:
         self, obj: KubeObject, batch: dict[tuple[str, str], KubeObject], reserved: set[str]
     ) -> _Admitted:
         obj = obj.with_meta(resource_version=None) if obj.metadata.resource_version else obj
-        ident = (obj.kind, obj.key)
-        current = batch.get(ident) or (self._get(obj.kind, obj.key) if obj.name else None)
+        ident = (obj.store_kind, obj.key)
+        current = batch.get(ident) or (self._get(obj.store_kind, obj.key) if obj.name else None)
         if current is None:
             adm = self._admit_create(obj, reserved=reserved, keep_uid=True)
         else:
             adm = self._admit_update(obj, current)
             if ident in batch:
                 adm.expected_version = None  # written earlier in this batch
-        batch[(adm.obj.kind, adm.obj.key)] = adm.obj
+        batch[(adm.obj.store_kind, adm.obj.key)] = adm.obj
         reserved.add(adm.obj.key)
         return adm
 
@@ -772,7 +780,7 @@ class APIServer:
                     field="metadata.name",
                 )
             ns = ch.get("namespace", meta.namespace) or ""
-            ch["name"] = self._generate_name(obj.kind, ns, meta.generate_name, reserved)
+            ch["name"] = self._generate_name(obj.store_kind, ns, meta.generate_name, reserved)
         if uid_revision is not None:
             ns = ch.get("namespace", meta.namespace) or ""
             name = ch.get("name", meta.name)
@@ -829,12 +837,14 @@ class APIServer:
             return self.store.create(obj)
         obj = adm.obj
         if obj.metadata.uid is None:  # created earlier in the same apply batch
-            obj = obj.with_meta(uid=self.store.get(obj.kind, obj.key).metadata.uid)
+            obj = obj.with_meta(uid=self.store.get(obj.store_kind, obj.key).metadata.uid)
         return self.store.update(obj, expected_version=adm.expected_version)
 
     def _record(self, component: str, obj: KubeObject, reason: str, message: str) -> None:
         if obj.kind == "Event":
             return
+        if obj.store_kind == CRD_KIND:  # its kinds are served from now on (or no more)
+            crds.sync(self.store)
         self.recorder.record(component, obj, reason, message)
 
     # ------------------------------------------------------------------ helpers

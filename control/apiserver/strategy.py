@@ -21,6 +21,7 @@ from typing import Protocol
 
 from control.apiserver import (
     configkinds,
+    crds,
     kinds_networking,
     kinds_policy,
     kinds_storage,
@@ -47,6 +48,7 @@ from control.apiserver.validation import (
     validate_workload,
 )
 from netmodel.cluster import ClusterSpec
+from netmodel.customresources import CustomResource
 from netmodel.objects import (
     Deployment,
     EndpointSlice,
@@ -304,15 +306,18 @@ STRATEGIES: dict[str, Strategy] = {
     "PersistentVolumeClaim": kinds_storage.PersistentVolumeClaimStrategy(),
     "StorageClass": kinds_storage.StorageClassStrategy(),
     "DaemonSet": DaemonSetStrategy(),
+    "CustomResourceDefinition": crds.STRATEGY,
 }
 
 
 def strategy_for(obj: KubeObject) -> Strategy:
     """``obj``'s strategy: its kind's own, else the no-op one (counting generations for
     typed kinds, not for generic ones)."""
-    s = STRATEGIES.get(obj.kind)
+    s = STRATEGIES.get(obj.store_kind)
     if s is not None:
         return s
+    if isinstance(obj, CustomResource):  # any CRD's objects: its schema decides
+        return crds.CUSTOM
     return GENERIC if isinstance(obj, GenericObject) else TYPED_NO_RULES
 
 

@@ -33,8 +33,18 @@ from netmodel.errors import CompactedError, ConflictError, InvalidError, NotFoun
 from netmodel.kinds import KINDS, object_from_dict
 from netmodel.objects import KubeObject
 
-#: store kind -> plural resource name in URLs (from the kind table)
-PLURALS: dict[str, str] = {r.kind: r.plural for r in kinds.stored_rows()}
+#: store kind -> plural resource name in URLs (from the kind table; rebuilt in place
+#: when rows are registered)
+PLURALS: dict[str, str] = {}
+
+
+@kinds.on_change
+def _rebuild_plurals() -> None:
+    PLURALS.clear()
+    PLURALS.update({r.store_kind: r.plural for r in kinds.stored_rows() if r.store_kind})
+
+
+_rebuild_plurals()
 
 
 class APIError(SvclabError):

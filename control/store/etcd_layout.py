@@ -29,8 +29,9 @@ from netmodel.objects import KubeObject
 PREFIX = "/registry/"
 
 #: store kind -> the resource path kube-apiserver uses under /registry (from the kind
-#: table: :data:`netmodel.kinds.ROWS`)
-RESOURCES: dict[str, str] = {r.kind: r.etcd for r in kinds.stored_rows() if r.etcd}
+#: table: :data:`netmodel.kinds.ROWS`; rebuilt in place when rows are registered:
+#: a custom resource's is ``<group>/<plural>``, as kube-apiserver keeps it)
+RESOURCES: dict[str, str] = {}
 
 #: svclab's own records (not Kubernetes objects)
 SVCLAB_PREFIX = PREFIX + "svclab.dev/"
@@ -42,10 +43,21 @@ PENDING_PREFIX = SVCLAB_PREFIX + "pending/"
 RECORD_PREFIX = SVCLAB_PREFIX + "records/"
 
 # longest resource path first, so "services/specs/" is tried before anything shorter
-_BY_PREFIX = sorted(
-    ((PREFIX + res + "/", kind) for kind, res in RESOURCES.items()),
-    key=lambda p: -len(p[0]),
-)
+_BY_PREFIX: list[tuple[str, str]] = []
+
+
+@kinds.on_change
+def _rebuild() -> None:
+    """Derive :data:`RESOURCES` and the key prefixes from the rows (in place)."""
+    RESOURCES.clear()
+    RESOURCES.update({r.store_kind: r.etcd for r in kinds.stored_rows() if r.etcd and r.store_kind})
+    _BY_PREFIX[:] = sorted(
+        ((PREFIX + res + "/", kind) for kind, res in RESOURCES.items()),
+        key=lambda p: -len(p[0]),
+    )
+
+
+_rebuild()
 
 
 def resource_prefix(kind: str, namespace: str | None = None) -> str:

@@ -35,6 +35,7 @@ from pydantic import ValidationError
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
+from control.apiserver import crds
 from control.apiserver.http import patch as patches
 from control.apiserver.http import ssa, status, tables, wire
 from control.apiserver.http.authn import User
@@ -656,7 +657,7 @@ def _finalize_namespace(api: API, res: Resource, info: RequestInfo, user: User) 
         raise status.from_svclab(
             NotFoundError(f'namespaces "{info.name}" not found'), res, "Namespace", info.name
         )
-    api.cache.forget(last.kind, last.key)
+    api.cache.forget(last.store_kind, last.key)
     api.wrote()
     return respond(to_bytes(api, res, last))
 
@@ -681,7 +682,10 @@ async def _update(
             raise status.invalid(res, "Scale", info.name, "spec.replicas", "Required value")
         rv = ((body or {}).get("metadata") or {}).get("resourceVersion")
         d = current.to_dict()
-        d["spec"]["replicas"] = replicas
+        if res.crd:
+            crds.set_replicas(current, d, replicas)
+        else:
+            d["spec"]["replicas"] = replicas
         if rv:
             d["metadata"]["resourceVersion"] = rv
         stored = write_update(api, res, info.name, d, user, params, dry, request, current)
@@ -808,7 +812,7 @@ async def _patch(
             elif ctype == patches.MERGE_PATCH:
                 new = patches.merge_patch(cur, body)
             elif ctype == patches.STRATEGIC:
-                if res.group == "svclab.dev":
+                if res.group == "svclab.dev" or res.crd:  # custom resources too
                     raise status.APIError(
                         415,
                         "UnsupportedMediaType",
@@ -827,7 +831,10 @@ async def _patch(
             raise status.bad_request("the patch produced something that is not an object")
         if sub == "scale":
             d = current.to_dict()
-            d["spec"]["replicas"] = (new.get("spec") or {}).get("replicas")
+            if res.crd:
+                crds.set_replicas(current, d, (new.get("spec") or {}).get("replicas"))
+            else:
+                d["spec"]["replicas"] = (new.get("spec") or {}).get("replicas")
             d["metadata"]["resourceVersion"] = current.metadata.resource_version
             try:
                 stored = write_update(api, res, info.name, d, user, params, dry, request, current)
@@ -942,6 +949,8 @@ async def _server_side_apply(
 
 
 def _scale_of(res: Resource, obj: KubeObject) -> dict[str, Any]:
+    if res.crd:  # through its CRD's specReplicasPath & co
+        return crds.scale_of(obj)
     spec = obj.spec  # type: ignore[attr-defined]
     st = obj.status  # type: ignore[attr-defined]
     sel = spec.selector
@@ -1045,7 +1054,7 @@ def _delete_one(
     force = options.get("gracePeriodSeconds") == 0
     try:
         last = apiserver.delete(
-            obj.kind,
+            obj.store_kind,
             obj.key,
             component=comp,
             force=force,
@@ -1053,10 +1062,10 @@ def _delete_one(
         )
     except SvclabError as e:
         raise status.from_svclab(e, res, res.kind, obj.name) from None
-    api.cache.forget(obj.kind, obj.key)
+    api.cache.forget(obj.store_kind, obj.key)
     _after_write(api, res, None)
     try:
-        return api.get(obj.kind, obj.key) and last
+        return api.get(obj.store_kind, obj.key) and last
     except NotFoundError:
         return None
 

@@ -2,7 +2,9 @@
 (``/openapi/v2``, JSON or gnostic protobuf, see :mod:`.openapi_pb`), built from a maintained source: the official kubernetes Python
 client's generated models (``openapi_types``, ``attribute_map`` and the field
 descriptions in their docstrings), which are generated from kube-apiserver's published
-OpenAPI spec. svclab's own ``svclab.dev`` kinds come from their pydantic models.
+OpenAPI spec. svclab's own ``svclab.dev`` kinds come from their pydantic models; a
+custom resource's from its CustomResourceDefinition (the documents are built again when
+a CRD comes or goes).
 
 What kubectl reads from it:
 
@@ -31,6 +33,7 @@ from control.apiserver.http import openapi_pb
 from control.apiserver.http import patch as patches
 from control.apiserver.http.resources import RESOURCES, Resource, group_versions, in_group_version
 from control.apiserver.http.status import APIError
+from netmodel import kinds
 
 _LIST = re.compile(r"^[Ll]ist\[(.+)\]$")
 _DICT = re.compile(r"^(?:dict\(str, (.+)\)|Dict\[str, (.+)\])$")
@@ -155,6 +158,8 @@ class _Builder:
         return dn
 
     def resource(self, r: Resource) -> str | None:
+        if r.crd:
+            return self.custom(r)
         if r.model is None:
             return None
         dn = self.model(r.model, (), r.kind)
@@ -164,6 +169,45 @@ class _Builder:
         self.schemas[dn].setdefault(
             "description", f"{r.kind} ({r.group_version}), served by svclab."
         )
+        return dn
+
+
+    def custom(self, r: Resource) -> str | None:
+        """A custom resource's schema: its CRD version's ``openAPIV3Schema``, under
+        kube-apiserver's definition name (the group reversed, ``com.example.v1.Widget``),
+        with apiVersion, kind and metadata as kube-apiserver adds them."""
+        from netmodel.customresources import CustomResource
+        from netmodel.kinds import class_for
+
+        cls = class_for(r.api_version, r.kind)
+        if cls is None or not issubclass(cls, CustomResource):
+            return None
+        v = cls.version_spec(r.api_version) or {}
+        schema = json.loads(json.dumps(((v.get("schema") or {}).get("openAPIV3Schema")) or {}))
+        schema.setdefault("type", "object")
+        props = schema.setdefault("properties", {})
+        meta = self.model("V1ObjectMeta", (), r.kind)
+        props["apiVersion"] = {
+            "type": "string",
+            "description": "APIVersion defines the versioned schema of this representation "
+            "of an object.",
+        }
+        props["kind"] = {
+            "type": "string",
+            "description": "Kind is a string value representing the REST resource this "
+            "object represents.",
+        }
+        props["metadata"] = {
+            "allOf": [{"$ref": f"#/components/schemas/{meta}"}],
+            "description": "Standard object's metadata. More info: "
+            "https://git.k8s.io/community/contributors/devel/sig-architecture/"
+            "api-conventions.md#metadata",
+        }
+        schema["x-kubernetes-group-version-kind"] = [
+            {"group": r.group, "version": r.version, "kind": r.kind}
+        ]
+        dn = ".".join([*reversed(r.group.split(".")), r.version, r.kind])
+        self.schemas[dn] = schema
         return dn
 
 
@@ -286,7 +330,7 @@ def _ops(r: Resource, ref: str | None) -> dict[str, Any]:
         item["put"] = op("put", "replace", _WRITE_PARAMS, content)
     if "patch" in r.verbs:
         types = [patches.JSON_PATCH, patches.MERGE_PATCH, patches.APPLY_YAML]
-        if r.group != "svclab.dev":
+        if r.group != "svclab.dev" and not r.crd:  # custom resources: no strategic merge
             types.insert(2, patches.STRATEGIC)
         item["patch"] = op(
             "patch",
@@ -530,6 +574,13 @@ def serve(path: str, accept: str, if_none_match: str = "") -> Response:
                 headers={"Cache-Control": "public, immutable"},
             )
     raise APIError(404, "NotFound", "the server could not find the requested resource", {})
+
+
+@kinds.on_change
+def _forget_documents() -> None:
+    """A CRD's versions came or went: every document is built again when next asked."""
+    for cached in (v3_document, v3_index, v2_document, v2_protobuf, _etag):
+        cached.cache_clear()
 
 
 __all__ = ["RESOURCES", "serve", "v2_document", "v2_protobuf", "v3_document", "v3_index"]

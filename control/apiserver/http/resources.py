@@ -1,7 +1,8 @@
 """The resources the HTTP API serves: names, kinds, scope, verbs, short names, categories.
 
 One table (:data:`RESOURCES`, derived from the kind table :data:`netmodel.kinds.ROWS`)
-drives discovery, OpenAPI, routing and RBAC resource names, so they cannot disagree. ``store_kind`` names what is stored (``None`` for
+drives discovery, OpenAPI, routing and RBAC resource names, so they cannot disagree;
+a CRD's resources come and go with it. ``store_kind`` names what is stored (``None`` for
 resources computed on read: ``endpoints``, the ``svclab.dev`` documents, the access
 reviews).
 """
@@ -31,6 +32,8 @@ class Resource:
     model: str | None = None
     list_model: str | None = None
     extra: dict[str, str] = field(default_factory=dict)
+    #: a custom resource's CRD name (``<plural>.<group>``); "" for a built-in kind
+    crd: str = ""
 
     @property
     def group_version(self) -> str:
@@ -60,11 +63,13 @@ def _resource(r: KindRow) -> Resource:
         store_kind=r.store_kind,
         model=r.model,
         list_model=(r.model + "List") if r.model else None,
+        crd=r.crd,
     )
 
 
-#: every served resource, one per row of the kind table (:data:`netmodel.kinds.ROWS`)
-RESOURCES: tuple[Resource, ...] = tuple(_resource(r) for r in kinds.ROWS)
+#: every served resource, one per row of the kind table (:data:`netmodel.kinds.ROWS`);
+#: rebuilt in place when rows are registered or unregistered (a CRD's versions)
+RESOURCES: list[Resource] = []
 
 #: kinds kubectl resolves by ``Kind`` in a subresource response
 SCALE_KIND = "Scale"
@@ -74,9 +79,17 @@ def by_path(group: str, version: str, name: str) -> Resource | None:
     return _BY_PATH.get((group, version, name))
 
 
-_BY_PATH: dict[tuple[str, str, str], Resource] = {
-    (r.group, r.version, r.name): r for r in RESOURCES
-}
+_BY_PATH: dict[tuple[str, str, str], Resource] = {}
+
+
+@kinds.on_change
+def _rebuild() -> None:
+    RESOURCES[:] = [_resource(r) for r in kinds.ROWS]
+    _BY_PATH.clear()
+    _BY_PATH.update({(r.group, r.version, r.name): r for r in RESOURCES})
+
+
+_rebuild()
 
 
 def group_versions() -> dict[str, list[str]]:

@@ -517,8 +517,16 @@ TABLES["clusterrolebindings"] = TABLES["rolebindings"]
 TABLES.update(KIND_TABLES)
 
 
+def _table_of(res: Resource) -> tuple[list[Col], Callable[[Any, float], list[Any]]]:
+    if res.crd:  # a custom resource: its CRD's additionalPrinterColumns
+        from control.apiserver.http import crtables
+
+        return crtables.table(res)
+    return TABLES.get(res.name, ([NAME, AGE], _default))
+
+
 def columns(res: Resource) -> list[dict[str, Any]]:
-    cols = TABLES.get(res.name, ([NAME, AGE], _default))[0]
+    cols = _table_of(res)[0]
     return [
         {
             "name": n,
@@ -533,12 +541,12 @@ def columns(res: Resource) -> list[dict[str, Any]]:
 
 def age_column(res: Resource) -> int | None:
     """The index of the table's Age column (its cell is the object's age), or None."""
-    cols = TABLES.get(res.name, ([NAME, AGE], _default))[0]
+    cols = _table_of(res)[0]
     return next((i for i, c in enumerate(cols) if c is AGE), None)
 
 
 def row_cells(res: Resource, obj: Any, now: float | None = None) -> list[Any]:
-    fn = TABLES.get(res.name, ([NAME, AGE], _default))[1]
+    fn = _table_of(res)[1]
     return fn(obj, time.time() if now is None else now)
 
 

@@ -100,7 +100,7 @@ class Hub:
     def dispatch(self, events: list[WatchEvent]) -> None:
         for ev in events:
             obj = ev.object
-            kind = obj.kind
+            kind = obj.store_kind
             targets: list[Watcher] = list(self._by_kind.get(kind, ()))
             if kind == "Pod":
                 node = obj.spec.node_name  # type: ignore[attr-defined]

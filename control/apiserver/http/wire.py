@@ -58,7 +58,7 @@ class JSONCache:
         self._rows: dict[tuple[str, str], tuple[str | None, str, _Row]] = {}
 
     def encode(self, obj: KubeObject) -> bytes:
-        ident = (obj.kind, obj.key)
+        ident = (obj.store_kind, obj.key)
         rv = obj.metadata.resource_version
         hit = self._data.get(ident)
         if hit is not None and hit[0] == rv and rv is not None:
@@ -74,11 +74,11 @@ class JSONCache:
         :func:`control.store.base.encoded`)."""
         rv = obj.metadata.resource_version
         if rv is not None:
-            self._data[(obj.kind, obj.key)] = (rv, data)
+            self._data[(obj.store_kind, obj.key)] = (rv, data)
 
     def encode_metadata(self, obj: KubeObject) -> bytes:
         """The object's ``metadata`` JSON (a Table row's PartialObjectMetadata)."""
-        ident = (obj.kind, obj.key)
+        ident = (obj.store_kind, obj.key)
         rv = obj.metadata.resource_version
         hit = self._meta.get(ident)
         if hit is not None and hit[0] == rv and rv is not None:
@@ -96,7 +96,7 @@ class JSONCache:
         """One row of a Table with PartialObjectMetadata row objects, as JSON:
         ``{"cells":[...],"object":{...}}``. ``ages``: Age cells already encoded in this
         response, by creationTimestamp (shared by the rows of one LIST)."""
-        ident = (obj.kind, obj.key)
+        ident = (obj.store_kind, obj.key)
         rv = obj.metadata.resource_version
         hit = self._rows.get(ident)
         if hit is not None and hit[0] == rv and hit[1] == res.name and rv is not None:
