@@ -57,6 +57,7 @@ from control.controllers.namespace import NamespaceController
 from control.controllers.nodeipam import NodeIPAM, natural_key
 from control.controllers.podgc import PodGarbageCollector
 from control.controllers.replicaset import ReplicaSetController
+from control.controllers.statefulset import StatefulSetController
 from control.events import Recorder
 from control.informers.listwatch import StoreListerWatcher
 from control.scheduler import Scheduler
@@ -177,6 +178,7 @@ class ControlPlane:
         self.nodeipam = NodeIPAMAgent(NodeIPAM(api, cluster))
         self.deployments = DeploymentController(api, rec)
         self.replicasets = ReplicaSetController(api, rec, seed=seed)
+        self.statefulsets = StatefulSetController(api, rec)
         self.garbage_collector = GarbageCollector(api, rec)
         self.namespaces = NamespaceController(api, rec, self.clock)
         self.pod_gc = PodGarbageCollector(api, rec, self.clock)
@@ -187,6 +189,7 @@ class ControlPlane:
             self.nodeipam,
             self.deployments,
             self.replicasets,
+            self.statefulsets,
             self.garbage_collector,
             self.namespaces,
             self.pod_gc,

@@ -28,7 +28,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from netmodel.apps import ControllerRevision
+from netmodel.apps import ControllerRevision, StatefulSet
 from netmodel.objects import (
     ClusterRole,
     ClusterRoleBinding,
@@ -345,6 +345,7 @@ ROWS: list[KindRow] = [
         short=("sts",),
         categories=("all",),
         sub=("status", "scale"),
+        typed=StatefulSet,
         model="V1StatefulSet",
     ),
     row(

@@ -28,6 +28,7 @@ from control.apiserver.defaults import (
     default_replicaset,
     default_service,
 )
+from control.apiserver.statefulsets import StatefulSetStrategy
 from control.apiserver.validation import (
     Problems,
     selector_text,
@@ -265,6 +266,7 @@ STRATEGIES: dict[str, Strategy] = {
     "Node": NodeStrategy(counts_generation=True),
     "Namespace": NamespaceStrategy(counts_generation=True),
     **dict.fromkeys(configkinds.KINDS, _CONFIG),
+    "StatefulSet": StatefulSetStrategy(),
 }
 
 

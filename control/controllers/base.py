@@ -242,7 +242,17 @@ class GarbageCollector(Controller):
     Keys are ``Kind|key``."""
 
     name = "garbage-collector"
-    kinds = frozenset({"Deployment", "ReplicaSet", "Pod", "Service", "EndpointSlice"})
+    kinds = frozenset(
+        {
+            "Deployment",
+            "ReplicaSet",
+            "Pod",
+            "Service",
+            "EndpointSlice",
+            "StatefulSet",
+            "ControllerRevision",
+        }
+    )
     #: what :meth:`prime_deferred` can start without (see there)
     deferrable_kinds = frozenset({"Pod"})
 
