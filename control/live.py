@@ -63,6 +63,7 @@ from control.controllers.nodeipam import NodeIPAM
 from control.controllers.podgc import PodGarbageCollector
 from control.controllers.replicaset import ReplicaSetController
 from control.controllers.servicecidr import ServiceCIDRController
+from control.controllers.statefulset import StatefulSetController
 from control.informers.informer import Reflector, SharedInformer
 from control.informers.listwatch import ListerWatcher
 from control.informers.remote import RemoteAPI
@@ -426,7 +427,7 @@ class LiveControlPlane:
                 return
         rec = cm.conn.api.recorder
         apis = [  # one per controller (its own write expectations), reading cm's caches
-            RemoteAPI(client, clock=self.clock, cache_source=cm.lister) for _ in range(9)
+            RemoteAPI(client, clock=self.clock, cache_source=cm.lister) for _ in range(10)
         ]
         controllers: list[tuple[Agent, RemoteAPI]] = [
             (NodeIPAMAgent(NodeIPAM(apis[0], self.cluster)), apis[0]),
@@ -438,6 +439,7 @@ class LiveControlPlane:
             (EndpointSliceController(apis[6], rec, seed=self.seed), apis[6]),
             (ServiceCIDRController(apis[7], rec, self.clock), apis[7]),
             (DaemonSetController(apis[8], rec, seed=self.seed, clock=self.clock), apis[8]),
+            (StatefulSetController(apis[9], rec), apis[9]),
         ]
         for c, capi in controllers:
             name = str(getattr(c, "name", type(c).__name__))

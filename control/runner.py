@@ -59,6 +59,7 @@ from control.controllers.nodeipam import NodeIPAM, natural_key
 from control.controllers.podgc import PodGarbageCollector
 from control.controllers.replicaset import ReplicaSetController
 from control.controllers.servicecidr import ServiceCIDRController
+from control.controllers.statefulset import StatefulSetController
 from control.events import Recorder
 from control.informers.listwatch import StoreListerWatcher
 from control.scheduler import Scheduler
@@ -180,6 +181,7 @@ class ControlPlane:
         self.deployments = DeploymentController(api, rec)
         self.replicasets = ReplicaSetController(api, rec, seed=seed)
         self.daemonsets = DaemonSetController(api, rec, seed=seed, clock=self.clock)
+        self.statefulsets = StatefulSetController(api, rec)
         self.garbage_collector = GarbageCollector(api, rec)
         self.namespaces = NamespaceController(api, rec, self.clock)
         self.pod_gc = PodGarbageCollector(api, rec, self.clock)
@@ -192,6 +194,7 @@ class ControlPlane:
             self.deployments,
             self.replicasets,
             self.daemonsets,
+            self.statefulsets,
             self.garbage_collector,
             self.namespaces,
             self.pod_gc,

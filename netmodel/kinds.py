@@ -31,7 +31,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from netmodel.apps import ControllerRevision
+from netmodel.apps import ControllerRevision, StatefulSet
 from netmodel.daemonset import DaemonSet
 from netmodel.objects import (
     ClusterRole,
@@ -354,6 +354,7 @@ ROWS: list[KindRow] = [
         short=("sts",),
         categories=("all",),
         sub=("status", "scale"),
+        typed=StatefulSet,
         model="V1StatefulSet",
     ),
     row(

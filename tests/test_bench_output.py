@@ -186,6 +186,11 @@ TINY: dict[str, tuple[list[str], bool, list[str]]] = {
             "apply_one_service_cold_peak_rss_bytes",
         ],
     ),
+    "bench_statefulset.py": (
+        ["--replicas", "3"],
+        False,
+        ["converge_3_ordered_ready_cold_seconds"],
+    ),
     "bench_store.py": (
         ["--writes", "20", "--list", "50", "--only", "memory", "sqlite", "etcd_1_member"],
         False,

@@ -36,6 +36,7 @@ from control.apiserver.defaults import (
     default_replicaset,
     default_service,
 )
+from control.apiserver.statefulsets import StatefulSetStrategy
 from control.apiserver.validation import (
     Problems,
     selector_text,
@@ -307,6 +308,7 @@ STRATEGIES: dict[str, Strategy] = {
     "StorageClass": kinds_storage.StorageClassStrategy(),
     "DaemonSet": DaemonSetStrategy(),
     "CustomResourceDefinition": crds.STRATEGY,
+    "StatefulSet": StatefulSetStrategy(),
 }
 
 

@@ -251,6 +251,7 @@ class GarbageCollector(Controller):
             "Pod",
             "Service",
             "EndpointSlice",
+            "StatefulSet",
         }
     )
     #: what :meth:`prime_deferred` can start without (see there)

@@ -341,7 +341,8 @@ def bootstrap_policy() -> list[KubeObject]:
                 _rule(
                     READ + " " + WRITE,
                     "apps",
-                    "deployments deployments/status deployments/scale replicasets replicasets/status replicasets/scale",
+                    "deployments deployments/status deployments/scale replicasets replicasets/status replicasets/scale"
+                    " statefulsets statefulsets/status controllerrevisions",
                 ),
                 _rule(
                     READ + " " + WRITE, "apps", "daemonsets daemonsets/status controllerrevisions"
