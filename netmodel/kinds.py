@@ -28,6 +28,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from netmodel.batch import CronJob, Job
 from netmodel.objects import (
     ClusterRole,
     ClusterRoleBinding,
@@ -365,6 +366,7 @@ ROWS: list[KindRow] = [
         categories=("all",),
         sub=("status",),
         model="V1Job",
+        typed=Job,
     ),
     row(
         "batch",
@@ -375,6 +377,7 @@ ROWS: list[KindRow] = [
         categories=("all",),
         sub=("status",),
         model="V1CronJob",
+        typed=CronJob,
     ),
     row(
         "autoscaling",

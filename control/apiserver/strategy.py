@@ -20,6 +20,7 @@ from __future__ import annotations
 from typing import Protocol
 
 from control.apiserver import configkinds
+from control.apiserver.batchkinds import CronJobStrategy, JobStrategy
 from control.apiserver.defaults import (
     default_deployment,
     default_endpointslice,
@@ -265,6 +266,8 @@ STRATEGIES: dict[str, Strategy] = {
     "Node": NodeStrategy(counts_generation=True),
     "Namespace": NamespaceStrategy(counts_generation=True),
     **dict.fromkeys(configkinds.KINDS, _CONFIG),
+    "Job": JobStrategy(),
+    "CronJob": CronJobStrategy(),
 }
 
 
