@@ -269,7 +269,7 @@ def test_pod_failure_policy_failjob_and_ignore() -> None:
 )
 def test_job_validation(spec: dict[str, Any], policy: str, error: str) -> None:
     plane, _ = _plane()
-    with pytest.raises(InvalidError, match=None) as e:
+    with pytest.raises(InvalidError) as e:
         plane.apply([_job("v", ["true"], policy=policy, **spec)])
     assert error in str(e.value)
     assert [j for j in plane.store.list("Job")] == []
@@ -281,7 +281,7 @@ def test_job_selector_is_immutable() -> None:
     plane.run_until_idle()
     job = _get(plane, "im")
     with pytest.raises(
-        InvalidError, match="spec.completions: Invalid value: 5: field is immutable"
+        InvalidError, match=r"spec\.completions: Invalid value: 5: field is immutable"
     ):
         plane.apiserver.update(job.evolve(spec=job.spec.evolve(completions=5)))
 
