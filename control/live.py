@@ -55,8 +55,10 @@ from control.agents.kubeproxy import EmulatedRules, KubeProxy
 from control.agents.network import EmulatedCNI
 from control.clock import Clock, WallClock
 from control.controllers.base import GarbageCollector
+from control.controllers.cronjob import CronJobController
 from control.controllers.deployment import DeploymentController
 from control.controllers.endpointslice import EndpointSliceController
+from control.controllers.job import JobController
 from control.controllers.namespace import NamespaceController
 from control.controllers.nodeipam import NodeIPAM
 from control.controllers.podgc import PodGarbageCollector
@@ -424,7 +426,7 @@ class LiveControlPlane:
                 return
         rec = cm.conn.api.recorder
         apis = [  # one per controller (its own write expectations), reading cm's caches
-            RemoteAPI(client, clock=self.clock, cache_source=cm.lister) for _ in range(7)
+            RemoteAPI(client, clock=self.clock, cache_source=cm.lister) for _ in range(9)
         ]
         controllers: list[tuple[Agent, RemoteAPI]] = [
             (NodeIPAMAgent(NodeIPAM(apis[0], self.cluster)), apis[0]),
@@ -434,6 +436,8 @@ class LiveControlPlane:
             (NamespaceController(apis[4], rec, self.clock), apis[4]),
             (PodGarbageCollector(apis[5], rec, self.clock), apis[5]),
             (EndpointSliceController(apis[6], rec, seed=self.seed), apis[6]),
+            (JobController(apis[7], rec, self.clock, seed=self.seed), apis[7]),
+            (CronJobController(apis[8], rec, self.clock), apis[8]),
         ]
         for c, capi in controllers:
             name = str(getattr(c, "name", type(c).__name__))
@@ -443,7 +447,10 @@ class LiveControlPlane:
                 [cm.get(k) for k in sorted(c.kinds)],
                 writes=(cm, capi),
                 # time-based work (pod GC's quarantine) is due without any event
-                idle_wakeup=1.0 if isinstance(c, PodGarbageCollector) else None,
+                # (and the Job and CronJob controllers' deadlines, TTLs and schedules)
+                idle_wakeup=1.0
+                if isinstance(c, PodGarbageCollector | JobController | CronJobController)
+                else None,
             )
         sched_group = self._identity(SCHEDULER, "kube-scheduler")
         sapi = sched_group.conn.api
@@ -537,6 +544,7 @@ class LiveControlPlane:
                         kg.get("Pod", f"spec.nodeName={node}"),
                     ],
                     writes=(kg, kapi),
+                    idle_wakeup=0.5,  # commands that end (sleep N) end without an event
                 )
             )
             self._add(agents.components[-1], agents.stop)

@@ -25,6 +25,10 @@ For each Job (not finished, not being deleted), from its pods (controlled by it)
 * ``ttlSecondsAfterFinished``: the finished Job is deleted (foreground: its pods go
   first) that many seconds after it finished, as kube's TTL-after-finished controller.
 
+Pods it created or deleted count as its expectations (kube's): until their watch
+events come, it creates and deletes no other pod for that Job (the live driver's
+cache may lag its own writes).
+
 Time-based work (deadlines, TTLs) is due on the injected clock: every :meth:`sync`
 picks up what came due, so after ``clock.advance`` the next ``run_until_idle`` does it.
 
@@ -142,6 +146,10 @@ class JobController(Controller):
         self._rngs: dict[str, random.Random] = {}
         #: job key -> clock time at which it must be looked at again (deadline, TTL)
         self._timers: dict[str, float] = {}
+        #: job key -> pods it created ("add", key) or deleted ("del", key) whose watch
+        #: event has not come yet (kube's expectations): until they come, the cache
+        #: does not show them, and the Job's pods are not managed again
+        self._expected: dict[str, set[tuple[str, str]]] = {}
 
     def indexers(self) -> dict[str, Indexer]:
         def index(obj: KubeObject) -> Iterator[str]:
@@ -164,6 +172,12 @@ class JobController(Controller):
             ref = o.metadata.controller_ref()
             if ref is not None and ref.kind == "Job":
                 keys.append(f"{obj.namespace}/{ref.name}")
+        for key in keys[:1]:
+            exp = self._expected.get(key)
+            if exp:
+                exp.discard(("add", obj.key))
+                if event.type == "DELETED" or obj.metadata.deletion_timestamp is not None:
+                    exp.discard(("del", obj.key))
         return keys
 
     def subject(self, key: str) -> KubeObject | None:
@@ -201,6 +215,7 @@ class JobController(Controller):
         except NotFoundError:
             self._rngs.pop(key, None)
             self._timers.pop(key, None)
+            self._expected.pop(key, None)
             return
         if not isinstance(job, Job) or job.metadata.deletion_timestamp is not None:
             return
@@ -306,7 +321,7 @@ class JobController(Controller):
                 self._delete_pod(job, p)
             new_active = []
             self.recorder.record(self.name, job, "Completed", "Job completed")
-        else:
+        elif not self._expected.get(key):
             new_active = self._manage(job, active, succeeded, done_indexes)
         status = st.evolve(
             conditions=conds,
@@ -430,6 +445,7 @@ class JobController(Controller):
         )
         created = self.api.create(pod, component=self.name)
         assert isinstance(created, Pod)
+        self._expected.setdefault(job.key, set()).add(("add", created.key))
         self.recorder.record(self.name, job, "SuccessfulCreate", f"Created pod: {created.name}")
         return created
 
@@ -438,6 +454,7 @@ class JobController(Controller):
             self.api.delete("Pod", pod.key, component=self.name)
         except NotFoundError:
             return
+        self._expected.setdefault(job.key, set()).add(("del", pod.key))
         self.recorder.record(self.name, job, "SuccessfulDelete", f"Deleted pod: {pod.name}")
 
 

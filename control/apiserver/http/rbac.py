@@ -344,6 +344,12 @@ def bootstrap_policy() -> list[KubeObject]:
                     "deployments deployments/status deployments/scale replicasets replicasets/status replicasets/scale",
                 ),
                 _rule(READ + " " + WRITE, "discovery.k8s.io", "endpointslices"),
+                # the Job, CronJob and TTL-after-finished controllers
+                _rule(
+                    READ + " " + WRITE,
+                    "batch",
+                    "jobs jobs/status jobs/finalizers cronjobs cronjobs/status cronjobs/finalizers",
+                ),
                 _rule("create patch update", "events.k8s.io", "events"),
                 _rule(READ + " patch update", RBAC_GROUP, "clusterroles"),
                 # the namespace controller empties a Terminating namespace of every kind
