@@ -19,7 +19,7 @@ from collections.abc import Iterator
 
 from croniter import croniter
 
-from netmodel.errors import SvclabError
+from netmodel.errors import InputError
 
 MACROS = frozenset(
     {"@yearly", "@annually", "@monthly", "@weekly", "@daily", "@midnight", "@hourly"}
@@ -51,7 +51,7 @@ _KNOWN_NAMES = frozenset(
 )
 
 
-class CronError(SvclabError):
+class CronError(InputError):
     """A schedule kube's parser (or svclab) does not take; the message says why."""
 
 
