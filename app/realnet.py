@@ -33,10 +33,13 @@ backends; nothing routes or filters on it.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import subprocess
+import threading
+from collections.abc import Callable, Iterable
 from ipaddress import IPv4Address, IPv4Network, ip_network
 from typing import Literal
 
+from control.agents.commands import Program
 from control.agents.network import EmulatedCNI, PodNetworkResult
 from dataplane.linux.cni import CniResult, CniRunner
 from netmodel.errors import BackendError, InvalidError
@@ -69,6 +72,12 @@ class RealCNI:
         self.ipam: IpamMode = ipam
         self.runner = CniRunner(cluster_id, mtu=mtu)
         self.model = EmulatedCNI()
+        #: the kubelet runs evaluated commands for real, in the pod's namespace
+        self.container_runtime = NetnsRuntime(self.pod_netns)
+
+    def pod_netns(self, pod: Pod) -> str:
+        """The name of the pod's network namespace (made by CNI ADD)."""
+        return self.runner.names.netns(f"pod/{pod.key}")
 
     @staticmethod
     def _pod_cidr(node: Node) -> IPv4Network:
@@ -121,6 +130,71 @@ class RealCNI:
     def allocated(self, node_name: str) -> list[str]:
         """The addresses the model holds on a node (those host-local holds too)."""
         return self.model.allocated(node_name)
+
+
+class NetnsRuntime:
+    """Runs the argv for real: ``ip netns exec <pod netns> argv`` (``netns(pod)`` names the
+    namespace). Processes belong to this object: a run it did not start (the kubelet
+    restarted) is started again by :meth:`ended`."""
+
+    def __init__(self, netns: Callable[[Pod], str]) -> None:
+        self._netns = netns
+        self._procs: dict[tuple[str, str], subprocess.Popen[bytes]] = {}
+        self._lock = threading.Lock()
+
+    def start(self, pod: Pod, name: str, prog: Program, started: float) -> None:
+        key = (pod.metadata.uid or pod.key, name)
+        proc = subprocess.Popen(
+            ["ip", "netns", "exec", self._netns(pod), *prog.argv],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        with self._lock:
+            old = self._procs.pop(key, None)
+            self._procs[key] = proc
+        if old is not None and old.poll() is None:
+            old.kill()
+            old.wait()
+
+    def ended(
+        self, pod: Pod, name: str, prog: Program, started: float, now: float
+    ) -> tuple[int, float] | None:
+        key = (pod.metadata.uid or pod.key, name)
+        with self._lock:
+            proc = self._procs.get(key)
+        if proc is None:
+            self.start(pod, name, prog, now)
+            return None
+        code = proc.poll()
+        if code is None:
+            return None
+        with self._lock:
+            self._procs.pop(key, None)
+        return (code % 256 if code >= 0 else 128 - code), now
+
+    def due(self, prog: Program, started: float) -> float | None:
+        return None
+
+    def any_ended(self) -> bool:
+        with self._lock:
+            procs = list(self._procs.values())
+        return any(p.poll() is not None for p in procs)
+
+    def stop(self, pod: Pod) -> None:
+        uid = pod.metadata.uid or pod.key
+        with self._lock:
+            mine = [k for k in self._procs if k[0] == uid]
+            procs = [self._procs.pop(k) for k in mine]
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+            p.wait()
+
+    def running(self) -> int:
+        """How many processes it holds (tests check none is left behind)."""
+        with self._lock:
+            return sum(1 for p in self._procs.values() if p.poll() is None)
 
 
 def _result(res: CniResult) -> PodNetworkResult:

@@ -55,9 +55,11 @@ from control.agents.kubeproxy import EmulatedRules, KubeProxy
 from control.agents.network import EmulatedCNI
 from control.clock import Clock, WallClock
 from control.controllers.base import GarbageCollector
+from control.controllers.cronjob import CronJobController
 from control.controllers.daemonset import DaemonSetController
 from control.controllers.deployment import DeploymentController
 from control.controllers.endpointslice import EndpointSliceController
+from control.controllers.job import JobController
 from control.controllers.namespace import NamespaceController
 from control.controllers.nodeipam import NodeIPAM
 from control.controllers.podgc import PodGarbageCollector
@@ -427,7 +429,7 @@ class LiveControlPlane:
                 return
         rec = cm.conn.api.recorder
         apis = [  # one per controller (its own write expectations), reading cm's caches
-            RemoteAPI(client, clock=self.clock, cache_source=cm.lister) for _ in range(10)
+            RemoteAPI(client, clock=self.clock, cache_source=cm.lister) for _ in range(12)
         ]
         controllers: list[tuple[Agent, RemoteAPI]] = [
             (NodeIPAMAgent(NodeIPAM(apis[0], self.cluster)), apis[0]),
@@ -440,6 +442,8 @@ class LiveControlPlane:
             (ServiceCIDRController(apis[7], rec, self.clock), apis[7]),
             (DaemonSetController(apis[8], rec, seed=self.seed, clock=self.clock), apis[8]),
             (StatefulSetController(apis[9], rec), apis[9]),
+            (JobController(apis[10], rec, self.clock, seed=self.seed), apis[10]),
+            (CronJobController(apis[11], rec, self.clock), apis[11]),
         ]
         for c, capi in controllers:
             name = str(getattr(c, "name", type(c).__name__))
@@ -449,7 +453,10 @@ class LiveControlPlane:
                 [cm.get(k) for k in sorted(c.kinds)],
                 writes=(cm, capi),
                 # time-based work (pod GC's quarantine) is due without any event
-                idle_wakeup=1.0 if isinstance(c, PodGarbageCollector) else None,
+                # (and the Job and CronJob controllers' deadlines, TTLs and schedules)
+                idle_wakeup=1.0
+                if isinstance(c, PodGarbageCollector | JobController | CronJobController)
+                else None,
             )
         sched_group = self._identity(SCHEDULER, "kube-scheduler")
         sapi = sched_group.conn.api
@@ -543,6 +550,7 @@ class LiveControlPlane:
                         kg.get("Pod", f"spec.nodeName={node}"),
                     ],
                     writes=(kg, kapi),
+                    idle_wakeup=0.5,  # commands that end (sleep N) end without an event
                 )
             )
             self._add(agents.components[-1], agents.stop)

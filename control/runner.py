@@ -13,8 +13,9 @@ one) until a round does no work:
   revision it last read, and hands every component the new events of its kinds
   (``handle``), in revision order; so each component sees every write made before it
   runs, including those of components earlier in the same round;
-* components run in a fixed order (node IPAM, deployment, replicaset, daemonset, garbage
-  collector, namespace, pod GC, scheduler, kubelets, endpointslice, then added agents
+* components run in a fixed order (node IPAM, deployment, replicaset, daemonset,
+  statefulset, cronjob, job, garbage collector, namespace, pod GC, scheduler, kubelets,
+  endpointslice, then added agents
   in the order added);
 * each component's ``sync`` runs in one store batch (:func:`control.store.base.batched`):
   on etcd its writes go out in a few Txns when it returns instead of one round trip
@@ -51,9 +52,11 @@ from control.agents.network import EmulatedCNI, NetworkPlugin
 from control.apiserver.server import APIServer
 from control.clock import Clock, FakeClock
 from control.controllers.base import GarbageCollector
+from control.controllers.cronjob import CronJobController
 from control.controllers.daemonset import DaemonSetController
 from control.controllers.deployment import DeploymentController
 from control.controllers.endpointslice import EndpointSliceController
+from control.controllers.job import JobController
 from control.controllers.namespace import NamespaceController
 from control.controllers.nodeipam import NodeIPAM, natural_key
 from control.controllers.podgc import PodGarbageCollector
@@ -182,6 +185,8 @@ class ControlPlane:
         self.replicasets = ReplicaSetController(api, rec, seed=seed)
         self.daemonsets = DaemonSetController(api, rec, seed=seed, clock=self.clock)
         self.statefulsets = StatefulSetController(api, rec)
+        self.cronjobs = CronJobController(api, rec, self.clock)
+        self.jobs = JobController(api, rec, self.clock, seed=seed)
         self.garbage_collector = GarbageCollector(api, rec)
         self.namespaces = NamespaceController(api, rec, self.clock)
         self.pod_gc = PodGarbageCollector(api, rec, self.clock)
@@ -195,6 +200,8 @@ class ControlPlane:
             self.replicasets,
             self.daemonsets,
             self.statefulsets,
+            self.cronjobs,
+            self.jobs,
             self.garbage_collector,
             self.namespaces,
             self.pod_gc,

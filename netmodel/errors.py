@@ -12,7 +12,8 @@ its vocabulary), listed here with where each lives::
     │   │   └── AllocationError    no free ClusterIP / NodePort / podCIDR / LB IP, or one taken
     │   ├── RestoreError           iptables-save/restore text refused (dataplane.netfilter.ruleparse)
     │   ├── NftError               nft text refused (dataplane.netfilter.nftrules)
-    │   └── TooManyNodesError      a picture of more nodes than it can draw (app.pictures.scene)
+    │   ├── TooManyNodesError      a picture of more nodes than it can draw (app.pictures.scene)
+    │   └── CronError              a CronJob schedule svclab does not take (control.cron)
     ├── ConflictError              resourceVersion compare-and-swap failed, or already exists
     │   └── BatchConflictError     writes of a batch another client overtook; the rest
     │                              landed (control.store.base)

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from netmodel.apps import ControllerRevision, StatefulSet
+from netmodel.batch import CronJob, Job
 from netmodel.daemonset import DaemonSet
 from netmodel.objects import (
     ClusterRole,
@@ -384,6 +385,7 @@ ROWS: list[KindRow] = [
         categories=("all",),
         sub=("status",),
         model="V1Job",
+        typed=Job,
     ),
     row(
         "batch",
@@ -394,6 +396,7 @@ ROWS: list[KindRow] = [
         categories=("all",),
         sub=("status",),
         model="V1CronJob",
+        typed=CronJob,
     ),
     row(
         "autoscaling",

@@ -21,6 +21,12 @@ It also renews the node's heartbeat, the Lease ``kube-node-lease/<node>``
 :data:`~control.agents.nodelease.RENEW_INTERVAL` seconds of its clock (a delayed key of its
 queue: the live driver wakes it; under the runner it is renewed at the kubelet's next
 sync once due).
+Containers run to completion when their command is one svclab evaluates
+(:mod:`control.agents.containers`): the kubelet moves such a pod's ``containerStatuses``
+as its commands end (restartPolicy, restart counts, crash-loop back-off; when the next
+change is due on the clock, a :meth:`Kubelet.sync` after that time makes it), and a pod
+that reaches Succeeded or Failed has its sandbox torn down (CNI DEL: the address is
+free again; ``status.podIP`` stays, as kube keeps it). Other containers run forever.
 
 Pods are ready as soon as they run (no probes). A pod whose node has no podCIDR yet is
 retried when the Node object changes. :class:`KubeletPool` is how the runner drives all
@@ -36,6 +42,16 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from control.agents import PodSummary, nodelease
+from control.agents.containers import (
+    TERMINAL,
+    EmulatedRuntime,
+    Runtime,
+    advance,
+    container_statuses,
+    has_programs,
+    start_runs,
+    status_conditions,
+)
 from control.agents.network import NetworkPlugin, PodNetworkResult
 from control.clock import Clock, rfc3339
 from control.controllers.base import APIClient, WorkQueue
@@ -64,8 +80,18 @@ def _needs_pod_cidr(plugin: NetworkPlugin) -> bool:
 
 
 def _needs_work(pod: Pod) -> bool:
+    """Whether the pod must be (re)started: it is being deleted, not running yet, has
+    no address, or (no container of it ends on its own) is not ready. A finished pod
+    (Succeeded/Failed) is never started again."""
     s = pod.status
-    return pod.is_terminating or s.phase != "Running" or not s.pod_ip or not pod.is_ready
+    if s.phase in TERMINAL:
+        return pod.is_terminating
+    return (
+        pod.is_terminating
+        or s.phase != "Running"
+        or not s.pod_ip
+        or (not pod.is_ready and not has_programs(pod))
+    )
 
 
 class Kubelet:
@@ -83,8 +109,18 @@ class Kubelet:
         recorder: Recorder,
         clock: Clock,
         plugin: NetworkPlugin,
+        runtime: Runtime | None = None,
     ) -> None:
         self.node_name = node_name
+        #: where evaluated commands run: given, else the plugin's (the Linux backend's
+        #: real namespaces), else the control plane's clock
+        self.runtime: Runtime = (
+            runtime or getattr(plugin, "container_runtime", None) or EmulatedRuntime()
+        )
+        #: pod key -> when a container of it next changes on its own (clock time)
+        self._timers: dict[str, float] = {}
+        #: pods with a run whose end is polled (the real runtime)
+        self._polled: set[str] = set()
         self.api = api
         self.store = api.store
         self.recorder = recorder
@@ -123,9 +159,20 @@ class Kubelet:
                     self._waiting.clear()
                 elif obj.spec.node_name == self.node_name:
                     sb = self.sandboxes.get(obj.key)
+                    if obj.status.phase in TERMINAL:
+                        self._timers.pop(obj.key, None)
+                        self._polled.discard(obj.key)
+                        if sb is not None or obj.is_terminating:
+                            self.queue.add(obj.key)  # tear the sandbox down
+                        continue
                     if sb is None:
                         self._keep_recorded(obj)
-                    if _needs_work(obj) or sb is None or sb.uid != obj.metadata.uid:
+                    if (
+                        _needs_work(obj)
+                        or sb is None
+                        or sb.uid != obj.metadata.uid
+                        or (obj.key not in self._timers and has_programs(obj))
+                    ):
                         self.queue.add(obj.key)
 
     def resync(self, node: Node | None, pods: Iterable[Pod]) -> None:
@@ -133,14 +180,20 @@ class Kubelet:
         self.node = node
         self.queue.clear()
         self._waiting.clear()
+        self._timers.clear()
+        self._polled.clear()
         mine = [p for p in pods if p.spec.node_name == self.node_name]
-        running = [p for p in mine if p.status.pod_ip and not p.is_terminating]
+        running = [
+            p
+            for p in mine
+            if p.status.pod_ip and not p.is_terminating and p.status.phase not in TERMINAL
+        ]
         if node is not None and (node.spec.pod_cidr or not _needs_pod_cidr(self.plugin)):
             self.plugin.restore(node, running)
         for p in running:
             self.sandboxes[p.key] = Sandbox(p.metadata.uid, p, p.status.pod_ip or "", None)
         for p in mine:
-            if _needs_work(p):
+            if _needs_work(p) or (p in running and has_programs(p)):
                 self.queue.add(p.key)
         if node is not None:
             self.queue.add(nodelease.KEY)
@@ -155,15 +208,40 @@ class Kubelet:
             pod.status.pod_ip
             and not pod.spec.host_network
             and not pod.is_terminating
+            and pod.status.phase not in TERMINAL
             and self.node is not None
             and (self.node.spec.pod_cidr or not _needs_pod_cidr(self.plugin))
         ):
             self.plugin.restore(self.node, [pod])
 
     def pending(self) -> int:
-        return len(self.queue)
+        return len(self.queue) + len(self._due())
+
+    def _due(self) -> list[str]:
+        """Pods a container of which changed on its own by now (a command ended, a
+        back-off ran out)."""
+        due: list[str] = []
+        if self._timers:
+            now = self.clock.now()
+            due = [k for k, t in self._timers.items() if t <= now]
+        if self._polled and self.runtime.any_ended():
+            due += sorted(self._polled)
+        return due
+
+    def waits(self) -> bool:
+        """Whether a container of one of its pods will change on its own."""
+        return bool(self._timers or self._polled)
+
+    def next_due(self) -> float | None:
+        """The clock time of the next change a container makes on its own (None: none
+        known in advance)."""
+        return min(self._timers.values(), default=None)
 
     def sync(self) -> int:
+        for key in self._due():
+            self._timers.pop(key, None)
+            self._polled.discard(key)
+            self.queue.add(key)
         n = len(self.queue)
         for _ in range(n):
             key = self.queue.get()
@@ -203,6 +281,10 @@ class Kubelet:
             pod = None
         if not isinstance(pod, Pod) or pod.spec.node_name != self.node_name:
             sb = self.sandboxes.pop(key, None)
+            self._timers.pop(key, None)
+            self._polled.discard(key)
+            if sb is not None:
+                self.runtime.stop(sb.pod)
             if sb is not None and sb.network is not None and self.node is not None:
                 self.plugin.delete(self.node, sb.pod)
             return
@@ -215,10 +297,66 @@ class Kubelet:
         if pod.is_terminating:
             self._kill(pod, sb)
             return
+        if pod.status.phase in TERMINAL:
+            self._finished(pod, sb)
+            return
         if sb is None:
             sb = self._create_sandbox(pod)
         if _needs_work(pod) or pod.status.pod_ip != sb.ip:
-            self._start(pod, sb)
+            pod = self._start(pod, sb)
+        if has_programs(pod):
+            self._advance(pod, sb)
+
+    def _advance(self, pod: Pod, sb: Sandbox) -> None:
+        """Move the pod's containers to now (:func:`~control.agents.containers.advance`);
+        write the status when it changed; tear the sandbox down when the pod finished."""
+        now = self.clock.now()
+        adv = advance(pod, now, self.runtime)
+        if adv.next_due is not None:
+            self._timers[pod.key] = adv.next_due
+        else:
+            self._timers.pop(pod.key, None)
+        if (
+            adv.phase not in TERMINAL
+            and adv.next_due is None
+            and any("running" in (cs.get("state") or {}) for cs in adv.statuses)
+        ):
+            self._polled.add(pod.key)
+        else:
+            self._polled.discard(pod.key)
+        if adv.phase == pod.status.phase and adv.statuses == container_statuses(pod):
+            return
+        now_text = rfc3339(now)
+        conds = status_conditions(adv.phase, adv.statuses, now_text, pod.status.conditions)
+        status = pod.status.evolve(
+            phase=adv.phase,
+            conditions=conds if conds is not None else _running_conditions(now_text),
+            **{"containerStatuses": adv.statuses},
+        )
+        updated = self.api.update_status(pod.evolve(status=status), component=COMPONENT)
+        assert isinstance(updated, Pod)
+        for name in adv.started:
+            self.recorder.record(COMPONENT, updated, "Started", f"Started container {name}")
+        if adv.phase in TERMINAL:
+            self._finished(updated, sb)
+
+    def _finished(self, pod: Pod, sb: Sandbox | None) -> None:
+        """A Succeeded/Failed pod: its sandbox goes (CNI DEL frees the address), its
+        processes with it; the pod object stays until deleted."""
+        self._timers.pop(pod.key, None)
+        self._polled.discard(pod.key)
+        if sb is None:
+            return
+        self.runtime.stop(pod)
+        if sb.network is not None:
+            self.plugin.delete(self._node(), sb.pod)
+        del self.sandboxes[pod.key]
+        self.recorder.record(
+            COMPONENT,
+            pod,
+            "SandboxRemoved",
+            f"Pod {pod.status.phase}: sandbox removed, address {sb.ip} released",
+        )
 
     def _create_sandbox(self, pod: Pod) -> Sandbox:
         node = self._node()
@@ -250,7 +388,7 @@ class Kubelet:
         self.recorder.record(COMPONENT, pod, "SandboxCreated", msg)
         return sb
 
-    def _start(self, pod: Pod, sb: Sandbox) -> None:
+    def _start(self, pod: Pod, sb: Sandbox) -> Pod:
         node = self._node()
         now = rfc3339(self.clock.now())
         host_ip = node.internal_ips[0] if node.internal_ips else None
@@ -282,11 +420,23 @@ class Kubelet:
                 ],
             },
         )
+        start_runs(pod, self.clock.now(), self.runtime)
         updated = self.api.update_status(pod.evolve(status=status), component=COMPONENT)
         for c in pod.spec.containers:
             self.recorder.record(COMPONENT, updated, "Started", f"Started container {c.name}")
+        assert isinstance(updated, Pod)
+        return updated
 
     def _kill(self, pod: Pod, sb: Sandbox | None) -> None:
+        self._timers.pop(pod.key, None)
+        self._polled.discard(pod.key)
+        self.runtime.stop(pod)
+        if pod.status.phase in TERMINAL:
+            sb = self.sandboxes.pop(pod.key, sb)
+            if sb is not None and sb.network is not None:
+                self.plugin.delete(self._node(), sb.pod)
+            self.api.finalize_pod_deletion(pod.key)  # its containers ended already
+            return
         for c in pod.spec.containers:
             self.recorder.record(COMPONENT, pod, "Killing", f"Stopping container {c.name}")
         if sb is not None and sb.network is not None:
@@ -321,6 +471,8 @@ class KubeletPool:
         self._factory = factory
         self.kubelets: dict[str, Kubelet] = {}
         self._busy: set[str] = set()
+        #: nodes whose kubelet waits for a container to change on its own
+        self._timed: set[str] = set()
 
     def kubelet(self, node_name: str) -> Kubelet:
         k = self.kubelets.get(node_name)
@@ -377,18 +529,32 @@ class KubeletPool:
         store starts the kubelets at once (:meth:`control.runner.ControlPlane.start`)."""
         return any(
             p.node_name
-            and (p.deletion_timestamp is not None or p.phase != "Running" or not p.pod_ip)
+            and (
+                p.deletion_timestamp is not None
+                or (p.phase != "Running" and p.phase not in TERMINAL)
+                or (not p.pod_ip and p.phase not in TERMINAL)
+            )
             for p in pods
         )
 
     def pending(self) -> int:
-        return sum(self.kubelets[n].pending() for n in self._busy if n in self.kubelets)
+        return sum(
+            self.kubelets[n].pending() for n in self._busy | self._timed if n in self.kubelets
+        )
+
+    def next_due(self) -> float | None:
+        """The earliest :meth:`Kubelet.next_due` of any node."""
+        dues = [self.kubelets[n].next_due() for n in self._timed if n in self.kubelets]
+        return min((d for d in dues if d is not None), default=None)
 
     def sync(self) -> int:
         steps = 0
-        for name in sorted(self._busy):
+        for name in sorted(self._busy | self._timed):
             k = self.kubelets.get(name)
             if k is not None:
                 steps += k.sync()
         self._busy = {n for n in self._busy if n in self.kubelets and self.kubelets[n].pending()}
+        self._timed = (
+            {n for n, k in self.kubelets.items() if k.waits()} if self._timed or steps else set()
+        )
         return steps

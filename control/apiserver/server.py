@@ -834,6 +834,9 @@ class APIServer:
             obj = adm.obj
             if obj.metadata.uid is None:  # apply: the revision is known only now
                 obj = obj.with_meta(uid=_uid(obj.kind, obj.key, self.store.revision + 1))
+                hook = getattr(strategy_for(obj), "uid_assigned", None)
+                if hook is not None:  # e.g. a Job's generated selector names its uid
+                    obj = hook(obj)
             return self.store.create(obj)
         obj = adm.obj
         if obj.metadata.uid is None:  # created earlier in the same apply batch

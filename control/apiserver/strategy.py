@@ -27,6 +27,7 @@ from control.apiserver import (
     kinds_storage,
     servicecidrkinds,
 )
+from control.apiserver.batchkinds import CronJobStrategy, JobStrategy
 from control.apiserver.daemonsets import DaemonSetStrategy
 from control.apiserver.defaults import (
     default_deployment,
@@ -309,6 +310,8 @@ STRATEGIES: dict[str, Strategy] = {
     "DaemonSet": DaemonSetStrategy(),
     "CustomResourceDefinition": crds.STRATEGY,
     "StatefulSet": StatefulSetStrategy(),
+    "Job": JobStrategy(),
+    "CronJob": CronJobStrategy(),
 }
 
 

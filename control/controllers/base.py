@@ -252,6 +252,8 @@ class GarbageCollector(Controller):
             "Service",
             "EndpointSlice",
             "StatefulSet",
+            "Job",
+            "CronJob",
         }
     )
     #: what :meth:`prime_deferred` can start without (see there)

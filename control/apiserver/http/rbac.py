@@ -348,6 +348,12 @@ def bootstrap_policy() -> list[KubeObject]:
                     READ + " " + WRITE, "apps", "daemonsets daemonsets/status controllerrevisions"
                 ),
                 _rule(READ + " " + WRITE, "discovery.k8s.io", "endpointslices"),
+                # the Job, CronJob and TTL-after-finished controllers
+                _rule(
+                    READ + " " + WRITE,
+                    "batch",
+                    "jobs jobs/status jobs/finalizers cronjobs cronjobs/status cronjobs/finalizers",
+                ),
                 _rule("create patch update", "events.k8s.io", "events"),
                 _rule(READ + " patch update", RBAC_GROUP, "clusterroles"),
                 # the ServiceCIDR controller
