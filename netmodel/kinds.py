@@ -680,12 +680,18 @@ def stored_rows() -> list[KindRow]:
     return [r for r in ROWS if r.owns_store]
 
 
-def row_of(kind: str) -> KindRow:
-    """The row that owns store kind ``kind``; KeyError if none does."""
+def row_of_store(store_kind: str) -> KindRow:
+    """The row that owns the store kind ``store_kind`` (a built-in kind's name, or a
+    custom resource's ``<plural>.<group>``); KeyError if none does."""
     for r in ROWS:
-        if r.kind == kind and r.owns_store:
+        if r.store_kind == store_kind and r.owns_store:
             return r
-    raise KeyError(f"unknown kind {kind!r}")
+    raise KeyError(f"unknown kind {store_kind!r}")
+
+
+def row_of(kind: str) -> KindRow:
+    """The row that owns store kind ``kind`` (:func:`row_of_store`)."""
+    return row_of_store(kind)
 
 
 def object_from_dict(data: Mapping[str, Any]) -> KubeObject:
