@@ -41,6 +41,7 @@ from control.apiserver.podips import check_recorded_pod_ips, recorded_ips
 from control.apiserver.validation import (
     Problems,
     selector_text,
+    validate_deployment,
     validate_endpointslice,
     validate_metadata,
     validate_node,
@@ -115,6 +116,9 @@ class Strategy(Protocol):
     #: whether a DELETE answers with the deleted object (kube's ReturnDeletedObject)
     #: rather than a Status
     returns_deleted_object: bool
+    #: the field that binds its objects to a node (``spec.nodeName``), or names one
+    #: (``metadata.name``): a watch selecting on it is a node's (the kubelet's)
+    node_field: str | None
 
     def default(self, obj: KubeObject, cluster: ClusterSpec) -> KubeObject: ...
 
@@ -165,6 +169,7 @@ class GenericStrategy:
     holds_namespace: bool = True
     honours_finalizers: bool = True
     returns_deleted_object: bool = False
+    node_field: str | None = None
 
     def __init__(self, *, counts_generation: bool = False) -> None:
         self.counts_generation = counts_generation
@@ -282,6 +287,7 @@ class PodStrategy(GenericStrategy):
 
     honours_finalizers = False
     returns_deleted_object = True
+    node_field: str | None = "spec.nodeName"
 
     def default(self, obj: KubeObject, cluster: ClusterSpec) -> KubeObject:
         assert isinstance(obj, Pod)
@@ -346,20 +352,18 @@ class PodStrategy(GenericStrategy):
         return "deleted"
 
 
-class WorkloadStrategy(GenericStrategy):
-    """Deployment and ReplicaSet; a Deployment's selector is immutable."""
+class DeploymentStrategy(GenericStrategy):
+    """Deployments (:func:`.validation.validate_deployment`); the selector is immutable."""
 
     def default(self, obj: KubeObject, cluster: ClusterSpec) -> KubeObject:
-        if isinstance(obj, Deployment):
-            return default_deployment(obj)
-        assert isinstance(obj, ReplicaSet)
-        return default_replicaset(obj)
+        assert isinstance(obj, Deployment)
+        return default_deployment(obj)
 
     def validate(
         self, obj: KubeObject, cluster: ClusterSpec, p: Problems, stored: KubeObject | None
     ) -> None:
-        assert isinstance(obj, Deployment | ReplicaSet)
-        validate_workload(obj, p)
+        assert isinstance(obj, Deployment)
+        validate_deployment(obj, p)
 
     def validate_update(self, obj: KubeObject, old: KubeObject, p: Problems) -> None:
         if (
@@ -368,6 +372,20 @@ class WorkloadStrategy(GenericStrategy):
             and obj.spec.selector != old.spec.selector
         ):
             p.invalid("spec.selector", selector_text(obj.spec.selector), "field is immutable")
+
+
+class ReplicaSetStrategy(GenericStrategy):
+    """ReplicaSets (:func:`.validation.validate_workload`)."""
+
+    def default(self, obj: KubeObject, cluster: ClusterSpec) -> KubeObject:
+        assert isinstance(obj, ReplicaSet)
+        return default_replicaset(obj)
+
+    def validate(
+        self, obj: KubeObject, cluster: ClusterSpec, p: Problems, stored: KubeObject | None
+    ) -> None:
+        assert isinstance(obj, ReplicaSet)
+        validate_workload(obj, p)
 
 
 class EndpointSliceStrategy(GenericStrategy):
@@ -394,6 +412,8 @@ class EndpointSliceStrategy(GenericStrategy):
 
 class NodeStrategy(GenericStrategy):
     """podCIDR changes only from unset; node IPAM's podCIDR(s) are kept."""
+
+    node_field: str | None = "metadata.name"
 
     def validate(
         self, obj: KubeObject, cluster: ClusterSpec, p: Problems, stored: KubeObject | None
@@ -460,13 +480,12 @@ GENERIC: Strategy = GenericStrategy()
 #: typed kinds with no rules of their own (RBAC)
 TYPED_NO_RULES: Strategy = GenericStrategy(counts_generation=True)
 _CONFIG = ConfigStrategy()
-_WORKLOAD = WorkloadStrategy(counts_generation=True)
 #: store kind -> its strategy
 STRATEGIES: dict[str, Strategy] = {
     "Service": ServiceStrategy(counts_generation=True),
     "Pod": PodStrategy(counts_generation=True),
-    "Deployment": _WORKLOAD,
-    "ReplicaSet": _WORKLOAD,
+    "Deployment": DeploymentStrategy(counts_generation=True),
+    "ReplicaSet": ReplicaSetStrategy(counts_generation=True),
     "EndpointSlice": EndpointSliceStrategy(counts_generation=True),
     "Node": NodeStrategy(counts_generation=True),
     "Namespace": NamespaceStrategy(counts_generation=True),
