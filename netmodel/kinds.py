@@ -18,8 +18,14 @@ Rows may be added at run time (:func:`register`, for CustomResourceDefinitions):
 modules derive once at import (etcd layout, plurals, HTTP resources, dump kinds) hold
 the built-in rows.
 
-Kinds are keyed by their ``kind`` name in the stores (``store_kind``): two groups that
-serve one kind (core/v1 and events.k8s.io/v1 Events) share one store kind.
+Store kinds: the stores key objects by ``store_kind`` (an object's
+:attr:`~netmodel.objects.KubeObject.store_kind`), unique per (group, resource). A
+built-in kind is stored under its ``kind`` name (``Service``, ``ConfigMap``; two groups
+that serve one resource, core/v1 and events.k8s.io/v1 Events, share one store kind:
+``shares_store``). A CustomResourceDefinition's kinds will be stored under
+``<plural>.<group>`` (``ippools.crd.projectcalico.org``: ``row(..., store=...)``), since
+two groups may serve one kind name; nothing that reads the stores may take an object's
+``kind`` for its store kind (:func:`row_of_store`, :data:`KINDS`, ``obj.store_kind``).
 """
 
 from __future__ import annotations
@@ -109,11 +115,13 @@ def row(
     shares_store: bool = False,
     apply: bool = True,
     dump: bool = True,
+    store: str | None = None,
 ) -> KindRow:
     """A row with the usual defaults: stored under ``/registry/<plural>`` as its own
     kind, applied and imported from dumps. ``etcd=None`` makes a kind computed on read
     (not stored, not applied); ``shares_store``: kept in the store of another group's
-    row of the same kind."""
+    row of the same kind; ``store``: its store kind when not its kind name (a custom
+    resource's ``<plural>.<group>``)."""
     stored = etcd is not None
     return KindRow(
         group=group,
@@ -128,7 +136,7 @@ def row(
         verbs=verbs,
         model=model,
         etcd=(etcd or plural) if stored else None,
-        store_kind=kind if stored else None,
+        store_kind=(store or kind) if stored else None,
         typed=typed,
         apply=apply and stored,
         dump=dump and stored,
@@ -628,15 +636,18 @@ ROWS: list[KindRow] = [
 ]
 
 
-def generic_class(kind: str, api_version: str, namespaced: bool) -> type[GenericObject]:
+def generic_class(
+    kind: str, api_version: str, namespaced: bool, store_kind: str | None = None
+) -> type[GenericObject]:
     """The class of a kind served through the generic path: a :class:`GenericObject`
-    with the kind's name, apiVersion and scope."""
+    with the kind's name, apiVersion and scope (and its store kind when not its name)."""
     attrs = {
         "__module__": __name__,
         "__doc__": f"{kind} ({api_version}): served through the generic path.",
         "KIND": kind,
         "API_VERSION": api_version,
         "NAMESPACED": namespaced,
+        "STORE_KIND": "" if store_kind in (None, kind) else store_kind,
     }
     return type(kind, (GenericObject,), attrs)
 
@@ -646,15 +657,29 @@ KINDS: dict[str, type[KubeObject]] = {}
 
 
 def _add_class(r: KindRow) -> None:
-    if not r.owns_store:
+    if not r.owns_store or r.store_kind is None:
         return
-    if r.kind in KINDS:
-        raise ValueError(f"kind {r.kind!r} is stored twice")
-    KINDS[r.kind] = r.typed or generic_class(r.kind, r.api_version, r.namespaced)
+    if r.store_kind in KINDS:
+        raise ValueError(f"store kind {r.store_kind!r} is stored twice")
+    cls = r.typed or generic_class(r.kind, r.api_version, r.namespaced, r.store_kind)
+    if cls.store_kind_of() != r.store_kind:
+        raise ValueError(f"{cls.__name__} is not stored as {r.store_kind!r}")
+    KINDS[r.store_kind] = cls
+
+
+#: (apiVersion, kind) -> the class of every stored row (a shared store's rows too)
+_BY_GVK: dict[tuple[str, str], type[KubeObject]] = {}
+
+
+def _index(r: KindRow) -> None:
+    if r.store_kind is not None and r.store_kind in KINDS:
+        _BY_GVK[(r.api_version, r.kind)] = KINDS[r.store_kind]
 
 
 for _r in ROWS:
     _add_class(_r)
+for _r in ROWS:
+    _index(_r)
 
 
 def register(new: KindRow) -> None:
@@ -668,6 +693,18 @@ def register(new: KindRow) -> None:
             raise ValueError(f"resource {new.plural!r} in {new.api_version} is already served")
     _add_class(new)
     ROWS.append(new)
+    _index(new)
+
+
+def unregister(old: KindRow) -> None:
+    """Take back a row :func:`register` added (a CustomResourceDefinition's version
+    deleted): its class and lookups go with it. ValueError for a row not registered."""
+    if old not in ROWS:
+        raise ValueError(f"kind {old.kind!r} in {old.api_version} is not registered")
+    ROWS.remove(old)
+    _BY_GVK.pop((old.api_version, old.kind), None)
+    if old.owns_store and old.store_kind is not None:
+        KINDS.pop(old.store_kind, None)
 
 
 def rows() -> list[KindRow]:
@@ -694,10 +731,21 @@ def row_of(kind: str) -> KindRow:
     return row_of_store(kind)
 
 
+def class_of(api_version: str, kind: str) -> type[KubeObject] | None:
+    """The class that decodes ``kind`` in ``api_version``: its row's, else a built-in
+    kind's by its name whatever the version (as svclab always decoded them); None if
+    neither is known."""
+    cls = _BY_GVK.get((api_version, kind))
+    if cls is not None:
+        return cls
+    cls = KINDS.get(kind)
+    return cls if cls is not None and not cls.STORE_KIND else None
+
+
 def object_from_dict(data: Mapping[str, Any]) -> KubeObject:
     """Build the object for ``data['kind']`` with its kind's class (typed or generic);
     no strict schema check (see :mod:`netmodel.schema`). KeyError for an unknown kind."""
-    cls = KINDS.get(str(data.get("kind", "")))
+    cls = class_of(str(data.get("apiVersion", "")), str(data.get("kind", "")))
     if cls is None:
         raise KeyError(f"unknown kind {data.get('kind')!r}")
     return cls.model_validate(data)

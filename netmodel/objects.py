@@ -156,6 +156,9 @@ class KubeObject(K8sModel):
     KIND: ClassVar[str] = ""
     API_VERSION: ClassVar[str] = "v1"
     NAMESPACED: ClassVar[bool] = True
+    #: the kind the stores keep it under, when not ``kind`` (a custom resource's
+    #: ``<plural>.<group>``, :mod:`netmodel.kinds`)
+    STORE_KIND: ClassVar[str] = ""
 
     api_version: str = ""
     kind: str = ""
@@ -181,6 +184,17 @@ class KubeObject(K8sModel):
     def key(self) -> str:
         """``ns/name`` for namespaced objects, ``name`` otherwise (the store key)."""
         return f"{self.namespace}/{self.name}" if self.NAMESPACED else self.name
+
+    @classmethod
+    def store_kind_of(cls) -> str:
+        """The store kind of the class's objects (:attr:`store_kind`)."""
+        return cls.STORE_KIND or cls.KIND
+
+    @property
+    def store_kind(self) -> str:
+        """The kind the stores keep it under: its ``kind`` for every built-in kind, a
+        custom resource's ``<plural>.<group>`` (two groups may serve one kind name)."""
+        return self.STORE_KIND or self.kind
 
     @property
     def ref(self) -> str:

@@ -48,6 +48,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from pydantic import BaseModel
+
 from control.apiserver import clusterdns, endpoints
 from control.apiserver.admission import Allocations, BatchView
 from control.apiserver.allocators import Journal
@@ -139,17 +141,29 @@ def _uid(kind: str, key: str, revision: int) -> str:
 def _spec_changes(before: KubeObject, after: KubeObject) -> str:
     """``updated spec.nodeName=node-2, spec.podCIDR=10.244.1.0/24`` (scalars shown with
     their new value, other changed fields by name): what the timeline says of an update."""
-    old, new = getattr(before, "spec", None), getattr(after, "spec", None)
-    if old is None or new is None or old == new:
+    old_spec, new_spec = getattr(before, "spec", None), getattr(after, "spec", None)
+    if old_spec is None or new_spec is None or old_spec == new_spec:
         return "updated"
+    old, new = _spec_fields(old_spec), _spec_fields(new_spec)
     parts = []
-    for name, info in type(new).model_fields.items():
-        a, b = getattr(old, name), getattr(new, name)
+    for wire in [*new, *(k for k in old if k not in new)]:
+        a, b = old.get(wire), new.get(wire)
         if a == b:
             continue
-        wire = info.alias or name
         parts.append(f"spec.{wire}={b}" if isinstance(b, str | int | bool) else f"spec.{wire}")
     return "updated " + ", ".join(parts) if parts else "updated"
+
+
+def _spec_fields(spec: Any) -> dict[str, Any]:
+    """A spec's fields by their wire names: a typed spec's (in field order) or a generic
+    object's spec as it came (a generic kind's ``spec`` is a plain mapping); nothing
+    for anything else."""
+    if isinstance(spec, BaseModel):
+        fields = type(spec).model_fields
+        return {info.alias or name: getattr(spec, name) for name, info in fields.items()}
+    if isinstance(spec, dict):
+        return spec
+    return {}
 
 
 def _message(verb: str, notes: Sequence[str]) -> str:
@@ -275,7 +289,7 @@ class APIServer:
         """Admit and store a new object. ConflictError if it exists; InvalidError /
         AllocationError if refused (nothing stored, nothing allocated). ``dry_run``:
         admit only and return what would be stored (nothing written or allocated)."""
-        if obj.name and self._get(obj.kind, obj.key) is not None:
+        if obj.name and self._get(obj.store_kind, obj.key) is not None:
             raise ConflictError(f"{obj.kind} {obj.key!r} already exists")
         adm = self._admit_create(obj, reserved=set(), uid_revision=self.store.revision + 1)
         if dry_run:
@@ -297,7 +311,7 @@ class APIServer:
         ``metadata.resourceVersion`` is set). Returns the stored object; a no-op update
         returns the stored object unchanged without a write. ``dry_run``: admit only
         and return what would be stored."""
-        current = self.store.get(obj.kind, obj.key)
+        current = self.store.get(obj.store_kind, obj.key)
         if obj.metadata.resource_version and obj.resource_version != current.resource_version:
             raise ConflictError(
                 f"{obj.ref}: the object has been modified; please apply your changes to the "
@@ -340,7 +354,7 @@ class APIServer:
         Event unless ``reason`` is given. No write if the status is unchanged."""
         if not _status_fields(obj):
             raise InvalidError(f"{obj.kind} has no status", obj=obj.ref, field="status")
-        current = self.store.get(obj.kind, obj.key)
+        current = self.store.get(obj.store_kind, obj.key)
         if obj.metadata.resource_version and obj.resource_version != current.resource_version:
             raise ConflictError(
                 f"{obj.ref}: status update on resourceVersion {obj.resource_version}, "
@@ -524,7 +538,7 @@ class APIServer:
         released = strategy_for(current).release(current, self.alloc, journal)
         notes = [f"released {n}" for n in released]
         deleted = self.store.delete(
-            current.kind, current.key, expected_version=current.resource_version
+            current.store_kind, current.key, expected_version=current.resource_version
         )
         journal.commit()
         self._record(component, deleted, "Deleted", _message(message, notes))
@@ -634,7 +648,7 @@ class APIServer:
         created: dict[str, list[int]] = {}
         for i, adm in enumerate(plan):
             if adm.action == "created":
-                created.setdefault(adm.obj.kind, []).append(i)
+                created.setdefault(adm.obj.store_kind, []).append(i)
         view = BatchView(batch, self.store, self.cluster)
         found: list[tuple[int, InputError]] = []
         for kind, at in created.items():
@@ -650,15 +664,15 @@ class APIServer:
         self, obj: KubeObject, batch: dict[tuple[str, str], KubeObject], reserved: set[str]
     ) -> _Admitted:
         obj = obj.with_meta(resource_version=None) if obj.metadata.resource_version else obj
-        ident = (obj.kind, obj.key)
-        current = batch.get(ident) or (self._get(obj.kind, obj.key) if obj.name else None)
+        ident = (obj.store_kind, obj.key)
+        current = batch.get(ident) or (self._get(obj.store_kind, obj.key) if obj.name else None)
         if current is None:
             adm = self._admit_create(obj, reserved=reserved, keep_uid=True)
         else:
             adm = self._admit_update(obj, current)
             if ident in batch:
                 adm.expected_version = None  # written earlier in this batch
-        batch[(adm.obj.kind, adm.obj.key)] = adm.obj
+        batch[(adm.obj.store_kind, adm.obj.key)] = adm.obj
         reserved.add(adm.obj.key)
         return adm
 
@@ -744,7 +758,7 @@ class APIServer:
                     field="metadata.name",
                 )
             ns = ch.get("namespace", meta.namespace) or ""
-            ch["name"] = self._generate_name(obj.kind, ns, meta.generate_name, reserved)
+            ch["name"] = self._generate_name(obj.store_kind, ns, meta.generate_name, reserved)
         if uid_revision is not None:
             ns = ch.get("namespace", meta.namespace) or ""
             name = ch.get("name", meta.name)
@@ -802,7 +816,7 @@ class APIServer:
             return self.store.create(obj)
         obj = adm.obj
         if obj.metadata.uid is None:  # created earlier in the same apply batch
-            obj = obj.with_meta(uid=self.store.get(obj.kind, obj.key).metadata.uid)
+            obj = obj.with_meta(uid=self.store.get(obj.store_kind, obj.key).metadata.uid)
         return self.store.update(obj, expected_version=adm.expected_version)
 
     def _record(self, component: str, obj: KubeObject, reason: str, message: str) -> None:

@@ -512,7 +512,7 @@ def strategy_of(store_kind: str | None) -> Strategy:
 
 def strategy_for(obj: KubeObject) -> Strategy:
     """``obj``'s strategy (:func:`strategy_of` its store kind)."""
-    return strategy_of(obj.kind)
+    return strategy_of(obj.store_kind)
 
 
 def default(obj: KubeObject, cluster: ClusterSpec) -> KubeObject:

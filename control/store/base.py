@@ -72,7 +72,7 @@ class WatchEvent:
 
     @property
     def kind(self) -> str:
-        return self.object.kind
+        return self.object.store_kind
 
 
 @runtime_checkable

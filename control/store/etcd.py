@@ -325,16 +325,16 @@ class EtcdStore:
         """An event read from etcd (revision > _synced): into the cache, unless the
         cache already holds a newer state of the key (an own write), and into the log."""
         obj = ev.object
-        bucket = self._cache.get(obj.kind)
+        bucket = self._cache.get(obj.store_kind)
         if bucket is not None:
             cur = bucket.get(obj.key)
             if ev.type == "DELETED":
                 if cur is not None and cur.resource_version < ev.revision:
                     del bucket[obj.key]
-                    self._keys.pop(obj.kind, None)
+                    self._keys.pop(obj.store_kind, None)
             elif cur is None or cur.resource_version < ev.revision:
                 if cur is None:
-                    self._keys.pop(obj.kind, None)
+                    self._keys.pop(obj.store_kind, None)
                 bucket[obj.key] = obj
         self._log.append(ev)
         self._log_revs.append(ev.revision)
@@ -343,15 +343,15 @@ class EtcdStore:
         """Own writes committed at ``rev``: into the cache now; into the log when nothing
         came between (else the next refresh reads them back from etcd, in order)."""
         for type_, obj in changes:
-            bucket = self._cache.get(obj.kind)
+            bucket = self._cache.get(obj.store_kind)
             if bucket is None:
                 continue
             if type_ == "DELETED":
                 if bucket.pop(obj.key, None) is not None:
-                    self._keys.pop(obj.kind, None)
+                    self._keys.pop(obj.store_kind, None)
             else:
                 if obj.key not in bucket:
-                    self._keys.pop(obj.kind, None)
+                    self._keys.pop(obj.store_kind, None)
                 bucket[obj.key] = obj
         if rev == self._synced + 1:
             self._synced = rev
@@ -464,43 +464,43 @@ class EtcdStore:
                     raise CompactedError(f"revision {since} has been compacted")
                 return []
             events = self._stream(since, last)
-        return events if ks is None else [e for e in events if e.object.kind in ks]
+        return events if ks is None else [e for e in events if e.object.store_kind in ks]
 
     # ------------------------------------------------------------------ writes
 
     def create(self, obj: KubeObject) -> KubeObject:
-        ekey = object_key(obj.kind, obj.key)
+        ekey = object_key(obj.store_kind, obj.key)
         if self._txn is not None:
-            st = self._touch(obj.kind, obj.key)
+            st = self._touch(obj.store_kind, obj.key)
             if st.final is not None:
-                raise ConflictError(f"{obj.kind} {obj.key!r} already exists")
+                raise ConflictError(f"{obj.store_kind} {obj.key!r} already exists")
             st.final = obj.with_meta(resource_version=str(self._predicted()))
             return st.final
         if self._batch is not None:
-            return self._batched(obj.kind, obj.key, obj, None, create=True)
+            return self._batched(obj.store_kind, obj.key, obj, None, create=True)
         ok, rev = self._commit([_mod_is(ekey, 0)], [_put(ekey, encode_value(obj))])
         if not ok:
             self._refresh(force=True)
-            raise ConflictError(f"{obj.kind} {obj.key!r} already exists")
+            raise ConflictError(f"{obj.store_kind} {obj.key!r} already exists")
         stored = obj.with_meta(resource_version=str(rev))
         self._wrote(rev, [("ADDED", stored)])
         return stored
 
     def update(self, obj: KubeObject, expected_version: int | None = None) -> KubeObject:
-        ekey = object_key(obj.kind, obj.key)
+        ekey = object_key(obj.store_kind, obj.key)
         if self._txn is not None:
-            st = self._touch(obj.kind, obj.key)
-            self._check(obj.kind, obj.key, st.final, expected_version)
+            st = self._touch(obj.store_kind, obj.key)
+            self._check(obj.store_kind, obj.key, st.final, expected_version)
             st.final = obj.with_meta(resource_version=str(self._predicted()))
             return st.final
         if self._batch is not None:
-            return self._batched(obj.kind, obj.key, obj, expected_version)
+            return self._batched(obj.store_kind, obj.key, obj, expected_version)
         cond = _exists(ekey) if expected_version is None else _mod_is(ekey, expected_version)
         ok, rev = self._commit([cond], [_put(ekey, encode_value(obj))])
         if not ok:
             self._refresh(force=True)
-            self._check(obj.kind, obj.key, self._bucket(obj.kind).get(obj.key), expected_version)
-            raise ConflictError(f"{obj.kind} {obj.key!r}: changed by another writer")
+            self._check(obj.store_kind, obj.key, self._bucket(obj.store_kind).get(obj.key), expected_version)
+            raise ConflictError(f"{obj.store_kind} {obj.key!r}: changed by another writer")
         stored = obj.with_meta(resource_version=str(rev))
         self._wrote(rev, [("MODIFIED", stored)])
         return stored

@@ -62,7 +62,7 @@ class MemoryStore:
         events = self._log[start:]
         if kinds is not None:
             ks = set(kinds)
-            events = [e for e in events if e.object.kind in ks]
+            events = [e for e in events if e.object.store_kind in ks]
         return events
 
     # ---- writes
@@ -76,27 +76,27 @@ class MemoryStore:
         self._log_revs.append(self._revision)
 
     def create(self, obj: KubeObject) -> KubeObject:
-        bucket = self._objects.setdefault(obj.kind, {})
+        bucket = self._objects.setdefault(obj.store_kind, {})
         if obj.key in bucket:
-            raise ConflictError(f"{obj.kind} {obj.key!r} already exists")
+            raise ConflictError(f"{obj.store_kind} {obj.key!r} already exists")
         stored = self._stamp(obj)
-        self._remember(obj.kind, obj.key, None)
+        self._remember(obj.store_kind, obj.key, None)
         bucket[obj.key] = stored
         self._emit("ADDED", stored)
         return stored
 
     def update(self, obj: KubeObject, expected_version: int | None = None) -> KubeObject:
-        bucket = self._objects.get(obj.kind, {})
+        bucket = self._objects.get(obj.store_kind, {})
         current = bucket.get(obj.key)
         if current is None:
-            raise NotFoundError(f"{obj.kind} {obj.key!r} not found")
+            raise NotFoundError(f"{obj.store_kind} {obj.key!r} not found")
         if expected_version is not None and current.resource_version != expected_version:
             raise ConflictError(
-                f"{obj.kind} {obj.key!r}: resourceVersion {expected_version} is stale "
+                f"{obj.store_kind} {obj.key!r}: resourceVersion {expected_version} is stale "
                 f"(stored: {current.resource_version})"
             )
         stored = self._stamp(obj)
-        self._remember(obj.kind, obj.key, current)
+        self._remember(obj.store_kind, obj.key, current)
         bucket[obj.key] = stored
         self._emit("MODIFIED", stored)
         return stored

@@ -274,7 +274,7 @@ class SqliteStore:
     def _append(self, type_: EventType, obj: KubeObject, data: str) -> None:
         self._conn.execute(
             "INSERT INTO log(rev, type, kind, key, data) VALUES (?, ?, ?, ?, ?)",
-            (self._revision, type_, obj.kind, obj.key, data),
+            (self._revision, type_, obj.store_kind, obj.key, data),
         )
         self._log.append(WatchEvent(type_, obj, self._revision))
         self._log_revs.append(self._revision)
@@ -378,7 +378,7 @@ class SqliteStore:
         """The JSON this store wrote for ``obj`` if ``obj`` is the very (immutable) object
         the latest create or update of its kind returned; else None. See
         :func:`control.store.base.encoded`."""
-        hit = self._written.get(obj.kind)
+        hit = self._written.get(obj.store_kind)
         return hit[1] if hit is not None and hit[0] is obj else None
 
     def peek(self, kind: str, key: str) -> KubeObject:
@@ -431,7 +431,7 @@ class SqliteStore:
         start = bisect.bisect_right(self._log_revs, since)
         tail = self._log[start:]
         if ks is not None:
-            tail = [e for e in tail if e.object.kind in ks]
+            tail = [e for e in tail if e.object.store_kind in ks]
         events.extend(tail)
         return events
 
@@ -469,22 +469,22 @@ class SqliteStore:
 
     def _create(self, obj: KubeObject) -> KubeObject:
         key = obj.key
-        if self._exists(obj.kind, key):
-            raise ConflictError(f"{obj.kind} {key!r} already exists")
-        self._track(obj.kind, key, None)
+        if self._exists(obj.store_kind, key):
+            raise ConflictError(f"{obj.store_kind} {key!r} already exists")
+        self._track(obj.store_kind, key, None)
         self._revision += 1
         stored = stamped(obj, self._revision)
         data = _dump(stored)
         self._conn.execute(
-            "INSERT INTO objects(kind, key, data) VALUES (?, ?, ?)", (obj.kind, key, data)
+            "INSERT INTO objects(kind, key, data) VALUES (?, ?, ?)", (obj.store_kind, key, data)
         )
         self._append("ADDED", stored, data)
-        self._written[obj.kind] = (stored, data)
-        bucket = self._cache.get(obj.kind)
+        self._written[obj.store_kind] = (stored, data)
+        bucket = self._cache.get(obj.store_kind)
         if bucket is not None:
             bucket[key] = stored
-        self._keys.pop(obj.kind, None)
-        self._remember(obj.kind, key, None)
+        self._keys.pop(obj.store_kind, None)
+        self._remember(obj.store_kind, key, None)
         self._wrote()
         return stored
 
@@ -494,23 +494,23 @@ class SqliteStore:
 
     def _update(self, obj: KubeObject, expected_version: int | None) -> KubeObject:
         key = obj.key
-        current = self._current(obj.kind, key)
+        current = self._current(obj.store_kind, key)
         if current is None:
-            raise NotFoundError(f"{obj.kind} {key!r} not found")
-        self._check_version(obj.kind, key, current, expected_version)
-        self._track(obj.kind, key, current)
+            raise NotFoundError(f"{obj.store_kind} {key!r} not found")
+        self._check_version(obj.store_kind, key, current, expected_version)
+        self._track(obj.store_kind, key, current)
         self._revision += 1
         stored = stamped(obj, self._revision)
         data = _dump(stored)
         self._conn.execute(
-            "UPDATE objects SET data = ? WHERE kind = ? AND key = ?", (data, obj.kind, key)
+            "UPDATE objects SET data = ? WHERE kind = ? AND key = ?", (data, obj.store_kind, key)
         )
         self._append("MODIFIED", stored, data)
-        self._written[obj.kind] = (stored, data)
-        bucket = self._cache.get(obj.kind)
+        self._written[obj.store_kind] = (stored, data)
+        bucket = self._cache.get(obj.store_kind)
         if bucket is not None:
             bucket[key] = stored
-        self._remember(obj.kind, key, current)
+        self._remember(obj.store_kind, key, current)
         self._wrote()
         return stored
 

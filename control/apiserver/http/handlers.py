@@ -1058,7 +1058,7 @@ def _delete_one(
     force = options.get("gracePeriodSeconds") == 0
     try:
         last = apiserver.delete(
-            obj.kind,
+            obj.store_kind,
             obj.key,
             component=comp,
             force=force,
@@ -1069,7 +1069,7 @@ def _delete_one(
     api.cache.forget(obj.kind, obj.key)
     _after_write(api, res, None)
     try:
-        return api.get(obj.kind, obj.key) and last
+        return api.get(obj.store_kind, obj.key) and last
     except NotFoundError:
         return None
 
