@@ -56,6 +56,7 @@ from netmodel.errors import InputError, InvalidError
 from netmodel.objects import (
     Deployment,
     EndpointSlice,
+    GenericObject,
     KubeObject,
     Namespace,
     Node,
@@ -503,10 +504,8 @@ def strategy_of(store_kind: str | None) -> Strategy:
         return s
     if store_kind is None:
         return GENERIC
-    try:
-        typed = kinds.row_of_store(store_kind).typed is not None
-    except KeyError:
-        typed = False
+    cls = kinds.KINDS.get(store_kind)  # a dict lookup: this is asked per Table row
+    typed = cls is not None and not issubclass(cls, GenericObject)
     return TYPED_NO_RULES if typed else GENERIC
 
 
