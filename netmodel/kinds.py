@@ -120,11 +120,13 @@ def row(
     shares_store: bool = False,
     apply: bool = True,
     dump: bool = True,
+    store: str | None = None,
 ) -> KindRow:
     """A row with the usual defaults: stored under ``/registry/<plural>`` as its own
     kind, applied and imported from dumps. ``etcd=None`` makes a kind computed on read
     (not stored, not applied); ``shares_store``: kept in the store of another group's
-    row of the same kind."""
+    row of the same kind; ``store``: its store kind when not its kind name (a custom
+    resource's ``<plural>.<group>``)."""
     stored = etcd is not None
     return KindRow(
         group=group,
@@ -139,7 +141,7 @@ def row(
         verbs=verbs,
         model=model,
         etcd=(etcd or plural) if stored else None,
-        store_kind=kind if stored else None,
+        store_kind=(store or kind) if stored else None,
         typed=typed,
         apply=apply and stored,
         dump=dump and stored,
@@ -650,15 +652,18 @@ ROWS: list[KindRow] = [
 ]
 
 
-def generic_class(kind: str, api_version: str, namespaced: bool) -> type[GenericObject]:
+def generic_class(
+    kind: str, api_version: str, namespaced: bool, store_kind: str | None = None
+) -> type[GenericObject]:
     """The class of a kind served through the generic path: a :class:`GenericObject`
-    with the kind's name, apiVersion and scope."""
+    with the kind's name, apiVersion and scope (and its store kind when not its name)."""
     attrs = {
         "__module__": __name__,
         "__doc__": f"{kind} ({api_version}): served through the generic path.",
         "KIND": kind,
         "API_VERSION": api_version,
         "NAMESPACED": namespaced,
+        "STORE_KIND": "" if store_kind in (None, kind) else store_kind,
     }
     return type(kind, (GenericObject,), attrs)
 
@@ -756,12 +761,23 @@ def stored_rows() -> list[KindRow]:
     return [r for r in ROWS if r.owns_store]
 
 
-def row_of(kind: str) -> KindRow:
-    """The row that owns store kind ``kind``; KeyError if none does."""
+def row_of_store(store_kind: str) -> KindRow:
+    """The row that owns the store kind ``store_kind`` (a built-in kind's name, or a
+    custom resource's ``<plural>.<group>``); KeyError if none does."""
     for r in ROWS:
-        if r.store_kind == kind and r.owns_store:
+        if r.store_kind == store_kind and r.owns_store:
             return r
-    raise KeyError(f"unknown kind {kind!r}")
+    raise KeyError(f"unknown kind {store_kind!r}")
+
+
+def row_of(kind: str) -> KindRow:
+    """The row that owns store kind ``kind`` (:func:`row_of_store`)."""
+    return row_of_store(kind)
+
+
+def class_of(api_version: str, kind: str) -> type[KubeObject] | None:
+    """The class that decodes ``kind`` in ``api_version`` (:func:`class_for`)."""
+    return class_for(api_version, kind)
 
 
 def class_for(api_version: str, kind: str) -> type[KubeObject] | None:

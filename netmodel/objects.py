@@ -191,6 +191,11 @@ class KubeObject(K8sModel):
         """``ns/name`` for namespaced objects, ``name`` otherwise (the store key)."""
         return f"{self.namespace}/{self.name}" if self.NAMESPACED else self.name
 
+    @classmethod
+    def store_kind_of(cls) -> str:
+        """The store kind of the class's objects (:attr:`store_kind`)."""
+        return cls.STORE_KIND or cls.KIND
+
     @property
     def ref(self) -> str:
         """``Kind/ns/name`` for messages."""

@@ -201,8 +201,9 @@ def get(
     output: str | None,
     selector: str | None,
 ) -> None:
-    """List objects, or show one: nodes, pods, services, endpointslices, deployments,
-    replicasets, events; ``all``: pods, services, deployments and replicasets."""
+    """List objects, or show one, of any kind svclab stores (by plural, singular, short
+    name or kind: ``cm``, ``secrets``, ``sts``, ``statefulsets.apps``); ``all``: pods,
+    services, deployments and replicasets."""
     if kind.lower() == "all":
         if name is not None:
             raise click.UsageError("'get all' takes no NAME")
@@ -215,7 +216,7 @@ def get(
         raise click.UsageError("name cannot be provided when a selector is specified")
     session = ctx.session()
     try:
-        cluster_scoped = kind in ("Node", "Namespace")
+        cluster_scoped = not printers.is_namespaced(kind)
         ns = None if (all_namespaces or cluster_scoped) else namespace
         if name is not None:
             key = name if cluster_scoped else f"{namespace}/{name}"
@@ -223,7 +224,7 @@ def get(
                 objs = [session.store.get(kind, key)]
             except NotFoundError:
                 raise NotFoundError(
-                    f'{kind.lower()}s "{name}" not found'
+                    f'{printers.plural_of(kind)} "{name}" not found'
                     + ("" if cluster_scoped else f" in namespace {namespace!r}")
                 ) from None
         else:

@@ -1,4 +1,7 @@
-"""kubectl-like tables for ``svclab get`` (plain text, columns padded with 3 spaces)."""
+"""kubectl-like tables for ``svclab get`` (plain text, columns padded with 3 spaces):
+svclab's own columns for the kinds the network is made of (:data:`COLUMNS`), the
+apiserver's Table columns (each kind's strategy) for every other kind of the kind
+table."""
 
 from __future__ import annotations
 
@@ -7,6 +10,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # the models are only read here; importing them costs the CLI's start-up
+    from netmodel.kinds import KindRow
     from netmodel.objects import (
         Deployment,
         EndpointSlice,
@@ -35,8 +39,51 @@ for _kind, _names in {
 
 
 def resolve_kind(text: str) -> str | None:
-    """``svc`` -> ``Service``; ``pod/web`` style prefixes are split by the caller."""
-    return KIND_ALIASES.get(text.lower()) or (text if text in KIND_ALIASES.values() else None)
+    """The store kind ``text`` names, as kubectl resolves a resource: ``svc`` ->
+    ``Service``, ``cm`` / ``configmaps`` / ``configmap`` / ``ConfigMap`` ->
+    ``ConfigMap``, ``statefulsets.apps`` -> ``StatefulSet``: a plural, singular, short
+    name or kind of any stored row of the kind table (:mod:`netmodel.kinds`), optionally
+    qualified by its group. None if no row matches. ``pod/web`` style prefixes are split
+    by the caller."""
+    hit = KIND_ALIASES.get(text.lower()) or (text if text in KIND_ALIASES.values() else None)
+    if hit is not None:
+        return hit
+    row = _row_named(text)
+    return row.store_kind if row is not None else None
+
+
+def _row_named(text: str) -> KindRow | None:
+    from netmodel import kinds
+
+    name, _, group = text.partition(".")
+    low = name.lower()
+    for r in kinds.rows():
+        if r.store_kind is None or not r.owns_store or (group and r.group != group):
+            continue
+        if low in (r.plural, r.singular, r.kind.lower(), *r.short_names):
+            return r
+    return None
+
+
+def plural_of(kind: str) -> str:
+    """The URL plural of store kind ``kind`` (``configmaps``), as kubectl names it in
+    messages; ``kind`` in lower case + ``s`` for a kind no row owns."""
+    from netmodel import kinds
+
+    try:
+        return kinds.row_of_store(kind).plural
+    except KeyError:
+        return kind.lower() + "s"
+
+
+def is_namespaced(kind: str) -> bool:
+    """Whether objects of store kind ``kind`` live in namespaces (its row's scope)."""
+    from netmodel import kinds
+
+    try:
+        return kinds.row_of_store(kind).namespaced
+    except KeyError:
+        return kind not in ("Node", "Namespace")
 
 
 def age(ts: str | None, now: float) -> str:
@@ -245,15 +292,55 @@ def table(
     all_namespaces: bool,
     name_prefix: str = "",
 ) -> str:
-    """The ``get`` table of ``objs`` (``name_prefix``: ``get all``'s ``pod/`` etc.)."""
-    base, extra, row = COLUMNS[kind]
-    header = base + (extra if wide else [])
-    namespaced = objs[0].NAMESPACED if objs else kind not in ("Node", "Namespace")
+    """The ``get`` table of ``objs`` (``name_prefix``: ``get all``'s ``pod/`` etc.):
+    svclab's own columns for the kinds of :data:`COLUMNS`, else the columns of the HTTP
+    Table its kind's strategy gives (:func:`server_table`)."""
+    if kind not in COLUMNS:
+        header, rows = server_table(kind, objs, now=now, wide=wide)
+    else:
+        base, extra, row = COLUMNS[kind]
+        header = base + (extra if wide else [])
+        rows = [row(o, now, wide) for o in objs]
+    namespaced = objs[0].NAMESPACED if objs else is_namespaced(kind)
     if all_namespaces and namespaced:
         header = ["NAMESPACE", *header]
-    rows = [header]
-    for o in objs:
-        r = row(o, now, wide)
+    out = [header]
+    for o, r in zip(objs, rows, strict=True):
         r[0] = name_prefix + r[0]
-        rows.append([o.namespace, *r] if all_namespaces and namespaced else r)
-    return format_table(rows)
+        out.append([o.namespace, *r] if all_namespaces and namespaced else r)
+    return format_table(out)
+
+
+def server_table(
+    kind: str, objs: Sequence[KubeObject], *, now: float, wide: bool
+) -> tuple[list[str], list[list[str]]]:
+    """The header and rows kubectl prints from the apiserver's Table for store kind
+    ``kind``: its strategy's columns and cells (kube-apiserver's columns,
+    :mod:`control.apiserver.http.tables`; NAME and AGE for a kind without columns of
+    its own), names in upper case, the priority-1 columns only when ``wide``, a missing
+    cell as ``<none>``."""
+    from control.apiserver.http.resources import by_path
+    from control.apiserver.strategy import strategy_of
+    from netmodel import kinds
+
+    r = kinds.row_of_store(kind)
+    res = by_path(r.group, r.version, r.plural)
+    assert res is not None, f"no resource serves {kind}"
+    strategy = strategy_of(kind)
+    cols = strategy.table_columns(res)
+    shown = [i for i, c in enumerate(cols) if wide or not c.get("priority")]
+    header = [str(cols[i]["name"]).upper() for i in shown]
+    rows = []
+    for o in objs:
+        cells = strategy.table_row(res, o, now)
+        rows.append([_cell(cells[i]) if i < len(cells) else "<none>" for i in shown])
+    return header, rows
+
+
+def _cell(value: object) -> str:
+    """A Table cell as kubectl prints it."""
+    if value is None:
+        return "<none>"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)

@@ -30,6 +30,7 @@ import zoneinfo
 from typing import Any
 
 from control.apiserver.defaults import default_pod_spec
+from control.apiserver.strategybase import GenericStrategy
 from control.apiserver.validation import Problems, selector_text, validate_pod_spec
 from control.cron import CronError, parse_schedule
 from netmodel.batch import (
@@ -233,7 +234,7 @@ def _pod_failure_policy(spec: JobSpec, f: str, p: Problems) -> None:
                 )
 
 
-class JobStrategy:
+class JobStrategy(GenericStrategy):
     """batch/v1 Job (see the module docstring)."""
 
     counts_generation = True
@@ -317,7 +318,7 @@ def default_cronjob(cj: CronJob) -> CronJob:
     return cj.evolve(spec=s.evolve(**ch)) if ch else cj
 
 
-class CronJobStrategy:
+class CronJobStrategy(GenericStrategy):
     """batch/v1 CronJob (see the module docstring)."""
 
     counts_generation = True

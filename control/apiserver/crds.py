@@ -26,6 +26,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from control.apiserver.strategybase import GenericStrategy
 from control.apiserver.validation import Problems
 from control.store.base import Store
 from netmodel import customresources, kinds, structural
@@ -359,7 +360,7 @@ def _at(doc: Any, path: str) -> Any:
     return doc
 
 
-class CRDStrategy:
+class CRDStrategy(GenericStrategy):
     """CustomResourceDefinition: defaults, status, validation (:func:`validate_crd`)."""
 
     counts_generation = True
@@ -440,7 +441,7 @@ def has_status(obj: KubeObject) -> bool:
     return "status" in (_version(obj).get("subresources") or {})
 
 
-class CustomResourceStrategy:
+class CustomResourceStrategy(GenericStrategy):
     """Every custom resource: pruned and defaulted from its version's schema, then
     validated against it; a generation counted on every change but metadata (and
     status, with the status subresource)."""

@@ -20,6 +20,7 @@ from __future__ import annotations
 from typing import Any
 
 from control.apiserver.defaults import default_pod_spec
+from control.apiserver.strategybase import GenericStrategy
 from control.apiserver.validation import (
     PERCENT,
     PERCENT_MESSAGE,
@@ -167,7 +168,7 @@ def validate_update(ds: DaemonSet, old: DaemonSet, p: Problems) -> None:
         p.invalid("spec.selector", selector_text(ds.spec.selector), "field is immutable")
 
 
-class DaemonSetStrategy:
+class DaemonSetStrategy(GenericStrategy):
     """The :class:`control.apiserver.strategy.Strategy` of DaemonSets."""
 
     counts_generation = True

@@ -24,6 +24,7 @@ from control.apiserver.names import (
     check_port_name,
     check_qualified_name,
 )
+from control.apiserver.strategybase import GenericStrategy
 from control.apiserver.validation import PERCENT, PERCENT_MESSAGE, Problems
 from netmodel.cluster import ClusterSpec
 from netmodel.objects import KubeObject
@@ -41,7 +42,7 @@ WILDCARD_MSG = (
 )
 
 
-class WireStrategy:
+class WireStrategy(GenericStrategy):
     """A strategy (:class:`control.apiserver.strategy.Strategy`) over the object's wire
     form. ``counts_generation``: whether kube-apiserver sets ``metadata.generation`` for
     the kind (its PrepareForCreate sets it to 1)."""

@@ -51,11 +51,16 @@ from typing import Any, Literal
 from pydantic import BaseModel
 
 from control.apiserver import clusterdns, crds, endpoints, servicecidrs
+from control.apiserver.admission import Allocations, BatchView
 from control.apiserver.allocators import Journal
 from control.apiserver.nodes import nodes_for
-from control.apiserver.podips import check_recorded_pod_ips, recorded_ips
-from control.apiserver.services import ServiceAllocators
-from control.apiserver.strategy import default, strategy_for, validate, validate_update
+from control.apiserver.strategy import (
+    default,
+    strategy_for,
+    strategy_of,
+    validate,
+    validate_update,
+)
 from control.apiserver.validation import validate_binding
 from control.clock import Clock, rfc3339
 from control.events import Recorder
@@ -69,7 +74,7 @@ from netmodel.errors import (
     NotFoundError,
     SvclabError,
 )
-from netmodel.kinds import KINDS
+from netmodel.kinds import stored_rows
 from netmodel.objects import (
     FOREGROUND,
     Condition,
@@ -138,25 +143,29 @@ def _uid(kind: str, key: str, revision: int) -> str:
 def _spec_changes(before: KubeObject, after: KubeObject) -> str:
     """``updated spec.nodeName=node-2, spec.podCIDR=10.244.1.0/24`` (scalars shown with
     their new value, other changed fields by name): what the timeline says of an update."""
-    old, new = getattr(before, "spec", None), getattr(after, "spec", None)
-    if old is None or new is None or old == new:
+    old_spec, new_spec = getattr(before, "spec", None), getattr(after, "spec", None)
+    if old_spec is None or new_spec is None or old_spec == new_spec:
         return "updated"
+    old, new = _spec_fields(old_spec), _spec_fields(new_spec)
     parts = []
-    if isinstance(old, dict) and isinstance(new, dict):  # a generic kind's spec
-        for k in sorted(set(old) | set(new), key=str):
-            b = new.get(k)
-            if old.get(k) != b:
-                parts.append(f"spec.{k}={b}" if isinstance(b, str | int | bool) else f"spec.{k}")
-        return "updated " + ", ".join(parts) if parts else "updated"
-    if not isinstance(new, BaseModel):  # any other spec that is not a model
-        return "updated spec"
-    for name, info in type(new).model_fields.items():
-        a, b = getattr(old, name), getattr(new, name)
+    for wire in [*new, *(k for k in old if k not in new)]:
+        a, b = old.get(wire), new.get(wire)
         if a == b:
             continue
-        wire = info.alias or name
         parts.append(f"spec.{wire}={b}" if isinstance(b, str | int | bool) else f"spec.{wire}")
     return "updated " + ", ".join(parts) if parts else "updated"
+
+
+def _spec_fields(spec: Any) -> dict[str, Any]:
+    """A spec's fields by their wire names: a typed spec's (in field order) or a generic
+    object's spec as it came (a generic kind's ``spec`` is a plain mapping); nothing
+    for anything else."""
+    if isinstance(spec, BaseModel):
+        fields = type(spec).model_fields
+        return {info.alias or name: getattr(spec, name) for name, info in fields.items()}
+    if isinstance(spec, dict):
+        return spec
+    return {}
 
 
 def _message(verb: str, notes: Sequence[str]) -> str:
@@ -181,8 +190,8 @@ class APIServer:
         self.clock = clock
         self.recorder = recorder
         self._now_cache: tuple[int, str] = (-1, "")
-        self.services = ServiceAllocators(cluster, store=store, now=self._now)
-        self.services.rebuild([s for s in store.list("Service") if isinstance(s, Service)])
+        self.alloc = Allocations.rebuilt(cluster, store, now=self._now)
+        self.services = self.alloc.services
         crds.sync(store)  # a persistent store's CRDs: their kinds before any of their objects
 
     # ------------------------------------------------------------------ bootstrap
@@ -361,8 +370,7 @@ class APIServer:
             return current
         new = current.evolve(status=status)
         journal = Journal()
-        if isinstance(new, Service) and isinstance(current, Service):
-            self.services.restatus(new, current, journal)
+        strategy_for(new).restatus(new, current, self.alloc, journal)
         try:
             stored = self.store.update(new, expected_version=current.resource_version)
         except BaseException:
@@ -478,23 +486,28 @@ class APIServer:
                 f"{kind} {key!r}: the resourceVersion in the precondition ({expected_version}) "
                 f"does not match the one in record ({current.resource_version})"
             )
-        if isinstance(current, Pod) and current.spec.node_name and not force:
-            if current.is_terminating:
-                return current
-            marked = current.with_meta(deletion_timestamp=self._now())
-            stored = self.store.update(marked, expected_version=current.resource_version)
-            self._record(
-                component,
-                stored,
-                "Deleting",
-                f"marked for deletion; the kubelet on {current.spec.node_name} finishes it",
-            )
+        strategy = strategy_for(current)
+        marked = strategy.graceful_delete(current, force=force, now=self._now())
+        if marked is not None:
+            if current.metadata.deletion_timestamp is not None:
+                return current  # marked already
+            stored = self.store.update(marked.obj, expected_version=current.resource_version)
+            self._record(component, stored, "Deleting", marked.message)
             return stored
-        if isinstance(current, Namespace):
-            return self._mark_namespace(current, component)
-        if not isinstance(current, Pod) and current.metadata.deletion_timestamp is not None:
+        if strategy.honours_finalizers:
+            held = self._hold_for_finalizers(current, component, propagation)
+            if held is not None:
+                return held
+        return self._remove(current, component, strategy.deleted_message(current, force=force))
+
+    def _hold_for_finalizers(
+        self, current: KubeObject, component: str, propagation: str | None
+    ) -> KubeObject | None:
+        """The object as a delete leaves it stored while finalizers hold it (a foreground
+        deletion adds its own), or None when nothing holds it."""
+        if current.metadata.deletion_timestamp is not None:
             return current  # being deleted already (its finalizers are pending)
-        if propagation == "Foreground" and not isinstance(current, Pod):
+        if propagation == "Foreground":
             fins = finalizers(current)
             doomed = current.with_meta(
                 deletion_timestamp=self._now(),
@@ -509,7 +522,7 @@ class APIServer:
                 "dependents first",
             )
             return kept
-        if not isinstance(current, Pod) and (fins := finalizers(current)):
+        if fins := finalizers(current):
             kept = self.store.update(
                 current.with_meta(deletion_timestamp=self._now()),
                 expected_version=current.resource_version,
@@ -521,44 +534,20 @@ class APIServer:
                 f"marked for deletion: it goes once its finalizers ({', '.join(fins)}) are removed",
             )
             return kept
-        message = "deleted"
-        if force and isinstance(current, Pod) and current.spec.node_name:
-            message = f"deleted at once (force, grace period 0; was on {current.spec.node_name})"
-        return self._remove(current, component, message)
+        return None
 
     def _remove(self, current: KubeObject, component: str, message: str) -> KubeObject:
-        """Remove ``current`` from the store and free what it holds (a Service's
-        addresses and ports); returns the last state."""
+        """Remove ``current`` from the store and free what it holds (its strategy's
+        release: a Service's addresses and ports); returns the last state."""
         journal = Journal()
-        notes: list[str] = []
-        if isinstance(current, Service):
-            notes = [f"released {n}" for n in self.services.release(current, journal)]
+        released = strategy_for(current).release(current, self.alloc, journal)
+        notes = [f"released {n}" for n in released]
         deleted = self.store.delete(
             current.store_kind, current.key, expected_version=current.resource_version
         )
         journal.commit()
         self._record(component, deleted, "Deleted", _message(message, notes))
         return deleted
-
-    def _mark_namespace(self, current: Namespace, component: str) -> Namespace:
-        if current.name in UNDELETABLE_NAMESPACES:
-            raise InvalidError(
-                "Forbidden: this namespace may not be deleted", obj=current.ref, field=None
-            )
-        if current.metadata.deletion_timestamp is not None:
-            return current
-        marked = current.with_meta(deletion_timestamp=self._now()).evolve(
-            status={**current.status, "phase": "Terminating"}
-        )
-        stored = self.store.update(marked, expected_version=current.resource_version)
-        self._record(
-            component,
-            stored,
-            "Deleting",
-            "marked Terminating; the namespace controller deletes everything in it, then it",
-        )
-        assert isinstance(stored, Namespace)
-        return stored
 
     def finalize_namespace(
         self, name: str, *, component: str = "namespace-controller"
@@ -576,8 +565,8 @@ class APIServer:
             )
         left = [
             f"{len(objs)} {kind}"
-            for kind, cls in sorted(KINDS.items())
-            if cls.NAMESPACED and kind != "Event" and (objs := self.store.list(kind, name))
+            for kind in sorted(r.store_kind for r in stored_rows() if r.namespaced and r.store_kind)
+            if strategy_of(kind).holds_namespace and (objs := self.store.list(kind, name))
         ]
         if left:
             raise ConflictError(f"{current.ref}: still holds {', '.join(left)}")
@@ -632,7 +621,7 @@ class APIServer:
                     raise _holder_in_batch(e, plan).located(file=source, document=doc) from None
                 except SvclabError as e:
                     raise InputError(str(e), file=source, document=doc, obj=obj.ref) from None
-            self._check_pod_ips(plan, source, documents)
+            self._check_created(plan, batch, source, documents)
             results: list[tuple[str, KubeObject]] = []
             with self.store.transaction():
                 for adm in plan:
@@ -651,29 +640,27 @@ class APIServer:
             adm.journal.commit()
         return results
 
-    def _check_pod_ips(
-        self, plan: Sequence[_Admitted], source: str | None, documents: Sequence[int] | None
+    def _check_created(
+        self,
+        plan: Sequence[_Admitted],
+        batch: dict[tuple[str, str], KubeObject],
+        source: str | None,
+        documents: Sequence[int] | None,
     ) -> None:
-        """Pods created with recorded addresses (:mod:`.podips`), checked once the whole
-        batch is admitted, so that a dump's Nodes may come after its Pods."""
-        at = [
-            i
-            for i, adm in enumerate(plan)
-            if adm.action == "created" and isinstance(adm.obj, Pod) and recorded_ips(adm.obj)
-        ]
-        if not at:
-            return
-        nodes = {a.obj.name: a.obj for a in plan if isinstance(a.obj, Node)}
-
-        def node(name: str) -> Node | None:
-            n = nodes.get(name) or self._get(Node.KIND, name)
-            return n if isinstance(n, Node) else None
-
-        pods = [plan[i].obj for i in at]
-        held = [p for p in self.store.list(Pod.KIND) if isinstance(p, Pod)]
-        pools = self.cluster.calico_pools if self.cluster.cni == "calico" else None
-        for j, err in check_recorded_pod_ips(pods, node=node, held=held, pools=pools):  # type: ignore[arg-type]
-            i = at[j]
+        """The objects the batch creates, checked by their strategies once the whole
+        batch is admitted (a dump's Pods with recorded addresses, :mod:`.podips`, whose
+        Nodes may come after them); the first problem, in batch order, is raised."""
+        created: dict[str, list[int]] = {}
+        for i, adm in enumerate(plan):
+            if adm.action == "created":
+                created.setdefault(adm.obj.store_kind, []).append(i)
+        view = BatchView(batch, self.store, self.cluster)
+        found: list[tuple[int, InputError]] = []
+        for kind, at in created.items():
+            problems = strategy_of(kind).check_created([plan[i].obj for i in at], view)
+            found += [(at[j], err) for j, err in problems]
+        if found:
+            i, err = min(found, key=lambda f: f[0])
             raise err.located(file=source, document=documents[i] if documents else i + 1)
 
     # ------------------------------------------------------------------ admission
@@ -715,13 +702,11 @@ class APIServer:
         validate(obj, self.cluster)
         self._check_namespace_active(obj)
         journal = Journal()
-        notes: list[str] = []
-        if isinstance(obj, Service):
-            try:
-                obj, notes = self.services.admit(obj, None, journal)
-            except BaseException:
-                journal.rollback()
-                raise
+        try:
+            obj, notes = strategy_for(obj).admit(obj, None, self.alloc, journal)
+        except BaseException:
+            journal.rollback()
+            raise
         return _Admitted("created", obj, None, notes, journal)
 
     def _admit_update(self, obj: KubeObject, current: KubeObject) -> _Admitted:
@@ -729,13 +714,11 @@ class APIServer:
         validate(merged, self.cluster, current)
         validate_update(merged, current)
         journal = Journal()
-        notes: list[str] = []
-        if isinstance(merged, Service) and isinstance(current, Service):
-            try:
-                merged, notes = self.services.admit(merged, current, journal)
-            except BaseException:
-                journal.rollback()
-                raise
+        try:
+            merged, notes = strategy_for(merged).admit(merged, current, self.alloc, journal)
+        except BaseException:
+            journal.rollback()
+            raise
         if merged == current:
             return _Admitted("unchanged", current, current.resource_version, [], journal)
         if strategy_for(merged).counts_generation and _spec_changed(merged, current):
@@ -765,7 +748,7 @@ class APIServer:
             "deletion_timestamp": None,
             "uid": None,
         }
-        if obj.kind != "Event" and strategy_for(obj).counts_generation:
+        if strategy_for(obj).counts_generation:
             ch["generation"] = 1
         if obj.NAMESPACED:
             if not meta.namespace:
@@ -805,7 +788,8 @@ class APIServer:
         ...) and spec, the stored identity fields, and the stored status (Service
         status.loadBalancer.ingress may be given, as in a replayed manifest). Values the
         control plane assigned and ``obj`` leaves unset are kept (its strategy's keep_assigned)."""
-        obj = strategy_for(obj).keep_assigned(obj, current)
+        strategy = strategy_for(obj)
+        obj = strategy.keep_assigned(obj, current)
         cm, om = current.metadata, obj.metadata
         identity = {
             "name": cm.name,
@@ -821,7 +805,7 @@ class APIServer:
         if any(getattr(om, k) != v for k, v in identity.items()):
             ch["metadata"] = om.evolve(**identity)
         if _status_fields(current):
-            keep_given = isinstance(obj, Service) and obj.status.load_balancer.ingress
+            keep_given = strategy.keeps_given_status(obj)
             status = current.status  # type: ignore[attr-defined]
             if not keep_given and obj.status is not status:  # type: ignore[attr-defined]
                 ch["status"] = status
@@ -844,7 +828,7 @@ class APIServer:
         return self.store.update(obj, expected_version=adm.expected_version)
 
     def _record(self, component: str, obj: KubeObject, reason: str, message: str) -> None:
-        if obj.kind == "Event":
+        if not strategy_for(obj).records_events:
             return
         if obj.store_kind == CRD_KIND:  # its kinds are served from now on (or no more)
             crds.sync(self.store)

@@ -26,6 +26,7 @@ from __future__ import annotations
 from typing import Any
 
 from control.apiserver.defaults import DEFAULT_REVISION_HISTORY_LIMIT, default_pod_spec
+from control.apiserver.strategybase import GenericStrategy
 from control.apiserver.validation import Problems, _label_selector, validate_pod_spec
 from netmodel.apps import (
     RollingUpdateStatefulSetStrategy,
@@ -155,7 +156,7 @@ def validate_statefulset_update(new: StatefulSet, old: StatefulSet, p: Problems)
         p.forbidden("spec", _MUTABLE_MSG)
 
 
-class StatefulSetStrategy:
+class StatefulSetStrategy(GenericStrategy):
     """The :class:`~control.apiserver.strategy.Strategy` of StatefulSets."""
 
     counts_generation = True

@@ -1,23 +1,26 @@
-"""What the apiserver does per kind, behind one protocol (kube-apiserver's
-``RESTCreateStrategy`` / ``RESTUpdateStrategy``): defaulting, validation on create and
-on update, the fields an update keeps as the control plane assigned them, and whether
-writes count a ``metadata.generation``.
+"""What the apiserver does per kind, behind one protocol (kube-apiserver's generic
+registry: ``RESTCreateStrategy``, ``RESTUpdateStrategy``, ``RESTDeleteStrategy`` and its
+printers): defaulting, validation on create and on update, the fields an update keeps
+as the control plane assigned them, whether writes count a ``metadata.generation``,
+admission and release of allocations (a Service's clusterIPs and nodePorts), the checks
+made once an ``apply`` batch is admitted (a dump's recorded Pod addresses), how a delete
+goes (at once, graceful, held by finalizers), and the Table rows of ``kubectl get``.
 
-:func:`strategy_for` gives a store kind's :class:`Strategy`: its own (Service, Pod,
-Deployment and ReplicaSet, EndpointSlice, Node, Namespace; ConfigMap, Secret and
-ServiceAccount from :mod:`.configkinds`), else the no-op :class:`GenericStrategy`: a
-kind served through the generic path needs no code beyond its row in
-:mod:`netmodel.kinds`. :func:`default`, :func:`validate` and :func:`validate_update`
-are what the apiserver calls; the metadata checks every object passes (name, namespace,
-labels, annotations, owner references) are made there, not by strategies.
-
-Not here yet (issue 23): admission and release of allocations (Service clusterIPs and
-nodePorts, :mod:`.services`), delete modes, Table rows.
+:func:`strategy_for` gives an object's :class:`Strategy` (:func:`strategy_of` a store
+kind's): its own (Service, Pod, Deployment and ReplicaSet, EndpointSlice, Node,
+Namespace, Event; ConfigMap, Secret and ServiceAccount from :mod:`.configkinds`), else
+the no-op :class:`GenericStrategy`: a kind served through the generic path needs no
+code beyond its row in :mod:`netmodel.kinds`. A strategy of a new kind subclasses
+:class:`GenericStrategy` and overrides what its kind does; it is registered in
+:data:`STRATEGIES` under its store kind. :func:`default`, :func:`validate` and
+:func:`validate_update` are what the apiserver calls; the metadata checks every object
+passes (name, namespace, labels, annotations, owner references) are made there, not by
+strategies.
 """
 
 from __future__ import annotations
 
-from typing import Protocol
+from collections.abc import Sequence
 
 from control.apiserver import (
     configkinds,
@@ -27,6 +30,8 @@ from control.apiserver import (
     kinds_storage,
     servicecidrkinds,
 )
+from control.apiserver.admission import Allocations, BatchView
+from control.apiserver.allocators import Journal
 from control.apiserver.batchkinds import CronJobStrategy, JobStrategy
 from control.apiserver.daemonsets import DaemonSetStrategy
 from control.apiserver.defaults import (
@@ -37,10 +42,13 @@ from control.apiserver.defaults import (
     default_replicaset,
     default_service,
 )
+from control.apiserver.podips import check_recorded_pod_ips, recorded_ips
 from control.apiserver.statefulsets import StatefulSetStrategy
+from control.apiserver.strategybase import GenericStrategy, Marked, Strategy
 from control.apiserver.validation import (
     Problems,
     selector_text,
+    validate_deployment,
     validate_endpointslice,
     validate_metadata,
     validate_node,
@@ -49,8 +57,10 @@ from control.apiserver.validation import (
     validate_service,
     validate_workload,
 )
+from netmodel import kinds
 from netmodel.cluster import ClusterSpec
 from netmodel.customresources import CustomResource
+from netmodel.errors import InputError, InvalidError
 from netmodel.objects import (
     Deployment,
     EndpointSlice,
@@ -63,51 +73,12 @@ from netmodel.objects import (
     Service,
 )
 
-
-class Strategy(Protocol):
-    """One kind's admission rules. ``default`` returns the object with unset fields
-    filled in (idempotent); ``validate`` / ``validate_update`` raise the first problem
-    through ``p`` (an :class:`~netmodel.errors.InvalidError`) and return None for a
-    valid object (``stored``: the version an update replaces, None on create);
-    ``keep_assigned`` returns an update's object with the fields the control plane
-    assigned and the update leaves unset taken from ``current``."""
-
-    #: whether create sets ``metadata.generation`` and a spec change bumps it
-    counts_generation: bool
-
-    def default(self, obj: KubeObject, cluster: ClusterSpec) -> KubeObject: ...
-
-    def validate(
-        self, obj: KubeObject, cluster: ClusterSpec, p: Problems, stored: KubeObject | None
-    ) -> None: ...
-
-    def validate_update(self, obj: KubeObject, old: KubeObject, p: Problems) -> None: ...
-
-    def keep_assigned(self, obj: KubeObject, current: KubeObject) -> KubeObject: ...
+#: Namespaces that may not be deleted (kube-apiserver's NamespaceLifecycle admission)
+UNDELETABLE_NAMESPACES = ("default", "kube-system", "kube-public")
 
 
-class GenericStrategy:
-    """No defaults, no checks beyond the metadata ones, nothing assigned. Kinds served
-    through the generic path count no generation (kube-apiserver counts none for
-    ConfigMaps and the like); typed kinds without rules of their own (Events, RBAC) do,
-    as svclab always has."""
 
-    def __init__(self, *, counts_generation: bool = False) -> None:
-        self.counts_generation = counts_generation
-
-    def default(self, obj: KubeObject, cluster: ClusterSpec) -> KubeObject:
-        return obj
-
-    def validate(
-        self, obj: KubeObject, cluster: ClusterSpec, p: Problems, stored: KubeObject | None
-    ) -> None:
-        return None
-
-    def validate_update(self, obj: KubeObject, old: KubeObject, p: Problems) -> None:
-        return None
-
-    def keep_assigned(self, obj: KubeObject, current: KubeObject) -> KubeObject:
-        return obj
+__all__ = ["GenericStrategy", "Marked", "Strategy"]
 
 
 class ConfigStrategy(GenericStrategy):
@@ -138,8 +109,12 @@ class ServiceCIDRStrategy(GenericStrategy):
 
 
 class ServiceStrategy(GenericStrategy):
-    """Defaults and validation; its clusterIPs and nodePorts are kept and allocated by
-    its admission (:mod:`.services`), which the apiserver still calls by type."""
+    """Defaults and validation; its clusterIPs, nodePorts and LoadBalancer IPs are
+    allocated on admission and freed when it is removed (:mod:`.services`); a status
+    write that brings LoadBalancer ingress takes those addresses, and an update that
+    brings ingress keeps it (a replayed manifest). A DELETE returns the deleted Service."""
+
+    returns_deleted_object = True
 
     def default(self, obj: KubeObject, cluster: ClusterSpec) -> KubeObject:
         assert isinstance(obj, Service)
@@ -151,10 +126,39 @@ class ServiceStrategy(GenericStrategy):
         assert isinstance(obj, Service)
         validate_service(obj, cluster, p)
 
+    def keeps_given_status(self, obj: KubeObject) -> bool:
+        return isinstance(obj, Service) and bool(obj.status.load_balancer.ingress)
+
+    def admit(
+        self, obj: KubeObject, old: KubeObject | None, alloc: Allocations, journal: Journal
+    ) -> tuple[KubeObject, list[str]]:
+        assert isinstance(obj, Service)
+        if old is not None and not isinstance(old, Service):
+            return obj, []
+        return alloc.services.admit(obj, old, journal)
+
+    def restatus(
+        self, obj: KubeObject, old: KubeObject, alloc: Allocations, journal: Journal
+    ) -> None:
+        if isinstance(obj, Service) and isinstance(old, Service):
+            alloc.services.restatus(obj, old, journal)
+
+    def release(self, obj: KubeObject, alloc: Allocations, journal: Journal) -> list[str]:
+        assert isinstance(obj, Service)
+        return alloc.services.release(obj, journal)
+
 
 class PodStrategy(GenericStrategy):
     """A Pod's spec or status equal to its stored one is not checked again (an
-    annotation patch re-parsed every address of the pod); nodeName is kept once set."""
+    annotation patch re-parsed every address of the pod); nodeName is kept once set.
+    Pods an ``apply`` creates with recorded addresses keep them once :mod:`.podips` has
+    checked them against their nodes and the other pods. Deleting a Pod bound to a node
+    only marks it (its kubelet finishes it) unless forced; finalizers do not hold it. A
+    DELETE returns the deleted Pod."""
+
+    honours_finalizers = False
+    returns_deleted_object = True
+    node_field: str | None = "spec.nodeName"
 
     def default(self, obj: KubeObject, cluster: ClusterSpec) -> KubeObject:
         assert isinstance(obj, Pod)
@@ -187,21 +191,50 @@ class PodStrategy(GenericStrategy):
             return obj.evolve(spec=obj.spec.evolve(node_name=current.spec.node_name))
         return obj
 
+    def check_created(
+        self, objs: Sequence[KubeObject], batch: BatchView
+    ) -> list[tuple[int, InputError]]:
+        at = [i for i, o in enumerate(objs) if isinstance(o, Pod) and recorded_ips(o)]
+        if not at:
+            return []
 
-class WorkloadStrategy(GenericStrategy):
-    """Deployment and ReplicaSet; a Deployment's selector is immutable."""
+        def node(name: str) -> Node | None:
+            n = batch.get(Node.KIND, name)
+            return n if isinstance(n, Node) else None
+
+        pods = [objs[i] for i in at]
+        held = [p for p in batch.store.list(Pod.KIND) if isinstance(p, Pod)]
+        cluster = batch.cluster
+        pools = cluster.calico_pools if cluster.cni == "calico" else None
+        found = check_recorded_pod_ips(pods, node=node, held=held, pools=pools)  # type: ignore[arg-type]
+        return [(at[j], err) for j, err in found]
+
+    def graceful_delete(self, obj: KubeObject, *, force: bool, now: str) -> Marked | None:
+        if force or not isinstance(obj, Pod) or not obj.spec.node_name:
+            return None
+        return Marked(
+            obj.with_meta(deletion_timestamp=now),
+            f"marked for deletion; the kubelet on {obj.spec.node_name} finishes it",
+        )
+
+    def deleted_message(self, obj: KubeObject, *, force: bool) -> str:
+        if force and isinstance(obj, Pod) and obj.spec.node_name:
+            return f"deleted at once (force, grace period 0; was on {obj.spec.node_name})"
+        return "deleted"
+
+
+class DeploymentStrategy(GenericStrategy):
+    """Deployments (:func:`.validation.validate_deployment`); the selector is immutable."""
 
     def default(self, obj: KubeObject, cluster: ClusterSpec) -> KubeObject:
-        if isinstance(obj, Deployment):
-            return default_deployment(obj)
-        assert isinstance(obj, ReplicaSet)
-        return default_replicaset(obj)
+        assert isinstance(obj, Deployment)
+        return default_deployment(obj)
 
     def validate(
         self, obj: KubeObject, cluster: ClusterSpec, p: Problems, stored: KubeObject | None
     ) -> None:
-        assert isinstance(obj, Deployment | ReplicaSet)
-        validate_workload(obj, p)
+        assert isinstance(obj, Deployment)
+        validate_deployment(obj, p)
 
     def validate_update(self, obj: KubeObject, old: KubeObject, p: Problems) -> None:
         if (
@@ -210,6 +243,20 @@ class WorkloadStrategy(GenericStrategy):
             and obj.spec.selector != old.spec.selector
         ):
             p.invalid("spec.selector", selector_text(obj.spec.selector), "field is immutable")
+
+
+class ReplicaSetStrategy(GenericStrategy):
+    """ReplicaSets (:func:`.validation.validate_workload`)."""
+
+    def default(self, obj: KubeObject, cluster: ClusterSpec) -> KubeObject:
+        assert isinstance(obj, ReplicaSet)
+        return default_replicaset(obj)
+
+    def validate(
+        self, obj: KubeObject, cluster: ClusterSpec, p: Problems, stored: KubeObject | None
+    ) -> None:
+        assert isinstance(obj, ReplicaSet)
+        validate_workload(obj, p)
 
 
 class EndpointSliceStrategy(GenericStrategy):
@@ -236,6 +283,8 @@ class EndpointSliceStrategy(GenericStrategy):
 
 class NodeStrategy(GenericStrategy):
     """podCIDR changes only from unset; node IPAM's podCIDR(s) are kept."""
+
+    node_field: str | None = "metadata.name"
 
     def validate(
         self, obj: KubeObject, cluster: ClusterSpec, p: Problems, stored: KubeObject | None
@@ -266,27 +315,52 @@ class NodeStrategy(GenericStrategy):
 
 
 class NamespaceStrategy(GenericStrategy):
-    """The ``kubernetes.io/metadata.name`` label and phase Active."""
+    """The ``kubernetes.io/metadata.name`` label and phase Active. Deleting a Namespace
+    marks it Terminating (deletionTimestamp, ``status.phase``); its controller empties
+    it and removes it (``/finalize``). ``default``, ``kube-system`` and ``kube-public``
+    may not be deleted."""
 
     def default(self, obj: KubeObject, cluster: ClusterSpec) -> KubeObject:
         assert isinstance(obj, Namespace)
         return default_namespace(obj)
 
+    def graceful_delete(self, obj: KubeObject, *, force: bool, now: str) -> Marked | None:
+        assert isinstance(obj, Namespace)
+        if obj.name in UNDELETABLE_NAMESPACES:
+            raise InvalidError(
+                "Forbidden: this namespace may not be deleted", obj=obj.ref, field=None
+            )
+        marked = obj.with_meta(deletion_timestamp=now).evolve(
+            status={**obj.status, "phase": "Terminating"}
+        )
+        return Marked(
+            marked,
+            "marked Terminating; the namespace controller deletes everything in it, then it",
+        )
+
+
+class EventStrategy(GenericStrategy):
+    """Events: the timeline. Their own writes are not recorded as Events, they count no
+    generation, and they do not keep a Terminating namespace from going."""
+
+    records_events = False
+    holds_namespace = False
+
 
 GENERIC: Strategy = GenericStrategy()
-#: typed kinds with no rules of their own (Events, RBAC)
+#: typed kinds with no rules of their own (RBAC)
 TYPED_NO_RULES: Strategy = GenericStrategy(counts_generation=True)
 _CONFIG = ConfigStrategy()
-_WORKLOAD = WorkloadStrategy(counts_generation=True)
 #: store kind -> its strategy
 STRATEGIES: dict[str, Strategy] = {
     "Service": ServiceStrategy(counts_generation=True),
     "Pod": PodStrategy(counts_generation=True),
-    "Deployment": _WORKLOAD,
-    "ReplicaSet": _WORKLOAD,
+    "Deployment": DeploymentStrategy(counts_generation=True),
+    "ReplicaSet": ReplicaSetStrategy(counts_generation=True),
     "EndpointSlice": EndpointSliceStrategy(counts_generation=True),
     "Node": NodeStrategy(counts_generation=True),
     "Namespace": NamespaceStrategy(counts_generation=True),
+    "Event": EventStrategy(),
     **dict.fromkeys(configkinds.KINDS, _CONFIG),
     **dict.fromkeys(servicecidrkinds.KINDS, ServiceCIDRStrategy()),
     # kinds without a controller of their own (kinds_networking, kinds_policy, kinds_storage)
@@ -315,15 +389,26 @@ STRATEGIES: dict[str, Strategy] = {
 }
 
 
-def strategy_for(obj: KubeObject) -> Strategy:
-    """``obj``'s strategy: its kind's own, else the no-op one (counting generations for
-    typed kinds, not for generic ones)."""
-    s = STRATEGIES.get(obj.store_kind)
+def strategy_of(store_kind: str | None) -> Strategy:
+    """The strategy of the objects kept under ``store_kind``: its own, else a custom
+    resource's (its CRD's schema decides), else the no-op one (counting generations for
+    typed kinds, not for kinds served through the generic path). ``None`` (a resource
+    computed on read): the no-op one."""
+    s = STRATEGIES.get(store_kind) if store_kind is not None else None
     if s is not None:
         return s
-    if isinstance(obj, CustomResource):  # any CRD's objects: its schema decides
+    if store_kind is None:
+        return GENERIC
+    cls = kinds.KINDS.get(store_kind)  # a dict lookup: this is asked per Table row
+    if cls is not None and issubclass(cls, CustomResource):
         return crds.CUSTOM
-    return GENERIC if isinstance(obj, GenericObject) else TYPED_NO_RULES
+    typed = cls is not None and not issubclass(cls, GenericObject)
+    return TYPED_NO_RULES if typed else GENERIC
+
+
+def strategy_for(obj: KubeObject) -> Strategy:
+    """``obj``'s strategy (:func:`strategy_of` its store kind)."""
+    return strategy_of(obj.store_kind)
 
 
 def default(obj: KubeObject, cluster: ClusterSpec) -> KubeObject:

@@ -47,7 +47,6 @@ from netmodel.objects import (
     Deployment,
     EndpointSlice,
     KubeObject,
-    Namespace,
     Node,
     Pod,
     PodSpec,
@@ -214,8 +213,6 @@ def validate_metadata(obj: KubeObject, p: Problems) -> None:
             p.required(f"metadata.ownerReferences[{i}].name")
         if not ref.kind:
             p.required(f"metadata.ownerReferences[{i}].kind")
-    if isinstance(obj, Namespace):
-        return
 
 
 # --------------------------------------------------------------------------- Service
@@ -547,13 +544,18 @@ def _label_selector(sel: LabelSelector, f: str, p: Problems) -> None:
             )
 
 
-def validate_workload(obj: Deployment | ReplicaSet, p: Problems) -> None:
+def validate_workload(
+    obj: Deployment | ReplicaSet, p: Problems, *, empty_selector: str | None = None
+) -> None:
+    """What a ReplicaSet and a Deployment both check: replicas, the selector (an empty
+    one refused with ``empty_selector`` first, when given), the template's labels and
+    pod spec."""
     spec = obj.spec
     if spec.replicas is not None and spec.replicas < 0:
         p.invalid("spec.replicas", spec.replicas, "must be greater than or equal to 0")
     if spec.selector.is_empty:
-        if isinstance(obj, Deployment):
-            p.invalid("spec.selector", {}, "empty selector is invalid for deployment")
+        if empty_selector is not None:
+            p.invalid("spec.selector", {}, empty_selector)
         p.required("spec.selector")
     _label_selector(spec.selector, "spec.selector", p)
     labels = spec.template.metadata.labels
@@ -563,8 +565,12 @@ def validate_workload(obj: Deployment | ReplicaSet, p: Problems) -> None:
             "spec.template.metadata.labels", labels, "`selector` does not match template `labels`"
         )
     validate_pod_spec(spec.template.spec, "spec.template.spec", p)
-    if isinstance(obj, Deployment):
-        _deployment_spec(obj, p)
+
+
+def validate_deployment(d: Deployment, p: Problems) -> None:
+    """A ReplicaSet's checks, then the strategy, revisionHistoryLimit and the like."""
+    validate_workload(d, p, empty_selector="empty selector is invalid for deployment")
+    _deployment_spec(d, p)
 
 
 def _deployment_spec(d: Deployment, p: Problems) -> None:

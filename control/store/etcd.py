@@ -473,7 +473,7 @@ class EtcdStore:
         if self._txn is not None:
             st = self._touch(obj.store_kind, obj.key)
             if st.final is not None:
-                raise ConflictError(f"{obj.kind} {obj.key!r} already exists")
+                raise ConflictError(f"{obj.store_kind} {obj.key!r} already exists")
             st.final = obj.with_meta(resource_version=str(self._predicted()))
             return st.final
         if self._batch is not None:
@@ -481,7 +481,7 @@ class EtcdStore:
         ok, rev = self._commit([_mod_is(ekey, 0)], [_put(ekey, encode_value(obj))])
         if not ok:
             self._refresh(force=True)
-            raise ConflictError(f"{obj.kind} {obj.key!r} already exists")
+            raise ConflictError(f"{obj.store_kind} {obj.key!r} already exists")
         stored = obj.with_meta(resource_version=str(rev))
         self._wrote(rev, [("ADDED", stored)])
         return stored

@@ -78,7 +78,7 @@ class MemoryStore:
     def create(self, obj: KubeObject) -> KubeObject:
         bucket = self._objects.setdefault(obj.store_kind, {})
         if obj.key in bucket:
-            raise ConflictError(f"{obj.kind} {obj.key!r} already exists")
+            raise ConflictError(f"{obj.store_kind} {obj.key!r} already exists")
         stored = self._stamp(obj)
         self._remember(obj.store_kind, obj.key, None)
         bucket[obj.key] = stored
@@ -89,10 +89,10 @@ class MemoryStore:
         bucket = self._objects.get(obj.store_kind, {})
         current = bucket.get(obj.key)
         if current is None:
-            raise NotFoundError(f"{obj.kind} {obj.key!r} not found")
+            raise NotFoundError(f"{obj.store_kind} {obj.key!r} not found")
         if expected_version is not None and current.resource_version != expected_version:
             raise ConflictError(
-                f"{obj.kind} {obj.key!r}: resourceVersion {expected_version} is stale "
+                f"{obj.store_kind} {obj.key!r}: resourceVersion {expected_version} is stale "
                 f"(stored: {current.resource_version})"
             )
         stored = self._stamp(obj)

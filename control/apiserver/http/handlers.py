@@ -28,7 +28,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
@@ -39,9 +39,11 @@ from control.apiserver import crds
 from control.apiserver.http import patch as patches
 from control.apiserver.http import ssa, status, tables, wire
 from control.apiserver.http.authn import User
+from control.apiserver.http.converted import converted
 from control.apiserver.http.resources import Resource
 from control.apiserver.http.status import APIError
 from control.apiserver.http.watch import Watcher
+from control.apiserver.strategy import strategy_of
 from control.store.base import WatchEvent, encoded
 from netmodel import schema
 from netmodel.cluster import cluster_from_dict
@@ -52,14 +54,16 @@ from netmodel.errors import (
     NotFoundError,
     SvclabError,
 )
-from netmodel.kinds import object_from_dict
-from netmodel.objects import EndpointSlice, Event, KubeObject, ObjectMeta, Service
+from netmodel.kinds import object_from_dict, stored_rows
+from netmodel.objects import EndpointSlice, KubeObject, ObjectMeta, Service
 from netmodel.selectors import parse_selector
 
 if TYPE_CHECKING:
     from control.apiserver.http.app import API, RequestInfo
 
 JSON = "application/json"
+#: the field selector that names a pod's node (the watch hub indexes pods by it)
+NODE_NAME = "spec.nodeName"
 TABLE_MARK = "as=Table"
 BOOKMARK_EVERY = 5.0
 #: revisions a watch from a resourceVersion looks back for the states of objects
@@ -89,15 +93,16 @@ def _wants_table(request: Request) -> bool:
 
 
 def to_wire(api: API, res: Resource, obj: Any) -> dict[str, Any]:
-    if res.kind == "Event" and isinstance(obj, Event):
-        return wire.events_v1_event(obj) if res.group == "events.k8s.io" else wire.core_event(obj)
     if isinstance(obj, dict):
         return obj
+    form = converted(res)
+    if form is not None:
+        return form.encode(res, obj)
     return obj.to_dict()
 
 
 def to_bytes(api: API, res: Resource, obj: Any) -> bytes:
-    if isinstance(obj, KubeObject) and res.kind != "Event":
+    if isinstance(obj, KubeObject) and converted(res) is None:
         return api.cache.encode(obj)
     return wire.dumps(to_wire(api, res, obj))
 
@@ -128,12 +133,9 @@ async def handle(
         raise APIError(404, "NotFound", "the server could not find the requested resource", {})
     if verb not in res.verbs and not sub:
         raise status.method_not_allowed()
-    if res.name in ("selfsubjectaccessreviews", "selfsubjectrulesreviews", "selfsubjectreviews"):
-        return await _access_review(api, request, res, user)
-    if res.group == "svclab.dev":
-        return await _svclab_docs(api, request, info, params)
-    if res.name == "endpoints":
-        return _endpoints(api, request, info, params)
+    computed = _COMPUTED.get((res.group, res.name))
+    if computed is not None:
+        return await computed(api, request, info, user, params)
     if verb == "get":
         if sub == "scale":
             return respond(_scale_of(res, get_object(api, res, info.namespace, info.name)))
@@ -198,10 +200,7 @@ def _selectors(
             if getter is None:
                 raise status.bad_request(f"field label not supported: {field}")
             terms.append((getter, value, eq))
-            if eq and (
-                (res.kind == "Pod" and field == "spec.nodeName")
-                or (res.kind == "Node" and field == "metadata.name")
-            ):
+            if eq and field == strategy_of(res.store_kind).node_field:
                 node = value
     return sel, terms, node
 
@@ -251,7 +250,7 @@ def _list(
         objs = objs[:limit]
         cont = continue_token(rv, objs[-1].key)
     if _wants_table(request):
-        if _q(params, "includeObject", "Metadata") == "Metadata" and res.kind != "Event":
+        if _q(params, "includeObject", "Metadata") == "Metadata" and converted(res) is None:
             return _table_bytes(api, res, objs, str(rv), cont)
         return respond(_table(api, res, objs, str(rv), cont, params=params))
     meta: dict[str, Any] = {"resourceVersion": str(rv)}
@@ -259,7 +258,7 @@ def _list(
         meta["continue"] = cont
         meta["remainingItemCount"] = remaining
     head = wire.dumps({"kind": _list_kind(res), "apiVersion": res.api_version, "metadata": meta})
-    if res.kind != "Event":  # stored objects: their cached JSON
+    if converted(res) is None:  # stored objects: their cached JSON
         encode = api.cache.encode
         items = [encode(o) for o in objs]
     else:
@@ -293,7 +292,8 @@ def _pieces(start: bytes, items: list[bytes], end: bytes) -> Response:
 def _row_object(api: API, res: Resource, obj: Any, include: str) -> dict[str, Any]:
     if include == "None":
         return {}
-    d = to_wire(api, res, obj) if not isinstance(obj, KubeObject) or res.kind == "Event" else None
+    stored_form = isinstance(obj, KubeObject) and converted(res) is None
+    d = None if stored_form else to_wire(api, res, obj)
     if include == "Object":
         return d if d is not None else json.loads(api.cache.encode(obj))
     meta = _meta(d) if d is not None else obj.metadata.to_dict()
@@ -312,13 +312,15 @@ def _table(
 ) -> dict[str, Any]:
     include = _q(params or {}, "includeObject", "Metadata")
     now = time.time()
+    strategy = strategy_of(res.store_kind)
     rows = []
     for o in objs:
-        cells = tables.row_cells(res, o, now)
+        cells = strategy.table_row(res, o, now)
         rows.append((cells, _row_object(api, res, o, include)))
-    return tables.table(
-        res, rows, resource_version=rv, continue_token=cont, with_columns=with_columns
-    )
+    t = tables.table(res, rows, resource_version=rv, continue_token=cont, with_columns=False)
+    if with_columns:
+        t["columnDefinitions"] = strategy.table_columns(res)
+    return t
 
 
 def _table_bytes(
@@ -409,11 +411,12 @@ def _candidates(api: API, res: Resource, namespace: str, node: str | None) -> li
     """The objects a watcher's selectors are tried on: a pod watcher with
     ``spec.nodeName=X`` (a kubelet) gets only the pods bound to X (the hub's index)."""
     assert res.store_kind is not None
-    if res.kind == "Pod" and node is not None and api.fixed:
+    if node is not None and api.fixed and strategy_of(res.store_kind).node_field == NODE_NAME:
+        kind = res.store_kind  # pods: the hub indexes them by spec.nodeName
         out = []
-        for key in sorted(api.hub.pods_on(node, lambda: api.list("Pod"))):
+        for key in sorted(api.hub.pods_on(node, lambda: api.list(kind))):
             try:
-                out.append(api.get("Pod", key))
+                out.append(api.get(kind, key))
             except NotFoundError:
                 continue
         return [o for o in out if not namespace or o.namespace == namespace]
@@ -518,7 +521,7 @@ def validate_fields(
         raise status.bad_request(
             f'fieldValidation must be one of "Ignore", "Warn", or "Strict", got "{mode}"'
         )
-    if res.kind == "Event" or res.store_kind is None:
+    if res.store_kind is None or converted(res) is not None:
         return body, []
     pruned, unknown = schema.prune(body)
     if not unknown:
@@ -563,7 +566,8 @@ def check_gvk(res: Resource, body: Any) -> None:
 
 
 def to_object(res: Resource, body: dict[str, Any]) -> KubeObject:
-    d = wire.event_from_wire(res, body) if res.kind == "Event" else body
+    form = converted(res)
+    d = form.decode(res, body) if form is not None else body
     try:
         return object_from_dict(d)
     except ValidationError as e:
@@ -622,8 +626,9 @@ async def _create(
     _namespace_must_exist(api, res, namespace)
     manager = ssa.manager_for(params, request, "create")
     body = ssa.record_update(body, None, manager, res.api_version)
-    if res.kind == "Event":  # its place on the timeline, as the Recorder gives it
-        body = {**body, "revision": api.store.revision, "sequence": api.store.revision + 1}
+    form = converted(res)
+    if form is not None:
+        body = form.on_create(body, api.store.revision)
     obj = to_object(res, body)
     apiserver = api.apiserver
     try:
@@ -636,14 +641,23 @@ async def _create(
 
 
 def _after_write(api: API, res: Resource, obj: KubeObject | None) -> None:
-    if obj is not None and res.kind != "Event":
+    if obj is not None and converted(res) is None:
         # the response and the watchers send the JSON the store has just written
         text = encoded(api.store, obj)
         if text is not None:
             api.cache.prime(obj, text.encode())
-    if res.name == "clusterroles":
-        api.aggregate_roles()
+    hook = _AFTER_WRITE.get(res.store_kind or "")
+    if hook is not None:
+        hook(api)
     api.wrote()
+
+
+def _aggregate_roles(api: API) -> None:
+    api.aggregate_roles()
+
+
+#: store kind -> what follows every write of it (the clusterrole aggregation controller)
+_AFTER_WRITE: dict[str, Callable[[API], None]] = {"ClusterRole": _aggregate_roles}
 
 
 def _finalize_namespace(api: API, res: Resource, info: RequestInfo, user: User) -> Response:
@@ -673,7 +687,7 @@ async def _update(
 ) -> Response:
     body = _decode(await request.body(), request.headers.get("content-type", JSON))
     sub = info.subresource
-    if sub == "finalize" and res.name == "namespaces" and not dry:
+    if sub == "finalize" and not dry:  # namespaces/NAME/finalize (the only one)
         return _finalize_namespace(api, res, info, user)
     if sub == "scale":
         current = get_object(api, res, info.namespace, info.name)
@@ -769,7 +783,7 @@ def _metadata_only(
     patch of a pod validated the whole pod. None when anything else differs, for an
     Event (its wire form is converted), or when the metadata is refused: then
     :func:`to_object` builds (and reports) it as for any other body."""
-    if res.kind == "Event" or body.keys() != before.keys():
+    if converted(res) is not None or body.keys() != before.keys():
         return None
     for k, v in body.items():
         if k != "metadata" and v != before[k]:
@@ -1010,11 +1024,16 @@ async def _bind(
 
 
 def _dependents(api: API, owner: KubeObject) -> list[KubeObject]:
+    """The objects of every stored kind that name ``owner`` among their owners (in its
+    namespace, for a namespaced owner: a namespaced object has no cluster-scoped
+    dependents)."""
     out = []
     uid = owner.metadata.uid
-    for kind in ("ReplicaSet", "Pod", "EndpointSlice"):
-        for o in api.list(kind, owner.namespace or None):
-            if any(r.uid == uid for r in o.metadata.owner_references):
+    for r in stored_rows():
+        if r.store_kind is None or (owner.namespace and not r.namespaced):
+            continue
+        for o in api.list(r.store_kind, owner.namespace or None):
+            if any(ref.uid == uid for ref in o.metadata.owner_references):
                 out.append(o)
     return out
 
@@ -1121,14 +1140,10 @@ async def _delete(
         dry = True
     obj = get_object(api, res, info.namespace, info.name)
     left = _delete_one(api, res, obj, user, opts, dry)
-    if (
-        left is not None
-        and not dry
-        and (res.kind in ("Pod", "Namespace") or left.metadata.deletion_timestamp is not None)
-    ):  # marked, not removed yet (graceful, or a foreground deletion's finalizer)
+    if left is not None and not dry and left.metadata.deletion_timestamp is not None:
+        # marked, not removed yet (graceful, or held by finalizers)
         return respond(to_bytes(api, res, left), 200)
-    if res.kind in ("Service", "Pod"):  # their registries return the deleted object
-        # (ReturnDeletedObject)
+    if strategy_of(res.store_kind).returns_deleted_object:  # ReturnDeletedObject
         return respond(
             to_wire(
                 api, res, obj if dry else obj.with_meta(resource_version=str(api.store.revision))
@@ -1473,5 +1488,39 @@ async def _access_review(api: API, request: Request, res: Resource, user: User) 
     out["status"] = st
     return respond(out, 201)
 
+
+async def _endpoints_handler(
+    api: API, request: Request, info: RequestInfo, user: User, params: dict[str, list[str]]
+) -> Response:
+    return _endpoints(api, request, info, params)
+
+
+async def _docs_handler(
+    api: API, request: Request, info: RequestInfo, user: User, params: dict[str, list[str]]
+) -> Response:
+    return await _svclab_docs(api, request, info, params)
+
+
+async def _review_handler(
+    api: API, request: Request, info: RequestInfo, user: User, params: dict[str, list[str]]
+) -> Response:
+    assert info.resource is not None
+    return await _access_review(api, request, info.resource, user)
+
+
+Computed = Callable[
+    ["API", Request, "RequestInfo", User, dict[str, list[str]]], Awaitable[Response]
+]
+
+
+#: (group, plural) -> the handler of a resource computed on read (no store kind)
+_COMPUTED: dict[tuple[str, str], Computed] = {
+    ("", "endpoints"): _endpoints_handler,
+    ("authorization.k8s.io", "selfsubjectaccessreviews"): _review_handler,
+    ("authorization.k8s.io", "selfsubjectrulesreviews"): _review_handler,
+    ("authentication.k8s.io", "selfsubjectreviews"): _review_handler,
+    ("svclab.dev", "clusters"): _docs_handler,
+    ("svclab.dev", "kubeproxyconfigurations"): _docs_handler,
+}
 
 __all__ = ["handle"]

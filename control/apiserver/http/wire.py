@@ -32,6 +32,7 @@ import yaml
 from control.apiserver.http import status, tables
 from control.apiserver.http.resources import Resource
 from control.apiserver.http.status import APIError
+from control.apiserver.strategy import strategy_of
 from netmodel.objects import (
     EndpointSlice,
     Event,
@@ -114,10 +115,14 @@ class JSONCache:
         return row.before + cell + row.after
 
     def _row(self, res: Resource, obj: KubeObject, now: float) -> _Row:
-        cells = tables.row_cells(res, obj, now)
+        cells = strategy_of(res.store_kind).table_row(res, obj, now)
         tail = b"]," + _PARTIAL + self.encode_metadata(obj) + b"}}"
         i = tables.age_column(res)
-        if i is None or cells[i] != tables.age(obj.metadata.creation_timestamp, now):
+        if (
+            i is None
+            or i >= len(cells)
+            or cells[i] != tables.age(obj.metadata.creation_timestamp, now)
+        ):
             return _Row(b'{"cells":' + dumps(cells)[:-1] + tail, None)
         before = b",".join(dumps(c) for c in cells[:i])
         after = b",".join(dumps(c) for c in cells[i + 1 :])
