@@ -61,6 +61,7 @@ from control.controllers.namespace import NamespaceController
 from control.controllers.nodeipam import NodeIPAM
 from control.controllers.podgc import PodGarbageCollector
 from control.controllers.replicaset import ReplicaSetController
+from control.controllers.replicationcontroller import ReplicationControllerController
 from control.informers.informer import Reflector, SharedInformer
 from control.informers.listwatch import ListerWatcher
 from control.informers.remote import RemoteAPI
@@ -424,7 +425,7 @@ class LiveControlPlane:
                 return
         rec = cm.conn.api.recorder
         apis = [  # one per controller (its own write expectations), reading cm's caches
-            RemoteAPI(client, clock=self.clock, cache_source=cm.lister) for _ in range(7)
+            RemoteAPI(client, clock=self.clock, cache_source=cm.lister) for _ in range(8)
         ]
         controllers: list[tuple[Agent, RemoteAPI]] = [
             (NodeIPAMAgent(NodeIPAM(apis[0], self.cluster)), apis[0]),
@@ -434,6 +435,7 @@ class LiveControlPlane:
             (NamespaceController(apis[4], rec, self.clock), apis[4]),
             (PodGarbageCollector(apis[5], rec, self.clock), apis[5]),
             (EndpointSliceController(apis[6], rec, seed=self.seed), apis[6]),
+            (ReplicationControllerController(apis[7], rec, seed=self.seed), apis[7]),
         ]
         for c, capi in controllers:
             name = str(getattr(c, "name", type(c).__name__))

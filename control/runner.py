@@ -13,9 +13,9 @@ one) until a round does no work:
   revision it last read, and hands every component the new events of its kinds
   (``handle``), in revision order; so each component sees every write made before it
   runs, including those of components earlier in the same round;
-* components run in a fixed order (node IPAM, deployment, replicaset, garbage
-  collector, namespace, pod GC, scheduler, kubelets, endpointslice, then added agents
-  in the order added);
+* components run in a fixed order (node IPAM, deployment, replicaset, replication
+  controller, garbage collector, namespace, pod GC, scheduler, kubelets, endpointslice,
+  then added agents in the order added);
 * each component's ``sync`` runs in one store batch (:func:`control.store.base.batched`):
   on etcd its writes go out in a few Txns when it returns instead of one round trip
   each; should another client have written a key the step wrote meanwhile, the step's
@@ -57,6 +57,7 @@ from control.controllers.namespace import NamespaceController
 from control.controllers.nodeipam import NodeIPAM, natural_key
 from control.controllers.podgc import PodGarbageCollector
 from control.controllers.replicaset import ReplicaSetController
+from control.controllers.replicationcontroller import ReplicationControllerController
 from control.events import Recorder
 from control.informers.listwatch import StoreListerWatcher
 from control.scheduler import Scheduler
@@ -177,6 +178,7 @@ class ControlPlane:
         self.nodeipam = NodeIPAMAgent(NodeIPAM(api, cluster))
         self.deployments = DeploymentController(api, rec)
         self.replicasets = ReplicaSetController(api, rec, seed=seed)
+        self.replicationcontrollers = ReplicationControllerController(api, rec, seed=seed)
         self.garbage_collector = GarbageCollector(api, rec)
         self.namespaces = NamespaceController(api, rec, self.clock)
         self.pod_gc = PodGarbageCollector(api, rec, self.clock)
@@ -187,6 +189,7 @@ class ControlPlane:
             self.nodeipam,
             self.deployments,
             self.replicasets,
+            self.replicationcontrollers,
             self.garbage_collector,
             self.namespaces,
             self.pod_gc,

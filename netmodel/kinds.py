@@ -44,6 +44,7 @@ from netmodel.objects import (
     RoleBinding,
     Service,
 )
+from netmodel.replication import ReplicationController
 
 ALL_VERBS = ("create", "delete", "deletecollection", "get", "list", "patch", "update", "watch")
 READ_VERBS = ("get", "list", "watch")
@@ -300,6 +301,7 @@ ROWS: list[KindRow] = [
         "v1",
         "ReplicationController",
         "replicationcontrollers",
+        typed=ReplicationController,
         short=("rc",),
         categories=("all",),
         sub=("status", "scale"),

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from control.apiserver import configkinds
+from control.apiserver import configkinds, replication
 from control.apiserver.defaults import (
     default_deployment,
     default_endpointslice,
@@ -250,6 +250,18 @@ class NamespaceStrategy(GenericStrategy):
         return default_namespace(obj)
 
 
+class ReplicationControllerStrategy(GenericStrategy):
+    """ReplicationController: :mod:`.replication`."""
+
+    def default(self, obj: KubeObject, cluster: ClusterSpec) -> KubeObject:
+        return replication.default(obj)
+
+    def validate(
+        self, obj: KubeObject, cluster: ClusterSpec, p: Problems, stored: KubeObject | None
+    ) -> None:
+        replication.validate(obj, p)
+
+
 GENERIC: Strategy = GenericStrategy()
 #: typed kinds with no rules of their own (Events, RBAC)
 TYPED_NO_RULES: Strategy = GenericStrategy(counts_generation=True)
@@ -265,6 +277,7 @@ STRATEGIES: dict[str, Strategy] = {
     "Node": NodeStrategy(counts_generation=True),
     "Namespace": NamespaceStrategy(counts_generation=True),
     **dict.fromkeys(configkinds.KINDS, _CONFIG),
+    "ReplicationController": ReplicationControllerStrategy(counts_generation=True),
 }
 
 

@@ -242,7 +242,9 @@ class GarbageCollector(Controller):
     Keys are ``Kind|key``."""
 
     name = "garbage-collector"
-    kinds = frozenset({"Deployment", "ReplicaSet", "Pod", "Service", "EndpointSlice"})
+    kinds = frozenset(
+        {"Deployment", "ReplicaSet", "ReplicationController", "Pod", "Service", "EndpointSlice"}
+    )
     #: what :meth:`prime_deferred` can start without (see there)
     deferrable_kinds = frozenset({"Pod"})
 
