@@ -56,7 +56,9 @@ def test_a_complete_rollout_is_available_and_has_progressed() -> None:
         "Progressing": ("True", "NewReplicaSetAvailable"),
     }
     prog = d.status.condition("Progressing")
-    assert prog is not None and prog.message == f'ReplicaSet "{rs.name}" has successfully progressed.'
+    assert (
+        prog is not None and prog.message == f'ReplicaSet "{rs.name}" has successfully progressed.'
+    )
     s = d.status
     assert (s.replicas, s.updated_replicas, s.ready_replicas, s.available_replicas) == (3, 3, 3, 3)
     assert s.unavailable_replicas == 0 and s.observed_generation == d.metadata.generation
