@@ -64,6 +64,7 @@ from control.controllers.namespace import NamespaceController
 from control.controllers.nodeipam import NodeIPAM
 from control.controllers.podgc import PodGarbageCollector
 from control.controllers.replicaset import ReplicaSetController
+from control.controllers.replicationcontroller import ReplicationControllerController
 from control.controllers.servicecidr import ServiceCIDRController
 from control.controllers.statefulset import StatefulSetController
 from control.informers.informer import Reflector, SharedInformer
@@ -429,7 +430,7 @@ class LiveControlPlane:
                 return
         rec = cm.conn.api.recorder
         apis = [  # one per controller (its own write expectations), reading cm's caches
-            RemoteAPI(client, clock=self.clock, cache_source=cm.lister) for _ in range(12)
+            RemoteAPI(client, clock=self.clock, cache_source=cm.lister) for _ in range(13)
         ]
         controllers: list[tuple[Agent, RemoteAPI]] = [
             (NodeIPAMAgent(NodeIPAM(apis[0], self.cluster)), apis[0]),
@@ -444,6 +445,7 @@ class LiveControlPlane:
             (StatefulSetController(apis[9], rec), apis[9]),
             (JobController(apis[10], rec, self.clock, seed=self.seed), apis[10]),
             (CronJobController(apis[11], rec, self.clock), apis[11]),
+            (ReplicationControllerController(apis[12], rec, seed=self.seed), apis[12]),
         ]
         for c, capi in controllers:
             name = str(getattr(c, "name", type(c).__name__))

@@ -14,9 +14,8 @@ one) until a round does no work:
   (``handle``), in revision order; so each component sees every write made before it
   runs, including those of components earlier in the same round;
 * components run in a fixed order (node IPAM, deployment, replicaset, daemonset,
-  statefulset, cronjob, job, garbage collector, namespace, pod GC, scheduler, kubelets,
-  endpointslice, then added agents
-  in the order added);
+  statefulset, cronjob, job, replication controller, garbage collector, namespace, pod
+  GC, scheduler, kubelets, endpointslice, then added agents in the order added);
 * each component's ``sync`` runs in one store batch (:func:`control.store.base.batched`):
   on etcd its writes go out in a few Txns when it returns instead of one round trip
   each; should another client have written a key the step wrote meanwhile, the step's
@@ -61,6 +60,7 @@ from control.controllers.namespace import NamespaceController
 from control.controllers.nodeipam import NodeIPAM, natural_key
 from control.controllers.podgc import PodGarbageCollector
 from control.controllers.replicaset import ReplicaSetController
+from control.controllers.replicationcontroller import ReplicationControllerController
 from control.controllers.servicecidr import ServiceCIDRController
 from control.controllers.statefulset import StatefulSetController
 from control.events import Recorder
@@ -187,6 +187,7 @@ class ControlPlane:
         self.statefulsets = StatefulSetController(api, rec)
         self.cronjobs = CronJobController(api, rec, self.clock)
         self.jobs = JobController(api, rec, self.clock, seed=seed)
+        self.replicationcontrollers = ReplicationControllerController(api, rec, seed=seed)
         self.garbage_collector = GarbageCollector(api, rec)
         self.namespaces = NamespaceController(api, rec, self.clock)
         self.pod_gc = PodGarbageCollector(api, rec, self.clock)
@@ -202,6 +203,7 @@ class ControlPlane:
             self.statefulsets,
             self.cronjobs,
             self.jobs,
+            self.replicationcontrollers,
             self.garbage_collector,
             self.namespaces,
             self.pod_gc,

@@ -50,6 +50,7 @@ from netmodel.objects import (
     RoleBinding,
     Service,
 )
+from netmodel.replication import ReplicationController
 
 ALL_VERBS = ("create", "delete", "deletecollection", "get", "list", "patch", "update", "watch")
 READ_VERBS = ("get", "list", "watch")
@@ -313,6 +314,7 @@ ROWS: list[KindRow] = [
         "v1",
         "ReplicationController",
         "replicationcontrollers",
+        typed=ReplicationController,
         short=("rc",),
         categories=("all",),
         sub=("status", "scale"),

@@ -520,6 +520,15 @@ class DeploymentSpec(K8sModel):
     min_ready_seconds: int | None = None
     revision_history_limit: int | None = None
     progress_deadline_seconds: int | None = None
+    paused: bool | None = None
+
+
+class DeploymentCondition(Condition):
+    """A Deployment's (or a ReplicaSet's) condition: ``lastUpdateTime`` moves whenever
+    the condition is set again (progress made), ``lastTransitionTime`` only when its
+    status changes."""
+
+    last_update_time: str | None = None
 
 
 class DeploymentStatus(K8sModel):
@@ -529,6 +538,11 @@ class DeploymentStatus(K8sModel):
     unavailable_replicas: int | None = None
     updated_replicas: int | None = None
     observed_generation: int | None = None
+    collision_count: int | None = None
+    conditions: list[DeploymentCondition] = Field(default_factory=list)
+
+    def condition(self, type_: str) -> DeploymentCondition | None:
+        return next((c for c in self.conditions if c.type == type_), None)
 
 
 class Deployment(KubeObject):
@@ -540,15 +554,23 @@ class Deployment(KubeObject):
 
 class ReplicaSetSpec(K8sModel):
     replicas: int | None = None
+    min_ready_seconds: int | None = None
     selector: LabelSelector = Field(default_factory=LabelSelector)
     template: PodTemplateSpec = Field(default_factory=PodTemplateSpec)
 
 
 class ReplicaSetStatus(K8sModel):
+    """Also a ReplicationController's status (the same fields on the wire)."""
+
     replicas: int | None = None
+    fully_labeled_replicas: int | None = None
     ready_replicas: int | None = None
     available_replicas: int | None = None
     observed_generation: int | None = None
+    conditions: list[Condition] = Field(default_factory=list)
+
+    def condition(self, type_: str) -> Condition | None:
+        return next((c for c in self.conditions if c.type == type_), None)
 
 
 class ReplicaSet(KubeObject):

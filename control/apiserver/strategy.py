@@ -28,6 +28,7 @@ from control.apiserver import (
     kinds_networking,
     kinds_policy,
     kinds_storage,
+    replication,
     servicecidrkinds,
 )
 from control.apiserver.admission import Allocations, BatchView
@@ -347,6 +348,18 @@ class EventStrategy(GenericStrategy):
     holds_namespace = False
 
 
+class ReplicationControllerStrategy(GenericStrategy):
+    """ReplicationController: :mod:`.replication`."""
+
+    def default(self, obj: KubeObject, cluster: ClusterSpec) -> KubeObject:
+        return replication.default(obj)
+
+    def validate(
+        self, obj: KubeObject, cluster: ClusterSpec, p: Problems, stored: KubeObject | None
+    ) -> None:
+        replication.validate(obj, p)
+
+
 GENERIC: Strategy = GenericStrategy()
 #: typed kinds with no rules of their own (RBAC)
 TYPED_NO_RULES: Strategy = GenericStrategy(counts_generation=True)
@@ -386,6 +399,7 @@ STRATEGIES: dict[str, Strategy] = {
     "StatefulSet": StatefulSetStrategy(),
     "Job": JobStrategy(),
     "CronJob": CronJobStrategy(),
+    "ReplicationController": ReplicationControllerStrategy(counts_generation=True),
 }
 
 

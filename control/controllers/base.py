@@ -246,6 +246,7 @@ class GarbageCollector(Controller):
         {
             "Deployment",
             "ReplicaSet",
+            "ReplicationController",
             "DaemonSet",
             "ControllerRevision",
             "Pod",

@@ -20,24 +20,51 @@ change of a ReplicaSet (its status follows its pods) triggers the next step:
   (terminating ones too) nothing else happens; then the new ReplicaSet is created (or
   scaled) at ``replicas``. Old and new pods never exist at once.
 
-"Available" is ready: the ReplicaSet's ``status.availableReplicas``. svclab pods are
-ready as soon as they run and ``minReadySeconds`` is not modelled (taken as 0). A
-ReplicaSet whose ``spec.replicas`` was lowered counts at most that many available pods
-even before its status says so: it deletes unready pods first, so that many are left.
+"Available" follows ``minReadySeconds``: the ReplicaSet controller counts a pod available
+once it has been ready for longer than its ReplicaSet's ``spec.minReadySeconds``, which
+the Deployment's is copied to. A ReplicaSet whose ``spec.replicas`` was lowered counts
+at most that many available pods even before its status says so: it deletes unready
+pods first, so that many are left.
 
 Revisions: the new ReplicaSet gets the annotation ``deployment.kubernetes.io/revision``
 = the highest old revision + 1 (a template rolled back to takes a new revision and notes
-its earlier ones in ``deployment.kubernetes.io/revision-history``). Once a rollout is
-complete, old ReplicaSets at 0 replicas beyond ``spec.revisionHistoryLimit`` are
-deleted, lowest revision first. Every scaling records a ``ScalingReplicaSet`` Event on
-the Deployment in upstream's words (``Scaled up replica set web-h to 3 from 0``).
+its earlier ones in ``deployment.kubernetes.io/revision-history``); the Deployment
+carries its new ReplicaSet's revision in the same annotation. The Deployment's other
+annotations (``kubernetes.io/change-cause`` among them; not last-applied-configuration
+nor the controller's own) are copied to its new ReplicaSet, which ``kubectl rollout
+history`` reads and ``kubectl rollout undo`` copies back. Every ReplicaSet the
+controller creates or scales carries ``deployment.kubernetes.io/desired-replicas``
+(``replicas``) and ``deployment.kubernetes.io/max-replicas`` (``replicas + maxSurge``).
+Once a rollout is complete (or while paused), old ReplicaSets at 0 replicas beyond
+``spec.revisionHistoryLimit`` are deleted, lowest revision first. Every scaling records
+a ``ScalingReplicaSet`` Event on the Deployment in upstream's words (``Scaled up
+replica set web-h to 3 from 0``).
 
 ``status``: ``replicas`` / ``readyReplicas`` / ``availableReplicas`` sum the
 ReplicaSets' status, ``updatedReplicas`` is the new ReplicaSet's ``status.replicas``,
 ``unavailableReplicas`` is the ReplicaSets' ``spec.replicas`` sum less the available
-ones (at least 0). Deleting the Deployment is the garbage collector's job (owner
-references). Not modelled: proportional scaling of a resize in mid-rollout (the rollout
-rules above converge instead), ``paused``, progress conditions and deadlines.
+ones (at least 0). Conditions, as kube-controller-manager sets them (times from the
+controller's clock):
+
+* ``Available``: True ``MinimumReplicasAvailable`` when at least ``replicas -
+  maxUnavailable`` pods are available, else False ``MinimumReplicasUnavailable``.
+* ``Progressing`` (only with a ``progressDeadlineSeconds``): True
+  ``NewReplicaSetCreated`` / ``FoundNewReplicaSet`` when the new ReplicaSet is created
+  / first found; True ``ReplicaSetUpdated`` (its ``lastUpdateTime`` renewed) whenever
+  the rollout makes progress (more updated, ready or available pods, fewer old ones);
+  True ``NewReplicaSetAvailable`` once complete; False ``ProgressDeadlineExceeded``
+  when no progress was made for ``progressDeadlineSeconds`` since ``lastUpdateTime``
+  (the key is queued for that moment on the controller's clock). ``spec.paused``:
+  Unknown ``DeploymentPaused``, and Unknown ``DeploymentResumed`` when resumed.
+* ``ReplicaFailure``: a ReplicaSet's own ``ReplicaFailure`` condition (a pod creation
+  the apiserver refused), removed when none has one.
+
+``spec.paused``: no new ReplicaSet is created and no rollout step is taken; a resize
+goes to the only active ReplicaSet (or the newest if none is active), and old ones are
+scaled to 0 once the new one is saturated (proportional scaling of several active
+ReplicaSets is not modelled). Deleting the Deployment is the garbage collector's job
+(owner references). Not modelled: proportional scaling of a resize in mid-rollout (the
+rollout rules above converge instead).
 """
 
 from __future__ import annotations
@@ -45,7 +72,9 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Iterator
 
+from control.clock import Clock, WallClock, parse_rfc3339, rfc3339
 from control.controllers.base import (
+    APIClient,
     Controller,
     Indexer,
     controlled_by,
@@ -53,10 +82,12 @@ from control.controllers.base import (
     is_controlled_by,
     owner_id,
 )
+from control.events import Recorder
 from control.store.base import WatchEvent
 from netmodel.errors import InvalidError, NotFoundError
 from netmodel.objects import (
     Deployment,
+    DeploymentCondition,
     DeploymentStatus,
     KubeObject,
     LabelSelector,
@@ -71,6 +102,29 @@ from netmodel.objects import (
 TEMPLATE_HASH_LABEL = "pod-template-hash"
 REVISION_ANNOTATION = "deployment.kubernetes.io/revision"
 REVISION_HISTORY_ANNOTATION = "deployment.kubernetes.io/revision-history"
+DESIRED_REPLICAS_ANNOTATION = "deployment.kubernetes.io/desired-replicas"
+MAX_REPLICAS_ANNOTATION = "deployment.kubernetes.io/max-replicas"
+CHANGE_CAUSE_ANNOTATION = "kubernetes.io/change-cause"
+#: Deployment annotations never copied to its ReplicaSets (upstream's skip list)
+NOT_COPIED = frozenset(
+    {
+        "kubectl.kubernetes.io/last-applied-configuration",
+        REVISION_ANNOTATION,
+        REVISION_HISTORY_ANNOTATION,
+        DESIRED_REPLICAS_ANNOTATION,
+        MAX_REPLICAS_ANNOTATION,
+        "deprecated.deployment.rollback.to",
+    }
+)
+
+# condition reasons (upstream's words)
+NEW_RS_CREATED = "NewReplicaSetCreated"
+FOUND_NEW_RS = "FoundNewReplicaSet"
+RS_UPDATED = "ReplicaSetUpdated"
+NEW_RS_AVAILABLE = "NewReplicaSetAvailable"
+TIMED_OUT = "ProgressDeadlineExceeded"
+PAUSED = "DeploymentPaused"
+RESUMED = "DeploymentResumed"
 
 #: Kubernetes' "safe" alphabet (no vowels, no 0/1/3): what generated name suffixes use.
 SAFE_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
@@ -165,6 +219,11 @@ class DeploymentController(Controller):
     name = "deployment-controller"
     kinds = frozenset({"Deployment", "ReplicaSet", "Pod"})
 
+    def __init__(self, api: APIClient, recorder: Recorder, *, clock: Clock | None = None) -> None:
+        super().__init__(api, recorder)
+        self.clock: Clock = clock or getattr(api, "clock", None) or WallClock()
+        self.queue.clock = self.clock  # progress deadlines are due on this clock
+
     def indexers(self) -> dict[str, Indexer]:
         def owner(obj: KubeObject) -> Iterator[str]:
             if obj.kind == "ReplicaSet":
@@ -223,6 +282,7 @@ class DeploymentController(Controller):
             return
         if not isinstance(d, Deployment) or d.metadata.deletion_timestamp is not None:
             return
+        now = rfc3339(self.clock.now())
         owned = self._owned(d)
         h = pod_template_hash(d.spec.template)
         new = next((rs for rs in owned if rs.labels.get(TEMPLATE_HASH_LABEL) == h), None)
@@ -231,17 +291,165 @@ class DeploymentController(Controller):
             new = next((rs for rs in owned if pod_template_hash(rs.spec.template) == h), None)
         olds = sorted((rs for rs in owned if rs is not new), key=_by_age)
         revision = max((revision_of(rs) for rs in olds), default=0) + 1
-        if new is not None and revision_of(new) < revision:
-            new = self._set_revision(new, revision)
-        if is_recreate(d):
-            new, olds = self._recreate(d, h, new, olds, revision)
+        conds = _paused_conditions(d, list(d.status.conditions), now)
+        deadline = d.spec.progress_deadline_seconds
+        if new is not None:
+            new = self._sync_new(d, new, revision)
+            if deadline is not None and _cond(conds, "Progressing") is None:
+                msg = f'Found new replica set "{new.name}"'
+                conds = _set(conds, _new_cond("Progressing", "True", FOUND_NEW_RS, msg, now))
+        if d.spec.paused:
+            new, olds = self._paused(d, new, olds)
         else:
-            new, olds = self._rolling(d, h, new, olds, revision)
+            found = new
+            if is_recreate(d):
+                new, olds = self._recreate(d, h, new, olds, revision)
+            else:
+                new, olds = self._rolling(d, h, new, olds, revision)
+            if found is None and new is not None and deadline is not None:
+                msg = f'Created new replica set "{new.name}"'
+                conds = _set(conds, _new_cond("Progressing", "True", NEW_RS_CREATED, msg, now))
+        if new is not None and d.metadata.annotations.get(REVISION_ANNOTATION) != str(
+            revision_of(new)
+        ):
+            annotations = {**d.metadata.annotations, REVISION_ANNOTATION: str(revision_of(new))}
+            updated = self.api.update(d.with_meta(annotations=annotations), component=self.name)
+            assert isinstance(updated, Deployment)
+            d = updated
         status = _status(d, new, olds)
-        if _complete(d, status):
+        status = status.evolve(
+            conditions=self._conditions(d, status, new, olds, conds, now),
+            collision_count=d.status.collision_count,
+        )
+        if d.spec.paused or _complete(d, status):
             self._cleanup_history(d, olds)
-        if _status_key(status) != _status_key(d.status):
+        if status != d.status:
             self.api.update_status(d.evolve(status=status), component=self.name)
+        self._requeue_stuck(d, status)
+
+    def _conditions(
+        self,
+        d: Deployment,
+        status: DeploymentStatus,
+        new: ReplicaSet | None,
+        olds: list[ReplicaSet],
+        conds: list[DeploymentCondition],
+        now: str,
+    ) -> list[DeploymentCondition]:
+        """``Available`` always; ``Progressing`` and ``ReplicaFailure`` while not paused
+        (upstream's calculateStatus and syncRolloutStatus); see the module docstring."""
+        _, max_unavailable = rolling_limits(d)
+        if (status.available_replicas or 0) >= desired_replicas(d) - max_unavailable:
+            avail = _new_cond(
+                "Available", "True", "MinimumReplicasAvailable",
+                "Deployment has minimum availability.", now,
+            )  # fmt: skip
+        else:
+            avail = _new_cond(
+                "Available", "False", "MinimumReplicasUnavailable",
+                "Deployment does not have minimum availability.", now,
+            )  # fmt: skip
+        conds = _set(conds, avail)
+        if d.spec.paused:
+            return conds
+        deadline = d.spec.progress_deadline_seconds
+        if deadline is None:
+            return [c for c in conds if c.type != "Progressing"]
+        cur = _cond(conds, "Progressing")
+        name = new.name if new is not None else ""
+        done = status.replicas == status.updated_replicas and (
+            cur is not None and cur.reason == NEW_RS_AVAILABLE
+        )
+        if not done:
+            if _complete(d, status):
+                msg = f'ReplicaSet "{name}" has successfully progressed.'
+                conds = _set(conds, _new_cond("Progressing", "True", NEW_RS_AVAILABLE, msg, now))
+            elif _progressed(d.status, status):
+                msg = f'ReplicaSet "{name}" is progressing.'
+                fresh = _new_cond("Progressing", "True", RS_UPDATED, msg, now)
+                if cur is not None and cur.status == "True":
+                    fresh = fresh.evolve(last_transition_time=cur.last_transition_time)
+                conds = [*(c for c in conds if c.type != "Progressing"), fresh]
+            elif _timed_out(cur, deadline, self.clock.now()):
+                msg = f'ReplicaSet "{name}" has timed out progressing.'
+                conds = _set(conds, _new_cond("Progressing", "False", TIMED_OUT, msg, now))
+        failures = [
+            c
+            for rs in ([new] if new is not None else []) + olds
+            if (c := rs.status.condition("ReplicaFailure")) is not None and c.status == "True"
+        ]
+        if failures:
+            f = failures[0]
+            failure = _new_cond("ReplicaFailure", "True", f.reason or "", f.message or "", now)
+            conds = _set(conds, failure)
+        else:
+            conds = [c for c in conds if c.type != "ReplicaFailure"]
+        return conds
+
+    def _requeue_stuck(self, d: Deployment, status: DeploymentStatus) -> None:
+        """Queue ``d`` again for when its progress deadline runs out (upstream's
+        requeueStuckDeployment), unless it is complete, timed out or paused."""
+        cur = status.condition("Progressing")
+        deadline = d.spec.progress_deadline_seconds
+        if d.spec.paused or deadline is None or cur is None or not cur.last_update_time:
+            return
+        if cur.reason in (NEW_RS_AVAILABLE, TIMED_OUT):
+            return
+        due = parse_rfc3339(cur.last_update_time) + deadline
+        # timed out once strictly past the deadline: a second later (times are seconds)
+        self.queue.add_after(d.key, max(0.0, due - self.clock.now()) + 1)
+
+    def _sync_new(self, d: Deployment, new: ReplicaSet, revision: int) -> ReplicaSet:
+        """The existing new ReplicaSet with the Deployment's annotations copied, its
+        revision (history noted) and ``minReadySeconds`` brought up to date: one write
+        when any differs."""
+        annotations = dict(new.metadata.annotations)
+        for k, v in d.metadata.annotations.items():
+            if k not in NOT_COPIED:
+                annotations[k] = v
+        if revision_of(new) < revision:
+            earlier = annotations.get(REVISION_ANNOTATION)
+            if earlier:
+                history = annotations.get(REVISION_HISTORY_ANNOTATION)
+                annotations[REVISION_HISTORY_ANNOTATION] = (
+                    f"{history},{earlier}" if history else earlier
+                )
+            annotations[REVISION_ANNOTATION] = str(revision)
+        min_ready = d.spec.min_ready_seconds or 0
+        if (
+            annotations == new.metadata.annotations
+            and (new.spec.min_ready_seconds or 0) == min_ready
+        ):
+            return new
+        rs = new.with_meta(annotations=annotations)
+        rs = rs.evolve(spec=rs.spec.evolve(min_ready_seconds=min_ready))
+        updated = self.api.update(rs, component=self.name)
+        assert isinstance(updated, ReplicaSet)
+        return updated
+
+    def _paused(
+        self, d: Deployment, new: ReplicaSet | None, olds: list[ReplicaSet]
+    ) -> tuple[ReplicaSet | None, list[ReplicaSet]]:
+        """A paused Deployment's step: resizing only (upstream's ``scale``)."""
+        want = desired_replicas(d)
+        all_rs = [*olds, *([new] if new is not None else [])]
+        active = [rs for rs in all_rs if desired_replicas(rs) > 0]
+        target: ReplicaSet | None = None
+        if len(active) == 1:
+            target = active[0]
+        elif not active and all_rs:
+            target = new if new is not None else olds[-1]
+        if target is not None:
+            if desired_replicas(target) != want:
+                scaled = self._scale(d, target, want)
+                if target is new:
+                    new = scaled
+                else:
+                    olds = [scaled if rs is target else rs for rs in olds]
+            return new, olds
+        if new is not None and desired_replicas(new) == want and available(new) == want:
+            olds = [self._scale(d, rs, 0) if desired_replicas(rs) else rs for rs in olds]
+        return new, olds
 
     def _rolling(
         self, d: Deployment, h: str, new: ReplicaSet | None, olds: list[ReplicaSet], revision: int
@@ -364,15 +572,23 @@ class DeploymentController(Controller):
             match_labels={**d.spec.selector.match_labels, TEMPLATE_HASH_LABEL: h},
             match_expressions=list(d.spec.selector.match_expressions),
         )
+        annotations = {k: v for k, v in d.metadata.annotations.items() if k not in NOT_COPIED}
+        annotations |= _replica_annotations(d)
+        annotations[REVISION_ANNOTATION] = str(revision)
         rs = ReplicaSet(
             metadata=ObjectMeta(
                 name=f"{d.name}-{h}",
                 namespace=d.namespace,
                 labels=dict(template.metadata.labels),
-                annotations={REVISION_ANNOTATION: str(revision)},
+                annotations=annotations,
                 owner_references=[controller_ref(d)],
             ),
-            spec=ReplicaSetSpec(replicas=replicas, selector=selector, template=template),
+            spec=ReplicaSetSpec(
+                replicas=replicas,
+                min_ready_seconds=d.spec.min_ready_seconds or 0,
+                selector=selector,
+                template=template,
+            ),
         )
         created = self.api.create(rs, component=self.name)
         assert isinstance(created, ReplicaSet)
@@ -385,23 +601,12 @@ class DeploymentController(Controller):
             )
         return created
 
-    def _set_revision(self, rs: ReplicaSet, revision: int) -> ReplicaSet:
-        annotations = dict(rs.metadata.annotations)
-        earlier = annotations.get(REVISION_ANNOTATION)
-        if earlier:
-            history = annotations.get(REVISION_HISTORY_ANNOTATION)
-            annotations[REVISION_HISTORY_ANNOTATION] = (
-                f"{history},{earlier}" if history else earlier
-            )
-        annotations[REVISION_ANNOTATION] = str(revision)
-        updated = self.api.update(rs.with_meta(annotations=annotations), component=self.name)
-        assert isinstance(updated, ReplicaSet)
-        return updated
-
     def _scale(self, d: Deployment, rs: ReplicaSet, replicas: int) -> ReplicaSet:
         before = desired_replicas(rs)
+        annotations = {**rs.metadata.annotations, **_replica_annotations(d)}
         updated = self.api.update(
-            rs.evolve(spec=rs.spec.evolve(replicas=replicas)), component=self.name
+            rs.with_meta(annotations=annotations).evolve(spec=rs.spec.evolve(replicas=replicas)),
+            component=self.name,
         )
         assert isinstance(updated, ReplicaSet)
         verb = "up" if replicas > before else "down"
@@ -428,17 +633,87 @@ def _status(d: Deployment, new: ReplicaSet | None, olds: list[ReplicaSet]) -> De
 
 
 def _complete(d: Deployment, s: DeploymentStatus) -> bool:
-    """Every replica updated and available, nothing else left (upstream's DeploymentComplete)."""
+    """Every replica updated and available, nothing else left, the spec observed
+    (upstream's DeploymentComplete)."""
     want = desired_replicas(d)
-    return s.updated_replicas == want and s.replicas == want and s.available_replicas == want
-
-
-def _status_key(s: DeploymentStatus) -> tuple[int, int, int, int, int, int | None]:
     return (
-        s.replicas or 0,
-        s.ready_replicas or 0,
-        s.available_replicas or 0,
-        s.unavailable_replicas or 0,
-        s.updated_replicas or 0,
-        s.observed_generation,
+        s.updated_replicas == want
+        and s.replicas == want
+        and s.available_replicas == want
+        and (s.observed_generation or 0) >= (d.metadata.generation or 0)
     )
+
+
+def _progressed(old: DeploymentStatus, new: DeploymentStatus) -> bool:
+    """Upstream's DeploymentProgressing: more updated, ready or available pods, or fewer
+    old ones, than the stored status says."""
+    old_olds = (old.replicas or 0) - (old.updated_replicas or 0)
+    new_olds = (new.replicas or 0) - (new.updated_replicas or 0)
+    return (
+        (new.updated_replicas or 0) > (old.updated_replicas or 0)
+        or new_olds < old_olds
+        or (new.ready_replicas or 0) > (old.ready_replicas or 0)
+        or (new.available_replicas or 0) > (old.available_replicas or 0)
+    )
+
+
+def _timed_out(cur: DeploymentCondition | None, deadline: int, now: float) -> bool:
+    """Upstream's DeploymentTimedOut: no progress for ``deadline`` seconds since the
+    Progressing condition was last updated (strictly past it)."""
+    if cur is None or cur.reason == NEW_RS_AVAILABLE:
+        return False
+    if cur.reason == TIMED_OUT:
+        return True
+    if not cur.last_update_time:
+        return False
+    return parse_rfc3339(cur.last_update_time) + deadline < now
+
+
+def _replica_annotations(d: Deployment) -> dict[str, str]:
+    surge, _ = rolling_limits(d)
+    want = desired_replicas(d)
+    return {DESIRED_REPLICAS_ANNOTATION: str(want), MAX_REPLICAS_ANNOTATION: str(want + surge)}
+
+
+def _new_cond(type_: str, status: str, reason: str, message: str, now: str) -> DeploymentCondition:
+    return DeploymentCondition(
+        type=type_,
+        status=status,
+        reason=reason,
+        message=message,
+        last_update_time=now,
+        last_transition_time=now,
+    )
+
+
+def _cond(conds: list[DeploymentCondition], type_: str) -> DeploymentCondition | None:
+    return next((c for c in conds if c.type == type_), None)
+
+
+def _set(conds: list[DeploymentCondition], c: DeploymentCondition) -> list[DeploymentCondition]:
+    """Upstream's SetDeploymentCondition: unchanged when status and reason are the
+    same; otherwise replaced (moved last), keeping its lastTransitionTime if only the
+    reason changed."""
+    cur = _cond(conds, c.type)
+    if cur is not None and cur.status == c.status and cur.reason == c.reason:
+        return conds
+    if cur is not None and cur.status == c.status:
+        c = c.evolve(last_transition_time=cur.last_transition_time)
+    return [*(x for x in conds if x.type != c.type), c]
+
+
+def _paused_conditions(
+    d: Deployment, conds: list[DeploymentCondition], now: str
+) -> list[DeploymentCondition]:
+    """Upstream's checkPausedConditions: Progressing Unknown DeploymentPaused when
+    paused, DeploymentResumed when no longer; a timed-out rollout keeps its condition."""
+    cur = _cond(conds, "Progressing")
+    if d.spec.progress_deadline_seconds is None or (cur is not None and cur.reason == TIMED_OUT):
+        return conds
+    was_paused = cur is not None and cur.reason == PAUSED
+    if d.spec.paused and not was_paused:
+        return _set(conds, _new_cond("Progressing", "Unknown", PAUSED, "Deployment is paused", now))
+    if not d.spec.paused and was_paused:
+        resumed = _new_cond("Progressing", "Unknown", RESUMED, "Deployment is resumed", now)
+        return _set(conds, resumed)
+    return conds

@@ -12,7 +12,21 @@
   ready for less time, newer.
 * At most :data:`BURST` pods are created per reconcile (Kubernetes' burstReplicas); the
   key is queued again for the rest.
-* ``status`` (replicas, readyReplicas, availableReplicas, observedGeneration) is computed from the pods seen before acting, as upstream does.
+* ``status`` (replicas, fullyLabeledReplicas, readyReplicas, availableReplicas,
+  observedGeneration, conditions) is computed from the pods seen before acting, as
+  upstream does, and written after acting. A pod is *available* once it has been ready
+  for more than ``spec.minReadySeconds`` on the controller's clock (at once for 0); the
+  key is queued again for when the next ready pod becomes available.
+* A pod creation the apiserver refuses stops the reconcile's creations (Warning Event
+  ``FailedCreate``, ``Error creating: ...``), sets the condition ``ReplicaFailure``
+  (status True, reason ``FailedCreate``, the error as its message; kept as it is while
+  creations keep failing) and fails the reconcile, which is retried; a reconcile
+  without such error removes the condition.
+
+:class:`ReplicaController` is all of this for any kind that keeps replicas of a pod
+template; :class:`ReplicaSetController` is it for ReplicaSets (set-based selector) and
+:class:`~control.controllers.replicationcontroller.ReplicationControllerController`
+for ReplicationControllers (equality selector).
 """
 
 from __future__ import annotations
@@ -20,8 +34,10 @@ from __future__ import annotations
 import datetime as _dt
 import random
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
+from typing import ClassVar
 
+from control.clock import Clock, WallClock, parse_rfc3339, rfc3339
 from control.controllers.base import (
     APIClient,
     Controller,
@@ -31,11 +47,19 @@ from control.controllers.base import (
     is_controlled_by,
     owner_id,
 )
-from control.controllers.deployment import SAFE_ALPHABET, desired_replicas
+from control.controllers.deployment import SAFE_ALPHABET
 from control.events import Recorder
 from control.store.base import WatchEvent
-from netmodel.errors import NotFoundError
-from netmodel.objects import KubeObject, ObjectMeta, Pod, ReplicaSet, ReplicaSetStatus
+from netmodel.errors import NotFoundError, SvclabError
+from netmodel.objects import (
+    Condition,
+    KubeObject,
+    ObjectMeta,
+    Pod,
+    PodTemplateSpec,
+    ReplicaSet,
+    ReplicaSetStatus,
+)
 
 BURST = 500
 
@@ -98,23 +122,73 @@ def _pod_view(pod: KubeObject) -> tuple[object, ...]:
     )
 
 
-class ReplicaSetController(Controller):
-    """Creates and deletes pods for ReplicaSets; see the module docstring."""
+def ready_since(pod: Pod) -> float | None:
+    """When the pod last became ready (its Ready condition's lastTransitionTime); None
+    if it is not ready or the time is missing or unreadable."""
+    cond = pod.condition("Ready")
+    if cond is None or cond.status != "True" or not cond.last_transition_time:
+        return None
+    try:
+        return parse_rfc3339(cond.last_transition_time)
+    except ValueError:
+        return None
 
-    name = "replicaset-controller"
-    kinds = frozenset({"ReplicaSet", "Pod"})
 
-    def __init__(self, api: APIClient, recorder: Recorder, *, seed: int = 0) -> None:
+def is_available(pod: Pod, min_ready_seconds: int, now: float) -> bool:
+    """Kubernetes' IsPodAvailable: ready, and for ``minReadySeconds`` > 0 ready since
+    strictly more than that many seconds before ``now``."""
+    if not pod.is_ready:
+        return False
+    if min_ready_seconds <= 0:
+        return True
+    since = ready_since(pod)
+    return since is not None and since + min_ready_seconds < now
+
+
+def replicas_of(owner: KubeObject) -> int:
+    """``spec.replicas`` (default 1, at least 0) of a ReplicaSet or ReplicationController."""
+    r = owner.spec.replicas  # type: ignore[attr-defined]
+    return 1 if r is None else max(0, int(r))
+
+
+class ReplicaController(Controller):
+    """Keeps ``spec.replicas`` active pods per owner of :attr:`owner_kind`; see the module
+    docstring. Subclasses say how the kind selects pods and where its template is."""
+
+    owner_kind: ClassVar[str] = ""
+
+    def __init__(
+        self, api: APIClient, recorder: Recorder, *, seed: int = 0, clock: Clock | None = None
+    ) -> None:
         super().__init__(api, recorder)
         self.seed = seed
+        self.clock: Clock = clock or getattr(api, "clock", None) or WallClock()
+        self.queue.clock = self.clock  # minReadySeconds requeues are due on this clock
         self._rngs: dict[str, random.Random] = {}
 
+    # ---- what a kind provides
+
+    def selects(self, owner: KubeObject, labels: Mapping[str, str]) -> bool:
+        """Whether ``owner``'s selector matches ``labels`` (an empty selector: never)."""
+        raise NotImplementedError
+
+    def template(self, owner: KubeObject) -> PodTemplateSpec | None:
+        raise NotImplementedError
+
+    @staticmethod
+    def min_ready_seconds(owner: KubeObject) -> int:
+        return int(owner.spec.min_ready_seconds or 0)  # type: ignore[attr-defined]
+
+    # ---- the informer side
+
     def indexers(self) -> dict[str, Indexer]:
+        kind = self.owner_kind
+
         def index(obj: KubeObject) -> Iterator[str]:
-            if obj.kind == "ReplicaSet":
-                yield f"rs:{obj.namespace}"
+            if obj.kind == kind:
+                yield f"owner:{obj.namespace}"
                 return
-            o = controlled_by(obj, "ReplicaSet")
+            o = controlled_by(obj, kind)
             if o is not None:
                 yield o
             elif obj.metadata.controller_ref() is None:
@@ -124,121 +198,173 @@ class ReplicaSetController(Controller):
 
     def keys_for(self, event: WatchEvent, old: KubeObject | None) -> Iterable[str]:
         obj = event.object
-        if obj.kind == "ReplicaSet":
+        if obj.kind == self.owner_kind:
             return [obj.key]
         if event.type == "MODIFIED" and old is not None and _pod_view(old) == _pod_view(obj):
-            return []  # e.g. an annotation patch: nothing a ReplicaSet counts or ranks
+            return []  # e.g. an annotation patch: nothing an owner counts or ranks
         keys: list[str] = []
         for o in (old, obj):
             if o is None:
                 continue
             ref = o.metadata.controller_ref()
             if ref is not None:
-                if ref.kind == "ReplicaSet":
+                if ref.kind == self.owner_kind:
                     keys.append(f"{obj.namespace}/{ref.name}")
             elif event.type != "DELETED" and o is obj and is_active(obj):  # type: ignore[arg-type]
                 keys += [
-                    rs.key
-                    for rs in self.cache.by_index("by", f"rs:{obj.namespace}")
-                    if isinstance(rs, ReplicaSet)
-                    and not rs.spec.selector.is_empty
-                    and rs.spec.selector.matches(obj.labels)
+                    owner.key
+                    for owner in self.cache.by_index("by", f"owner:{obj.namespace}")
+                    if owner.kind == self.owner_kind and self.selects(owner, obj.labels)
                 ]
         return keys
 
     def subject(self, key: str) -> KubeObject | None:
-        return self.cache.get("ReplicaSet", key)
+        return self.cache.get(self.owner_kind, key)
 
     # ---- reconcile
 
     def reconcile(self, key: str) -> None:
         try:
-            rs = self.store.get("ReplicaSet", key)
+            owner = self.store.get(self.owner_kind, key)
         except NotFoundError:
             self._rngs.pop(key, None)
             return
-        if not isinstance(rs, ReplicaSet) or rs.metadata.deletion_timestamp is not None:
+        if owner.kind != self.owner_kind or owner.metadata.deletion_timestamp is not None:
             return
-        ident = owner_id("ReplicaSet", rs.namespace, rs.name, rs.metadata.uid)
+        ident = owner_id(self.owner_kind, owner.namespace, owner.name, owner.metadata.uid)
         pods = [
             p
             for p in self.cache.by_index("by", ident)
-            if isinstance(p, Pod) and is_controlled_by(p, rs)
+            if isinstance(p, Pod) and is_controlled_by(p, owner)
         ]
-        pods += self._adopt(rs)
+        pods += self._adopt(owner)
         active = [p for p in pods if is_active(p)]
-        self._update_status(rs, active)
-        diff = len(active) - desired_replicas(rs)
+        failed: SvclabError | None = None
+        diff = len(active) - replicas_of(owner)
         if diff < 0:
             todo = -diff
-            for _ in range(min(todo, BURST)):
-                self._create_pod(rs)
-            if todo > BURST:
+            try:
+                for _ in range(min(todo, BURST)):
+                    self._create_pod(owner)
+            except SvclabError as e:
+                failed = e
+                self.recorder.record(
+                    self.name, owner, "FailedCreate", f"Error creating: {e}", type_="Warning"
+                )
+            if todo > BURST and failed is None:
                 self.queue.add(key)
         elif diff > 0:
             for pod in deletion_order(active)[:diff]:
                 self.api.delete("Pod", pod.key, component=self.name)
-                self.recorder.record(self.name, rs, "SuccessfulDelete", f"Deleted pod: {pod.name}")
+                self.recorder.record(
+                    self.name, owner, "SuccessfulDelete", f"Deleted pod: {pod.name}"
+                )
+        self._update_status(owner, active, failed)
+        if failed is not None:
+            raise failed
 
-    def _adopt(self, rs: ReplicaSet) -> list[Pod]:
-        if rs.spec.selector.is_empty:
-            return []
+    def _adopt(self, owner: KubeObject) -> list[Pod]:
         adopted: list[Pod] = []
-        for p in self.cache.by_index("by", f"orphan:{rs.namespace}"):
-            if not isinstance(p, Pod) or not is_active(p) or not rs.spec.selector.matches(p.labels):
+        for p in self.cache.by_index("by", f"orphan:{owner.namespace}"):
+            if not isinstance(p, Pod) or not is_active(p) or not self.selects(owner, p.labels):
                 continue
-            refs = [*p.metadata.owner_references, controller_ref(rs)]
+            refs = [*p.metadata.owner_references, controller_ref(owner)]
             updated = self.api.update(p.with_meta(owner_references=refs), component=self.name)
             assert isinstance(updated, Pod)
             adopted.append(updated)
         return adopted
 
-    def _rng(self, rs: ReplicaSet) -> random.Random:
-        rng = self._rngs.get(rs.key)
+    def _rng(self, owner: KubeObject) -> random.Random:
+        rng = self._rngs.get(owner.key)
         if rng is None:
-            rng = self._rngs[rs.key] = random.Random(f"{self.seed}/{rs.key}")
+            rng = self._rngs[owner.key] = random.Random(f"{self.seed}/{owner.key}")
         return rng
 
-    def _pod_name(self, rs: ReplicaSet) -> str:
-        rng = self._rng(rs)
-        base = f"{rs.name[:58]}-"
+    def _pod_name(self, owner: KubeObject) -> str:
+        rng = self._rng(owner)
+        base = f"{owner.name[:58]}-"
         while True:
             name = base + "".join(rng.choices(SAFE_ALPHABET, k=5))
-            if self.cache.get("Pod", f"{rs.namespace}/{name}") is not None:
+            if self.cache.get("Pod", f"{owner.namespace}/{name}") is not None:
                 continue
             try:
-                self.store.get("Pod", f"{rs.namespace}/{name}")
+                self.store.get("Pod", f"{owner.namespace}/{name}")
             except NotFoundError:
                 return name
 
-    def _create_pod(self, rs: ReplicaSet) -> None:
-        t = rs.spec.template
+    def _create_pod(self, owner: KubeObject) -> None:
+        t = self.template(owner) or PodTemplateSpec()
         pod = Pod(
             metadata=ObjectMeta(
-                name=self._pod_name(rs),
-                generate_name=f"{rs.name[:58]}-",
-                namespace=rs.namespace,
+                name=self._pod_name(owner),
+                generate_name=f"{owner.name[:58]}-",
+                namespace=owner.namespace,
                 labels=dict(t.metadata.labels),
                 annotations=dict(t.metadata.annotations),
-                owner_references=[controller_ref(rs)],
+                owner_references=[controller_ref(owner)],
             ),
             spec=t.spec,
         )
         created = self.api.create(pod, component=self.name)
-        self.recorder.record(self.name, rs, "SuccessfulCreate", f"Created pod: {created.name}")
+        self.recorder.record(self.name, owner, "SuccessfulCreate", f"Created pod: {created.name}")
 
-    def _update_status(self, rs: ReplicaSet, active: list[Pod]) -> None:
-        ready = sum(1 for p in active if p.is_ready)
+    def _update_status(
+        self, owner: KubeObject, active: list[Pod], failed: SvclabError | None
+    ) -> None:
+        now = self.clock.now()
+        min_ready = self.min_ready_seconds(owner)
+        template = self.template(owner)
+        want_labels = template.metadata.labels if template is not None else {}
+        ready = [p for p in active if p.is_ready]
+        available = sum(1 for p in ready if is_available(p, min_ready, now))
+        cur: ReplicaSetStatus = owner.status  # type: ignore[attr-defined]
+        before = cur.condition("ReplicaFailure")
+        conditions = [c for c in cur.conditions if c.type != "ReplicaFailure"]
+        if failed is not None:
+            if before is not None and before.status == "True" and before.reason == "FailedCreate":
+                conditions = list(cur.conditions)  # set already: kept as it is (upstream)
+            else:
+                conditions.append(
+                    Condition(
+                        type="ReplicaFailure",
+                        status="True",
+                        reason="FailedCreate",
+                        message=str(failed),
+                        last_transition_time=rfc3339(now),
+                    )
+                )
         status = ReplicaSetStatus(
             replicas=len(active),
-            ready_replicas=ready,
-            available_replicas=ready,
-            observed_generation=rs.metadata.generation,
+            fully_labeled_replicas=sum(
+                1 for p in active if all(p.labels.get(k) == v for k, v in want_labels.items())
+            ),
+            ready_replicas=len(ready),
+            available_replicas=available,
+            observed_generation=owner.metadata.generation,
+            conditions=conditions,
         )
-        cur = rs.status
-        if (cur.replicas or 0, cur.ready_replicas or 0, cur.available_replicas or 0) != (
-            len(active),
-            ready,
-            ready,
-        ) or cur.observed_generation != rs.metadata.generation:
-            self.api.update_status(rs.evolve(status=status), component=self.name)
+        if status != cur:
+            self.api.update_status(owner.evolve(status=status), component=self.name)
+        if min_ready > 0 and available < len(ready):
+            # the next ready pod to pass minReadySeconds: look again just after
+            times = [t for p in ready if (t := ready_since(p)) is not None]
+            due = min((t + min_ready for t in times if t + min_ready >= now), default=None)
+            if due is not None:
+                self.queue.add_after(owner.key, due - now + 1)
+
+
+class ReplicaSetController(ReplicaController):
+    """Creates and deletes pods for ReplicaSets; see the module docstring."""
+
+    name = "replicaset-controller"
+    owner_kind = "ReplicaSet"
+    kinds = frozenset({"ReplicaSet", "Pod"})
+
+    def selects(self, owner: KubeObject, labels: Mapping[str, str]) -> bool:
+        assert isinstance(owner, ReplicaSet)
+        sel = owner.spec.selector
+        return not sel.is_empty and sel.matches(labels)
+
+    def template(self, owner: KubeObject) -> PodTemplateSpec | None:
+        assert isinstance(owner, ReplicaSet)
+        return owner.spec.template

@@ -968,7 +968,8 @@ def _scale_of(res: Resource, obj: KubeObject) -> dict[str, Any]:
     spec = obj.spec  # type: ignore[attr-defined]
     st = obj.status  # type: ignore[attr-defined]
     sel = spec.selector
-    text = ",".join(f"{k}={v}" for k, v in sorted(sel.match_labels.items()))
+    labels = sel if isinstance(sel, dict) else sel.match_labels  # (RC: a plain label map)
+    text = ",".join(f"{k}={v}" for k, v in sorted(labels.items()))
     return {
         "kind": "Scale",
         "apiVersion": "autoscaling/v1",

@@ -338,6 +338,7 @@ def bootstrap_policy() -> list[KubeObject]:
                     "core",
                     "pods pods/status services services/status endpoints events nodes nodes/status namespaces namespaces/status namespaces/finalize",
                 ),
+                _rule(READ + " " + WRITE, "core", "replicationcontrollers replicationcontrollers/status"),
                 _rule(
                     READ + " " + WRITE,
                     "apps",
