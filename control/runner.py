@@ -13,7 +13,7 @@ one) until a round does no work:
   revision it last read, and hands every component the new events of its kinds
   (``handle``), in revision order; so each component sees every write made before it
   runs, including those of components earlier in the same round;
-* components run in a fixed order (node IPAM, deployment, replicaset, daemonset,
+* components run in a fixed order (node IPAM, service CIDRs, deployment, replicaset, daemonset,
   statefulset, cronjob, job, replication controller, garbage collector, namespace, pod
   GC, scheduler, kubelets, endpointslice, then added agents in the order added);
 * each component's ``sync`` runs in one store batch (:func:`control.store.base.batched`):
@@ -197,6 +197,7 @@ class ControlPlane:
         self.service_cidrs = ServiceCIDRController(api, rec, self.clock)
         self.components: list[Agent] = [
             self.nodeipam,
+            self.service_cidrs,
             self.deployments,
             self.replicasets,
             self.daemonsets,
@@ -210,7 +211,6 @@ class ControlPlane:
             self.scheduler,
             self.kubelets,
             self.endpointslices,
-            self.service_cidrs,
         ]
         self.timing = Timing()
         self.pause_gc = True

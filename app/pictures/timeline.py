@@ -68,6 +68,8 @@ def _actor(e: Event, pod_nodes: Mapping[str, str]) -> str:
         if comp == "kube-proxy" and io.kind == "Node":
             return f"kube-proxy {io.name}"
         node = pod_nodes.get(f"{io.namespace}/{io.name}") if io.kind == "Pod" else None
+        if io.kind == "Lease" and io.namespace == "kube-node-lease":
+            node = io.name  # a kubelet's heartbeat: its node's Lease
         return f"{comp} {node}" if node else comp
     return comp
 

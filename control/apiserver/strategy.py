@@ -224,6 +224,17 @@ class PodStrategy(GenericStrategy):
         return "deleted"
 
 
+def keep_annotations(obj: KubeObject, current: KubeObject, prefix: str) -> KubeObject:
+    """``obj`` with the annotations of ``current`` under ``prefix`` that it lacks."""
+    have = obj.metadata.annotations or {}
+    kept = {
+        k: v
+        for k, v in (current.metadata.annotations or {}).items()
+        if k.startswith(prefix) and k not in have
+    }
+    return obj.with_meta(annotations={**have, **kept}) if kept else obj
+
+
 class DeploymentStrategy(GenericStrategy):
     """Deployments (:func:`.validation.validate_deployment`); the selector is immutable."""
 
@@ -244,6 +255,12 @@ class DeploymentStrategy(GenericStrategy):
             and obj.spec.selector != old.spec.selector
         ):
             p.invalid("spec.selector", selector_text(obj.spec.selector), "field is immutable")
+
+    def keep_assigned(self, obj: KubeObject, current: KubeObject) -> KubeObject:
+        """The annotations the Deployment controller sets (``deployment.kubernetes.io/``:
+        the revision) stay when an update (a re-applied manifest) leaves them unset, as
+        ``kubectl apply``'s three-way merge leaves fields it does not manage."""
+        return keep_annotations(obj, current, "deployment.kubernetes.io/")
 
 
 class ReplicaSetStrategy(GenericStrategy):

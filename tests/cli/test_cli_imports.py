@@ -79,7 +79,9 @@ def probe(argv: list[str], watched: tuple[str, ...], cwd: Path) -> tuple[int, li
         (["--help"], 0),
         (["trace", "--help"], 0),
         (["up", "--help"], 0),
-        (["get", "bogus"], 2),  # unknown resource type
+        # (`get bogus` is no usage error any more: whether "bogus" names a resource takes
+        # the kind table, the state's CustomResourceDefinitions included, as kubectl's
+        # takes discovery)
         (["trace"], 2),  # --from and --to missing
         (["up"], 2),  # without --real
         (["rules"], 2),  # --node missing

@@ -13,7 +13,7 @@ from control.apiserver import APIServer
 from control.clock import FakeClock
 from control.events import Recorder
 from control.store import MemoryStore, SqliteStore, Store
-from netmodel import kinds
+from netmodel import customresources, kinds
 from netmodel.cluster import ClusterSpec
 from netmodel.kinds import object_from_dict
 from netmodel.objects import GenericObject, Service
@@ -54,17 +54,37 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
     s.close()
 
 
+SERVICES_CRD = {
+    "group": "example.com",
+    "scope": "Namespaced",
+    "names": {"plural": "services", "kind": "Service"},
+    "versions": [
+        {
+            "name": "v1",
+            "served": True,
+            "storage": True,
+            "schema": {
+                "openAPIV3Schema": {
+                    "type": "object",
+                    "x-kubernetes-preserve-unknown-fields": True,
+                }
+            },
+        }
+    ],
+}
+
+
 @pytest.fixture
-def widget_services() -> Iterator[kinds.KindRow]:
-    """A custom resource whose kind name is a built-in kind's: Service in example.com."""
-    r = kinds.row("example.com", "v1", "Service", "services", store="services.example.com")
-    kinds.register(r)
-    yield r
-    kinds.unregister(r)
+def widget_services() -> Iterator[str]:
+    """A custom resource whose kind name is a built-in kind's: Service in example.com
+    (a CustomResourceDefinition's rows, as the apiserver installs them)."""
+    assert customresources.install("services.example.com", SERVICES_CRD) is None
+    yield "services.example.com"
+    customresources.uninstall("services.example.com")
 
 
 def test_a_custom_resource_named_as_a_builtin_kind_keeps_its_own_store(
-    store: Store, widget_services: kinds.KindRow
+    store: Store, widget_services: str
 ) -> None:
     clock = FakeClock()
     api = APIServer(store, ClusterSpec(), clock=clock, recorder=Recorder(store, clock))
@@ -77,7 +97,7 @@ def test_a_custom_resource_named_as_a_builtin_kind_keeps_its_own_store(
             "spec": {"colour": "red"},
         }
     )
-    assert isinstance(custom, GenericObject) and custom.store_kind == "services.example.com"
+    assert isinstance(custom, GenericObject) and custom.store_kind == widget_services
     api.create(custom)
     builtin = store.get("Service", "default/kubernetes")
     assert isinstance(builtin, Service)  # the built-in store is untouched
