@@ -1,0 +1,57 @@
+"""A pod's ``hostPort`` is served on its node's address through the CNI ``portmap``
+plugin's rules (:mod:`netmodel.hostports`): a trace from outside the cluster to
+``nodeIP:hostPort`` is DNATed by the pod's ``CNI-DN-…`` chain to ``podIP:containerPort``
+and delivered to the pod; the other node, which has no such pod, refuses."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from click.testing import CliRunner, Result
+
+from app.cli.main import cli
+
+APP = """\
+apiVersion: svclab.dev/v1alpha1
+kind: Cluster
+metadata: {name: hostport}
+spec: {nodes: 2, dns: false}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: web}
+spec:
+  nodeName: node-2
+  containers: [{name: c, image: nginx, ports: [{containerPort: 8080, hostPort: 30080}]}]
+"""
+
+
+def run(state: Path, *args: str) -> Result:
+    res = CliRunner().invoke(cli, ["--state", str(state), *args])
+    assert res.exit_code == 0, res.output
+    return res
+
+
+def _wide(state: Path, kind: str) -> dict[str, list[str]]:
+    rows = run(state, "get", kind, "-o", "wide").output.splitlines()[1:]
+    return {r.split()[0]: r.split() for r in rows}
+
+
+def test_trace_to_node_host_port_reaches_the_pod(tmp_path: Path) -> None:
+    app = tmp_path / "app.yaml"
+    app.write_text(APP)
+    state = tmp_path / "st"
+    run(state, "apply", "-f", str(app))
+    pod_ip = _wide(state, "pods")["web"][5]
+    nodes = _wide(state, "nodes")
+    node2, node1 = nodes["node-2"][5], nodes["node-1"][5]
+    out = run(state, "trace", "--from", "203.0.113.7", "--to", f"{node2}:30080").output
+    head = out.splitlines()[:2]
+    assert "=> delivered (SYN-ACK)" in head[0], out
+    assert f"delivered to {pod_ip}:8080 (pod default/web, node node-2)" in head[1], out
+    assert "-j CNI-HOSTPORT-DNAT" in out
+    assert f"-j DNAT --to-destination {pod_ip}:8080" in out and "nat/CNI-DN-" in out
+    # node-1 carries no pod with that hostPort: nothing listens there
+    other = run(state, "trace", "--from", "203.0.113.7", "--to", f"{node1}:30080").output
+    assert "no listener on tcp/30080" in other.splitlines()[0], other
+    assert "CNI-DN-" not in other
