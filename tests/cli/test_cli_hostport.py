@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner, Result
 
 from app.cli.main import cli
@@ -15,7 +16,7 @@ APP = """\
 apiVersion: svclab.dev/v1alpha1
 kind: Cluster
 metadata: {name: hostport}
-spec: {nodes: 2, dns: false}
+spec: {nodes: 2, dns: false, proxyMode: MODE}
 ---
 apiVersion: v1
 kind: Pod
@@ -37,9 +38,12 @@ def _wide(state: Path, kind: str) -> dict[str, list[str]]:
     return {r.split()[0]: r.split() for r in rows}
 
 
-def test_trace_to_node_host_port_reaches_the_pod(tmp_path: Path) -> None:
+@pytest.mark.parametrize("mode", ["iptables", "nftables", "ipvs"])
+def test_trace_to_node_host_port_reaches_the_pod(tmp_path: Path, mode: str) -> None:
+    """In every kube-proxy mode: the plugin's iptables rules sit beside kube-proxy's
+    (in its nat table, beside its nft ruleset, in IPVS mode's iptables glue)."""
     app = tmp_path / "app.yaml"
-    app.write_text(APP)
+    app.write_text(APP.replace("MODE", mode))
     state = tmp_path / "st"
     run(state, "apply", "-f", str(app))
     pod_ip = _wide(state, "pods")["web"][5]
