@@ -75,25 +75,11 @@ class PortMapping:
 
 def mappings_of(pod: Pod) -> tuple[PortMapping, ...]:
     """The port mappings a runtime passes for ``pod``: every container port with a
-    non-zero ``hostPort``, in container and port order; none for a hostNetwork pod
-    (its ports already are the node's)."""
+    non-zero ``hostPort`` (and its ``hostIP``), in container and port order; none for a
+    hostNetwork pod (its ports already are the node's)."""
     if pod.spec.host_network:
         return ()
-    return mappings_from_containers(
-        [
-            {
-                "ports": [
-                    {
-                        "hostPort": p.host_port,
-                        "containerPort": p.container_port,
-                        "protocol": p.protocol,
-                    }
-                    for p in c.ports
-                ]
-            }
-            for c in pod.spec.containers
-        ]
-    )
+    return mappings_from_containers(pod.to_dict().get("spec", {}).get("containers"))
 
 
 def mappings_from_containers(containers: object) -> tuple[PortMapping, ...]:
@@ -109,7 +95,8 @@ def mappings_from_containers(containers: object) -> tuple[PortMapping, ...]:
                 continue
             hp, cp = p.get("hostPort"), p.get("containerPort")
             if isinstance(hp, int) and hp > 0 and isinstance(cp, int):
-                out.append(PortMapping(hp, cp, str(p.get("protocol") or "TCP").lower()))
+                proto = str(p.get("protocol") or "TCP").lower()
+                out.append(PortMapping(hp, cp, proto, str(p.get("hostIP") or "")))
     return tuple(out)
 
 

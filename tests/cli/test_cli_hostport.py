@@ -59,3 +59,25 @@ def test_trace_to_node_host_port_reaches_the_pod(tmp_path: Path, mode: str) -> N
     other = run(state, "trace", "--from", "203.0.113.7", "--to", f"{node1}:30080").output
     assert "no listener on tcp/30080" in other.splitlines()[0], other
     assert "CNI-DN-" not in other
+
+
+def test_host_ip_limits_the_host_port_to_that_address(tmp_path: Path) -> None:
+    """``ports[].hostIP`` is passed to the plugin, whose DNAT then also matches
+    ``-d hostIP/32``: the node's address serves the port only when it is that one."""
+    node2 = "172.18.0.3"  # node-2's address in a 2-node cluster (checked below)
+    for host_ip, served in ((node2, True), ("172.18.0.99", False)):
+        state = tmp_path / f"st-{host_ip}"  # a pod's ports cannot change: a cluster each
+        app = tmp_path / "app.yaml"
+        app.write_text(
+            APP.replace("MODE", "iptables").replace(
+                "hostPort: 30080}", f"hostPort: 30080, hostIP: {host_ip}}}"
+            )
+        )
+        run(state, "apply", "-f", str(app))
+        assert _wide(state, "nodes")["node-2"][5] == node2
+        out = run(state, "trace", "--from", "203.0.113.7", "--to", f"{node2}:30080").output
+        if served:
+            assert "=> delivered (SYN-ACK)" in out.splitlines()[0], out
+            assert f"-d {node2}/32 -p tcp -m tcp --dport 30080 -j DNAT" in out
+        else:
+            assert "no listener on tcp/30080" in out.splitlines()[0], out
