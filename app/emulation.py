@@ -8,6 +8,7 @@ the same cluster.
 from __future__ import annotations
 
 import gc
+import json
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from ipaddress import IPv4Address, IPv4Network, ip_address
@@ -29,6 +30,14 @@ from netmodel.calicorules import CalicoRules, felix_rules, with_calico
 from netmodel.cluster import ClusterSpec
 from netmodel.dnszone import DnsZone, build_zone
 from netmodel.errors import InputError, NotFoundError
+from netmodel.hostports import NETWORK as CNI_NETWORK
+from netmodel.hostports import (
+    PortMapping,
+    PortmapRules,
+    mappings_from_containers,
+    node_portmap_rules,
+    with_hostports,
+)
 from netmodel.lazy import LazyMapping
 from netmodel.objects import EndpointSlice, Namespace, Node, Pod, Service
 from netmodel.resolvconf import ResolvConf, pod_resolv_conf
@@ -89,17 +98,21 @@ def lazy_rulesets(
     source: NodeRulesSource,
     override: Mapping[str, RulesetInput],
     cni: CalicoRules | None = None,
+    hostports: Mapping[str, PortmapRules] | None = None,
 ) -> tuple[LazyMapping[str, RulesetInput], LazyMapping[str, tuple[str, ...]]]:
     """:func:`view`'s ``rulesets`` and ``local_addresses`` with each node's rendered on
     first access (``override`` wins). Keys: every Node (each has a kube-proxy, whose
     first sync always renders: a Node object gives it its configuration). ``cni``: the
-    network plugin's rules, joined to each node's kube-proxy rules (not to overrides)."""
+    network plugin's rules, joined to each node's kube-proxy rules (not to overrides);
+    ``hostports``: per node, the ``portmap`` plugin's rules for its pods' hostPorts
+    (:mod:`netmodel.hostports`), joined the same way."""
+    pm = hostports or {}
 
     def rules_of(node: str) -> RulesetInput:
         # by_rules: an iptables node's RulesetInput is its ruleset's iptables-save alone
         ri = source.ruleset(node, ruleset_input, by_rules=True)[0]
         assert ri is not None, f"kube-proxy on {node} rendered nothing"
-        return with_calico(ri, cni)
+        return with_hostports(with_calico(ri, cni), pm.get(node))
 
     def local_of(node: str) -> tuple[str, ...]:
         return source.ruleset(node, ruleset_input)[1]
@@ -199,6 +212,62 @@ def _placed_pods(session: Session) -> tuple[list[PodInfo], list[str], _PodsByNs]
     return pods, list(dns), _PodsByNs(session.store, keys)
 
 
+#: what :func:`_hostport_rules` reads of every Pod (stored JSON paths)
+_HOSTPORT_FIELDS = (
+    ("spec", "nodeName"),
+    ("status", "podIP"),
+    ("spec", "hostNetwork"),
+    ("spec", "containers"),
+)
+
+
+def _hostport_rules(
+    session: Session, pod_cidrs: Mapping[str, str | None], cached: bool
+) -> dict[str, PortmapRules]:
+    """Per node, the ``portmap`` plugin's rules for the hostPorts of its running pods
+    (hostNetwork pods have none: their ports are the node's). The hairpin rule's subnet
+    is the node's podCIDR (the network of the pod's CNI address). ``cached``: kept in the
+    state directory's cache while the store is unchanged."""
+
+    def read() -> list[tuple[str, str, str, tuple[PortMapping, ...]]]:
+        rows: list[tuple[str, str, str, tuple[PortMapping, ...]]] = []
+        for key, node, ip, host_network, containers in scan(
+            session.store, "Pod", _HOSTPORT_FIELDS
+        ):
+            if not (ip and node) or host_network:
+                continue
+            if isinstance(containers, str):  # a SQLite scan returns JSON text
+                if "hostPort" not in containers:
+                    continue
+                containers = json.loads(containers)
+            mappings = mappings_from_containers(containers)
+            if mappings:
+                rows.append((key, node, ip, mappings))
+        return rows
+
+    rows = (
+        RuleCache.for_state(session.state_dir).derived(
+            session.store, f"hostport-pods/1/{_HOSTPORT_FIELDS!r}", read
+        )
+        if cached
+        else read()
+    )
+    by_node: dict[str, list[tuple[str, IPv4Address, IPv4Network, tuple[PortMapping, ...]]]] = {}
+    for key, node, ip, mappings in rows:
+        cidr = pod_cidrs.get(node)
+        if cidr is None:
+            continue
+        by_node.setdefault(node, []).append(
+            (key, IPv4Address(ip), IPv4Network(cidr), mappings)
+        )
+    out = {}
+    for node, pods in by_node.items():
+        pm = node_portmap_rules(CNI_NETWORK, pods)
+        if pm is not None:
+            out[node] = pm
+    return out
+
+
 def _node_addresses(session: Session, cached: bool) -> list[tuple[str, tuple[str, ...], str | None]]:
     """(name, internal IPs, podCIDR) of every Node that has an internal IP, in store
     order. ``cached``: kept in the state directory's cache while the store is unchanged
@@ -246,8 +315,10 @@ def _view(
     spec = session.cluster.spec
     nodes = []
     node_ips: dict[str, tuple[str, ...]] = {}
+    pod_cidrs: dict[str, str | None] = {}
     for name, ips, pod_cidr in _node_addresses(session, lazy):
         node_ips[name] = ips
+        pod_cidrs[name] = pod_cidr
         nodes.append(node_info(name, ips[0], pod_cidr))
     listeners: Mapping[str, frozenset[tuple[str, int]]]
     resolv: Mapping[str, ResolvConf]
@@ -280,14 +351,17 @@ def _view(
     rulesets: Mapping[str, RulesetInput]
     local: Mapping[str, tuple[str, ...]]
     cni_rules = calico_rules(spec)
+    hostports = _hostport_rules(session, pod_cidrs, lazy)
     if session.lazy_rules is not None:
-        rulesets, local = lazy_rulesets(session.lazy_rules, rules_override or {}, cni_rules)
+        rulesets, local = lazy_rulesets(
+            session.lazy_rules, rules_override or {}, cni_rules, hostports
+        )
     else:
         rulesets, local = {}, {}
         for name, state in session.rules.nodes.items():
             ri = ruleset_input(state)
             if ri is not None:
-                rulesets[name] = with_calico(ri, cni_rules)
+                rulesets[name] = with_hostports(with_calico(ri, cni_rules), hostports.get(name))
             if isinstance(state.rendered, IpvsRender):
                 local[name] = tuple(state.rendered.addresses)
         rulesets.update(rules_override or {})

@@ -51,6 +51,15 @@ when the holder is preempted, but spreading concurrent pods over nodes was no fa
 Disabling IPv6 in the namespaces saved nothing. Reaping is deferred: see
 :class:`LateReaper`.
 
+A pod with ``hostPort`` mappings gets the ``portmap`` plugin chained after ``bridge``, as
+containerd and CRI-O chain it: the same network name, ``capabilities: {portMappings:
+true}``, ``runtimeConfig.portMappings`` = ``[{hostPort, containerPort, protocol,
+hostIP}]`` and the bridge's result as ``prevResult``. It writes the nat rules modelled
+in :mod:`netmodel.hostports` into the node namespace (iptables). DEL runs ``portmap``
+DEL first (it removes the pod's ``CNI-DN-…`` chain and its ``CNI-HOSTPORT-DNAT``
+rules), then ``bridge`` DEL, the reverse of ADD as libcni does; the mappings are kept in
+the cached result so a later process can DEL.
+
 CNI ADD is not idempotent (a second ADD fails: "eth0 already exists", "IP not
 available"). :meth:`CniRunner.add` therefore keeps libcni's result cache (one JSON per
 pod in the cluster's state dir) and returns the cached result when the pod's ``eth0``
@@ -79,6 +88,7 @@ from dataplane.linux.names import ClusterNames
 from dataplane.linux.phases import Phases, maybe_step
 from dataplane.linux.state import StateDir
 from netmodel.errors import BackendError
+from netmodel.hostports import NETWORK, PortMapping
 from netmodel.network import stable_mac
 
 CniMode = Literal["bridge-plugin", "netlink"]
@@ -88,7 +98,7 @@ itself with pyroute2 (host veth names and every MAC exactly as the model has the
 use it where the plugins are not installed or to compare against the plugins."""
 
 PLUGIN_DIR = Path("/usr/lib/cni")
-NETWORK_NAME = "svclab"
+NETWORK_NAME = NETWORK
 BRIDGE = "cni0"
 
 
@@ -254,6 +264,7 @@ class PodAttach:
     pod_cidr: IPv4Network
     requested_ip: IPv4Address | None = None
     mac: str | None = None
+    port_mappings: tuple[PortMapping, ...] = ()
 
 
 class CniRunner:
@@ -299,6 +310,23 @@ class CniRunner:
                 "dataDir": str(self.state.ipam_dir / str(pod_cidr).replace("/", "_")),
             },
         }
+
+    def portmap_conf(
+        self, mappings: Sequence[PortMapping], prev: dict[str, Any] | None
+    ) -> dict[str, Any]:
+        """The network configuration handed to the ``portmap`` plugin: the runtime's
+        ``runtimeConfig.portMappings`` for the pod, the bridge's result as
+        ``prevResult`` (``snat`` left at the plugin's default)."""
+        conf: dict[str, Any] = {
+            "cniVersion": "1.0.0",
+            "name": NETWORK_NAME,
+            "type": "portmap",
+            "capabilities": {"portMappings": True},
+            "runtimeConfig": {"portMappings": [m.to_runtime_config() for m in mappings]},
+        }
+        if prev is not None:
+            conf["prevResult"] = prev
+        return conf
 
     # ------------------------------------------------------------------ exec
     def _exec(
@@ -355,9 +383,11 @@ class CniRunner:
         *,
         requested_ip: IPv4Address | None = None,
         mac: str | None = None,
+        port_mappings: Sequence[PortMapping] = (),
     ) -> CniResult:
         """Attach pod ``pod_key`` (``ns/name``) on ``node``: create its sandbox namespace
-        if missing, bring its ``lo`` up, run ``bridge`` ADD, cache and return the result.
+        if missing, bring its ``lo`` up, run ``bridge`` ADD (then ``portmap`` ADD when
+        ``port_mappings`` is not empty), cache and return the result.
 
         ``requested_ip`` None lets host-local choose (in order from ``.2``); otherwise
         that address is used or CniError says why not (taken, outside the range). ``mac``
@@ -365,7 +395,14 @@ class CniRunner:
         the cached result is returned as is; one whose sandbox lost its address (or that
         asks for another address) is DELeted and attached again."""
         try:
-            return self._add(node, pod_key, pod_cidr, requested_ip=requested_ip, mac=mac)
+            return self._add(
+                node,
+                pod_key,
+                pod_cidr,
+                requested_ip=requested_ip,
+                mac=mac,
+                port_mappings=tuple(port_mappings),
+            )
         finally:
             self.reaper.drain()
 
@@ -377,6 +414,7 @@ class CniRunner:
         *,
         requested_ip: IPv4Address | None = None,
         mac: str | None = None,
+        port_mappings: tuple[PortMapping, ...] = (),
     ) -> CniResult:
         """:meth:`add` without reaping the plugin processes at the end."""
         with maybe_step(self.phases, "cni_cache_check"):
@@ -385,12 +423,15 @@ class CniRunner:
             if (
                 cached is not None
                 and (requested_ip is None or cached.ip == requested_ip)
+                and self._cached_mappings(pod_key) == port_mappings
                 and _has_address(pod_ns, cached.interface)
             ):
                 return cached
         if cached is not None:  # attached once, gone or changed since: release first
             stale = self.state.read_json(self.state.cni_result(pod_key)) or {}
-            self._release(node, pod_key, pod_cidr, stale.get("raw"))
+            self._release(
+                node, pod_key, pod_cidr, stale.get("raw"), self._cached_mappings(pod_key)
+            )
             self.state.cni_result(pod_key).unlink(missing_ok=True)
         mac = mac or stable_mac("pod", pod_key)
         with maybe_step(self.phases, "cni_netns"):
@@ -405,15 +446,26 @@ class CniRunner:
                 raw = self._exec(
                     node, "bridge", "ADD", pod_key, "eth0", self.netconf(pod_cidr), args
                 )
+            if port_mappings:
+                with maybe_step(self.phases, "cni_portmap_exec"):
+                    raw = self._exec(
+                        node,
+                        "portmap",
+                        "ADD",
+                        pod_key,
+                        "eth0",
+                        self.portmap_conf(port_mappings, raw),
+                        args,
+                    )
         except BaseException:
             if created:  # leave nothing behind for a pod we failed to attach
                 with contextlib.suppress(BackendError):
-                    self._release(node, pod_key, pod_cidr, None)
+                    self._release(node, pod_key, pod_cidr, None, port_mappings)
                 nsenter.remove_netns(pod_ns)
             raise
         result = parse_result(raw)
         with maybe_step(self.phases, "cni_result_write"):
-            self._write_result(pod_key, node, pod_cidr, raw, result)
+            self._write_result(pod_key, node, pod_cidr, raw, result, port_mappings)
         return result
 
     def _write_result(
@@ -423,6 +475,7 @@ class CniRunner:
         pod_cidr: IPv4Network,
         raw: dict[str, Any],
         result: CniResult,
+        port_mappings: tuple[PortMapping, ...] = (),
     ) -> None:
         self.state.ensure().write_json(
             self.state.cni_result(pod_key),
@@ -431,8 +484,19 @@ class CniRunner:
                 "node": node,
                 "pod": pod_key,
                 "pod_cidr": str(pod_cidr),
+                "port_mappings": [m.to_runtime_config() for m in port_mappings],
                 **result.to_json(),
             },
+        )
+
+    def _cached_mappings(self, pod_key: str) -> tuple[PortMapping, ...]:
+        """The port mappings a pod was attached with (none when never attached)."""
+        d = self.state.read_json(self.state.cni_result(pod_key)) or {}
+        return tuple(
+            PortMapping(
+                int(m["hostPort"]), int(m["containerPort"]), str(m["protocol"]), str(m["hostIP"])
+            )
+            for m in d.get("port_mappings", [])
         )
 
     def add_many(self, pods: Sequence[PodAttach], *, workers: int = 8) -> list[CniResult]:
@@ -443,7 +507,13 @@ class CniRunner:
         try:
             futures = [
                 pool.submit(
-                    self._add, p.node, p.pod_key, p.pod_cidr, requested_ip=p.requested_ip, mac=p.mac
+                    self._add,
+                    p.node,
+                    p.pod_key,
+                    p.pod_cidr,
+                    requested_ip=p.requested_ip,
+                    mac=p.mac,
+                    port_mappings=p.port_mappings,
                 )
                 for p in pods
             ]
@@ -453,20 +523,36 @@ class CniRunner:
             self.reaper.drain()
 
     def delete(self, node: str, pod_key: str, pod_cidr: IPv4Network) -> None:
-        """Detach pod ``pod_key``: ``bridge`` DEL (releases the address in host-local,
+        """Detach pod ``pod_key``: ``portmap`` DEL when it was attached with port
+        mappings (its nat rules), ``bridge`` DEL (releases the address in host-local,
         removes the veth), then remove the sandbox namespace (its ``lo`` with it) and
         the cached result. Tolerates a pod that is already (partly) gone."""
         cached = self.state.read_json(self.state.cni_result(pod_key))
         try:
-            self._release(node, pod_key, pod_cidr, cached.get("raw") if cached else None)
+            self._release(
+                node,
+                pod_key,
+                pod_cidr,
+                cached.get("raw") if cached else None,
+                self._cached_mappings(pod_key),
+            )
         finally:
             self.reaper.drain()
         nsenter.remove_netns(self.names.netns(f"pod/{pod_key}"))
         self.state.cni_result(pod_key).unlink(missing_ok=True)
 
     def _release(
-        self, node: str, pod_key: str, pod_cidr: IPv4Network, prev: dict[str, Any] | None
+        self,
+        node: str,
+        pod_key: str,
+        pod_cidr: IPv4Network,
+        prev: dict[str, Any] | None,
+        port_mappings: Sequence[PortMapping] = (),
     ) -> None:
+        if port_mappings:
+            self._exec(
+                node, "portmap", "DEL", pod_key, "eth0", self.portmap_conf(port_mappings, prev)
+            )
         conf = self.netconf(pod_cidr)
         if prev is not None:
             conf["prevResult"] = prev

@@ -369,7 +369,7 @@ def test_pod_placements_are_kept_only_while_the_store_is_unchanged(tmp_path: Pat
             assert "pod/default/client" in emu.hosts
         finally:
             s.close()
-        assert entries() == 2  # where the pods are, and the nodes' addresses
+        assert entries() == 3  # where the pods are, their hostPorts, the nodes' addresses
     more = tmp_path / "late.yaml"
     more.write_text(
         "apiVersion: v1\nkind: Pod\nmetadata: {name: late, labels: {app: late}}\n"
@@ -383,7 +383,7 @@ def test_pod_placements_are_kept_only_while_the_store_is_unchanged(tmp_path: Pat
     lazy_s, lazy = _emulator(state, lazy=True)
     eager_s, eager = _emulator(state, lazy=False)
     try:
-        assert entries() == 4
+        assert entries() == 6
         t = lazy.trace("pod/default/client", "pod/default/late", "tcp", 8080)
         assert t.verdict == "delivered"
         assert t == eager.trace("pod/default/client", "pod/default/late", "tcp", 8080)
