@@ -24,8 +24,20 @@ class _KnownKinds(Mapping[tuple[str, str], str]):
     ``svclab apply`` takes: a live view of :data:`netmodel.kinds.ROWS` (rows registered
     at run time are seen)."""
 
+    def __init__(self) -> None:
+        self._rows: list[kinds.KindRow] = []
+        self._cached: dict[tuple[str, str], str] = {}
+
     def _table(self) -> dict[tuple[str, str], str]:
-        return {(r.api_version, r.kind): r.model for r in kinds.ROWS if r.apply and r.model}
+        # Rebuilt only when ROWS changed (a row registered or dropped): the comparison
+        # is by identity first, so it costs one pass over the rows, not a new dict per
+        # manifest checked.
+        if self._rows != kinds.ROWS:
+            self._rows = list(kinds.ROWS)
+            self._cached = {
+                (r.api_version, r.kind): r.model for r in self._rows if r.apply and r.model
+            }
+        return self._cached
 
     def __getitem__(self, key: tuple[str, str]) -> str:
         return self._table()[key]
@@ -70,21 +82,33 @@ def _type_name(value: Any) -> str:
     return type(value).__name__
 
 
+@functools.cache
+def _container(typ: str) -> tuple[str, str] | None:
+    """``("list", item type)`` or ``("dict", value type)`` for a container type string,
+    None for any other (parsed once per distinct type string)."""
+    m = _LIST.match(typ)
+    if m:
+        return "list", m.group(1)
+    m = _DICT.match(typ)
+    if m:
+        return "dict", m.group(1) or m.group(2)
+    return None
+
+
 def _check_value(value: Any, typ: str, path: str) -> None:
     if value is None:
         return
-    m = _LIST.match(typ)
-    if m:
+    container = _container(typ)
+    if container is not None and container[0] == "list":
         if not isinstance(value, list):
             raise SchemaError(f"expected array, got {_type_name(value)}", field=path)
         for i, item in enumerate(value):
-            _check_value(item, m.group(1), f"{path}[{i}]")
+            _check_value(item, container[1], f"{path}[{i}]")
         return
-    m = _DICT.match(typ)
-    if m:
+    if container is not None:
         if not isinstance(value, dict):
             raise SchemaError(f"expected object, got {_type_name(value)}", field=path)
-        inner = m.group(1) or m.group(2)
+        inner = container[1]
         for k, v in value.items():
             # resource quantities (dict(str, str)) may be written as plain numbers
             if inner == "str" and isinstance(v, int | float) and not isinstance(v, bool):

@@ -69,6 +69,7 @@ rollout rules above converge instead).
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Iterable, Iterator
 
@@ -153,6 +154,13 @@ def pod_template_hash(template: PodTemplateSpec, collision_count: int = 0) -> st
     raw = json.dumps(data, sort_keys=True, separators=(",", ":")).encode()
     if collision_count:
         raw += str(collision_count).encode()
+    return _encoded_hash(raw)
+
+
+@functools.lru_cache(maxsize=4096)
+def _encoded_hash(raw: bytes) -> str:
+    """safe-encoded FNV-1a 32 of ``raw``, remembered: a controller asks for the same
+    template's hash on every sync of its object (the byte loop is pure Python)."""
     return safe_encode(str(fnv1a_32(raw)))
 
 

@@ -144,8 +144,9 @@ def test_writes_to_a_kind_not_loaded_decode_only_their_row(tmp_path: Path) -> No
         s.create(pod(n))
     s.close()
     s = SqliteStore(path)
-    with pytest.raises(ConflictError):
+    with pytest.raises(ConflictError, match="Pod 'default/a' already exists"):
         s.create(pod("a"))
+    assert s.revision == 3 and s.watch(3) == []  # the refused create left no trace
     stored = s.update(pod("b").with_meta(labels={"app": "db"}), expected_version=2)
     with pytest.raises(ConflictError):
         s.update(pod("b"), expected_version=2)
