@@ -169,7 +169,7 @@ def _ours(pid: int | None) -> bool:
     return False
 
 
-def _new_namespaces(before: frozenset[str]) -> list[str]:
+def _new_namespaces(before: frozenset[str], *, beside_workers: bool = False) -> list[str]:
     """svclab namespaces made since ``before`` was listed by this process's children (or
     by a process gone since, or a tool that records no owner) and still there; not
     another live process's, nor a persistent cluster's (other users of the machine)."""
@@ -177,7 +177,7 @@ def _new_namespaces(before: frozenset[str]) -> list[str]:
     from dataplane.linux import nsenter
 
     made = set(ns.list_ours(include_held=True)) - before
-    if os.environ.get("PYTEST_XDIST_WORKER"):
+    if beside_workers:
         # beside another worker, whose kernel tests' children make namespaces and exit
         # before removing them: only this process's own descendants are judged here (the
         # in-process refusal still holds; a run without workers judges the rest too)
@@ -216,7 +216,9 @@ def _namespaces_only_in_kernel_tests(
             "pytest.mark.kernel marker",
             pytrace=False,
         )
-    if before is not None and (made := _new_namespaces(before)):
+    # an xdist worker (not merely a process whose parent is one: a nested pytest run)
+    beside = hasattr(request.config, "workerinput")
+    if before is not None and (made := _new_namespaces(before, beside_workers=beside)):
         pytest.fail(
             f"{request.node.nodeid} made network namespaces {made} (in a child process) "
             "but has no pytest.mark.kernel marker",
