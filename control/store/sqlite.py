@@ -453,15 +453,6 @@ class SqliteStore:
         ).fetchone()
         return None if row is None else _load(kind, row[0])
 
-    def _exists(self, kind: str, key: str) -> bool:
-        bucket = self._cache.get(kind)
-        if bucket is not None:
-            return key in bucket
-        row = self._conn.execute(
-            "SELECT 1 FROM objects WHERE kind = ? AND key = ?", (kind, key)
-        ).fetchone()
-        return row is not None
-
     def _track(self, kind: str, key: str, before: KubeObject | None) -> None:
         first = self._first
         if first is not None and (kind, key) not in first:
@@ -469,18 +460,23 @@ class SqliteStore:
 
     def _create(self, obj: KubeObject) -> KubeObject:
         key = obj.key
-        if self._exists(obj.store_kind, key):
+        bucket = self._cache.get(obj.store_kind)
+        if bucket is not None and key in bucket:
             raise ConflictError(f"{obj.kind} {key!r} already exists")
+        stored = stamped(obj, self._revision + 1)
+        data = _dump(stored)
+        try:  # the key's uniqueness checked by the insert itself (no SELECT before it:
+            # an Event per control-plane step is created into a kind never loaded)
+            self._conn.execute(
+                "INSERT INTO objects(kind, key, data) VALUES (?, ?, ?)",
+                (obj.store_kind, key, data),
+            )
+        except sqlite3.IntegrityError:
+            raise ConflictError(f"{obj.kind} {key!r} already exists") from None
         self._track(obj.store_kind, key, None)
         self._revision += 1
-        stored = stamped(obj, self._revision)
-        data = _dump(stored)
-        self._conn.execute(
-            "INSERT INTO objects(kind, key, data) VALUES (?, ?, ?)", (obj.store_kind, key, data)
-        )
         self._append("ADDED", stored, data)
         self._written[obj.store_kind] = (stored, data)
-        bucket = self._cache.get(obj.store_kind)
         if bucket is not None:
             bucket[key] = stored
         self._keys.pop(obj.store_kind, None)

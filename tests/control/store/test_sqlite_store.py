@@ -146,6 +146,7 @@ def test_writes_to_a_kind_not_loaded_decode_only_their_row(tmp_path: Path) -> No
     s = SqliteStore(path)
     with pytest.raises(ConflictError):
         s.create(pod("a"))
+    assert s.revision == 3  # refused: nothing written
     stored = s.update(pod("b").with_meta(labels={"app": "db"}), expected_version=2)
     with pytest.raises(ConflictError):
         s.update(pod("b"), expected_version=2)
