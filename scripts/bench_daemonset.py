@@ -31,6 +31,11 @@ converge, SQLite state): the scheduler ~33% (5,000 single-node decisions, whose
 decision rows still walk every node), the controller's pod creations ~23% (the
 apiserver's create, its Event and the controller's), the kubelets ~19%; across them
 the 30,000 Events (six per pod) ~21% and SQLite's statements ~16%.
+Measured again (2026-11-29, load ~2, this bench warming the bytecode as above): before
+the pinned-pod scheduling and the SELECT-free create, 27.5 s wall / 25.8 s CPU; after,
+25.2 s / 23.1 s: still missed. Where it goes (cProfile, 5,000 nodes): the kubelets'
+Lease renewals (each Lease is due at the apply, and each renewal records an Event),
+the 35,000+ Events and their SQLite inserts, pydantic's encoding of every write.
 
 ``--profile FILE`` runs the measured command under cProfile (then its time is not the
 figure: the key says so). Usage: scripts/bench_daemonset.py [--nodes N] [--state DIR]
