@@ -46,6 +46,17 @@ class Filter(ABC):
     def reasons(self, pod: Pod, info: PodInfo, table: NodeTable, i: int) -> list[str]:
         """kube-scheduler's reason strings for rejecting node ``i``."""
 
+    def fails_at(
+        self, pod: Pod, info: PodInfo, table: NodeTable, nodes: IntArray
+    ) -> BoolArray | None:
+        """``fails(pod, info, table)[nodes]`` (None: rejects none of ``nodes``); plugins
+        whose full mask costs O(nodes) per pod answer for the few nodes asked only."""
+        mask = self.fails(pod, info, table)
+        if mask is None:
+            return None
+        sub: BoolArray = mask[nodes]
+        return sub if sub.any() else None
+
 
 class Score(ABC):
     name: str = ""
@@ -151,6 +162,15 @@ class NodeName(Filter):
             mask[i] = False
         return mask
 
+    def fails_at(
+        self, pod: Pod, info: PodInfo, table: NodeTable, nodes: IntArray
+    ) -> BoolArray | None:
+        want = pod.spec.node_name
+        if not want:
+            return None
+        sub = np.array([table.names[i] != want for i in nodes.tolist()], dtype=bool)
+        return sub if sub.any() else None
+
     def reasons(self, pod: Pod, info: PodInfo, table: NodeTable, i: int) -> list[str]:
         return ["node(s) didn't match the requested node name"]
 
@@ -243,6 +263,14 @@ def _named_nodes(req: NodeSelector | None) -> set[str] | None:
     return out
 
 
+def pinned_nodes(pod: Pod) -> set[str] | None:
+    """The only nodes ``pod`` may run on when every term of its required node affinity
+    names them (``matchFields metadata.name In``, as a DaemonSet's pods are pinned),
+    else None. kube-scheduler's NodeAffinity PreFilter narrows the search to them."""
+    aff = pod.spec.affinity.node_affinity if pod.spec.affinity else None
+    return _named_nodes(aff.required_during_scheduling_ignored_during_execution if aff else None)
+
+
 class NodeAffinity(Filter):
     """nodeSelector and requiredDuringSchedulingIgnoredDuringExecution node affinity."""
 
@@ -278,6 +306,21 @@ class NodeAffinity(Filter):
             self._cache.put(sig, hit)
         return None if hit is False else hit  # type: ignore[return-value]
 
+    def fails_at(
+        self, pod: Pod, info: PodInfo, table: NodeTable, nodes: IntArray
+    ) -> BoolArray | None:
+        sel = pod.spec.node_selector
+        aff = pod.spec.affinity.node_affinity if pod.spec.affinity else None
+        req = aff.required_during_scheduling_ignored_during_execution if aff else None
+        if _named_nodes(req) is None:
+            return super().fails_at(pod, info, table, nodes)
+        table.refresh()
+        sub = np.array(
+            [not _fits(sel, req, table.names[i], table.labels[i]) for i in nodes.tolist()],
+            dtype=bool,
+        )
+        return sub if sub.any() else None
+
     def reasons(self, pod: Pod, info: PodInfo, table: NodeTable, i: int) -> list[str]:
         return ["node(s) didn't match Pod's node affinity/selector"]
 
@@ -290,12 +333,14 @@ class NodeResourcesFit(Filter):
         self._cache = _PerNodeCache() if incremental else None
 
     @staticmethod
-    def _mask(info: PodInfo, table: NodeTable) -> BoolArray:
-        mask: BoolArray = table.req_pods + 1 > table.alloc_pods
+    def _mask(info: PodInfo, table: NodeTable, nodes: IntArray | None = None) -> BoolArray:
+        """The nodes the pod does not fit (of ``nodes``, when given)."""
+        at = slice(None) if nodes is None else nodes
+        mask: BoolArray = table.req_pods[at] + 1 > table.alloc_pods[at]
         if info.cpu > 0:
-            mask = mask | (info.cpu > table.alloc_cpu - table.req_cpu)
+            mask = mask | (info.cpu > table.alloc_cpu[at] - table.req_cpu[at])
         if info.memory > 0:
-            mask = mask | (info.memory > table.alloc_mem - table.req_mem)
+            mask = mask | (info.memory > table.alloc_mem[at] - table.req_mem[at])
         return mask
 
     @staticmethod
@@ -323,6 +368,13 @@ class NodeResourcesFit(Filter):
                 lambda i: self._row(info, table, i),
             )
         return mask if mask.any() else None
+
+    def fails_at(
+        self, pod: Pod, info: PodInfo, table: NodeTable, nodes: IntArray
+    ) -> BoolArray | None:
+        table.refresh()
+        sub = self._mask(info, table, nodes)
+        return sub if sub.any() else None
 
     def reasons(self, pod: Pod, info: PodInfo, table: NodeTable, i: int) -> list[str]:
         out = []
@@ -528,4 +580,5 @@ __all__ = [
     "Term",
     "default_filters",
     "default_scores",
+    "pinned_nodes",
 ]

@@ -79,6 +79,8 @@ class SchedulerStats:
     scheduled: int = 0
     failed: int = 0
     seconds: float = 0.0
+    #: decisions made looking at a pinned pod's named nodes only (:meth:`Scheduler._schedule_pinned`)
+    pinned: int = 0
 
     @property
     def pods_per_second(self) -> float:
@@ -103,6 +105,7 @@ class Scheduler:
         scores: Sequence[Score] | None = None,
         percentage_of_nodes_to_score: int = 0,
         record_limit: int = 10,
+        pinned_fast_path: bool = True,
     ) -> None:
         self.api = api
         self.store = api.store
@@ -111,6 +114,7 @@ class Scheduler:
         self._given = (filters, scores)
         self.percentage = percentage_of_nodes_to_score
         self.record_limit = record_limit
+        self.pinned_fast_path = pinned_fast_path
         self.stats = SchedulerStats()
         self.decisions: OrderedDict[str, Decision] = OrderedDict()
         self._seed = seed
@@ -309,6 +313,10 @@ class Scheduler:
         weights = self._weights
         if n == 0:
             return Decision(pod.key, None, "no nodes available to schedule pods", 0, 0, 0, weights)
+        if self.pinned_fast_path:
+            pinned = self._schedule_pinned(pod, info, n)
+            if pinned is not None:
+                return pinned
         status = self._no_status  # 0 = feasible, else 1 + filter index
         alive: BoolArray | None = None  # None: every node passed so far
         for pi, plugin in enumerate(self.filters, 1):
@@ -339,22 +347,7 @@ class Scheduler:
             return Decision(
                 pod.key, None, msg, n, processed, 0, weights, failed_rows, omitted=left_out
             )
-        per_plugin: dict[str, IntArray] | None = None
-        totals: IntArray | None = None
-        pick = top = 0
-        if len(feasible) == 1:
-            chosen = int(feasible[0])
-        else:
-            per_plugin = {}
-            for sp in self.scores:
-                score = per_plugin[sp.name] = sp.score(pod, info, t, feasible)
-                weighted = score * sp.weight if sp.weight != 1 else score
-                totals = weighted.copy() if totals is None else totals + weighted
-            assert totals is not None
-            top = int(totals.max())
-            best = np.flatnonzero(totals == top)
-            pick = int(best[self._rng.randrange(len(best))] if len(best) > 1 else best[0])
-            chosen = int(feasible[pick])
+        chosen, per_plugin, totals, pick, top = self._score(pod, info, feasible)
         node = t.names[chosen]
         rows, omitted = self._rows(
             pod,
@@ -376,6 +369,97 @@ class Scheduler:
             weights,
             rows,
             omitted=omitted,
+        )
+
+    def _score(
+        self, pod: Pod, info: PodInfo, feasible: IntArray
+    ) -> tuple[int, dict[str, IntArray] | None, IntArray | None, int, int]:
+        """Score the feasible nodes (in walk order) and select one: the chosen node's
+        index, the scores per plugin and their weighted totals (None: a single feasible
+        node, nothing to score), its position in ``feasible`` and the best total."""
+        import numpy as np
+
+        if len(feasible) == 1:
+            return int(feasible[0]), None, None, 0, 0
+        per_plugin: dict[str, IntArray] = {}
+        totals: IntArray | None = None
+        for sp in self.scores:
+            score = per_plugin[sp.name] = sp.score(pod, info, self.table, feasible)
+            weighted = score * sp.weight if sp.weight != 1 else score
+            totals = weighted.copy() if totals is None else totals + weighted
+        assert totals is not None
+        top = int(totals.max())
+        best = np.flatnonzero(totals == top)
+        pick = int(best[self._rng.randrange(len(best))] if len(best) > 1 else best[0])
+        return int(feasible[pick]), per_plugin, totals, pick, top
+
+    def _schedule_pinned(self, pod: Pod, info: PodInfo, n: int) -> Decision | None:
+        """:meth:`schedule` for a pod whose required node affinity names its nodes
+        (``matchFields metadata.name In``: a DaemonSet's pods), looking at those nodes
+        and at the first ``record_limit`` others by name only, as kube-scheduler's
+        NodeAffinity PreFilter narrows the search; None when the full walk is needed.
+
+        The decision is the full walk's, field for field: with fewer named nodes than
+        :func:`num_feasible_nodes_to_find`, that walk evaluates every node (so the
+        rotating start stays where it is), every node not named is rejected (its status
+        the first filter that rejects it, which these filters compute for the nodes
+        asked), and the record keeps the chosen node, then the rejected nodes by name:
+        the first ones of them are among the nodes looked at. A pod that fits none of
+        its nodes takes the full walk (its message counts every node's reasons)."""
+        import numpy as np
+
+        from control.scheduler.plugins import pinned_nodes
+
+        named = pinned_nodes(pod)
+        if named is None:
+            return None
+        t = self.table
+        inside = {i for i in (t.index.get(name) for name in named) if i is not None}
+        if len(inside) >= num_feasible_nodes_to_find(n, self.percentage):
+            return None  # the walk may stop early: take it
+        limit = self.record_limit
+        others: list[int] = []
+        i = 0
+        while len(others) < limit and i < n:
+            if i not in inside:
+                others.append(i)
+            i += 1
+        looked = np.array(sorted(inside.union(others)), dtype=np.int64)
+        status = np.zeros(len(looked), dtype=np.int64)
+        alive = np.ones(len(looked), dtype=bool)
+        for pi, plugin in enumerate(self.filters, 1):
+            mask = plugin.fails_at(pod, info, t, looked)
+            if mask is not None:
+                status[mask & alive] = pi
+                alive &= ~mask
+        good = looked[alive].tolist()
+        if not good or not inside.issuperset(good):
+            return None  # fits none of its nodes, or a filter set without NodeAffinity
+        start = self._next_start % n
+        self._next_start = start  # the full walk goes round once: back where it began
+        feasible = np.array(sorted(good, key=lambda j: (j - start) % n), dtype=np.int64)
+        self.stats.pinned += 1
+        chosen, per_plugin, totals, pick, top = self._score(pod, info, feasible)
+        node = t.names[chosen]
+        no_rejects = np.zeros(0, dtype=np.int64)
+        rows = list(
+            self._rows(pod, info, no_rejects, None, feasible, per_plugin, totals, (pick, top))[0]
+        )
+        for j in np.flatnonzero(status)[: max(0, limit - len(rows))].tolist():
+            k = int(looked[j])
+            plugin = self.filters[int(status[j]) - 1]
+            why = "; ".join(plugin.reasons(pod, info, t, k))
+            rows.append(NodeRow(t.names[k], f"{plugin.name}: {why}"))
+        return Decision(
+            pod.key,
+            node,
+            f"Scheduled to {node}",
+            n,
+            n,
+            len(feasible),
+            self._weights,
+            tuple(rows),
+            omitted=n - len(rows),
         )
 
     def _walk(self, n: int) -> IntArray:

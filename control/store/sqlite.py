@@ -480,7 +480,6 @@ class SqliteStore:
         self._revision += 1
         self._append("ADDED", stored, data)
         self._written[obj.store_kind] = (stored, data)
-        bucket = self._cache.get(obj.store_kind)
         if bucket is not None:
             bucket[key] = stored
         self._keys.pop(obj.store_kind, None)
