@@ -581,7 +581,7 @@ class LiveControlPlane:
     def _stop_node(self, node: str) -> None:
         """The Node is gone: stop its kubelet and kube-proxy (their threads end, and so do
         their reflectors: the kubelet's connection is closed at once, the kube-proxy's
-        Node watch ends with its timeout)."""
+        Node watch, on the kube-proxies' shared connection, ends at its next bookmark)."""
         with self._nodes_lock:
             agents = self._nodes.pop(node, None)
             if agents is None:

@@ -8,6 +8,11 @@ again. A relist is turned into events by :meth:`SharedInformer.replace`: ADDED f
 objects, MODIFIED for changed ones, DELETED for those gone, so handlers see a
 subsequence of each object's states whatever happened to the watch.
 
+A reflector told to stop ends its open watch at the next item the watch brings (an
+event, or a bookmark: the server sends one every few seconds on an idle watch that asked
+for them), as client-go's reflector stops its watcher when its stop channel closes; it
+does not wait for the watch's timeout.
+
 The informer's :class:`~control.informers.cache.ObjectCache` is updated before handlers
 are called, and handlers are called outside the informer's lock, in revision order
 (one reflector thread per informer). A handler may therefore see an event whose state
@@ -124,9 +129,10 @@ class Reflector:
         self.watches = 0
         self.gone = 0
 
-    def step(self) -> int:
-        """List if there is no revision to watch from, else watch once. Returns the
-        number of events given to the informer."""
+    def step(self, stop: threading.Event | None = None) -> int:
+        """List if there is no revision to watch from, else watch once (until the watch
+        ends, or until ``stop`` is set: checked at each item the watch brings). Returns
+        the number of events given to the informer."""
         inf = self.informer
         if self.revision is None:
             t0 = time.perf_counter()
@@ -146,19 +152,27 @@ class Reflector:
             return len(events)
         self.watches += 1
         n = 0
+        watch = self.lw.watch(
+            inf.kind,
+            self.revision,
+            field_selector=inf.field_selector,
+            timeout=self.watch_timeout,
+        )
         try:
-            for item in self.lw.watch(
-                inf.kind,
-                self.revision,
-                field_selector=inf.field_selector,
-                timeout=self.watch_timeout,
-            ):
-                if isinstance(item, Bookmark):
-                    self.revision = max(self.revision, item.revision)
-                    continue
-                inf.deliver((item,))
-                self.revision = item.revision
-                n += 1
+            try:
+                for item in watch:
+                    if isinstance(item, Bookmark):
+                        self.revision = max(self.revision, item.revision)
+                    else:
+                        inf.deliver((item,))
+                        self.revision = item.revision
+                        n += 1
+                    if stop is not None and stop.is_set():
+                        break
+            finally:  # a generator's close ends its request (the HTTP stream is released)
+                close = getattr(watch, "close", None)
+                if close is not None:
+                    close()
         except CompactedError as e:
             self.gone += 1
             log.info(
@@ -171,7 +185,7 @@ class Reflector:
         delay = backoff
         while not stop.is_set():
             try:
-                self.step()
+                self.step(stop)
                 delay = backoff
             except Exception as e:  # the API is unreachable or refused: retry, never die
                 if stop.is_set():
