@@ -132,6 +132,25 @@ def test_dry_run_in_the_delete_options_body_deletes_nothing(
     assert e.value.status == 404
 
 
+@pytest.mark.parametrize("plural", ["services", "endpoints"])
+def test_a_table_watch_sends_the_columns_once(srv: Served, plural: str) -> None:
+    """A watch asked as Table (kubectl get -w): the first event's Table carries the
+    column definitions, the later ones rows only; the same for a stored kind (Services)
+    and a computed one (Endpoints)."""
+    code, text, _ = srv.raw(
+        "GET",
+        f"/api/v1/namespaces/default/{plural}?watch=1&timeoutSeconds=1",
+        headers={"Accept": "application/json;as=Table;v=v1;g=meta.k8s.io"},
+    )
+    assert code == 200 and isinstance(text, str), text
+    events = [json.loads(line) for line in text.splitlines() if line]
+    names = [e["object"]["rows"][0]["cells"][0] for e in events]
+    assert {"kubernetes", "web"} <= set(names), names
+    assert [bool(e["object"].get("columnDefinitions")) for e in events] == [True] + [False] * (
+        len(events) - 1
+    )
+
+
 def test_python_client_watch(api: client.ApiClient, srv: Served) -> None:
     v1 = client.CoreV1Api(api)
     rv = v1.list_namespaced_pod("default").metadata.resource_version
