@@ -504,6 +504,8 @@ class Netfilter:
         return w
 
     def _release(self, w: Work) -> None:
+        """Keep ``w`` as the spare, without the connection, inner packet, skb and chooser
+        of its last use."""
         w.ct = None
         w.inner = None
         w.left_as = None
@@ -571,11 +573,7 @@ class Netfilter:
         result: HookResult = _new_tuple(
             HookResult, (out, VERDICT_NAMES[v], w.reject_with or None, records, w.visited)
         )
-        w.ct = None  # _release, inlined
-        w.inner = None
-        w.left_as = None
-        w.chooser = self.chooser
-        self._spare = w
+        self._release(w)
         return result
 
     def run_quick(
@@ -769,11 +767,7 @@ class Netfilter:
             w.visited,
             (w.ct, w.ctdir, w.untracked, w.nftrace, w.priority) if v == ACCEPT else None,
         )
-        w.ct = None  # _release, inlined
-        w.inner = None
-        w.left_as = None
-        w.chooser = self.chooser
-        self._spare = w
+        self._release(w)
         return t
 
     def enumerate(
