@@ -221,6 +221,31 @@ def controlled_by(obj: KubeObject, kind: str) -> str | None:
     return owner_id(ref.kind, obj.namespace, ref.name, ref.uid)
 
 
+def controller_index(kind: str) -> dict[str, Indexer]:
+    """The ``by`` index of objects by the owner id of their controller of ``kind``
+    (:func:`controlled_by`); objects with no such controller are not indexed."""
+
+    def index(obj: KubeObject) -> Iterator[str]:
+        o = controlled_by(obj, kind)
+        if o is not None:
+            yield o
+
+    return {"by": index}
+
+
+def controller_keys(obj: KubeObject, old: KubeObject | None, kind: str) -> list[str]:
+    """The keys (``namespace/name``) of the controllers of ``kind`` of ``old`` and of
+    ``obj``, old first (twice when both name the same one; a work queue collapses them)."""
+    keys = []
+    for o in (old, obj):
+        if o is None:
+            continue
+        ref = o.metadata.controller_ref()
+        if ref is not None and ref.kind == kind:
+            keys.append(f"{obj.namespace}/{ref.name}")
+    return keys
+
+
 def is_controlled_by(obj: KubeObject, owner: KubeObject) -> bool:
     ref = obj.metadata.controller_ref()
     if ref is None or ref.kind != owner.kind or ref.name != owner.name:

@@ -28,21 +28,20 @@ from __future__ import annotations
 
 import datetime as _dt
 import zoneinfo
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from typing import Any
 
-from control.clock import Clock, parse_rfc3339, rfc3339
+from control.clock import parse_rfc3339, rfc3339
 from control.controllers.base import (
-    APIClient,
-    Controller,
     Indexer,
-    controlled_by,
+    controller_index,
+    controller_keys,
     controller_ref,
     is_controlled_by,
     owner_id,
 )
+from control.controllers.timed import TimedController
 from control.cron import CronError, missed, next_after
-from control.events import Recorder
 from control.store.base import WatchEvent
 from netmodel.batch import CRONJOB_SCHEDULED_TIMESTAMP, CronJob, Job
 from netmodel.errors import ConflictError, NotFoundError
@@ -71,24 +70,15 @@ def _finished(job: Job) -> str | None:
     return None
 
 
-class CronJobController(Controller):
-    """Starts Jobs on schedule; see the module docstring."""
+class CronJobController(TimedController):
+    """Starts Jobs on schedule; see the module docstring. Its timer for a CronJob is the
+    next scheduled time."""
 
     name = "cronjob-controller"
     kinds = frozenset({"CronJob", "Job"})
 
-    def __init__(self, api: APIClient, recorder: Recorder, clock: Clock) -> None:
-        super().__init__(api, recorder)
-        self.clock = clock
-        self._timers: dict[str, float] = {}
-
     def indexers(self) -> dict[str, Indexer]:
-        def index(obj: KubeObject) -> Iterator[str]:
-            o = controlled_by(obj, "CronJob")
-            if o is not None:
-                yield o
-
-        return {"by": index}
+        return controller_index("CronJob")
 
     def keys_for(self, event: WatchEvent, old: KubeObject | None) -> Iterable[str]:
         obj = event.object
@@ -96,35 +86,10 @@ class CronJobController(Controller):
             if event.type == "DELETED":
                 self._timers.pop(obj.key, None)
             return [obj.key]
-        keys = []
-        for o in (old, obj):
-            if o is None:
-                continue
-            ref = o.metadata.controller_ref()
-            if ref is not None and ref.kind == "CronJob":
-                keys.append(f"{obj.namespace}/{ref.name}")
-        return keys
+        return controller_keys(obj, old, "CronJob")
 
     def subject(self, key: str) -> KubeObject | None:
         return self.cache.get("CronJob", key)
-
-    def pending(self) -> int:
-        return len(self.queue) + len(self._due())
-
-    def _due(self) -> list[str]:
-        if not self._timers:
-            return []
-        now = self.clock.now()
-        return sorted(k for k, t in self._timers.items() if t <= now)
-
-    def next_due(self) -> float | None:
-        return min(self._timers.values(), default=None)
-
-    def sync(self) -> int:
-        for key in self._due():
-            del self._timers[key]
-            self.queue.add(key)
-        return super().sync()
 
     # ---- reconcile
 

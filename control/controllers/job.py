@@ -43,21 +43,22 @@ replacing a failed pod; svclab replaces it at once), and the per-index back-off 
 from __future__ import annotations
 
 import random
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 
 from control.agents.containers import container_statuses
 from control.clock import Clock, parse_rfc3339, rfc3339
 from control.controllers.base import (
     APIClient,
-    Controller,
     Indexer,
-    controlled_by,
+    controller_index,
+    controller_keys,
     controller_ref,
     is_controlled_by,
     owner_id,
 )
 from control.controllers.deployment import SAFE_ALPHABET
 from control.controllers.replicaset import is_active
+from control.controllers.timed import TimedController
 from control.events import Recorder
 from control.store.base import WatchEvent
 from netmodel.batch import COMPLETION_INDEX, Job, JobCondition, JobStatus
@@ -133,31 +134,24 @@ def failure_rule(job: Job, pod: Pod) -> tuple[int, str, str] | None:
     return None
 
 
-class JobController(Controller):
-    """Runs Jobs' pods to completion; see the module docstring."""
+class JobController(TimedController):
+    """Runs Jobs' pods to completion; see the module docstring. Its timer for a Job is
+    the next deadline or TTL due."""
 
     name = "job-controller"
     kinds = frozenset({"Job", "Pod"})
 
     def __init__(self, api: APIClient, recorder: Recorder, clock: Clock, *, seed: int = 0) -> None:
-        super().__init__(api, recorder)
-        self.clock = clock
+        super().__init__(api, recorder, clock)
         self.seed = seed
         self._rngs: dict[str, random.Random] = {}
-        #: job key -> clock time at which it must be looked at again (deadline, TTL)
-        self._timers: dict[str, float] = {}
         #: job key -> pods it created ("add", key) or deleted ("del", key) whose watch
         #: event has not come yet (kube's expectations): until they come, the cache
         #: does not show them, and the Job's pods are not managed again
         self._expected: dict[str, set[tuple[str, str]]] = {}
 
     def indexers(self) -> dict[str, Indexer]:
-        def index(obj: KubeObject) -> Iterator[str]:
-            o = controlled_by(obj, "Job")
-            if o is not None:
-                yield o
-
-        return {"by": index}
+        return controller_index("Job")
 
     def keys_for(self, event: WatchEvent, old: KubeObject | None) -> Iterable[str]:
         obj = event.object
@@ -165,13 +159,7 @@ class JobController(Controller):
             if event.type == "DELETED":
                 self._timers.pop(obj.key, None)
             return [obj.key]
-        keys = []
-        for o in (old, obj):
-            if o is None:
-                continue
-            ref = o.metadata.controller_ref()
-            if ref is not None and ref.kind == "Job":
-                keys.append(f"{obj.namespace}/{ref.name}")
+        keys = controller_keys(obj, old, "Job")
         for key in keys[:1]:
             exp = self._expected.get(key)
             if exp:
@@ -182,30 +170,6 @@ class JobController(Controller):
 
     def subject(self, key: str) -> KubeObject | None:
         return self.cache.get("Job", key)
-
-    # ---- time-based work
-
-    def pending(self) -> int:
-        return len(self.queue) + len(self._due())
-
-    def _due(self) -> list[str]:
-        if not self._timers:
-            return []
-        now = self.clock.now()
-        return sorted(k for k, t in self._timers.items() if t <= now)
-
-    def next_due(self) -> float | None:
-        return min(self._timers.values(), default=None)
-
-    def sync(self) -> int:
-        for key in self._due():
-            del self._timers[key]
-            self.queue.add(key)
-        return super().sync()
-
-    def _wake_at(self, key: str, t: float) -> None:
-        cur = self._timers.get(key)
-        self._timers[key] = t if cur is None else min(cur, t)
 
     # ---- reconcile
 

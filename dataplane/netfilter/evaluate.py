@@ -475,32 +475,10 @@ class Netfilter:
         MAC address in lower case."""
         w = self._spare
         if w is None:
-            w = Work()
-            w.locals = self.local_addrs
-            w.iface_addrs = self.iface_addrs
-            w.recent = self.recent
-            w.sets = self.ipsets
-            w.counters = self.counters
-            w.masq_bit = self.masq_mark
-            w.host = self
+            w = self._new_work()
         else:
             self._spare = None
-        # addr_int, inlined for IPv4 (the integer the address object holds)
-        a = p.src
-        w.src = w.psrc = a._ip if a.__class__ is IPv4Address else addr_int(a)  # type: ignore[attr-defined]
-        a = p.dst
-        w.dst = w.pdst = a._ip if a.__class__ is IPv4Address else addr_int(a)  # type: ignore[attr-defined]
-        w.proto = p.proto
-        w.sport = p.sport
-        w.dport = p.dport
-        w.flags = p.flags
-        w.itype = p.icmp_type
-        w.icode = p.icmp_code
-        w.icmp_id = p.icmp_id
-        w.length = p.length
-        w.ttl = p.ttl
-        w.mark = p.mark
-        w.inner = p.inner
+        _load(w, p, skb)
         w.chooser = chooser or self.chooser
         w.commit = commit
         w.now = self.clock.now()
@@ -510,26 +488,24 @@ class Netfilter:
         w.phys_out = phys_out
         w.bridged = bool(phys_in or phys_out)
         w.smac = smac
-        w.ctzone = None
-        w.nftrace = skb.nftrace if skb is not None else False
-        w.priority = skb.priority if skb is not None else 0
-        if skb is not None and skb.state:
-            w.ct = skb.conn  # type: ignore[assignment]
-            w.ctdir = skb.direction
-            w.ctname = skb.state
-            w.ctbits = STATE_BITS[skb.state]
-            w.masq_seen = skb.masq
-            w.untracked = skb.untracked
-        else:
-            w.ct = None
-            w.ctdir = 0
-            w.ctname = ""
-            w.ctbits = ST_INVALID
-            w.masq_seen = skb.masq if skb is not None else False
-            w.untracked = skb.untracked if skb is not None else False
+        return w
+
+    def _new_work(self) -> Work:
+        """A working context bound to this host's tables (addresses, recent lists, sets,
+        counters, masquerade mark)."""
+        w = Work()
+        w.locals = self.local_addrs
+        w.iface_addrs = self.iface_addrs
+        w.recent = self.recent
+        w.sets = self.ipsets
+        w.counters = self.counters
+        w.masq_bit = self.masq_mark
+        w.host = self
         return w
 
     def _release(self, w: Work) -> None:
+        """Keep ``w`` as the spare, without the connection, inner packet, skb and chooser
+        of its last use."""
         w.ct = None
         w.inner = None
         w.left_as = None
@@ -564,30 +540,21 @@ class Netfilter:
         runner = self._runners.get(hook)
         if runner is None:
             raise ValueError(f"unknown hook {hook!r}")
+        attached: Skb | None
         if isinstance(skb, Packet):
-            pkt = skb
-            w = self._work(
-                pkt,
-                None,
-                chooser,
-                commit,
-                physdev_in or "",
-                physdev_out or "",
-                src_mac.lower() if src_mac else "",
-            )
-            state = ""
+            pkt, attached = skb, None
         else:
-            pkt = skb.packet
-            w = self._work(
-                pkt,
-                skb,
-                chooser,
-                commit,
-                physdev_in or "",
-                physdev_out or "",
-                src_mac.lower() if src_mac else "",
-            )
-            state = skb.state
+            pkt, attached = skb.packet, skb
+        state = attached.state if attached is not None else ""
+        w = self._work(
+            pkt,
+            attached,
+            chooser,
+            commit,
+            physdev_in or "",
+            physdev_out or "",
+            src_mac.lower() if src_mac else "",
+        )
         w.iif = in_iface or ""
         w.oif = out_iface or ""
         if self.trace:
@@ -601,25 +568,12 @@ class Netfilter:
             records = ()
         out = None
         if v in (ACCEPT, STOLEN):
-            out = Skb(
-                _rebuild(pkt, w),
-                w.ct,
-                w.ctdir,
-                w.ctname,
-                w.untracked,
-                w.masq_seen,
-                w.nftrace,
-                w.priority,
-            )
+            out = _skb_after(w, _rebuild(pkt, w))
         # tuple.__new__ directly: the named tuple's own __new__ is a Python-level call
         result: HookResult = _new_tuple(
             HookResult, (out, VERDICT_NAMES[v], w.reject_with or None, records, w.visited)
         )
-        w.ct = None  # _release, inlined
-        w.inner = None
-        w.left_as = None
-        w.chooser = self.chooser
-        self._spare = w
+        self._release(w)
         return result
 
     def run_quick(
@@ -638,7 +592,8 @@ class Netfilter:
         a packet's first hook), committing, no source MAC. Returns the verdict code, the
         skb after the hook (None when dropped) and the REJECT answer type. Same effects as
         ``run_hook(hook, Skb(pkt, prev...) or pkt, ...)`` with ``trace`` off; positional
-        and with :meth:`_work` inlined (20 calls per connection on the full path).
+        (20 calls per connection on the full path), setting the per-hook fields itself
+        and the packet's (:func:`_load`) only when they are not carried (below).
 
         The per-packet state is carried from one hook to the next: when ``prev`` is the
         skb the previous call returned and ``pkt`` its packet (the walk changed nothing
@@ -653,44 +608,12 @@ class Netfilter:
             w.pdst = w.dst
         else:
             if w is None:
-                w = self._work(pkt, prev, chooser, True)
+                w = self._new_work()
             else:
                 self._spare = None
-            # addr_int, inlined for IPv4 (the integer the address object holds)
-            a = pkt.src
-            w.src = w.psrc = a._ip if a.__class__ is IPv4Address else addr_int(a)  # type: ignore[attr-defined]
-            a = pkt.dst
-            w.dst = w.pdst = a._ip if a.__class__ is IPv4Address else addr_int(a)  # type: ignore[attr-defined]
-            w.proto = pkt.proto
-            w.sport = pkt.sport
-            w.dport = pkt.dport
-            w.flags = pkt.flags
-            w.itype = pkt.icmp_type
-            w.icode = pkt.icmp_code
-            w.icmp_id = pkt.icmp_id
-            w.length = pkt.length
-            w.ttl = pkt.ttl
-            w.mark = pkt.mark
-            w.inner = pkt.inner
+            _load(w, pkt, prev)
             w.commit = True
             w.smac = ""
-            w.ctzone = None
-            w.nftrace = prev.nftrace if prev is not None else False
-            w.priority = prev.priority if prev is not None else 0
-            if prev is not None and prev.state:
-                w.ct = prev.conn  # type: ignore[assignment]
-                w.ctdir = prev.direction
-                w.ctname = prev.state
-                w.ctbits = STATE_BITS[prev.state]
-                w.masq_seen = prev.masq
-                w.untracked = prev.untracked
-            else:
-                w.ct = None
-                w.ctdir = 0
-                w.ctname = ""
-                w.ctbits = ST_INVALID
-                w.masq_seen = prev.masq if prev is not None else False
-                w.untracked = prev.untracked if prev is not None else False
         # the per-hook fields (``hook`` and ``reject_with`` are the runner's)
         w.chooser = chooser or self.chooser
         w.now = self.clock.now()
@@ -725,27 +648,9 @@ class Netfilter:
                 ):
                     out = prev
                 else:
-                    out = Skb(
-                        pkt,
-                        w.ct,
-                        w.ctdir,
-                        w.ctname,
-                        w.untracked,
-                        w.masq_seen,
-                        w.nftrace,
-                        w.priority,
-                    )
+                    out = _skb_after(w, pkt)
             else:
-                out = Skb(
-                    _rebuild(pkt, w),
-                    w.ct,
-                    w.ctdir,
-                    w.ctname,
-                    w.untracked,
-                    w.masq_seen,
-                    w.nftrace,
-                    w.priority,
-                )
+                out = _skb_after(w, _rebuild(pkt, w))
         reject_with = w.reject_with or None
         # kept as the spare with its state, which is ``out``'s (see above)
         w.left_as = out
@@ -862,11 +767,7 @@ class Netfilter:
             w.visited,
             (w.ct, w.ctdir, w.untracked, w.nftrace, w.priority) if v == ACCEPT else None,
         )
-        w.ct = None  # _release, inlined
-        w.inner = None
-        w.left_as = None
-        w.chooser = self.chooser
-        self._spare = w
+        self._release(w)
         return t
 
     def enumerate(
@@ -943,6 +844,49 @@ def _addr(v: int) -> IPAddress:
             _ADDRS.clear()
         a = _ADDRS[v] = IPv4Address(v) if v < (1 << 32) else int_addr(v)
     return a
+
+
+def _load(w: Work, p: Packet, skb: Skb | None) -> None:
+    """Fill ``w`` with packet ``p`` and the conntrack state ``skb`` carries (None: a
+    packet at its first hook): the fields that stay until a hook changes them."""
+    # addr_int, inlined for IPv4 (the integer the address object holds)
+    a = p.src
+    w.src = w.psrc = a._ip if a.__class__ is IPv4Address else addr_int(a)  # type: ignore[attr-defined]
+    a = p.dst
+    w.dst = w.pdst = a._ip if a.__class__ is IPv4Address else addr_int(a)  # type: ignore[attr-defined]
+    w.proto = p.proto
+    w.sport = p.sport
+    w.dport = p.dport
+    w.flags = p.flags
+    w.itype = p.icmp_type
+    w.icode = p.icmp_code
+    w.icmp_id = p.icmp_id
+    w.length = p.length
+    w.ttl = p.ttl
+    w.mark = p.mark
+    w.inner = p.inner
+    w.ctzone = None
+    w.nftrace = skb.nftrace if skb is not None else False
+    w.priority = skb.priority if skb is not None else 0
+    if skb is not None and skb.state:
+        w.ct = skb.conn  # type: ignore[assignment]
+        w.ctdir = skb.direction
+        w.ctname = skb.state
+        w.ctbits = STATE_BITS[skb.state]
+        w.masq_seen = skb.masq
+        w.untracked = skb.untracked
+    else:
+        w.ct = None
+        w.ctdir = 0
+        w.ctname = ""
+        w.ctbits = ST_INVALID
+        w.masq_seen = skb.masq if skb is not None else False
+        w.untracked = skb.untracked if skb is not None else False
+
+
+def _skb_after(w: Work, p: Packet) -> Skb:
+    """The skb a hook hands on: packet ``p`` with the conntrack state ``w`` ends with."""
+    return Skb(p, w.ct, w.ctdir, w.ctname, w.untracked, w.masq_seen, w.nftrace, w.priority)
 
 
 def _rebuild(p: Packet, w: Work) -> Packet:

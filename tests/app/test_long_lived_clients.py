@@ -19,59 +19,18 @@ from dataplane.emulator.cluster import EmulatedCluster
 from dataplane.emulator.ports import EPHEMERAL_PORTS
 from dataplane.emulator.resolver import query
 from netmodel.objects import Service
+from tests.dnscluster import CLIENT, KUBE_DNS, D, app, manifest
 
 N = 100_000
-CLIENT = "pod/default/client"
-KUBE_DNS = "10.96.0.10"
-D = "cluster.local"
 RANGE = EPHEMERAL_PORTS[1] - EPHEMERAL_PORTS[0] + 1
 
-MANIFEST = """\
-apiVersion: svclab.dev/v1alpha1
-kind: Cluster
-spec: {nodes: 2, dns: true}
----
-apiVersion: apps/v1
-kind: Deployment
-metadata: {name: web}
-spec:
-  replicas: 2
-  selector: {matchLabels: {app: web}}
-  template:
-    metadata: {labels: {app: web}}
-    spec: {containers: [{name: web, image: nginx, ports: [{containerPort: 80}]}]}
----
-apiVersion: v1
-kind: Service
-metadata: {name: web}
-spec: {selector: {app: web}, ports: [{port: 80}]}
----
-apiVersion: apps/v1
-kind: Deployment
-metadata: {name: echo}
-spec:
-  replicas: 2
-  selector: {matchLabels: {app: echo}}
-  template:
-    metadata: {labels: {app: echo}}
-    spec:
-      containers:
-      - {name: echo, image: busybox, ports: [{containerPort: 7, protocol: UDP}]}
----
-apiVersion: v1
-kind: Service
-metadata: {name: echo}
-spec: {selector: {app: echo}, ports: [{port: 7, protocol: UDP}]}
----
-apiVersion: v1
-kind: Pod
-metadata: {name: client}
-spec: {containers: [{name: c, image: busybox}]}
-"""
+MANIFEST = manifest(app("web", "nginx", 80), app("echo", "busybox", 7, protocol="UDP"))
 
 
 @pytest.fixture(scope="module")
-def persistent(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Session, EmulatedCluster]]:
+def persistent(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[tuple[Session, EmulatedCluster]]:
     """The cluster applied to a state directory by the CLI, opened again from there."""
     d = tmp_path_factory.mktemp("long-lived")
     f = d / "cluster.yaml"

@@ -20,50 +20,13 @@ from dataplane.backends import emulator_backend
 from dataplane.emulator.resolver import query, resolve
 from netmodel.manifests import load_text
 from netmodel.objects import Deployment, Pod, Service
+from tests.dnscluster import CLIENT, D, app, manifest
 
-D = "cluster.local"
-CLIENT = "pod/default/client"
-
-MANIFEST = """
-apiVersion: svclab.dev/v1alpha1
-kind: Cluster
-spec: {nodes: 2, dns: true, dnsUpstream: {example.com: [203.0.113.80]}}
----
-apiVersion: apps/v1
-kind: Deployment
-metadata: {name: web}
-spec:
-  replicas: 2
-  selector: {matchLabels: {app: web}}
-  template:
-    metadata: {labels: {app: web}}
-    spec: {containers: [{name: web, image: nginx, ports: [{containerPort: 80}]}]}
----
-apiVersion: v1
-kind: Service
-metadata: {name: web}
-spec: {selector: {app: web}, ports: [{name: http, port: 80}]}
----
-apiVersion: apps/v1
-kind: Deployment
-metadata: {name: many}
-spec:
-  replicas: 40
-  selector: {matchLabels: {app: many}}
-  template:
-    metadata: {labels: {app: many}}
-    spec: {containers: [{name: m, image: m, ports: [{containerPort: 9000}]}]}
----
-apiVersion: v1
-kind: Service
-metadata: {name: many}
-spec: {clusterIP: None, selector: {app: many}, ports: [{port: 9000}]}
----
-apiVersion: v1
-kind: Pod
-metadata: {name: client}
-spec: {containers: [{name: c, image: busybox}]}
-"""
+MANIFEST = manifest(
+    app("web", "nginx", 80, port_name="http"),
+    app("many", "m", 9000, replicas=40, headless=True, container="m"),
+    cluster="nodes: 2, dns: true, dnsUpstream: {example.com: [203.0.113.80]}",
+)
 
 
 @pytest.fixture(scope="module")

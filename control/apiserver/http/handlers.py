@@ -29,6 +29,7 @@ import asyncio
 import json
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
@@ -147,20 +148,13 @@ async def handle(
         return _list(api, request, res, info.namespace, params)
     if verb == "watch":
         return _watch(api, request, res, info.namespace, params)
-    dry = _q(params, "dryRun") == "All"
+    s = _Scope(api, request, res, info, user, params, _q(params, "dryRun") == "All")
     if verb == "create":
-        if sub == "binding":
-            return await _bind(api, request, res, info, user, dry)
-        return await _create(api, request, res, info.namespace, user, params, dry)
-    if verb == "update":
-        return await _update(api, request, res, info, user, params, dry)
-    if verb == "patch":
-        return await _patch(api, request, res, info, user, params, dry)
-    if verb == "delete":
-        return await _delete(api, request, res, info, user, params, dry)
-    if verb == "deletecollection":
-        return await _delete_collection(api, request, res, info.namespace, user, params, dry)
-    raise status.method_not_allowed()
+        return await (_bind(s) if sub == "binding" else _create(s))
+    write = _WRITES.get(verb)
+    if write is None:
+        raise status.method_not_allowed()
+    return await write(s)
 
 
 # --------------------------------------------------------------------------- reads
@@ -340,6 +334,23 @@ def _table_bytes(
 # --------------------------------------------------------------------------- watch
 
 
+class _TableEvents:
+    """A watch's events as Tables (``as=Table``), as kube-apiserver sends them: the first
+    event's Table carries the column definitions, the later ones rows only."""
+
+    def __init__(self, api: API, res: Resource, params: dict[str, list[str]]) -> None:
+        self.api, self.res, self.params = api, res, params
+        self.sent_columns = False
+
+    def event(self, typ: str, obj: Any, rv: str) -> bytes:
+        """One watch event line: ``obj`` (at ``rv``) as a one-row Table."""
+        t = _table(
+            self.api, self.res, [obj], rv, params=self.params, with_columns=not self.sent_columns
+        )
+        self.sent_columns = True
+        return wire.dumps({"type": typ, "object": t}) + b"\n"
+
+
 def _watch(
     api: API, request: Request, res: Resource, namespace: str, params: dict[str, list[str]]
 ) -> Response:
@@ -351,20 +362,11 @@ def _watch(
     bookmarks = _q(params, "allowWatchBookmarks") in ("true", "1")
     timeout = float(_q(params, "timeoutSeconds", "0") or 0) or 1800.0
     rv_text = _q(params, "resourceVersion")
-    sent_columns = [False]
+    as_table = _TableEvents(api, res, params)
 
     def encode(w: Watcher, typ: str, obj: Any) -> bytes:
         if table:
-            t = _table(
-                api,
-                res,
-                [obj],
-                str(getattr(obj, "resource_version", "")),
-                params=params,
-                with_columns=not sent_columns[0],
-            )
-            sent_columns[0] = True
-            return wire.dumps({"type": typ, "object": t}) + b"\n"
+            return as_table.event(typ, obj, str(getattr(obj, "resource_version", "")))
         return b'{"type":"' + typ.encode() + b'","object":' + to_bytes(api, res, obj) + b"}\n"
 
     w = Watcher(
@@ -594,25 +596,55 @@ def _namespace_must_exist(api: API, res: Resource, namespace: str) -> None:
         raise status.not_found(ns_res, namespace) from None
 
 
-def _component(user: User, params: dict[str, list[str]]) -> str:
-    return _q(params, "fieldManager") or user.name
+@dataclass(frozen=True, slots=True)
+class _Scope:
+    """One write request as the write verbs see it (kube-apiserver's RequestScope): the
+    API, the HTTP request, its resource and path (``info``), the caller, the query
+    parameters, and whether it is a dry run (``dryRun=All``)."""
+
+    api: API
+    request: Request
+    res: Resource
+    info: RequestInfo
+    user: User
+    params: dict[str, list[str]]
+    dry: bool
+
+    @property
+    def component(self) -> str:
+        """Who writes, as Events and managedFields name it: ``fieldManager``, else the user."""
+        return _q(self.params, "fieldManager") or self.user.name
 
 
-async def _create(
-    api: API,
-    request: Request,
-    res: Resource,
-    namespace: str,
-    user: User,
-    params: dict[str, list[str]],
-    dry: bool,
-) -> Response:
-    body = _decode(await request.body(), request.headers.get("content-type", JSON))
-    check_gvk(res, body)
+async def _body(request: Request) -> Any:
+    """The request's body, decoded as its Content-Type says (JSON by default)."""
+    return _decode(await request.body(), request.headers.get("content-type", JSON))
+
+
+def _name_as_url(s: _Scope, meta: dict[str, Any]) -> None:
+    """Name ``meta`` (a body's metadata) as the URL names the object."""
+    meta["name"] = s.info.name
+    if s.res.namespaced:
+        meta["namespace"] = s.info.namespace
+
+
+def _named_by_url(s: _Scope, meta: dict[str, Any]) -> None:
+    """:func:`_name_as_url`, after refusing (400) a body that names another object."""
+    if meta.get("name") and meta["name"] != s.info.name:
+        raise status.bad_request(
+            f"the name of the object ({meta['name']}) does not match the name on the URL ({s.info.name})"
+        )
+    _name_as_url(s, meta)
+
+
+async def _create(s: _Scope) -> Response:
+    namespace = s.info.namespace
+    body = await _body(s.request)
+    check_gvk(s.res, body)
     meta = body.setdefault("metadata", {}) if isinstance(body.get("metadata", {}), dict) else None
     if meta is None:
         raise status.bad_request("metadata must be an object")
-    if res.namespaced:
+    if s.res.namespaced:
         if meta.get("namespace") and namespace and meta["namespace"] != namespace:
             raise status.bad_request(
                 "the namespace of the provided object does not match the namespace sent on the request"
@@ -621,23 +653,23 @@ async def _create(
             meta["namespace"] = namespace
         namespace = meta.get("namespace") or "default"
         meta["namespace"] = namespace
-    body, warnings = validate_fields(res, body, params)
+    body, warnings = validate_fields(s.res, body, s.params)
     name = meta.get("name") or meta.get("generateName") or ""
-    _namespace_must_exist(api, res, namespace)
-    manager = ssa.manager_for(params, request, "create")
-    body = ssa.record_update(body, None, manager, res.api_version)
-    form = converted(res)
+    _namespace_must_exist(s.api, s.res, namespace)
+    manager = ssa.manager_for(s.params, s.request, "create")
+    body = ssa.record_update(body, None, manager, s.res.api_version)
+    form = converted(s.res)
     if form is not None:
-        body = form.on_create(body, api.store.revision)
-    obj = to_object(res, body)
-    apiserver = api.apiserver
+        body = form.on_create(body, s.api.store.revision)
+    obj = to_object(s.res, body)
+    apiserver = s.api.apiserver
     try:
-        stored = apiserver.create(obj, component=_component(user, params), dry_run=dry)
+        stored = apiserver.create(obj, component=s.component, dry_run=s.dry)
     except SvclabError as e:
-        raise status.from_svclab(e, res, res.kind, name, creating=True) from None
-    if not dry:
-        _after_write(api, res, stored)
-    return _written(api, res, stored, dry, 201, warnings)
+        raise status.from_svclab(e, s.res, s.res.kind, name, creating=True) from None
+    if not s.dry:
+        _after_write(s.api, s.res, stored)
+    return _written(s.api, s.res, stored, s.dry, 201, warnings)
 
 
 def _after_write(api: API, res: Resource, obj: KubeObject | None) -> None:
@@ -660,88 +692,56 @@ def _aggregate_roles(api: API) -> None:
 _AFTER_WRITE: dict[str, Callable[[API], None]] = {"ClusterRole": _aggregate_roles}
 
 
-def _finalize_namespace(api: API, res: Resource, info: RequestInfo, user: User) -> Response:
+def _finalize_namespace(s: _Scope) -> Response:
     """PUT namespaces/NAME/finalize: the namespace controller's last step (the namespace
     is removed once Terminating and empty; a refusal is a metav1.Status)."""
     try:
-        last = api.apiserver.finalize_namespace(info.name, component=user.name)
+        last = s.api.apiserver.finalize_namespace(s.info.name, component=s.user.name)
     except SvclabError as e:
-        raise status.from_svclab(e, res, "Namespace", info.name) from None
+        raise status.from_svclab(e, s.res, "Namespace", s.info.name) from None
     if last is None:
         raise status.from_svclab(
-            NotFoundError(f'namespaces "{info.name}" not found'), res, "Namespace", info.name
+            NotFoundError(f'namespaces "{s.info.name}" not found'), s.res, "Namespace", s.info.name
         )
-    api.cache.forget(last.store_kind, last.key)
-    api.wrote()
-    return respond(to_bytes(api, res, last))
+    s.api.cache.forget(last.store_kind, last.key)
+    s.api.wrote()
+    return respond(to_bytes(s.api, s.res, last))
 
 
-async def _update(
-    api: API,
-    request: Request,
-    res: Resource,
-    info: RequestInfo,
-    user: User,
-    params: dict[str, list[str]],
-    dry: bool,
-) -> Response:
-    body = _decode(await request.body(), request.headers.get("content-type", JSON))
-    sub = info.subresource
-    if sub == "finalize" and not dry:  # namespaces/NAME/finalize (the only one)
-        return _finalize_namespace(api, res, info, user)
+async def _update(s: _Scope) -> Response:
+    body = await _body(s.request)
+    sub = s.info.subresource
+    if sub == "finalize" and not s.dry:  # namespaces/NAME/finalize (the only one)
+        return _finalize_namespace(s)
     if sub == "scale":
-        current = get_object(api, res, info.namespace, info.name)
+        current = get_object(s.api, s.res, s.info.namespace, s.info.name)
         replicas = ((body or {}).get("spec") or {}).get("replicas")
         if not isinstance(replicas, int) or isinstance(replicas, bool):
-            raise status.invalid(res, "Scale", info.name, "spec.replicas", "Required value")
+            raise status.invalid(s.res, "Scale", s.info.name, "spec.replicas", "Required value")
         rv = ((body or {}).get("metadata") or {}).get("resourceVersion")
         d = current.to_dict()
-        if res.crd:
+        if s.res.crd:
             crds.set_replicas(current, d, replicas)
         else:
             d["spec"]["replicas"] = replicas
         if rv:
             d["metadata"]["resourceVersion"] = rv
-        stored = write_update(api, res, info.name, d, user, params, dry, request, current)
-        return respond(_scale_of(res, stored))
-    check_gvk(res, body)
+        stored = write_update(s, s.info.name, d, current)
+        return respond(_scale_of(s.res, stored))
+    check_gvk(s.res, body)
     meta = body.get("metadata") or {}
-    if meta.get("name") and meta["name"] != info.name:
-        raise status.bad_request(
-            "the name of the object ({}) does not match the name on the URL ({})".format(
-                meta["name"], info.name
-            )
-        )
-    meta["name"] = info.name
-    if res.namespaced:
-        meta["namespace"] = info.namespace
+    _named_by_url(s, meta)
     body["metadata"] = meta
-    body, warnings = validate_fields(res, body, params)
-    current = get_object(api, res, info.namespace, info.name)
-    stored = write_update(
-        api,
-        res,
-        info.name,
-        body,
-        user,
-        params,
-        dry,
-        request,
-        current,
-        status_only=(sub == "status"),
-    )
-    return _written(api, res, stored, dry, 200, warnings)
+    body, warnings = validate_fields(s.res, body, s.params)
+    current = get_object(s.api, s.res, s.info.namespace, s.info.name)
+    stored = write_update(s, s.info.name, body, current, status_only=(sub == "status"))
+    return _written(s.api, s.res, stored, s.dry, 200, warnings)
 
 
 def write_update(
-    api: API,
-    res: Resource,
+    s: _Scope,
     name: str,
     body: dict[str, Any],
-    user: User,
-    params: dict[str, list[str]],
-    dry: bool,
-    request: Request,
     current: KubeObject,
     *,
     status_only: bool = False,
@@ -750,26 +750,26 @@ def write_update(
 ) -> KubeObject:
     """``before``: ``current.to_dict()`` when the caller has it already (a patch)."""
     if operation != "apply" and not status_only:
-        manager = ssa.manager_for(params, request, operation)
+        manager = ssa.manager_for(s.params, s.request, operation)
         if before is None:
             before = current.to_dict()
-        body = ssa.record_update(body, before, manager, res.api_version)
-    obj = _metadata_only(res, body, before, current) if before is not None else None
+        body = ssa.record_update(body, before, manager, s.res.api_version)
+    obj = _metadata_only(s.res, body, before, current) if before is not None else None
     if obj is None:
-        obj = to_object(res, body)
-    apiserver = api.apiserver
+        obj = to_object(s.res, body)
+    apiserver = s.api.apiserver
     try:
         if status_only:
-            if dry:
+            if s.dry:
                 stored = current.evolve(status=obj.status)  # type: ignore[attr-defined]
             else:
-                stored = apiserver.update_status(obj, component=_component(user, params))
+                stored = apiserver.update_status(obj, component=s.component)
         else:
-            stored = apiserver.update(obj, component=_component(user, params), dry_run=dry)
+            stored = apiserver.update(obj, component=s.component, dry_run=s.dry)
     except SvclabError as e:
-        raise status.from_svclab(e, res, res.kind, name) from None
-    if not dry:
-        _after_write(api, res, stored)
+        raise status.from_svclab(e, s.res, s.res.kind, name) from None
+    if not s.dry:
+        _after_write(s.api, s.res, stored)
     return stored
 
 
@@ -797,42 +797,34 @@ def _metadata_only(
         return None
 
 
-async def _patch(
-    api: API,
-    request: Request,
-    res: Resource,
-    info: RequestInfo,
-    user: User,
-    params: dict[str, list[str]],
-    dry: bool,
-) -> Response:
-    ctype = request.headers.get("content-type", "").split(";")[0].strip()
-    raw = await request.body()
+async def _patch(s: _Scope) -> Response:
+    ctype = s.request.headers.get("content-type", "").split(";")[0].strip()
+    raw = await s.request.body()
     body = _decode(raw, "yaml" if ctype == patches.APPLY_YAML else JSON)
-    sub = info.subresource
+    sub = s.info.subresource
     if ctype == patches.APPLY_YAML:
         if sub:
             raise status.method_not_allowed("server-side apply of a subresource is not supported")
-        return await _server_side_apply(api, request, res, info, user, params, dry, body)
+        return await _server_side_apply(s, body)
     for _attempt in range(5):
         try:
-            current = get_object(api, res, info.namespace, info.name)
+            current = get_object(s.api, s.res, s.info.namespace, s.info.name)
         except APIError:
             raise
-        cur = _scale_of(res, current) if sub == "scale" else current.to_dict()
+        cur = _scale_of(s.res, current) if sub == "scale" else current.to_dict()
         try:
             if ctype == patches.JSON_PATCH:
                 new = patches.json_patch(cur, body)
             elif ctype == patches.MERGE_PATCH:
                 new = patches.merge_patch(cur, body)
             elif ctype == patches.STRATEGIC:
-                if res.group == "svclab.dev" or res.crd:  # custom resources too
+                if s.res.group == "svclab.dev" or s.res.crd:  # custom resources too
                     raise status.APIError(
                         415,
                         "UnsupportedMediaType",
                         "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml",
                     )
-                new = patches.strategic_merge(cur, body, res.kind)
+                new = patches.strategic_merge(cur, body, s.res.kind)
             else:
                 raise APIError(
                     415,
@@ -845,23 +837,21 @@ async def _patch(
             raise status.bad_request("the patch produced something that is not an object")
         if sub == "scale":
             d = current.to_dict()
-            if res.crd:
+            if s.res.crd:
                 crds.set_replicas(current, d, (new.get("spec") or {}).get("replicas"))
             else:
                 d["spec"]["replicas"] = (new.get("spec") or {}).get("replicas")
             d["metadata"]["resourceVersion"] = current.metadata.resource_version
             try:
-                stored = write_update(api, res, info.name, d, user, params, dry, request, current)
+                stored = write_update(s, s.info.name, d, current)
             except APIError as e:
                 if e.reason == "Conflict":
                     continue
                 raise
-            return respond(_scale_of(res, stored))
+            return respond(_scale_of(s.res, stored))
         patched_rv = _meta(body).get("resourceVersion") if isinstance(body, dict) else None
         meta = new.setdefault("metadata", {})
-        meta["name"] = info.name
-        if res.namespaced:
-            meta["namespace"] = info.namespace
+        _name_as_url(s, meta)
         if not patched_rv:
             meta["resourceVersion"] = current.metadata.resource_version
         if ctype in (patches.MERGE_PATCH, patches.STRATEGIC) and isinstance(body, dict):
@@ -869,24 +859,19 @@ async def _patch(
             # (the whole result is pruned only when it does)
             probe = {
                 **patches.strip_directives(body),
-                "apiVersion": res.api_version,
-                "kind": res.kind,
+                "apiVersion": s.res.api_version,
+                "kind": s.res.kind,
             }
             warnings: list[str] = []
-            if validate_fields(res, probe, params)[1]:
-                new, warnings = validate_fields(res, new, params)
+            if validate_fields(s.res, probe, s.params)[1]:
+                new, warnings = validate_fields(s.res, new, s.params)
         else:
-            new, warnings = validate_fields(res, new, params)
+            new, warnings = validate_fields(s.res, new, s.params)
         try:
             stored = write_update(
-                api,
-                res,
-                info.name,
+                s,
+                s.info.name,
                 new,
-                user,
-                params,
-                dry,
-                request,
                 current,
                 status_only=(sub == "status"),
                 operation="patch",
@@ -896,23 +881,14 @@ async def _patch(
             if e.reason == "Conflict" and not patched_rv:
                 continue
             raise
-        return _written(api, res, stored, dry, 200, warnings)
-    raise status.conflict(res, info.name, status.STALE)
+        return _written(s.api, s.res, stored, s.dry, 200, warnings)
+    raise status.conflict(s.res, s.info.name, status.STALE)
 
 
-async def _server_side_apply(
-    api: API,
-    request: Request,
-    res: Resource,
-    info: RequestInfo,
-    user: User,
-    params: dict[str, list[str]],
-    dry: bool,
-    cfg: Any,
-) -> Response:
-    """PATCH with ``application/apply-patch+yaml``: create or update ``info.name`` as
+async def _server_side_apply(s: _Scope, cfg: Any) -> Response:
+    """PATCH with ``application/apply-patch+yaml``: create or update ``s.info.name`` as
     :func:`.ssa.apply_configuration` merges ``cfg`` into it."""
-    manager = (params.get("fieldManager") or [""])[0]
+    manager = (s.params.get("fieldManager") or [""])[0]
     if not manager:
         raise APIError(
             400,
@@ -920,21 +896,14 @@ async def _server_side_apply(
             'PatchOptions.meta.k8s.io "" is invalid: fieldManager: Required value: is required for apply patch',
             {},
         )
-    force = (params.get("force") or [""])[0] in ("true", "1")
+    force = (s.params.get("force") or [""])[0] in ("true", "1")
     if not isinstance(cfg, dict):
         raise status.bad_request("the applied configuration must be an object")
-    check_gvk(res, cfg)
-    meta = cfg.setdefault("metadata", {})
-    if meta.get("name") and meta["name"] != info.name:
-        raise status.bad_request(
-            f"the name of the object ({meta['name']}) does not match the name on the URL ({info.name})"
-        )
-    meta["name"] = info.name
-    if res.namespaced:
-        meta["namespace"] = info.namespace
-    cfg, warnings = validate_fields(res, cfg, params)
+    check_gvk(s.res, cfg)
+    _named_by_url(s, cfg.setdefault("metadata", {}))
+    cfg, warnings = validate_fields(s.res, cfg, s.params)
     try:
-        current_obj: KubeObject | None = get_object(api, res, info.namespace, info.name)
+        current_obj: KubeObject | None = get_object(s.api, s.res, s.info.namespace, s.info.name)
     except APIError as err:
         if err.code != 404:
             raise
@@ -942,24 +911,22 @@ async def _server_side_apply(
     current = (
         current_obj.to_dict()
         if current_obj is not None
-        else {"apiVersion": res.api_version, "kind": res.kind, "metadata": {}}
+        else {"apiVersion": s.res.api_version, "kind": s.res.kind, "metadata": {}}
     )
-    new = ssa.apply_configuration(current, cfg, manager, force=force, api_version=res.api_version)
+    new = ssa.apply_configuration(current, cfg, manager, force=force, api_version=s.res.api_version)
     if current_obj is None:
         new["metadata"].pop("resourceVersion", None)
-        obj = to_object(res, new)
+        obj = to_object(s.res, new)
         try:
-            stored = api.apiserver.create(obj, component=user.name, dry_run=dry)
+            stored = s.api.apiserver.create(obj, component=s.user.name, dry_run=s.dry)
         except SvclabError as e:
-            raise status.from_svclab(e, res, res.kind, info.name, creating=True) from None
-        if not dry:
-            api.wrote()
-        return respond(to_wire(api, res, stored), 201, warn_headers(warnings))
+            raise status.from_svclab(e, s.res, s.res.kind, s.info.name, creating=True) from None
+        if not s.dry:
+            s.api.wrote()
+        return respond(to_wire(s.api, s.res, stored), 201, warn_headers(warnings))
     new["metadata"]["resourceVersion"] = current_obj.metadata.resource_version
-    stored = write_update(
-        api, res, info.name, new, user, params, dry, request, current_obj, operation="apply"
-    )
-    return respond(to_wire(api, res, stored), 200, warn_headers(warnings))
+    stored = write_update(s, s.info.name, new, current_obj, operation="apply")
+    return respond(to_wire(s.api, s.res, stored), 200, warn_headers(warnings))
 
 
 def _scale_of(res: Resource, obj: KubeObject) -> dict[str, Any]:
@@ -985,14 +952,12 @@ def _scale_of(res: Resource, obj: KubeObject) -> dict[str, Any]:
     }
 
 
-async def _bind(
-    api: API, request: Request, res: Resource, info: RequestInfo, user: User, dry: bool
-) -> Response:
-    body = _decode(await request.body(), request.headers.get("content-type", JSON)) or {}
+async def _bind(s: _Scope) -> Response:
+    body = await _body(s.request) or {}
     target = body.get("target") or {}
     node = target.get("name")
     if not node:
-        raise status.invalid(res, "Binding", info.name, "target.name", "Required value")
+        raise status.invalid(s.res, "Binding", s.info.name, "target.name", "Required value")
     meta = body.get("metadata") or {}
     extra = meta.get("annotations") or {}
     annotations = {str(k): str(v) for k, v in extra.items()} if isinstance(extra, dict) else {}
@@ -1001,23 +966,23 @@ async def _bind(
         version = int(rv) if rv else None
     except ValueError:
         raise status.bad_request(f"invalid resourceVersion {rv!r}") from None
-    get_object(api, res, info.namespace, info.name)  # 404 before anything else
+    get_object(s.api, s.res, s.info.namespace, s.info.name)  # 404 before anything else
     try:  # kube-apiserver's BindingREST: nodeName, the annotations, PodScheduled
-        api.apiserver.bind(
-            _key(res, info.namespace, info.name),
+        s.api.apiserver.bind(
+            _key(s.res, s.info.namespace, s.info.name),
             str(node),
             annotations,
             uid=meta.get("uid") or None,
             resource_version=version,
-            component=user.name,
-            dry_run=dry,
+            component=s.user.name,
+            dry_run=s.dry,
         )
     except ConflictError as e:
-        raise status.conflict(res, info.name, str(e)) from None
+        raise status.conflict(s.res, s.info.name, str(e)) from None
     except SvclabError as e:
-        raise status.from_svclab(e, res, "Pod", info.name) from None
-    if not dry:
-        api.wrote()
+        raise status.from_svclab(e, s.res, "Pod", s.info.name) from None
+    if not s.dry:
+        s.api.wrote()
     return respond(status.success(), 201)
 
 
@@ -1039,33 +1004,31 @@ def _dependents(api: API, owner: KubeObject) -> list[KubeObject]:
     return out
 
 
-def _delete_one(
-    api: API, res: Resource, obj: KubeObject, user: User, options: dict[str, Any], dry: bool
-) -> KubeObject | None:
+def _delete_one(s: _Scope, obj: KubeObject, options: dict[str, Any]) -> KubeObject | None:
     """Delete ``obj`` with ``options`` (DeleteOptions); returns the object if it still
     exists (marked for graceful deletion), else None."""
     pre = options.get("preconditions") or {}
     if pre.get("resourceVersion") and pre["resourceVersion"] != obj.metadata.resource_version:
         raise status.conflict(
-            res,
+            s.res,
             obj.name,
             f"the ResourceVersion in the precondition ({pre['resourceVersion']}) does not match the ResourceVersion in record ({obj.metadata.resource_version}). The object might have been modified",
         )
     if pre.get("uid") and pre["uid"] != obj.metadata.uid:
         raise status.conflict(
-            res,
+            s.res,
             obj.name,
             f"the UID in the precondition ({pre['uid']}) does not match the UID in record ({obj.metadata.uid}). The object might have been deleted and then recreated",
         )
-    if dry:
+    if s.dry:
         return obj
     policy = options.get("propagationPolicy")
     if options.get("orphanDependents") is True:
         policy = "Orphan"
-    apiserver = api.apiserver
-    comp = user.name
+    apiserver = s.api.apiserver
+    comp = s.user.name
     if policy == "Orphan":
-        for dep in _dependents(api, obj):
+        for dep in _dependents(s.api, obj):
             refs = [r for r in dep.metadata.owner_references if r.uid != obj.metadata.uid]
             apiserver.update(
                 dep.with_meta(owner_references=refs, resource_version=None),
@@ -1081,11 +1044,11 @@ def _delete_one(
             propagation="Foreground" if policy == "Foreground" else None,
         )
     except SvclabError as e:
-        raise status.from_svclab(e, res, res.kind, obj.name) from None
-    api.cache.forget(obj.store_kind, obj.key)
-    _after_write(api, res, None)
+        raise status.from_svclab(e, s.res, s.res.kind, obj.name) from None
+    s.api.cache.forget(obj.store_kind, obj.key)
+    _after_write(s.api, s.res, None)
     try:
-        return api.get(obj.store_kind, obj.key) and last
+        return s.api.get(obj.store_kind, obj.key) and last
     except NotFoundError:
         return None
 
@@ -1127,66 +1090,54 @@ async def _delete_options(request: Request, params: dict[str, list[str]]) -> dic
 _DELETE_OPTIONS = Resource("deleteoptions", "deleteoptions", "DeleteOptions", "", "v1", False)
 
 
-async def _delete(
-    api: API,
-    request: Request,
-    res: Resource,
-    info: RequestInfo,
-    user: User,
-    params: dict[str, list[str]],
-    dry: bool,
-) -> Response:
-    opts = await _delete_options(request, params)
+async def _delete(s: _Scope) -> Response:
+    opts = await _delete_options(s.request, s.params)
     if "All" in (opts.get("dryRun") or []):
-        dry = True
-    obj = get_object(api, res, info.namespace, info.name)
-    left = _delete_one(api, res, obj, user, opts, dry)
-    if left is not None and not dry and left.metadata.deletion_timestamp is not None:
+        s = replace(s, dry=True)
+    obj = get_object(s.api, s.res, s.info.namespace, s.info.name)
+    left = _delete_one(s, obj, opts)
+    if left is not None and not s.dry and left.metadata.deletion_timestamp is not None:
         # marked, not removed yet (graceful, or held by finalizers)
-        return respond(to_bytes(api, res, left), 200)
-    if strategy_of(res.store_kind).returns_deleted_object:  # ReturnDeletedObject
+        return respond(to_bytes(s.api, s.res, left), 200)
+    if strategy_of(s.res.store_kind).returns_deleted_object:  # ReturnDeletedObject
         return respond(
             to_wire(
-                api, res, obj if dry else obj.with_meta(resource_version=str(api.store.revision))
+                s.api,
+                s.res,
+                obj if s.dry else obj.with_meta(resource_version=str(s.api.store.revision)),
             ),
             200,
         )
-    details = {"name": obj.name, "kind": res.name, "uid": obj.metadata.uid}
-    if res.group:
-        details["group"] = res.group
+    details = {"name": obj.name, "kind": s.res.name, "uid": obj.metadata.uid}
+    if s.res.group:
+        details["group"] = s.res.group
     return respond(status.success(details), 200)
 
 
-async def _delete_collection(
-    api: API,
-    request: Request,
-    res: Resource,
-    namespace: str,
-    user: User,
-    params: dict[str, list[str]],
-    dry: bool,
-) -> Response:
-    assert res.store_kind is not None
-    opts = await _delete_options(request, params)
+async def _delete_collection(s: _Scope) -> Response:
+    assert s.res.store_kind is not None
+    opts = await _delete_options(s.request, s.params)
     objs = (
-        api.list(res.store_kind, namespace or None) if res.namespaced else api.list(res.store_kind)
+        s.api.list(s.res.store_kind, s.info.namespace or None)
+        if s.res.namespaced
+        else s.api.list(s.res.store_kind)
     )
-    sel, terms, _ = _selectors(api, res, params)
+    sel, terms, _ = _selectors(s.api, s.res, s.params)
     m = _matcher(sel, terms)
     gone = []
     for o in objs:
         if m(o):
-            _delete_one(api, res, o, user, opts, dry)
+            _delete_one(s, o, opts)
             gone.append(o)
     head = wire.dumps(
         {
-            "kind": _list_kind(res),
-            "apiVersion": res.api_version,
-            "metadata": {"resourceVersion": str(api.store.revision)},
+            "kind": _list_kind(s.res),
+            "apiVersion": s.res.api_version,
+            "metadata": {"resourceVersion": str(s.api.store.revision)},
         }
     )
     return respond(
-        head[:-1] + b',"items":[' + b",".join(to_bytes(api, res, o) for o in gone) + b"]}"
+        head[:-1] + b',"items":[' + b",".join(to_bytes(s.api, s.res, o) for o in gone) + b"]}"
     )
 
 
@@ -1237,7 +1188,7 @@ def _endpoints(
             }
         )
     # watch: Service and EndpointSlice changes, as Endpoints
-    sent_columns = [False]
+    as_table = _TableEvents(api, res, params)
 
     def encode(w: Watcher, typ: str, obj: Any) -> bytes:
         if typ == "DELETED" and isinstance(obj, str):
@@ -1248,16 +1199,7 @@ def _endpoints(
                 "metadata": {"name": nm, "namespace": ns, "resourceVersion": str(api.hub.revision)},
             }
         if table:
-            t = _table(
-                api,
-                res,
-                [obj],
-                obj["metadata"]["resourceVersion"],
-                params=params,
-                with_columns=not sent_columns[0],
-            )
-            sent_columns[0] = True
-            return wire.dumps({"type": typ, "object": t}) + b"\n"
+            return as_table.event(typ, obj, obj["metadata"]["resourceVersion"])
         return wire.dumps({"type": typ, "object": obj}) + b"\n"
 
     def view(ev: WatchEvent) -> tuple[str, Any] | None:
@@ -1508,6 +1450,14 @@ async def _review_handler(
     assert info.resource is not None
     return await _access_review(api, request, info.resource, user)
 
+
+#: verb -> its handler (create, with its binding subresource, is chosen in :func:`handle`)
+_WRITES: dict[str, Callable[[_Scope], Awaitable[Response]]] = {
+    "update": _update,
+    "patch": _patch,
+    "delete": _delete,
+    "deletecollection": _delete_collection,
+}
 
 Computed = Callable[
     ["API", Request, "RequestInfo", User, dict[str, list[str]]], Awaitable[Response]

@@ -108,6 +108,49 @@ def test_python_client_list_create_patch_delete(api: client.ApiClient) -> None:
     assert e.value.status == 404
 
 
+def test_dry_run_in_the_delete_options_body_deletes_nothing(
+    api: client.ApiClient, srv: Served
+) -> None:
+    """``dryRun: [All]`` in the DeleteOptions body (not the query) is a dry run too: the
+    answer is the deleted object's Status, and the object stays."""
+    v1 = client.CoreV1Api(api)
+    svc = client.V1Service(
+        metadata=client.V1ObjectMeta(name="dry"),
+        spec=client.V1ServiceSpec(ports=[client.V1ServicePort(port=80)]),
+    )
+    v1.create_namespaced_service("default", svc)
+    code, answer, _ = srv.raw(
+        "DELETE",
+        "/api/v1/namespaces/default/services/dry",
+        {"kind": "DeleteOptions", "apiVersion": "v1", "dryRun": ["All"]},
+    )
+    assert code == 200, answer
+    assert v1.read_namespaced_service("dry", "default").metadata.name == "dry"
+    v1.delete_namespaced_service("dry", "default")
+    with pytest.raises(client.ApiException) as e:
+        v1.read_namespaced_service("dry", "default")
+    assert e.value.status == 404
+
+
+@pytest.mark.parametrize("plural", ["services", "endpoints"])
+def test_a_table_watch_sends_the_columns_once(srv: Served, plural: str) -> None:
+    """A watch asked as Table (kubectl get -w): the first event's Table carries the
+    column definitions, the later ones rows only; the same for a stored kind (Services)
+    and a computed one (Endpoints)."""
+    code, text, _ = srv.raw(
+        "GET",
+        f"/api/v1/namespaces/default/{plural}?watch=1&timeoutSeconds=1",
+        headers={"Accept": "application/json;as=Table;v=v1;g=meta.k8s.io"},
+    )
+    assert code == 200 and isinstance(text, str), text
+    events = [json.loads(line) for line in text.splitlines() if line]
+    names = [e["object"]["rows"][0]["cells"][0] for e in events]
+    assert {"kubernetes", "web"} <= set(names), names
+    assert [bool(e["object"].get("columnDefinitions")) for e in events] == [True] + [False] * (
+        len(events) - 1
+    )
+
+
 def test_python_client_watch(api: client.ApiClient, srv: Served) -> None:
     v1 = client.CoreV1Api(api)
     rv = v1.list_namespaced_pod("default").metadata.resource_version
