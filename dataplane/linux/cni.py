@@ -298,11 +298,21 @@ class CniRunner:
         self.timeout = timeout
         self.reaper = LateReaper()
         self.iptables_backend = iptables_backend
+        self._path_lock = threading.Lock()
+        self._plugin_path: str | None = None
 
     def _path(self) -> str:
         """The ``PATH`` the plugins get: ours, behind a directory whose ``iptables`` and
         ``ip6tables`` are the legacy ones when the cluster is on that back end (module
-        docstring)."""
+        docstring). Made once per runner (its calls run in several threads); another
+        process making the same links at once is tolerated (each link is renamed into
+        place from a name of its own)."""
+        with self._path_lock:
+            if self._plugin_path is None:
+                self._plugin_path = self._make_path()
+            return self._plugin_path
+
+    def _make_path(self) -> str:
         path = os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
         if self.iptables_backend != "legacy":
             return path
@@ -314,7 +324,7 @@ class CniRunner:
         for name in ("iptables", "ip6tables"):
             link = bindir / name
             if not link.is_symlink() or os.readlink(link) != multi:
-                tmp = bindir / f".{name}.tmp"
+                tmp = bindir / f".{name}.{os.getpid()}.{threading.get_ident()}"
                 tmp.unlink(missing_ok=True)
                 tmp.symlink_to(multi)
                 tmp.replace(link)

@@ -376,3 +376,34 @@ def test_realize_path_passes_mappings_in_the_emulators_order(tmp_path: Path) -> 
         ["default/client-1", "default/aa-extra", agents["node-2"]],
         [agents["node-1"]],
     ]
+
+
+def test_a_kube_proxy_mode_switch_removes_its_rules_and_keeps_the_plugins() -> None:
+    """kube-proxy's iptables rules replaced by its nftables ones on a realised cluster:
+    its KUBE-* chains and its jumps leave the iptables nat table (deleted by number
+    among the plugin's jumps, the chains -X'ed), the plugin's rules stay with their
+    counters, and the table is again the emulator's; the hostPort still answers."""
+    view = emulation.view(_session("iptables"), external_clients=[EXT])
+    session = _session("nftables")
+    nft_view = emulation.view(session, external_clients=[EXT])
+    assert nft_view.network == view.network  # one cluster, another kube-proxy mode
+    n1 = _ip(session, "Node", "node-1")
+    cid = unique_cluster_id("hp")
+    try:
+        with real_backend(view, cluster_id=cid) as real:
+            cluster = real.cluster
+            [c] = real.connect(f"ext/{EXT}", n1, 30090, "tcp", 1)
+            assert c.verdict == "delivered"
+            before = _dn_counters(cluster, "node-1")
+            assert any(before.values())
+            load_rules(cluster, nft_view)
+            kernel = linux_rules.iptables_save(
+                cluster.node_netns("node-1"), counters=False, table="nat"
+            )
+            assert "KUBE-" not in kernel
+            assert _nat(kernel) == _nat(_nat_text(nft_view, "node-1"), canon=True)
+            assert _dn_counters(cluster, "node-1") == before
+            [c] = real.connect(f"ext/{EXT}", n1, 30090, "tcp", 1)
+            assert (c.verdict, c.pod) == ("delivered", "default/aa-extra")
+    finally:
+        assert leftovers(cid) == []
