@@ -20,6 +20,12 @@ one ends up on top); here the check is one ``iptables-save`` and the inserts one
 ``iptables-restore --noflush`` of ``-N``/``-I`` lines, which gives the same result with
 two processes instead of two per rule. Then the payload goes to
 ``iptables-restore --noflush`` unchanged (the exact bytes the emulator evaluates).
+
+A node's whole tables in ``iptables-save`` form (what the realised cluster's view holds)
+are loaded by :func:`load_owned`: one ``--noflush`` restore that changes only what is
+ours, so the chains of others in the same tables (the CNI ``portmap`` plugin's, written
+by the plugin) keep their rules and counters, as kube-proxy's restore keeps them on a
+node.
 """
 
 from __future__ import annotations
