@@ -223,11 +223,13 @@ _HOSTPORT_FIELDS = (
 
 def _hostport_rules(
     session: Session, pod_cidrs: Mapping[str, str | None], cached: bool
-) -> dict[str, PortmapRules]:
+) -> tuple[dict[str, PortmapRules], dict[str, tuple[PortMapping, ...]]]:
     """Per node, the ``portmap`` plugin's rules for the hostPorts of its running pods
-    (hostNetwork pods have none: their ports are the node's). The hairpin rule's subnet
-    is the node's podCIDR (the network of the pod's CNI address). ``cached``: kept in the
-    state directory's cache while the store is unchanged."""
+    (hostNetwork pods have none: their ports are the node's), and per pod key its
+    mappings (what the kernel backend hands the real plugin), both in store order: the
+    order of the plugin's ADDs on each node. The hairpin rule's subnet is the node's
+    podCIDR (the network of the pod's CNI address). ``cached``: kept in the state
+    directory's cache while the store is unchanged."""
 
     def read() -> list[tuple[str, str, str, tuple[PortMapping, ...]]]:
         rows: list[tuple[str, str, str, tuple[PortMapping, ...]]] = []
@@ -253,6 +255,7 @@ def _hostport_rules(
         else read()
     )
     by_node: dict[str, list[tuple[str, IPv4Address, IPv4Network, tuple[PortMapping, ...]]]] = {}
+    per_pod: dict[str, tuple[PortMapping, ...]] = {}
     for key, node, ip, mappings in rows:
         cidr = pod_cidrs.get(node)
         if cidr is None:
@@ -260,12 +263,13 @@ def _hostport_rules(
         by_node.setdefault(node, []).append(
             (key, IPv4Address(ip), IPv4Network(cidr), mappings)
         )
+        per_pod[key] = mappings
     out = {}
     for node, pods in by_node.items():
         pm = node_portmap_rules(CNI_NETWORK, pods)
         if pm is not None:
             out[node] = pm
-    return out
+    return out, per_pod
 
 
 def _node_addresses(session: Session, cached: bool) -> list[tuple[str, tuple[str, ...], str | None]]:
@@ -351,7 +355,7 @@ def _view(
     rulesets: Mapping[str, RulesetInput]
     local: Mapping[str, tuple[str, ...]]
     cni_rules = calico_rules(spec)
-    hostports = _hostport_rules(session, pod_cidrs, lazy)
+    hostports, port_mappings = _hostport_rules(session, pod_cidrs, lazy)
     if session.lazy_rules is not None:
         rulesets, local = lazy_rulesets(
             session.lazy_rules, rules_override or {}, cni_rules, hostports
@@ -367,7 +371,9 @@ def _view(
         rulesets.update(rules_override or {})
     zone = dns_zone(session)
     dns_servers = frozenset(dns_pods if zone is not None else ())
-    return ClusterView(network, rulesets, listeners, local, node_ips, zone, dns_servers, resolv)
+    return ClusterView(
+        network, rulesets, listeners, local, node_ips, zone, dns_servers, resolv, port_mappings
+    )
 
 
 def emulator(

@@ -29,9 +29,13 @@ jumps to the built-in chains, after the jumps kube-proxy keeps at their head; th
 plugin's DEL removes the pod's chain and its ``CNI-HOSTPORT-DNAT`` rules and leaves the
 shared chains.
 
-In the emulator a pod's container id is :func:`model_container_id` (a runtime's is
-random; the kernel backend's is scoped to its cluster), so only the ``CNI-DN`` chain's
-name differs between the backends, never what the rules do.
+A pod's container id is :func:`container_id` on both backends: the emulator names the
+chains with it and the kernel backend passes it to the plugins as ``CNI_CONTAINERID``,
+so the kernel's nat table and the emulator's are the same text, chain names included. (A
+runtime's id is random per sandbox; ours is a function of the pod key alone, so any
+process can DEL what another ADDed. It need not differ between realised clusters: the
+plugins' state is per cluster — host-local's store, our result cache — and the chains
+are per node namespace.)
 """
 
 from __future__ import annotations
@@ -105,9 +109,10 @@ def dn_chain(network: str, container_id: str) -> str:
     return "CNI-DN-" + hashlib.sha512((network + container_id).encode()).hexdigest()[:21]
 
 
-def model_container_id(pod_key: str) -> str:
-    """The container id the emulator gives ``pod_key``'s sandbox (64 hex digits)."""
-    return hashlib.sha256(f"svclab-model/{pod_key}".encode()).hexdigest()
+def container_id(pod_key: str) -> str:
+    """The container id of ``pod_key``'s sandbox on both backends (64 hex digits, like a
+    runtime's)."""
+    return hashlib.sha256(f"svclab-sandbox/{pod_key}".encode()).hexdigest()
 
 
 @dataclass(frozen=True, slots=True)
@@ -241,9 +246,9 @@ def with_hostports(rules: RulesetInput, pm: PortmapRules | None) -> RulesetInput
 def node_portmap_rules(
     network: str, pods: Sequence[tuple[str, IPv4Address, IPv4Network, tuple[PortMapping, ...]]]
 ) -> PortmapRules | None:
-    """:func:`portmap_rules` for ``(pod key, pod IP, subnet, mappings)`` rows, with the
-    emulator's container ids (:func:`model_container_id`)."""
+    """:func:`portmap_rules` for ``(pod key, pod IP, subnet, mappings)`` rows (in the
+    order the plugin's ADDs ran), with the sandboxes' :func:`container_id`."""
     return portmap_rules(
         network,
-        [HostPortPod(model_container_id(k), ip, net, m) for k, ip, net, m in pods],
+        [HostPortPod(container_id(k), ip, net, m) for k, ip, net, m in pods],
     )

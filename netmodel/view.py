@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from netmodel.dnszone import DnsZone
+from netmodel.hostports import PortMapping
 from netmodel.network import ClusterNetwork
 from netmodel.resolvconf import ResolvConf
 from netmodel.rulesets import RulesetInput
@@ -31,3 +32,7 @@ class ClusterView:
     dns_zone: DnsZone | None = None
     dns_servers: frozenset[str] = frozenset()
     resolv_confs: Mapping[str, ResolvConf] = field(default_factory=dict)
+    #: pod key -> the ``hostPort`` mappings its runtime passes to the CNI ``portmap``
+    #: plugin (pods with none left out), in the order the plugin's ADDs ran on each
+    #: node: the order of that node's rules in :attr:`rulesets`
+    port_mappings: Mapping[str, tuple[PortMapping, ...]] = field(default_factory=dict)

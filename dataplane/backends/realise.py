@@ -2,9 +2,11 @@
 (:func:`dataplane.linux.realize.realize`; pods get the view's addresses and the model's
 MACs from the real CNI plugins), each node's kube-proxy rules — the very text the emulator
 evaluates (:func:`load_rules`): iptables mode — the node's ``iptables-save`` form, loaded
-with ``iptables-nft-restore`` or, on a cluster realised with ``iptables_backend="legacy"``,
-``iptables-legacy-restore`` (filter and nat replaced whole; kube-proxy's jump rules are part
-of that text; the legacy rules are read back through libiptc); nftables mode — kube-proxy's ``nft -f`` transaction, in a fresh
+with ``iptables-nft-restore --noflush`` or, on a cluster realised with
+``iptables_backend="legacy"``, ``iptables-legacy-restore --noflush`` (our chains and our
+rules in the built-in chains replaced; kube-proxy's jump rules are part of that text; the
+CNI ``portmap`` plugin's chains, written by the real plugin for pods with ``hostPort``,
+kept; the legacy rules are read back through libiptc); nftables mode — kube-proxy's ``nft -f`` transaction, in a fresh
 ``ip kube-proxy`` table; IPVS mode is refused (no IPVS in this kernel) — and pod servers on
 each pod's containerPorts (TCP and UDP; each answers who it is and the source address it
 saw; one process per node holds its pods' sockets).
@@ -76,6 +78,8 @@ def fingerprint(view: ClusterView) -> str:
         h.update(f"\0dns {zone.dumps()} {sorted(view.dns_servers)!r}".encode())
     for ns, conf in sorted(view.resolv_confs.items()):
         h.update(f"\0resolv {ns} {conf.render()}".encode())
+    for pod, mappings in view.port_mappings.items():  # in order: the order of ADDs
+        h.update(f"\0hostports {pod} {mappings!r}".encode())
     return h.hexdigest()
 
 
@@ -97,35 +101,64 @@ def check_realisable(
             )
 
 
-def _kernel_tables(save: str) -> dict[str, dict[str, list[str]]]:
-    """table -> chain -> rules of an iptables-save dump, svclab's own SVCLAB-* chains (and
-    jumps to them) left out."""
+#: Chains svclab's rule loading leaves to others: its own hairpin fallback (installed
+#: apart) and, on a cluster whose pods the real CNI plugins attach, the ``portmap``
+#: plugin's (:mod:`netmodel.hostports`), written by the plugin's ADD and removed by its
+#: DEL, as kube-proxy leaves them on a real node.
+SVCLAB_CHAINS = ("SVCLAB-",)
+PORTMAP_CHAINS = ("CNI-HOSTPORT-", "CNI-DN-")
+
+
+def foreign_chains(cluster: RealCluster) -> tuple[str, ...]:
+    """The chain prefixes :func:`load_rules` leaves alone on ``cluster``: with the real
+    plugins (``bridge-plugin``) the portmap plugin's too; with ``netlink`` svclab lays the
+    pods out itself and loads the plugin's rules from the view as well."""
+    if cluster.cni == "bridge-plugin":
+        return SVCLAB_CHAINS + PORTMAP_CHAINS
+    return SVCLAB_CHAINS
+
+
+def _kernel_tables(
+    save: str, foreign: tuple[str, ...] = SVCLAB_CHAINS
+) -> dict[str, dict[str, list[str]]]:
+    """table -> chain -> rules of an iptables-save dump, chains starting with one of
+    ``foreign`` (svclab's own SVCLAB-* by default), and jumps to them, left out."""
     out: dict[str, dict[str, list[str]]] = {}
     for name, table in parse_tables(save).items():
         chains = {
-            c: [r for r in rs if "-j SVCLAB-" not in r]
+            c: [r for r in rs if not linux_rules.foreign_rule(r, foreign)]
             for c, rs in table.rules.items()
-            if not c.startswith("SVCLAB-")
+            if not c.startswith(foreign)
         }
         out[name] = chains
     return out
 
 
 def kernel_holds(
-    netns: str, text: str, iptables_backend: linux_rules.IptablesBackend = "nft"
+    netns: str,
+    text: str,
+    iptables_backend: linux_rules.IptablesBackend = "nft",
+    *,
+    foreign: tuple[str, ...] = SVCLAB_CHAINS,
 ) -> bool:
     """Does ``netns`` hold exactly the tables of ``text`` (iptables-save or restore text,
     kube-proxy's option order accepted) — same chains, same rules in the same order, in
-    ``iptables-save``'s form? False also when ``text`` cannot be put in that form."""
+    ``iptables-save``'s form? Chains starting with one of ``foreign`` (and jumps to
+    them) are left out on both sides. False also when ``text`` cannot be put in that
+    form."""
     try:
         wanted = {
-            name: {c: [save_form(r) for r in rs] for c, rs in t.rules.items()}
+            name: {
+                c: [save_form(r) for r in rs if not linux_rules.foreign_rule(r, foreign)]
+                for c, rs in t.rules.items()
+                if not c.startswith(foreign)
+            }
             for name, t in parse_tables(text).items()
         }
     except ValueError:
         return False
     have = _kernel_tables(
-        linux_rules.iptables_save(netns, counters=False, backend=iptables_backend)
+        linux_rules.iptables_save(netns, counters=False, backend=iptables_backend), foreign
     )
     return all(have.get(name) == chains for name, chains in wanted.items())
 
@@ -155,30 +188,36 @@ def load_rules(
     them. Returns node -> sha256 of the nft text loaded (nftables-mode nodes), to pass
     back as ``loaded_nft`` next time (nft listings are not compared with the text).
 
-    iptables mode: the iptables-save text goes to ``iptables-restore`` (filter and nat
-    replaced whole; nfacct objects created first); a node whose tables read back equal
-    (:func:`kernel_holds`) is left alone. Any ``ip kube-proxy`` nft table is removed.
-    nftables mode: iptables' filter and nat are flushed, the ``ip kube-proxy`` table is
-    deleted and the transaction loaded, then the iptables tables kept beside it (Calico's)
-    if any. The ipsets the rules use (Calico's) are made to hold exactly the view's
-    members first, every time (``ipset -exist restore``). Either way, under ``hairpin="masquerade"`` the
-    fallback rule is installed again afterwards."""
+    iptables mode: the node's tables are made to hold the iptables-save text
+    (:func:`dataplane.linux.rules.load_owned`: one ``iptables-restore --noflush`` that
+    replaces our chains and our rules in the built-in chains, nfacct objects created
+    first) except the chains of :func:`foreign_chains` — on a cluster whose pods the real
+    CNI plugins attach, the ``portmap`` plugin's ``CNI-HOSTPORT-*``/``CNI-DN-*`` chains
+    and jumps, which its ADD wrote, are kept as kube-proxy keeps them on a node (its
+    restore is ``--noflush`` and names only KUBE-* chains); a node whose tables read back
+    equal apart from those (:func:`kernel_holds`) is left alone. Any ``ip kube-proxy``
+    nft table is removed. nftables mode: the ``ip kube-proxy`` table is deleted and the
+    transaction loaded, and the iptables tables beside it (Calico's, the portmap
+    plugin's) are made to hold the view's the same way (none: our rules there removed).
+    The ipsets the rules use (Calico's) are made to hold exactly the view's members
+    first, every time (``ipset -exist restore``). Either way, under
+    ``hairpin="masquerade"`` the fallback rule is installed again afterwards."""
     backend = cluster.iptables_backend
     check_realisable(view, backend)
     previous = dict(loaded_nft or {})
     shas: dict[str, str] = {}
+    foreign = foreign_chains(cluster)
     for node, rs in sorted(view.rulesets.items()):
         netns = cluster.node_netns(node)
         cidr = _pod_cidr(view, node)
         if isinstance(rs, IptablesRules):
             if rs.ipsets:  # the members may change while the rules naming the sets do not
                 linux_rules.load_ipsets(netns, rs.ipsets)
-            if kernel_holds(netns, rs.text, backend):
+            if kernel_holds(netns, rs.text, backend, foreign=foreign):
                 continue
             if previous.get(node):
                 _drop_nft_table(netns)
-            linux_rules.flush_iptables(netns, backend=backend)
-            linux_rules.load_iptables(netns, rs.text, jumps=None, backend=backend)
+            linux_rules.load_owned(netns, rs.text, foreign=foreign, backend=backend)
         elif isinstance(rs, NftRules):
             if rs.ipsets:
                 linux_rules.load_ipsets(netns, rs.ipsets)
@@ -186,11 +225,10 @@ def load_rules(
             shas[node] = sha
             if previous.get(node) == sha and NFT_TABLE in linux_rules.nft_ruleset(netns):
                 continue
-            linux_rules.flush_iptables(netns)
+            # iptables-nft tables beside kube-proxy's (Calico's Felix, the portmap plugin)
+            linux_rules.load_owned(netns, rs.iptables, foreign=foreign)
             _drop_nft_table(netns)
             linux_rules.load_nft(netns, rs.text)
-            if rs.iptables:  # iptables-nft tables beside kube-proxy's (Calico's Felix)
-                linux_rules.load_iptables(netns, rs.iptables, jumps=None)
         else:  # pragma: no cover - check_realisable refused it
             raise BackendError(f"node {node}: cannot load {type(rs).__name__}")
         if cluster.hairpin == "masquerade" and cidr is not None:
@@ -289,6 +327,7 @@ def realize_view(
             hairpin=hairpin,
             persistent=persistent,
             iptables_backend=iptables_backend,
+            port_mappings=view.port_mappings,
         )
 
     cluster = network()

@@ -58,7 +58,12 @@ hostIP}]`` and the bridge's result as ``prevResult``. It writes the nat rules mo
 in :mod:`netmodel.hostports` into the node namespace (iptables). DEL runs ``portmap``
 DEL first (it removes the pod's ``CNI-DN-…`` chain and its ``CNI-HOSTPORT-DNAT``
 rules), then ``bridge`` DEL, the reverse of ADD as libcni does; the mappings are kept in
-the cached result so a later process can DEL.
+the cached result so a later process can DEL. The plugin runs ``iptables`` (and
+``ip6tables``) from ``PATH``: on a cluster realised on the iptables legacy back end
+(``iptables_backend="legacy"``) ``PATH`` starts with a directory of the cluster's state
+where those two names are links to ``xtables-legacy-multi``, so the plugin's rules land
+in the same back end as kube-proxy's (this host's ``iptables`` is iptables-nft), as a
+node whose ``iptables`` alternative is legacy has it.
 
 CNI ADD is not idempotent (a second ADD fails: "eth0 already exists", "IP not
 available"). :meth:`CniRunner.add` therefore keeps libcni's result cache (one JSON per
@@ -72,6 +77,7 @@ import contextlib
 import json
 import os
 import selectors
+import shutil
 import subprocess
 import threading
 import time
@@ -282,6 +288,7 @@ class CniRunner:
         plugin_dir: Path = PLUGIN_DIR,
         timeout: float = 30,
         phases: Phases | None = None,
+        iptables_backend: Literal["nft", "legacy"] = "nft",
     ) -> None:
         self.names = ClusterNames(cluster_id)
         self.phases = phases
@@ -290,6 +297,38 @@ class CniRunner:
         self.plugin_dir = plugin_dir
         self.timeout = timeout
         self.reaper = LateReaper()
+        self.iptables_backend = iptables_backend
+        self._path_lock = threading.Lock()
+        self._plugin_path: str | None = None
+
+    def _path(self) -> str:
+        """The ``PATH`` the plugins get: ours, behind a directory whose ``iptables`` and
+        ``ip6tables`` are the legacy ones when the cluster is on that back end (module
+        docstring). Made once per runner (its calls run in several threads); another
+        process making the same links at once is tolerated (each link is renamed into
+        place from a name of its own)."""
+        with self._path_lock:
+            if self._plugin_path is None:
+                self._plugin_path = self._make_path()
+            return self._plugin_path
+
+    def _make_path(self) -> str:
+        path = os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
+        if self.iptables_backend != "legacy":
+            return path
+        multi = shutil.which("xtables-legacy-multi", path=path + ":/usr/sbin:/sbin")
+        if multi is None:
+            raise CniError("iptables legacy back end: xtables-legacy-multi not found")
+        bindir = self.state.root / "bin"
+        bindir.mkdir(parents=True, exist_ok=True)
+        for name in ("iptables", "ip6tables"):
+            link = bindir / name
+            if not link.is_symlink() or os.readlink(link) != multi:
+                tmp = bindir / f".{name}.{os.getpid()}.{threading.get_ident()}"
+                tmp.unlink(missing_ok=True)
+                tmp.symlink_to(multi)
+                tmp.replace(link)
+        return f"{bindir}:{path}"
 
     # ------------------------------------------------------------------ config
     def netconf(self, pod_cidr: IPv4Network) -> dict[str, Any]:
@@ -342,7 +381,7 @@ class CniRunner:
         if not (self.plugin_dir / plugin).exists():
             raise CniError(f"CNI plugin {plugin} not found in {self.plugin_dir}")
         env = {
-            "PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"),
+            "PATH": self._path(),
             "CNI_COMMAND": command,
             "CNI_CONTAINERID": self.names.container_id(pod_key),
             "CNI_NETNS": nsenter.netns_path(self.names.netns(f"pod/{pod_key}")),

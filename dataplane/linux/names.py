@@ -22,6 +22,7 @@ import re
 from dataclasses import dataclass
 
 from netmodel.errors import BackendError
+from netmodel.hostports import container_id
 
 PREFIX = "svclab-"
 IFNAMSIZ = 15
@@ -81,8 +82,9 @@ class ClusterNames:
 
     def container_id(self, pod_key: str) -> str:
         """The CNI container id of a pod's sandbox (stable, so DEL can be issued by any
-        later process): 64 hex digits like a container runtime's."""
-        return hashlib.sha256(f"{self.cluster_id}/{pod_key}".encode()).hexdigest()
+        later process): :func:`netmodel.hostports.container_id`, the one the emulator
+        names the ``portmap`` plugin's ``CNI-DN-…`` chain with."""
+        return container_id(pod_key)
 
     def owns(self, kernel_name: str) -> bool:
         return kernel_name.startswith(self.prefix)

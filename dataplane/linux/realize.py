@@ -11,7 +11,9 @@ What :func:`realize` creates (names from :mod:`dataplane.linux.names`):
   pod so concurrent CNI calls never race to create it), and either ``flannel.1``
   (VXLAN VNI 1, UDP 8472, ``nolearning``, the model's VTEP MAC; per peer node an onlink
   route, a permanent neighbour and an FDB entry to the peer's node IP) or host-gw routes;
-* pods: through the real CNI plugins (``bridge-plugin``) with the model's IP and MAC, or
+* pods: through the real CNI plugins (``bridge-plugin``) with the model's IP and MAC
+  (and, for a pod with ``hostPort`` mappings, the real ``portmap`` plugin chained after
+  ``bridge``: it writes the pod's nat rules in the node, :mod:`netmodel.hostports`), or
   directly with pyroute2 (``netlink``, veth names and MACs exactly as the model; one
   node's pods one after the other, nodes concurrently, as kubelets would);
   a Calico network (``network.cni == "calico"``) is always realised by ``netlink``: no
@@ -83,6 +85,7 @@ from dataplane.linux.servers import PodServers, Proto, ServerSpec
 from dataplane.linux.state import StateDir
 from dataplane.proxy.iptables import JumpRule
 from netmodel.errors import BackendError
+from netmodel.hostports import PortMapping
 from netmodel.network import DEFAULT_ROUTE, ClusterNetwork, Interface, Netns, VethPair
 
 HairpinMode = Literal["auto", "br-netfilter", "masquerade"]
@@ -141,7 +144,7 @@ class RealCluster:
     # ---------------------------------------------------------------- helpers
     def cni_runner(self) -> CniRunner:
         """The CNI runner for this cluster (the kubelet's real network plugin)."""
-        return CniRunner(self.cluster_id, mtu=self.mtu)
+        return CniRunner(self.cluster_id, mtu=self.mtu, iptables_backend=self.iptables_backend)
 
     @property
     def servers(self) -> PodServers:
@@ -261,6 +264,7 @@ def realize(
     persistent: bool = False,
     iptables_backend: rules.IptablesBackend = "nft",
     phases: Phases | None = None,
+    port_mappings: Mapping[str, Sequence[PortMapping]] | None = None,
 ) -> RealCluster:
     """Create ``network`` in the kernel under ``cluster_id`` and return its handle.
 
@@ -273,12 +277,18 @@ def realize(
     until then. ``iptables_backend``: where svclab's own iptables rules go (module
     docstring); a cluster realised on the other back end is refused (tear it down first).
     ``phases``: where the time goes (:mod:`dataplane.linux.phases`), for benchmarks.
+    ``port_mappings``: pod key -> its ``hostPort`` mappings, handed to the real
+    ``portmap`` plugin chained after ``bridge`` (``bridge-plugin`` only: with
+    ``netlink`` no plugin runs, and the caller loads the plugin's rules itself); a node's
+    pods with mappings are attached one after the other in this mapping's order, the
+    order of the plugin's rules on that node (:func:`attach_rounds`).
 
     Idempotent (a second call changes nothing) and resumable (a call after an interrupted
     one completes the cluster). On error the partial cluster stays for inspection;
     :func:`teardown` or :func:`cleanup` removes it. Pod servers are not started here (the
     model has no containerPorts): call :meth:`RealCluster.serve`."""
     validate(network)
+    mappings = dict(port_mappings or {})
     if network.cni == "calico":
         # Calico's CNI plugin is not installed here: svclab lays the pods out itself,
         # exactly as the model (and Calico's plugin) does
@@ -304,7 +314,12 @@ def realize(
     )
 
     with maybe(phases, "stale"):
-        _remove_stale(cluster_id, set(kernel.values()), {str(ns.pod) for ns in pods.values()})
+        _remove_stale(
+            cluster_id,
+            set(kernel.values()),
+            {str(ns.pod) for ns in pods.values()},
+            iptables_backend,
+        )
     with maybe(phases, "netns"):
         for logical, ns in nss.items():
             if ns.role != "pod":  # pods' are made by the CNI plugins or _attach_by_netlink
@@ -382,14 +397,16 @@ def realize(
                 pod_cidr=_pod_cidr(nss[f"node/{ns.node}"]),
                 requested_ip=_addr(ns.interface("eth0")).ip,
                 mac=ns.interface("eth0").mac,
+                port_mappings=tuple(mappings.get(str(ns.pod), ())),
             )
             for ns in pods.values()
         ]
-        runner = CniRunner(cluster_id, mtu=mtu, phases=phases)
+        runner = CniRunner(cluster_id, mtu=mtu, phases=phases, iptables_backend=iptables_backend)
         with maybe(phases, "cni"):
-            added = runner.add_many(attach, workers=workers)
-        for a, res in zip(attach, added, strict=True):
-            results[a.pod_key] = res
+            for batch in attach_rounds(attach, list(mappings)):
+                added = runner.add_many(batch, workers=workers)
+                for a, res in zip(batch, added, strict=True):
+                    results[a.pod_key] = res
     else:
         per_node: dict[str, list[str]] = {}
         for logical, ns in pods.items():
@@ -480,11 +497,32 @@ def ensure_neighbour_room(needed: int) -> None:
                 ) from e
 
 
-def _remove_stale(cluster_id: str, wanted: set[str], pods: set[str]) -> None:
+def attach_rounds(attach: Sequence[PodAttach], order: Sequence[str]) -> list[list[PodAttach]]:
+    """``attach`` split into rounds for :meth:`CniRunner.add_many`: the first holds every
+    pod without port mappings and each node's first pod with some; round ``i`` each
+    node's ``i``-th pod with mappings, in ``order`` (pod keys). The ``portmap`` plugin
+    appends a pod's ``CNI-HOSTPORT-DNAT`` rules, so a node's rules follow the order its
+    pods' ADDs ran in; concurrent ADDs on one node would make that order random."""
+    rank = {k: i for i, k in enumerate(order)}
+    mapped = sorted((a for a in attach if a.port_mappings), key=lambda a: rank.get(a.pod_key, -1))
+    rounds: list[list[PodAttach]] = [[a for a in attach if not a.port_mappings]]
+    seen: dict[str, int] = {}
+    for a in mapped:
+        i = seen.get(a.node, 0)
+        seen[a.node] = i + 1
+        while len(rounds) <= i:
+            rounds.append([])
+        rounds[i].append(a)
+    return [r for r in rounds if r]
+
+
+def _remove_stale(
+    cluster_id: str, wanted: set[str], pods: set[str], backend: rules.IptablesBackend = "nft"
+) -> None:
     """Make a re-realise converge: pods the model no longer has are CNI-DELeted (their
     servers stopped), then namespaces of the cluster the model does not name are removed."""
     names = ClusterNames(cluster_id)
-    runner = CniRunner(cluster_id)
+    runner = CniRunner(cluster_id, iptables_backend=backend)
     gone = {k: v for k, v in runner.attached().items() if k not in pods}
     if gone:
         PodServers(cluster_id).stop(gone)

@@ -20,6 +20,12 @@ one ends up on top); here the check is one ``iptables-save`` and the inserts one
 ``iptables-restore --noflush`` of ``-N``/``-I`` lines, which gives the same result with
 two processes instead of two per rule. Then the payload goes to
 ``iptables-restore --noflush`` unchanged (the exact bytes the emulator evaluates).
+
+A node's whole tables in ``iptables-save`` form (what the realised cluster's view holds)
+are loaded by :func:`load_owned`: one ``--noflush`` restore that changes only what is
+ours, so the chains of others in the same tables (the CNI ``portmap`` plugin's, written
+by the plugin) keep their rules and counters, as kube-proxy's restore keeps them on a
+node.
 """
 
 from __future__ import annotations
@@ -46,6 +52,7 @@ _NFACCT_USE = re.compile(r"--nfacct-name\s+(\S+)")  # iptables-save prints two s
 _NETLINK_NETFILTER = 12
 _NFACCT_NEW = 7 << 8  # NFNL_SUBSYS_ACCT << 8 | NFNL_MSG_ACCT_NEW
 _NFACCT_NAME = 1
+_DECLARED = re.compile(r"^:(\S+) (\S+)")
 _POLICY = re.compile(r"^:(\S+) (\S+) \[(\d+):(\d+)\]$")
 
 IptablesBackend = Literal["nft", "legacy"]
@@ -238,6 +245,131 @@ def rule_counters(
     """Every rule of ``netns`` with its packet and byte counters, in dump order (legacy
     back end: read through libiptc)."""
     return parse_counters(iptables_save(netns, counters=True, table=table, backend=backend))[0]
+
+
+BUILTIN_CHAINS = ("PREROUTING", "INPUT", "FORWARD", "OUTPUT", "POSTROUTING")
+
+
+def foreign_rule(rule: str, foreign: Sequence[str]) -> bool:
+    """Does ``rule`` (an ``-A`` line) jump or go to a chain whose name starts with one of
+    ``foreign``?"""
+    words = rule.split()
+    return any(
+        w in ("-j", "-g") and i + 1 < len(words) and words[i + 1].startswith(tuple(foreign))
+        for i, w in enumerate(words)
+    )
+
+
+def owned_restore_input(save: str, text: str, foreign: Sequence[str]) -> str:
+    """The ``iptables-restore --noflush`` input that makes a namespace whose tables are
+    ``save`` (``iptables-save`` text) hold ``text``'s tables, except what belongs to
+    others: chains whose names start with one of ``foreign`` (the CNI ``portmap``
+    plugin's ``CNI-HOSTPORT-``/``CNI-DN-``) and built-in-chain rules jumping to them,
+    which are neither flushed, deleted nor added (what ``text`` has of them is left to
+    their owner). "" when there is nothing to change. Pure.
+
+    Tables handled: ``filter``, ``nat`` and every table of ``text``. In each: every
+    wanted user chain is declared (``--noflush`` flushes a declared chain) and filled;
+    user chains the namespace has and ``text`` has not are declared, then deleted
+    (``-X``) at the end, as kube-proxy removes its stale chains; a built-in chain's rules
+    of our own are deleted by number (last first) and ``text``'s are inserted at their
+    places among the foreign rules left (``-I CHAIN n``); built-in policies are set."""
+    pre = tuple(foreign)
+    have = _parse(save)
+    want = _parse(text)
+    out: list[str] = []
+    for name in dict.fromkeys(["filter", "nat", *want]):
+        h, w = have.get(name), want.get(name)
+        h_rules = h.rules if h else {}
+        w_rules = w.rules if w else {}
+        decl: list[str] = []
+        cmds: list[str] = []
+        drop: list[str] = []
+        for chain, policy in (w.policies if w else {}).items():
+            if chain in BUILTIN_CHAINS and (h is None or h.policies.get(chain) != policy):
+                decl.append(f":{chain} {policy} [0:0]")
+        for chain in BUILTIN_CHAINS:
+            current = h_rules.get(chain, [])
+            kept = [r for r in current if foreign_rule(r, pre)]
+            wanted = w_rules.get(chain, [])
+            result: list[str] = []
+            inserts: list[str] = []
+            for r in wanted:
+                if not foreign_rule(r, pre):
+                    inserts.append(f"-I {chain} {len(result) + 1} {r.split(' ', 2)[2]}")
+                    result.append(r)
+                elif (placed := len(result) - len(inserts)) < len(kept) and kept[placed] == r:
+                    result.append(r)
+            result += kept[len(result) - len(inserts) :]
+            if result == current:
+                continue
+            mine = [i for i, r in enumerate(current, 1) if not foreign_rule(r, pre)]
+            cmds += [f"-D {chain} {i}" for i in reversed(mine)]
+            cmds += inserts
+        own_w = [c for c in w_rules if c not in BUILTIN_CHAINS and not c.startswith(pre)]
+        own_h = [c for c in h_rules if c not in BUILTIN_CHAINS and not c.startswith(pre)]
+        for chain in own_w:
+            if h is not None and h_rules.get(chain) == w_rules[chain]:
+                continue
+            decl.append(f":{chain} - [0:0]")
+            cmds += w_rules[chain]
+        for chain in own_h:
+            if chain not in w_rules:
+                decl.append(f":{chain} - [0:0]")
+                drop.append(f"-X {chain}")
+        if decl or cmds or drop:
+            out += [f"*{name}", *decl, *cmds, *drop, "COMMIT"]
+    return "\n".join(out) + "\n" if out else ""
+
+
+@dataclass
+class _Table:
+    policies: dict[str, str]
+    rules: dict[str, list[str]]
+
+
+def _parse(text: str) -> dict[str, _Table]:
+    """table -> built-in policies and chain -> ``-A`` lines (counters stripped; chains in
+    declaration order) of ``iptables-save`` / ``-restore`` text with ``-A`` lines only."""
+    out: dict[str, _Table] = {}
+    cur: _Table | None = None
+    for raw in text.splitlines():
+        line = _COUNTER_PREFIX.sub("", raw.strip())
+        if line.startswith("*"):
+            cur = out.setdefault(line[1:], _Table({}, {}))
+        elif cur is None or not line or line.startswith("#") or line == "COMMIT":
+            continue
+        elif m := _DECLARED.match(line):
+            cur.rules.setdefault(m.group(1), [])
+            if m.group(2) != "-":
+                cur.policies[m.group(1)] = m.group(2)
+        elif line.startswith("-A "):
+            cur.rules.setdefault(line.split()[1], []).append(line)
+        else:
+            raise BackendError(f"rules to load: cannot apply {line!r} (only -A lines)")
+    return out
+
+
+def load_owned(
+    netns: str,
+    text: str,
+    *,
+    foreign: Sequence[str],
+    backend: IptablesBackend = "nft",
+) -> bool:
+    """Make ``netns`` hold ``text``'s tables apart from ``foreign`` chains and the jumps
+    to them (:func:`owned_restore_input`): one ``iptables-{nft,legacy}-restore
+    --noflush``, after the nfacct objects ``text`` names. Returns whether anything was
+    loaded."""
+    if counters := set(_NFACCT_USE.findall(text)):
+        ensure_nfacct(netns, counters)
+    payload = owned_restore_input(
+        iptables_save(netns, counters=False, backend=backend), text, foreign
+    )
+    if not payload:
+        return False
+    run_in(netns, [restore_tool(backend), "--noflush"], input=payload)
+    return True
 
 
 def flush_iptables(netns: str, *, backend: IptablesBackend = "nft") -> None:
