@@ -79,6 +79,7 @@ def test_min_ready_seconds_and_claims_through_kubectl(tmp_path: Path) -> None:
         pvc = srv.kubectl("get", "pvc")
         assert pvc.returncode == 0, pvc.stderr
         rows = [line.split() for line in pvc.stdout.splitlines()]
+        assert len(rows) == 3, f"kubectl get pvc: {pvc.stdout!r} {pvc.stderr!r}"
         assert rows[0][:2] == ["NAME", "STATUS"]
         assert sorted((r[0], r[1]) for r in rows[1:]) == [
             ("data-web-0", "Pending"),
