@@ -442,7 +442,7 @@ class LiveControlPlane:
             (EndpointSliceController(apis[6], rec, seed=self.seed), apis[6]),
             (ServiceCIDRController(apis[7], rec, self.clock), apis[7]),
             (DaemonSetController(apis[8], rec, seed=self.seed, clock=self.clock), apis[8]),
-            (StatefulSetController(apis[9], rec), apis[9]),
+            (StatefulSetController(apis[9], rec, clock=self.clock), apis[9]),
             (JobController(apis[10], rec, self.clock, seed=self.seed), apis[10]),
             (CronJobController(apis[11], rec, self.clock), apis[11]),
             (ReplicationControllerController(apis[12], rec, seed=self.seed), apis[12]),

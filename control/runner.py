@@ -184,7 +184,7 @@ class ControlPlane:
         self.deployments = DeploymentController(api, rec)
         self.replicasets = ReplicaSetController(api, rec, seed=seed)
         self.daemonsets = DaemonSetController(api, rec, seed=seed, clock=self.clock)
-        self.statefulsets = StatefulSetController(api, rec)
+        self.statefulsets = StatefulSetController(api, rec, clock=self.clock)
         self.cronjobs = CronJobController(api, rec, self.clock)
         self.jobs = JobController(api, rec, self.clock, seed=seed)
         self.replicationcontrollers = ReplicationControllerController(api, rec, seed=seed)

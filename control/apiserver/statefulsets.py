@@ -3,14 +3,19 @@
 Defaults (SetDefaults_StatefulSet): ``replicas`` 1, ``podManagementPolicy``
 OrderedReady, ``updateStrategy`` RollingUpdate with ``rollingUpdate.partition`` 0,
 ``revisionHistoryLimit`` 10, ``persistentVolumeClaimRetentionPolicy`` Retain/Retain
-(stored, not acted on: svclab models no volumes), the pod template's defaults.
+(the controller keeps it on the claims, :mod:`control.controllers.statefulset`), the pod
+template's defaults. ``rollingUpdate.maxUnavailable`` is not defaulted (the controller
+reads unset as 1), as upstream.
 
 Validation (ValidateStatefulSetSpec), in its field paths and words:
 
 * ``podManagementPolicy`` OrderedReady or Parallel; ``updateStrategy.type``
   RollingUpdate or OnDelete, ``rollingUpdate`` only with RollingUpdate, ``partition``
-  at least 0; ``replicas``, ``minReadySeconds``, ``revisionHistoryLimit``,
-  ``ordinals.start`` at least 0;
+  at least 0, ``maxUnavailable`` an integer at least 1 or a percentage from 1% to
+  100% (MaxUnavailableStatefulSet, on by default since 1.35); ``replicas``,
+  ``minReadySeconds``, ``revisionHistoryLimit``, ``ordinals.start`` at least 0;
+* ``persistentVolumeClaimRetentionPolicy.whenDeleted`` and ``.whenScaled`` Retain or
+  Delete;
 * a selector that is not empty and matches the template's labels; the template's
   ``restartPolicy`` Always; the pod template as a pod's;
 * on update, only ``replicas``, ``ordinals``, ``template``, ``updateStrategy``,
@@ -26,6 +31,7 @@ from __future__ import annotations
 from typing import Any
 
 from control.apiserver.defaults import DEFAULT_REVISION_HISTORY_LIMIT, default_pod_spec
+from control.apiserver.kinds_common import validate_int_or_percent
 from control.apiserver.strategybase import GenericStrategy
 from control.apiserver.validation import Problems, _label_selector, validate_pod_spec
 from netmodel.apps import (
@@ -40,6 +46,8 @@ ORDERED_READY = "OrderedReady"
 PARALLEL = "Parallel"
 ROLLING_UPDATE = "RollingUpdate"
 ON_DELETE = "OnDelete"
+RETAIN = "Retain"
+DELETE = "Delete"
 #: spec fields (wire names) an update may change; the rest are immutable
 MUTABLE = (
     "replicas",
@@ -55,7 +63,21 @@ _MUTABLE_MSG = (
     "'updateStrategy', 'revisionHistoryLimit', 'persistentVolumeClaimRetentionPolicy' and "
     "'minReadySeconds' are forbidden"
 )
-_RETAIN = {"whenDeleted": "Retain", "whenScaled": "Retain"}
+_RETAIN = {"whenDeleted": RETAIN, "whenScaled": RETAIN}
+
+
+def retention_policy(sts: StatefulSet) -> dict[str, str]:
+    """``spec.persistentVolumeClaimRetentionPolicy`` with its defaults
+    (``whenDeleted`` and ``whenScaled``, each Retain or Delete)."""
+    policy = (sts.spec.model_extra or {}).get("persistentVolumeClaimRetentionPolicy")
+    return {**_RETAIN, **(policy if isinstance(policy, dict) else {})}
+
+
+def claim_templates(sts: StatefulSet) -> list[dict[str, Any]]:
+    """``spec.volumeClaimTemplates`` (wire form; each a PersistentVolumeClaim without
+    kind)."""
+    templates = (sts.spec.model_extra or {}).get("volumeClaimTemplates")
+    return [t for t in templates if isinstance(t, dict)] if isinstance(templates, list) else []
 
 
 def default_statefulset(sts: StatefulSet) -> StatefulSet:
@@ -110,6 +132,12 @@ def validate_statefulset(sts: StatefulSet, p: Problems) -> None:
                 ru.partition,
                 "must be greater than or equal to 0",
             )
+        mu = ru.max_unavailable if ru is not None else None
+        if mu is not None:
+            f = "spec.updateStrategy.rollingUpdate.maxUnavailable"
+            validate_int_or_percent(f, mu, p)
+            if (int(mu[:-1]) if isinstance(mu, str) else mu) == 0:
+                p.invalid(f, mu, "cannot be 0")
     elif us.type == ON_DELETE:
         if us.rolling_update is not None:
             p.invalid(
@@ -131,6 +159,11 @@ def validate_statefulset(sts: StatefulSet, p: Problems) -> None:
     ):
         if value is not None and value < 0:
             p.invalid(f, value, "must be greater than or equal to 0")
+    policy = retention_policy(sts)
+    for key in ("whenDeleted", "whenScaled"):
+        p.enum(
+            f"spec.persistentVolumeClaimRetentionPolicy.{key}", policy[key], (DELETE, RETAIN)
+        )
     if spec.selector.is_empty:
         p.invalid("spec.selector", {}, "empty selector is invalid for statefulset")
     _label_selector(spec.selector, "spec.selector", p)

@@ -280,6 +280,7 @@ class GarbageCollector(Controller):
             "StatefulSet",
             "Job",
             "CronJob",
+            "PersistentVolumeClaim",  # a StatefulSet's claims (retention policy Delete)
         }
     )
     #: what :meth:`prime_deferred` can start without (see there)

@@ -339,6 +339,8 @@ def bootstrap_policy() -> list[KubeObject]:
                     "pods pods/status services services/status endpoints events nodes nodes/status namespaces namespaces/status namespaces/finalize",
                 ),
                 _rule(READ + " " + WRITE, "core", "replicationcontrollers replicationcontrollers/status"),
+                # the StatefulSet controller's claims (volumeClaimTemplates, retention)
+                _rule(READ + " " + WRITE, "core", "persistentvolumeclaims"),
                 _rule(
                     READ + " " + WRITE,
                     "apps",
