@@ -1,7 +1,7 @@
 """``POST .../namespaces/NS/pods/NAME/eviction``: the HTTP side of
 :mod:`control.apiserver.eviction`.
 
-The body is an Eviction in JSON, YAML or protobuf (kubectl drain sends protobuf);
+The body is an Eviction in JSON or YAML (kubectl drain sends JSON);
 ``dryRun=All`` on the URL counts as in its deleteOptions. Success answers 201 with a
 Success Status; a refusal answers its Status, with a ``Retry-After`` header when it
 names a delay (kube-apiserver's response writer does the same; client-go then retries

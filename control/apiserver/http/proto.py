@@ -315,19 +315,6 @@ MESSAGES: dict[str, list[Field]] = {
         ("metadata", 1, MSG, False, "ObjectMeta"),
         ("spec", 2, MSG, False, "PodDisruptionBudgetSpec"),
     ],
-    # policy/v1 Eviction (``kubectl drain``) and its meta/v1 DeleteOptions
-    "Preconditions": [("uid", 1, STR, False, None), ("resourceVersion", 2, STR, False, None)],
-    "DeleteOptions": [
-        ("gracePeriodSeconds", 1, I64, False, None),
-        ("preconditions", 2, MSG, False, "Preconditions"),
-        ("orphanDependents", 3, BOOL, False, None),
-        ("propagationPolicy", 4, STR, False, None),
-        ("dryRun", 5, STR, True, None),
-    ],
-    "Eviction": [
-        ("metadata", 1, MSG, False, "ObjectMeta"),
-        ("deleteOptions", 2, MSG, False, "DeleteOptions"),
-    ],
     # scheduling.k8s.io/v1 PriorityClass (``kubectl create priorityclass``)
     "PriorityClass": [
         ("metadata", 1, MSG, False, "ObjectMeta"),
@@ -385,7 +372,6 @@ KINDS = {
     "CronJob": "CronJob",
     "Ingress": "Ingress",
     "PodDisruptionBudget": "PodDisruptionBudget",
-    "Eviction": "Eviction",
     "PriorityClass": "PriorityClass",
     "ResourceQuota": "ResourceQuota",
 }
@@ -473,10 +459,8 @@ def decode(body: bytes) -> dict[str, Any]:
 _INT_OR_STRING = frozenset({"targetPort", "maxUnavailable", "maxSurge", "minAvailable"})
 _QUANTITIES = frozenset({"limits", "requests", "hard"})
 #: optional (pointer) fields whose zero is a value, not "unset" (and a PriorityClass's
-#: ``value``, always written; DeleteOptions' ``gracePeriodSeconds``, where 0 forces)
-_POINTERS = frozenset(
-    {"replicas", "revisionHistoryLimit", "progressDeadlineSeconds", "value", "gracePeriodSeconds"}
-)
+#: ``value``, always written)
+_POINTERS = frozenset({"replicas", "revisionHistoryLimit", "progressDeadlineSeconds", "value"})
 
 
 def _drop_empty(v: Any, key: str = "") -> Any:
