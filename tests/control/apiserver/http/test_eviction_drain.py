@@ -3,18 +3,20 @@ real kubectl (its Eviction is protobuf) is refused while a PodDisruptionBudget f
 the disruption, retrying with kube-apiserver's message until its --timeout, and drains
 the node once the budget allows; ``kubectl get pdb`` shows the controller's figures; the
 official Python client's ``create_namespaced_pod_eviction`` gets 429 with the
-DisruptionTarget cause, a dry run deletes nothing, and a policy/v1beta1 body is taken."""
+DisruptionTarget cause, a dry run deletes nothing, and a policy/v1beta1 body is taken.
+Debian's kubectl 1.20 drains the same way."""
 
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import Iterator
 
 import pytest
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
-from serving import WEB, Served
+from serving import WEB, Served, kubectl_1_20
 
 pytestmark = pytest.mark.slow
 
@@ -186,3 +188,30 @@ def test_python_client_eviction_refused_dry_run_and_v1beta1(
         {**old, "metadata": {"name": "nope"}},
     )
     assert code == 404 and isinstance(answer, dict) and answer["message"] == 'pods "nope" not found'
+
+
+def test_kubectl_1_20_drain_is_refused_then_drains(srv: Served) -> None:
+    binary, why = kubectl_1_20()
+    if binary is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"no kubectl 1.20 under CI=true: {why}", pytrace=False)
+        pytest.skip(f"no kubectl 1.20: {why}")
+    srv.kubectl("apply", "-f", "-", input=PDB % 3)
+    _ready(srv)
+    _wait_budget(srv, currentHealthy=3, desiredHealthy=3, disruptionsAllowed=0)
+    # a node holding one web pod (node-1's moved to another when the test above drained it)
+    node = next(n for n in ("node-1", "node-2", "node-3") if len(_pods_on(srv, n)) == 1)
+    (victim,) = _pods_on(srv, node)
+    drain = ("drain", node, "--ignore-daemonsets", "--delete-emptydir-data")
+    out = srv.kubectl(*drain, "--timeout=12s", check=False, binary=binary)
+    assert out.returncode != 0
+    assert (
+        f'error when evicting pods/"{victim}" -n "default" (will retry after 5s): {VIOLATION}'
+        in out.stderr
+    )
+    srv.kubectl("apply", "-f", "-", input=PDB % 2)
+    _wait_budget(srv, desiredHealthy=2, disruptionsAllowed=1)
+    out = srv.kubectl(*drain, "--timeout=60s", binary=binary)
+    assert f"pod/{victim} evicted" in out.stdout
+    assert _pods_on(srv, node) == []
+    srv.kubectl("uncordon", node)
