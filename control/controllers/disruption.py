@@ -225,6 +225,10 @@ def _namespace(obj: KubeObject) -> Iterable[str]:
     return (obj.namespace,)
 
 
+def _budget_namespace(obj: KubeObject) -> Iterable[str]:
+    return (obj.namespace,) if obj.kind == PDB else ()
+
+
 class DisruptionController(Controller):
     """Keeps every PodDisruptionBudget's status; see the module docstring."""
 
@@ -236,10 +240,11 @@ class DisruptionController(Controller):
         self.clock = clock
 
     def indexers(self) -> dict[str, Any]:
-        return {"namespace": _namespace}
+        # budgets by namespace apart: every pod event looks its namespace's budgets up
+        return {"namespace": _namespace, "budgets": _budget_namespace}
 
     def _budgets(self, namespace: str) -> list[KubeObject]:
-        return [o for o in self.cache.by_index("namespace", namespace) if o.kind == PDB]
+        return self.cache.by_index("budgets", namespace)
 
     def keys_for(self, event: WatchEvent, old: KubeObject | None) -> Iterator[str]:
         obj = event.object
