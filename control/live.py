@@ -58,10 +58,12 @@ from control.controllers.base import GarbageCollector
 from control.controllers.cronjob import CronJobController
 from control.controllers.daemonset import DaemonSetController
 from control.controllers.deployment import DeploymentController
+from control.controllers.disruption import DisruptionController
 from control.controllers.endpointslice import EndpointSliceController
 from control.controllers.job import JobController
 from control.controllers.namespace import NamespaceController
 from control.controllers.nodeipam import NodeIPAM
+from control.controllers.nodelifecycle import NodeLifecycleController
 from control.controllers.podgc import PodGarbageCollector
 from control.controllers.replicaset import ReplicaSetController
 from control.controllers.replicationcontroller import ReplicationControllerController
@@ -430,7 +432,7 @@ class LiveControlPlane:
                 return
         rec = cm.conn.api.recorder
         apis = [  # one per controller (its own write expectations), reading cm's caches
-            RemoteAPI(client, clock=self.clock, cache_source=cm.lister) for _ in range(13)
+            RemoteAPI(client, clock=self.clock, cache_source=cm.lister) for _ in range(15)
         ]
         controllers: list[tuple[Agent, RemoteAPI]] = [
             (NodeIPAMAgent(NodeIPAM(apis[0], self.cluster)), apis[0]),
@@ -446,6 +448,8 @@ class LiveControlPlane:
             (JobController(apis[10], rec, self.clock, seed=self.seed), apis[10]),
             (CronJobController(apis[11], rec, self.clock), apis[11]),
             (ReplicationControllerController(apis[12], rec, seed=self.seed), apis[12]),
+            (DisruptionController(apis[13], rec, self.clock), apis[13]),
+            (NodeLifecycleController(apis[14], rec), apis[14]),
         ]
         for c, capi in controllers:
             name = str(getattr(c, "name", type(c).__name__))

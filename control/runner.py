@@ -54,10 +54,12 @@ from control.controllers.base import GarbageCollector
 from control.controllers.cronjob import CronJobController
 from control.controllers.daemonset import DaemonSetController
 from control.controllers.deployment import DeploymentController
+from control.controllers.disruption import DisruptionController
 from control.controllers.endpointslice import EndpointSliceController
 from control.controllers.job import JobController
 from control.controllers.namespace import NamespaceController
 from control.controllers.nodeipam import NodeIPAM, natural_key
+from control.controllers.nodelifecycle import NodeLifecycleController
 from control.controllers.podgc import PodGarbageCollector
 from control.controllers.replicaset import ReplicaSetController
 from control.controllers.replicationcontroller import ReplicationControllerController
@@ -195,6 +197,8 @@ class ControlPlane:
         self.kubelets = KubeletPool(self._new_kubelet)
         self.endpointslices = EndpointSliceController(api, rec, seed=seed)
         self.service_cidrs = ServiceCIDRController(api, rec, self.clock)
+        self.disruption = DisruptionController(api, rec, self.clock)
+        self.node_lifecycle = NodeLifecycleController(api, rec)
         self.components: list[Agent] = [
             self.nodeipam,
             self.service_cidrs,
@@ -211,6 +215,8 @@ class ControlPlane:
             self.scheduler,
             self.kubelets,
             self.endpointslices,
+            self.disruption,
+            self.node_lifecycle,
         ]
         self.timing = Timing()
         self.pause_gc = True

@@ -189,7 +189,7 @@ ROWS: list[KindRow] = [
         typed=Pod,
         short=("po",),
         categories=("all",),
-        sub=("status", "binding"),
+        sub=("status", "binding", "eviction"),
         model="V1Pod",
     ),
     row(

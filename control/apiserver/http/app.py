@@ -27,7 +27,7 @@ from urllib.parse import parse_qs
 from starlette.requests import Request
 from starlette.responses import Response
 
-from control.apiserver.http import discovery, nodeauthz, openapi, status, wire
+from control.apiserver.http import discovery, metrics, nodeauthz, openapi, status, wire
 from control.apiserver.http.authn import Authenticator, Unauthorized, User
 from control.apiserver.http.rbac import (
     RBAC,
@@ -60,6 +60,8 @@ VERSION = {
     "platform": "linux/amd64",
 }
 HEALTH = ("/healthz", "/livez", "/readyz")
+#: where a resource request's metric labels wait for its response (the ASGI scope)
+_METRIC_KEY = "svclab.metrics"
 
 
 class RequestInfo:
@@ -120,6 +122,7 @@ class API:
         self.driver: Any = None
         self.on_write: list[Callable[[], None]] = []
         self.requests = 0
+        self.metrics = metrics.Metrics()
         self._fixed = False
 
     # ---- the cluster
@@ -251,6 +254,12 @@ class API:
             log.exception("internal error on %s %s", request.method, request.url.path)
             response = _error(APIError(500, "InternalError", f"Internal error occurred: {e}"))
         self.requests += 1
+        key: metrics.RequestKey | None = request.scope.get(_METRIC_KEY)
+        if key is not None and key.verb == "WATCH" and response.status_code == 200:
+            await self._serve_watch(key, response, scope, receive, send, t0)
+            return
+        if key is not None:
+            self.metrics.observe(key, response.status_code, time.perf_counter() - t0)
         if log.isEnabledFor(logging.DEBUG):
             log.debug(
                 "%s %s -> %s (%.1f ms)",
@@ -260,6 +269,36 @@ class API:
                 (time.perf_counter() - t0) * 1000,
             )
         await response(scope, receive, send)
+
+    async def _serve_watch(
+        self,
+        key: metrics.RequestKey,
+        response: Response,
+        scope: dict[str, Any],
+        receive: Any,
+        send: Any,
+        t0: float,
+    ) -> None:
+        """Stream a watch, counted as a long-running request while it lasts."""
+        kind = key.resource
+        res = by_path(key.group, key.version, key.resource)
+        if res is not None:
+            kind = res.kind
+        self.metrics.watch_started(key, kind)
+        try:
+            await response(scope, receive, send)
+        finally:
+            self.metrics.watch_ended(key, kind)
+            self.metrics.observe(key, response.status_code, time.perf_counter() - t0)
+
+    def _metrics(self) -> Response:
+        from control.apiserver.http.resources import RESOURCES
+
+        counts: dict[str, int] = {}
+        if self.fixed:
+            pairs = [(r.qualified(), r.store_kind) for r in RESOURCES]
+            counts = metrics.storage_counts(pairs, lambda k: len(self.store.list(k)))
+        return Response(self.metrics.render(counts), media_type=metrics.CONTENT_TYPE)
 
     def user_of(self, request: Request) -> User:
         tls = request.scope.get("extensions", {}).get("tls", {})
@@ -305,6 +344,9 @@ class API:
         if path in HEALTH or path.startswith(tuple(h + "/" for h in HEALTH)):
             self.authorize_path(user, request.method, path)
             return Response(b"ok", media_type="text/plain")
+        if path == "/metrics":
+            self.authorize_path(user, request.method, path)
+            return self._metrics()
         if path == "/version":
             self.authorize_path(user, request.method, path)
             return _json(VERSION)
@@ -444,6 +486,17 @@ class API:
     ) -> Response:
         res = info.resource
         assert res is not None
+        request.scope[_METRIC_KEY] = metrics.request_key(
+            info.verb,
+            res.group,
+            info.version,
+            res.name,
+            info.subresource,
+            info.namespace if res.namespaced else "",
+            info.name,
+            dry_run=_q(params, "dryRun") == "All",
+            apply="apply-patch" in request.headers.get("content-type", ""),
+        )
         self.authorize(user, info, params)
         from control.apiserver.http import handlers
 

@@ -39,6 +39,18 @@ def _sub_entries(r: Resource) -> list[dict[str, Any]]:
                     "verbs": ["create"],
                 }
             )
+        elif sub == "eviction":  # pods/eviction takes a policy/v1 Eviction
+            out.append(
+                {
+                    "name": f"{r.name}/eviction",
+                    "singularName": "",
+                    "namespaced": True,
+                    "group": "policy",
+                    "version": "v1",
+                    "kind": "Eviction",
+                    "verbs": ["create"],
+                }
+            )
         elif sub == "scale":
             out.append(
                 {

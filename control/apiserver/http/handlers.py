@@ -41,6 +41,7 @@ from control.apiserver.http import patch as patches
 from control.apiserver.http import ssa, status, tables, wire
 from control.apiserver.http.authn import User
 from control.apiserver.http.converted import converted
+from control.apiserver.http.evictions import handle_eviction
 from control.apiserver.http.resources import Resource
 from control.apiserver.http.status import APIError
 from control.apiserver.http.watch import Watcher
@@ -134,6 +135,8 @@ async def handle(
         raise APIError(404, "NotFound", "the server could not find the requested resource", {})
     if verb not in res.verbs and not sub:
         raise status.method_not_allowed()
+    if sub == "eviction":
+        return await handle_eviction(api, request, info, user, params)
     computed = _COMPUTED.get((res.group, res.name))
     if computed is not None:
         return await computed(api, request, info, user, params)

@@ -318,6 +318,15 @@ def bootstrap_policy() -> list[KubeObject]:
             "system:public-info-viewer",
             [_urls("get", "/healthz /livez /readyz /version /version/")],
         ),
+        _cr(  # kube's: the health checks and the metrics, for Prometheus' identity
+            "system:monitoring",
+            [
+                _urls(
+                    "get",
+                    "/healthz /healthz/* /livez /livez/* /readyz /readyz/* /metrics /metrics/slis",
+                )
+            ],
+        ),
         _cr(
             "system:kube-scheduler",
             [
@@ -366,6 +375,12 @@ def bootstrap_policy() -> list[KubeObject]:
                     "servicecidrs servicecidrs/status servicecidrs/finalizers",
                 ),
                 _rule(READ, "networking.k8s.io", "ipaddresses"),
+                # the disruption controller (its PodDisruptionBudgets' status)
+                _rule(
+                    READ + " update",
+                    "policy",
+                    "poddisruptionbudgets poddisruptionbudgets/status",
+                ),
                 # the namespace controller empties a Terminating namespace of every kind
                 *_namespace_content_rules(),
             ],
@@ -395,6 +410,7 @@ def bootstrap_policy() -> list[KubeObject]:
             "system:public-info-viewer",
             [("Group", "system:authenticated"), ("Group", "system:unauthenticated")],
         ),
+        _crb("system:monitoring", "system:monitoring", [("Group", "system:monitoring")]),
         _crb("system:kube-scheduler", "system:kube-scheduler", [("User", "system:kube-scheduler")]),
         _crb(
             "system:kube-controller-manager",
