@@ -9,7 +9,9 @@ its vocabulary), listed here with where each lives::
     ├── InputError                 bad manifest / flag value: names file, document, object, field
     │   ├── SchemaError            unknown kind or field, wrong type (strict field validation)
     │   ├── InvalidError           the apiserver refused an object (validation / admission)
-    │   │   └── AllocationError    no free ClusterIP / NodePort / podCIDR / LB IP, or one taken
+    │   │   ├── AllocationError    no free ClusterIP / NodePort / podCIDR / LB IP, or one taken
+    │   │   └── SchemaInvalidError every problem of a custom resource against its schema
+    │   │                          (netmodel.structural)
     │   ├── RestoreError           iptables-save/restore text refused (dataplane.netfilter.ruleparse)
     │   ├── NftError               nft text refused (dataplane.netfilter.nftrules)
     │   ├── TooManyNodesError      a picture of more nodes than it can draw (app.pictures.scene)

@@ -13,8 +13,10 @@ or objects carrying server-set metadata (``uid``, ``resourceVersion``,
   ``uid`` is kept (the apiserver keeps it on create, so ownerReferences still name their
   owners), and so is a Pod's status (``spec.nodeName`` with ``status.podIP(s)``: the
   Pod stays bound there with those addresses, see ``control.apiserver.podips``);
-* skips the kinds svclab does not model, counting them per kind (the caller reports
-  the counts); the kube-proxy ConfigMap (``kube-system/kube-proxy``, key
+* skips the kinds svclab does not serve, counting them per kind (the caller reports
+  the counts): custom resources are served, their CRD the dump's own, else one svclab
+  ships or infers (:mod:`netmodel.crdsupply`, added before :func:`prepare`); the
+  kube-proxy ConfigMap (``kube-system/kube-proxy``, key
   ``config.conf``) and ``ServiceCIDR`` objects are read, and kept;
 * infers the ``Cluster`` document when the dump has none: ``serviceCIDR`` from the
   ServiceCIDR objects, else the smallest network whose first address is the
@@ -34,7 +36,9 @@ or objects carrying server-set metadata (``uid``, ``resourceVersion``,
   vxlanMode; else, when some pod address lies outside the podCIDR, the smallest network
   holding every pod address, with natOutgoing as calico-node's default pool, and a
   warning) and ``calico.blockAffinities`` from the BlockAffinity objects (else the
-  blocks are inferred from the pods, see ``netmodel.topology.calico_blocks``).
+  blocks are inferred from the pods, see ``netmodel.topology.calico_blocks``). The
+  IPPool and BlockAffinity objects are kept too (stored as the custom resources they
+  are); what they mean for the network is read from the Cluster's ``calico``.
 
 Values only: no I/O.
 """
@@ -270,7 +274,8 @@ class _CalicoSeen:
     unmodelled: list[str] = field(default_factory=list)
 
     def read(self, kind: str, d: dict[str, Any]) -> bool:
-        """Note what ``d`` shows; True when it is Calico's own object (not applied)."""
+        """Note what ``d`` shows; True when it is Calico's own object (an IPPool or a
+        BlockAffinity)."""
         meta = d.get("metadata") or {}
         spec = d.get("spec") or {}
         name = str(meta.get("name") or "")
@@ -370,9 +375,9 @@ def prepare(docs: list[dict[str, Any]], *, has_cluster: bool) -> PreparedDump:
             conf = _proxy_conf(d)
             mode = _proxy_mode(conf) or mode
             cluster_cidr = _cluster_cidr(conf) or cluster_cidr
-        if calico.read(kind, d):
-            out.skipped[kind] += 1
-            continue
+        # Calico's own objects are read for the Cluster and kept (custom resources: their
+        # CRD is the dump's, or svclab's shipped one, see netmodel.crdsupply)
+        calico.read(kind, d)
         if kind == "Pod":
             pip = _pod_ip(d)
             if pip is not None:

@@ -18,7 +18,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from netmodel import customresources, schema
+from netmodel import crdsupply, customresources, schema
 from netmodel.cluster import API_VERSION as CLUSTER_API
 from netmodel.cluster import Cluster, cluster_from_dict
 from netmodel.errors import InputError, SchemaError
@@ -284,7 +284,15 @@ def _collect_paused(texts: list[tuple[str, str]]) -> Manifests:
         if doc.get("kind") == customresources.CRD_KIND:
             value = decode(doc, source=source, index=i or None)
             customresources.provisional(value)
-    if kubedump.is_cluster_dump(d for _, _, d in located):
+    dump = kubedump.is_cluster_dump(d for _, _, d in located)
+    # custom resources without their CRD: a shipped one, or (a dump) one inferred
+    supplied = crdsupply.missing([d for _, _, d in located], infer=dump)
+    for crd in supplied.crds:
+        customresources.provisional(decode(crd, source="<svclab>"))
+    first = located[0][0] if located else "<input>"
+    located = [(first, 0, crd) for crd in supplied.crds] + located
+    warnings = tuple(supplied.warnings)
+    if dump:
         has_cluster = any(
             d.get("kind") == "Cluster" and d.get("apiVersion") == CLUSTER_API for _, _, d in located
         )
@@ -311,7 +319,7 @@ def _collect_paused(texts: list[tuple[str, str]]) -> Manifests:
         if prepared.cluster is not None:
             located.insert(0, (texts[0][0] if texts else "<input>", 0, prepared.cluster))
         skipped = tuple(sorted(prepared.skipped.items()))
-        warnings = tuple(prepared.warnings)
+        warnings = (*warnings, *prepared.warnings)
         recorded_endpoints = tuple(prepared.endpoints)
     for source, i, doc in located:
         value = decode(doc, source=source, index=i or None)

@@ -28,8 +28,10 @@ from __future__ import annotations
 
 import copy
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
+
+from netmodel.errors import InvalidError
 
 #: the root fields every object keeps, whatever its schema says
 ROOT_FIELDS = ("apiVersion", "kind", "metadata")
@@ -264,9 +266,8 @@ def _object(
     body: str,
     out: list[tuple[str, str]],
 ) -> None:
-    for req in schema.get("required") or ():
-        if req not in value:
-            out.append((_join(path, str(req)), "Required value"))
+    # the order kube-openapi's object validator reports in: the property count, each
+    # property present, then the required ones missing
     lo, hi = schema.get("minProperties"), schema.get("maxProperties")
     if isinstance(hi, int) and len(value) > hi:
         out.append((path, f"Too many: {len(value)}: must have at most {hi} items"))
@@ -279,6 +280,59 @@ def _object(
             _validate(item, props[key], _join(path, key), out)
         elif isinstance(additional, Mapping):
             _validate(item, additional, _join(path, key), out)
+    for req in schema.get("required") or ():
+        if req not in value:
+            out.append((_join(path, str(req)), "Required value"))
+
+
+class SchemaInvalidError(InvalidError):
+    """A custom resource refused by its schema, with every problem found (``causes``:
+    ``(field path, message)`` in the order found), as kube-apiserver reports them all.
+    One problem reads as any :class:`InvalidError` (``field: why``); several read as
+    kube's aggregate, ``[f1: why1, f2: why2]`` with repeats dropped (then no single
+    ``field``)."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        causes: Sequence[tuple[str, str]] = (),
+        file: str | None = None,
+        document: int | None = None,
+        obj: str | None = None,
+        field: str | None = None,
+    ) -> None:
+        super().__init__(message, file=file, document=document, obj=obj, field=field)
+        self.causes: tuple[tuple[str, str], ...] = tuple(causes)
+
+    def located(self, *, file: str | None = None, document: int | None = None) -> InvalidError:
+        return SchemaInvalidError(
+            self.reason,
+            causes=self.causes,
+            file=self.file or file,
+            document=self.document if self.document is not None else document,
+            obj=self.obj,
+            field=self.field,
+        )
+
+
+def aggregate(causes: Sequence[tuple[str, str]]) -> str:
+    """kube's text for a list of field errors: ``field: why`` for one, ``[a, b]`` for
+    several (each distinct text once, in order)."""
+    texts: list[str] = []
+    for path, why in causes:
+        text = f"{path}: {why}" if path else why
+        if text not in texts:
+            texts.append(text)
+    return texts[0] if len(texts) == 1 else "[" + ", ".join(texts) + "]"
+
+
+def refusal(problems: Sequence[tuple[str, str]], obj: str) -> SchemaInvalidError:
+    """The error for ``problems`` (non-empty, from :func:`validate`) of object ``obj``."""
+    if len({f"{p}: {w}" for p, w in problems}) == 1:
+        path, why = problems[0]
+        return SchemaInvalidError(why, causes=problems[:1], obj=obj, field=path or None)
+    return SchemaInvalidError(aggregate(problems), causes=problems, obj=obj)
 
 
 # --------------------------------------------------------------------------- the schema itself

@@ -12,9 +12,15 @@
   kinds in the kind table (:mod:`netmodel.customresources`) and unregisters those of
   the CRDs gone, whose objects it deletes (the CRD finalizer's cleanup).
 * :class:`CustomResourceStrategy`: each custom resource is pruned, defaulted and
-  validated against its version's structural schema (:mod:`netmodel.structural`);
-  with the ``status`` subresource, create drops ``status`` and the main endpoint
-  keeps the stored one (``/status`` takes nothing but it).
+  validated against the structural schema of the version it is written in
+  (:mod:`netmodel.structural`; every problem reported, as kube-apiserver does), then
+  stored in the storage version; with the ``status`` subresource, create drops
+  ``status`` and the main endpoint keeps the stored one, and a ``/status`` write takes
+  nothing but the status, pruned, defaulted and validated by the schema.
+* Versions: ``conversion.strategy: None`` (the default) serves every served version
+  of the same stored object, only its ``apiVersion`` rewritten (:class:`NoneConversion`,
+  registered by :func:`sync` for a CRD serving more than one version); ``Webhook`` is
+  refused naming ``spec.conversion.strategy`` (svclab calls no conversion webhooks).
 * :func:`scale_of` / :func:`set_replicas`: the ``scale`` subresource through the
   CRD's ``specReplicasPath`` / ``statusReplicasPath`` / ``labelSelectorPath``;
   :func:`table_columns` / :func:`table_cells`: ``additionalPrinterColumns``.
@@ -26,13 +32,16 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from control.apiserver.admission import Allocations
+from control.apiserver.allocators import Journal
+from control.apiserver.http.resources import Resource
 from control.apiserver.strategybase import GenericStrategy
 from control.apiserver.validation import Problems
 from control.store.base import Store
 from netmodel import customresources, kinds, structural
 from netmodel.cluster import ClusterSpec
 from netmodel.customresources import CRD_KIND, CustomResource
-from netmodel.errors import InvalidError, NotFoundError
+from netmodel.errors import NotFoundError
 from netmodel.objects import KubeObject
 
 _DNS1035 = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
@@ -183,6 +192,10 @@ def validate_crd(obj: KubeObject, p: Problems) -> None:
             "spec.conversion.strategy",
             strategy,
             "svclab calls no conversion webhooks: use the None strategy",
+        )
+    if isinstance(conv, dict) and conv.get("webhook") is not None:
+        p.forbidden(
+            "spec.conversion.webhook", "should not be set when strategy is not set to Webhook"
         )
 
 
@@ -406,6 +419,9 @@ def sync(store: Store) -> dict[str, str | None]:
     for name, r in before.items():
         if name not in out and r.store_kind is not None:
             _delete_all(store, r.store_kind)
+            _serve_versions(name, None)
+    for name, why in out.items():
+        _serve_versions(name, customresources.installed_spec(name) if why is None else None)
     return out
 
 
@@ -435,6 +451,15 @@ def _version(obj: KubeObject) -> Mapping[str, Any]:
 
 def _schema(obj: KubeObject) -> Mapping[str, Any]:
     return ((_version(obj).get("schema") or {}).get("openAPIV3Schema")) or {}
+
+
+def _specifies(schema: Mapping[str, Any], key: str) -> bool:
+    """Whether the schema's root keeps ``key`` (a property, or every unknown field)."""
+    props = schema.get("properties")
+    return bool(
+        (isinstance(props, Mapping) and key in props)
+        or schema.get("x-kubernetes-preserve-unknown-fields")
+    )
 
 
 def has_status(obj: KubeObject) -> bool:
@@ -469,17 +494,98 @@ class CustomResourceStrategy(GenericStrategy):
                 "apiVersion", obj.api_version, "is not served by its CustomResourceDefinition"
             )
         problems = structural.validate(obj.to_dict(), _schema(obj))
-        if problems:
-            field, why = problems[0]
-            raise InvalidError(why, obj=obj.ref, field=field or None)
+        if problems:  # every one, as kube-apiserver reports them
+            raise structural.refusal(problems, obj.ref)
 
     def validate_update(self, obj: KubeObject, old: KubeObject, p: Problems) -> None:
         return None
+
+    def admit(
+        self, obj: KubeObject, old: KubeObject | None, alloc: Allocations, journal: Journal
+    ) -> tuple[KubeObject, list[str]]:
+        """Validated in the version it was written in, stored in the storage version:
+        the ``None`` conversion strategy changes nothing but ``apiVersion``."""
+        return to_storage(obj), []
+
+    def restatus(
+        self, obj: KubeObject, old: KubeObject, alloc: Allocations, journal: Journal
+    ) -> KubeObject:
+        """A ``/status`` write (``obj``: the stored object with the new status):
+        the status pruned and defaulted by the schema's ``status`` part, then the
+        object validated against its schema (every problem; the rest is the stored,
+        valid object), as kube-apiserver's status strategy does."""
+        schema = _schema(obj)
+        status_schema = (schema.get("properties") or {}).get("status")
+        d = obj.to_dict()
+        status = d.get("status")
+        if isinstance(status_schema, Mapping) and status is not None:
+            pruned, _ = structural.prune(
+                {"status": status}, {"properties": {"status": status_schema}}
+            )
+            d["status"] = structural.default(pruned, {"properties": {"status": status_schema}}).get(
+                "status"
+            )
+        elif not _specifies(schema, "status") and status is not None:
+            d.pop("status")  # a schema without status keeps none
+        problems = structural.validate(d, schema)
+        if problems:
+            raise structural.refusal(problems, obj.ref)
+        return obj if d == obj.to_dict() else type(obj).model_validate(d)
 
     def keep_assigned(self, obj: KubeObject, current: KubeObject) -> KubeObject:
         # with the status subresource, ``status`` is a field of the class
         # (CustomResourceWithStatus): the apiserver keeps the stored one
         return obj
+
+
+# --------------------------------------------------------------------------- versions
+
+
+def to_storage(obj: KubeObject) -> KubeObject:
+    """A custom resource in its CRD's storage version (``None`` conversion: only the
+    apiVersion changes)."""
+    cls = type(obj)
+    if not issubclass(cls, CustomResource):
+        return obj
+    stored = f"{cls.CRD.get('group')}/{customresources.storage_version(cls.CRD)}"
+    return obj if obj.api_version == stored else obj.evolve(api_version=stored)
+
+
+class NoneConversion:
+    """The wire form of a CRD serving several versions with ``conversion.strategy:
+    None`` (a :class:`~control.apiserver.http.converted.WireForm`): an object is read in
+    the version asked for, its ``apiVersion`` rewritten and nothing else; a body (a
+    patch's result included, made from the stored form) is taken in the request's
+    version, so that it is pruned, defaulted and validated by that version's schema
+    before :meth:`CustomResourceStrategy.admit` stores it in the storage version."""
+
+    def encode(self, res: Resource, obj: KubeObject) -> dict[str, Any]:
+        d = obj.to_dict()
+        d["apiVersion"] = res.api_version
+        return d
+
+    def decode(self, res: Resource, body: dict[str, Any]) -> dict[str, Any]:
+        return {**body, "apiVersion": res.api_version} if body.get("kind") == res.kind else body
+
+    def on_create(self, body: dict[str, Any], revision: int) -> dict[str, Any]:
+        return body
+
+
+NONE_CONVERSION = NoneConversion()
+
+
+def _serve_versions(name: str, spec: Mapping[str, Any] | None) -> None:
+    """Register (or drop) the wire form of CRD ``name``: :class:`NoneConversion` when it
+    serves more than one version, else none (its objects' JSON is their wire form)."""
+    from control.apiserver.http.converted import FORMS  # (it imports the strategies)
+
+    served = [
+        v for v in (spec or {}).get("versions") or () if isinstance(v, Mapping) and v.get("served")
+    ]
+    if len(served) > 1:
+        FORMS[name] = NONE_CONVERSION
+    else:
+        FORMS.pop(name, None)
 
 
 # --------------------------------------------------------------------------- scale, tables

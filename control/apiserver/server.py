@@ -370,7 +370,9 @@ class APIServer:
             return current
         new = current.evolve(status=status)
         journal = Journal()
-        strategy_for(new).restatus(new, current, self.alloc, journal)
+        new = strategy_for(new).restatus(new, current, self.alloc, journal) or new
+        if new == current:
+            return current
         try:
             stored = self.store.update(new, expected_version=current.resource_version)
         except BaseException:

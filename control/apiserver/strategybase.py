@@ -38,8 +38,10 @@ class Strategy(Protocol):
 
     Allocations: ``admit`` takes what a create (``old`` None) or an update needs from
     ``alloc`` and returns the object with it filled in, and notes (``clusterIP
-    10.96.0.10``) for the Event; ``restatus`` does so for a status write; ``release``
-    frees what a removed object held (notes for the Event). All through ``journal``,
+    10.96.0.10``) for the Event; ``restatus`` does so for a status write (it may refuse
+    the write, or return the object to store instead: a custom resource's status pruned
+    and defaulted); ``release`` frees what a removed object held (notes for the Event).
+    All through ``journal``,
     which the apiserver commits when the write succeeds and rolls back otherwise.
     ``check_created`` checks the objects of this kind one ``apply`` creates, once the
     whole batch is admitted, against ``batch``: ``[(index into objs, error)]`` for the
@@ -91,7 +93,7 @@ class Strategy(Protocol):
 
     def restatus(
         self, obj: KubeObject, old: KubeObject, alloc: Allocations, journal: Journal
-    ) -> None: ...
+    ) -> KubeObject | None: ...
 
     def release(self, obj: KubeObject, alloc: Allocations, journal: Journal) -> list[str]: ...
 
@@ -152,7 +154,7 @@ class GenericStrategy:
 
     def restatus(
         self, obj: KubeObject, old: KubeObject, alloc: Allocations, journal: Journal
-    ) -> None:
+    ) -> KubeObject | None:
         return None
 
     def release(self, obj: KubeObject, alloc: Allocations, journal: Journal) -> list[str]:

@@ -526,8 +526,8 @@ def validate_fields(
         raise status.bad_request(
             f'fieldValidation must be one of "Ignore", "Warn", or "Strict", got "{mode}"'
         )
-    if res.store_kind is None or converted(res) is not None:
-        return body, []
+    if res.store_kind is None or (converted(res) is not None and not res.crd):
+        return body, []  # (a CRD's versions are checked by the schema of each)
     pruned, unknown = schema.prune(body)
     if not unknown:
         return body, []

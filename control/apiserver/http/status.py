@@ -7,6 +7,7 @@ the same refusal.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from control.apiserver.http.resources import Resource
@@ -19,6 +20,7 @@ from netmodel.errors import (
     SchemaError,
     SvclabError,
 )
+from netmodel.structural import SchemaInvalidError, aggregate
 
 
 class APIError(Exception):
@@ -119,22 +121,40 @@ def gone(message: str) -> APIError:
     return APIError(410, "Expired", message)
 
 
-def invalid(res: Resource, kind: str, name: str, field: str | None, why: str) -> APIError:
-    """``Service "bad" is invalid: spec.clusterIP: Invalid value: ...`` (422)."""
-    text = f"{field}: {why}" if field else why
-    cause_reason = "FieldValueInvalid"
+def _cause_reason(why: str) -> str:
     for prefix, r in (
         ("Required value", "FieldValueRequired"),
         ("Unsupported value", "FieldValueNotSupported"),
         ("Duplicate value", "FieldValueDuplicate"),
         ("Forbidden", "FieldValueForbidden"),
         ("Too long", "FieldValueTooLong"),
+        ("Too many", "FieldValueTooMany"),
     ):
         if why.startswith(prefix):
-            cause_reason = r
+            return r
+    return "FieldValueInvalid"
+
+
+def invalid(
+    res: Resource,
+    kind: str,
+    name: str,
+    field: str | None,
+    why: str,
+    *,
+    causes: Sequence[tuple[str, str]] = (),
+) -> APIError:
+    """``Service "bad" is invalid: spec.clusterIP: Invalid value: ...`` (422); with
+    ``causes`` (several field errors) one cause each and kube's aggregate message
+    (``[f1: why1, f2: why2]``). A custom resource's kind is qualified by its group
+    (``Widget.example.com "bad" is invalid``), as kube-apiserver's GroupKind prints."""
+    pairs = list(causes) or [(field or "", why)]
+    shown = f"{kind}.{res.group}" if res.crd and res.group and kind == res.kind else kind
     details = _details(res, name) | {"kind": kind}
-    details["causes"] = [{"reason": cause_reason, "message": why, "field": field or ""}]
-    return APIError(422, "Invalid", f'{kind} "{name}" is invalid: {text}', details)
+    details["causes"] = [
+        {"reason": _cause_reason(w), "message": w, "field": f or ""} for f, w in pairs
+    ]
+    return APIError(422, "Invalid", f'{shown} "{name}" is invalid: {aggregate(pairs)}', details)
 
 
 def forbidden_object(res: Resource, name: str, why: str) -> APIError:
@@ -166,6 +186,8 @@ def from_svclab(
         )
     if isinstance(err, InvalidError):
         why = err.reason
+        if isinstance(err, SchemaInvalidError):
+            return invalid(res, kind, name, err.field, why, causes=err.causes)
         if why.startswith("Forbidden: ") and err.field is None:
             return forbidden_object(res, name, why.removeprefix("Forbidden: "))
         return invalid(res, kind, name, err.field, why)

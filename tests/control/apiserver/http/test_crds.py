@@ -207,7 +207,7 @@ def test_a_valid_widget_is_pruned_and_defaulted(co: client.CustomObjectsApi) -> 
 def test_invalid_widgets_get_422_with_the_field_named(co: client.CustomObjectsApi) -> None:
     st = _refused(co, _widget("w-type", replicas="three"))
     assert st["message"] == (
-        'Widget "w-type" is invalid: spec.replicas: Invalid value: "string": '
+        'Widget.example.com "w-type" is invalid: spec.replicas: Invalid value: "string": '
         'spec.replicas in body must be of type integer: "string"'
     )
     assert st["details"]["causes"][0]["field"] == "spec.replicas"
