@@ -72,6 +72,23 @@ class _LOADER(_SAFE):
         for first, resolvers in _SAFE.yaml_implicit_resolvers.items()
     }
 
+    def __init__(self, stream: Any) -> None:
+        super().__init__(stream)
+        self._plain_tags: dict[str, str] = {}
+
+    def resolve(self, kind: Any, value: Any, implicit: Any) -> Any:
+        """The resolver's tag, remembered per plain scalar's text: the parser asks for
+        each scalar (keys included), and the resolver tries its regular expressions in
+        Python each time; a manifest repeats the same few hundred texts (``name``,
+        ``apps/v1``, ``TCP``...). Plain scalars only (the tag depends only on the text
+        then, this loader having no path resolvers)."""
+        if kind is yaml.ScalarNode and implicit[0] and not self.yaml_path_resolvers:
+            tag = self._plain_tags.get(value)
+            if tag is None:
+                tag = self._plain_tags[value] = super().resolve(kind, value, implicit)
+            return tag
+        return super().resolve(kind, value, implicit)
+
 
 _STR, _MAP, _SEQ = (f"tag:yaml.org,2002:{t}" for t in ("str", "map", "seq"))
 

@@ -11,8 +11,11 @@ from __future__ import annotations
 
 import functools
 import importlib
+import importlib.util
+import json
 import re
 from collections.abc import Iterator, Mapping
+from pathlib import Path
 from typing import Any
 
 from netmodel import kinds
@@ -63,9 +66,72 @@ def _model(name: str) -> Any:
 
 @functools.cache
 def _fields(name: str) -> dict[str, str]:
-    """wire name -> openapi type string, for one model class."""
-    cls = _model(name)
-    return {cls.attribute_map[attr]: typ for attr, typ in cls.openapi_types.items()}
+    """wire name -> openapi type string, for one model class: its ``openapi_types`` and
+    ``attribute_map``, read from the model's source (:func:`_source_tables`) or, when
+    they cannot be read there, from the imported class."""
+    tables = _source_tables(name)
+    if tables is None:
+        cls = _model(name)
+        tables = cls.openapi_types, cls.attribute_map
+    types, wire = tables
+    return {wire[attr]: typ for attr, typ in types.items()}
+
+
+#: ``openapi_types`` or ``attribute_map`` of a generated model: a class-level literal
+#: dict of strings (``    NAME: ClassVar[Dict[str, str]] = {`` ... ``    }``)
+_TABLE = r"^    {}(?:: [^=\n]+)? = (\{{.*?^    \}})"
+
+
+@functools.cache
+def _model_files() -> dict[str, Path] | None:
+    """Model class name -> its module's file in the installed kubernetes client (from
+    the imports its ``models`` package lists for type checkers); None when the client's
+    files cannot be found or read so."""
+    spec = importlib.util.find_spec("kubernetes")  # the package is not imported
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    models = Path(next(iter(spec.submodule_search_locations))) / "client" / "models"
+    try:
+        text = (models / "__init__.py").read_text()
+    except OSError:
+        return None
+    pairs = re.findall(r"^\s*from kubernetes\.client\.models\.(\w+) import (\w+)$", text, re.M)
+    return {cls: models / f"{module}.py" for module, cls in pairs} or None
+
+
+def _source_tables(name: str) -> tuple[dict[str, str], dict[str, str]] | None:
+    """A model's ``(openapi_types, attribute_map)`` read as data from its source file,
+    without importing it: importing the client's models builds a pydantic class for
+    every model a kind's tree reaches (about a second for the kinds of an application,
+    the largest part of reading its manifests). None when the file or either table is
+    not found in the form the generator writes (then the class is imported); a test
+    checks that both ways give the same tables for every kind's models."""
+    files = _model_files()
+    path = files.get(name) if files is not None else None
+    if path is None:
+        return None
+    try:
+        src = path.read_text()
+    except OSError:
+        return None
+    tables = []
+    for attr in ("openapi_types", "attribute_map"):
+        m = re.search(_TABLE.format(attr), src, re.M | re.S)
+        if m is None:
+            return None
+        try:
+            table = json.loads(m.group(1))
+        except ValueError:
+            return None
+        if not isinstance(table, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in table.items()
+        ):
+            return None
+        tables.append(table)
+    types, wire = tables
+    if types.keys() != wire.keys():
+        return None
+    return types, wire
 
 
 def _type_name(value: Any) -> str:

@@ -146,7 +146,28 @@ def safe_encode(text: str) -> str:
 def pod_template_hash(template: PodTemplateSpec, collision_count: int = 0) -> str:
     """A deterministic short hash of a pod template, as the Deployment controller's
     ``ComputeHash``: FNV-1a 32 of the template (here its canonical JSON, without the
-    ``pod-template-hash`` label), plus the collision count, safe-encoded."""
+    ``pod-template-hash`` label), plus the collision count, safe-encoded.
+
+    Remembered per template object (templates are immutable, and a Deployment read
+    again after a status write shares its template with the one read before: each
+    sync asked for the hash of the same object, a JSON dump and sort each time)."""
+    key = (id(template), collision_count)
+    hit = _HASHES.get(key)
+    if hit is not None and hit[0] is template:
+        return hit[1]
+    h = _template_hash(template, collision_count)
+    if len(_HASHES) >= _HASHES_KEPT:
+        _HASHES.clear()
+    _HASHES[key] = (template, h)  # the template kept alive: its id names no other
+    return h
+
+
+#: (id(template), collision count) -> (the template, its hash); see pod_template_hash
+_HASHES: dict[tuple[int, int], tuple[PodTemplateSpec, str]] = {}
+_HASHES_KEPT = 8192
+
+
+def _template_hash(template: PodTemplateSpec, collision_count: int) -> str:
     data = template.model_dump(by_alias=True, exclude_none=True, mode="json")
     labels = dict(data.get("metadata", {}).get("labels", {}))
     labels.pop(TEMPLATE_HASH_LABEL, None)

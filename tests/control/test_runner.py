@@ -290,3 +290,22 @@ def test_history_does_not_depend_on_python_hash_seeds() -> None:
         )
         out.append(res.stdout.strip())
     assert out[0] == out[1] and len(out[0]) == 64
+
+
+def test_a_component_gets_its_kinds_events_in_store_order() -> None:
+    """The dispatch hands each component the events of its kinds only, in the order
+    the store wrote them, whichever kinds come between (runner._of_kinds)."""
+    from control.runner import _of_kinds
+
+    def ev(kind: str, name: str, rev: int) -> WatchEvent:
+        obj = object_from_dict({"apiVersion": "v1", "kind": kind, "metadata": {"name": name}})
+        return WatchEvent("ADDED", obj, rev)
+
+    kinds = ["Pod", "Node", "Pod", "ConfigMap", "Node", "Pod", "Secret", "Node"]
+    events = [ev(k, f"o{i}", i + 1) for i, k in enumerate(kinds)]
+    at: dict[str, list[int]] = {}
+    for i, e in enumerate(events):
+        at.setdefault(e.object.kind, []).append(i)
+    for want in ({"Pod"}, {"Pod", "Node"}, {"Node", "Secret", "Service"}, {"Service"}, set()):
+        got = _of_kinds(events, at, frozenset(want))
+        assert got == [e for e in events if e.object.kind in want], want

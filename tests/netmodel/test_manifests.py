@@ -131,3 +131,23 @@ def test_quantities_may_be_numbers() -> None:
     )
     pod = load_text(text).objects[0]
     assert pod.spec.containers[0].resources.requests == {"cpu": "1", "memory": "1000"}  # type: ignore[attr-defined]
+
+
+def test_scalars_read_as_the_safe_loader_reads_them() -> None:
+    """The reader remembers each plain scalar's tag by its text: a text seen plain and
+    then quoted (or the other way round), as a key and as a value, keeps the type the
+    safe loader gives it each time (timestamps aside: they stay strings)."""
+    import yaml
+
+    from netmodel.manifests import parse_documents
+
+    text = (
+        "a: 123\nb: '123'\nc: yes\nd: 'yes'\ne: ~\nf: null\ng: '~'\nh: 1.5\ni: '1.5'\n"
+        "j: 0x1F\nk: [123, '123', yes, 'yes', 1.5, true, 'true', on]\n"
+        "'123': 123\nl: {yes: no, 'no': yes}\n"
+        "---\nm: '123'\nn: 123\no: 'null'\np: null\nq: 2017-02-10T16:33:46Z\n"
+    )
+    want = list(yaml.safe_load_all(text))
+    want[1]["q"] = "2017-02-10T16:33:46Z"
+    assert parse_documents(text) == want
+    assert parse_documents(text)[0]["k"] == [123, "123", True, "yes", 1.5, True, "true", True]

@@ -46,6 +46,24 @@ def test_deployment_creates_an_owned_replicaset_named_by_template_hash() -> None
     assert "ScalingReplicaSet" in reasons(plane, "Deployment", "web")
 
 
+def test_template_hash_is_the_templates_whatever_was_asked_before() -> None:
+    """The hash is remembered per template object: asking again gives the same hash,
+    an equal template made apart the same, a changed template (or another collision
+    count) its own, and the pod-template-hash label does not count."""
+    t = deployment("web", 3).spec.template
+    h = pod_template_hash(t)
+    assert pod_template_hash(t) == h
+    assert pod_template_hash(t.model_copy(deep=True)) == h
+    assert pod_template_hash(t, 1) != h and pod_template_hash(t, 1) == pod_template_hash(t, 1)
+    labelled = t.evolve(metadata=t.metadata.evolve(labels={**t.metadata.labels, "v": "2"}))
+    assert pod_template_hash(labelled) != h
+    hashed = t.evolve(
+        metadata=t.metadata.evolve(labels={**t.metadata.labels, TEMPLATE_HASH_LABEL: h})
+    )
+    assert pod_template_hash(hashed) == h
+    assert pod_template_hash(t, 0) == h
+
+
 def test_replicaset_pods_are_named_labelled_and_owned() -> None:
     plane = make_plane(3)
     plane.apply([deployment("web", 3)])

@@ -262,3 +262,19 @@ def test_the_page_cache_is_sqlites_default_until_a_server_asks_for_more(tmp_path
     s.use_server_cache()
     assert s._conn.execute("PRAGMA cache_size").fetchone()[0] == -SqliteStore.SERVER_CACHE_KIB
     s.close()
+
+
+def test_a_bulk_writer_gets_the_larger_page_cache(tmp_path: Path) -> None:
+    """A process with BULK_WRITES writes waiting for one commit (``apply -f`` of
+    thousands of objects: one transaction) grows the cache as a server does; fewer
+    writes keep SQLite's default."""
+    s = SqliteStore(tmp_path / "state.db")
+    with s.transaction():
+        for i in range(SqliteStore.BULK_WRITES - 1):
+            s.create(pod(f"p{i}"))
+    assert s._conn.execute("PRAGMA cache_size").fetchone()[0] == -2000
+    with s.transaction():
+        for i in range(SqliteStore.BULK_WRITES):
+            s.create(pod(f"q{i}"))
+    assert s._conn.execute("PRAGMA cache_size").fetchone()[0] == -SqliteStore.SERVER_CACHE_KIB
+    s.close()
