@@ -5,8 +5,9 @@ Contract of :func:`renew` (the kubelet's node lease controller, minimal): the Le
 ``spec.renewTime`` (a MicroTime) the time of the last renewal on the kubelet's clock
 (no ownerReference to its Node yet: see :func:`lease_object`). It is created when
 missing and renewed once :data:`RENEW_INTERVAL` seconds (a quarter of the duration, as
-the kubelet does) have passed since its renewTime; otherwise nothing is written. Nothing
-reads it yet (no NotReady logic).
+the kubelet does) have passed since its renewTime; otherwise nothing is written. Its
+writes record no Event (the Lease strategy's ``records_events``), as a cluster records
+none for a heartbeat. Nothing reads it yet (no NotReady logic).
 """
 
 from __future__ import annotations
