@@ -12,9 +12,10 @@ none for a heartbeat. Nothing reads it yet (no NotReady logic).
 
 from __future__ import annotations
 
+import datetime as _dt
 from typing import Any, Protocol
 
-from control.clock import parse_rfc3339, rfc3339
+from control.clock import rfc3339
 from netmodel.errors import NotFoundError
 from netmodel.kinds import object_from_dict
 from netmodel.objects import KubeObject, Node
@@ -42,9 +43,11 @@ def micro_time(t: float) -> str:
 
 
 def _parse_micro(text: str) -> float | None:
-    whole, _, frac = text.rstrip("Z").partition(".")
+    """The time of a MicroTime (or an RFC 3339 time) in UTC; None for anything else."""
+    if not text.endswith("Z"):
+        return None
     try:
-        return parse_rfc3339(whole + "Z") + (float("0." + frac) if frac else 0.0)
+        return _dt.datetime.fromisoformat(text).timestamp()  # 'Z' is UTC (Python 3.11)
     except ValueError:
         return None
 
