@@ -68,15 +68,29 @@ _make_meta = ObjectMeta.maker(ObjectMeta())
 _make_ref = ObjectReference.maker(ObjectReference())
 
 
+def described(subject: KubeObject, revision: int | None, head: int) -> int:
+    """The store revision an Event about ``subject`` describes (:class:`Recorder`):
+    ``revision`` when given, else the subject's resourceVersion when it has one, never
+    more than ``head`` (the store's revision before the Event's write)."""
+    if revision is None:
+        revision = subject.resource_version or head
+    return min(revision, head)
+
+
 class Recorder:
     """Writes Events straight into the store (events are not admitted by the apiserver).
 
-    ``revision`` is the store revision the event describes (the write it follows);
-    ``sequence`` is the revision of the Event's own write, so it is increasing and the
-    timeline order, without any bookkeeping across restarts. In a store whose
-    transactions share one revision (etcd) events written in one transaction share a
-    sequence; the second one about a same-named subject then gets ``-N`` appended to
-    its name."""
+    ``revision`` is the store revision the event describes: the one the caller names
+    (the apiserver names the write it just made), else the subject's resourceVersion
+    as the step saw it (a kubelet's ``Started`` about the pod its status write returned
+    names that write; a ``SandboxCreated`` about the pod it was given names an older
+    one), else the store's. Never more than the store's: an Event describes what is
+    stored. Writes without an Event (a node's Lease renewals, status updates without a
+    reason) therefore move no Event's revision. ``sequence`` is the revision of the
+    Event's own write, so it is increasing and the timeline order, without any
+    bookkeeping across restarts. In a store whose transactions share one revision
+    (etcd) events written in one transaction share a sequence; the second one about a
+    same-named subject then gets ``-N`` appended to its name."""
 
     def __init__(self, store: Store, clock: Clock) -> None:
         self._store = store
@@ -90,8 +104,10 @@ class Recorder:
         message: str,
         *,
         type_: str = "Normal",
+        revision: int | None = None,
     ) -> Event:
         seq = self._store.revision + 1
+        rev = described(subject, revision, seq - 1)
         ns = subject.namespace or SYSTEM_NAMESPACE
         ev = event_about(
             subject,
@@ -101,7 +117,7 @@ class Recorder:
             reason,
             message,
             type_,
-            revision=seq - 1,
+            revision=rev,
             sequence=seq,
             resource_version=seq,
         )

@@ -37,6 +37,19 @@ the pinned-pod scheduling and the SELECT-free create, 27.5 s wall / 25.8 s CPU; 
 Lease renewals (each Lease is due at the apply, and each renewal records an Event),
 the 35,000+ Events and their SQLite inserts, pydantic's encoding of every write.
 
+Measured again (2026-11-29, load ~2.5-3, back to back, this bench with the bytecode
+written by the warm-up: PYTHONDONTWRITEBYTECODE is dropped from the children, which
+before compiled ~470 modules inside the measured command when the shell set it): main
+before this round's changes 27.3 s wall / 20.6 s CPU; after them (node Lease renewals
+record no Event, should_run kept across reconciles) 26.2 s / 22.0 s: within the noise,
+and still missed. Under cProfile (33 s, 5,000 nodes, after): the kubelets 8.3 s (status
+write, SandboxCreated and Started), the scheduler 7.7 s (binds 4.4 s), the controller's
+creations 5.6 s, the runner's watch delivery 4.8 s; across them the 30,000 Events (six
+per pod: Created, SuccessfulCreate, the bind's Updated, Scheduled, SandboxCreated,
+Started) 6.7 s, SQLite's statements 4.9 s and its commits 1.7 s, pydantic's encoding
+1.4 s. What is left is per write (15,000 object writes and 30,000 Events): the store and
+the Event path, not the controller.
+
 ``--profile FILE`` runs the measured command under cProfile (then its time is not the
 figure: the key says so). Usage: scripts/bench_daemonset.py [--nodes N] [--state DIR]
 [--profile FILE] [--timeout S]
@@ -128,6 +141,10 @@ def main() -> None:
         state = args.state or tmp / "state"
         state.mkdir(parents=True, exist_ok=True)
         env = {**os.environ, "PYTHONPYCACHEPREFIX": str(tmp / "pycache")}
+        # the warm-up writes bytecode, as an installed Python has it (with this set, as
+        # in some shells and CI images, every module but those compileall wrote was
+        # compiled from source inside the measured command: ~470 modules)
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
         limits = (env, args.timeout, int(args.max_rss_gb * 1e9))
         svclab = svclab_script()
         Run([*svclab, "--help"], *limits)  # warms the bytecode cache

@@ -9,9 +9,12 @@ Each Event becomes messages:
 * a write the apiserver recorded (``Created``, ``Updated``, ``Deleting``, ``Deleted``):
   requester -> apiserver (the reason and the object), apiserver -> store (the revision).
   The requester of an apiserver-recorded write by ``apiserver`` itself is the user.
-* any other Event whose step wrote to the store (its ``revision`` is newer than the
-  previous Event's own write, e.g. a kubelet's status update before ``Started``): the
-  same two messages;
+* any other Event whose step wrote to the store (the revision it describes, its
+  subject's as the step left it, is newer than the previous Event's own write, e.g. a
+  kubelet's status update before ``Started``): the same two messages. Writes that
+  record no Event (a kubelet's Lease renewals, status updates without a reason) are
+  not drawn, and move no Event's revision (:class:`control.events.Recorder`): the
+  steps after them stay steps;
 * otherwise a step inside the component (``Scheduled``, ``SandboxCreated`` with its CNI
   ADD, ``SyncProxyRules``): a message from the lane to itself.
 

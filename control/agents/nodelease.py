@@ -5,15 +5,17 @@ Contract of :func:`renew` (the kubelet's node lease controller, minimal): the Le
 ``spec.renewTime`` (a MicroTime) the time of the last renewal on the kubelet's clock
 (no ownerReference to its Node yet: see :func:`lease_object`). It is created when
 missing and renewed once :data:`RENEW_INTERVAL` seconds (a quarter of the duration, as
-the kubelet does) have passed since its renewTime; otherwise nothing is written. Nothing
-reads it yet (no NotReady logic).
+the kubelet does) have passed since its renewTime; otherwise nothing is written. Its
+writes record no Event (the Lease strategy's ``records_events``), as a cluster records
+none for a heartbeat. Nothing reads it yet (no NotReady logic).
 """
 
 from __future__ import annotations
 
+import datetime as _dt
 from typing import Any, Protocol
 
-from control.clock import parse_rfc3339, rfc3339
+from control.clock import rfc3339
 from netmodel.errors import NotFoundError
 from netmodel.kinds import object_from_dict
 from netmodel.objects import KubeObject, Node
@@ -41,9 +43,11 @@ def micro_time(t: float) -> str:
 
 
 def _parse_micro(text: str) -> float | None:
-    whole, _, frac = text.rstrip("Z").partition(".")
+    """The time of a MicroTime (or an RFC 3339 time) in UTC; None for anything else."""
+    if not text.endswith("Z"):
+        return None
     try:
-        return parse_rfc3339(whole + "Z") + (float("0." + frac) if frac else 0.0)
+        return _dt.datetime.fromisoformat(text).timestamp()  # 'Z' is UTC (Python 3.11)
     except ValueError:
         return None
 

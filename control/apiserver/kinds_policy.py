@@ -265,7 +265,12 @@ class PodTemplateStrategy(WireStrategy):
 
 
 class LeaseStrategy(WireStrategy):
-    """leaseDurationSeconds > 0 and leaseTransitions >= 0 when set."""
+    """leaseDurationSeconds > 0 and leaseTransitions >= 0 when set. Its writes are not
+    recorded as Events: a kubelet renews its node's Lease every 10 s and a leader
+    renews its lock every few seconds, and neither leaves an Event in a cluster (the
+    Events around a heartbeat are the node's condition changes)."""
+
+    records_events = False
 
     def validate_wire(self, d: dict[str, Any], p: Problems) -> None:
         spec = obj_of(d, "spec")

@@ -834,7 +834,8 @@ class APIServer:
             return
         if obj.store_kind == CRD_KIND:  # its kinds are served from now on (or no more)
             crds.sync(self.store)
-        self.recorder.record(component, obj, reason, message)
+        # the write it follows: a Deleted object still carries its last resourceVersion
+        self.recorder.record(component, obj, reason, message, revision=self.store.revision)
 
     # ------------------------------------------------------------------ helpers
 

@@ -292,6 +292,9 @@ class DaemonSetController(Controller):
         self.queue.use(self.queue.limiter, self.clock)  # minReadySeconds waits on it
         self._rngs: dict[str, random.Random] = {}
         self.history = History(api, self.name)
+        #: DaemonSet key -> (the template spec, node name -> (that Node object, its
+        #: should_run)): what a reconcile found, for the next one (see _runs)
+        self._placements: dict[str, tuple[PodSpec, dict[str, tuple[Node, tuple[bool, bool]]]]] = {}
 
     def indexers(self) -> dict[str, Indexer]:
         def index(obj: KubeObject) -> Iterator[str]:
@@ -440,6 +443,7 @@ class DaemonSetController(Controller):
             ds = self.store.get("DaemonSet", key)
         except NotFoundError:
             self._rngs.pop(key, None)
+            self._placements.pop(key, None)
             return
         if not isinstance(ds, DaemonSet) or ds.metadata.deletion_timestamp is not None:
             return
@@ -461,13 +465,34 @@ class DaemonSetController(Controller):
             (n for n in self.cache.list("Node") if isinstance(n, Node)), key=lambda n: n.name
         )
         proto = with_daemon_tolerations(ds.spec.template.spec)
-        runs = {n.name: should_run(proto, n) for n in nodes}
+        runs = self._runs(ds, proto, nodes)
         self._update_status(ds, h, runs, per_node)
         plan = self._manage(ds, h, runs, per_node)
         if not plan.create and not plan.delete and ds.is_rolling_update:
             plan = self._rolling_update(ds, h, runs, per_node)
         self._carry_out(ds, h, plan, proto)
         self._cleanup_history(ds, old, pods)
+
+    def _runs(
+        self, ds: DaemonSet, proto: PodSpec, nodes: list[Node]
+    ) -> dict[str, tuple[bool, bool]]:
+        """:func:`should_run` of ``proto`` on each of ``nodes``, by node name. A node whose
+        object is the one the previous reconcile of this DaemonSet looked at, under the
+        same template, keeps that answer (it depends on nothing else): a 5,000-node
+        rollout reconciles ~20 times (BURST creations each) with the nodes unchanged."""
+        template = ds.spec.template.spec
+        memo = self._placements.get(ds.key)
+        before = memo[1] if memo is not None and memo[0] == template else {}
+        seen: dict[str, tuple[Node, tuple[bool, bool]]] = {}
+        runs: dict[str, tuple[bool, bool]] = {}
+        for n in nodes:
+            hit = before.get(n.name)
+            if hit is None or hit[0] is not n:
+                hit = (n, should_run(proto, n))
+            seen[n.name] = hit
+            runs[n.name] = hit[1]
+        self._placements[ds.key] = (template, seen)
+        return runs
 
     def _manage(
         self,

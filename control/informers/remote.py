@@ -133,6 +133,7 @@ class RemoteRecorder(Recorder):
         message: str,
         *,
         type_: str = "Normal",
+        revision: int | None = None,
     ) -> Event:
         ns = subject.namespace or SYSTEM_NAMESPACE
         ev = event_about(
@@ -143,6 +144,8 @@ class RemoteRecorder(Recorder):
             reason,
             message,
             type_,
+            # the revision it describes (the apiserver keeps it, up to its own)
+            revision=revision if revision is not None else subject.resource_version or None,
         )
         try:
             created = self.client.create(ev)

@@ -11,7 +11,9 @@ answer and its bodies are not schema-checked (they are converted first).
 Events: svclab stores one Event (its timeline entry: ``sourceComponent``, ``revision``,
 ``sequence``); core/v1 and events.k8s.io/v1 serve it in their two shapes
 (:mod:`.wire`), and a posted Event takes its place on the timeline as the Recorder
-gives it.
+gives it: its ``sequence`` is its own write, its ``revision`` the one it names when it
+names one no newer than the store's (svclab's components name their subject's, as
+:class:`control.events.Recorder` does), else the store's.
 """
 
 from __future__ import annotations
@@ -53,7 +55,10 @@ class EventForm:
 
     def on_create(self, body: dict[str, Any], revision: int) -> dict[str, Any]:
         # its place on the timeline, as the Recorder gives it
-        return {**body, "revision": revision, "sequence": revision + 1}
+        named = body.get("revision")
+        if not (isinstance(named, int) and not isinstance(named, bool) and 0 < named <= revision):
+            named = revision
+        return {**body, "revision": named, "sequence": revision + 1}
 
 
 #: store kind -> the wire form of the resources serving it

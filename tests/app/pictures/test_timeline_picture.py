@@ -12,8 +12,14 @@ from app.pictures.files import render_graph
 from app.pictures.scene import pod_nodes
 from app.pictures.sequence import mermaid_id, sequence_graph, sequence_mermaid
 from app.pictures.timeline import caused_by, events_caused, sequence
+from control.agents import nodelease
+from control.clock import FakeClock
 from control.events import timeline
+from control.runner import ControlPlane
 from control.session import Session
+from control.store.memory import MemoryStore
+from netmodel.cluster import ClusterSpec
+from netmodel.kinds import object_from_dict
 from netmodel.objects import EndpointSlice, Pod, ReplicaSet
 
 
@@ -132,3 +138,42 @@ def test_20_nodes_share_node_lanes(cluster20: Session) -> None:
     assert len(tl.lanes) <= 12  # legible: one lane per component, not per node
     texts = svg_texts(render_graph(sequence_graph(tl), "svg"))
     assert "kube-proxy (20 nodes)" in texts
+
+
+def test_writes_without_events_leave_the_steps_after_them_steps() -> None:
+    """A kubelet's Lease renewal is a write without an Event: the sandbox another
+    kubelet creates after it is still a step of that kubelet (no write), its status
+    write still one (requester -> apiserver -> store)."""
+    clock = FakeClock()
+    cluster = ClusterSpec.model_validate({"nodes": 2, "dns": False})
+    plane = ControlPlane(MemoryStore(), cluster, seed=1, clock=clock)
+    plane.start()
+    plane.run_until_idle()
+    clock.advance(nodelease.RENEW_INTERVAL)  # every Lease is due at the next sync
+    rev = plane.store.revision
+    pods = [
+        object_from_dict(
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": f"p{i}", "namespace": "default"},
+                "spec": {"nodeName": f"node-{i}", "containers": [{"name": "c", "image": "x"}]},
+            }
+        )
+        for i in (1, 2)
+    ]
+    plane.apply(pods)
+    plane.run_until_idle()
+    events = [e for e in timeline(plane.store) if e.sequence > rev]
+    renewed = [
+        o for o in plane.store.list("Lease", nodelease.NAMESPACE) if o.resource_version > rev
+    ]
+    assert len(renewed) == 2  # written, with no Event
+    assert not any(e.involved_object.kind == "Lease" for e in events)
+    tl = sequence(events, {f"default/p{i}": f"node-{i}" for i in (1, 2)})
+    for i in (1, 2):
+        (sandbox,) = [m for m in tl.messages if m.text.startswith(f"SandboxCreated pod/p{i}")]
+        assert sandbox.source == sandbox.target == f"kubelet node-{i}"
+        (started,) = [m for m in tl.messages if m.text.startswith(f"Started pod/p{i}")]
+        assert (started.source, started.target) == (f"kubelet node-{i}", "apiserver")
+    assert not any("lease" in m.text for m in tl.messages)

@@ -419,3 +419,15 @@ def test_changed_leaves_are_those_of_the_full_walk() -> None:
             objs.append(d)
         new, before = objs
         assert ssa._changed_leaves(new, before, "Pod") == full(new, before), (new, before)
+
+
+def test_a_posted_event_keeps_the_revision_it_names_up_to_the_stores() -> None:
+    # a component's Event names the revision of its subject (control.events.Recorder):
+    # a write without an Event (a Lease renewal) since then must not move it
+    from control.apiserver.http.converted import EventForm
+
+    form = EventForm()
+    assert form.on_create({"revision": 7}, 10) == {"revision": 7, "sequence": 11}
+    for named in (None, 0, 11, True, "7"):  # none, or none that can be: the store's
+        body = {} if named is None else {"revision": named}
+        assert form.on_create(body, 10) == {"revision": 10, "sequence": 11}, named
