@@ -56,8 +56,11 @@ def explain(world: Emulated, pod: PodTarget, found: Lookup, ex: Exchange | None)
                 f"{PREFIX}{found.name} resolved to {', '.join(found.addresses)} by DNS as "
                 f"{found.canonical} (asked: {', '.join(asked)})\n"
             )
-        else:
+        elif asked:
             lines.append(f"{PREFIX}{found.name}: {found.error} (asked: {', '.join(asked)})\n")
+        else:
+            why = res.error if res is not None and res.error else "nothing asked"
+            lines.append(f"{PREFIX}{found.name}: {found.error} ({why})\n")
         if res is not None:
             lines.append(explain_dns([t for q in res.queries for t in q.traces]))
     if ex is None:

@@ -137,7 +137,7 @@ def ip_neigh(host: Host, ips_by_int: Mapping[int, str] | None = None) -> str:
     out = []
     for (dev, ip), entry in reversed(list(host.neighbors.items())):
         state = "PERMANENT" if entry.permanent else "REACHABLE"
-        out.append(f"{IPv4Address(ip)} dev {dev} lladdr {entry.mac} {state}\n")
+        out.append(f"{IPv4Address(ip)} dev {dev} lladdr {entry.mac} {state} \n")
     return "".join(out)
 
 
