@@ -24,12 +24,14 @@ class _ExecCommand(click.Command):
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         if "--" not in args:
-            rest = super().parse_args(ctx, args)
-            if ctx.params.get("pod") is not None:
+            try:
+                return super().parse_args(ctx, args)
+            except click.UsageError as e:
+                if "unexpected extra argument" not in e.format_message():
+                    raise
                 raise click.UsageError(
-                    "exec POD [COMMAND] is not supported: use exec POD -- COMMAND", ctx
-                )
-            return rest
+                    "exec POD COMMAND is not supported: use exec POD -- COMMAND", ctx
+                ) from None
         i = args.index("--")
         ctx.meta["svclab.exec.argv"] = args[i + 1 :]
         return super().parse_args(ctx, args[:i])
