@@ -193,3 +193,28 @@ def test_recordings_are_what_the_helper_reads() -> None:
     assert recorded("curl-s").command == "curl -s http://web:8080/"
     assert (ROOT / "tests" / "data" / "podtools" / "record.py").exists()
     assert Path(EXAMPLES[0]).exists()
+
+
+def test_ipvs_node_tools_list_the_virtual_servers_and_sets(tmp_path: Path) -> None:
+    """In IPVS mode a host-network pod's ``ipvsadm -Ln`` lists what kube-proxy loaded
+    (read back by svclab's own ``ipvsadm -L -n`` parser, written for pasted listings,
+    to the same virtual servers as the ipvsadm-save text), and ``ipset list`` its sets."""
+    from dataplane.netfilter.ipvsadm import parse_ipvsadm
+    from dataplane.netfilter.ipvslist import parse_ipvsadm_list
+    from netmodel.rulesets import IpvsRules
+
+    web = tmp_path / "web.yaml"
+    web.write_text(Path(EXAMPLES[0]).read_text().replace("nodes: 3", "nodes: 3\n  proxyMode: ipvs"))
+    host = tmp_path / "host.yaml"
+    host.write_text(HOST_POD)
+    sh = Shell([str(web), *EXAMPLES[1:], str(host)])
+    rules = sh.world.rulesets["node-1"]
+    assert isinstance(rules, IpvsRules)
+    code, out, _ = sh.run("debugger", ["ipvsadm", "-Ln"])
+    assert code == 0
+    listed = parse_ipvsadm_list(out.decode())
+    assert listed == parse_ipvsadm(rules.ipvsadm) and len(listed) > 3
+    assert f"TCP  {_web_ip(sh)}:80 rr\n".encode() in out
+    code, out, _ = sh.run("debugger", ["ipset", "list"])
+    assert code == 0 and b"Name: KUBE-CLUSTER-IP\nType: hash:ip,port\n" in out
+    assert f"{_web_ip(sh)},tcp:80".encode() in out
