@@ -2,9 +2,11 @@
 ``ping`` (iputils 20221126) against the emulated cluster; their output recorded in
 ``tests/data/podtools/nc-*.out`` and ``ping-*.out``.
 
-nc: ``nc [-v] [-z] [-w SECONDS] HOST PORT`` over TCP. ``-z`` connects and closes;
+nc: ``nc [-v] [-z] [-n] [-w SECONDS] HOST PORT`` over TCP (``-n``: HOST must be an
+address; ``-w`` only changes the words of a timeout, the emulator does not wait). ``-z`` connects and closes;
 without it the pod server's answer is printed (nothing is sent: stdin is empty under a
-non-interactive exec). ping: ``ping [-c COUNT] [-W SECONDS] [-n] HOST``; without ``-c``
+non-interactive exec). ping: ``ping [-c COUNT] [-W SECONDS] [-n] HOST`` (``-W``: how long to wait for a reply,
+which a simulated reply never needs; ``-w`` is refused); without ``-c``
 it would run until interrupted, which an emulated exec cannot do: ``-c`` is required.
 Round trips are simulated (0.05 ms per link crossed, :mod:`.net`); ``time`` of the
 statistics line is one second per request after the first, as ping's interval.
@@ -15,7 +17,14 @@ from __future__ import annotations
 import math
 
 from dataplane.podtools.explain import explain
-from dataplane.podtools.net import LINK_LATENCY, Emulated, hosts_lookup, lookup, tcp_exchange
+from dataplane.podtools.net import (
+    EAI_NONAME,
+    LINK_LATENCY,
+    Emulated,
+    hosts_lookup,
+    lookup,
+    tcp_exchange,
+)
 from dataplane.podtools.services import TCP_SERVICES
 from dataplane.podtools.target import PodTarget
 
@@ -30,7 +39,7 @@ NC_USAGE = (
 
 
 def nc(world: Emulated, pod: PodTarget, argv: list[str], trace: bool) -> Result:
-    verbose = zero = False
+    verbose = zero = numeric = False
     wait: float | None = None
     rest: list[str] = []
     i = 0
@@ -47,7 +56,7 @@ def nc(world: Emulated, pod: PodTarget, argv: list[str], trace: bool) -> Result:
                 elif c == "z":
                     zero = True
                 elif c == "n":
-                    pass  # numeric only: names in the arguments are still refused below
+                    numeric = True
                 elif c == "w":
                     value = arg[j:] or (argv[i] if i < len(argv) else "")
                     if not arg[j:]:
@@ -68,6 +77,8 @@ def nc(world: Emulated, pod: PodTarget, argv: list[str], trace: bool) -> Result:
         return 1, b"", f"nc: port number invalid: {port_text}\n".encode()
     port = int(port_text)
     found = lookup(world, pod, host)
+    if numeric and found.source != "literal":  # -n: AI_NUMERICHOST, no lookup at all
+        return 1, b"", f'nc: getaddrinfo for host "{host}" port {port}: {EAI_NONAME}\n'.encode()
     if not found.addresses:
         return 1, b"", f'nc: getaddrinfo for host "{host}" port {port}: {found.error}\n'.encode()
     ip = found.addresses[0]
@@ -138,7 +149,7 @@ def ping(world: Emulated, pod: PodTarget, argv: list[str], trace: bool) -> Resul
                         f"ping: invalid argument: '{value}': out of range: 1 <= value <= 9223372036854775807\n".encode(),
                     )
                 count = int(value)
-            elif arg in ("-s", "-t", "-i"):
+            elif arg in ("-s", "-t", "-i", "-w"):
                 return 2, b"", f"ping: svclab: {arg} is not emulated\n".encode()
         elif arg.startswith("-c") and arg[2:].isdigit():
             count = int(arg[2:])

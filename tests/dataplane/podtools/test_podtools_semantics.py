@@ -218,3 +218,10 @@ def test_ipvs_node_tools_list_the_virtual_servers_and_sets(tmp_path: Path) -> No
     code, out, _ = sh.run("debugger", ["ipset", "list"])
     assert code == 0 and b"Name: KUBE-CLUSTER-IP\nType: hash:ip,port\n" in out
     assert f"{_web_ip(sh)},tcp:80".encode() in out
+
+
+def test_nc_n_takes_addresses_only(shell: Shell) -> None:
+    code, _, err = shell.run("client", ["nc", "-nvz", "web", "80"])
+    assert code == 1 and err == b'nc: getaddrinfo for host "web" port 80: Name or service not known\n'
+    code, _, err = shell.run("client", ["nc", "-nvz", _web_ip(shell), "80"])
+    assert code == 0 and err.startswith(f"Connection to {_web_ip(shell)} 80 port [tcp/http] succeeded!".encode())
