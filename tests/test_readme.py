@@ -21,6 +21,8 @@ EXPECTED = {
     # cluster DNS with no setting in examples/ (on by default, as kubeadm installs it)
     "svclab get svc -A": "kube-dns",
     "svclab dig pod/default/client web --search": "ANSWERED BY: pod/kube-system/coredns-",
+    "svclab exec client -- curl -s web": "default/web-",
+    "svclab exec client -- nslookup web": "Name:\tweb.default.svc.cluster.local\nAddress: 10.96.",
 }
 
 

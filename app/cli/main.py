@@ -21,6 +21,7 @@ import click
 from app.cli import (
     diff_cmd,
     dig_cmd,
+    exec_cmd,
     import_cmd,
     nodedump_cmd,
     picture_cmd,
@@ -463,6 +464,7 @@ COMMAND_MODULES = (
     picture_cmd,
     report_cmd,
     dig_cmd,
+    exec_cmd,
 )
 
 

@@ -33,6 +33,7 @@ COMMANDS = sorted(
         "dig",
         "down",
         "events",
+        "exec",
         "get",
         "import",
         "kubeconfig",
