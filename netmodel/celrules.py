@@ -104,6 +104,35 @@ def _calls(text: str) -> frozenset[str]:
     return frozenset(out)
 
 
+@functools.lru_cache(maxsize=4096)
+def _undeclared(text: str) -> tuple[str, ...]:
+    """The names ``text`` reads that are neither ``self`` / ``oldSelf``, a variable a
+    macro binds (``self.all(x, ...)``), nor a type name: kube's compiler refuses them
+    (``undeclared reference``)."""
+    bound: set[str] = set()
+    for tree in _parse(text).iter_subtrees():
+        if tree.data != "member_dot_arg":
+            continue
+        name = next((str(c) for c in tree.children if getattr(c, "type", None) == "IDENT"), "")
+        args = [c for c in tree.children if getattr(c, "data", None) == "exprlist"]
+        if name in _MACROS and args and args[0].children:
+            bound |= {
+                str(t)
+                for sub in args[0].children[0].iter_subtrees()
+                if sub.data == "ident"
+                for t in sub.children
+            }
+    allowed = {"self", "oldSelf"} | bound | set(evaluation.base_functions)
+    free = {
+        str(t)
+        for sub in _parse(text).iter_subtrees()
+        if sub.data == "ident"
+        for t in sub.children
+        if getattr(t, "type", None) == "IDENT"
+    }
+    return tuple(sorted(free - allowed))
+
+
 def _known_functions() -> frozenset[str]:
     return frozenset(evaluation.base_functions) | _MACROS
 
@@ -180,6 +209,16 @@ def _one_rule_problems(spec: Mapping[str, Any], f: str) -> list[tuple[str, str]]
                 (
                     f"{f}.{key}",
                     f"Invalid value: {shown}: {what}compilation failed: {_compile_error(e, str(text))}",
+                )
+            )
+            continue
+        unknown = _undeclared(str(text))
+        if unknown:
+            out.append(
+                (
+                    f"{f}.{key}",
+                    f"Invalid value: {shown}: {what}compilation failed: ERROR: <input>: "
+                    f"undeclared reference to '{unknown[0]}'",
                 )
             )
             continue

@@ -233,6 +233,23 @@ def test_bad_reason_message_expression_and_optional_old_self_are_refused() -> No
     assert a.store.list("CustomResourceDefinition") == []
 
 
+def test_an_undeclared_name_refuses_the_crd_and_macro_variables_are_declared() -> None:
+    a = make_api()
+    with pytest.raises(InvalidError) as err:
+        a.create(_crd_with([{"rule": "self.replicas > limit"}]))
+    assert err.value.field == f"{RULE_AT}[0].rule"
+    assert err.value.reason.endswith(
+        "compilation failed: ERROR: <input>: undeclared reference to 'limit'"
+    )
+    assert a.store.list("CustomResourceDefinition") == []
+    ok = [{"rule": "self.all(k, k != 'x') && type(self) == map && self.replicas >= 0"}]
+    a.create(_crd_with(ok))
+    try:
+        a.create(_gauge())
+    finally:
+        customresources.uninstall("gauges.example.com")
+
+
 def test_field_paths_read_as_kube_appends_them() -> None:
     assert celrules._field_path(".a.b['c.d'][0]") == ".a.b[c.d][0]"
     assert celrules._field_path("a") is None
