@@ -38,7 +38,7 @@ from control.apiserver.http.resources import Resource
 from control.apiserver.strategybase import GenericStrategy
 from control.apiserver.validation import Problems
 from control.store.base import Store
-from netmodel import customresources, kinds, structural
+from netmodel import celrules, customresources, kinds, structural
 from netmodel.cluster import ClusterSpec
 from netmodel.customresources import CRD_KIND, CustomResource
 from netmodel.errors import NotFoundError
@@ -267,8 +267,20 @@ def _validate_versions(spec: Mapping[str, Any], p: Problems) -> None:
             p.required(f"{f}.schema.openAPIV3Schema", "schemas are required")
         for field, why in structural.structural_problems(schema, f"{f}.schema.openAPIV3Schema"):
             p._raise(field, why)
+        rule_problems = celrules.rule_problems(schema, _schema_path(versions, i))
+        if rule_problems:  # every rule that cannot be evaluated, as kube reports them
+            raise structural.refusal(rule_problems, p.ref)
         _validate_subresources(v.get("subresources"), f"{f}.subresources", p)
         _validate_columns(v.get("additionalPrinterColumns"), f"{f}.additionalPrinterColumns", p)
+
+
+def _schema_path(versions: list[Any], i: int) -> str:
+    """Where kube-apiserver names version ``i``'s schema: ``spec.validation`` when every
+    version has the same one (its internal form keeps one then), else the version's."""
+    schemas = [v.get("schema") if isinstance(v, dict) else None for v in versions]
+    if all(s == schemas[0] for s in schemas):
+        return "spec.validation.openAPIV3Schema"
+    return f"spec.versions[{i}].schema.openAPIV3Schema"
 
 
 def _validate_subresources(subs: Any, f: str, p: Problems) -> None:
@@ -466,6 +478,29 @@ def has_status(obj: KubeObject) -> bool:
     return "status" in (_version(obj).get("subresources") or {})
 
 
+#: kube-apiserver's cause when type errors keep the CEL rules from running
+_RULES_NOT_CHECKED = (
+    'Invalid value: "null": some validation rules were not checked because the object '
+    "was invalid; correct the existing errors to complete validation"
+)
+
+
+def _problems(
+    d: Mapping[str, Any], schema: Mapping[str, Any], stored: KubeObject | None
+) -> list[tuple[str, str]]:
+    """The schema's problems of ``d``, then its ``x-kubernetes-validations`` failures
+    (``stored``: the version an update replaces, for transition rules). As in
+    kube-apiserver, a type error keeps the rules (if the schema has any) from running
+    and says so."""
+    problems = structural.validate(d, schema)
+    if not celrules.has_rules(schema):
+        return problems
+    if any(" must be of type " in why for _, why in problems):
+        return [*problems, ("<nil>", _RULES_NOT_CHECKED)]
+    old = stored.to_dict() if stored is not None else None
+    return [*problems, *celrules.evaluate(d, schema, old)]
+
+
 class CustomResourceStrategy(GenericStrategy):
     """Every custom resource: pruned and defaulted from its version's schema, then
     validated against it; a generation counted on every change but metadata (and
@@ -493,7 +528,7 @@ class CustomResourceStrategy(GenericStrategy):
             p.invalid(
                 "apiVersion", obj.api_version, "is not served by its CustomResourceDefinition"
             )
-        problems = structural.validate(obj.to_dict(), _schema(obj))
+        problems = _problems(obj.to_dict(), _schema(obj), stored)
         if problems:  # every one, as kube-apiserver reports them
             raise structural.refusal(problems, obj.ref)
 
@@ -527,7 +562,7 @@ class CustomResourceStrategy(GenericStrategy):
             )
         elif not _specifies(schema, "status") and status is not None:
             d.pop("status")  # a schema without status keeps none
-        problems = structural.validate(d, schema)
+        problems = _problems(d, schema, old)
         if problems:
             raise structural.refusal(problems, obj.ref)
         return obj if d == obj.to_dict() else type(obj).model_validate(d)
