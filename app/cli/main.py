@@ -37,6 +37,7 @@ from app.cli.types import SELECTOR, TIMELINE_FILE
 from netmodel.errors import NotFoundError
 
 if TYPE_CHECKING:
+    from control.session import Session
     from netmodel.objects import KubeObject
 
 
@@ -107,10 +108,22 @@ def dump(objs: Sequence[KubeObject], fmt: str, single: bool) -> str:
     return yaml.safe_dump(data, sort_keys=False).rstrip()
 
 
-def parse_kind_name(kind: str, name: str | None) -> tuple[str, str | None]:
+def parse_kind_name(
+    kind: str, name: str | None, session: Session | None = None
+) -> tuple[str, str | None]:
+    """The store kind and the name of ``KIND NAME`` or ``KIND/NAME``. A built-in kind is
+    resolved without the cluster; any other name is looked up again, when ``session`` is
+    given, after the kinds of its stored CRDs are registered (a custom resource's
+    plural, singular, short name or kind). A usage error, kubectl's words, if none
+    matches."""
     if "/" in kind and name is None:
         kind, name = kind.split("/", 1)
     resolved = printers.resolve_kind(kind)
+    if resolved is None and session is not None:
+        from control.apiserver import crds
+
+        crds.sync(session.store)
+        resolved = printers.resolve_kind(kind)
     if resolved is None:
         raise click.UsageError(f'the server doesn\'t have a resource type "{kind}"')
     return resolved, name
@@ -203,7 +216,8 @@ def get(
     selector: str | None,
 ) -> None:
     """List objects, or show one, of any kind svclab stores (by plural, singular, short
-    name or kind: ``cm``, ``secrets``, ``sts``, ``statefulsets.apps``); ``all``: pods,
+    name or kind: ``cm``, ``secrets``, ``sts``, ``statefulsets.apps``), custom resources of
+    the stored CRDs too (``ippools``, with the CRD's printer columns); ``all``: pods,
     services, deployments and replicasets."""
     if kind.lower() == "all":
         if name is not None:
@@ -212,11 +226,11 @@ def get(
             raise click.UsageError(f"'get all' prints tables or names, not -o {output}")
         _get_all(ctx, namespace, all_namespaces, output, selector)
         return
-    kind, name = parse_kind_name(kind, name)
-    if name is not None and selector:
-        raise click.UsageError("name cannot be provided when a selector is specified")
     session = ctx.session()
     try:
+        kind, name = parse_kind_name(kind, name, session)  # custom kinds: the stored CRDs'
+        if name is not None and selector:
+            raise click.UsageError("name cannot be provided when a selector is specified")
         cluster_scoped = not printers.is_namespaced(kind)
         ns = None if (all_namespaces or cluster_scoped) else namespace
         if name is not None:
@@ -225,7 +239,7 @@ def get(
                 objs = [session.store.get(kind, key)]
             except NotFoundError:
                 raise NotFoundError(
-                    f'{printers.plural_of(kind)} "{name}" not found'
+                    f'{printers.qualified_plural_of(kind)} "{name}" not found'
                     + ("" if cluster_scoped else f" in namespace {namespace!r}")
                 ) from None
         else:

@@ -76,6 +76,19 @@ def plural_of(kind: str) -> str:
         return kind.lower() + "s"
 
 
+def qualified_plural_of(kind: str) -> str:
+    """kube-apiserver's name of store kind ``kind``'s resource in a NotFound:
+    ``deployments.apps``, ``ippools.crd.projectcalico.org``; a core kind's bare plural
+    (``configmaps``)."""
+    from netmodel import kinds
+
+    try:
+        row = kinds.row_of_store(kind)
+    except KeyError:
+        return plural_of(kind)
+    return f"{row.plural}.{row.group}" if row.group else row.plural
+
+
 def is_namespaced(kind: str) -> bool:
     """Whether objects of store kind ``kind`` live in namespaces (its row's scope)."""
     from netmodel import kinds

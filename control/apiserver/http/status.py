@@ -146,10 +146,13 @@ def invalid(
 ) -> APIError:
     """``Service "bad" is invalid: spec.clusterIP: Invalid value: ...`` (422); with
     ``causes`` (several field errors) one cause each and kube's aggregate message
-    (``[f1: why1, f2: why2]``). A custom resource's kind is qualified by its group
-    (``Widget.example.com "bad" is invalid``), as kube-apiserver's GroupKind prints."""
+    (``[f1: why1, f2: why2]``). The kind of a grouped resource, built-in or custom, is
+    qualified by its group as kube-apiserver's GroupKind prints it
+    (``Deployment.apps "web" is invalid``, ``Widget.example.com "bad" is invalid``); a
+    core kind stays bare (``Service "web" is invalid``), and so does a kind other than the
+    resource's own (``Binding`` on pods)."""
     pairs = list(causes) or [(field or "", why)]
-    shown = f"{kind}.{res.group}" if res.crd and res.group and kind == res.kind else kind
+    shown = f"{kind}.{res.group}" if res.group and kind == res.kind else kind
     details = _details(res, name) | {"kind": kind}
     details["causes"] = [
         {"reason": _cause_reason(w), "message": w, "field": f or ""} for f, w in pairs

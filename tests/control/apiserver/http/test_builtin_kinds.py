@@ -560,14 +560,45 @@ def test_updates_keep_what_kube_apiserver_keeps_immutable(api: client.ApiClient)
         client.SchedulingV1Api(api).patch_priority_class("high", {"value": 5})
     assert ei.value.status == 422
     assert json.loads(ei.value.body)["message"] == (
-        'PriorityClass "high" is invalid: value: Forbidden: may not be changed in an update.'
+        'PriorityClass.scheduling.k8s.io "high" is invalid: value: Forbidden: '
+        "may not be changed in an update."
     )
     with pytest.raises(ApiException) as ei:
         client.NetworkingV1Api(api).patch_ingress_class("nginx", {"spec": {"controller": "a.io/b"}})
     assert json.loads(ei.value.body)["message"] == (
-        'IngressClass "nginx" is invalid: spec.controller: Invalid value: "a.io/b": '
+        'IngressClass.networking.k8s.io "nginx" is invalid: spec.controller: '
+        'Invalid value: "a.io/b": '
         "field is immutable"
     )
+
+
+def test_a_grouped_kind_is_named_with_its_group_as_kube_apiserver_names_it(
+    api: client.ApiClient, srv: Served
+) -> None:
+    """kube-apiserver names a grouped kind ``Kind.group`` in a 422 and the resource
+    ``plural.group`` in a 404/409; a core kind stays bare."""
+    bad = _workload("Deployment", "apps/v1", "grouped")
+    bad["spec"]["replicas"] = -1
+    with pytest.raises(ApiException) as ei:
+        client.AppsV1Api(api).create_namespaced_deployment("default", bad)
+    body = json.loads(ei.value.body)
+    assert ei.value.status == 422 and body["message"] == (
+        'Deployment.apps "grouped" is invalid: spec.replicas: Invalid value: -1: '
+        "must be greater than or equal to 0"
+    ), body
+    assert body["details"]["group"] == "apps" and body["details"]["kind"] == "Deployment"
+    with pytest.raises(ApiException) as ei:
+        client.CoreV1Api(api).create_namespaced_service(
+            "default", {"metadata": {"name": "bare"}, "spec": {"ports": [{"port": 0}]}}
+        )
+    assert json.loads(ei.value.body)["message"].startswith('Service "bare" is invalid: ')
+    # the real kubectl: its own "The KIND ..." for a 422, the server's words for a 404
+    out = srv.kubectl("apply", "-f", "-", input=yaml.safe_dump(bad), check=False)
+    assert out.returncode == 1 and 'The Deployment "grouped" is invalid' in out.stderr
+    out = srv.kubectl("get", "deployment", "grouped", check=False)
+    assert out.stderr.strip() == (
+        'Error from server (NotFound): deployments.apps "grouped" not found'
+    ), out.stderr
 
 
 def test_kubectl_create_sends_protobuf_for_these_kinds(srv: Served) -> None:
