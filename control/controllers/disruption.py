@@ -81,10 +81,29 @@ def selects(pdb: KubeObject, pod: KubeObject) -> bool:
     matches every pod, a missing one none, as policy/v1 says)."""
     if pod.namespace != pdb.namespace:
         return False
+    selector = _selector(pdb)
+    return selector is not None and selector.matches(pod.metadata.labels)
+
+
+#: (uid, resourceVersion) of a budget -> its parsed selector (None: it has none); a
+#: stored object's selector never changes without its resourceVersion changing
+_SELECTORS: dict[tuple[str, int], LabelSelector | None] = {}
+_SELECTORS_MAX = 4096
+
+
+def _selector(pdb: KubeObject) -> LabelSelector | None:
+    """``pdb``'s parsed selector, parsed once per stored version (every pod event and
+    every reconcile matches pods against its namespace's budgets)."""
+    key = (pdb.metadata.uid or "", pdb.resource_version)
+    if key[0] and key in _SELECTORS:
+        return _SELECTORS[key]
     sel = _spec(pdb).get("selector")
-    if not isinstance(sel, dict):
-        return False
-    return LabelSelector.model_validate(sel).matches(pod.metadata.labels)
+    parsed = LabelSelector.model_validate(sel) if isinstance(sel, dict) else None
+    if key[0]:
+        if len(_SELECTORS) >= _SELECTORS_MAX:
+            _SELECTORS.clear()
+        _SELECTORS[key] = parsed
+    return parsed
 
 
 def is_healthy(pod: Pod) -> bool:
@@ -229,6 +248,20 @@ def _budget_namespace(obj: KubeObject) -> Iterable[str]:
     return (obj.namespace,) if obj.kind == PDB else ()
 
 
+def _same_for_budgets(old: KubeObject, new: KubeObject) -> bool:
+    """Whether a pod's update leaves everything a budget's status reads unchanged: its
+    labels, its owners, its health and whether it is being deleted."""
+    if not isinstance(old, Pod) or not isinstance(new, Pod):
+        return False
+    return (
+        old.metadata.labels == new.metadata.labels
+        and old.metadata.owner_references == new.metadata.owner_references
+        and is_healthy(old) == is_healthy(new)
+        and old.is_terminating == new.is_terminating
+        and old.status.phase == new.status.phase
+    )
+
+
 class DisruptionController(Controller):
     """Keeps every PodDisruptionBudget's status; see the module docstring."""
 
@@ -253,6 +286,8 @@ class DisruptionController(Controller):
             return
         budgets = self._budgets(obj.namespace)
         if obj.kind == "Pod":
+            if old is not None and _same_for_budgets(old, obj):
+                return  # a change no budget's status depends on (a bind, an address)
             for pdb in budgets:
                 if selects(pdb, obj) or (old is not None and selects(pdb, old)):
                     yield pdb.key
@@ -265,9 +300,14 @@ class DisruptionController(Controller):
             pdb = self.store.get(PDB, key)
         except NotFoundError:
             return
-        here = self.cache.by_index("namespace", pdb.namespace)
-        pods = [o for o in here if isinstance(o, Pod) and selects(pdb, o)]
-        objects = {(o.kind, o.namespace, o.name): o for o in here if o.kind in SCALED}
+        pods: list[Pod] = []
+        objects: dict[tuple[str, str, str], KubeObject] = {}
+        for o in self.cache.by_index("namespace", pdb.namespace):
+            if isinstance(o, Pod):
+                if selects(pdb, o):
+                    pods.append(o)
+            elif o.kind in SCALED:
+                objects[(o.kind, o.namespace, o.name)] = o
         status, expired, error = budget_status(pdb, pods, objects, self.clock.now())
         for name in expired:
             self.recorder.record(

@@ -14,6 +14,7 @@ from control.apiserver.eviction import VIOLATION, EvictionRefused, evict
 from control.clock import FakeClock, rfc3339
 from control.controllers.disruption import DELETION_TIMEOUT, budget_status
 from control.runner import ControlPlane
+from control.store.base import WatchEvent
 from netmodel.errors import NotFoundError
 from netmodel.kinds import object_from_dict
 from netmodel.objects import KubeObject, Pod
@@ -317,3 +318,20 @@ def test_an_expired_eviction_entry_is_dropped_with_an_event() -> None:
     st = _status(plane)
     assert _counts(st) == (3, 1, 3, 2) and "disruptedPods" not in st
     assert "NotDeleted" in reasons(plane, "PodDisruptionBudget", "web-pdb")
+
+
+def test_pod_updates_reach_budgets_only_when_a_budget_could_see_them() -> None:
+    plane = _plane_with(_pdb(maxUnavailable=1), replicas=3)
+    ctl = plane.disruption
+    ready = _pod("web-a", ready=True).with_meta(resource_version=7)
+    bound = ready.evolve(spec=ready.spec.evolve(node_name="node-2"))  # a bind: nothing a
+    # budget reads
+
+    def keys(new: Pod, old: Pod) -> list[str]:
+        return list(ctl.keys_for(WatchEvent("MODIFIED", new, 8), old))
+
+    assert keys(bound, ready) == []
+    assert keys(_pod("web-a", ready=False), ready) == ["default/web-pdb"]  # health
+    assert keys(_pod("web-a", ready=True, deleting=True), ready) == ["default/web-pdb"]
+    relabelled = ready.with_meta(labels={"app": "other"})  # it leaves the selector
+    assert keys(relabelled, ready) == ["default/web-pdb"]
