@@ -392,27 +392,30 @@ def events(ctx: Context, output: str, for_: str | None, diagram: str | None) -> 
 def delete(
     ctx: Context, kind: str | None, names: tuple[str, ...], files: tuple[str, ...], namespace: str
 ) -> None:
-    """Delete objects by kind and name, or those named in files."""
-    targets: list[tuple[str, str]] = []
+    """Delete objects by kind and name, or those named in files. KIND is any name ``get``
+    takes, a custom resource's too (resolved after the stored CRDs are loaded)."""
     if files and (kind or names):
         raise click.UsageError("give KIND NAME or -f FILE, not both")
+    if not files and not kind:
+        raise click.UsageError("give KIND NAME or -f FILE")
+    if kind and "/" not in kind and not names:
+        raise click.UsageError("name required")
+    targets: list[tuple[str, str]] = []
     if files:
         from netmodel.manifests import load
 
         for o in load(list(files)).objects:
             targets.append((o.kind, o.key))
-    elif kind:
-        k, first = parse_kind_name(kind, None)
-        all_names = ([first] if first else []) + list(names)
-        if not all_names:
-            raise click.UsageError("name required")
-        for n in all_names:
-            targets.append((k, n if k in ("Node", "Namespace") else f"{namespace}/{n}"))
-    else:
-        raise click.UsageError("give KIND NAME or -f FILE")
     session = ctx.session(read_only=False)
     session.proxies_from_store = True  # as apply: rules are rendered from the store
     try:
+        if kind:
+            k, first = parse_kind_name(kind, None, session)  # custom kinds: the stored CRDs'
+            all_names = ([first] if first else []) + list(names)
+            if not all_names:
+                raise click.UsageError("name required")
+            namespaced = printers.is_namespaced(k)
+            targets.extend((k, f"{namespace}/{n}" if namespaced else n) for n in all_names)
         session.start_quietly()  # what is recorded is what the delete changed
         for k, key in targets:
             obj = session.plane.apiserver.delete(k, key)
@@ -443,20 +446,22 @@ def describe(
 ) -> None:
     """Show objects in detail, with their events (pods: the scheduler's table). As
     kubectl: NAME is an exact name or else a prefix (``describe pod web`` describes every
-    pod whose name starts with ``web``); without NAME, every object of the kind."""
-    kind, name = parse_kind_name(kind, name)
+    pod whose name starts with ``web``); without NAME, every object of the kind. KIND is
+    any name ``get`` takes, a custom resource's too; its scope is the kind table's."""
     from app.cli.describe import describe_object
 
-    cluster_scoped = kind in ("Node", "Namespace")
     session = ctx.session()
     try:
+        kind, name = parse_kind_name(kind, name, session)  # custom kinds: the stored CRDs'
+        cluster_scoped = not printers.is_namespaced(kind)  # the kind table's scope
         ns = None if (all_namespaces or cluster_scoped) else namespace
         objs = session.store.list(kind, ns, _selector(selector))
         if name is not None:
             exact = [o for o in objs if o.name == name]
             objs = exact or [o for o in objs if o.name.startswith(name)]
         if not objs:
-            what = f'{kind.lower()}s "{name}"' if name else f"{kind.lower()}s"
+            plural = printers.qualified_plural_of(kind)
+            what = f'{plural} "{name}"' if name else plural
             raise NotFoundError(
                 f"{what} not found"
                 + ("" if cluster_scoped or ns is None else f" in namespace {ns!r}")

@@ -10,11 +10,12 @@ import copy
 from collections.abc import Iterator
 from typing import Any
 
+import crdhelpers
 import pytest
 from api_helpers import make_api
 
 from control.apiserver import APIServer
-from netmodel import celrules, customresources, kinds, structural
+from netmodel import celrules, customresources, structural
 from netmodel.errors import InvalidError
 from netmodel.kinds import object_from_dict
 
@@ -29,65 +30,48 @@ SPEC_RULES: list[dict[str, Any]] = [
     {"rule": "self.replicas >= oldSelf.replicas", "message": "replicas may not go down"},
 ]
 
-CRD: dict[str, Any] = {
-    "apiVersion": "apiextensions.k8s.io/v1",
-    "kind": "CustomResourceDefinition",
-    "metadata": {"name": "gauges.example.com"},
-    "spec": {
-        "group": "example.com",
-        "scope": "Namespaced",
-        "names": {"plural": "gauges", "kind": "Gauge"},
-        "versions": [
+CRD: dict[str, Any] = crdhelpers.crd(
+    "example.com",
+    "gauges",
+    "Gauge",
+    [
+        crdhelpers.version(
+            "v1",
             {
-                "name": "v1",
-                "served": True,
-                "storage": True,
-                "subresources": {"status": {}},
-                "schema": {
-                    "openAPIV3Schema": {
-                        "type": "object",
-                        "properties": {
-                            "spec": {
-                                "type": "object",
-                                "x-kubernetes-validations": SPEC_RULES,
-                                "properties": {
-                                    "replicas": {"type": "integer"},
-                                    "minReplicas": {"type": "integer", "default": 0},
-                                    "maxReplicas": {"type": "integer", "default": 10},
-                                    "color": {"type": "string", "default": "red"},
-                                    "owner": {"type": "string"},
-                                    "tag": {
-                                        "type": "string",
-                                        "x-kubernetes-validations": [
-                                            {"rule": "self == oldSelf", "message": "is immutable"},
-                                            {"rule": "self.startsWith('g-')"},
-                                        ],
-                                    },
-                                },
-                            },
-                            "status": {
-                                "type": "object",
-                                "properties": {"ready": {"type": "integer"}},
-                                "x-kubernetes-validations": [{"rule": "self.ready >= 0"}],
-                            },
+                "spec": {
+                    "type": "object",
+                    "x-kubernetes-validations": SPEC_RULES,
+                    "properties": {
+                        "replicas": {"type": "integer"},
+                        "minReplicas": {"type": "integer", "default": 0},
+                        "maxReplicas": {"type": "integer", "default": 10},
+                        "color": {"type": "string", "default": "red"},
+                        "owner": {"type": "string"},
+                        "tag": {
+                            "type": "string",
+                            "x-kubernetes-validations": [
+                                {"rule": "self == oldSelf", "message": "is immutable"},
+                                {"rule": "self.startsWith('g-')"},
+                            ],
                         },
-                    }
+                    },
                 },
-            }
-        ],
-    },
-}
+                "status": {
+                    "type": "object",
+                    "properties": {"ready": {"type": "integer"}},
+                    "x-kubernetes-validations": [{"rule": "self.ready >= 0"}],
+                },
+            },
+            subresources={"status": {}},
+        )
+    ],
+)
 
 
 @pytest.fixture
 def api() -> Iterator[APIServer]:
-    a = make_api()
-    a.create(object_from_dict(copy.deepcopy(CRD)))
-    try:
+    with crdhelpers.installed(make_api(), copy.deepcopy(CRD)) as a:
         yield a
-    finally:
-        for name in {r.crd for r in kinds.custom_rows()}:
-            customresources.uninstall(name)
 
 
 def _gauge(name: str = "g", **spec: Any) -> Any:

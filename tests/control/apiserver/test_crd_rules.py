@@ -10,71 +10,22 @@ import copy
 from collections.abc import Iterator
 from typing import Any
 
+import crdhelpers
 import pytest
 from api_helpers import make_api
 
 from control.apiserver import APIServer
-from netmodel import customresources, kinds, structural
+from netmodel import structural
 from netmodel.errors import InvalidError
 from netmodel.kinds import object_from_dict
 
-
-def _version(name: str, *, storage: bool, max_replicas: int) -> dict[str, Any]:
-    return {
-        "name": name,
-        "served": True,
-        "storage": storage,
-        "subresources": {"status": {}},
-        "schema": {
-            "openAPIV3Schema": {
-                "type": "object",
-                "properties": {
-                    "spec": {
-                        "type": "object",
-                        "required": ["color"],
-                        "properties": {
-                            "color": {"type": "string", "enum": ["red", "blue"]},
-                            "replicas": {"type": "integer", "maximum": max_replicas},
-                        },
-                    },
-                    "status": {
-                        "type": "object",
-                        "properties": {
-                            "replicas": {"type": "integer", "minimum": 0},
-                            "phase": {"type": "string", "default": "Pending"},
-                        },
-                    },
-                },
-            }
-        },
-    }
-
-
-CRD: dict[str, Any] = {
-    "apiVersion": "apiextensions.k8s.io/v1",
-    "kind": "CustomResourceDefinition",
-    "metadata": {"name": "gizmos.example.com"},
-    "spec": {
-        "group": "example.com",
-        "scope": "Namespaced",
-        "names": {"plural": "gizmos", "kind": "Gizmo"},
-        "versions": [
-            _version("v1beta1", storage=False, max_replicas=5),
-            _version("v1", storage=True, max_replicas=10),
-        ],
-    },
-}
+CRD: dict[str, Any] = crdhelpers.gizmo_crd()
 
 
 @pytest.fixture
 def api() -> Iterator[APIServer]:
-    a = make_api()
-    a.create(object_from_dict(copy.deepcopy(CRD)))
-    try:
+    with crdhelpers.installed(make_api(), copy.deepcopy(CRD)) as a:
         yield a
-    finally:
-        for name in {r.crd for r in kinds.custom_rows()}:
-            customresources.uninstall(name)
 
 
 def _gizmo(version: str = "v1", name: str = "g", **spec: Any) -> Any:

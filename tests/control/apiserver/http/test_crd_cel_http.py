@@ -11,6 +11,7 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
+import crdhelpers
 import pytest
 import yaml
 from kubernetes import client, config
@@ -21,67 +22,50 @@ pytestmark = pytest.mark.slow
 
 GROUP, VERSION, PLURAL = "example.com", "v1", "scalers"
 
-CRD: dict[str, Any] = {
-    "apiVersion": "apiextensions.k8s.io/v1",
-    "kind": "CustomResourceDefinition",
-    "metadata": {"name": "scalers.example.com"},
-    "spec": {
-        "group": GROUP,
-        "scope": "Namespaced",
-        "names": {"plural": PLURAL, "kind": "Scaler"},
-        "versions": [
+CRD: dict[str, Any] = crdhelpers.crd(
+    GROUP,
+    PLURAL,
+    "Scaler",
+    [
+        crdhelpers.version(
+            VERSION,
             {
-                "name": VERSION,
-                "served": True,
-                "storage": True,
-                "schema": {
-                    "openAPIV3Schema": {
-                        "type": "object",
-                        "properties": {
-                            "spec": {
-                                "type": "object",
-                                "x-kubernetes-validations": [
-                                    {"rule": "self.minReplicas <= self.replicas"},
-                                    {
-                                        "rule": "self.mode != 'off'",
-                                        "message": "mode off is not allowed",
-                                        "reason": "FieldValueForbidden",
-                                        "fieldPath": ".mode",
-                                    },
-                                    {
-                                        "rule": "self.replicas >= oldSelf.replicas",
-                                        "message": "replicas may not go down",
-                                    },
-                                ],
-                                "properties": {
-                                    "replicas": {"type": "integer"},
-                                    "minReplicas": {"type": "integer"},
-                                    "mode": {"type": "string"},
-                                },
-                            }
+                "spec": {
+                    "type": "object",
+                    "x-kubernetes-validations": [
+                        {"rule": "self.minReplicas <= self.replicas"},
+                        {
+                            "rule": "self.mode != 'off'",
+                            "message": "mode off is not allowed",
+                            "reason": "FieldValueForbidden",
+                            "fieldPath": ".mode",
                         },
-                    }
-                },
-            }
-        ],
-    },
-}
+                        {
+                            "rule": "self.replicas >= oldSelf.replicas",
+                            "message": "replicas may not go down",
+                        },
+                    ],
+                    "properties": {
+                        "replicas": {"type": "integer"},
+                        "minReplicas": {"type": "integer"},
+                        "mode": {"type": "string"},
+                    },
+                }
+            },
+        )
+    ],
+)
 
 
 @pytest.fixture(scope="module")
 def srv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
-    s = Served(tmp_path_factory.mktemp("serve") / "state")
-    try:
-        s.start()
+    with crdhelpers.running(Served(tmp_path_factory.mktemp("serve") / "state")) as s:
         yield s
-    finally:
-        s.stop()
 
 
 @pytest.fixture(scope="module")
 def co(srv: Served) -> client.CustomObjectsApi:
-    srv.kubectl("apply", "-f", "-", input=yaml.safe_dump(CRD))
-    srv.kubectl("wait", "--for=condition=Established", "crd/scalers.example.com", "--timeout=20s")
+    crdhelpers.apply_crd(srv, CRD)
     return client.CustomObjectsApi(config.new_client_from_config(str(srv.kubeconfig)))
 
 

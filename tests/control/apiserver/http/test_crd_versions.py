@@ -13,6 +13,7 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
+import crdhelpers
 import pytest
 import yaml
 from kubernetes import client, config
@@ -24,63 +25,14 @@ pytestmark = pytest.mark.slow
 GROUP, PLURAL = "example.com", "gizmos"
 
 
-def _version(name: str, *, storage: bool, max_replicas: int) -> dict[str, Any]:
-    return {
-        "name": name,
-        "served": True,
-        "storage": storage,
-        "subresources": {"status": {}},
-        "schema": {
-            "openAPIV3Schema": {
-                "type": "object",
-                "properties": {
-                    "spec": {
-                        "type": "object",
-                        "required": ["color"],
-                        "properties": {
-                            "color": {"type": "string", "enum": ["red", "blue"]},
-                            "replicas": {"type": "integer", "maximum": max_replicas},
-                        },
-                    },
-                    "status": {
-                        "type": "object",
-                        "properties": {
-                            "replicas": {"type": "integer", "minimum": 0},
-                            "phase": {"type": "string", "default": "Pending"},
-                        },
-                    },
-                },
-            }
-        },
-    }
-
-
-CRD: dict[str, Any] = {
-    "apiVersion": "apiextensions.k8s.io/v1",
-    "kind": "CustomResourceDefinition",
-    "metadata": {"name": "gizmos.example.com"},
-    "spec": {
-        "group": GROUP,
-        "scope": "Namespaced",
-        "names": {"plural": PLURAL, "kind": "Gizmo"},
-        "versions": [
-            _version("v1beta1", storage=False, max_replicas=5),
-            _version("v1", storage=True, max_replicas=10),
-        ],
-    },
-}
+CRD: dict[str, Any] = crdhelpers.gizmo_crd()
 
 
 @pytest.fixture(scope="module")
 def srv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
-    s = Served(tmp_path_factory.mktemp("crdversions") / "state")
-    try:
-        s.start()
-        s.kubectl("apply", "-f", "-", input=yaml.safe_dump(CRD))
-        s.kubectl("wait", "--for=condition=Established", "crd/gizmos.example.com")
+    with crdhelpers.running(Served(tmp_path_factory.mktemp("crdversions") / "state")) as s:
+        crdhelpers.apply_crd(s, CRD, timeout="30s")
         yield s
-    finally:
-        s.stop()
 
 
 @pytest.fixture(scope="module")

@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import crdhelpers
 import pytest
 import yaml
 from kubernetes import client, config, watch
@@ -27,90 +28,76 @@ pytestmark = pytest.mark.slow
 
 GROUP, VERSION, PLURAL = "example.com", "v1", "widgets"
 
-CRD: dict[str, Any] = {
-    "apiVersion": "apiextensions.k8s.io/v1",
-    "kind": "CustomResourceDefinition",
-    "metadata": {"name": "widgets.example.com"},
-    "spec": {
-        "group": GROUP,
-        "scope": "Namespaced",
-        "names": {"plural": PLURAL, "singular": "widget", "kind": "Widget", "shortNames": ["wd"]},
-        "versions": [
+CRD: dict[str, Any] = crdhelpers.crd(
+    GROUP,
+    PLURAL,
+    "Widget",
+    [
+        crdhelpers.version(
+            VERSION,
             {
-                "name": VERSION,
-                "served": True,
-                "storage": True,
-                "subresources": {
-                    "status": {},
-                    "scale": {
-                        "specReplicasPath": ".spec.replicas",
-                        "statusReplicasPath": ".status.replicas",
-                        "labelSelectorPath": ".status.selector",
-                    },
-                },
-                "additionalPrinterColumns": [
-                    {"name": "Replicas", "type": "integer", "jsonPath": ".spec.replicas"},
-                    {"name": "Color", "type": "string", "jsonPath": ".spec.color"},
-                    {"name": "Size", "type": "string", "jsonPath": ".spec.size", "priority": 1},
-                    {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
-                ],
-                "schema": {
-                    "openAPIV3Schema": {
-                        "type": "object",
-                        "properties": {
-                            "spec": {
-                                "type": "object",
-                                "required": ["color"],
-                                "properties": {
-                                    "replicas": {
-                                        "type": "integer",
-                                        "minimum": 0,
-                                        "maximum": 10,
-                                        "default": 1,
-                                        "description": "How many widgets to make.",
-                                    },
-                                    "color": {"type": "string", "enum": ["red", "blue"]},
-                                    "port": {"x-kubernetes-int-or-string": True},
-                                    "size": {"type": "string", "pattern": "^[0-9]+(Mi|Gi)$"},
-                                    "note": {"type": "string", "nullable": True},
-                                    "tags": {"type": "array", "items": {"type": "string"}},
-                                    "limits": {
-                                        "type": "object",
-                                        "default": {},
-                                        "properties": {
-                                            "cpu": {"type": "integer", "default": 2},
-                                        },
-                                    },
-                                    "extra": {
-                                        "type": "object",
-                                        "x-kubernetes-preserve-unknown-fields": True,
-                                    },
-                                },
-                            },
-                            "status": {
-                                "type": "object",
-                                "properties": {
-                                    "replicas": {"type": "integer"},
-                                    "selector": {"type": "string"},
-                                },
+                "spec": {
+                    "type": "object",
+                    "required": ["color"],
+                    "properties": {
+                        "replicas": {
+                            "type": "integer",
+                            "minimum": 0,
+                            "maximum": 10,
+                            "default": 1,
+                            "description": "How many widgets to make.",
+                        },
+                        "color": {"type": "string", "enum": ["red", "blue"]},
+                        "port": {"x-kubernetes-int-or-string": True},
+                        "size": {"type": "string", "pattern": "^[0-9]+(Mi|Gi)$"},
+                        "note": {"type": "string", "nullable": True},
+                        "tags": {"type": "array", "items": {"type": "string"}},
+                        "limits": {
+                            "type": "object",
+                            "default": {},
+                            "properties": {
+                                "cpu": {"type": "integer", "default": 2},
                             },
                         },
-                    }
+                        "extra": {
+                            "type": "object",
+                            "x-kubernetes-preserve-unknown-fields": True,
+                        },
+                    },
                 },
-            }
-        ],
-    },
-}
+                "status": {
+                    "type": "object",
+                    "properties": {
+                        "replicas": {"type": "integer"},
+                        "selector": {"type": "string"},
+                    },
+                },
+            },
+            subresources={
+                "status": {},
+                "scale": {
+                    "specReplicasPath": ".spec.replicas",
+                    "statusReplicasPath": ".status.replicas",
+                    "labelSelectorPath": ".status.selector",
+                },
+            },
+            additionalPrinterColumns=[
+                {"name": "Replicas", "type": "integer", "jsonPath": ".spec.replicas"},
+                {"name": "Color", "type": "string", "jsonPath": ".spec.color"},
+                {"name": "Size", "type": "string", "jsonPath": ".spec.size", "priority": 1},
+                {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+            ],
+        )
+    ],
+    singular="widget",
+    shortNames=["wd"],
+)
 
 
 @pytest.fixture(scope="module")
 def srv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
-    s = Served(tmp_path_factory.mktemp("serve") / "state")
-    try:
-        s.start()
+    with crdhelpers.running(Served(tmp_path_factory.mktemp("serve") / "state")) as s:
         yield s
-    finally:
-        s.stop()
 
 
 @pytest.fixture(scope="module")
@@ -121,8 +108,7 @@ def api(srv: Served) -> client.ApiClient:
 @pytest.fixture(scope="module")
 def crd(srv: Served, api: client.ApiClient) -> dict[str, Any]:
     """The CRD, created through kubectl apply and Established."""
-    srv.kubectl("apply", "-f", "-", input=yaml.safe_dump(CRD))
-    srv.kubectl("wait", "--for=condition=Established", "crd/widgets.example.com", "--timeout=20s")
+    crdhelpers.apply_crd(srv, CRD)
     got: dict[str, Any] = (
         client.ApiextensionsV1Api(api)
         .read_custom_resource_definition("widgets.example.com")

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import crdhelpers
 import pytest
 import yaml
 from kubernetes import client, config
@@ -48,11 +49,8 @@ def srv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     out = s.svclab("apply", "-f", str(cilium))
     assert out.returncode == 0, out.stderr
     s.cilium_stderr = out.stderr  # type: ignore[attr-defined]
-    try:
-        s.start()
+    with crdhelpers.running(s):
         yield s
-    finally:
-        s.stop()
 
 
 @pytest.fixture(scope="module")
