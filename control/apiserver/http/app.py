@@ -40,6 +40,7 @@ from control.apiserver.http.rbac import (
 from control.apiserver.http.resources import Resource, by_path
 from control.apiserver.http.status import APIError
 from control.apiserver.http.watch import Hub
+from control.apiserver.podruntime import PodRuntime
 from netmodel.cluster import Cluster
 from netmodel.errors import CompactedError, NotFoundError
 from netmodel.kinds import KINDS
@@ -116,6 +117,9 @@ class API:
         self.session.with_proxies = kube_proxies
         self.auth = authenticator
         self.server_address = server_address
+        #: kubelet and the container runtime for the pod subresources (exec, attach,
+        #: portforward, log, proxy): set by the server; None answers them 503
+        self.runtime: PodRuntime | None = None
         self.cache = wire.JSONCache()
         self.hub = Hub(self.session.store.revision)
         self.rbac = RBAC(self)

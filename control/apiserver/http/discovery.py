@@ -26,6 +26,20 @@ def _resource_entry(r: Resource) -> dict[str, Any]:
     return d
 
 
+#: the subresources kube-apiserver serves by connecting to a node (kubelet) or through
+#: the cluster network, with the kind and verbs its discovery lists for them
+CONNECT_SUBRESOURCES: dict[tuple[str, str], tuple[str, tuple[str, ...]]] = {
+    ("pods", "attach"): ("PodAttachOptions", ("create", "get")),
+    ("pods", "exec"): ("PodExecOptions", ("create", "get")),
+    ("pods", "log"): ("Pod", ("get",)),
+    ("pods", "portforward"): ("PodPortForwardOptions", ("create", "get")),
+    ("pods", "proxy"): ("PodProxyOptions", ("create", "delete", "get", "patch", "update")),
+    ("pods", "ephemeralcontainers"): ("Pod", ("get", "patch", "update")),
+    ("services", "proxy"): ("ServiceProxyOptions", ("create", "delete", "get", "patch", "update")),
+    ("nodes", "proxy"): ("NodeProxyOptions", ("create", "delete", "get", "patch", "update")),
+}
+
+
 def _sub_entries(r: Resource) -> list[dict[str, Any]]:
     out = []
     for sub in r.subresources:
@@ -49,6 +63,17 @@ def _sub_entries(r: Resource) -> list[dict[str, Any]]:
                     "version": "v1",
                     "kind": "Eviction",
                     "verbs": ["create"],
+                }
+            )
+        elif (r.name, sub) in CONNECT_SUBRESOURCES:
+            kind, verbs = CONNECT_SUBRESOURCES[(r.name, sub)]
+            out.append(
+                {
+                    "name": f"{r.name}/{sub}",
+                    "singularName": "",
+                    "namespaced": r.namespaced,
+                    "kind": kind,
+                    "verbs": list(verbs),
                 }
             )
         elif sub == "scale":

@@ -37,10 +37,11 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
 from control.apiserver import crds
+from control.apiserver.http import connect, ssa, status, tables, wire
 from control.apiserver.http import patch as patches
-from control.apiserver.http import ssa, status, tables, wire
 from control.apiserver.http.authn import User
 from control.apiserver.http.converted import converted
+from control.apiserver.http.discovery import CONNECT_SUBRESOURCES
 from control.apiserver.http.evictions import handle_eviction
 from control.apiserver.http.resources import Resource
 from control.apiserver.http.status import APIError
@@ -131,7 +132,15 @@ async def handle(
     res = info.resource
     assert res is not None
     verb, sub = info.verb, info.subresource
-    if sub and sub not in res.subresources:
+    head = sub.split("/", 1)[0]
+    if sub and head not in res.subresources:
+        raise APIError(404, "NotFound", "the server could not find the requested resource", {})
+    if (res.name, head) in CONNECT_SUBRESOURCES and not res.group:
+        handler = connect.HANDLERS.get((res.name, head))
+        if handler is None:
+            raise APIError(404, "NotFound", "the server could not find the requested resource", {})
+        return await handler(api, request, info, user, params)
+    if sub and sub != head:
         raise APIError(404, "NotFound", "the server could not find the requested resource", {})
     if verb not in res.verbs and not sub:
         raise status.method_not_allowed()

@@ -33,6 +33,7 @@ from control.apiserver.http import pki, tls
 from control.apiserver.http.app import API
 from control.apiserver.http.authn import Authenticator, load_token_file
 from control.apiserver.http.driver import Driver, RunnerDriver
+from control.apiserver.podruntime import PodRuntime
 from control.store.sqlite import SqliteStore
 
 log = logging.getLogger("svclab.serve")
@@ -77,9 +78,12 @@ class Server:
         compact_every: float = 30.0,
         kube_proxies: bool = True,
         driver_factory: Callable[[API], Driver] | None = None,
+        runtime_factory: Callable[[API], PodRuntime] | None = None,
     ) -> None:
         """``driver_factory``: builds the control-plane driver for the API (default:
-        :class:`RunnerDriver`, the deterministic runner on the event loop)."""
+        :class:`RunnerDriver`, the deterministic runner on the event loop);
+        ``runtime_factory``: the pods' runtime for exec, attach, port-forward, logs and
+        proxy (:mod:`control.apiserver.podruntime`; None: those answer 503)."""
         self.driver_factory = driver_factory
         self.state_dir = state_dir
         self.host = host
@@ -93,6 +97,8 @@ class Server:
             server_address=f"{host}:{port}",
             kube_proxies=kube_proxies,
         )
+        if runtime_factory is not None:
+            self.api.runtime = runtime_factory(self.api)
         self.flush_every = flush_every
         self.checkpoint_every = checkpoint_every
         self.watch_history = watch_history
@@ -185,6 +191,7 @@ def serve(
     compact_every: float = 30.0,
     kube_proxies: bool = True,
     control_plane: str = "live",
+    runtime_factory: Callable[[API], PodRuntime] | None = None,
 ) -> None:
     """``control_plane``: ``live`` (the components are API clients of this server, with
     their own identities: :mod:`control.live`) or ``runner`` (the deterministic runner
@@ -209,6 +216,7 @@ def serve(
             compact_every=compact_every,
             kube_proxies=kube_proxies,
             driver_factory=factory,
+            runtime_factory=runtime_factory,
         )
         profile = os.environ.get("SVCLAB_PROFILE")
         if not profile:
