@@ -70,6 +70,7 @@ def serve(
     client libraries. Creates DIR/pki/ and DIR/kubeconfig (cluster-admin) on first
     start; the control plane keeps running while it serves."""
     host, port = parse_listen(listen)
+    from app.podruntime import EmulatedRuntime
     from control.apiserver.http.serve import serve as run
 
     try:
@@ -82,6 +83,7 @@ def serve(
             compact_every=compact_every,
             kube_proxies=kube_proxies,
             control_plane=control_plane,
+            runtime_factory=lambda api: EmulatedRuntime(api.session),
         )
     except OSError as e:
         raise InputError(f"cannot serve on {listen}: {e.strerror or e}", field="--listen") from None
