@@ -43,6 +43,7 @@ from control.apiserver.http.authn import User
 from control.apiserver.http.converted import converted
 from control.apiserver.http.discovery import CONNECT_SUBRESOURCES
 from control.apiserver.http.evictions import handle_eviction
+from control.apiserver.http.podlogs import handle_log  # noqa: F401  (registers pods/log)
 from control.apiserver.http.resources import Resource
 from control.apiserver.http.status import APIError
 from control.apiserver.http.watch import Watcher
