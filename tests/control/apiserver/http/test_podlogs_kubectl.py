@@ -96,6 +96,11 @@ def test_kubectl_logs_with_its_filters(srv: Served) -> None:
     assert [s.split(" ", 1)[1] for s in stamped] == lines[1:]
     assert stamped[1].split(" ", 1)[0].startswith(time.strftime("%Y-%m-%dT", time.gmtime()))
     assert srv.kubectl("logs", name, "--limit-bytes=10").stdout == lines[0][:10]
+    half_hour_ago = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() - 1800))
+    assert srv.kubectl("logs", name, f"--since-time={half_hour_ago}").stdout == since
+    # accepted, and without effect on the text (no TLS hop to a kubelet to skip)
+    skip = srv.kubectl("logs", name, "--insecure-skip-tls-verify-backend").stdout
+    assert skip.splitlines() == lines
     refused = srv.kubectl("logs", name, "--previous", check=False)
     assert refused.returncode == 1
     assert refused.stderr == (
@@ -194,6 +199,7 @@ def test_python_client(srv: Served) -> None:
     text = api.read_namespaced_pod_log(name, "default", tail_lines=2)
     assert text == "python one\npython two\n"
     assert api.read_namespaced_pod_log(name, "default", limit_bytes=6) == "python"
+    assert api.read_namespaced_pod_log(name, "default", tail_lines=2, pretty="true") == text
     with pytest.raises(ApiException) as e:
         api.read_namespaced_pod_log(name, "default", since_seconds=0)
     assert e.value.status == 422
