@@ -23,8 +23,10 @@ wrapped as the translator wraps it; with the other protocols it is the answer to
 handshake, :func:`connect.running`). Port-forward speaks kubelet's (``""``,
 ``v4.channel.k8s.io``, ``v4.base64.channel.k8s.io``). kubectl 1.31+ port-forward
 offers ``SPDY/3.1+portforward.k8s.io`` (SPDY tunnelled in a WebSocket): it is not
-served, so the handshake is refused (403) and kubectl falls back to a plain SPDY
-upgrade, which the SPDY layer answers.
+served, so the handshake is refused and kubectl falls back to a plain SPDY upgrade,
+which the SPDY layer answers. (The refusal is the WebSocket library's 400 before the
+app is called: "/" may not appear in a header token; were it let through, the
+negotiation here would answer 403.)
 
 Behind the protocol is ``api.runtime`` (:mod:`control.apiserver.podruntime`): exec
 runs ``runtime.exec`` with an :class:`~control.apiserver.podruntime.ExecIO` over the
