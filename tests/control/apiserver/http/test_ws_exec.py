@@ -1,6 +1,7 @@
 """exec and port-forward over WebSocket against a real ``svclab serve`` on the emulator:
 the real kubectl 1.32 (which opens exec as a v5.channel.k8s.io WebSocket) runs the
-emulated pod's tools and exits with the command's exit code; the official Python
+emulated pod's tools and exits with the command's exit code, and attaches to a pod (its
+server's access records as they are written); the official Python
 client's ``stream`` (non-interactive, and interactive with stdin written and closed)
 and ``portforward`` (raw bytes, and HTTP through the forwarded socket) reach the pod
 server model."""
@@ -9,13 +10,17 @@ from __future__ import annotations
 
 import http.client
 import json
+import queue
+import subprocess
+import threading
 import time
 from collections.abc import Iterator
+from typing import IO
 
 import pytest
 from kubernetes import client, config
 from kubernetes.stream import portforward, stream
-from serving import WEB, Served
+from serving import KUBECTL, WEB, Served
 
 pytestmark = pytest.mark.slow
 
@@ -110,6 +115,37 @@ def test_kubectl_exec_wrong_container_is_refused_on_the_websocket(srv: Served) -
         "RemoteCommand fallback: unable to upgrade streaming request: "
         "container nope is not valid for pod client"
     ) in out.stderr
+
+
+def _line(f: IO[str], timeout: float = 15) -> str:
+    """The next line of ``f``, or "" after ``timeout`` seconds."""
+    got: queue.Queue[str] = queue.Queue()
+    threading.Thread(target=lambda: got.put(f.readline()), daemon=True).start()
+    try:
+        return got.get(timeout=timeout)
+    except queue.Empty:
+        return ""
+
+
+def test_kubectl_attach_shows_the_pod_servers_output(srv: Served) -> None:
+    web = _web_pods(srv)[0]
+    name, ip = web["metadata"]["name"], web["status"]["podIP"]
+    client_ip = _pod(srv, "client")["status"]["podIP"]
+    # output from before the attach is not the attach's (kubectl logs shows it)
+    srv.kubectl("exec", "client", "--", "curl", "-s", f"{ip}:8080/before")
+    cmd = [KUBECTL, "--kubeconfig", str(srv.kubeconfig), "attach", name]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stderr is not None and proc.stdout is not None
+        # kubectl's prompt hint comes once the stream is up
+        assert "If you don't see a command prompt" in _line(proc.stderr)
+        srv.kubectl("exec", "client", "--", "curl", "-s", f"{ip}:8080/attached")
+        line = _line(proc.stdout)
+        assert line.startswith(f"{client_ip}:")
+        assert f'-> {ip}:8080 "GET /attached HTTP/1.1" 200' in line
+    finally:
+        proc.terminate()
+        proc.wait(10)
 
 
 # ---------------------------------------------------------------- the Python client
