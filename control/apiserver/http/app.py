@@ -27,7 +27,15 @@ from urllib.parse import parse_qs
 from starlette.requests import Request
 from starlette.responses import Response
 
-from control.apiserver.http import discovery, metrics, nodeauthz, openapi, status, wire
+from control.apiserver.http import (
+    discovery,
+    metrics,
+    nodeauthz,
+    openapi,
+    status,
+    wire,
+    wsstreams,
+)
 from control.apiserver.http.authn import Authenticator, Unauthorized, User
 from control.apiserver.http.rbac import (
     RBAC,
@@ -246,6 +254,9 @@ class API:
                 elif msg["type"] == "lifespan.shutdown":
                     await send({"type": "lifespan.shutdown.complete"})
                     return
+        if scope["type"] == "websocket":  # exec, attach, port-forward streams
+            await wsstreams.serve(self, scope, receive, send)
+            return
         if scope["type"] != "http":
             return
         request = Request(scope, receive)

@@ -47,6 +47,16 @@ def _http_protocol_class() -> type:
     return Base
 
 
+class _RefusedHandshakes(logging.Filter):
+    """uvicorn logs an error when a WebSocket app answers the handshake with an HTTP
+    response (the ``websocket.http.response`` extension) instead of accepting it: its
+    protocol does not count that answer as a completed handshake. A refused exec is
+    not an error of the server."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.getMessage() != "ASGI callable returned without completing handshake."
+
+
 class _Uvicorn(uvicorn.Server):
     """uvicorn's server; on SIGINT/SIGTERM it ends the open watches at once (so the
     graceful shutdown does not wait for them) and exits normally afterwards instead of
@@ -151,6 +161,8 @@ class Server:
                 tls.server_context(self.paths.server_crt, self.paths.server_key, self.paths.ca_crt),
                 _http_protocol_class(),
             ),
+            # WebSocket upgrades (exec, attach, port-forward: control/apiserver/http/wsstreams.py)
+            ws="websockets-sansio",
             lifespan="off",
             log_level="warning",
             access_log=False,
@@ -159,6 +171,7 @@ class Server:
             timeout_keep_alive=120,
         )
         server = _Uvicorn(config, self.api)
+        logging.getLogger("uvicorn.error").addFilter(_RefusedHandshakes())
         driver = (self.driver_factory or RunnerDriver)(self.api)
         self.api.driver = driver
         self.api.start()

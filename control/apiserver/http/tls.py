@@ -313,16 +313,27 @@ class TLSProtocol(asyncio.Protocol):
 
 
 def _with_client_cert(app: asyncio.Protocol, chain: list[str]) -> asyncio.Protocol:
-    """Make APP (a uvicorn HTTP protocol) put CHAIN into each request's ASGI scope."""
+    """Make APP (a uvicorn HTTP protocol) put CHAIN into each request's ASGI scope, and
+    into the scope of a WebSocket the connection is upgraded to (uvicorn's WebSocket
+    protocol calls the configured app itself, so it gets the same wrapper)."""
     inner = app.app  # type: ignore[attr-defined]
     tls_ext = {"client_cert_chain": chain}
 
     async def with_cert(scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if scope["type"] == "http":
+        if scope["type"] in ("http", "websocket"):
             scope.setdefault("extensions", {})["tls"] = tls_ext
         await inner(scope, receive, send)
 
     app.app = with_cert  # type: ignore[attr-defined]
+    ws_class = getattr(app, "ws_protocol_class", None)
+    if ws_class is not None:
+
+        def ws_with_cert(**kwargs: Any) -> asyncio.Protocol:
+            ws = ws_class(**kwargs)
+            ws.app = with_cert
+            return ws
+
+        app.ws_protocol_class = ws_with_cert  # type: ignore[attr-defined]
     return app
 
 
