@@ -45,6 +45,7 @@ from control.apiserver.http.discovery import CONNECT_SUBRESOURCES
 from control.apiserver.http.evictions import handle_eviction
 from control.apiserver.http.podlogs import handle_log  # noqa: F401  (registers pods/log)
 from control.apiserver.http.resources import Resource
+from control.apiserver.http.spdystreams import HANDLERS as SPDY_HANDLERS
 from control.apiserver.http.status import APIError
 from control.apiserver.http.watch import Watcher
 from control.apiserver.strategy import strategy_of
@@ -66,6 +67,7 @@ if TYPE_CHECKING:
     from control.apiserver.http.app import API, RequestInfo
 
 JSON = "application/json"
+connect.HANDLERS.update(SPDY_HANDLERS)  # pods/exec, attach, portforward over SPDY
 #: the field selector that names a pod's node (the watch hub indexes pods by it)
 NODE_NAME = "spec.nodeName"
 TABLE_MARK = "as=Table"

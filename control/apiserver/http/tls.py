@@ -28,6 +28,14 @@ certificate from another CA does reach the authenticator.
 The peer's certificates reach the app in the ASGI ``tls`` extension:
 ``scope["extensions"]["tls"]["client_cert_chain"]``, PEM strings, the client's own
 certificate first (the ASGI TLS extension's format).
+
+Connection takeover (Go's ``http.Hijacker``), for upgrades uvicorn does not know (SPDY):
+``scope["extensions"][HIJACK]`` is a function that takes the connection away from the
+HTTP protocol and returns an asyncio ``(StreamReader, StreamWriter)`` over the TLS
+connection; the app then writes the ``101`` response head itself and speaks the new
+protocol. uvicorn's protocol is told the connection is gone (its request sees a
+disconnect, nothing more is written for it). Bytes the client sent after the request
+head before it read the ``101`` are lost: clients of an upgrade wait for it.
 """
 
 from __future__ import annotations
@@ -52,6 +60,8 @@ READ_SIZE = 1 << 16
 BIO_READ_SIZE = 1 << 18
 #: plaintext written since the last flush past which a write flushes at once
 FLUSH_AT = 1 << 16
+#: the ASGI scope extension that takes over the connection (see the module docstring)
+HIJACK = "svclab.hijack"
 
 
 def _accept_any(conn: SSL.Connection, cert: Any, errno: int, depth: int, ok: int) -> bool:
@@ -240,13 +250,21 @@ class TLSProtocol(asyncio.Protocol):
             self._timer.cancel()
             self._timer = None
         self._transport = TLSTransport(self, self._raw)
-        app = self._make_app()
-        chain = self.peer_chain_pem()
-        if chain:
-            app = _with_client_cert(app, chain)
+        app = _with_extensions(self._make_app(), self.peer_chain_pem(), self.hijack)
         self.app = app
         app.connection_made(self._transport)
         return True
+
+    def hijack(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        """Take the connection from the HTTP protocol (see the module docstring)."""
+        assert self._transport is not None and self.app is not None
+        http = self.app
+        reader = asyncio.StreamReader(loop=self._loop)
+        proto = asyncio.StreamReaderProtocol(reader, loop=self._loop)
+        self.app = proto
+        http.connection_lost(_Hijacked())
+        proto.connection_made(self._transport)
+        return reader, asyncio.StreamWriter(self._transport, proto, reader, self._loop)
 
     def peer_chain_pem(self) -> list[str]:
         """The client's certificate and the chain it sent, PEM, leaf first ([] if none)."""
@@ -312,28 +330,37 @@ class TLSProtocol(asyncio.Protocol):
             self.app.resume_writing()
 
 
-def _with_client_cert(app: asyncio.Protocol, chain: list[str]) -> asyncio.Protocol:
-    """Make APP (a uvicorn HTTP protocol) put CHAIN into each request's ASGI scope, and
-    into the scope of a WebSocket the connection is upgraded to (uvicorn's WebSocket
-    protocol calls the configured app itself, so it gets the same wrapper)."""
+def _with_extensions(
+    app: asyncio.Protocol,
+    chain: list[str],
+    hijack: Callable[[], tuple[asyncio.StreamReader, asyncio.StreamWriter]],
+) -> asyncio.Protocol:
+    """Make APP (a uvicorn HTTP protocol) put CHAIN (when there is one) into each
+    request's ASGI scope and into the scope of a WebSocket the connection is upgraded to
+    (uvicorn's WebSocket protocol calls the configured app itself, so it gets the same
+    wrapper), and the HIJACK function into each HTTP request's scope."""
     inner = app.app  # type: ignore[attr-defined]
     tls_ext = {"client_cert_chain": chain}
 
-    async def with_cert(scope: dict[str, Any], receive: Any, send: Any) -> None:
+    async def with_extensions(scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] in ("http", "websocket"):
-            scope.setdefault("extensions", {})["tls"] = tls_ext
+            ext = scope.setdefault("extensions", {})
+            if chain:
+                ext["tls"] = tls_ext
+            if scope["type"] == "http":
+                ext[HIJACK] = hijack
         await inner(scope, receive, send)
 
-    app.app = with_cert  # type: ignore[attr-defined]
+    app.app = with_extensions  # type: ignore[attr-defined]
     ws_class = getattr(app, "ws_protocol_class", None)
     if ws_class is not None:
 
-        def ws_with_cert(**kwargs: Any) -> asyncio.Protocol:
+        def ws_with_extensions(**kwargs: Any) -> asyncio.Protocol:
             ws = ws_class(**kwargs)
-            ws.app = with_cert
+            ws.app = with_extensions
             return ws
 
-        app.ws_protocol_class = ws_with_cert  # type: ignore[attr-defined]
+        app.ws_protocol_class = ws_with_extensions  # type: ignore[attr-defined]
     return app
 
 
@@ -349,4 +376,4 @@ def uvicorn_protocol(context: SSL.Context, http: type[asyncio.Protocol]) -> type
     return UvicornTLS
 
 
-__all__ = ["TLSProtocol", "TLSTransport", "server_context", "uvicorn_protocol"]
+__all__ = ["HIJACK", "TLSProtocol", "TLSTransport", "server_context", "uvicorn_protocol"]
