@@ -335,7 +335,7 @@ def _with_extensions(
     chain: list[str],
     hijack: Callable[[], tuple[asyncio.StreamReader, asyncio.StreamWriter]],
 ) -> asyncio.Protocol:
-    """Make APP (a uvicorn HTTP protocol) put CHAIN (when there is one) into each
+    """Make APP (a uvicorn HTTP protocol) put CHAIN into each
     request's ASGI scope and into the scope of a WebSocket the connection is upgraded to
     (uvicorn's WebSocket protocol calls the configured app itself, so it gets the same
     wrapper), and the HIJACK function into each HTTP request's scope."""
@@ -345,8 +345,7 @@ def _with_extensions(
     async def with_extensions(scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] in ("http", "websocket"):
             ext = scope.setdefault("extensions", {})
-            if chain:
-                ext["tls"] = tls_ext
+            ext["tls"] = tls_ext
             if scope["type"] == "http":
                 ext[HIJACK] = hijack
         await inner(scope, receive, send)
