@@ -27,7 +27,15 @@ from urllib.parse import parse_qs
 from starlette.requests import Request
 from starlette.responses import Response
 
-from control.apiserver.http import discovery, metrics, nodeauthz, openapi, status, wire
+from control.apiserver.http import (
+    discovery,
+    metrics,
+    nodeauthz,
+    openapi,
+    proxy,
+    status,
+    wire,
+)
 from control.apiserver.http.authn import Authenticator, Unauthorized, User
 from control.apiserver.http.rbac import (
     RBAC,
@@ -47,6 +55,8 @@ from netmodel.kinds import KINDS
 from netmodel.objects import KubeObject
 
 log = logging.getLogger("svclab.apiserver")
+#: modules imported for the connect handlers they register (:data:`.connect.HANDLERS`)
+CONNECT_MODULES = (proxy,)
 
 JSON = "application/json"
 VERSION = {
