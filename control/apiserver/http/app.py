@@ -29,6 +29,7 @@ from starlette.responses import Response
 
 from control.apiserver.http import (
     discovery,
+    ephemeralcontainers,
     metrics,
     nodeauthz,
     openapi,
@@ -56,7 +57,7 @@ from netmodel.objects import KubeObject
 
 log = logging.getLogger("svclab.apiserver")
 #: modules imported for the connect handlers they register (:data:`.connect.HANDLERS`)
-CONNECT_MODULES = (proxy,)
+CONNECT_MODULES = (ephemeralcontainers, proxy)
 
 JSON = "application/json"
 VERSION = {
