@@ -157,6 +157,13 @@ def test_no_endpoints_and_a_wrong_port_are_refused_as_upstream(srv: Served) -> N
     assert (code, body["message"]) == (503, 'no endpoints available for service "web"')  # type: ignore[index]
     code, body, _ = srv.raw("GET", f"{PROXY}/web:81/proxy/")
     assert (code, body["message"]) == (503, 'no service port 81 found for service "web"')  # type: ignore[index]
+    # a port nothing listens on: the dialer's error
+    name, pod = sorted(_pods(srv).items())[0]
+    code, body, _ = srv.raw("GET", f"/api/v1/namespaces/default/pods/{name}:80/proxy/")
+    assert code == 503 and isinstance(body, dict)
+    assert body["message"] == (
+        f"error trying to reach service: dial tcp {pod['ip']}:80: connect: connection refused"
+    )
     # https to a pod server that speaks plain HTTP
     code, body, _ = srv.raw("GET", f"{PROXY}/https:web:80/proxy/")
     assert (code, body["message"]) == (  # type: ignore[index]
