@@ -58,14 +58,16 @@ def world(session: Session, *, seed: int | None = None) -> Emulated:
 def target(
     session: Session, world_: Emulated, namespace: str, name: str, container: str | None
 ) -> PodTarget:
-    """Pod ``namespace/name`` as its shell sees it. Errors as kube-apiserver words them:
-    no such pod; no such container (``-c``); not running."""
+    """Pod ``namespace/name`` as its shell sees it (``container``: one of its containers
+    or ephemeral containers; all share the pod's network namespace, so they see the
+    same). Errors as kube-apiserver words them: no such pod; no such container
+    (``-c``); not running."""
     try:
         pod = session.store.get("Pod", f"{namespace}/{name}")
     except NotFoundError:
         raise NotFoundError(f'pods "{name}" not found in namespace {namespace!r}') from None
     assert isinstance(pod, Pod)
-    names = [c.name for c in pod.spec.containers]
+    names = [c.name for c in pod.spec.containers + pod.spec.ephemeral_containers]
     if container is not None and container not in names:
         raise InputError(f"container {container} is not valid for pod {name}", field="-c")
     spec = session.cluster.spec

@@ -350,6 +350,9 @@ class Affinity(K8sModel):
 class PodSpec(K8sModel):
     node_name: str | None = None
     containers: list[Container] = Field(default_factory=list)
+    #: added through the ``pods/ephemeralcontainers`` subresource only (``kubectl
+    #: debug``); their own fields (``targetContainerName``...) are kept as extra fields
+    ephemeral_containers: list[Container] = Field(default_factory=list)
     node_selector: dict[str, str] = Field(default_factory=dict)
     affinity: Affinity | None = None
     tolerations: list[Toleration] = Field(default_factory=list)

@@ -169,6 +169,7 @@ class Kubelet:
                         self._keep_recorded(obj)
                     if (
                         _needs_work(obj)
+                        or _ephemeral_pending(obj)
                         or sb is None
                         or sb.uid != obj.metadata.uid
                         or (obj.key not in self._timers and has_programs(obj))
@@ -304,6 +305,8 @@ class Kubelet:
             sb = self._create_sandbox(pod)
         if _needs_work(pod) or pod.status.pod_ip != sb.ip:
             pod = self._start(pod, sb)
+        if _ephemeral_pending(pod):
+            pod = self._start_ephemeral(pod)
         if has_programs(pod):
             self._advance(pod, sb)
 
@@ -409,8 +412,7 @@ class Kubelet:
                         "name": c.name,
                         "image": c.image or "",
                         "imageID": "",  # no registry, no digest (a required field)
-                        "containerID": "svclab://"
-                        + hashlib.sha256(f"{pod.metadata.uid}/{c.name}".encode()).hexdigest()[:16],
+                        "containerID": _container_id(pod, c.name),
                         "ready": True,
                         "started": True,
                         "restartCount": 0,
@@ -425,6 +427,34 @@ class Kubelet:
         for c in pod.spec.containers:
             self.recorder.record(COMPONENT, updated, "Started", f"Started container {c.name}")
         assert isinstance(updated, Pod)
+        return updated
+
+    def _start_ephemeral(self, pod: Pod) -> Pod:
+        """Start the ephemeral containers added since the last status (``kubectl
+        debug``): each gets a running entry in ``status.ephemeralContainerStatuses``
+        (never ready: they take no part in the pod's readiness) and an Event
+        ``Started``."""
+        now = rfc3339(self.clock.now())
+        have = list((pod.status.model_extra or {}).get("ephemeralContainerStatuses") or [])
+        started = _ephemeral_pending(pod)
+        by_name = {c.name: c for c in pod.spec.ephemeral_containers}
+        for name in started:
+            have.append(
+                {
+                    "name": name,
+                    "image": by_name[name].image or "",
+                    "imageID": "",
+                    "containerID": _container_id(pod, name),
+                    "ready": False,
+                    "restartCount": 0,
+                    "state": {"running": {"startedAt": now}},
+                }
+            )
+        status = pod.status.evolve(**{"ephemeralContainerStatuses": have})
+        updated = self.api.update_status(pod.evolve(status=status), component=COMPONENT)
+        assert isinstance(updated, Pod)
+        for name in started:
+            self.recorder.record(COMPONENT, updated, "Started", f"Started container {name}")
         return updated
 
     def _kill(self, pod: Pod, sb: Sandbox | None) -> None:
@@ -448,6 +478,22 @@ class Kubelet:
 
 
 _EMPTY_STATUS, _PODIP = PodStatus(), PodIP(ip="")
+
+
+def _container_id(pod: Pod, name: str) -> str:
+    return "svclab://" + hashlib.sha256(f"{pod.metadata.uid}/{name}".encode()).hexdigest()[:16]
+
+
+def _ephemeral_pending(pod: Pod) -> list[str]:
+    """The ephemeral containers of a running pod its status does not show yet."""
+    if not pod.spec.ephemeral_containers or pod.status.phase != "Running" or pod.is_terminating:
+        return []
+    shown = {
+        s.get("name")
+        for s in (pod.status.model_extra or {}).get("ephemeralContainerStatuses") or []
+        if isinstance(s, dict)
+    }
+    return [c.name for c in pod.spec.ephemeral_containers if c.name not in shown]
 
 
 @functools.lru_cache(maxsize=16)

@@ -25,6 +25,7 @@ from collections.abc import Sequence
 from control.apiserver import (
     configkinds,
     crds,
+    ephemeral,
     kinds_networking,
     kinds_policy,
     kinds_storage,
@@ -170,8 +171,11 @@ class PodStrategy(GenericStrategy):
     ) -> None:
         assert isinstance(obj, Pod)
         old = stored if isinstance(stored, Pod) else None
+        if old is None:
+            ephemeral.forbid_on_create(obj.spec, p)
         if old is None or obj.spec != old.spec:
             validate_pod_spec(obj.spec, "spec", p)
+            ephemeral.validate_ephemeral_containers(obj.spec, "spec", p)
         if old is None or obj.status != old.status:
             validate_pod_status(obj, p)
 

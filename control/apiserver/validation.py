@@ -102,6 +102,9 @@ class Problems:
     def forbidden(self, field: str, why: str) -> NoReturn:
         self._raise(field, f"Forbidden: {why}")
 
+    def not_found(self, field: str, value: object) -> NoReturn:
+        self._raise(field, f"Not found: {quote(value)}")
+
     def duplicate(self, field: str, value: object) -> NoReturn:
         self._raise(field, f"Duplicate value: {quote(value)}")
 

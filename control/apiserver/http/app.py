@@ -29,9 +29,11 @@ from starlette.responses import Response
 
 from control.apiserver.http import (
     discovery,
+    ephemeralcontainers,
     metrics,
     nodeauthz,
     openapi,
+    proxy,
     status,
     wire,
     wsstreams,
@@ -55,6 +57,8 @@ from netmodel.kinds import KINDS
 from netmodel.objects import KubeObject
 
 log = logging.getLogger("svclab.apiserver")
+#: modules imported for the connect handlers they register (:data:`.connect.HANDLERS`)
+CONNECT_MODULES = (ephemeralcontainers, proxy)
 
 JSON = "application/json"
 VERSION = {

@@ -53,10 +53,9 @@ def pod_of(api: API, namespace: str, name: str) -> Pod:
 
 def container_names(pod: Pod) -> list[str]:
     """The pod's containers, then its ephemeral containers (as stored)."""
-    names = [c.name for c in pod.spec.containers]
-    extra = getattr(pod.spec, "ephemeral_containers", None) or []
-    names += [c["name"] if isinstance(c, dict) else c.name for c in extra]
-    return names
+    return [c.name for c in pod.spec.containers] + [
+        c.name for c in pod.spec.ephemeral_containers
+    ]
 
 
 def pod_container(api: API, namespace: str, name: str, container: str) -> tuple[Pod, str]:

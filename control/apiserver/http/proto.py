@@ -142,24 +142,74 @@ MESSAGES: dict[str, list[Field]] = {
         ("limits", 1, MSG, True, "ResourceRequirements.LimitsEntry"),
         ("requests", 2, MSG, True, "ResourceRequirements.RequestsEntry"),
     ],
+    # core/v1 Pod: also what ``kubectl debug node/NAME`` creates (host namespaces, the
+    # node's root as a hostPath volume, a toleration of everything)
+    "VolumeMount": [
+        ("name", 1, STR, False, None),
+        ("readOnly", 2, BOOL, False, None),
+        ("mountPath", 3, STR, False, None),
+        ("subPath", 4, STR, False, None),
+        ("mountPropagation", 5, STR, False, None),
+        ("subPathExpr", 6, STR, False, None),
+    ],
+    "Capabilities": [("add", 1, STR, True, None), ("drop", 2, STR, True, None)],
+    "SecurityContext": [
+        ("capabilities", 1, MSG, False, "Capabilities"),
+        ("privileged", 2, BOOL, False, None),
+        ("runAsUser", 4, I64, False, None),
+        ("runAsNonRoot", 5, BOOL, False, None),
+        ("readOnlyRootFilesystem", 6, BOOL, False, None),
+        ("allowPrivilegeEscalation", 7, BOOL, False, None),
+        ("runAsGroup", 8, I64, False, None),
+    ],
     "Container": [
         ("name", 1, STR, False, None),
         ("image", 2, STR, False, None),
         ("command", 3, STR, True, None),
         ("args", 4, STR, True, None),
+        ("workingDir", 5, STR, False, None),
         ("ports", 6, MSG, True, "ContainerPort"),
         ("env", 7, MSG, True, "EnvVar"),
         ("resources", 8, MSG, False, "ResourceRequirements"),
+        ("volumeMounts", 9, MSG, True, "VolumeMount"),
+        ("terminationMessagePath", 13, STR, False, None),
         ("imagePullPolicy", 14, STR, False, None),
+        ("securityContext", 15, MSG, False, "SecurityContext"),
+        ("stdin", 16, BOOL, False, None),
+        ("stdinOnce", 17, BOOL, False, None),
+        ("tty", 18, BOOL, False, None),
+        ("terminationMessagePolicy", 20, STR, False, None),
+    ],
+    "HostPathVolumeSource": [("path", 1, STR, False, None), ("type", 2, STR, False, None)],
+    "EmptyDirVolumeSource": [("medium", 1, STR, False, None)],
+    "VolumeSource": [
+        ("hostPath", 1, MSG, False, "HostPathVolumeSource"),
+        ("emptyDir", 2, MSG, False, "EmptyDirVolumeSource"),
+    ],
+    "Volume": [("name", 1, STR, False, None), ("volumeSource", 2, MSG, False, "VolumeSource")],
+    "Toleration": [
+        ("key", 1, STR, False, None),
+        ("operator", 2, STR, False, None),
+        ("value", 3, STR, False, None),
+        ("effect", 4, STR, False, None),
+        ("tolerationSeconds", 5, I64, False, None),
     ],
     "PodSpec": [
+        ("volumes", 1, MSG, True, "Volume"),
         ("containers", 2, MSG, True, "Container"),
         ("restartPolicy", 3, STR, False, None),
+        ("terminationGracePeriodSeconds", 4, I64, False, None),
+        ("dnsPolicy", 6, STR, False, None),
         ("nodeSelector", 7, MSG, True, "PodSpec.NodeSelectorEntry"),
+        ("serviceAccountName", 8, STR, False, None),
         ("nodeName", 10, STR, False, None),
         ("hostNetwork", 11, BOOL, False, None),
+        ("hostPID", 12, BOOL, False, None),
+        ("hostIPC", 13, BOOL, False, None),
         ("schedulerName", 19, STR, False, None),
+        ("tolerations", 22, MSG, True, "Toleration"),
     ],
+    "Pod": [("metadata", 1, MSG, False, "ObjectMeta"), ("spec", 2, MSG, False, "PodSpec")],
     "PodTemplateSpec": [
         ("metadata", 1, MSG, False, "ObjectMeta"),
         ("spec", 2, MSG, False, "PodSpec"),
@@ -364,6 +414,7 @@ KINDS = {
     "Namespace": "Namespace",
     "SelfSubjectReview": "SelfSubjectReview",
     "Deployment": "Deployment",
+    "Pod": "Pod",
     "Service": "Service",
     "ConfigMap": "ConfigMap",
     "Secret": "Secret",
@@ -467,8 +518,9 @@ def _drop_empty(v: Any, key: str = "") -> Any:
     """Kubernetes' protobuf writes unset strings as "": they mean unset. Quantities
     (``{"string": "100m"}``) and int-or-strings become their JSON values."""
     if isinstance(v, dict):
-        if "ingressRuleValue" in v:  # an IngressRule: its value's fields are the rule's
-            v = {k: x for k, x in v.items() if k != "ingressRuleValue"} | v["ingressRuleValue"]
+        for inline in ("ingressRuleValue", "volumeSource"):
+            if inline in v:  # embedded in protobuf, inline in JSON (an IngressRule, a Volume)
+                v = {k: x for k, x in v.items() if k != inline} | v[inline]
         if key in _INT_OR_STRING:
             return v.get("strVal", "") if str(v.get("type", "0")) == "1" else v.get("intVal", 0)
         if key in _QUANTITIES:
