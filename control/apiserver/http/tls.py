@@ -330,6 +330,10 @@ class TLSProtocol(asyncio.Protocol):
             self.app.resume_writing()
 
 
+class _Hijacked(ConnectionError):
+    """What the HTTP protocol is told when the app took its connection over."""
+
+
 def _with_extensions(
     app: asyncio.Protocol,
     chain: list[str],
