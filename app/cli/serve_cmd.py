@@ -77,18 +77,15 @@ def serve(
     client libraries. Creates DIR/pki/ and DIR/kubeconfig (cluster-admin) on first
     start; the control plane keeps running while it serves."""
     host, port = parse_listen(listen)
+    from app.podruntime import runtime_for
     from control.apiserver.http.serve import serve as run
 
-    runtime_factory = None
     if real:
         from app.real import NoRealCluster, RealRecord
 
         record = RealRecord.read(ctx.state)
         if record is None or record.status != "up":
             raise NoRealCluster(f"{ctx.state}: no real cluster up here (run 'svclab up --real' first)")
-        from app.realruntime import RealRuntime
-
-        runtime_factory = lambda api: RealRuntime(api.session)  # noqa: E731
 
     try:
         run(
@@ -100,7 +97,7 @@ def serve(
             compact_every=compact_every,
             kube_proxies=kube_proxies,
             control_plane=control_plane,
-            runtime_factory=runtime_factory,
+            runtime_factory=lambda api: runtime_for(api.session, real=real),
         )
     except OSError as e:
         raise InputError(f"cannot serve on {listen}: {e.strerror or e}", field="--listen") from None
