@@ -11,10 +11,12 @@ directory (``DIR/real.json``, :class:`app.real.RealRecord`).
   ``tty`` stderr goes to stdout, as on a terminal.
 * ``port_forward``: a TCP socket created in the pod's namespace and connected to
   ``127.0.0.1:PORT``, as kubelet (the CRI's ``PortForward``) does from inside the pod.
-* ``dial``: a TCP connection from the control plane's node: the node named
-  ``control-plane`` (or ``*-control-plane``, kind's name) if the cluster has one, else the
-  first node by name. Its host namespace is where kube-apiserver runs, so a
-  ``services/proxy`` request crosses that node's kube-proxy rules.
+* ``dial``: a TCP connection from the control plane's node, the one kube-apiserver runs
+  on: the node whose address is the cluster's apiserver advertise address
+  (:meth:`netmodel.cluster.ClusterSpec.apiserver_address`: the first control-plane node,
+  else the first node), as the emulated runtime picks it (else the first node by name).
+  Its host namespace is where kube-apiserver runs, so a ``services/proxy`` request
+  crosses that node's kube-proxy rules.
 * ``log_path``: the pod server's access log (:meth:`dataplane.linux.state.StateDir.pod_log`),
   which the real pod server appends a CRI record to per answer. One pod server answers
   for all of a pod's containerPorts, so the log is the container's that declares the
@@ -91,8 +93,8 @@ async def _connect(sock: socket.socket, ip: str, port: int, timeout: float) -> S
     return StreamConn(reader, writer)
 
 
-def _socket_in(netns: str) -> socket.socket:
-    s = nsenter.socket_in(netns, socket.AF_INET, socket.SOCK_STREAM)
+def _socket_in(netns: str, family: int = socket.AF_INET) -> socket.socket:
+    s = nsenter.socket_in(netns, family, socket.SOCK_STREAM)
     s.setblocking(False)
     return s
 
@@ -137,7 +139,7 @@ class RealRuntime:
         try:
             pod = self.session.store.get("Pod", f"{namespace}/{name}")
         except NotFoundError:
-            raise PodRuntimeError(f'pod "{name}" not found') from None
+            raise PodRuntimeError("pod does not exist") from None
         assert isinstance(pod, Pod)
         return pod
 
@@ -248,27 +250,38 @@ class RealRuntime:
 
     # ------------------------------------------------------------------ connections
     async def port_forward(self, namespace: str, pod: str, port: int) -> Conn:
+        """IPv4 first, then IPv6 (``[::1]``), as containerd's ``PortForward`` tries."""
         p = self._pod(namespace, pod)
         netns = self._netns(p)
         try:
             return await _connect(_socket_in(netns), "127.0.0.1", port, DIAL_TIMEOUT)
         except (OSError, TimeoutError) as e:
-            why = "i/o timeout" if isinstance(e, TimeoutError) else _strerror(e)
-            raise PodRuntimeError(
-                f"error forwarding port {port} to pod {p.name}_{p.namespace}, "
-                f"uid {p.metadata.uid or ''}: "
-                f'failed to execute portforward in network namespace "{nsenter.netns_path(netns)}": '
-                f'failed to connect to localhost:{port} inside namespace "{p.key}", '
-                f"IPv4: dial tcp4 127.0.0.1:{port}: connect: {why} "
-            ) from None
+            err4 = _dial_error("tcp4", f"127.0.0.1:{port}", e)
+        try:
+            return await _connect(
+                _socket_in(netns, socket.AF_INET6), "::1", port, DIAL_TIMEOUT
+            )
+        except (OSError, TimeoutError) as e:
+            err6 = _dial_error("tcp6", f"[::1]:{port}", e)
+        raise PodRuntimeError(
+            f"failed to connect to localhost:{port} inside namespace "
+            f'"{p.metadata.uid or p.key}", IPv4: {err4} IPv6 {err6} '
+        )
 
     def dial_node(self) -> str:
         """The node ``dial`` connects from (see the module docstring)."""
-        nodes = sorted(k[5:] for k in self.cluster.namespaces if k.startswith("node/"))
-        if not nodes:
-            raise PodRuntimeError(f"real cluster {self.cluster_id} has no node")
-        named = [n for n in nodes if n == "control-plane" or n.endswith("-control-plane")]
-        return (named or nodes)[0]
+        address = self.session.cluster.spec.apiserver_address()
+        nodes = sorted(
+            (n for n in self.session.store.list("Node") if isinstance(n, Node)),
+            key=lambda n: n.name,
+        )
+        realised = [n for n in nodes if f"node/{n.name}" in self.cluster.namespaces]
+        for n in realised:
+            if address in n.internal_ips:
+                return n.name
+        if not realised:
+            raise PodRuntimeError("the cluster has no node for kube-apiserver to dial from")
+        return realised[0].name
 
     async def dial(self, ip: str, port: int) -> Conn:
         netns = self.cluster.namespaces[f"node/{self.dial_node()}"]
@@ -300,6 +313,15 @@ def log_container(pod: Pod) -> str | None:
         if any((p.protocol or "TCP") == "TCP" for p in c.ports):
             return c.name
     return pod.spec.containers[0].name if len(pod.spec.containers) == 1 else None
+
+
+def _dial_error(network: str, address: str, e: BaseException) -> str:
+    """Go's ``net.Dial`` error text (``dial tcp4 127.0.0.1:81: connect: connection
+    refused``)."""
+    if isinstance(e, TimeoutError):
+        return f"dial {network} {address}: i/o timeout"
+    assert isinstance(e, OSError)
+    return f"dial {network} {address}: connect: {_strerror(e)}"
 
 
 def _strerror(e: OSError) -> str:

@@ -20,7 +20,7 @@ from control.apiserver.podruntime import ExecSpec, PodRuntimeError
 from control.session import Session
 from dataplane.linux.netns import is_root
 from dataplane.podtools.target import hosts_file
-from netmodel.objects import Pod, Service
+from netmodel.objects import Node, Pod, Service
 from netmodel.resolvconf import pod_resolv_conf
 from tests.kernel.realpods import Recorded, real_cluster
 
@@ -187,7 +187,9 @@ def test_dial_from_the_control_planes_node(session: Session, rt: RealRuntime) ->
 
     line = asyncio.run(get()).decode()
     assert line.split()[0] in {p.key for p in _web_pods(session)}
-    assert rt.dial_node() == sorted(n.name for n in session.store.list("Node"))[0]
+    address = session.cluster.spec.apiserver_address()
+    node = session.store.get("Node", rt.dial_node())
+    assert isinstance(node, Node) and address in node.internal_ips
 
 
 def test_logs_belong_to_the_container_serving_the_port(session: Session, rt: RealRuntime) -> None:
