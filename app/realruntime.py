@@ -44,7 +44,7 @@ from control.session import Session
 from dataplane.linux import nsenter, sandbox
 from dataplane.linux.realize import RealCluster
 from dataplane.podtools.target import pod_target
-from netmodel.errors import BackendError, NotFoundError
+from netmodel.errors import BackendError, InputError, NotFoundError
 from netmodel.objects import Node, Pod
 from netmodel.resolvconf import pod_resolv_conf
 
@@ -164,7 +164,7 @@ class RealRuntime:
                     node_ip = n.internal_ips[0]
         try:
             t = pod_target(pod, pod_resolv_conf(pod, spec), spec.cluster_domain, node_ip=node_ip)
-        except ValueError as e:  # not running (InputError)
+        except InputError as e:  # not running, or a dnsPolicy/dnsConfig kubelet refuses
             raise PodRuntimeError(str(e)) from None
         return sandbox.PodFiles(t.resolv_conf.render(), t.hosts, t.hostname)
 
