@@ -1,7 +1,7 @@
 """Shared by the real pod runtime tests: a state directory with a small cluster brought
 up on the kernel (``svclab apply`` + ``svclab up --real``: two nodes, cluster DNS, a
-Deployment ``web`` of two pod servers on port 80 behind Service ``web``, and a ``client``
-pod), torn down afterwards with a leak check; and an :class:`ExecIO` that records."""
+Deployment ``web`` of two pod servers on port 80 behind Service ``web``, a ``client``
+pod and a host-network pod ``hostpod``), torn down afterwards with a leak check; and an :class:`ExecIO` that records."""
 
 from __future__ import annotations
 
@@ -16,7 +16,13 @@ from app.cli.main import cli
 from dataplane.linux.testing import leftovers
 from tests.dnscluster import app, manifest
 
-MANIFEST = manifest(app("web", "nginx", 80))
+HOST_POD = """\
+apiVersion: v1
+kind: Pod
+metadata: {name: hostpod}
+spec: {hostNetwork: true, containers: [{name: c, image: busybox}]}
+"""
+MANIFEST = manifest(app("web", "nginx", 80), HOST_POD)
 
 
 def svclab(state: Path, *args: str) -> str:

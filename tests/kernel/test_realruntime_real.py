@@ -101,6 +101,22 @@ def test_exec_sees_the_pods_network_and_kubelets_files(session: Session, rt: Rea
     assert _etc_mounts() == etc_mounts
 
 
+def test_a_host_network_pod_runs_in_its_nodes_namespace(
+    session: Session, rt: RealRuntime
+) -> None:
+    pod = _pod(session, "default/hostpod")
+    node = session.store.get("Node", pod.spec.node_name or "")
+    assert isinstance(node, Node)
+    code, io = run(rt, "ip", "-4", "-o", "addr", "show", "dev", "eth0", pod="hostpod")
+    assert code == 0, io.stderr
+    assert f"inet {node.internal_ips[0]}/" in io.stdout.decode()
+    code, io = run(rt, "hostname", pod="hostpod")
+    assert (code, io.stdout) == (0, f"{node.name}\n".encode())
+    code, io = run(rt, "cat", "/etc/hosts", pod="hostpod")
+    want = hosts_file(pod, "cluster.local", node_ip=node.internal_ips[0], node_name=node.name)
+    assert (code, io.stdout.decode()) == (0, want)
+
+
 def test_getent_and_curl_go_through_the_real_dns_and_service(
     session: Session, rt: RealRuntime
 ) -> None:
