@@ -69,7 +69,7 @@ def runtime_for(session: Session, *, real: bool) -> PodRuntime:
     """The runtime of ``session``'s cluster: the kernel's (the cluster ``svclab up
     --real`` built from its state directory) or the emulator's."""
     if real:
-        from app.realruntime import RealRuntime  # type: ignore[import-not-found]
+        from app.realruntime import RealRuntime
 
         return RealRuntime(session)
     return EmulatedRuntime(session)

@@ -163,6 +163,11 @@ TINY: dict[str, tuple[list[str], bool, list[str]]] = {
         ["full_path_connections_warm_per_second"],
     ),
     "bench_pictures.py": (["--repeat", "1"], False, ["nodes_1000.topology_node.cold_s"]),
+    "bench_realpod.py": (
+        ["--runs", "2", "--megabytes", "4", "--rounds", "1"],
+        True,
+        ["exec_curl_cold_ms", "exec_curl_warm_p50_ms", "port_forward_download_warm_megabytes_per_s"],
+    ),
     "bench_realize.py": (
         ["--nodes", "2", "--pods-per-node", "2", "--connections", "4"],
         True,

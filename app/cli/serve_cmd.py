@@ -55,6 +55,12 @@ def parse_listen(text: str) -> tuple[str, int]:
     help="live: controllers, scheduler, kubelets and kube-proxies are API clients with "
     "their own identities; runner: the deterministic runner inside the server.",
 )
+@click.option(
+    "--real",
+    is_flag=True,
+    help="Pods' exec, port-forward and logs reach the real cluster 'svclab up --real' "
+    "built from DIR (app.realruntime).",
+)
 @click.pass_obj
 @handle_errors
 def serve(
@@ -65,13 +71,21 @@ def serve(
     compact_every: float,
     kube_proxies: bool,
     control_plane: str,
+    real: bool,
 ) -> None:
     """Serve the state directory's cluster as a Kubernetes API (HTTPS) for kubectl and
     client libraries. Creates DIR/pki/ and DIR/kubeconfig (cluster-admin) on first
     start; the control plane keeps running while it serves."""
     host, port = parse_listen(listen)
-    from app.podruntime import EmulatedRuntime
+    from app.podruntime import runtime_for
     from control.apiserver.http.serve import serve as run
+
+    if real:
+        from app.real import NoRealCluster, RealRecord
+
+        record = RealRecord.read(ctx.state)
+        if record is None or record.status != "up":
+            raise NoRealCluster(f"{ctx.state}: no real cluster up here (run 'svclab up --real' first)")
 
     try:
         run(
@@ -83,7 +97,7 @@ def serve(
             compact_every=compact_every,
             kube_proxies=kube_proxies,
             control_plane=control_plane,
-            runtime_factory=lambda api: EmulatedRuntime(api.session),
+            runtime_factory=lambda api: runtime_for(api.session, real=real),
         )
     except OSError as e:
         raise InputError(f"cannot serve on {listen}: {e.strerror or e}", field="--listen") from None

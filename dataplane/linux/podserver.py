@@ -3,7 +3,16 @@ containerPorts (TCP and UDP) and answering every connection or datagram with one
 
     <pod ns/name> <peer ip> <peer port>\\n
 
-i.e. who answered and which source address the server saw (after any NAT).
+i.e. who answered and which source address the server saw (after any NAT). A TCP
+connection is answered as the pod server model says (``dataplane/podtools/podserver.py``,
+the specification): an HTTP/1.x request gets ``HTTP/1.1 200 OK`` with that line as its
+body (``HEAD``: the headers alone); any other bytes, or nothing within
+:data:`FIRST_BYTES_WINDOW`, get the line alone; a connection closed without sending
+anything (``nc -z``) gets nothing. Each answer appends one record to the pod's access
+log (``log`` below) in kubelet's CRI format, ``<RFC3339Nano UTC> stdout F <text>``, with
+the model's log text (``<peer ip>:<port> -> <local ip>:<port> "<request line>" <status>
+<bytes>``), written with one ``write(2)`` per answer: a reader following the file sees it
+at once. A UDP datagram is answered with the line and logs nothing (as in the model).
 
 A socket belongs to the network namespace it was created in, whatever process holds it.
 So one *host process* answers for many pods: it enters each pod's namespace with
@@ -22,7 +31,7 @@ so one *supervisor* per cluster forks the host processes (~1 ms each). The super
   prints ``ready`` on stdout once it does, then closes stdout;
 * takes one JSON request per connection, answers one JSON line:
   ``{"op": "start", "pods": [{"pod", "netns", "host", "host_netns", "tcp": [..],
-  "udp": [..]}]}`` -> ``{"ok": true, "pids": {pod: pid}, "errors": {pod: why}}`` (a pod
+  "udp": [..], "log": PATH}]}`` -> ``{"ok": true, "pids": {pod: pid}, "errors": {pod: why}}`` (a pod
   already served by the same host with the same ports keeps its sockets; ``host`` and
   ``host_netns`` default to the pod and its namespace); ``{"op": "stop", "pods": [pod,
   ...]}`` (closes their sockets: connections are refused at once);
@@ -105,28 +114,137 @@ def _bind(tcp: list[int], udp: list[int]) -> list[socket.socket]:
     return socks
 
 
-def answer(pod: str, sock: socket.socket) -> None:
-    """Serve one ready socket of ``pod``: TCP accept -> one line, close; UDP datagram ->
-    one line back. Transient errors are ignored."""
+# ---------------------------------------------------------------------- what a pod answers
+# The pod server model (dataplane/podtools/podserver.py) is the specification; this script
+# may import nothing outside the standard library, so its few rules are restated here and
+# tests/dataplane/test_podserver_protocol.py checks that both answer every request alike.
+HEADERS = (
+    "HTTP/1.1 200 OK\r\n"
+    "Content-Type: text/plain; charset=utf-8\r\n"
+    "Content-Length: {length}\r\n"
+    "Connection: close\r\n"
+    "\r\n"
+)
+METHODS = ("GET", "HEAD", "POST", "PUT", "DELETE", "OPTIONS", "PATCH")
+#: How long a connection that has sent nothing is waited for before it gets the raw
+#: body line (``nc HOST PORT`` with no input). An HTTP client writes its request right
+#: after connect() returns, microseconds later on one machine; 200 ms leaves room for a
+#: loaded machine's scheduling delays (the decision re-reads the socket at the deadline,
+#: so bytes already queued count) and still answers an idle ``nc`` at once to a human.
+FIRST_BYTES_WINDOW = 0.2
+#: How long a request that may still become (or is) an HTTP request is waited for: for
+#: the rest of its request line, then for the blank line that ends its headers.
+REQUEST_WINDOW = 2.0
+#: After the answer: how long the client's further bytes (a request body) are read and
+#: dropped before the connection is closed (closing with unread bytes sends a RST, which
+#: may destroy the answer before the client read it).
+DRAIN_WINDOW = 1.0
+MAX_REQUEST = 65536
+
+
+def request_line(request: bytes) -> str | None:
+    """The HTTP request line of ``request`` (None: not an HTTP/1.x request), as the
+    model decides it."""
+    head, sep, _ = request.partition(b"\r\n")
+    if not sep:
+        return None
+    words = head.decode("latin-1").split(" ")
+    if len(words) != 3 or words[0] not in METHODS or not words[2].startswith("HTTP/1."):
+        return None
+    return head.decode("latin-1")
+
+
+def may_become_http(request: bytes) -> bool:
+    """Could bytes appended to ``request`` (which holds no CRLF yet) make it an HTTP/1.x
+    request line? False: the model's verdict (a raw connection) is already fixed."""
+    words = request.decode("latin-1").split(" ")
+    if len(words) > 3:
+        return False
+    if len(words) == 1:
+        return any(m.startswith(words[0]) for m in METHODS)
+    if words[0] not in METHODS:
+        return False
+    return len(words) == 2 or "HTTP/1.".startswith(words[2]) or words[2].startswith("HTTP/1.")
+
+
+def respond(
+    pod: str, peer: tuple[str, int], local: tuple[str, int], request: bytes
+) -> tuple[bytes, str]:
+    """The answer to a connection that sent ``request`` and its access log text (the
+    model's ``answer``)."""
+    text = f"{pod} {peer[0]} {peer[1]}\n".encode()
+    line = request_line(request)
+    where = f"{peer[0]}:{peer[1]} -> {local[0]}:{local[1]}"
+    if line is None:
+        return text, f'{where} "-" - {len(text)}'
+    head = HEADERS.format(length=len(text)).encode()
+    data = head if line.startswith("HEAD ") else head + text
+    return data, f'{where} "{line}" 200 {len(text)}'
+
+
+def decide(request: bytes, final: bool) -> bool:
+    """Is it time to answer a connection that sent ``request`` so far? ``final``: it
+    will send nothing more (end of file, or its window is over)."""
+    if final or len(request) >= MAX_REQUEST:
+        return True
+    if b"\r\n" not in request:
+        return bool(request) and not may_become_http(request)
+    return request_line(request) is None or b"\r\n\r\n" in request
+
+
+def cri_timestamp(ns: int) -> str:
+    """``ns`` (nanoseconds since the epoch) as Go's ``time.RFC3339Nano`` in UTC, the
+    timestamp of kubelet's CRI log records (trailing zeros of the fraction dropped)."""
+    secs, frac = divmod(ns, 1_000_000_000)
+    base = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(secs))
+    digits = f"{frac:09d}".rstrip("0")
+    return f"{base}.{digits}Z" if digits else f"{base}Z"
+
+
+def cri_record(text: str, ns: int | None = None) -> bytes:
+    """One CRI log record of ``text`` on stdout, complete (``F``)."""
+    return f"{cri_timestamp(time.time_ns() if ns is None else ns)} stdout F {text}\n".encode()
+
+
+@dataclass(eq=False)
+class Conn:
+    """One accepted TCP connection of ``pod``: what it sent so far, its deadline, and
+    whether it was answered (then it is drained until end of file or the deadline)."""
+
+    pod: str
+    sock: socket.socket
+    peer: tuple[str, int]
+    local: tuple[str, int]
+    log: int | None
+    accepted: float
+    deadline: float
+    request: bytes = b""
+    answered: bool = False
+
+
+def answer_udp(pod: str, sock: socket.socket) -> None:
+    """Answer one datagram of ``pod`` with its line (transient errors ignored)."""
     try:
-        if sock.type == socket.SOCK_STREAM:
-            conn, peer = sock.accept()
-            with conn:
-                conn.setblocking(True)
-                conn.settimeout(1.0)
-                conn.sendall(f"{pod} {peer[0]} {peer[1]}\n".encode())
-                with contextlib.suppress(OSError):
-                    conn.shutdown(socket.SHUT_WR)
-        else:
-            _, peer = sock.recvfrom(2048)
-            sock.sendto(f"{pod} {peer[0]} {peer[1]}\n".encode(), peer)
+        _, peer = sock.recvfrom(2048)
+        sock.sendto(f"{pod} {peer[0]} {peer[1]}\n".encode(), peer)
     except (BlockingIOError, InterruptedError, ConnectionError, TimeoutError):
         pass
 
 
+@dataclass(frozen=True)
+class Listener:
+    """A listening (TCP) or bound (UDP) socket of ``pod``; ``log``: the fd of the pod's
+    access log (None: it keeps none)."""
+
+    pod: str
+    log: int | None
+
+
 class HostServer:
-    """In a forked host process: the sockets of every pod it answers for, and the
-    control channel to the supervisor."""
+    """In a forked host process: the sockets of every pod it answers for, the
+    connections being answered, and the control channel to the supervisor. Nothing
+    blocks on one connection: each is read as its bytes arrive and answered once
+    :func:`decide` says so (or its window is over)."""
 
     def __init__(self, state_dir: Path, host: str, home: int, control: socket.socket) -> None:
         self.state_dir = state_dir
@@ -135,16 +253,24 @@ class HostServer:
         self.control = control
         self.sel = selectors.DefaultSelector()
         self.pods: dict[str, list[socket.socket]] = {}
+        self.logs: dict[str, int] = {}  # pod -> fd of its access log
+        self.conns: dict[socket.socket, Conn] = {}
         self.sel.register(control, selectors.EVENT_READ, None)
 
     def add(self, specs: list[dict[str, Any]]) -> dict[str, str]:
-        """Bind each pod's sockets in its namespace (replacing sockets it had); returns
-        pod -> error for the pods that failed."""
+        """Bind each pod's sockets in its namespace (replacing sockets it had) and open
+        its access log (``log``: a path, appended to); returns pod -> error for the pods
+        that failed."""
         errors: dict[str, str] = {}
         for spec in specs:
             pod = str(spec["pod"])
             self.remove(pod)
+            log: int | None = None
             try:
+                if spec.get("log"):
+                    path = Path(str(spec["log"]))
+                    path.parent.mkdir(parents=True, exist_ok=True)
+                    log = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
                 target = _open_netns(str(spec["netns"]))
                 try:
                     _setns(target, spec["netns"])
@@ -155,18 +281,126 @@ class HostServer:
                 finally:
                     os.close(target)
             except OSError as e:
+                if log is not None:
+                    os.close(log)
                 errors[pod] = f"{type(e).__name__}: {e}"
                 continue
             self.pods[pod] = socks
+            if log is not None:
+                self.logs[pod] = log
             for s in socks:
-                self.sel.register(s, selectors.EVENT_READ, pod)
+                self.sel.register(s, selectors.EVENT_READ, Listener(pod, log))
         return errors
 
     def remove(self, pod: str) -> None:
+        """Close the pod's sockets (its connections in flight too) and its log."""
         for s in self.pods.pop(pod, []):
             self.sel.unregister(s)
             s.close()
+        for c in [c for c in self.conns.values() if c.pod == pod]:
+            self._close(c)
+        log = self.logs.pop(pod, None)
+        if log is not None:
+            os.close(log)
 
+    # ------------------------------------------------------------ connections
+    def accept(self, listener: socket.socket, of: Listener) -> None:
+        """Take every connection waiting on ``listener``."""
+        now = time.monotonic()
+        for _ in range(64):
+            try:
+                sock, peer = listener.accept()
+            except (BlockingIOError, InterruptedError, ConnectionError, TimeoutError):
+                return
+            except OSError:  # e.g. EMFILE: the connection stays queued, tried again
+                return
+            sock.setblocking(False)
+            try:
+                local = sock.getsockname()
+            except OSError:
+                sock.close()
+                continue
+            c = Conn(
+                of.pod,
+                sock,
+                (peer[0], peer[1]),
+                (local[0], local[1]),
+                of.log,
+                now,
+                now + FIRST_BYTES_WINDOW,
+            )
+            self.conns[sock] = c
+            self.sel.register(sock, selectors.EVENT_READ, c)
+
+    def read(self, c: Conn, final: bool = False) -> None:
+        """Read what ``c`` sent (``final``: its window is over); answer when it is time."""
+        eof = False
+        try:
+            while True:
+                chunk = c.sock.recv(65536)
+                if not chunk:
+                    eof = True
+                    break
+                if not c.answered:
+                    c.request += chunk
+                if len(chunk) < 65536:
+                    break
+        except (BlockingIOError, InterruptedError):
+            pass
+        except OSError:  # reset by the peer: nobody to answer
+            self._close(c)
+            return
+        if c.answered:
+            if eof or final:
+                self._close(c)
+            return
+        if eof and not c.request:  # connect and close (nc -z): nothing, no log
+            self._close(c)
+            return
+        if decide(c.request, eof or final):
+            self._answer(c, closing=eof)
+        elif c.request:
+            c.deadline = c.accepted + REQUEST_WINDOW
+
+    def _answer(self, c: Conn, closing: bool) -> None:
+        """Log the answer, then send it and close our side. The record is written first:
+        a client that has its answer (curl stops at Content-Length) finds it in the log."""
+        data, text = respond(c.pod, c.peer, c.local, c.request)
+        c.answered = True
+        c.request = b""
+        if c.log is not None:
+            with contextlib.suppress(OSError):
+                os.write(c.log, cri_record(text))
+        try:
+            c.sock.setblocking(True)
+            c.sock.settimeout(1.0)
+            c.sock.sendall(data)
+            c.sock.shutdown(socket.SHUT_WR)
+            c.sock.setblocking(False)
+        except OSError:
+            self._close(c)
+            return
+        if closing:
+            self._close(c)
+        else:
+            c.deadline = time.monotonic() + DRAIN_WINDOW
+
+    def _close(self, c: Conn) -> None:
+        if self.conns.pop(c.sock, None) is not None:
+            self.sel.unregister(c.sock)
+        c.sock.close()
+
+    def expire(self) -> float | None:
+        """Read once more and settle every connection whose deadline passed; returns the
+        seconds until the next deadline (None: no connection)."""
+        now = time.monotonic()
+        for c in [c for c in self.conns.values() if c.deadline <= now]:
+            self.read(c, final=True)
+        if not self.conns:
+            return None
+        return max(0.0, min(c.deadline for c in self.conns.values()) - time.monotonic())
+
+    # ------------------------------------------------------------ control
     def record(self) -> None:
         """Write the pods this process answers for (temp file + rename)."""
         path = host_pods_file(self.state_dir, self.host)
@@ -189,30 +423,44 @@ class HostServer:
             errors.setdefault("", f"recording the pods: {e}")
         return {"errors": errors}
 
+    def control_request(self) -> None:
+        try:
+            data = self.control.recv(MAX_MESSAGE)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            data = b""
+        if not data:  # the supervisor is gone: keep serving
+            self.sel.unregister(self.control)
+            return
+        try:
+            reply = self.handle(json.loads(data))
+        except (ValueError, KeyError, TypeError) as e:
+            reply = {"errors": {"": f"bad request: {e}"}}
+        with contextlib.suppress(OSError):
+            self.control.send(json.dumps(reply).encode())
+
     def run(self) -> None:
         """Answer forever; requests from the supervisor in between. Without a
         supervisor (it died) the sockets are still served."""
+        timeout: float | None = None
         while True:
-            for key, _ in self.sel.select():
-                if key.data is not None:
+            for key, _ in self.sel.select(timeout):
+                data = key.data
+                if isinstance(data, Conn):
+                    if data.sock in self.conns:  # not closed by an earlier event
+                        self.read(data)
+                elif isinstance(data, Listener):
                     assert isinstance(key.fileobj, socket.socket)
-                    answer(key.data, key.fileobj)
-                    continue
-                try:
-                    data = self.control.recv(MAX_MESSAGE)
-                except (BlockingIOError, InterruptedError):
-                    continue
-                except OSError:
-                    data = b""
-                if not data:  # the supervisor is gone: keep serving
-                    self.sel.unregister(self.control)
-                    continue
-                try:
-                    reply = self.handle(json.loads(data))
-                except (ValueError, KeyError, TypeError) as e:
-                    reply = {"errors": {"": f"bad request: {e}"}}
-                with contextlib.suppress(OSError):
-                    self.control.send(json.dumps(reply).encode())
+                    if key.fileobj.fileno() == -1:  # removed by an earlier event
+                        continue
+                    if key.fileobj.type == socket.SOCK_STREAM:
+                        self.accept(key.fileobj, data)
+                    else:
+                        answer_udp(data.pod, key.fileobj)
+                else:
+                    self.control_request()
+            timeout = self.expire()
 
 
 def _close_other_fds(keep: int) -> None:

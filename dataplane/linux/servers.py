@@ -139,6 +139,7 @@ class PodServers:
                 "host_netns": None if s.host is None else self.names.netns(s.host),
                 "tcp": sorted({p for p, proto in s.ports if proto == "tcp"}),
                 "udp": sorted({p for p, proto in s.ports if proto == "udp"}),
+                "log": str(self.state.pod_log(s.pod_key)),
             }
             for s in specs
         ]

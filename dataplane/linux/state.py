@@ -10,6 +10,10 @@ it, like the namespaces themselves)::
         servers/supervisor.sock its control socket
         servers/host-<hash>.pid one per pod-server process (one per node)
         servers/host-<hash>.pods  the pods that process answers for (JSON list)
+        etc/<ns>_<pod>/         the pod's resolv.conf and hosts, as kubelet writes them
+                                (bind-mounted over /etc for an exec: dataplane.linux.sandbox)
+        logs/<ns>_<pod>.log     a pod server's access log, kubelet's CRI format (one
+                                record a line: ``<RFC3339Nano UTC> stdout F <text>``)
     /run/svclab/_owners/<netns>  "<pid> <start time>" of the process that created it
 
 :func:`cleanup` in :mod:`dataplane.linux.realize` walks every directory here.
@@ -54,6 +58,21 @@ class StateDir:
     @property
     def servers_dir(self) -> Path:
         return self.root / "servers"
+
+    @property
+    def logs_dir(self) -> Path:
+        return self.root / "logs"
+
+    def pod_log(self, pod_key: str) -> Path:
+        """The access log of pod ``ns/name``'s server (``<ns>_<name>.log``: namespaces
+        and pod names are DNS names, without ``_``, so the name is unambiguous)."""
+        namespace, _, name = pod_key.partition("/")
+        return self.logs_dir / f"{namespace}_{name}.log"
+
+    def pod_etc(self, pod_key: str) -> Path:
+        """The directory of pod ``ns/name``'s ``resolv.conf`` and ``hosts``."""
+        namespace, _, name = pod_key.partition("/")
+        return self.root / "etc" / f"{namespace}_{name}"
 
     def cni_result(self, pod_key: str) -> Path:
         return self.cni_dir / f"{short_hash(pod_key)}.json"

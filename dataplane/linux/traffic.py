@@ -7,7 +7,10 @@ per connection, so a connection costs what the kernel path costs (~0.2 ms here),
 is what the real-vs-emulated benchmark wants to measure.
 
 Answers come from :mod:`dataplane.linux.podserver`: one line ``<pod> <ip> <port>``
-telling who answered and the source address it saw.
+telling who answered and the source address it saw. A TCP client sends :data:`PROBE`
+as soon as it is connected: a pod server answers a connection that sends nothing only
+after its first-bytes window (``nc HOST PORT`` with no input), and one that sends any
+non-HTTP bytes at once.
 """
 
 from __future__ import annotations
@@ -29,6 +32,9 @@ from netmodel.errors import BackendError
 
 Proto = Literal["tcp", "udp"]
 _SO_RCVBUFFORCE = getattr(socket, "SO_RCVBUFFORCE", 33)
+#: what a TCP client sends once connected (a line that is not an HTTP request: the pod
+#: server answers the bare line at once, and logs ``"-" -``)
+PROBE = b"\n"
 
 
 class ConnectFailed(BackendError):
@@ -122,8 +128,7 @@ def connect(
                 raise PortInUse(sport, f"{what}: source port {sport} is in use") from None
         try:
             s.connect((str(dst_ip), dport))
-            if proto == "udp":
-                s.send(b"?\n")
+            s.send(b"?\n" if proto == "udp" else PROBE)
             local = s.getsockname()
             chunks = []
             while True:
