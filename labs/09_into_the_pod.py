@@ -191,7 +191,7 @@ async def lab(session: Session, rt: PodRuntime, c: Checks, real: bool) -> None:
     )
 
     print(f"3. NodePort web-np (externalTrafficPolicy Cluster) from node-1 to {node2_ip}")
-    set_policy(session, "Cluster", real)
+    await asyncio.to_thread(set_policy, session, "Cluster", real)  # the kernel: off the loop
     answer = await http_get(rt.dial(node2_ip, NODE_PORT))
     rec = last_record(rt)
     status_line = answer.split(b"\r\n", 1)[0].decode()
@@ -205,7 +205,7 @@ async def lab(session: Session, rt: PodRuntime, c: Checks, real: bool) -> None:
     save_trace(session, "09_into_the_pod", "node/node-1", node2_ip, "tcp", NODE_PORT)
 
     print("4. the same with externalTrafficPolicy Local")
-    set_policy(session, "Local", real)
+    await asyncio.to_thread(set_policy, session, "Local", real)
     answer = await http_get(rt.dial(node2_ip, NODE_PORT))
     rec = last_record(rt)
     print(f"   log: {rec}")

@@ -9,6 +9,7 @@ connection from inside the pod: what each sees matches the emulator's answers.""
 from __future__ import annotations
 
 import re
+import socket
 import subprocess
 import sys
 import time
@@ -103,12 +104,18 @@ def test_exec_curl_and_the_servers_log(srv: Served, version: str) -> None:
     assert r.stdout == "one\ntwo\n"
 
 
-def test_port_forward_is_a_connection_from_inside_the_pod(srv: Served) -> None:
+@pytest.mark.parametrize("version", ["1.32", "1.20"])
+def test_port_forward_is_a_connection_from_inside_the_pod(srv: Served, version: str) -> None:
+    binary = "kubectl"
+    if version == "1.20":
+        got, why = kubectl_1_20()
+        assert got, why
+        binary = got
     pod = srv.kubectl(
         "get", "pods", "-l", "app=web", "-o", "jsonpath={.items[0].metadata.name}"
     ).stdout
     proc = subprocess.Popen(
-        ["kubectl", "--kubeconfig", str(srv.kubeconfig), "port-forward", f"pod/{pod}", ":8080"],
+        [binary, "--kubeconfig", str(srv.kubeconfig), "port-forward", f"pod/{pod}", ":8080"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -118,16 +125,30 @@ def test_port_forward_is_a_connection_from_inside_the_pod(srv: Served) -> None:
         line = proc.stdout.readline()
         m = re.search(r"127\.0\.0\.1:(\d+) -> 8080", line)
         assert m, line + (proc.stderr.read() if proc.poll() is not None and proc.stderr else "")
+        local = int(m.group(1))
+        # HTTP: real curl through the forwarded port
         got = subprocess.run(
-            ["curl", "-s", f"http://127.0.0.1:{m.group(1)}/"],
+            ["curl", "-s", f"http://127.0.0.1:{local}/"],
             capture_output=True,
             text=True,
             timeout=30,
         ).stdout
         assert re.fullmatch(rf"default/{pod} 127\.0\.0\.1 \d+\n", got), got
+        # raw: bytes that are not HTTP get the bare line
+        with socket.create_connection(("127.0.0.1", local), timeout=20) as sock:
+            sock.sendall(b"hello\n")
+            raw = b""
+            while not raw.endswith(b"\n"):
+                chunk = sock.recv(4096)
+                if not chunk:
+                    break
+                raw += chunk
+        assert re.fullmatch(rf"default/{pod} 127\.0\.0\.1 \d+\n", raw.decode()), raw
     finally:
         proc.terminate()
         proc.wait(10)
+    assert log_records(srv, pod)[-1].endswith('"-" - ' + str(len(raw)))
+    assert '"GET / HTTP/1.1" 200' in log_records(srv, pod)[-2]
     last = log_records(srv, pod)[-1]
     assert " -> 127.0.0.1:8080 " in last
     # the record is the real pod server's own (its file under the cluster's run state)
