@@ -99,8 +99,29 @@ def query(params: dict[str, list[str]], name: str, default: str = "") -> str:
     return v[0] if v else default
 
 
-def flag(params: dict[str, list[str]], name: str) -> bool:
-    return query(params, name).lower() in ("1", "true")
+def flag(params: dict[str, list[str]], name: str, default: bool = False) -> bool:
+    """A boolean query parameter as Go's ``strconv.ParseBool`` reads it (absent:
+    ``default``); 400 with its message for anything else."""
+    v = params.get(name)
+    if not v:
+        return default
+    text = v[0].lower()
+    if text in ("1", "t", "true"):
+        return True
+    if text in ("0", "f", "false", ""):
+        return False
+    raise APIError(400, "BadRequest", f'strconv.ParseBool: parsing "{v[0]}": invalid syntax', {})
+
+
+def stream_flags(params: dict[str, list[str]]) -> tuple[bool, bool, bool, bool]:
+    """``(stdin, stdout, stderr, tty)`` of an exec or attach, with kube-apiserver's
+    defaults for PodExecOptions and PodAttachOptions (stdout and stderr on)."""
+    return (
+        flag(params, "stdin"),
+        flag(params, "stdout", True),
+        flag(params, "stderr", True),
+        flag(params, "tty"),
+    )
 
 
 def command(params: dict[str, list[str]]) -> tuple[str, ...]:

@@ -227,8 +227,7 @@ async def _exec_or_attach(
         api, info.namespace, info.name, connect.query(params, "container")
     )
     command: tuple[str, ...] = () if attach else connect.command(params)
-    stdin, stdout = connect.flag(params, "stdin"), connect.flag(params, "stdout")
-    stderr, tty = connect.flag(params, "stderr"), connect.flag(params, "tty")
+    stdin, stdout, stderr, tty = connect.stream_flags(params)
     try:
         if not (stdin or stdout or stderr):
             raise _Refused(_text(400, "you must specify at least 1 of stdin, stdout, stderr"))

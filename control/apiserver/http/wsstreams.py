@@ -221,18 +221,6 @@ def _runtime(api: API, sub: str) -> PodRuntime:
     return api.runtime
 
 
-def _flag(params: dict[str, list[str]], name: str, default: bool) -> bool:
-    v = params.get(name)
-    if not v:
-        return default
-    text = v[0].lower()
-    if text in ("1", "t", "true"):
-        return True
-    if text in ("0", "f", "false", ""):
-        return False
-    raise APIError(400, "BadRequest", f'strconv.ParseBool: parsing "{v[0]}": invalid syntax', {})
-
-
 class Stream:
     """A stream the handshake checks found fit: its protocol and what runs on it."""
 
@@ -249,10 +237,7 @@ def _prepare(
         return _prepare_portforward(api, ns, name, params, offers)
     pod, container = connect.pod_container(api, ns, name, connect.query(params, "container"))
     command = connect.command(params) if sub == "exec" else ()
-    stdin = _flag(params, "stdin", False)
-    stdout = _flag(params, "stdout", True)
-    stderr = _flag(params, "stderr", True)
-    tty = _flag(params, "tty", False)
+    stdin, stdout, stderr, tty = connect.stream_flags(params)
     if not (stdin or stdout or stderr):
         raise APIError(
             400, "BadRequest", "you must specify at least 1 of stdin, stdout, stderr", {}
