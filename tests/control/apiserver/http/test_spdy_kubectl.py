@@ -274,8 +274,14 @@ def test_refusals_before_the_upgrade(srv: Served) -> None:
     assert (code, json.loads(body)["message"]) == (400, "Upgrade request required")
     code, _h, body = _request(srv, "POST", f"{base}/exec?stdout=true", UPGRADE)
     assert (code, json.loads(body)["message"]) == (400, "you must specify at least 1 command")
-    code, _h, body = _request(srv, "POST", f"{base}/exec?command=hostname", UPGRADE)
+    # stdout and stderr are on unless turned off (kube-apiserver's PodExecOptions defaults)
+    none = f"{base}/exec?command=hostname&stdout=false&stderr=0"
+    code, _h, body = _request(srv, "POST", none, UPGRADE)
     assert (code, body) == (400, b"you must specify at least 1 of stdin, stdout, stderr\n")
+    code, _h, body = _request(srv, "POST", f"{base}/exec?command=hostname&tty=maybe", UPGRADE)
+    assert code == 400
+    assert json.loads(body)["message"] == 'strconv.ParseBool: parsing "maybe": invalid syntax'
+
     code, _h, body = _request(srv, "POST", exec_q, UPGRADE)
     assert (code, body) == (400, b"unable to upgrade: X-Stream-Protocol-Version is required\n")
     versions = [
