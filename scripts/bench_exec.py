@@ -65,12 +65,14 @@ def _free_port() -> int:
 
 
 class Server:
-    def __init__(self, state: Path) -> None:
+    """``svclab serve`` on STATE (``extra``: more of its options, e.g. ``--real``)."""
+
+    def __init__(self, state: Path, *extra: str) -> None:
         self.state = state
         self.port = _free_port()
         self.log = (state.parent / "serve.log").open("wb")
         self.proc = subprocess.Popen(
-            [SVCLAB, "--state", str(state), "serve", "--listen", f"127.0.0.1:{self.port}"],
+            [SVCLAB, "--state", str(state), "serve", "--listen", f"127.0.0.1:{self.port}", *extra],
             stdout=self.log,
             stderr=subprocess.STDOUT,
             cwd=ROOT,

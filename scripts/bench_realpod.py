@@ -25,6 +25,19 @@ brought up with ``svclab up --real``; then, in this process:
   the pod server's behaviour is the pod server model's (a one-line answer), and a mode
   nothing but this bench would use has no place in that specification.
 
+Then the same through the path a user takes: ``svclab serve --real`` on that state
+directory and the real kubectl on PATH:
+
+* ``kubectl_exec_curl_warm_server_p50_ms`` — ``kubectl exec client -- curl -s
+  http://web/`` (a v5.channel.k8s.io WebSocket), the server's own time for it: the growth
+  of ``apiserver_request_duration_seconds_sum{verb="CONNECT",subresource="exec"}`` across
+  each exec (the first one is ``..._cold_server_ms``);
+* ``kubectl_port_forward_upload_warm_megabytes_per_s`` / ``..._download_...`` —
+  ``kubectl port-forward pod/WEB :PORT`` (SPDY/3.1 streams; kubectl's WebSocket tunnel is
+  refused), ``--megabytes`` MiB sent into the local port and counted by the sink in the
+  pod (upload: until the sink has read them all after the local side's end of file), or
+  read from the source in the pod until its end (download); best of ``--rounds``.
+
 Usage: ``python3 scripts/bench_realpod.py [--runs N] [--megabytes M] [--rounds R]``.
 """
 
@@ -32,6 +45,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import re
+import socket
 import statistics
 import subprocess
 import sys
@@ -42,6 +57,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from bench_exec import KUBECTL, Server
 from benchjson import emit, target
 
 MANIFEST = """\
@@ -164,6 +180,7 @@ def main() -> int:
         try:
             svclab(state, "up", "--real")
             result = measure(state, args)
+            result.update(through_serve(state, args, result))
         finally:
             real.down(state)
     emit(result)
@@ -215,6 +232,8 @@ def measure(state: Path, args: argparse.Namespace) -> dict[str, object]:
     finally:
         session.close()
     return {
+        "web_pod": web.name,
+        "web_netns": netns,
         "exec_curl_cold_ms": round(cold * 1e3, 2),
         "exec_curl_warm_p50_ms": target(round(statistics.median(warm) * 1e3, 2), at_most=50),
         "exec_curl_warm_p90_ms": round(warm[int(0.9 * (len(warm) - 1))] * 1e3, 2),
@@ -225,6 +244,91 @@ def measure(state: Path, args: argparse.Namespace) -> dict[str, object]:
         ),
         "runs": args.runs,
         "megabytes": args.megabytes,
+    }
+
+
+def kubectl_forward_round(srv: Server, netns: str, pod: str, mode: str, size: int) -> float:
+    """Seconds to move ``size`` bytes through ``kubectl port-forward`` into (``sink``) or
+    out of (``source``) a peer in the pod's namespace."""
+    argv = ["ip", "netns", "exec", netns, sys.executable, "-c", PEER, mode, str(PORT), str(size)]
+    peer = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
+    kubeconfig = str(srv.state / "kubeconfig")
+    fwd = subprocess.Popen(
+        [KUBECTL, "--kubeconfig", kubeconfig, "port-forward", f"pod/{pod}", f":{PORT}"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert peer.stdout is not None and peer.stdout.readline().strip() == "ready"
+        assert fwd.stdout is not None
+        line = fwd.stdout.readline()
+        m = re.search(r"127\.0\.0\.1:(\d+) -> ", line)
+        if m is None:
+            raise SystemExit(f"kubectl port-forward: {line!r}")
+        with socket.create_connection(("127.0.0.1", int(m.group(1)))) as sock:
+            start = time.perf_counter()
+            if mode == "sink":
+                chunk = b"x" * (1 << 20)
+                moved = 0
+                while moved < size:
+                    sock.sendall(chunk)
+                    moved += len(chunk)
+                sock.shutdown(socket.SHUT_WR)
+                got = int(peer.stdout.readline())
+            else:
+                got = 0
+                buf = bytearray(1 << 20)
+                while got < size and (k := sock.recv_into(buf)):
+                    got += k
+            seconds = time.perf_counter() - start
+        if got != size:
+            raise SystemExit(f"port-forward {mode}: {got} of {size} bytes")
+        return seconds
+    finally:
+        for p in (fwd, peer):
+            p.kill()
+            p.wait()
+
+
+def through_serve(
+    state: Path, args: argparse.Namespace, figures: dict[str, object]
+) -> dict[str, object]:
+    """The user's path: ``svclab serve --real`` and the real kubectl (module docstring)."""
+    srv = Server(state, "--real")
+    try:
+        srv.ready()
+        before = srv.exec_seconds()
+        out = srv.kubectl("exec", "client", "--", "curl", "-s", "http://web/").stdout
+        if not out.startswith("default/web-"):
+            raise SystemExit(f"kubectl exec curl: {out!r}")
+        cold = srv.exec_seconds() - before
+        warm = []
+        for _ in range(args.runs):
+            before = srv.exec_seconds()
+            srv.kubectl("exec", "client", "--", "curl", "-s", "http://web/")
+            warm.append(srv.exec_seconds() - before)
+        pod, netns = str(figures["web_pod"]), str(figures["web_netns"])
+        size = args.megabytes << 20
+        rates = {}
+        for mode in ("sink", "source"):
+            best = min(
+                kubectl_forward_round(srv, netns, pod, mode, size) for _ in range(args.rounds)
+            )
+            rates[mode] = size / best / 1e6
+    finally:
+        srv.stop()
+    return {
+        "kubectl_exec_curl_cold_server_ms": round(cold * 1e3, 2),
+        "kubectl_exec_curl_warm_server_p50_ms": target(
+            round(statistics.median(warm) * 1e3, 2), at_most=50
+        ),
+        "kubectl_port_forward_upload_warm_megabytes_per_s": target(
+            round(rates["sink"], 1), at_least=100
+        ),
+        "kubectl_port_forward_download_warm_megabytes_per_s": target(
+            round(rates["source"], 1), at_least=100
+        ),
     }
 
 

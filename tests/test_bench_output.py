@@ -128,6 +128,16 @@ TINY: dict[str, tuple[list[str], bool, list[str]]] = {
         ["converge_cold_seconds", "scheduler_cold_pods_per_second"],
     ),
     "bench_daemonset.py": (["--nodes", "20"], False, ["daemonset_converge_cold_seconds"]),
+    "bench_exec.py": (
+        ["--samples", "2"],
+        False,
+        ["exec_curl_cold_server_ms", "exec_curl_warm_server_p50_ms"],
+    ),
+    "bench_logs.py": (
+        ["--samples", "3"],
+        False,
+        ["follow_first_line_cold_ms", "request_to_follow_line_warm_p95_ms"],
+    ),
     "bench_dns.py": (
         ["--seconds", "0.05", "--rounds", "1"],
         True,
@@ -166,7 +176,13 @@ TINY: dict[str, tuple[list[str], bool, list[str]]] = {
     "bench_realpod.py": (
         ["--runs", "2", "--megabytes", "4", "--rounds", "1"],
         True,
-        ["exec_curl_cold_ms", "exec_curl_warm_p50_ms", "port_forward_download_warm_megabytes_per_s"],
+        [
+            "exec_curl_cold_ms",
+            "exec_curl_warm_p50_ms",
+            "port_forward_download_warm_megabytes_per_s",
+            "kubectl_exec_curl_warm_server_p50_ms",
+            "kubectl_port_forward_upload_warm_megabytes_per_s",
+        ],
     ),
     "bench_realize.py": (
         ["--nodes", "2", "--pods-per-node", "2", "--connections", "4"],
