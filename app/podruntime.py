@@ -51,8 +51,9 @@ from netmodel.resolvconf import pod_resolv_conf
 
 __all__ = ["FIRST_BYTES_WINDOW", "EmulatedRuntime", "cri_record", "runtime_for"]
 
-#: seconds a connection may stay silent before the pod server answers its line
-FIRST_BYTES_WINDOW = 0.1
+#: seconds a connection may stay silent before the pod server answers its line (the real
+#: pod server's window, dataplane/linux/podserver.py)
+FIRST_BYTES_WINDOW = 0.2
 #: Linux's default ephemeral port range (``net.ipv4.ip_local_port_range``)
 EPHEMERAL = (32768, 60999)
 

@@ -189,3 +189,66 @@ def test_python_client_exec_and_port_forward(srv: Served) -> None:
     sock.close()
     assert data.startswith(b"HTTP/1.1 200 OK"), data
     assert data.split(b"\r\n\r\n", 1)[1].startswith(f"default/{pod} 127.0.0.1 ".encode())
+
+
+PDB = """\
+apiVersion: policy/v1
+kind: PodDisruptionBudget
+metadata: {name: web-pdb}
+spec:
+  minAvailable: %d
+  selector: {matchLabels: {app: web}}
+"""
+VIOLATION = "Cannot evict pod as it would violate the pod's disruption budget."
+
+
+def _web_on(srv: Served, node: str) -> list[str]:
+    out = srv.kubectl(
+        "get", "pods", "-l", "app=web", "--field-selector", f"spec.nodeName={node}", "-o", "name"
+    ).stdout
+    return [line.removeprefix("pod/") for line in out.split()]
+
+
+def _allowed(srv: Served, want: int) -> None:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        out = srv.kubectl(
+            "get", "pdb", "web-pdb", "-o", "jsonpath={.status.disruptionsAllowed}", check=False
+        ).stdout
+        if out == str(want):
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"the budget never allowed {want} disruptions")
+
+
+def test_drain_with_a_budget_on_the_real_cluster(srv: Served) -> None:
+    """Last in this module: it evicts node-2's web pod (the kernel keeps its namespace
+    until the real nodes follow the store: svclab up --real)."""
+    (victim,) = _web_on(srv, "node-2")
+    srv.kubectl("apply", "-f", "-", input=PDB % 3)
+    _allowed(srv, 0)
+    out = srv.kubectl(
+        "drain",
+        "node-2",
+        "--pod-selector=app=web",
+        "--ignore-daemonsets",
+        "--delete-emptydir-data",
+        "--timeout=8s",
+        check=False,
+    )
+    assert out.returncode != 0
+    assert f'error when evicting pods/"{victim}" -n "default"' in out.stderr
+    assert VIOLATION in out.stderr
+    srv.kubectl("apply", "-f", "-", input=PDB % 2)
+    _allowed(srv, 1)
+    out = srv.kubectl(
+        "drain",
+        "node-2",
+        "--pod-selector=app=web",
+        "--ignore-daemonsets",
+        "--delete-emptydir-data",
+        "--timeout=60s",
+    )
+    assert f"pod/{victim} evicted" in out.stdout and "node/node-2 drained" in out.stdout
+    assert _web_on(srv, "node-2") == []
+    srv.kubectl("uncordon", "node-2")
