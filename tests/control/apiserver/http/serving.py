@@ -153,6 +153,18 @@ class Served:
         cmd = [SVCLAB, "--state", str(self.state), *args]
         return subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=60)
 
+    def apply_web(self, *, all_pods: bool = False) -> Served:
+        """Apply examples/web.yaml and wait for its three web pods to be Ready
+        (``all_pods``: every pod of every namespace, CoreDNS's too)."""
+        self.kubectl("apply", "-f", str(WEB))
+        deadline = time.monotonic() + 60
+        while len(self.kubectl("get", "pods", "-l", "app=web", "-o", "name").stdout.split()) < 3:
+            assert time.monotonic() < deadline, "the web pods never came"
+            time.sleep(0.2)
+        which = ["--all", "-A"] if all_pods else ["-l", "app=web"]
+        self.kubectl("wait", "--for=condition=Ready", "pod", *which, "--timeout=60s")
+        return self
+
     def wait_for(self, args: Sequence[str], want: str, timeout: float = 30) -> str:
         deadline = time.monotonic() + timeout
         out = ""

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from serving import WEB, Served, kubectl_1_20
+from serving import Served, kubectl_1_20
 
 pytestmark = pytest.mark.slow
 
@@ -29,12 +29,7 @@ def srv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     s = Served(tmp_path_factory.mktemp("debug") / "state")
     try:
         s.start()
-        s.kubectl("apply", "-f", str(WEB))
-        deadline = time.monotonic() + 60
-        while len(s.kubectl("get", "pods", "-l", "app=web", "-o", "name").stdout.split()) < 3:
-            assert time.monotonic() < deadline, "the web pods never came"
-            time.sleep(0.2)
-        s.kubectl("wait", "--for=condition=Ready", "pod", "-l", "app=web", "--timeout=60s")
+        s.apply_web()
         yield s
     finally:
         s.stop()

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
-from serving import KUBECTL, WEB, Served
+from serving import KUBECTL, Served
 
 pytestmark = pytest.mark.slow
 
@@ -22,12 +22,7 @@ def srv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     s = Served(tmp_path_factory.mktemp("metrics") / "state")
     try:
         s.start()
-        s.kubectl("apply", "-f", str(WEB))
-        deadline = time.monotonic() + 60
-        while len(s.kubectl("get", "pods", "-l", "app=web", "-o", "name").stdout.split()) < 3:
-            assert time.monotonic() < deadline, "the web pods never came"
-            time.sleep(0.2)
-        s.kubectl("wait", "--for=condition=Ready", "pod", "--all", "-A", "--timeout=60s")
+        s.apply_web(all_pods=True)
         yield s
     finally:
         s.stop()

@@ -67,7 +67,10 @@ def test_render_joins_partials_stamps_each_line_once_and_cuts() -> None:
         b"2026-11-29T12:00:03.25Z last\n"
     )
     # since: a record older than it is skipped (per record, as kubelet does)
-    assert crilog.render(recs, since_ns=crilog.parse_rfc3339("2026-11-29T12:00:02Z")) == b"other half\nlast\n"
+    assert (
+        crilog.render(recs, since_ns=crilog.parse_rfc3339("2026-11-29T12:00:02Z"))
+        == b"other half\nlast\n"
+    )
     assert crilog.render(recs, limit=9) == b"first\none"
     # tailLines counts the file's lines, not the joined ones
     assert crilog.render(crilog.tail(recs, 2)) == b"other half\nlast\n"

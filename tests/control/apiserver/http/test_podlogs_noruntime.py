@@ -13,7 +13,7 @@ import urllib.error
 from collections.abc import Iterator
 
 import pytest
-from serving import ROOT, WEB, Served
+from serving import ROOT, Served
 
 pytestmark = pytest.mark.slow
 
@@ -53,12 +53,7 @@ def srv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     s = Bare(tmp_path_factory.mktemp("noruntime") / "state")
     try:
         s.start()
-        s.kubectl("apply", "-f", str(WEB))
-        deadline = time.monotonic() + 60
-        while len(s.kubectl("get", "pods", "-l", "app=web", "-o", "name").stdout.split()) < 3:
-            assert time.monotonic() < deadline, "the web pods never came"
-            time.sleep(0.2)
-        s.kubectl("wait", "--for=condition=Ready", "pod", "-l", "app=web", "--timeout=60s")
+        s.apply_web()
         yield s
     finally:
         s.stop()

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from serving import KUBECTL, WEB, Served, free_port, kubectl_1_20
+from serving import KUBECTL, Served, free_port, kubectl_1_20
 
 pytestmark = pytest.mark.slow
 
@@ -32,12 +32,7 @@ def srv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     s = Served(tmp_path_factory.mktemp("spdy") / "state")
     try:
         s.start()
-        s.kubectl("apply", "-f", str(WEB))
-        deadline = time.monotonic() + 60
-        while len(s.kubectl("get", "pods", "-l", "app=web", "-o", "name").stdout.split()) < 3:
-            assert time.monotonic() < deadline, "the web pods never came"
-            time.sleep(0.2)
-        s.kubectl("wait", "--for=condition=Ready", "pod", "-l", "app=web", "--timeout=60s")
+        s.apply_web()
         yield s
     finally:
         s.stop()
