@@ -100,17 +100,13 @@ def query(params: dict[str, list[str]], name: str, default: str = "") -> str:
 
 
 def flag(params: dict[str, list[str]], name: str, default: bool = False) -> bool:
-    """A boolean query parameter as Go's ``strconv.ParseBool`` reads it (absent:
-    ``default``); 400 with its message for anything else."""
+    """A boolean query parameter as kube-apiserver converts one into its options
+    (apimachinery's ``Convert_Slice_string_To_bool``): absent, ``default``; ``0`` or
+    ``false`` (any case), false; anything else, the empty string included, true."""
     v = params.get(name)
     if not v:
         return default
-    text = v[0].lower()
-    if text in ("1", "t", "true"):
-        return True
-    if text in ("0", "f", "false", ""):
-        return False
-    raise APIError(400, "BadRequest", f'strconv.ParseBool: parsing "{v[0]}": invalid syntax', {})
+    return not (v[0] == "0" or v[0].lower() == "false")
 
 
 def stream_flags(params: dict[str, list[str]]) -> tuple[bool, bool, bool, bool]:

@@ -100,13 +100,6 @@ class LogOptions:
         return self.since_time_ns
 
 
-def _bool(params: dict[str, list[str]], name: str) -> bool:
-    v = params.get(name)
-    if not v:
-        return False
-    return not (v[0] == "0" or v[0].lower() == "false")
-
-
 def _int(params: dict[str, list[str]], name: str) -> int | None:
     v = params.get(name)
     if not v:
@@ -143,15 +136,15 @@ def log_options(params: dict[str, list[str]], name: str) -> LogOptions:
     since_time, since_time_ns = _time(params, "sinceTime")
     opts = LogOptions(
         container=connect.query(params, "container"),
-        follow=_bool(params, "follow"),
-        previous=_bool(params, "previous"),
-        timestamps=_bool(params, "timestamps"),
+        follow=connect.flag(params, "follow"),
+        previous=connect.flag(params, "previous"),
+        timestamps=connect.flag(params, "timestamps"),
         tail_lines=_int(params, "tailLines"),
         since_seconds=_int(params, "sinceSeconds"),
         since_time=since_time,
         since_time_ns=since_time_ns,
         limit_bytes=_int(params, "limitBytes"),
-        insecure_skip_tls_verify_backend=_bool(params, "insecureSkipTLSVerifyBackend"),
+        insecure_skip_tls_verify_backend=connect.flag(params, "insecureSkipTLSVerifyBackend"),
     )
     _validate(opts, name)
     return opts
