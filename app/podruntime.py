@@ -49,7 +49,7 @@ from netmodel.errors import InputError, NotFoundError
 from netmodel.objects import Node, Pod
 from netmodel.resolvconf import pod_resolv_conf
 
-__all__ = ["FIRST_BYTES_WINDOW", "EmulatedRuntime", "cri_record", "runtime_for"]
+__all__ = ["FIRST_BYTES_WINDOW", "EmulatedRuntime", "cri_record", "runtime_for", "stored_pod"]
 
 #: seconds a connection may stay silent before the pod server answers its line (the real
 #: pod server's window, dataplane/linux/podserver.py)
@@ -64,6 +64,17 @@ def cri_record(text: str, when_ns: int | None = None, stream: str = "stdout") ->
     secs, frac = divmod(ns, 1_000_000_000)
     stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(secs))
     return f"{stamp}.{frac:09d}Z {stream} F {text}\n"
+
+
+def stored_pod(session: Session, namespace: str, name: str) -> Pod:
+    """Pod ``namespace/name`` of ``session``'s store; kubelet's ``pod does not exist``
+    (:class:`PodRuntimeError`) when it is gone."""
+    try:
+        pod = session.store.get("Pod", f"{namespace}/{name}")
+    except NotFoundError:
+        raise PodRuntimeError("pod does not exist") from None
+    assert isinstance(pod, Pod)
+    return pod
 
 
 def runtime_for(session: Session, *, real: bool) -> PodRuntime:
@@ -181,12 +192,7 @@ class EmulatedRuntime:
         return self._world
 
     def _pod(self, namespace: str, name: str) -> Pod:
-        try:
-            pod = self.session.store.get("Pod", f"{namespace}/{name}")
-        except NotFoundError:
-            raise PodRuntimeError("pod does not exist") from None
-        assert isinstance(pod, Pod)
-        return pod
+        return stored_pod(self.session, namespace, name)
 
     def _target(self, world: Emulated, namespace: str, name: str, container: str) -> PodTarget:
         try:

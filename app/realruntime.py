@@ -38,6 +38,7 @@ import signal
 import socket
 from pathlib import Path
 
+from app.podruntime import stored_pod
 from app.real import NoRealCluster, RealRecord
 from control.apiserver.podruntime import Conn, ExecIO, ExecSpec, PodRuntimeError
 from control.session import Session
@@ -136,12 +137,7 @@ class RealRuntime:
         return self._cluster[1]
 
     def _pod(self, namespace: str, name: str) -> Pod:
-        try:
-            pod = self.session.store.get("Pod", f"{namespace}/{name}")
-        except NotFoundError:
-            raise PodRuntimeError("pod does not exist") from None
-        assert isinstance(pod, Pod)
-        return pod
+        return stored_pod(self.session, namespace, name)
 
     def _netns(self, pod: Pod) -> str:
         """The kernel namespace the pod's processes and sockets live in."""
@@ -258,9 +254,7 @@ class RealRuntime:
         except (OSError, TimeoutError) as e:
             err4 = _dial_error("tcp4", f"127.0.0.1:{port}", e)
         try:
-            return await _connect(
-                _socket_in(netns, socket.AF_INET6), "::1", port, DIAL_TIMEOUT
-            )
+            return await _connect(_socket_in(netns, socket.AF_INET6), "::1", port, DIAL_TIMEOUT)
         except (OSError, TimeoutError) as e:
             err6 = _dial_error("tcp6", f"[::1]:{port}", e)
         raise PodRuntimeError(
