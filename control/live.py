@@ -51,8 +51,7 @@ from typing import Any
 
 from control.agents import Agent
 from control.agents.kubelet import Kubelet
-from control.agents.kubeproxy import EmulatedRules, KubeProxy
-from control.agents.network import EmulatedCNI
+from control.agents.kubeproxy import KubeProxy
 from control.clock import Clock, WallClock
 from control.controllers.base import GarbageCollector
 from control.controllers.cronjob import CronJobController
@@ -73,6 +72,7 @@ from control.informers.informer import Reflector, SharedInformer
 from control.informers.listwatch import ListerWatcher
 from control.informers.remote import RemoteAPI
 from control.informers.workqueue import ExponentialBackoff, WorkQueue
+from control.nodehost import EmulatedNodeHost, NodeHost
 from control.runner import NodeIPAMAgent
 from control.scheduler import Scheduler
 from control.store.base import WatchEvent
@@ -348,6 +348,7 @@ class LiveControlPlane:
         clock: Clock | None = None,
         watch_timeout: float = 30.0,
         kube_proxies: bool = True,
+        host: NodeHost | None = None,
     ) -> None:
         self.connect = connect
         self.kube_proxies = kube_proxies
@@ -356,11 +357,12 @@ class LiveControlPlane:
         self.seed = seed
         self.clock: Clock = clock or WallClock()
         self.watch_timeout = watch_timeout
-        self.rules = EmulatedRules()
+        #: what each node's kubelet and kube-proxy act on (default: emulated nodes)
+        self.host: NodeHost = host or EmulatedNodeHost(cluster)
         #: Calico's attachment keeps one table of the addresses every pod of the
-        #: cluster holds (a block address may lie in another node's podCIDR), so the
-        #: kubelets share it; flannel's host-local state is per node
-        self._calico_cni = EmulatedCNI(calico=True) if cluster.cni == "calico" else None
+        #: cluster holds (a block address may lie in another node's podCIDR), fed here
+        #: from the controller-manager's Pod informer; flannel's state is per node
+        self._calico_cni = getattr(self.host, "calico", None)
         self._ipam_pods: SharedInformer | None = None
         self.components: dict[str, LiveComponent] = {}
         self._groups: list[_Informers] = []
@@ -543,9 +545,7 @@ class LiveControlPlane:
             kg = self._identity(node_identity(node), f"kubelet/{node}")
             agents.connection = kg.conn
             kapi = kg.conn.api
-            kubelet = Kubelet(
-                node, kapi, kapi.recorder, self.clock, self._calico_cni or EmulatedCNI()
-            )
+            kubelet = Kubelet(node, kapi, kapi.recorder, self.clock, self.host.network_plugin(node))
             kagent = _KubeletAgent(kubelet)
             agents.components.append(
                 LiveComponent(
@@ -567,7 +567,12 @@ class LiveControlPlane:
             pg = self.proxy_group
             papi = pg.conn.api
             proxy = KubeProxy(
-                node, self.cluster, self.proxy_config, self.rules, papi.recorder, clock=self.clock
+                node,
+                self.cluster,
+                self.proxy_config,
+                self.host.rule_sink(node),
+                papi.recorder,
+                clock=self.clock,
             )
             agents.node_informer = ("Node", f"metadata.name={node}")
             agents.components.append(
@@ -605,6 +610,7 @@ class LiveControlPlane:
                 pg = self.proxy_group
                 inf = pg.informers.pop(agents.node_informer, None)
                 pg.reflectors = [r for r in pg.reflectors if r.informer is not inf]
+        self.host.release(node)
         log.info("node=%s deleted: its kubelet and kube-proxy stop", node)
 
     # ---- lifecycle
