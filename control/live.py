@@ -761,13 +761,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request: too much
     cfile = args.state_dir / "cluster.yaml"
-    spec = cluster_from_dict(yaml.safe_load(cfile.read_text()), file=str(cfile)).spec
-    pfile = args.state_dir / "kube-proxy.yaml"
-    proxy_config = (
-        proxy_config_from_dict(yaml.safe_load(pfile.read_text()), file=str(pfile))
-        if pfile.exists()
-        else None
-    )
+    if cfile.exists():
+        spec = cluster_from_dict(yaml.safe_load(cfile.read_text()), file=str(cfile)).spec
+        pfile = args.state_dir / "kube-proxy.yaml"
+        proxy_config = (
+            proxy_config_from_dict(yaml.safe_load(pfile.read_text()), file=str(pfile))
+            if pfile.exists()
+            else None
+        )
+    else:  # a store that keeps the documents itself (etcd): read them, nothing else
+        from control.session import Session
+
+        session = Session.open(args.state_dir, read_only=True)
+        spec, proxy_config = session.cluster.spec, session.proxy_config
+        session.close()
     done = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: done.set())

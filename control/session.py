@@ -209,6 +209,34 @@ class Session:
             store_url=url,
         )
 
+    def reload_cluster(self) -> bool:
+        """For a store that keeps its own records (etcd): read the Cluster and
+        KubeProxyConfiguration documents again (another process, e.g. another API server
+        replica, may have created them since this session was opened). Returns whether
+        the store holds a cluster. Without records: whether DIR/cluster.yaml exists."""
+        if self.store_url is None:
+            return self.state_dir is not None and (self.state_dir / "cluster.yaml").exists()
+        records = _records(self.store, self.store_url)
+        doc = records.get_record(CLUSTER_RECORD)
+        if doc is None:
+            return False
+        self.cluster = cluster_from_dict(doc, file=f"{self.store_url} (record {CLUSTER_RECORD})")
+        pdoc = records.get_record(PROXY_RECORD)
+        if pdoc is not None:
+            where = f"{self.store_url} (record {PROXY_RECORD})"
+            self.proxy_config = proxy_config_from_dict(pdoc, file=where)
+        return True
+
+    def put_cluster(self, cluster: Cluster) -> None:
+        """Keep a changed Cluster document (not its address plan, which never changes):
+        DIR/cluster.yaml, or the store's record (etcd)."""
+        if self.store_url is not None:
+            _records(self.store, self.store_url).put_record(CLUSTER_RECORD, cluster.to_dict())
+        else:
+            assert self.state_dir is not None
+            _write_yaml(self.state_dir / "cluster.yaml", cluster.to_dict())
+        self.cluster = cluster
+
     @property
     def holds_no_cluster(self) -> bool:
         """No apply has created a cluster here yet (the next one fixes the Cluster)."""

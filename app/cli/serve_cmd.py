@@ -49,11 +49,22 @@ def parse_listen(text: str) -> tuple[str, int]:
 )
 @click.option(
     "--control-plane",
-    type=click.Choice(["live", "runner"]),
+    type=click.Choice(["live", "runner", "none"]),
     default="live",
     show_default=True,
     help="live: controllers, scheduler, kubelets and kube-proxies are API clients with "
-    "their own identities; runner: the deterministic runner inside the server.",
+    "their own identities; runner: the deterministic runner inside the server; none: "
+    "the API only (a stateless replica over an etcd another server's control plane "
+    "works on).",
+)
+@click.option(
+    "--ca",
+    "ca_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Directory holding the cluster CA (ca.crt, ca.key) to adopt, e.g. the first "
+    "replica's DIR/pki: replicas over one etcd share one CA, so one kubeconfig works "
+    "on every replica.",
 )
 @click.option(
     "--real",
@@ -71,6 +82,7 @@ def serve(
     compact_every: float,
     kube_proxies: bool,
     control_plane: str,
+    ca_dir: Path | None,
     real: bool,
 ) -> None:
     """Serve the state directory's cluster as a Kubernetes API (HTTPS) for kubectl and
@@ -97,6 +109,7 @@ def serve(
             compact_every=compact_every,
             kube_proxies=kube_proxies,
             control_plane=control_plane,
+            ca_dir=ca_dir,
             runtime_factory=lambda api: runtime_for(api.session, real=real),
         )
     except OSError as e:

@@ -31,6 +31,16 @@ Contract:
   store (revision included) and the allocators as they were.
 * Allocator state is rebuilt from the stored Services when the APIServer is constructed,
   so it survives restarts of a persistent store.
+* Several API servers over one store (replicas over one etcd; a store with
+  ``read_guard``/``guard``, :meth:`control.store.etcd.EtcdStore.guard`): each Service
+  create or update reads the allocation guard, rebuilds the allocators from the stored
+  Services when another replica moved it since this one last did, admits, and writes
+  the Service in one transaction that moves the guard only if nobody else did
+  meanwhile; otherwise everything it took is given back and the write is admitted
+  again (:attr:`APIServer.GUARD_RETRIES` times). So two replicas never hand out one
+  ClusterIP, NodePort or LoadBalancer IP. (A Service deleted through another replica
+  frees its addresses here at the next rebuild: until then they stay taken, never
+  given twice.)
 * :meth:`APIServer.bootstrap` (run each time a control plane starts) creates the system
   Namespaces and, unless the Cluster says ``kubernetesService: false``, the
   ``default/kubernetes`` Service and its EndpointSlice (:mod:`.endpoints`), repairing
@@ -64,7 +74,7 @@ from control.apiserver.strategy import (
 from control.apiserver.validation import validate_binding
 from control.clock import Clock, rfc3339
 from control.events import Recorder
-from control.store.base import Store, bulk
+from control.store.base import GuardMovedError, Store, bulk
 from netmodel.cluster import ClusterSpec
 from netmodel.customresources import CRD_KIND
 from netmodel.errors import (
@@ -192,6 +202,7 @@ class APIServer:
         self._now_cache: tuple[int, str] = (-1, "")
         self.alloc = Allocations.rebuilt(cluster, store, now=self._now)
         self.services = self.alloc.services
+        self._guard_seen = 0  # the allocation guard's revision the allocators reflect
         crds.sync(store)  # a persistent store's CRDs: their kinds before any of their objects
 
     # ------------------------------------------------------------------ bootstrap
@@ -288,12 +299,59 @@ class APIServer:
 
     # ------------------------------------------------------------------ verbs
 
+    #: admissions of one Service write raced by other replicas before giving up
+    GUARD_RETRIES = 20
+    #: the guard every replica's allocating writes move (see the module docstring)
+    ALLOC_GUARD = "service-allocations"
+
+    def _guarded(self, obj: KubeObject) -> bool:
+        return obj.store_kind == Service.KIND and hasattr(self.store, "read_guard")
+
+    def _sync_allocations(self) -> int:
+        """Read the allocation guard; when another writer moved it since this server
+        last saw it, rebuild the allocators from the stored Services. Returns the
+        guard's revision, to write under."""
+        seen = self.store.read_guard(self.ALLOC_GUARD)  # type: ignore[attr-defined]
+        if seen != self._guard_seen:
+            self.alloc = Allocations.rebuilt(self.cluster, self.store, now=self._now)
+            self.services = self.alloc.services
+            self._guard_seen = seen
+        return seen
+
+    def _write_guarded(self, adm: _Admitted, guard: int) -> KubeObject:
+        """:meth:`_write` in a transaction with the allocation guard (module docstring);
+        returns the object as stored (its resourceVersion the commit's)."""
+        with self.store.transaction():
+            self.store.guard(self.ALLOC_GUARD, guard)  # type: ignore[attr-defined]
+            self._write(adm)
+        stored = self.store.get(adm.obj.store_kind, adm.obj.key)
+        self._guard_seen = stored.resource_version
+        return stored
+
+    def _racing(self, attempt: int) -> bool:
+        """Whether a write whose guard moved may be admitted again."""
+        return attempt + 1 < self.GUARD_RETRIES
+
     def create(
         self, obj: KubeObject, *, component: str = "apiserver", dry_run: bool = False
     ) -> KubeObject:
         """Admit and store a new object. ConflictError if it exists; InvalidError /
         AllocationError if refused (nothing stored, nothing allocated). ``dry_run``:
         admit only and return what would be stored (nothing written or allocated)."""
+        if not self._guarded(obj) or dry_run:
+            return self._create(obj, component=component, dry_run=dry_run, guard=None)
+        for attempt in itertools.count():
+            try:
+                guard = self._sync_allocations()
+                return self._create(obj, component=component, dry_run=False, guard=guard)
+            except GuardMovedError:
+                if not self._racing(attempt):
+                    raise
+        raise AssertionError("unreachable")
+
+    def _create(
+        self, obj: KubeObject, *, component: str, dry_run: bool, guard: int | None
+    ) -> KubeObject:
         if obj.name and self._get(obj.store_kind, obj.key) is not None:
             raise ConflictError(f"{obj.kind} {obj.key!r} already exists")
         adm = self._admit_create(obj, reserved=set(), uid_revision=self.store.revision + 1)
@@ -301,7 +359,7 @@ class APIServer:
             adm.journal.rollback()
             return adm.obj
         try:
-            stored = self._write(adm)
+            stored = self._write(adm) if guard is None else self._write_guarded(adm, guard)
         except BaseException:
             adm.journal.rollback()
             raise
@@ -316,6 +374,20 @@ class APIServer:
         ``metadata.resourceVersion`` is set). Returns the stored object; a no-op update
         returns the stored object unchanged without a write. ``dry_run``: admit only
         and return what would be stored."""
+        if not self._guarded(obj) or dry_run:
+            return self._update(obj, component=component, dry_run=dry_run, guard=None)
+        for attempt in itertools.count():
+            try:
+                guard = self._sync_allocations()
+                return self._update(obj, component=component, dry_run=False, guard=guard)
+            except GuardMovedError:
+                if not self._racing(attempt):
+                    raise
+        raise AssertionError("unreachable")
+
+    def _update(
+        self, obj: KubeObject, *, component: str, dry_run: bool, guard: int | None
+    ) -> KubeObject:
         current = self.store.get(obj.store_kind, obj.key)
         if obj.metadata.resource_version and obj.resource_version != current.resource_version:
             raise ConflictError(
@@ -335,7 +407,7 @@ class APIServer:
             adm.journal.rollback()
             return self._remove(current, component, "deleted (its finalizers are done)")
         try:
-            stored = self._write(adm)
+            stored = self._write(adm) if guard is None else self._write_guarded(adm, guard)
         except BaseException:
             adm.journal.rollback()
             raise

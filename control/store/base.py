@@ -129,6 +129,12 @@ class BatchConflictError(ConflictError):
         )
 
 
+class GuardMovedError(ConflictError):
+    """A guarded transaction's guard (``guard``/``read_guard``: a backend shared by
+    several writers, etcd) was moved by another writer since it was read; nothing of
+    the transaction was applied."""
+
+
 def batched(store: object) -> AbstractContextManager[None]:
     """``store.batch()`` when the store has one, else a block that changes nothing (each
     write is applied when called). See the module docstring."""

@@ -74,9 +74,17 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from control.store.base import BatchConflictError, EventType, WatchEvent, bulk, iter_matching
+from control.store.base import (
+    BatchConflictError,
+    EventType,
+    GuardMovedError,
+    WatchEvent,
+    bulk,
+    iter_matching,
+)
 from control.store.etcd_client import EtcdClient, EtcdRequestError, parse_endpoints
 from control.store.etcd_layout import (
+    GUARD_PREFIX,
     MARKER_KEY,
     PENDING_PREFIX,
     PREFIX,
@@ -138,6 +146,8 @@ class _Batch:
 class _Txn:
     staged: dict[str, _Staged]  # etcd key -> state, in order of first touch
     base: int = 0  # header revision when the block first needed it (0: not yet)
+    #: guard keys (see :meth:`EtcdStore.guard`) -> the mod_revision they must still have
+    guards: dict[str, int] = field(default_factory=dict)
 
 
 def _put(key: str, value: str) -> dict[str, Any]:
@@ -765,9 +775,11 @@ class EtcdStore:
             raise
         if outer:
             txn, self._txn = self._txn, None
-            self._commit_staged(builtins.list(txn.staged.items()))
+            self._commit_staged(builtins.list(txn.staged.items()), txn.guards)
 
-    def _commit_staged(self, staged: builtins.list[tuple[str, _Staged]]) -> None:
+    def _commit_staged(
+        self, staged: builtins.list[tuple[str, _Staged]], guards: dict[str, int] | None = None
+    ) -> None:
         chunks: builtins.list[builtins.list[tuple[str, _Staged, dict[str, Any] | None]]] = [[]]
         size = 0
         for ekey, st in staged:
@@ -787,8 +799,12 @@ class EtcdStore:
             chunks[-1].append((ekey, st, op))
             size += nbytes
         if len(chunks) == 1:
-            self._commit_one(chunks[0])
+            self._commit_one(chunks[0], guards or {})
             return
+        if guards:
+            raise ConflictError(
+                f"a guarded transaction of {len(staged)} objects does not fit one etcd Txn"
+            )
         token = uuid.uuid4().hex
         base = PENDING_PREFIX + token + "/"
         lease = self._call("/lease/grant", {"TTL": str(self.PENDING_TTL)})["ID"]
@@ -829,13 +845,30 @@ class EtcdStore:
             with contextlib.suppress(SvclabError):
                 self._refresh(force=True)  # the cache reads it all back, in order
 
-    def _commit_one(self, chunk: builtins.list[tuple[str, _Staged, dict[str, Any] | None]]) -> None:
+    def _commit_one(
+        self,
+        chunk: builtins.list[tuple[str, _Staged, dict[str, Any] | None]],
+        guards: dict[str, int],
+    ) -> None:
         ops = [op for _, _, op in chunk if op is not None]
         if not ops:
             return
-        ok, rev = self._commit([_mod_is(k, st.orig_mod) for k, st, _ in chunk], ops)
+        compare = [_mod_is(k, st.orig_mod) for k, st, _ in chunk]
+        compare += [_mod_is(k, rev) for k, rev in guards.items()]
+        ops += [_put(k, uuid.uuid4().hex) for k in guards]
+        ok, rev = self._commit(compare, ops)
         if not ok:
             self._refresh(force=True)
+            moved = [
+                k[len(GUARD_PREFIX) :]
+                for k, want in guards.items()
+                if int((self._range(k).get("kvs") or [{"mod_revision": 0}])[0]["mod_revision"])
+                != want
+            ]
+            if moved:
+                raise GuardMovedError(
+                    f"guard {', '.join(moved)} was moved by another writer; nothing was applied"
+                )
             raise ConflictError(
                 "another writer changed an object this transaction read; nothing was applied"
             )
@@ -882,6 +915,29 @@ class EtcdStore:
         for token in gone:
             self._roll_back(token)
         return bool(gone)
+
+    # ------------------------------------------------------------------ guards
+
+    def read_guard(self, name: str) -> int:
+        """The revision of guard ``name`` (``/registry/svclab.dev/guards/NAME``; 0: never
+        moved), read from etcd itself, with the cache then brought up to etcd's present
+        (so what was read from the store afterwards includes every write that moved the
+        guard up to the revision returned)."""
+        kvs = self._range(GUARD_PREFIX + name).get("kvs")
+        self._refresh(force=True)
+        return int(kvs[0]["mod_revision"]) if kvs else 0
+
+    def guard(self, name: str, revision: int) -> None:
+        """In a transaction: commit only if guard ``name`` is still at ``revision`` (as
+        :meth:`read_guard` returned it), and move it with the commit. Writers that
+        derive a write from state several of them share (the API server replicas'
+        allocators: kube-apiserver's ``/registry/ranges/...`` keys serve the same end)
+        read the guard, derive, and write under it: of two racing writers, one commits
+        and the other gets :class:`GuardMovedError`, reads again and retries. Only for a
+        transaction that fits one Txn (a few objects); a larger one is refused."""
+        if self._txn is None:
+            raise RuntimeError("EtcdStore.guard is only meaningful inside a transaction")
+        self._txn.guards[GUARD_PREFIX + name] = revision
 
     # ------------------------------------------------------------------ records
 

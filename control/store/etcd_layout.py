@@ -39,6 +39,9 @@ SVCLAB_PREFIX = PREFIX + "svclab.dev/"
 MARKER_KEY = SVCLAB_PREFIX + "revision"
 #: undo records of a transaction committed in several Txns (see control.store.etcd)
 PENDING_PREFIX = SVCLAB_PREFIX + "pending/"
+#: guards: keys whose mod_revision orders writers deriving from shared state
+#: (:meth:`control.store.etcd.EtcdStore.guard`)
+GUARD_PREFIX = SVCLAB_PREFIX + "guards/"
 #: records by name (the Cluster document is ``clusters/<name>``)
 RECORD_PREFIX = SVCLAB_PREFIX + "records/"
 

@@ -149,10 +149,15 @@ class API:
 
     @property
     def fixed(self) -> bool:
-        """Whether the state holds a cluster (once it does, it always will: the answer
-        is kept, not a file system call on every request)."""
+        """Whether the state holds a cluster: DIR/cluster.yaml, or the Cluster record of
+        a store that keeps its own (etcd, where another replica or a CLI command may
+        have created it). Once it does, it always will: the answer is kept, not a file
+        system call or a store read on every request."""
         if not self._fixed:
-            self._fixed = (self.state_dir / "cluster.yaml").exists()
+            if self.session.store_url is not None:  # etcd: the Cluster is a record in it
+                self._fixed = self.session.reload_cluster()
+            else:
+                self._fixed = (self.state_dir / "cluster.yaml").exists()
         return self._fixed
 
     def list(self, kind: str, namespace: str | None = None) -> builtins.list[KubeObject]:

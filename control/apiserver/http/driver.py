@@ -83,3 +83,41 @@ class RunnerDriver:
                 await asyncio.sleep(0)
         finally:
             self.busy = False
+
+
+class ApiOnlyDriver:
+    """``svclab serve --control-plane none``: no control plane at all (another process
+    runs it: another replica's, or ``python -m control.live``), only the watch hub
+    kept current. Every ``pump_every`` seconds the hub is pumped, so that writes made
+    by other writers of the store reach this server's watchers: another API server
+    replica over the same etcd (the etcd store's watch reads etcd's history from the
+    revision the hub last read: :meth:`control.store.etcd.EtcdStore.watch`), or CLI
+    commands committing to the state directory."""
+
+    def __init__(self, api: API, *, pump_every: float = 0.1) -> None:
+        self.api = api
+        self.pump_every = pump_every
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._run())
+
+    def kick(self) -> None:
+        return None
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+    async def _run(self) -> None:
+        while True:
+            await asyncio.sleep(self.pump_every)
+            try:
+                if self.api.fixed:
+                    self.api.pump()
+            except Exception as e:  # the store is away: the next round tries again
+                log.warning("watch pump failed: %s: %s", type(e).__name__, e)

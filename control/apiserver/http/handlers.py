@@ -1365,12 +1365,7 @@ async def _svclab_docs(
             "Forbidden: the address plan cannot change (use a new state directory)",
         )
     if _q(params, "dryRun") != "All" and cluster != api.session.cluster:
-        import yaml
-
-        (api.state_dir / "cluster.yaml").write_text(
-            yaml.safe_dump(cluster.to_dict(), sort_keys=False)
-        )
-        api.session.cluster = cluster
+        api.session.put_cluster(cluster)
     return respond(_cluster_doc(api) or {}, 200)
 
 

@@ -202,6 +202,34 @@ class Paths:
         return self.pki / "apiserver.key"
 
 
+def adopt_ca(state_dir: Path, ca_dir: Path) -> None:
+    """Make ``ca_dir``'s CA (``ca.crt`` and ``ca.key``, e.g. another replica's
+    ``DIR/pki``) the CA of ``state_dir``: copied into ``DIR/pki`` when that holds none
+    yet; an InputError naming the file when it holds another CA already (the
+    certificates issued by it would stop working) or ``ca_dir`` holds no CA."""
+    from netmodel.errors import InputError
+
+    try:
+        ca = load_ca(ca_dir)
+    except (OSError, ValueError, AssertionError) as e:
+        raise InputError(
+            f"{ca_dir}: no usable CA here (ca.crt and ca.key): {e}", field="--ca"
+        ) from None
+    pki = state_dir / "pki"
+    have = pki / "ca.crt"
+    if have.exists():
+        if have.read_bytes().strip() != ca.pem.strip():
+            raise InputError(
+                f"{have} holds another CA than {ca_dir / 'ca.crt'} (use a fresh state "
+                "directory for a replica)",
+                field="--ca",
+            )
+        return
+    pki.mkdir(parents=True, exist_ok=True)
+    _write(pki / "ca.key", (ca_dir / "ca.key").read_bytes(), private=True)
+    _write(pki / "ca.crt", ca.pem)
+
+
 def ensure_pki(state_dir: Path, host: str, port: int) -> Paths:
     """Create the CA, the serving certificate and ``DIR/kubeconfig`` when missing (see
     the module docstring). The kubeconfig is (re)written when it points elsewhere."""

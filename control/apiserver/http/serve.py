@@ -32,7 +32,7 @@ from cryptography import x509
 from control.apiserver.http import pki, tls
 from control.apiserver.http.app import API
 from control.apiserver.http.authn import Authenticator, load_token_file
-from control.apiserver.http.driver import Driver, RunnerDriver
+from control.apiserver.http.driver import ApiOnlyDriver, Driver, RunnerDriver
 from control.apiserver.podruntime import PodRuntime
 from control.store.sqlite import SqliteStore
 
@@ -175,6 +175,8 @@ class Server:
         driver = (self.driver_factory or RunnerDriver)(self.api)
         self.api.driver = driver
         self.api.start()
+        if isinstance(driver, ApiOnlyDriver):
+            driver.start()  # the hub follows other writers even before a cluster exists
         loop = asyncio.get_running_loop()
         self._tasks = [loop.create_task(self._flusher()), loop.create_task(self._compactor())]
         log.info(
@@ -205,10 +207,14 @@ def serve(
     kube_proxies: bool = True,
     control_plane: str = "live",
     runtime_factory: Callable[[API], PodRuntime] | None = None,
+    ca_dir: Path | None = None,
 ) -> None:
     """``control_plane``: ``live`` (the components are API clients of this server, with
-    their own identities: :mod:`control.live`) or ``runner`` (the deterministic runner
-    on the event loop: :class:`RunnerDriver`)."""
+    their own identities: :mod:`control.live`), ``runner`` (the deterministic runner
+    on the event loop: :class:`RunnerDriver`) or ``none`` (the API only, a stateless
+    replica over a shared etcd: :class:`ApiOnlyDriver`). ``ca_dir``: a directory
+    holding the cluster CA (``ca.crt``, ``ca.key``) this server adopts
+    (:func:`.pki.adopt_ca`), so that replicas share one CA."""
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
@@ -219,6 +225,10 @@ def serve(
     factory: Callable[[API], Driver] | None = None
     if control_plane == "live":
         factory = lambda api: LiveDriver(api, url)  # noqa: E731
+    elif control_plane == "none":
+        factory = ApiOnlyDriver
+    if ca_dir is not None:
+        pki.adopt_ca(state_dir, ca_dir)
     with serving(state_dir):  # CLI commands on DIR now leave the converging to us
         srv = Server(
             state_dir,
