@@ -10,6 +10,15 @@ reads and writes through (``svclab serve``), with its own identity.
   :class:`~netmodel.errors.ConflictError`, 410 → :class:`~netmodel.errors.CompactedError`,
   401/403 → :class:`AccessError`, others → :class:`APIError`), carrying the server's
   ``metav1.Status`` message.
+* A request the server cannot be reached for is retried with an exponential, jittered,
+  capped back-off (:class:`~control.informers.backoff.Backoff`: 0.2 s doubling up to
+  5 s), each wait logged (WARNING, logger ``svclab.client``), for up to
+  :attr:`KubeClient.retry_for` seconds: any verb when the connection was never made
+  (refused, timed out connecting: the server cannot have acted on it), a GET whatever
+  broke. A write whose connection broke after it was sent may have been applied, so it
+  is not sent again here: it raises :class:`ServerUnavailableError` (an
+  :class:`APIError`, code 503), as does a request still failing at the end, and the
+  component's work queue retries the reconcile, which reads again before it writes.
 * :class:`HTTPListerWatcher` — the :class:`~control.informers.listwatch.ListerWatcher`
   over a KubeClient.
 """
@@ -17,8 +26,11 @@ reads and writes through (``svclab serve``), with its own identity.
 from __future__ import annotations
 
 import json
+import logging
 import ssl
 import tempfile
+import threading
+import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,12 +38,15 @@ from typing import Any
 
 import httpx
 
+from control.informers.backoff import Backoff
 from control.informers.listwatch import Bookmark, Listing
 from control.store.base import EventType, WatchEvent
 from netmodel import kinds
 from netmodel.errors import CompactedError, ConflictError, InvalidError, NotFoundError, SvclabError
 from netmodel.kinds import KINDS, object_from_dict
 from netmodel.objects import KubeObject
+
+log = logging.getLogger("svclab.client")
 
 #: store kind -> plural resource name in URLs (from the kind table; rebuilt in place
 #: when rows are registered)
@@ -58,6 +73,10 @@ class APIError(SvclabError):
 
 class AccessError(APIError):
     """401 Unauthorized or 403 Forbidden: this identity may not do that."""
+
+
+class ServerUnavailableError(APIError):
+    """The API server could not be reached (see the module docstring)."""
 
 
 @dataclass(frozen=True)
@@ -127,6 +146,11 @@ def _raise_for(resp: httpx.Response) -> None:
     raise APIError(message, code=code, reason=reason)
 
 
+def _short(e: Exception) -> str:
+    text = str(e) or type(e).__name__
+    return "connection refused" if "refused" in text.lower() else text.splitlines()[0][:200]
+
+
 def _object(data: dict[str, Any], kind: str) -> KubeObject:
     data.setdefault("kind", kind)
     return object_from_dict(data)
@@ -137,6 +161,11 @@ class KubeClient:
 
     Thread-safe (httpx.Client is); one per identity. ``user_agent`` names the component
     in the server's logs."""
+
+    #: seconds a request is retried for while the server cannot be reached
+    retry_for = 120.0
+    #: the back-off between those attempts: first wait (doubling, jittered), cap
+    retry_backoff = (0.2, 5.0)
 
     def __init__(
         self,
@@ -149,6 +178,7 @@ class KubeClient:
         if creds.token:
             headers["Authorization"] = f"Bearer {creds.token}"
         self.creds = creds
+        self._closed = threading.Event()
         self._http = httpx.Client(
             base_url=creds.server,
             verify=creds.ssl_context(),
@@ -158,6 +188,8 @@ class KubeClient:
         )
 
     def close(self) -> None:
+        """Close the connections; a request waiting to be retried gives up at once."""
+        self._closed.set()
         self._http.close()
 
     def ready(self) -> bool:
@@ -175,10 +207,51 @@ class KubeClient:
         params: dict[str, Any] | None = None,
         body: Any = None,
     ) -> dict[str, Any]:
-        resp = self._http.request(method, path, params=params, json=body)
+        resp = self._send(method, path, params, body)
         _raise_for(resp)
         out: dict[str, Any] = resp.json()
         return out
+
+    def _send(
+        self, method: str, path: str, params: dict[str, Any] | None, body: Any
+    ) -> httpx.Response:
+        """One request, retried while the server cannot be reached (module docstring)."""
+        delays: Backoff | None = None
+        start = time.monotonic()
+        while True:
+            try:
+                return self._http.request(method, path, params=params, json=body)
+            except (httpx.ConnectError, httpx.ConnectTimeout) as e:
+                error: httpx.TransportError = e  # never reached the server
+            except httpx.TransportError as e:
+                if method != "GET":  # it may have been applied: the caller re-reads
+                    raise ServerUnavailableError(
+                        f"{method} {path}: the connection broke ({_short(e)}); "
+                        "it may have been applied",
+                        code=503,
+                        reason="ServiceUnavailable",
+                    ) from None
+                error = e
+            if delays is None:
+                initial, cap = self.retry_backoff
+                delays = Backoff(initial, cap=cap)
+            wait = delays.next()
+            if self._closed.is_set() or time.monotonic() - start + wait > self.retry_for:
+                raise ServerUnavailableError(
+                    f"{method} {path}: the API server at {self.creds.server} did not answer "
+                    f"for {time.monotonic() - start:.0f} s ({_short(error)})",
+                    code=503,
+                    reason="ServiceUnavailable",
+                ) from None
+            log.warning(
+                "%s %s: %s; retrying in %.1fs (attempt %d)",
+                method,
+                path,
+                _short(error),
+                wait,
+                delays.attempts,
+            )
+            self._closed.wait(wait)
 
     # ---- reads
 
@@ -341,5 +414,6 @@ __all__ = [
     "Credentials",
     "HTTPListerWatcher",
     "KubeClient",
+    "ServerUnavailableError",
     "resource_path",
 ]

@@ -4,7 +4,8 @@ A :class:`Reflector` keeps one :class:`SharedInformer` current through a
 :class:`~control.informers.listwatch.ListerWatcher`: it lists, then watches from the
 list's revision; a watch that ends is resumed from the last revision seen (an event's
 or a bookmark's); a 410 Gone (:class:`~netmodel.errors.CompactedError`) makes it list
-again. A relist is turned into events by :meth:`SharedInformer.replace`: ADDED for new
+again. A list or watch that fails (the API server is away) is tried again after an
+exponential, jittered, capped back-off (client-go's: 0.8 s doubling up to 30 s). A relist is turned into events by :meth:`SharedInformer.replace`: ADDED for new
 objects, MODIFIED for changed ones, DELETED for those gone, so handlers see a
 subsequence of each object's states whatever happened to the watch.
 
@@ -26,6 +27,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 
+from control.informers.backoff import Backoff
 from control.informers.cache import Indexer, ObjectCache
 from control.informers.listwatch import Bookmark, ListerWatcher, Listing
 from control.store.base import WatchEvent
@@ -181,15 +183,20 @@ class Reflector:
             self.revision = None
         return n
 
-    def run(self, stop: threading.Event, *, backoff: float = 0.2, max_backoff: float = 5.0) -> None:
-        delay = backoff
+    def run(self, stop: threading.Event, *, backoff: float = 0.8, max_backoff: float = 30.0) -> None:
+        """Step until ``stop``; after an error wait as client-go's reflector does: from
+        ``backoff`` seconds, doubling, jittered by up to as much again, capped at
+        ``max_backoff`` (:class:`~control.informers.backoff.Backoff`); a step that
+        succeeds starts the back-off again. Each wait is logged (WARNING)."""
+        delays = Backoff(backoff, cap=max_backoff)
         while not stop.is_set():
             try:
                 self.step(stop)
-                delay = backoff
+                delays.reset()
             except Exception as e:  # the API is unreachable or refused: retry, never die
                 if stop.is_set():
                     return
+                delay = delays.next()
                 log.warning(
                     "reflector %s: %s: %s (retrying in %.1fs)",
                     self.name,
@@ -198,7 +205,6 @@ class Reflector:
                     delay,
                 )
                 stop.wait(delay)
-                delay = min(max_backoff, delay * 2)
 
 
 __all__ = ["Handler", "Reflector", "SharedInformer"]
