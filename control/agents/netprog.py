@@ -7,7 +7,9 @@ that triggered it (``endpoints.kubernetes.io/last-change-trigger-time``,
 every slice event it handles; when a sync has loaded the rules,
 :meth:`NetworkProgramming.synced` gives, for each slice change that sync applied, the
 duration ``sync done - trigger time`` and logs it on the ``svclab.live`` logger as one
-line ``component=kube-proxy/NODE network_programming_seconds=S slice=NS/NAME``.
+line ``component=kube-proxy/NODE network_programming_seconds=S slice=NS/NAME
+trigger=TIME`` (the annotation's time: ``trigger + S`` is when the rules were in place,
+which ``scripts/bench_live.py`` reads).
 
 Contract:
 
@@ -42,8 +44,8 @@ class NetworkProgramming:
         self.component = component
         #: slice key -> its trigger-time annotation as last seen
         self._seen: dict[str, str] = {}
-        #: slice key -> trigger time (Unix seconds) of the changes not yet synced
-        self._pending: dict[str, float] = {}
+        #: slice key -> trigger time (Unix seconds, annotation) of the changes not yet synced
+        self._pending: dict[str, tuple[float, str]] = {}
         #: every duration measured so far, in order (seconds)
         self.durations: list[float] = []
 
@@ -71,20 +73,22 @@ class NetworkProgramming:
             )
             return
         cur = self._pending.get(key)
-        self._pending[key] = at if cur is None else min(cur, at)
+        if cur is None or at < cur[0]:
+            self._pending[key] = (at, text)
 
     def synced(self, now: float) -> list[float]:
         """A sync loaded the rules at clock time ``now``: the durations of the slice
         changes it applied (logged), which are then no longer pending."""
         out: list[float] = []
-        for key, at in sorted(self._pending.items()):
+        for key, (at, text) in sorted(self._pending.items()):
             seconds = max(0.0, now - at)
             out.append(seconds)
             log.info(
-                "component=%s network_programming_seconds=%.6f slice=%s",
+                "component=%s network_programming_seconds=%.6f slice=%s trigger=%s",
                 self.component,
                 seconds,
                 key,
+                text,
             )
         self._pending.clear()
         self.durations.extend(out)

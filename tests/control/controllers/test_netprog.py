@@ -128,7 +128,10 @@ def test_kube_proxy_measures_sync_done_minus_trigger_once_per_change(
     with caplog.at_level(logging.INFO, logger="svclab.live"):
         assert kp.sync() == 1
     assert kp.netprog.durations == [0.75]
-    line = f"component=kube-proxy/{node.name} network_programming_seconds=0.750000 slice={sl.key}"
+    line = (
+        f"component=kube-proxy/{node.name} network_programming_seconds=0.750000 "
+        f"slice={sl.key} trigger=2026-01-01T00:01:39.5Z"
+    )
     assert line in caplog.text
     # the same annotation again (a relabel, a relist's event) is no new change
     kp.handle([WatchEvent("MODIFIED", one.with_meta(labels={**one.labels, "x": "y"}), 0)])
