@@ -238,11 +238,12 @@ def slice_triggers(served: Served) -> dict[str, tuple[int, str | None]]:
     return out
 
 
-def reported(served: Served, since: int, nodes: int, slices: set[str]) -> bool:
-    """Every node's kube-proxy has logged every slice of ``slices`` after ``since``."""
+def reported(served: Served, since: int, nodes: int, slices: set[str], after: float = 0.0) -> bool:
+    """Every node's kube-proxy has logged every slice of ``slices`` after byte ``since``,
+    for a change triggered at ``after`` or later."""
     seen: dict[str, set[str]] = {}
-    for node, _, sl, _ in served.samples(since):
-        if sl in slices:
+    for node, _, sl, trigger in served.samples(since):
+        if sl in slices and parse_rfc3339_nano(trigger) >= after:
             seen.setdefault(sl, set()).add(node)
     return len(seen) == len(slices) and all(len(v) >= nodes for v in seen.values())
 
@@ -286,6 +287,7 @@ def measure_emulated(args: argparse.Namespace, tmp: Path) -> tuple[dict[str, Any
         mark = served.log.stat().st_size
         scaled = [f"app-{i:03d}" for i in range(min(args.scale, deps))]
         before = slice_triggers(served)
+        t_scale = time.time()  # the triggers of the measured change come after it
         served.kubectl("scale", "deploy", *scaled, f"--replicas={reps + 1}")
         for d in scaled:
             per_dep[d] = reps + 1
@@ -298,12 +300,18 @@ def measure_emulated(args: argparse.Namespace, tmp: Path) -> tuple[dict[str, Any
             if i["metadata"]["labels"].get("kubernetes.io/service-name") in changed_svcs
         }
         wait(
-            lambda: reported(served, mark, args.nodes, changed),
+            lambda: reported(served, mark, args.nodes, changed, t_scale),
             args.timeout,
             "every kube-proxy reported every rewritten slice",
             1.0,
         )
-        durations = [s for _, s, sl, _ in served.samples(mark) if sl in changed]
+        # (kube-proxies may still be applying older changes of these slices: only the
+        # changes the scale triggered count)
+        durations = [
+            s
+            for _, s, sl, trig in served.samples(mark)
+            if sl in changed and parse_rfc3339_nano(trig) >= t_scale
+        ]
         progress(f"{len(durations)} durations over {len(changed)} slices")
         warm: dict[str, Any] = {
             "nodes": args.nodes,
