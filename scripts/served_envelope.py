@@ -134,14 +134,23 @@ def _children(pid: int) -> list[int]:
     return out
 
 
-def _frame(text: str) -> str:
-    """``func (dir/file.py:12)`` -> ``func (file.py)``: one entry per function."""
+_OWN = ("control/", "app/", "netmodel/", "dataplane/")
+
+
+def _frame(text: str) -> tuple[str, bool]:
+    """``func (/x/control/live.py:12)`` -> (``func (control/live.py)``, svclab's own?):
+    one entry per function; library frames keep only the file name."""
     name, _, where = text.partition(" (")
-    return f"{name} ({where.rsplit('/', 1)[-1].rsplit(':', 1)[0]})" if where else name
+    path = where.rsplit(":", 1)[0]
+    for pkg in _OWN:  # py-spy names svclab's files from the package (control/live.py)
+        if path.startswith(pkg) or f"/{pkg}" in path:
+            return f"{name} ({pkg}{path.split(pkg, 1)[1]})", True
+    return (f"{name} ({path.rsplit('/', 1)[-1]})" if where else name), False
 
 
 def _top(collapsed: Path, n: int = 15) -> dict[str, Any]:
-    """The functions with the most samples in py-spy's raw (collapsed) output."""
+    """py-spy's raw (collapsed) samples: the functions with the most samples of their
+    own (any code), and svclab's functions by samples in them or below (inclusive)."""
     own: collections.Counter[str] = collections.Counter()
     incl: collections.Counter[str] = collections.Counter()
     total = 0
@@ -151,18 +160,19 @@ def _top(collapsed: Path, n: int = 15) -> dict[str, Any]:
             continue
         k = int(count)
         total += k
-        frames = [
-            f.split(" (", 1)[0] + " " + f.rsplit("/", 1)[-1].rstrip(")") for f in stack.split(";")
-        ]
+        frames = [_frame(f) for f in stack.split(";")]
         if frames:
-            own[frames[-1]] += k
-        for f in set(frames):
+            own[frames[-1][0]] += k
+        for f in {name for name, mine in frames if mine}:
             incl[f] += k
-    pct = lambda c: round(100.0 * c / total, 1) if total else 0.0  # noqa: E731
+
+    def pct(c: int) -> float:
+        return round(100.0 * c / total, 1) if total else 0.0
+
     return {
         "samples": total,
         "self_percent": {f: pct(c) for f, c in own.most_common(n)},
-        "inclusive_percent": {f: pct(c) for f, c in incl.most_common(n)},
+        "svclab_inclusive_percent": {f: pct(c) for f, c in incl.most_common(n)},
     }
 
 
