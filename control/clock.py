@@ -46,3 +46,26 @@ def parse_rfc3339(text: str) -> float:
     """The time :func:`rfc3339` wrote (``2026-01-01T00:00:00Z``), as Unix seconds.
     ValueError for any other format."""
     return _dt.datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=_dt.UTC).timestamp()
+
+
+def rfc3339_nano(t: float) -> str:
+    """Go's ``time.RFC3339Nano`` of ``t`` in UTC (what upstream writes in the
+    last-change-trigger-time annotation): the fraction of a second to the microsecond,
+    trailing zeros dropped, none at all for a whole second (``2026-01-01T00:00:00.25Z``)."""
+    whole = _dt.datetime.fromtimestamp(t, tz=_dt.UTC)
+    text = whole.strftime("%Y-%m-%dT%H:%M:%S")
+    frac = f"{whole.microsecond:06d}".rstrip("0")
+    return f"{text}.{frac}Z" if frac else f"{text}Z"
+
+
+def parse_rfc3339_nano(text: str) -> float:
+    """The time in an RFC 3339 timestamp in UTC with or without a fraction of a second
+    (``...:05Z``, ``...:05.123456789Z``; digits past the microsecond are dropped), as
+    Unix seconds. ValueError for any other format."""
+    if not text.endswith("Z"):
+        raise ValueError(f"not an RFC 3339 UTC time: {text!r}")
+    head, dot, frac = text[:-1].partition(".")
+    if dot and (not frac.isdigit() or len(frac) > 9):
+        raise ValueError(f"not an RFC 3339 UTC time: {text!r}")
+    base = _dt.datetime.strptime(head, "%Y-%m-%dT%H:%M:%S").replace(tzinfo=_dt.UTC)
+    return base.timestamp() + (int(frac[:6].ljust(6, "0")) / 1e6 if frac else 0.0)

@@ -443,7 +443,7 @@ class LiveControlPlane:
             (GarbageCollector(apis[3], rec), apis[3]),
             (NamespaceController(apis[4], rec, self.clock), apis[4]),
             (PodGarbageCollector(apis[5], rec, self.clock), apis[5]),
-            (EndpointSliceController(apis[6], rec, seed=self.seed), apis[6]),
+            (EndpointSliceController(apis[6], rec, seed=self.seed, clock=self.clock), apis[6]),
             (ServiceCIDRController(apis[7], rec, self.clock), apis[7]),
             (DaemonSetController(apis[8], rec, seed=self.seed, clock=self.clock), apis[8]),
             (StatefulSetController(apis[9], rec, clock=self.clock), apis[9]),

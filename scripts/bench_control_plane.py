@@ -34,8 +34,20 @@ requests made.
 own, and adds ``sqlite_converge_cold_seconds`` and ``to_sqlite_cold_ratio`` (target
 ``<= 3`` for etcd, issue 13).
 
+``--served`` (issue 25, the Kubernetes envelope) runs the workload through a real
+``svclab serve`` instead: a fresh state directory, the live control plane in the
+server's child process, every Deployment and Service POSTed over HTTPS, converged when
+every pod is Running with an IP and every Service's EndpointSlices list its pods (see
+scripts/served_envelope.py for the phases). Without ``--deployments`` each Service gets
+a Deployment of its own (pods / services replicas: 150,000 / 10,000 = 15, kube's
+density; 200 Deployments would put 7.5 million endpoints in the slices). Kube-proxies
+are off unless ``--served-kube-proxies``. Targets (issue 25, 5,000 nodes / 150,000 pods
+/ 10,000 Services): converge <= 5 min, peak RSS (server + control plane) <= 8 GiB.
+``--profile DIR`` then records both processes with py-spy.
+
 Usage: scripts/bench_control_plane.py [--nodes N] [--deployments D] [--pods P]
-       [--services S] [--seed N] [--store URL] [--vs-sqlite] [--profile FILE]
+       [--services S] [--seed N] [--store URL] [--vs-sqlite] [--profile FILE|DIR]
+       [--served [--served-kube-proxies] [--clients C]]
 """
 
 from __future__ import annotations
@@ -247,10 +259,45 @@ def sqlite_run(args: argparse.Namespace) -> dict[str, Any]:
     return got
 
 
+#: issue 25's envelope targets (--served)
+SERVED_CONVERGE_TARGET_SECONDS = 300.0
+SERVED_PEAK_RSS_TARGET_BYTES = 8 * 2**30
+
+
+def served(args: argparse.Namespace) -> int:
+    """``--served``: see the module docstring."""
+    from served_envelope import served_run
+
+    if args.deployments is None:
+        args.deployments = args.services
+    if args.profile:
+        Path(args.profile).mkdir(parents=True, exist_ok=True)
+    objs = workload(args.deployments, args.pods, args.services)
+    load0 = [round(x, 2) for x in os.getloadavg()]
+    with tempfile.TemporaryDirectory(prefix="bench-served-") as tmp:
+        got = served_run(args, objs, Path(tmp))
+    out: dict[str, Any] = {
+        "served": True,
+        "nodes": args.nodes,
+        "deployments": args.deployments,
+        "pods": args.pods,
+        "services": args.services,
+        **got,
+    }
+    out["converge_cold_seconds"] = target(
+        got["converge_cold_seconds"], at_most=SERVED_CONVERGE_TARGET_SECONDS
+    )
+    out["peak_rss_bytes"] = target(got["peak_rss_bytes"], at_most=SERVED_PEAK_RSS_TARGET_BYTES)
+    out["load_average"] = {"start": load0, "end": [round(x, 2) for x in os.getloadavg()]}
+    emit(out)
+    met = [v["met"] for v in out.values() if is_target(v)]
+    return 0 if out["counts"]["pods_running"] == args.pods and all(met) else 1
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--nodes", type=int, default=1000)
-    ap.add_argument("--deployments", type=int, default=200)
+    ap.add_argument("--deployments", type=int, default=None, help="default 200 (served: S)")
     ap.add_argument("--pods", type=int, default=30_000)
     ap.add_argument("--services", type=int, default=1000)
     ap.add_argument("--seed", type=int, default=0)
@@ -259,7 +306,14 @@ def main() -> int:
     ap.add_argument(
         "--vs-sqlite", action="store_true", help="run on SQLite first; report the time ratio"
     )
+    ap.add_argument("--served", action="store_true", help="through a real svclab serve")
+    ap.add_argument("--served-kube-proxies", action="store_true", help="--served: with them")
+    ap.add_argument("--clients", type=int, default=4, help="--served: POSTing connections")
     args = ap.parse_args()
+    if args.served:
+        return served(args)
+    if args.deployments is None:
+        args.deployments = 200
     sqlite = sqlite_run(args) if args.vs_sqlite else None
     out = run(args)
     with_targets(out)

@@ -26,6 +26,7 @@ from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from control.agents.netprog import NetworkProgramming
 from control.clock import Clock, WallClock
 from control.events import Recorder
 from control.proxyenv import node_proxy_config
@@ -145,6 +146,8 @@ class KubeProxy:
         #: nftables mode: stale chain -> when a sync last flushed it (upstream's staleChains)
         self.stale_since: dict[str, float] = {}
         self.last: Rendered | None = None
+        #: the network programming SLI of this node (:mod:`control.agents.netprog`)
+        self.netprog = NetworkProgramming(self.name)
 
     # ---- configuration
 
@@ -201,6 +204,7 @@ class KubeProxy:
                     self._slices[obj.key] = obj
                 if self._tracker is not None:
                     self._tracker.update_endpoint_slice(prev_sl, None if deleted else obj)
+                self.netprog.note(obj.key, None if deleted else obj)
 
     def adopt(self) -> bool:
         """Take the rules the node holds for those of a full sync over the objects seen
@@ -250,6 +254,7 @@ class KubeProxy:
             self.stale_since = dict(rendered.stale_since)
         self.last = rendered
         self._need_full = False
+        self.netprog.synced(self.clock.now())
         if self.recorder is not None and self._node is not None:
             snap = t.snapshot
             what = "full sync" if full else f"partial sync of {len(changed)} service port(s)"

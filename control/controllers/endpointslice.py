@@ -21,6 +21,15 @@ Contract (upstream's ``pkg/controller/endpointslice`` behaviour, simplified plac
 * Placement keeps endpoints in the slice they are in, fills slices that change anyway
   first, and creates slices only for the rest; a Service with no endpoints keeps one
   empty placeholder slice. Nothing is written when nothing changed.
+* Given a clock, every slice a reconcile creates or updates carries upstream's
+  ``endpoints.kubernetes.io/last-change-trigger-time`` annotation (UTC, RFC 3339 with
+  sub-second digits, Go's ``RFC3339Nano``): the earliest time, since the Service's last
+  reconcile, at which a change that queued it (a Pod, Service or Node event) reached
+  this controller. A reconcile queued by no change (a relist) clears it, as upstream's
+  zero trigger time does. kube-proxy measures the network programming SLI from it
+  (:mod:`control.agents.netprog`). Upstream reads the time off the objects (the pod's
+  Ready ``lastTransitionTime``, the Service's ``creationTimestamp``), which the API
+  keeps to the second only; the time of observation keeps the sub-second part.
 """
 
 from __future__ import annotations
@@ -29,6 +38,7 @@ import random
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
+from control.clock import Clock, rfc3339_nano
 from control.controllers.base import APIClient, Controller, Indexer, controller_ref
 from control.controllers.deployment import SAFE_ALPHABET
 from control.events import Recorder
@@ -52,6 +62,8 @@ SERVICE_NAME_LABEL = "kubernetes.io/service-name"
 MANAGED_BY_LABEL = "endpointslice.kubernetes.io/managed-by"
 MANAGED_BY = "endpointslice-controller.k8s.io"
 HEADLESS_LABEL = "service.kubernetes.io/headless"
+#: upstream's ``v1.EndpointsLastChangeTriggerTime``
+TRIGGER_TIME_ANNOTATION = "endpoints.kubernetes.io/last-change-trigger-time"
 ZONE_LABEL = "topology.kubernetes.io/zone"
 _RESERVED = {SERVICE_NAME_LABEL, MANAGED_BY_LABEL, HEADLESS_LABEL}
 
@@ -133,9 +145,16 @@ class EndpointSliceController(Controller):
     #: what :meth:`prime_deferred` can start without (see there)
     deferrable_kinds = frozenset({"Pod"})
 
-    def __init__(self, api: APIClient, recorder: Recorder, *, seed: int = 0) -> None:
+    def __init__(
+        self, api: APIClient, recorder: Recorder, *, seed: int = 0, clock: Clock | None = None
+    ) -> None:
         super().__init__(api, recorder)
         self.seed = seed
+        #: stamps the trigger-time annotation (None: no annotation, as before)
+        self.clock = clock
+        # Service key -> when the first change since its last reconcile reached us
+        self._trigger: dict[str, float] = {}
+        self._event_time: float | None = None
         self._rngs: dict[str, random.Random] = {}
         self._zones: dict[str, str] = {}
         # slices as this controller last wrote them (upstream's endpointSliceTracker):
@@ -194,6 +213,16 @@ class EndpointSliceController(Controller):
                 yield svc.key
 
     def keys_for(self, event: WatchEvent, old: KubeObject | None) -> Iterable[str]:
+        keys = self._keys_for(event, old)
+        now = self._event_time
+        if now is None:
+            return keys
+        keys = list(keys)
+        for key in keys:
+            self._trigger.setdefault(key, now)
+        return keys
+
+    def _keys_for(self, event: WatchEvent, old: KubeObject | None) -> Iterable[str]:
         obj = event.object
         if obj.kind == "Service":
             return [obj.key]
@@ -240,7 +269,11 @@ class EndpointSliceController(Controller):
             later, self._pods_later = self._pods_later, None
             for pod in later():  # the pods as they were before these events
                 self.cache.put(pod)
-        super().handle(events)
+        self._event_time = self.clock.now() if self.clock is not None else None
+        try:
+            super().handle(events)
+        finally:
+            self._event_time = None
 
     def resync(self, objects: Iterable[KubeObject]) -> None:
         self._pods_later = None
@@ -325,6 +358,7 @@ class EndpointSliceController(Controller):
         return ep
 
     def reconcile(self, key: str) -> None:
+        trigger = self._trigger.pop(key, None)
         try:
             svc = self.store.get("Service", key)
         except NotFoundError:
@@ -340,6 +374,9 @@ class EndpointSliceController(Controller):
             if isinstance(s, EndpointSlice)
         ]
         plan = self.plan(svc, existing)
+        if self.clock is not None:
+            plan.create = [_stamped(sl, trigger) for sl in plan.create]
+            plan.update = [_stamped(sl, trigger) for sl in plan.update]
         for sl in plan.create:
             stored = self.api.create(sl, component=self.name)
             self._written[stored.key] = stored.metadata.resource_version
@@ -464,6 +501,18 @@ class EndpointSliceController(Controller):
                 make(rest[i : i + MAX_ENDPOINTS], ports)
         plan.delete += spare
         return plan
+
+
+def _stamped(sl: EndpointSlice, trigger: float | None) -> EndpointSlice:
+    """``sl`` with the trigger-time annotation set to ``trigger`` (removed if None)."""
+    notes = dict(sl.metadata.annotations)
+    if trigger is None:
+        if TRIGGER_TIME_ANNOTATION not in notes:
+            return sl
+        del notes[TRIGGER_TIME_ANNOTATION]
+    else:
+        notes[TRIGGER_TIME_ANNOTATION] = rfc3339_nano(trigger)
+    return sl.with_meta(annotations=notes)
 
 
 def _same(a: EndpointSlice, b: EndpointSlice) -> bool:
