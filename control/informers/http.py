@@ -166,6 +166,8 @@ class KubeClient:
     retry_for = 120.0
     #: the back-off between those attempts: first wait (doubling, jittered), cap
     retry_backoff = (0.2, 5.0)
+    #: seconds a watch may stay silent past its ``timeoutSeconds`` before it is dropped
+    WATCH_SLACK = 30.0
 
     def __init__(
         self,
@@ -173,6 +175,7 @@ class KubeClient:
         *,
         user_agent: str = "svclab",
         timeout: float = 30.0,
+        read_timeout: float = 60.0,
     ) -> None:
         headers = {"User-Agent": user_agent, "Accept": "application/json"}
         if creds.token:
@@ -183,7 +186,10 @@ class KubeClient:
             base_url=creds.server,
             verify=creds.ssl_context(),
             headers=headers,
-            timeout=httpx.Timeout(timeout, read=None),
+            # a request's answer may take as long as kube-apiserver's request timeout
+            # (60 s) allows; past that the request failed (a write: maybe applied), and
+            # the caller's retry takes over instead of waiting forever with its locks
+            timeout=httpx.Timeout(timeout, read=read_timeout),
             limits=httpx.Limits(max_connections=None, max_keepalive_connections=32),
         )
 
@@ -293,7 +299,9 @@ class KubeClient:
         }
         if field_selector:
             params["fieldSelector"] = field_selector
-        with self._http.stream("GET", resource_path(kind), params=params) as resp:
+        # the server ends the watch after timeoutSeconds, with bookmarks on the way
+        limit = httpx.Timeout(self._http.timeout.connect, read=timeout + self.WATCH_SLACK)
+        with self._http.stream("GET", resource_path(kind), params=params, timeout=limit) as resp:
             if resp.status_code >= 400:
                 resp.read()
                 _raise_for(resp)
