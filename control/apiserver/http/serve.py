@@ -22,7 +22,7 @@ import logging
 import os
 import signal
 import sqlite3
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -205,8 +205,14 @@ def serve(
     kube_proxies: bool = True,
     control_plane: str = "live",
     runtime_factory: Callable[[API], PodRuntime] | None = None,
+    live_argv: Sequence[str] = ("-m", "control.live"),
+    live_options: Sequence[str] = (),
 ) -> None:
-    """``control_plane``: ``live`` (the components are API clients of this server, with
+    """``live_argv`` / ``live_options``: how the live control plane's process is started
+    (``python LIVE_ARGV STATE_DIR URL LIVE_OPTIONS``; the CLI gives app.livehost's entry
+    point, threads or the process supervisor).
+
+    ``control_plane``: ``live`` (the components are API clients of this server, with
     their own identities: :mod:`control.live`) or ``runner`` (the deterministic runner
     on the event loop: :class:`RunnerDriver`)."""
     logging.basicConfig(
@@ -218,7 +224,9 @@ def serve(
     url = pki.server_url(host, port)
     factory: Callable[[API], Driver] | None = None
     if control_plane == "live":
-        factory = lambda api: LiveDriver(api, url)  # noqa: E731
+        factory = lambda api: LiveDriver(  # noqa: E731
+            api, url, argv=live_argv, options=live_options
+        )
     with serving(state_dir):  # CLI commands on DIR now leave the converging to us
         srv = Server(
             state_dir,
