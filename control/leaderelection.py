@@ -178,6 +178,7 @@ class LeaderElector:
         """Acquire (retrying every retry period), call ``on_started``, renew until the
         renew deadline passes with no success or ``stop`` is set, then ``on_stopped``
         (only when it led)."""
+        log.info("lease=%s attempting to acquire as %s", self.key, self.identity)
         while not stop.is_set():
             if self._attempt():
                 break
