@@ -19,6 +19,13 @@ kube-proxy of node N            ``system:kube-proxy``                          S
                                                                                Node ``metadata.name=N``
 ==============================  =============================================  =========================
 
+The components, their identities and informers come from the registry
+(:data:`control.components.COMPONENTS`), which the deterministic runner and the process
+supervisor iterate too. A plane built with ``groups=`` runs only those groups (one
+component process of ``svclab serve --components processes``, :mod:`app.livehost`);
+with ``leader_election=`` the controller-manager's and the scheduler's components act
+only while the plane holds their Lease (:mod:`control.leaderelection`).
+
 Informers are shared per identity and (kind, selector): one reflector thread each
 (list, watch from the list's revision, relist on 410 Gone). Each component has one
 worker thread and one lock: informer events are handed to ``handle`` under the lock,
@@ -53,50 +60,34 @@ from control.agents import Agent
 from control.agents.kubelet import Kubelet
 from control.agents.kubeproxy import KubeProxy
 from control.clock import Clock, WallClock
-from control.controllers.base import GarbageCollector
-from control.controllers.cronjob import CronJobController
-from control.controllers.daemonset import DaemonSetController
-from control.controllers.deployment import DeploymentController
-from control.controllers.disruption import DisruptionController
-from control.controllers.endpointslice import EndpointSliceController
-from control.controllers.job import JobController
-from control.controllers.namespace import NamespaceController
-from control.controllers.nodeipam import NodeIPAM
-from control.controllers.nodelifecycle import NodeLifecycleController
-from control.controllers.podgc import PodGarbageCollector
-from control.controllers.replicaset import ReplicaSetController
-from control.controllers.replicationcontroller import ReplicationControllerController
-from control.controllers.servicecidr import ServiceCIDRController
-from control.controllers.statefulset import StatefulSetController
+from control.components import (
+    CALICO_CNI,
+    COMPONENTS,
+    CONTROLLER_MANAGER,
+    CONTROLLER_MANAGER_GROUP,
+    GROUPS,
+    KUBE_PROXY,
+    KUBE_PROXY_GROUP,
+    KUBELET_GROUP,
+    SCHEDULER,
+    SCHEDULER_GROUP,
+    BuildContext,
+    Component,
+    Identity,
+    identity_of,
+    node_identity,
+)
 from control.informers.informer import Reflector, SharedInformer
 from control.informers.listwatch import ListerWatcher
 from control.informers.remote import RemoteAPI
 from control.informers.workqueue import ExponentialBackoff, WorkQueue
+from control.leaderelection import LeaderElectionConfig, LeaderElector
 from control.nodehost import EmulatedNodeHost, NodeHost
-from control.runner import NodeIPAMAgent
-from control.scheduler import Scheduler
 from control.store.base import WatchEvent
 from netmodel.cluster import ClusterSpec
 from netmodel.objects import KubeObject, Node, Pod
 
 log = logging.getLogger("svclab.live")
-
-
-@dataclass(frozen=True)
-class Identity:
-    """Who a component is to the API server (client certificate CN and O)."""
-
-    user: str
-    groups: tuple[str, ...] = ()
-
-
-CONTROLLER_MANAGER = Identity("system:kube-controller-manager")
-SCHEDULER = Identity("system:kube-scheduler")
-KUBE_PROXY = Identity("system:kube-proxy")
-
-
-def node_identity(node: str) -> Identity:
-    return Identity(f"system:node:{node}", ("system:nodes",))
 
 
 @dataclass
@@ -180,8 +171,10 @@ class LiveComponent:
         resync: Callable[[list[KubeObject]], None] | None = None,
         idle_wakeup: float | None = None,
         writes: tuple[_Informers, RemoteAPI] | None = None,
+        clock: Clock | None = None,
     ) -> None:
         self.name = name
+        self.clock: Clock = clock or WallClock()
         self.writes = writes
         self.agent = agent
         self.informers = list(informers)
@@ -227,14 +220,22 @@ class LiveComponent:
         return int(pending()) if pending is not None else 0
 
     def _wait_time(self) -> float | None:
-        """Until the next delayed retry is due, or ``idle_wakeup`` (time-based work),
-        or (None) until an event wakes it."""
+        """Until the next delayed retry is due, the agent's own next due time
+        (``next_due()``: a clock time, e.g. a kubelet's container timers or a
+        kube-proxy's next sync), or ``idle_wakeup`` (time-based work), whichever comes
+        first; None: until an event wakes it."""
+        waits: list[float] = []
         queue = getattr(self.agent, "queue", None)
         due = queue.next_ready_in() if isinstance(queue, WorkQueue) else None
-        if due is None:
-            return self.idle_wakeup
-        due = max(due, 0.001)
-        return due if self.idle_wakeup is None else min(self.idle_wakeup, due)
+        if due is not None:
+            waits.append(max(due, 0.001))
+        next_due = getattr(self.agent, "next_due", None)
+        at = next_due() if next_due is not None else None
+        if at is not None:
+            waits.append(max(at - self.clock.now(), 0.001))
+        if self.idle_wakeup is not None:
+            waits.append(self.idle_wakeup)
+        return min(waits, default=None)
 
     def run(self, stop: threading.Event) -> None:
         try:
@@ -318,6 +319,9 @@ class _KubeletAgent:
     def pending(self) -> int:
         return self.kubelet.pending()
 
+    def next_due(self) -> float | None:
+        return self.kubelet.next_due()
+
     def sync(self) -> int:
         return self.kubelet.sync()
 
@@ -333,10 +337,19 @@ class _NodeAgents:
 
 
 class LiveControlPlane:
-    """Runs every component as an API client until :meth:`stop`; see the module docstring.
+    """Runs the components of the registry (:mod:`control.components`) as API clients
+    until :meth:`stop`; see the module docstring.
 
     ``connect`` makes the connection of an identity (the serving process gives one over
-    HTTPS with a client certificate issued from the cluster CA)."""
+    HTTPS with a client certificate issued from the cluster CA).
+
+    ``groups``: the component groups this plane runs (default: every group, the threaded
+    mode; a component process runs one). ``nodes``: the nodes whose kubelet and
+    kube-proxy it runs (default: every Node the controller-manager's Node informer sees,
+    which needs the controller-manager group here too). ``leader_election``: the
+    controller-manager's and the scheduler's components act only while this plane holds
+    their Lease (:mod:`control.leaderelection`); ``on_lost`` is called when it loses one
+    (a component process then exits, as kube's do)."""
 
     def __init__(
         self,
@@ -349,6 +362,10 @@ class LiveControlPlane:
         watch_timeout: float = 30.0,
         kube_proxies: bool = True,
         host: NodeHost | None = None,
+        groups: Sequence[str] | None = None,
+        nodes: Sequence[str] | None = None,
+        leader_election: LeaderElectionConfig | None = None,
+        on_lost: Callable[[str], None] | None = None,
     ) -> None:
         self.connect = connect
         self.kube_proxies = kube_proxies
@@ -357,12 +374,34 @@ class LiveControlPlane:
         self.seed = seed
         self.clock: Clock = clock or WallClock()
         self.watch_timeout = watch_timeout
+        self.groups = tuple(groups) if groups is not None else GROUPS
+        unknown = set(self.groups) - set(GROUPS)
+        if unknown:
+            raise ValueError(f"unknown component groups: {sorted(unknown)}")
+        self.fixed_nodes = tuple(nodes) if nodes is not None else None
+        if (
+            self.fixed_nodes is None
+            and not set(self.groups).isdisjoint((KUBELET_GROUP, KUBE_PROXY_GROUP))
+            and CONTROLLER_MANAGER_GROUP not in self.groups
+        ):
+            raise ValueError(
+                "node agents follow Nodes through the controller-manager: name the nodes"
+            )
+        self.leader_election = leader_election
+        self.on_lost = on_lost
+        #: the leader electors of this plane, by Lease name, and the Lease it lost
+        self.electors: dict[str, LeaderElector] = {}
+        self.lost_lease: str | None = None
         #: what each node's kubelet and kube-proxy act on (default: emulated nodes)
         self.host: NodeHost = host or EmulatedNodeHost(cluster)
         #: Calico's attachment keeps one table of the addresses every pod of the
-        #: cluster holds (a block address may lie in another node's podCIDR), fed here
-        #: from the controller-manager's Pod informer; flannel's state is per node
-        self._calico_cni = getattr(self.host, "calico", None)
+        #: cluster holds (a block address may lie in another node's podCIDR), fed from
+        #: a Pod informer over every pod: the controller-manager's in the threaded mode,
+        #: the Calico CNI plugin's own identity in a kubelet process; flannel's state
+        #: is per node
+        self._calico_cni = (
+            getattr(self.host, "calico", None) if KUBELET_GROUP in self.groups else None
+        )
         self._ipam_pods: SharedInformer | None = None
         self.components: dict[str, LiveComponent] = {}
         self._groups: list[_Informers] = []
@@ -377,6 +416,7 @@ class LiveControlPlane:
         self._spawned: set[str] = set()
         self._reflecting: set[int] = set()
         self._running = False
+        self.proxy_group: _Informers | None = None
 
     # ---- wiring
 
@@ -425,78 +465,121 @@ class LiveControlPlane:
         finally:
             log.info("reflector=%s stopped", r.name)
 
-    def start(self) -> None:
-        """Build the components and start their threads."""
-        cm = self._identity(CONTROLLER_MANAGER, "kube-controller-manager")
-        client = cm.conn.api.client
-        while not client.ready():  # the server may not be listening yet
-            if self._stop.wait(0.05):
-                return
-        rec = cm.conn.api.recorder
-        apis = [  # one per controller (its own write expectations), reading cm's caches
-            RemoteAPI(client, clock=self.clock, cache_source=cm.lister) for _ in range(15)
-        ]
-        controllers: list[tuple[Agent, RemoteAPI]] = [
-            (NodeIPAMAgent(NodeIPAM(apis[0], self.cluster)), apis[0]),
-            (DeploymentController(apis[1], rec), apis[1]),
-            (ReplicaSetController(apis[2], rec, seed=self.seed), apis[2]),
-            (GarbageCollector(apis[3], rec), apis[3]),
-            (NamespaceController(apis[4], rec, self.clock), apis[4]),
-            (PodGarbageCollector(apis[5], rec, self.clock), apis[5]),
-            (EndpointSliceController(apis[6], rec, seed=self.seed, clock=self.clock), apis[6]),
-            (ServiceCIDRController(apis[7], rec, self.clock), apis[7]),
-            (DaemonSetController(apis[8], rec, seed=self.seed, clock=self.clock), apis[8]),
-            (StatefulSetController(apis[9], rec, clock=self.clock), apis[9]),
-            (JobController(apis[10], rec, self.clock, seed=self.seed), apis[10]),
-            (CronJobController(apis[11], rec, self.clock), apis[11]),
-            (ReplicationControllerController(apis[12], rec, seed=self.seed), apis[12]),
-            (DisruptionController(apis[13], rec, self.clock), apis[13]),
-            (NodeLifecycleController(apis[14], rec), apis[14]),
-        ]
-        for c, capi in controllers:
-            name = str(getattr(c, "name", type(c).__name__))
-            self.components[name] = LiveComponent(
-                name,
-                c,
-                [cm.get(k) for k in sorted(c.kinds)],
-                writes=(cm, capi),
-                # time-based work (pod GC's quarantine) is due without any event
-                # (and the Job and CronJob controllers' deadlines, TTLs and schedules)
-                idle_wakeup=1.0
-                if isinstance(c, PodGarbageCollector | JobController | CronJobController)
-                else None,
+    def _build_group(self, group: _Informers, specs: Sequence[Component]) -> list[LiveComponent]:
+        """The cluster-wide components ``specs`` of one identity: each with an API client
+        of its own (its own write expectations) reading the identity's caches."""
+        client = group.conn.api.client
+        rec = group.conn.api.recorder
+        out: list[LiveComponent] = []
+        for spec in specs:
+            api = RemoteAPI(client, clock=self.clock, cache_source=group.lister)
+            ctx = BuildContext(api, rec, self.clock, self.seed, self.cluster)
+            agent = spec.build(ctx, None)
+            kinds = (
+                spec.informers(None)
+                if spec.informers is not None
+                else tuple((k, None) for k in sorted(agent.kinds))
             )
-        sched_group = self._identity(SCHEDULER, "kube-scheduler")
-        sapi = sched_group.conn.api
-        sapi.store.cache_source = sched_group.lister
-        sched = Scheduler(sapi, sapi.recorder, self.clock, seed=self.seed)
-        self.components[sched.name] = LiveComponent(
-            sched.name,
-            sched,
-            [sched_group.get(k) for k in sorted(sched.kinds)],
-            writes=(sched_group, sapi),
-        )
+            comp = LiveComponent(
+                spec.name,
+                agent,
+                [group.get(k, sel) for k, sel in kinds],
+                writes=(group, api),
+                idle_wakeup=spec.idle_wakeup,
+                clock=self.clock,
+            )
+            self.components[spec.name] = comp
+            out.append(comp)
+        return out
+
+    def start(self) -> None:
+        """Build the components of this plane's groups and start their threads."""
+        cm: _Informers | None = None
+        first: _Informers | None = None
+        for name in (CONTROLLER_MANAGER_GROUP, SCHEDULER_GROUP):
+            if name not in self.groups:
+                continue
+            group = self._identity(identity_of(name), name)
+            first = first or group
+            if name == CONTROLLER_MANAGER_GROUP:
+                cm = group
+        if first is not None:
+            client = first.conn.api.client
+            while not client.ready():  # the server may not be listening yet
+                if self._stop.wait(0.05):
+                    return
+        elected: list[tuple[_Informers, list[LiveComponent]]] = []
+        for group in self._groups:
+            gname = (
+                CONTROLLER_MANAGER_GROUP
+                if group.name == CONTROLLER_MANAGER.user
+                else SCHEDULER_GROUP
+            )
+            specs = [c for c in COMPONENTS if c.group == gname]
+            comps = self._build_group(group, specs)
+            if self.leader_election is not None:
+                elected.append((group, comps))
         if self._calico_cni is not None:
             # Calico's IPAM is cluster-wide: the shared table learns every pod's address
             # (and the node starter waits for that list), so that no kubelet hands out
             # an address a pod of another node holds
-            self._ipam_pods = cm.get("Pod")
+            src = cm if cm is not None else self._identity(CALICO_CNI, "calico-cni-plugin")
+            self._ipam_pods = src.get("Pod")
             self._ipam_pods.add_handler(self._on_pods_for_ipam)
-        # kubelets and kube-proxies follow the Nodes the controller-manager sees
-        cm.get("Node").add_handler(self._on_nodes)
-        self.proxy_group = self._identity(KUBE_PROXY, "kube-proxy")
-        if self.kube_proxies:  # the informers every kube-proxy shares
-            self.proxy_group.get("Service")
+        if (
+            self.fixed_nodes is None
+            and cm is not None
+            and (KUBELET_GROUP in self.groups or KUBE_PROXY_GROUP in self.groups)
+        ):
+            # kubelets and kube-proxies follow the Nodes the controller-manager sees
+            cm.get("Node").add_handler(self._on_nodes)
+        if KUBE_PROXY_GROUP in self.groups and self.kube_proxies:
+            self.proxy_group = self._identity(KUBE_PROXY, "kube-proxy")
+            self.proxy_group.get("Service")  # the informers every kube-proxy shares
             self.proxy_group.get("EndpointSlice")
+        electing = {id(c) for _, comps in elected for c in comps}
         with self._nodes_lock:
             self._running = True
             starter = threading.Thread(target=self._node_starter, name="node-starter", daemon=True)
             self._threads.append(starter)
             starter.start()
             for comp in list(self.components.values()):
-                self._spawn(comp)
+                if id(comp) not in electing:
+                    self._spawn(comp)
             for group in list(self._groups):
                 self._start_reflectors(group)
+            for node in self.fixed_nodes or ():
+                self._nodes[node] = _NodeAgents(threading.Event())
+                self._node_starts.put(node)
+        for group, comps in elected:
+            self._elect(group, comps)
+
+    def _elect(self, group: _Informers, comps: list[LiveComponent]) -> None:
+        """Run ``comps`` only while this plane leads ``group``'s Lease."""
+        assert self.leader_election is not None
+        lease = (
+            "kube-controller-manager" if group.name == CONTROLLER_MANAGER.user else "kube-scheduler"
+        )
+        elector = LeaderElector(group.conn.api.client, lease, self.leader_election)
+        self.electors[lease] = elector
+
+        def started() -> None:
+            for comp in comps:
+                self._spawn(comp)
+
+        def stopped() -> None:
+            self.lost_lease = lease
+            if self.on_lost is not None:
+                self.on_lost(lease)
+
+        t = threading.Thread(
+            target=elector.run,
+            args=(self._stop, started, stopped),
+            name=f"elector {lease}",
+            daemon=True,
+        )
+        self._threads.append(t)
+        t.start()
 
     def _on_pods_for_ipam(self, events: Sequence[WatchEvent]) -> None:
         assert self._calico_cni is not None
@@ -537,54 +620,67 @@ class LiveControlPlane:
                 for inf in comp.informers:
                     inf.synced.wait(max(0.0, deadline - time.monotonic()))
 
+    def _node_context(self, api: RemoteAPI) -> BuildContext:
+        return BuildContext(
+            api,
+            api.recorder,
+            self.clock,
+            self.seed,
+            self.cluster,
+            network_plugin=self.host.network_plugin,
+            rule_sink=self.host.rule_sink,
+            proxy_config=self.proxy_config,
+        )
+
     def _start_node(self, node: str) -> _NodeAgents | None:
         with self._nodes_lock:
             agents = self._nodes.get(node)
             if agents is None or agents.components or self._stop.is_set():
                 return None  # deleted meanwhile, or started
-            kg = self._identity(node_identity(node), f"kubelet/{node}")
-            agents.connection = kg.conn
-            kapi = kg.conn.api
-            kubelet = Kubelet(node, kapi, kapi.recorder, self.clock, self.host.network_plugin(node))
-            kagent = _KubeletAgent(kubelet)
-            agents.components.append(
-                LiveComponent(
-                    kagent.name,
-                    kagent,
-                    [
-                        kg.get("Node", f"metadata.name={node}"),
-                        kg.get("Pod", f"spec.nodeName={node}"),
-                    ],
-                    writes=(kg, kapi),
-                    idle_wakeup=0.5,  # commands that end (sleep N) end without an event
-                )
-            )
-            self._add(agents.components[-1], agents.stop)
-            self._start_reflectors(kg, agents.stop)
-            if not self.kube_proxies:
-                log.info("node=%s kubelet started (no kube-proxy)", node)
-                return agents
-            pg = self.proxy_group
-            papi = pg.conn.api
-            proxy = KubeProxy(
-                node,
-                self.cluster,
-                self.proxy_config,
-                self.host.rule_sink(node),
-                papi.recorder,
-                clock=self.clock,
-            )
-            agents.node_informer = ("Node", f"metadata.name={node}")
-            agents.components.append(
-                LiveComponent(
-                    proxy.name,
-                    proxy,
-                    [pg.get("Service"), pg.get("EndpointSlice"), pg.get(*agents.node_informer)],
-                )
-            )
-            self._add(agents.components[-1], agents.stop)
-            self._start_reflectors(pg, agents.stop)  # the node's informer only: see start()
-            log.info("node=%s kubelet and kube-proxy started", node)
+            started: list[str] = []
+            for spec in COMPONENTS:
+                if not spec.per_node or spec.group not in self.groups:
+                    continue
+                assert spec.informers is not None
+                if spec.group == KUBELET_GROUP:
+                    kg = self._identity(node_identity(node), f"kubelet/{node}")
+                    agents.connection = kg.conn
+                    kapi = kg.conn.api
+                    kubelet = spec.build(self._node_context(kapi), node)
+                    assert isinstance(kubelet, Kubelet)
+                    kagent = _KubeletAgent(kubelet)
+                    comp = LiveComponent(
+                        kagent.name,
+                        kagent,
+                        [kg.get(k, sel) for k, sel in spec.informers(node)],
+                        writes=(kg, kapi),
+                        idle_wakeup=spec.idle_wakeup,
+                        clock=self.clock,
+                    )
+                    agents.components.append(comp)
+                    self._add(comp, agents.stop)
+                    self._start_reflectors(kg, agents.stop)
+                elif spec.group == KUBE_PROXY_GROUP and self.proxy_group is not None:
+                    pg = self.proxy_group
+                    proxy = spec.build(self._node_context(pg.conn.api), node)
+                    infs = spec.informers(node)
+                    agents.node_informer = next(
+                        ((k, sel) for k, sel in infs if k == "Node" and sel is not None), None
+                    )
+                    comp = LiveComponent(
+                        proxy.name if hasattr(proxy, "name") else f"kube-proxy/{node}",
+                        proxy,
+                        [pg.get(k, sel) for k, sel in infs],
+                        idle_wakeup=spec.idle_wakeup,
+                        clock=self.clock,
+                    )
+                    agents.components.append(comp)
+                    self._add(comp, agents.stop)
+                    self._start_reflectors(pg, agents.stop)  # the node's informer only
+                else:
+                    continue
+                started.append(spec.group)
+            log.info("node=%s %s started", node, " and ".join(started) or "nothing")
             return agents
 
     def _stop_node(self, node: str) -> None:
@@ -606,7 +702,7 @@ class LiveControlPlane:
                 self._connections.remove(agents.connection)
                 with contextlib.suppress(Exception):  # already closed
                     agents.connection.api.client.close()
-            if agents.node_informer is not None:
+            if agents.node_informer is not None and self.proxy_group is not None:
                 pg = self.proxy_group
                 inf = pg.informers.pop(agents.node_informer, None)
                 pg.reflectors = [r for r in pg.reflectors if r.informer is not inf]
@@ -680,9 +776,21 @@ class LiveDriver:
 
     STOP_TIMEOUT = 20.0
 
-    def __init__(self, api: Any, server: str, *, pump_every: float = 0.2) -> None:
+    def __init__(
+        self,
+        api: Any,
+        server: str,
+        *,
+        pump_every: float = 0.2,
+        argv: Sequence[str] = ("-m", "control.live"),
+        options: Sequence[str] = (),
+    ) -> None:
         self.api = api
         self.server = server
+        #: how the child is started: ``python ARGV STATE_DIR SERVER OPTIONS...`` (the
+        #: composition root, app.livehost, gives its own entry point)
+        self.argv = tuple(argv)
+        self.options = tuple(options)
         self.pump_every = pump_every
         self.process: subprocess.Popen[bytes] | None = None
         self._pump_task: Any = None
@@ -692,7 +800,7 @@ class LiveDriver:
 
         if self.process is not None or not self.api.fixed:
             return
-        cmd = [sys.executable, "-m", "control.live", str(self.api.state_dir), self.server]
+        cmd = [sys.executable, *self.argv, str(self.api.state_dir), self.server, *self.options]
         if not getattr(self.api.session, "with_proxies", True):
             cmd.append("--no-kube-proxies")
         self.process = subprocess.Popen(cmd, stdin=subprocess.PIPE)
@@ -803,6 +911,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 __all__ = [
+    "COMPONENTS",
     "CONTROLLER_MANAGER",
     "KUBE_PROXY",
     "SCHEDULER",

@@ -50,6 +50,7 @@ from control.agents.kubelet import Kubelet, KubeletPool
 from control.agents.network import EmulatedCNI, NetworkPlugin
 from control.apiserver.server import APIServer
 from control.clock import Clock, FakeClock
+from control.components import COMPONENTS, BuildContext
 from control.controllers.base import GarbageCollector
 from control.controllers.cronjob import CronJobController
 from control.controllers.daemonset import DaemonSetController
@@ -58,7 +59,6 @@ from control.controllers.disruption import DisruptionController
 from control.controllers.endpointslice import EndpointSliceController
 from control.controllers.job import JobController
 from control.controllers.namespace import NamespaceController
-from control.controllers.nodeipam import NodeIPAM, natural_key
 from control.controllers.nodelifecycle import NodeLifecycleController
 from control.controllers.podgc import PodGarbageCollector
 from control.controllers.replicaset import ReplicaSetController
@@ -67,6 +67,7 @@ from control.controllers.servicecidr import ServiceCIDRController
 from control.controllers.statefulset import StatefulSetController
 from control.events import Recorder
 from control.informers.listwatch import StoreListerWatcher
+from control.nodeipamagent import NodeIPAMAgent
 from control.scheduler import Scheduler
 from control.store.base import (
     BatchConflictError,
@@ -78,7 +79,7 @@ from control.store.base import (
 )
 from netmodel.cluster import ClusterSpec
 from netmodel.errors import CompactedError, SvclabError
-from netmodel.objects import KubeObject, Node
+from netmodel.objects import KubeObject
 
 #: the :meth:`ControlPlane.start_work` answer: a pod was being deleted at the converged
 #: revision
@@ -104,60 +105,6 @@ class Timing:
         self.steps[name] = self.steps.get(name, 0) + steps
 
 
-class NodeIPAMAgent:
-    """The node IPAM controller as an agent. Reconciles (in natural name order) every Node
-    that appears, loses or changes its podCIDR, or is deleted; a deletion may free a
-    subnet, so Nodes still waiting for one are tried again."""
-
-    name = "nodeipam-controller"
-    kinds = frozenset({"Node"})
-    max_retries = 5
-
-    def __init__(self, ipam: NodeIPAM) -> None:
-        self.ipam = ipam
-        self._queue: dict[str, None] = {}
-        self._seen: dict[str, str | None] = {}
-        self._failures: dict[str, int] = {}
-
-    def handle(self, events: Sequence[WatchEvent]) -> None:
-        for ev in events:
-            node = ev.object
-            if not isinstance(node, Node):
-                continue
-            key = node.key
-            if ev.type == "DELETED":
-                self._seen.pop(key, None)
-                self._queue[key] = None
-                for other, cidr in self._seen.items():
-                    if not cidr:
-                        self._queue[other] = None
-                continue
-            cidr = node.spec.pod_cidr
-            if key not in self._seen or not cidr or self._seen[key] != cidr:
-                self._queue[key] = None
-            self._seen[key] = cidr
-
-    def resync(self, objects: Iterable[KubeObject]) -> None:
-        self._queue.clear()
-        self._seen.clear()
-        self.handle([WatchEvent("ADDED", o, o.resource_version) for o in objects])
-
-    def pending(self) -> int:
-        return len(self._queue)
-
-    def sync(self) -> int:
-        keys, self._queue = sorted(self._queue, key=natural_key), {}
-        for key in keys:
-            try:
-                self.ipam.reconcile(key)
-                self._failures.pop(key, None)
-            except SvclabError:
-                n = self._failures[key] = self._failures.get(key, 0) + 1
-                if n <= self.max_retries:
-                    self._queue[key] = None
-        return len(keys)
-
-
 class ControlPlane:
     """The control plane of one cluster over ``store``; see the module docstring."""
 
@@ -181,43 +128,44 @@ class ControlPlane:
         self.network_plugin: NetworkPlugin = network_plugin or EmulatedCNI(
             calico=cluster.cni == "calico"
         )
-        api, rec = self.apiserver, self.recorder
-        self.nodeipam = NodeIPAMAgent(NodeIPAM(api, cluster))
-        self.deployments = DeploymentController(api, rec)
-        self.replicasets = ReplicaSetController(api, rec, seed=seed)
-        self.daemonsets = DaemonSetController(api, rec, seed=seed, clock=self.clock)
-        self.statefulsets = StatefulSetController(api, rec, clock=self.clock)
-        self.cronjobs = CronJobController(api, rec, self.clock)
-        self.jobs = JobController(api, rec, self.clock, seed=seed)
-        self.replicationcontrollers = ReplicationControllerController(api, rec, seed=seed)
-        self.garbage_collector = GarbageCollector(api, rec)
-        self.namespaces = NamespaceController(api, rec, self.clock)
-        self.pod_gc = PodGarbageCollector(api, rec, self.clock)
-        self.scheduler = Scheduler(api, rec, self.clock, seed=seed)
-        self.kubelets = KubeletPool(self._new_kubelet)
-        self.endpointslices = EndpointSliceController(api, rec, seed=seed)
-        self.service_cidrs = ServiceCIDRController(api, rec, self.clock)
-        self.disruption = DisruptionController(api, rec, self.clock)
-        self.node_lifecycle = NodeLifecycleController(api, rec)
-        self.components: list[Agent] = [
-            self.nodeipam,
-            self.service_cidrs,
-            self.deployments,
-            self.replicasets,
-            self.daemonsets,
-            self.statefulsets,
-            self.cronjobs,
-            self.jobs,
-            self.replicationcontrollers,
-            self.garbage_collector,
-            self.namespaces,
-            self.pod_gc,
-            self.scheduler,
-            self.kubelets,
-            self.endpointslices,
-            self.disruption,
-            self.node_lifecycle,
-        ]
+        ctx = BuildContext(
+            api=self.apiserver,
+            recorder=self.recorder,
+            clock=self.clock,
+            seed=seed,
+            cluster=cluster,
+            network_plugin=lambda _node: self.network_plugin,
+        )
+        built: dict[str, Agent] = {}
+        self.components: list[Agent] = []
+        for spec in COMPONENTS:
+            if spec.name == "kubelet":
+                agent: Agent = KubeletPool(lambda n, spec=spec: spec.build(ctx, n))  # type: ignore[misc]
+            elif spec.per_node:
+                continue  # kube-proxies: the caller adds them (add_agent) with its sinks
+            else:
+                agent = spec.build(ctx, None)
+            built[spec.name] = agent
+            self.components.append(agent)
+        self.nodeipam: NodeIPAMAgent = built["nodeipam-controller"]  # type: ignore[assignment]
+        self.service_cidrs: ServiceCIDRController = built["service-cidr-controller"]  # type: ignore[assignment]
+        self.deployments: DeploymentController = built["deployment-controller"]  # type: ignore[assignment]
+        self.replicasets: ReplicaSetController = built["replicaset-controller"]  # type: ignore[assignment]
+        self.daemonsets: DaemonSetController = built["daemonset-controller"]  # type: ignore[assignment]
+        self.statefulsets: StatefulSetController = built["statefulset-controller"]  # type: ignore[assignment]
+        self.cronjobs: CronJobController = built["cronjob-controller"]  # type: ignore[assignment]
+        self.jobs: JobController = built["job-controller"]  # type: ignore[assignment]
+        self.replicationcontrollers: ReplicationControllerController = built[
+            "replication-controller"
+        ]  # type: ignore[assignment]
+        self.garbage_collector: GarbageCollector = built["garbage-collector"]  # type: ignore[assignment]
+        self.namespaces: NamespaceController = built["namespace-controller"]  # type: ignore[assignment]
+        self.pod_gc: PodGarbageCollector = built["pod-garbage-collector"]  # type: ignore[assignment]
+        self.scheduler: Scheduler = built["default-scheduler"]  # type: ignore[assignment]
+        self.kubelets: KubeletPool = built["kubelet"]  # type: ignore[assignment]
+        self.endpointslices: EndpointSliceController = built["endpointslice-controller"]  # type: ignore[assignment]
+        self.disruption: DisruptionController = built["disruption-controller"]  # type: ignore[assignment]
+        self.node_lifecycle: NodeLifecycleController = built["node-lifecycle-controller"]  # type: ignore[assignment]
         self.timing = Timing()
         self.pause_gc = True
         self._rev: int | None = None
@@ -229,9 +177,6 @@ class ControlPlane:
         self._kinds_cache: tuple[int, frozenset[str], list[frozenset[str]]] | None = None
         #: a converged start's answers (see :meth:`start_work`)
         self._start_work: dict[str, bool] | None = None
-
-    def _new_kubelet(self, node_name: str) -> Kubelet:
-        return Kubelet(node_name, self.apiserver, self.recorder, self.clock, self.network_plugin)
 
     # ---- lifecycle and writes
 

@@ -67,6 +67,36 @@ def parse_listen(text: str) -> tuple[str, int]:
     "on every replica.",
 )
 @click.option(
+    "--components",
+    type=click.Choice(["threads", "processes"]),
+    default="threads",
+    show_default=True,
+    help="live control plane: threads of one process beside the server, or one OS process "
+    "per identity group under a supervisor (kube-controller-manager, kube-scheduler, and "
+    "per node a kubelet and a kube-proxy; nodes pooled above 16), restarted with back-off.",
+)
+@click.option(
+    "--leader-elect-lease-duration",
+    type=float,
+    default=15.0,
+    show_default=True,
+    help="processes: the controller-manager's and scheduler's Lease duration (seconds).",
+)
+@click.option(
+    "--leader-elect-renew-deadline",
+    type=float,
+    default=10.0,
+    show_default=True,
+    help="processes: a leader that could not renew for this long stops leading.",
+)
+@click.option(
+    "--leader-elect-retry-period",
+    type=float,
+    default=2.0,
+    show_default=True,
+    help="processes: seconds between a candidate's tries (and a leader's renewals).",
+)
+@click.option(
     "--real",
     is_flag=True,
     help="Pods' exec, port-forward and logs reach the real cluster 'svclab up --real' "
@@ -83,6 +113,10 @@ def serve(
     kube_proxies: bool,
     control_plane: str,
     ca_dir: Path | None,
+    components: str,
+    leader_elect_lease_duration: float,
+    leader_elect_renew_deadline: float,
+    leader_elect_retry_period: float,
     real: bool,
 ) -> None:
     """Serve the state directory's cluster as a Kubernetes API (HTTPS) for kubectl and
@@ -99,6 +133,16 @@ def serve(
         if record is None or record.status != "up":
             raise NoRealCluster(f"{ctx.state}: no real cluster up here (run 'svclab up --real' first)")
 
+    from app.livehost import election_options
+    from control.leaderelection import LeaderElectionConfig
+
+    election = LeaderElectionConfig(
+        lease_duration=leader_elect_lease_duration,
+        renew_deadline=leader_elect_renew_deadline,
+        retry_period=leader_elect_retry_period,
+    )
+    mode = "supervise" if components == "processes" else "threads"
+    options = [*election_options(election), *(["--real"] if real else [])]
     try:
         run(
             ctx.state,
@@ -111,6 +155,8 @@ def serve(
             control_plane=control_plane,
             ca_dir=ca_dir,
             runtime_factory=lambda api: runtime_for(api.session, real=real),
+            live_argv=("-m", "app.livehost", mode),
+            live_options=options,
         )
     except OSError as e:
         raise InputError(f"cannot serve on {listen}: {e.strerror or e}", field="--listen") from None

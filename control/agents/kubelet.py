@@ -53,9 +53,10 @@ from control.agents.containers import (
     status_conditions,
 )
 from control.agents.network import NetworkPlugin, PodNetworkResult
+from control.apiclient import APIClient
 from control.clock import Clock, rfc3339
-from control.controllers.base import APIClient, WorkQueue
 from control.events import Recorder
+from control.informers.workqueue import WorkQueue
 from control.store.base import Store, WatchEvent
 from netmodel.errors import NotFoundError, SvclabError
 from netmodel.objects import Condition, KubeObject, Node, Pod, PodIP, PodStatus

@@ -37,56 +37,19 @@ from __future__ import annotations
 
 import logging
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
-from typing import ClassVar, Protocol
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
+from typing import ClassVar
 
+from control.apiclient import APIClient
 from control.events import Recorder
 from control.informers.cache import Indexer, ObjectCache
 from control.informers.workqueue import WorkQueue
-from control.store.base import Store, WatchEvent, first_states
+from control.store.base import WatchEvent, first_states
 from netmodel.errors import NotFoundError, SvclabError
 from netmodel.kinds import KINDS
-from netmodel.objects import FOREGROUND, KubeObject, OwnerReference, Pod, finalizers
+from netmodel.objects import FOREGROUND, KubeObject, OwnerReference, finalizers
 
 log = logging.getLogger(__name__)
-
-
-class APIClient(Protocol):
-    """The part of the apiserver controllers and agents write through."""
-
-    @property
-    def store(self) -> Store: ...
-
-    def create(self, obj: KubeObject, *, component: str = ...) -> KubeObject: ...
-
-    def update(self, obj: KubeObject, *, component: str = ...) -> KubeObject: ...
-
-    def update_status(self, obj: KubeObject, *, component: str = ...) -> KubeObject: ...
-
-    def delete(
-        self,
-        kind: str,
-        key: str,
-        *,
-        component: str = ...,
-        expected_version: int | None = ...,
-        propagation: str | None = ...,
-    ) -> KubeObject: ...
-
-    def finalize_pod_deletion(self, key: str) -> None: ...
-
-    def bind(
-        self,
-        key: str,
-        node: str,
-        annotations: Mapping[str, str] | None = None,
-        *,
-        uid: str | None = None,
-        resource_version: int | None = None,
-        component: str = ...,
-    ) -> Pod:
-        """The pods/binding subresource (see :meth:`APIServer.bind`)."""
-        ...
 
 
 # --------------------------------------------------------------------------- controllers

@@ -36,9 +36,9 @@ from functools import cached_property
 from typing import TYPE_CHECKING
 
 from control.agents import PodSummary
+from control.apiclient import APIClient
 from control.apiserver.server import APIServer
 from control.clock import Clock, rfc3339
-from control.controllers.base import APIClient
 from control.events import Recorder
 from control.scheduler.decision import SCHEDULING_ANNOTATION, Decision, NodeRow
 from control.store.base import Store, WatchEvent

@@ -337,6 +337,9 @@ def bootstrap_policy() -> list[KubeObject]:
                 _rule("create patch update", "core", "events"),
                 _rule("create patch update", "events.k8s.io", "events"),
                 _rule(READ, "apps", "replicasets"),
+                # leader election (kube's role: create, and get/update its own Lease)
+                _rule("create", "coordination.k8s.io", "leases"),
+                _rule("get update", "coordination.k8s.io", "leases", "kube-scheduler"),
             ],
         ),
         _cr(
@@ -383,8 +386,16 @@ def bootstrap_policy() -> list[KubeObject]:
                 ),
                 # the namespace controller empties a Terminating namespace of every kind
                 *_namespace_content_rules(),
+                # leader election (kube's role: create, and get/update its own Lease)
+                _rule("create", "coordination.k8s.io", "leases"),
+                _rule("get update", "coordination.k8s.io", "leases", "kube-controller-manager"),
             ],
         ),
+        # svclab's component supervisor (serve --components processes) follows the Nodes
+        # to start and stop each node's kubelet and kube-proxy processes
+        _cr("svclab:component-supervisor", [_rule(READ, "core", "nodes")]),
+        # Calico's CNI plugin: its IPAM is cluster-wide, so it reads every pod's address
+        _cr("calico-cni-plugin", [_rule(READ, "core", "pods")]),
         _cr(
             "system:node-proxier",
             [
@@ -418,6 +429,16 @@ def bootstrap_policy() -> list[KubeObject]:
             [("User", "system:kube-controller-manager")],
         ),
         _crb("system:node-proxier", "system:node-proxier", [("User", "system:kube-proxy")]),
+        _crb(
+            "svclab:component-supervisor",
+            "svclab:component-supervisor",
+            [("User", "system:svclab-supervisor")],
+        ),
+        _crb(
+            "calico-cni-plugin",
+            "calico-cni-plugin",
+            [("User", "system:serviceaccount:kube-system:calico-cni-plugin")],
+        ),
     ]
 
 

@@ -22,7 +22,7 @@ import logging
 import os
 import signal
 import sqlite3
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -208,13 +208,19 @@ def serve(
     control_plane: str = "live",
     runtime_factory: Callable[[API], PodRuntime] | None = None,
     ca_dir: Path | None = None,
+    live_argv: Sequence[str] = ("-m", "control.live"),
+    live_options: Sequence[str] = (),
 ) -> None:
     """``control_plane``: ``live`` (the components are API clients of this server, with
     their own identities: :mod:`control.live`), ``runner`` (the deterministic runner
     on the event loop: :class:`RunnerDriver`) or ``none`` (the API only, a stateless
     replica over a shared etcd: :class:`ApiOnlyDriver`). ``ca_dir``: a directory
     holding the cluster CA (``ca.crt``, ``ca.key``) this server adopts
-    (:func:`.pki.adopt_ca`), so that replicas share one CA."""
+    (:func:`.pki.adopt_ca`), so that replicas share one CA.
+
+    ``live_argv`` / ``live_options``: how the live control plane's process is started
+    (``python LIVE_ARGV STATE_DIR URL LIVE_OPTIONS``; the CLI gives app.livehost's entry
+    point, threads or the process supervisor)."""
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
@@ -224,7 +230,9 @@ def serve(
     url = pki.server_url(host, port)
     factory: Callable[[API], Driver] | None = None
     if control_plane == "live":
-        factory = lambda api: LiveDriver(api, url)  # noqa: E731
+        factory = lambda api: LiveDriver(  # noqa: E731
+            api, url, argv=live_argv, options=live_options
+        )
     elif control_plane == "none":
         factory = ApiOnlyDriver
     if ca_dir is not None:
