@@ -15,7 +15,8 @@ one) until a round does no work:
   runs, including those of components earlier in the same round;
 * components run in a fixed order (node IPAM, service CIDRs, deployment, replicaset, daemonset,
   statefulset, cronjob, job, replication controller, garbage collector, namespace, pod
-  GC, scheduler, kubelets, endpointslice, then added agents in the order added);
+  GC, scheduler, kubelets, endpointslice, disruption, node lifecycle, taint eviction,
+  then added agents in the order added);
 * each component's ``sync`` runs in one store batch (:func:`control.store.base.batched`):
   on etcd its writes go out in a few Txns when it returns instead of one round trip
   each; should another client have written a key the step wrote meanwhile, the step's
@@ -65,6 +66,7 @@ from control.controllers.replicaset import ReplicaSetController
 from control.controllers.replicationcontroller import ReplicationControllerController
 from control.controllers.servicecidr import ServiceCIDRController
 from control.controllers.statefulset import StatefulSetController
+from control.controllers.tainteviction import TaintEvictionController
 from control.events import Recorder
 from control.informers.listwatch import StoreListerWatcher
 from control.scheduler import Scheduler
@@ -198,7 +200,15 @@ class ControlPlane:
         self.endpointslices = EndpointSliceController(api, rec, seed=seed)
         self.service_cidrs = ServiceCIDRController(api, rec, self.clock)
         self.disruption = DisruptionController(api, rec, self.clock)
-        self.node_lifecycle = NodeLifecycleController(api, rec)
+        lifecycle = cluster.node_lifecycle
+        self.node_lifecycle = NodeLifecycleController(
+            api,
+            rec,
+            self.clock,
+            grace_period=lifecycle.node_monitor_grace_period_seconds,
+            monitor_period=lifecycle.node_monitor_period_seconds,
+        )
+        self.taint_eviction = TaintEvictionController(api, rec, self.clock)
         self.components: list[Agent] = [
             self.nodeipam,
             self.service_cidrs,
@@ -217,6 +227,7 @@ class ControlPlane:
             self.endpointslices,
             self.disruption,
             self.node_lifecycle,
+            self.taint_eviction,
         ]
         self.timing = Timing()
         self.pause_gc = True
@@ -231,7 +242,9 @@ class ControlPlane:
         self._start_work: dict[str, bool] | None = None
 
     def _new_kubelet(self, node_name: str) -> Kubelet:
-        return Kubelet(node_name, self.apiserver, self.recorder, self.clock, self.network_plugin)
+        k = Kubelet(node_name, self.apiserver, self.recorder, self.clock, self.network_plugin)
+        k.lease_duration = self.cluster.node_lifecycle.node_lease_duration_seconds
+        return k
 
     # ---- lifecycle and writes
 
