@@ -68,6 +68,7 @@ from control.controllers.replicaset import ReplicaSetController
 from control.controllers.replicationcontroller import ReplicationControllerController
 from control.controllers.servicecidr import ServiceCIDRController
 from control.controllers.statefulset import StatefulSetController
+from control.controllers.tainteviction import TaintEvictionController
 from control.informers.informer import Reflector, SharedInformer
 from control.informers.listwatch import ListerWatcher
 from control.informers.remote import RemoteAPI
@@ -330,6 +331,9 @@ class _NodeAgents:
     components: list[LiveComponent] = field(default_factory=list)
     connection: Connection | None = None
     node_informer: tuple[str, str] | None = None
+    #: the kubelet alone (:meth:`LiveControlPlane.stop_kubelet`): its stop, its component
+    kubelet_stop: threading.Event = field(default_factory=threading.Event)
+    kubelet: LiveComponent | None = None
 
 
 class LiveControlPlane:
@@ -434,8 +438,9 @@ class LiveControlPlane:
                 return
         rec = cm.conn.api.recorder
         apis = [  # one per controller (its own write expectations), reading cm's caches
-            RemoteAPI(client, clock=self.clock, cache_source=cm.lister) for _ in range(15)
+            RemoteAPI(client, clock=self.clock, cache_source=cm.lister) for _ in range(16)
         ]
+        lifecycle = self.cluster.node_lifecycle
         controllers: list[tuple[Agent, RemoteAPI]] = [
             (NodeIPAMAgent(NodeIPAM(apis[0], self.cluster)), apis[0]),
             (DeploymentController(apis[1], rec), apis[1]),
@@ -451,7 +456,17 @@ class LiveControlPlane:
             (CronJobController(apis[11], rec, self.clock), apis[11]),
             (ReplicationControllerController(apis[12], rec, seed=self.seed), apis[12]),
             (DisruptionController(apis[13], rec, self.clock), apis[13]),
-            (NodeLifecycleController(apis[14], rec), apis[14]),
+            (
+                NodeLifecycleController(
+                    apis[14],
+                    rec,
+                    self.clock,
+                    grace_period=lifecycle.node_monitor_grace_period_seconds,
+                    monitor_period=lifecycle.node_monitor_period_seconds,
+                ),
+                apis[14],
+            ),
+            (TaintEvictionController(apis[15], rec, self.clock), apis[15]),
         ]
         for c, capi in controllers:
             name = str(getattr(c, "name", type(c).__name__))
@@ -462,8 +477,16 @@ class LiveControlPlane:
                 writes=(cm, capi),
                 # time-based work (pod GC's quarantine) is due without any event
                 # (and the Job and CronJob controllers' deadlines, TTLs and schedules)
-                idle_wakeup=1.0
-                if isinstance(c, PodGarbageCollector | JobController | CronJobController)
+                # (and node heartbeats' grace, NoExecute tolerationSeconds)
+                idle_wakeup=min(1.0, lifecycle.node_monitor_period_seconds)
+                if isinstance(
+                    c,
+                    PodGarbageCollector
+                    | JobController
+                    | CronJobController
+                    | NodeLifecycleController
+                    | TaintEvictionController,
+                )
                 else None,
             )
         sched_group = self._identity(SCHEDULER, "kube-scheduler")
@@ -542,25 +565,7 @@ class LiveControlPlane:
             agents = self._nodes.get(node)
             if agents is None or agents.components or self._stop.is_set():
                 return None  # deleted meanwhile, or started
-            kg = self._identity(node_identity(node), f"kubelet/{node}")
-            agents.connection = kg.conn
-            kapi = kg.conn.api
-            kubelet = Kubelet(node, kapi, kapi.recorder, self.clock, self.host.network_plugin(node))
-            kagent = _KubeletAgent(kubelet)
-            agents.components.append(
-                LiveComponent(
-                    kagent.name,
-                    kagent,
-                    [
-                        kg.get("Node", f"metadata.name={node}"),
-                        kg.get("Pod", f"spec.nodeName={node}"),
-                    ],
-                    writes=(kg, kapi),
-                    idle_wakeup=0.5,  # commands that end (sleep N) end without an event
-                )
-            )
-            self._add(agents.components[-1], agents.stop)
-            self._start_reflectors(kg, agents.stop)
+            self._start_kubelet(node, agents)
             if not self.kube_proxies:
                 log.info("node=%s kubelet started (no kube-proxy)", node)
                 return agents
@@ -587,6 +592,67 @@ class LiveControlPlane:
             log.info("node=%s kubelet and kube-proxy started", node)
             return agents
 
+    def _start_kubelet(self, node: str, agents: _NodeAgents) -> None:
+        """Start the node's kubelet (under the nodes lock): its own connection, identity,
+        informers and worker, all ending with ``agents.kubelet_stop``."""
+        kg = self._identity(node_identity(node), f"kubelet/{node}")
+        agents.connection = kg.conn
+        kapi = kg.conn.api
+        kubelet = Kubelet(node, kapi, kapi.recorder, self.clock, self.host.network_plugin(node))
+        kubelet.lease_duration = self.cluster.node_lifecycle.node_lease_duration_seconds
+        kagent = _KubeletAgent(kubelet)
+        agents.kubelet = LiveComponent(
+            kagent.name,
+            kagent,
+            [
+                kg.get("Node", f"metadata.name={node}"),
+                kg.get("Pod", f"spec.nodeName={node}"),
+            ],
+            writes=(kg, kapi),
+            idle_wakeup=0.5,  # commands that end (sleep N) end without an event
+        )
+        agents.components.append(agents.kubelet)
+        self._add(agents.kubelet, agents.kubelet_stop)
+        self._start_reflectors(kg, agents.kubelet_stop)
+
+    def stop_kubelet(self, node: str) -> bool:
+        """Stop ``node``'s kubelet alone, as a killed kubelet process (its kube-proxy
+        runs on): its worker and watches end, its connection closes, so its Lease is no
+        longer renewed. False when it is not running. A narrow hook for tests and labs
+        of node failure until each kubelet runs as a process of its own."""
+        with self._nodes_lock:
+            agents = self._nodes.get(node)
+            comp = agents.kubelet if agents is not None else None
+            if agents is None or comp is None:
+                return False
+            agents.kubelet_stop.set()
+            comp.detach()
+            comp.wake.set()
+            self.components.pop(comp.name, None)
+            self._spawned.discard(comp.name)
+            agents.components.remove(comp)
+            agents.kubelet = None
+            if agents.connection is not None:
+                self._groups = [g for g in self._groups if g.conn is not agents.connection]
+                self._connections.remove(agents.connection)
+                with contextlib.suppress(Exception):  # already closed
+                    agents.connection.api.client.close()
+                agents.connection = None
+        log.info("node=%s kubelet stopped", node)
+        return True
+
+    def start_kubelet(self, node: str) -> bool:
+        """Start again the kubelet :meth:`stop_kubelet` stopped (it relists its Node and
+        pods). False when the node is unknown or its kubelet runs."""
+        with self._nodes_lock:
+            agents = self._nodes.get(node)
+            if agents is None or agents.kubelet is not None or self._stop.is_set():
+                return False
+            agents.kubelet_stop = threading.Event()
+            self._start_kubelet(node, agents)
+        log.info("node=%s kubelet started again", node)
+        return True
+
     def _stop_node(self, node: str) -> None:
         """The Node is gone: stop its kubelet and kube-proxy (their threads end, and so do
         their reflectors: the kubelet's connection is closed at once, the kube-proxy's
@@ -596,6 +662,7 @@ class LiveControlPlane:
             if agents is None:
                 return
             agents.stop.set()
+            agents.kubelet_stop.set()
             for comp in agents.components:
                 comp.detach()
                 comp.wake.set()
@@ -621,6 +688,7 @@ class LiveControlPlane:
         with self._nodes_lock:
             for agents in self._nodes.values():
                 agents.stop.set()
+                agents.kubelet_stop.set()
         for comp in list(self.components.values()):
             comp.wake.set()
         for conn in self._connections:
@@ -739,10 +807,34 @@ class LiveDriver:
             await asyncio.to_thread(proc.wait)
 
 
+#: the file in the state directory naming the nodes whose kubelet is to be stopped (one a
+#: line; a name removed starts it again): the node failure hook of tests and labs
+STOPPED_KUBELETS = "kubelets-stopped"
+
+
+def _follow_stopped_kubelets(plane: LiveControlPlane, path: Path, stopped: set[str]) -> set[str]:
+    """Stop the kubelets ``path`` names and start again those it no longer names; the
+    names now stopped."""
+    try:
+        want = {line.strip() for line in path.read_text().splitlines() if line.strip()}
+    except FileNotFoundError:
+        want = set()
+    except OSError as e:
+        log.error("%s: %s", path, e)
+        return stopped
+    for node in sorted(want - stopped):
+        plane.stop_kubelet(node)
+    for node in sorted(stopped - want):
+        plane.start_kubelet(node)
+    return want
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m control.live STATE_DIR SERVER [--no-kube-proxies]``: run the live
     control plane of the cluster stored in STATE_DIR against the API at SERVER until
-    standard input ends (its server closed it, or died) or SIGTERM/SIGINT."""
+    standard input ends (its server closed it, or died) or SIGTERM/SIGINT. Every half
+    second it stops the kubelets ``STATE_DIR/kubelets-stopped`` names (one node a line)
+    and starts again those it no longer names (:meth:`LiveControlPlane.stop_kubelet`)."""
     import argparse
     import signal
 
@@ -779,6 +871,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         done.set()
 
     threading.Thread(target=until_eof, name="stdin", daemon=True).start()
+    stopped_file = args.state_dir / STOPPED_KUBELETS
     plane = LiveControlPlane(
         https_connector(args.state_dir, args.server),
         spec,
@@ -788,8 +881,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     starter = threading.Thread(target=plane.start, name="live-control-plane", daemon=True)
     starter.start()
+    stopped: set[str] = set()
     while not done.wait(0.5):  # the main thread stays free for the signal handlers
-        pass
+        stopped = _follow_stopped_kubelets(plane, stopped_file, stopped)
     plane.stop()
     log.info("live control plane stopped")
     return 0
