@@ -159,10 +159,14 @@ def test_pods_get_the_default_toleration_seconds(served: Served) -> None:
 def test_tolerations_are_validated(
     served: Served, toleration: dict[str, Any], message: str
 ) -> None:
-    out = served.kubectl("apply", "-f", "-", stdin=_pod("bad", [toleration]))
-    assert out.returncode != 0
-    assert message in out.stderr, out.stderr
-    assert served.kubectl("get", "pod", "bad").returncode != 0  # nothing stored
+    name = f"bad-{sorted(toleration).index('operator')}-{len(toleration)}-{len(message)}"
+    out = served.kubectl("apply", "-f", "-", stdin=_pod(name, [toleration]))
+    try:
+        assert out.returncode != 0
+        assert message in out.stderr, out.stderr
+        assert served.kubectl("get", "pod", name).returncode != 0  # nothing stored
+    finally:
+        served.kubectl("delete", "pod", name, "--ignore-not-found", "--wait=false")
 
 
 def _node_rows(s: Served) -> dict[str, str]:
