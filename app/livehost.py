@@ -104,23 +104,6 @@ class PublishingHost:
             (self.rules.directory / node).unlink()
 
 
-def _load(state_dir: Path) -> tuple[ClusterSpec, Any]:
-    import yaml
-
-    from netmodel.cluster import cluster_from_dict
-    from netmodel.proxyconfig import proxy_config_from_dict
-
-    cfile = state_dir / "cluster.yaml"
-    spec = cluster_from_dict(yaml.safe_load(cfile.read_text()), file=str(cfile)).spec
-    pfile = state_dir / "kube-proxy.yaml"
-    proxy_config = (
-        proxy_config_from_dict(yaml.safe_load(pfile.read_text()), file=str(pfile))
-        if pfile.exists()
-        else None
-    )
-    return spec, proxy_config
-
-
 def _until_stopped() -> threading.Event:
     """An event set on SIGTERM/SIGINT or when standard input ends."""
     done = threading.Event()
@@ -162,9 +145,9 @@ def _plane(
     leader_election: LeaderElectionConfig | None,
     done: threading.Event,
 ) -> Any:
-    from control.live import LiveControlPlane, https_connector
+    from control.live import LiveControlPlane, https_connector, load_config
 
-    spec, proxy_config = _load(args.state_dir)
+    spec, proxy_config = load_config(args.state_dir)
     host = node_host(args.state_dir, spec, real=args.real)
     if publish and isinstance(host, EmulatedNodeHost):
         host = PublishingHost(host, args.state_dir / RULES_DIR)
@@ -187,10 +170,17 @@ def _plane(
     )
 
 
-def _run_plane(plane: Any, done: threading.Event) -> int:
+def _run_plane(plane: Any, done: threading.Event, *, state_dir: Path | None = None) -> int:
+    """Run ``plane`` until ``done``; with ``state_dir`` (the threaded plane, whose kubelets
+    are not processes to kill) it also follows ``STATE_DIR/kubelets-stopped``
+    (:func:`control.live.follow_stopped_kubelets`)."""
+    from control.live import follow_stopped_kubelets
+
     starter = threading.Thread(target=plane.start, name="live-control-plane", daemon=True)
     starter.start()
-    while not done.wait(0.5):  # the main thread stays free for the signal handlers
+    if state_dir is not None:  # the main thread stays free for the signal handlers
+        follow_stopped_kubelets(plane, state_dir, done)
+    while not done.wait(0.5):
         pass
     plane.stop()
     log.info("live control plane stopped")
@@ -266,7 +256,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         plane = _plane(
             args, groups=None, nodes=None, publish=False, leader_election=None, done=done
         )
-        return _run_plane(plane, done)
+        return _run_plane(plane, done, state_dir=args.state_dir)
     group: str = args.group
     if group in NODE_GROUPS and not args.node:
         p.error(f"{group}: name its node(s) with --node")

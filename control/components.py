@@ -43,6 +43,7 @@ from control.controllers.replicaset import ReplicaSetController
 from control.controllers.replicationcontroller import ReplicationControllerController
 from control.controllers.servicecidr import ServiceCIDRController
 from control.controllers.statefulset import StatefulSetController
+from control.controllers.tainteviction import TaintEvictionController
 from control.nodeipamagent import NodeIPAMAgent
 from control.scheduler import Scheduler
 from netmodel.cluster import ClusterSpec
@@ -133,7 +134,20 @@ class Component:
 
 def _kubelet(ctx: BuildContext, node: str | None) -> Agent:
     assert node is not None and ctx.network_plugin is not None
-    return Kubelet(node, ctx.api, ctx.recorder, ctx.clock, ctx.network_plugin(node))
+    kubelet = Kubelet(node, ctx.api, ctx.recorder, ctx.clock, ctx.network_plugin(node))
+    kubelet.lease_duration = ctx.cluster.node_lifecycle.node_lease_duration_seconds
+    return kubelet
+
+
+def _node_lifecycle(ctx: BuildContext) -> Agent:
+    lifecycle = ctx.cluster.node_lifecycle
+    return NodeLifecycleController(
+        ctx.api,
+        ctx.recorder,
+        ctx.clock,
+        grace_period=lifecycle.node_monitor_grace_period_seconds,
+        monitor_period=lifecycle.node_monitor_period_seconds,
+    )
 
 
 def _kube_proxy(ctx: BuildContext, node: str | None) -> Agent:
@@ -195,7 +209,13 @@ COMPONENTS: tuple[Component, ...] = (
         lambda c: EndpointSliceController(c.api, c.recorder, seed=c.seed, clock=c.clock),
     ),
     _cm("disruption-controller", lambda c: DisruptionController(c.api, c.recorder, c.clock)),
-    _cm("node-lifecycle-controller", lambda c: NodeLifecycleController(c.api, c.recorder)),
+    # node heartbeats' grace and NoExecute tolerationSeconds are due with no event
+    _cm("node-lifecycle-controller", _node_lifecycle, 1.0),
+    _cm(
+        "taint-eviction-controller",
+        lambda c: TaintEvictionController(c.api, c.recorder, c.clock),
+        1.0,
+    ),
     Component(
         "kube-proxy",
         KUBE_PROXY_GROUP,

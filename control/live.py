@@ -334,6 +334,9 @@ class _NodeAgents:
     components: list[LiveComponent] = field(default_factory=list)
     connection: Connection | None = None
     node_informer: tuple[str, str] | None = None
+    #: the kubelet alone (:meth:`LiveControlPlane.stop_kubelet`): its stop, its component
+    kubelet_stop: threading.Event = field(default_factory=threading.Event)
+    kubelet: LiveComponent | None = None
 
 
 class LiveControlPlane:
@@ -643,23 +646,7 @@ class LiveControlPlane:
                     continue
                 assert spec.informers is not None
                 if spec.group == KUBELET_GROUP:
-                    kg = self._identity(node_identity(node), f"kubelet/{node}")
-                    agents.connection = kg.conn
-                    kapi = kg.conn.api
-                    kubelet = spec.build(self._node_context(kapi), node)
-                    assert isinstance(kubelet, Kubelet)
-                    kagent = _KubeletAgent(kubelet)
-                    comp = LiveComponent(
-                        kagent.name,
-                        kagent,
-                        [kg.get(k, sel) for k, sel in spec.informers(node)],
-                        writes=(kg, kapi),
-                        idle_wakeup=spec.idle_wakeup,
-                        clock=self.clock,
-                    )
-                    agents.components.append(comp)
-                    self._add(comp, agents.stop)
-                    self._start_reflectors(kg, agents.stop)
+                    self._start_kubelet(node, agents)
                 elif spec.group == KUBE_PROXY_GROUP and self.proxy_group is not None:
                     pg = self.proxy_group
                     proxy = spec.build(self._node_context(pg.conn.api), node)
@@ -683,6 +670,67 @@ class LiveControlPlane:
             log.info("node=%s %s started", node, " and ".join(started) or "nothing")
             return agents
 
+    def _start_kubelet(self, node: str, agents: _NodeAgents) -> None:
+        """Start the node's kubelet (under the nodes lock): its own connection, identity,
+        informers and worker, all ending with ``agents.kubelet_stop``."""
+        spec = next(c for c in COMPONENTS if c.group == KUBELET_GROUP)
+        assert spec.informers is not None
+        kg = self._identity(node_identity(node), f"kubelet/{node}")
+        agents.connection = kg.conn
+        kapi = kg.conn.api
+        kubelet = spec.build(self._node_context(kapi), node)
+        assert isinstance(kubelet, Kubelet)
+        kagent = _KubeletAgent(kubelet)
+        agents.kubelet = LiveComponent(
+            kagent.name,
+            kagent,
+            [kg.get(k, sel) for k, sel in spec.informers(node)],
+            writes=(kg, kapi),
+            idle_wakeup=spec.idle_wakeup,
+            clock=self.clock,
+        )
+        agents.components.append(agents.kubelet)
+        self._add(agents.kubelet, agents.kubelet_stop)
+        self._start_reflectors(kg, agents.kubelet_stop)
+
+    def stop_kubelet(self, node: str) -> bool:
+        """Stop ``node``'s kubelet alone, as a killed kubelet process (its kube-proxy
+        runs on): its worker and watches end, its connection closes, so its Lease is no
+        longer renewed. False when it is not running. A narrow hook for tests and labs
+        of node failure until each kubelet runs as a process of its own."""
+        with self._nodes_lock:
+            agents = self._nodes.get(node)
+            comp = agents.kubelet if agents is not None else None
+            if agents is None or comp is None:
+                return False
+            agents.kubelet_stop.set()
+            comp.detach()
+            comp.wake.set()
+            self.components.pop(comp.name, None)
+            self._spawned.discard(comp.name)
+            agents.components.remove(comp)
+            agents.kubelet = None
+            if agents.connection is not None:
+                self._groups = [g for g in self._groups if g.conn is not agents.connection]
+                self._connections.remove(agents.connection)
+                with contextlib.suppress(Exception):  # already closed
+                    agents.connection.api.client.close()
+                agents.connection = None
+        log.info("node=%s kubelet stopped", node)
+        return True
+
+    def start_kubelet(self, node: str) -> bool:
+        """Start again the kubelet :meth:`stop_kubelet` stopped (it relists its Node and
+        pods). False when the node is unknown or its kubelet runs."""
+        with self._nodes_lock:
+            agents = self._nodes.get(node)
+            if agents is None or agents.kubelet is not None or self._stop.is_set():
+                return False
+            agents.kubelet_stop = threading.Event()
+            self._start_kubelet(node, agents)
+        log.info("node=%s kubelet started again", node)
+        return True
+
     def _stop_node(self, node: str) -> None:
         """The Node is gone: stop its kubelet and kube-proxy (their threads end, and so do
         their reflectors: the kubelet's connection is closed at once, the kube-proxy's
@@ -692,6 +740,7 @@ class LiveControlPlane:
             if agents is None:
                 return
             agents.stop.set()
+            agents.kubelet_stop.set()
             for comp in agents.components:
                 comp.detach()
                 comp.wake.set()
@@ -717,6 +766,7 @@ class LiveControlPlane:
         with self._nodes_lock:
             for agents in self._nodes.values():
                 agents.stop.set()
+                agents.kubelet_stop.set()
         for comp in list(self.components.values()):
             comp.wake.set()
         for conn in self._connections:
@@ -847,17 +897,74 @@ class LiveDriver:
             await asyncio.to_thread(proc.wait)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m control.live STATE_DIR SERVER [--no-kube-proxies]``: run the live
-    control plane of the cluster stored in STATE_DIR against the API at SERVER until
-    standard input ends (its server closed it, or died) or SIGTERM/SIGINT."""
-    import argparse
-    import signal
+#: the file in the state directory naming the nodes whose kubelet is to be stopped (one a
+#: line; a name removed starts it again): the node failure hook of tests and labs
+STOPPED_KUBELETS = "kubelets-stopped"
 
+
+def _follow_stopped_kubelets(plane: LiveControlPlane, path: Path, stopped: set[str]) -> set[str]:
+    """Stop the kubelets ``path`` names and start again those it no longer names; the
+    names now stopped."""
+    try:
+        want = {line.strip() for line in path.read_text().splitlines() if line.strip()}
+    except FileNotFoundError:
+        want = set()
+    except OSError as e:
+        log.error("%s: %s", path, e)
+        return stopped
+    for node in sorted(want - stopped):
+        plane.stop_kubelet(node)
+    for node in sorted(stopped - want):
+        plane.start_kubelet(node)
+    return want
+
+
+def load_config(state_dir: Path) -> tuple[ClusterSpec, Any]:
+    """The cluster and the KubeProxyConfiguration (or None) the components of
+    ``state_dir``'s cluster run with: ``cluster.yaml`` and ``kube-proxy.yaml``, or, for a
+    store that keeps the documents itself (etcd), the documents it holds."""
     import yaml
 
     from netmodel.cluster import cluster_from_dict
     from netmodel.proxyconfig import proxy_config_from_dict
+
+    cfile = state_dir / "cluster.yaml"
+    if not cfile.exists():
+        from control.session import Session
+
+        session = Session.open(state_dir, read_only=True)
+        try:
+            return session.cluster.spec, session.proxy_config
+        finally:
+            session.close()
+    spec = cluster_from_dict(yaml.safe_load(cfile.read_text()), file=str(cfile)).spec
+    pfile = state_dir / "kube-proxy.yaml"
+    proxy_config = (
+        proxy_config_from_dict(yaml.safe_load(pfile.read_text()), file=str(pfile))
+        if pfile.exists()
+        else None
+    )
+    return spec, proxy_config
+
+
+def follow_stopped_kubelets(
+    plane: LiveControlPlane, state_dir: Path, done: threading.Event
+) -> None:
+    """Until ``done``: every half second, stop the kubelets ``STATE_DIR/kubelets-stopped``
+    names and start again those it no longer names (:meth:`LiveControlPlane.stop_kubelet`)."""
+    stopped: set[str] = set()
+    while not done.wait(0.5):
+        stopped = _follow_stopped_kubelets(plane, state_dir / STOPPED_KUBELETS, stopped)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m control.live STATE_DIR SERVER [--no-kube-proxies]``: run the live
+    control plane of the cluster stored in STATE_DIR against the API at SERVER until
+    standard input ends (its server closed it, or died) or SIGTERM/SIGINT. Every half
+    second it stops the kubelets ``STATE_DIR/kubelets-stopped`` names (one node a line)
+    and starts again those it no longer names (:meth:`LiveControlPlane.stop_kubelet`)."""
+    import argparse
+    import signal
 
     ap = argparse.ArgumentParser(prog="python -m control.live")
     ap.add_argument("state_dir", type=Path)
@@ -868,21 +975,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request: too much
-    cfile = args.state_dir / "cluster.yaml"
-    if cfile.exists():
-        spec = cluster_from_dict(yaml.safe_load(cfile.read_text()), file=str(cfile)).spec
-        pfile = args.state_dir / "kube-proxy.yaml"
-        proxy_config = (
-            proxy_config_from_dict(yaml.safe_load(pfile.read_text()), file=str(pfile))
-            if pfile.exists()
-            else None
-        )
-    else:  # a store that keeps the documents itself (etcd): read them, nothing else
-        from control.session import Session
-
-        session = Session.open(args.state_dir, read_only=True)
-        spec, proxy_config = session.cluster.spec, session.proxy_config
-        session.close()
+    spec, proxy_config = load_config(args.state_dir)
     done = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: done.set())
@@ -903,8 +996,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     starter = threading.Thread(target=plane.start, name="live-control-plane", daemon=True)
     starter.start()
-    while not done.wait(0.5):  # the main thread stays free for the signal handlers
-        pass
+    follow_stopped_kubelets(plane, args.state_dir, done)  # the main thread: signals
     plane.stop()
     log.info("live control plane stopped")
     return 0

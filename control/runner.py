@@ -15,7 +15,8 @@ one) until a round does no work:
   runs, including those of components earlier in the same round;
 * components run in a fixed order (node IPAM, service CIDRs, deployment, replicaset, daemonset,
   statefulset, cronjob, job, replication controller, garbage collector, namespace, pod
-  GC, scheduler, kubelets, endpointslice, then added agents in the order added);
+  GC, scheduler, kubelets, endpointslice, disruption, node lifecycle, taint eviction,
+  then added agents in the order added);
 * each component's ``sync`` runs in one store batch (:func:`control.store.base.batched`):
   on etcd its writes go out in a few Txns when it returns instead of one round trip
   each; should another client have written a key the step wrote meanwhile, the step's
@@ -65,6 +66,7 @@ from control.controllers.replicaset import ReplicaSetController
 from control.controllers.replicationcontroller import ReplicationControllerController
 from control.controllers.servicecidr import ServiceCIDRController
 from control.controllers.statefulset import StatefulSetController
+from control.controllers.tainteviction import TaintEvictionController
 from control.events import Recorder
 from control.informers.listwatch import StoreListerWatcher
 from control.nodeipamagent import NodeIPAMAgent
@@ -166,6 +168,7 @@ class ControlPlane:
         self.endpointslices: EndpointSliceController = built["endpointslice-controller"]  # type: ignore[assignment]
         self.disruption: DisruptionController = built["disruption-controller"]  # type: ignore[assignment]
         self.node_lifecycle: NodeLifecycleController = built["node-lifecycle-controller"]  # type: ignore[assignment]
+        self.taint_eviction: TaintEvictionController = built["taint-eviction-controller"]  # type: ignore[assignment]
         self.timing = Timing()
         self.pause_gc = True
         self._rev: int | None = None

@@ -201,6 +201,44 @@ class CalicoSpec(_Strict):
         return v
 
 
+class NodeLifecycleSpec(_Strict):
+    """How node heartbeats are judged (kube-controller-manager's node lifecycle flags and
+    the kubelet's node lease; the defaults are upstream's, Kubernetes 1.35).
+
+    * ``nodeMonitorGracePeriodSeconds`` (``--node-monitor-grace-period``, 50 s since
+      1.32, 40 s before): how long a node's Lease and Ready heartbeat may go unrenewed
+      before its Ready condition turns Unknown and it is tainted unreachable.
+    * ``nodeMonitorPeriodSeconds`` (``--node-monitor-period``, 5 s): how often the
+      controller checks; a node is declared lost at the first check past its grace.
+    * ``nodeLeaseDurationSeconds`` (the kubelet's ``nodeLeaseDurationSeconds``, 40): its
+      Lease's duration; the kubelet renews it every quarter of that.
+
+    The renewal interval must be shorter than the grace period, else a healthy node
+    would be declared lost between two renewals."""
+
+    node_monitor_grace_period_seconds: float = 50.0
+    node_monitor_period_seconds: float = 5.0
+    node_lease_duration_seconds: int = 40
+
+    @model_validator(mode="after")
+    def _periods(self) -> NodeLifecycleSpec:
+        for name, v in (
+            ("nodeMonitorGracePeriodSeconds", self.node_monitor_grace_period_seconds),
+            ("nodeMonitorPeriodSeconds", self.node_monitor_period_seconds),
+            ("nodeLeaseDurationSeconds", self.node_lease_duration_seconds),
+        ):
+            if not v > 0:
+                raise ValueError(f"{name} must be greater than 0, not {v}")
+        renew = self.node_lease_duration_seconds / 4
+        if renew >= self.node_monitor_grace_period_seconds:
+            raise ValueError(
+                f"nodeMonitorGracePeriodSeconds {self.node_monitor_grace_period_seconds} must "
+                f"exceed the kubelet's lease renewal interval (nodeLeaseDurationSeconds/4 = "
+                f"{renew})"
+            )
+        return self
+
+
 class ClusterSpec(_Strict):
     service_cidr: str = Field(default="10.96.0.0/12", alias="serviceCIDR")
     pod_cidr: str = Field(default="10.244.0.0/16", alias="podCIDR")
@@ -241,6 +279,8 @@ class ClusterSpec(_Strict):
     #: the upstream resolver CoreDNS forwards names outside the cluster domain to: a
     #: static table name -> IPv4 addresses (other names: NXDOMAIN).
     dns_upstream: dict[str, list[str]] = Field(default_factory=dict)
+    #: node heartbeats: grace and monitor periods, the kubelet's lease (:class:`NodeLifecycleSpec`)
+    node_lifecycle: NodeLifecycleSpec = Field(default_factory=NodeLifecycleSpec)
 
     @field_validator("cluster_domain")
     @classmethod

@@ -20,7 +20,11 @@ It also renews the node's heartbeat, the Lease ``kube-node-lease/<node>``
 (:mod:`control.agents.nodelease`): when it learns its Node and then every
 :data:`~control.agents.nodelease.RENEW_INTERVAL` seconds of its clock (a delayed key of its
 queue: the live driver wakes it; under the runner it is renewed at the kubelet's next
-sync once due).
+sync once due). With each renewal it posts its node's Ready condition True
+(``KubeletReady``, a ``lastHeartbeatTime``) when the Node does not show it so (the node
+lifecycle controller set it Unknown while this kubelet was gone): that is how a node
+that comes back recovers. :attr:`Kubelet.lease_duration` is the kubelet's
+``nodeLeaseDurationSeconds`` (the Cluster's ``nodeLifecycle``).
 Containers run to completion when their command is one svclab evaluates
 (:mod:`control.agents.containers`): the kubelet moves such a pod's ``containerStatuses``
 as its commands end (restartPolicy, restart counts, crash-loop back-off; when the next
@@ -129,6 +133,8 @@ class Kubelet:
         self.plugin: NetworkPlugin = plugin
         self.node: Node | None = None
         self.queue = WorkQueue(clock=clock)  # the Lease's renewals follow this clock
+        #: the kubelet's nodeLeaseDurationSeconds (renewed every quarter of it)
+        self.lease_duration: int = nodelease.DURATION
         self.sandboxes: dict[str, Sandbox] = {}
         self._waiting: set[str] = set()  # pods that need the node to change (no podCIDR)
 
@@ -142,8 +148,8 @@ class Kubelet:
                     continue
                 before = self.node
                 self.node = None if ev.type == "DELETED" else obj
-                if before is None and self.node is not None:
-                    self.queue.add(nodelease.KEY)
+                if self.node is not None and (before is None or not _node_ready(self.node)):
+                    self.queue.add(nodelease.KEY)  # (and post Ready: see _post_ready)
                 if self.node is not None and (
                     before is None or before.spec.pod_cidr != self.node.spec.pod_cidr
                 ):
@@ -274,8 +280,10 @@ class Kubelet:
 
     def reconcile(self, key: str) -> None:
         if key == nodelease.KEY:
-            nodelease.renew(self.api, self.node, self.node_name, self.clock.now())
-            self.queue.add_after(nodelease.KEY, nodelease.RENEW_INTERVAL)
+            now = self.clock.now()
+            nodelease.renew(self.api, self.node, self.node_name, now, self.lease_duration)
+            self._post_ready(now)
+            self.queue.add_after(nodelease.KEY, nodelease.renew_interval(self.lease_duration))
             return
         try:
             pod = self.store.get("Pod", key)
@@ -310,6 +318,29 @@ class Kubelet:
             pod = self._start_ephemeral(pod)
         if has_programs(pod):
             self._advance(pod, sb)
+
+    def _post_ready(self, now: float) -> None:
+        """Post the node's Ready condition True when its Node does not show it (the
+        kubelet's node status update, written on a change only)."""
+        node = self.node
+        if node is None or _node_ready(node):
+            return
+        stamp = rfc3339(now)
+        ready = Condition.model_validate(
+            {
+                "type": "Ready",
+                "status": "True",
+                "reason": "KubeletReady",
+                "message": "kubelet is posting ready status",
+                "lastHeartbeatTime": stamp,
+                "lastTransitionTime": stamp,
+            }
+        )
+        others = [c for c in node.status.conditions if c.type != "Ready"]
+        status = node.status.evolve(conditions=[ready, *others])
+        updated = self.api.update_status(node.evolve(status=status), component=COMPONENT)
+        if isinstance(updated, Node):
+            self.node = updated
 
     def _advance(self, pod: Pod, sb: Sandbox) -> None:
         """Move the pod's containers to now (:func:`~control.agents.containers.advance`);
@@ -481,6 +512,11 @@ class Kubelet:
 _EMPTY_STATUS, _PODIP = PodStatus(), PodIP(ip="")
 
 
+def _node_ready(node: Node) -> bool:
+    """Whether the Node's Ready condition is True (none at all counts as not)."""
+    return any(c.type == "Ready" and c.status == "True" for c in node.status.conditions)
+
+
 def _container_id(pod: Pod, name: str) -> str:
     return "svclab://" + hashlib.sha256(f"{pod.metadata.uid}/{name}".encode()).hexdigest()[:16]
 
@@ -517,6 +553,8 @@ class KubeletPool:
     def __init__(self, factory: Callable[[str], Kubelet]) -> None:
         self._factory = factory
         self.kubelets: dict[str, Kubelet] = {}
+        #: nodes whose kubelet is stopped (:meth:`stop`): no event reaches it, it never syncs
+        self.stopped: set[str] = set()
         self._busy: set[str] = set()
         #: nodes whose kubelet waits for a container to change on its own
         self._timed: set[str] = set()
@@ -527,6 +565,35 @@ class KubeletPool:
             k = self.kubelets[node_name] = self._factory(node_name)
         return k
 
+    def stop(self, node_name: str) -> None:
+        """Stop ``node_name``'s kubelet (a killed kubelet process): it reads and writes
+        nothing, renews no Lease, until :meth:`restart`."""
+        self.stopped.add(node_name)
+        self._busy.discard(node_name)
+
+    def restart(self, node_name: str) -> None:
+        """Start ``node_name``'s kubelet again, from a listing of its Node and pods."""
+        self.stopped.discard(node_name)
+        k = self.kubelet(node_name)
+        try:
+            node = k.store.get("Node", node_name)
+        except NotFoundError:
+            return
+        assert isinstance(node, Node)
+        bound = [
+            p for p in k.store.list("Pod") if isinstance(p, Pod) and p.spec.node_name == node_name
+        ]
+        k.resync(node, bound)
+        self._busy.add(node_name)
+
+    def _renewing(self) -> set[str]:
+        """Running kubelets whose Lease renewal (a delayed key of their queue) is due."""
+        return {
+            n
+            for n, k in self.kubelets.items()
+            if n not in self.stopped and k.queue.next_ready_in() == 0
+        }
+
     def handle(self, events: Sequence[WatchEvent]) -> None:
         routed: dict[str, list[WatchEvent]] = {}
         for ev in events:
@@ -536,6 +603,8 @@ class KubeletPool:
             elif isinstance(obj, Pod) and obj.spec.node_name:
                 routed.setdefault(obj.spec.node_name, []).append(ev)
         for name, evs in routed.items():
+            if name in self.stopped:
+                continue  # a stopped kubelet misses them: it relists on restart
             k = self.kubelets.get(name)
             if k is None:
                 node = next((e.object for e in evs if isinstance(e.object, Node)), None)
@@ -564,6 +633,8 @@ class KubeletPool:
         self._busy.clear()
         for name in sorted(nodes):
             k = self.kubelet(name)
+            if name in self.stopped:
+                continue
             k.resync(nodes[name], pods.get(name, []))
             if k.pending():
                 self._busy.add(name)
@@ -586,7 +657,9 @@ class KubeletPool:
 
     def pending(self) -> int:
         return sum(
-            self.kubelets[n].pending() for n in self._busy | self._timed if n in self.kubelets
+            self.kubelets[n].pending()
+            for n in (self._busy | self._timed | self._renewing()) - self.stopped
+            if n in self.kubelets
         )
 
     def next_due(self) -> float | None:
@@ -596,7 +669,7 @@ class KubeletPool:
 
     def sync(self) -> int:
         steps = 0
-        for name in sorted(self._busy | self._timed):
+        for name in sorted((self._busy | self._timed | self._renewing()) - self.stopped):
             k = self.kubelets.get(name)
             if k is not None:
                 steps += k.sync()

@@ -1,13 +1,16 @@
 """The node heartbeat: the Lease ``kube-node-lease/<node>`` its kubelet renews.
 
 Contract of :func:`renew` (the kubelet's node lease controller, minimal): the Lease has
-``spec.holderIdentity`` the node's name, ``spec.leaseDurationSeconds`` 40 and
+``spec.holderIdentity`` the node's name, ``spec.leaseDurationSeconds`` ``duration``
+(the kubelet's ``nodeLeaseDurationSeconds``, :data:`DURATION` 40 by default) and
 ``spec.renewTime`` (a MicroTime) the time of the last renewal on the kubelet's clock
 (no ownerReference to its Node yet: see :func:`lease_object`). It is created when
-missing and renewed once :data:`RENEW_INTERVAL` seconds (a quarter of the duration, as
+missing and renewed once :func:`renew_interval` seconds (a quarter of the duration, as
 the kubelet does) have passed since its renewTime; otherwise nothing is written. Its
 writes record no Event (the Lease strategy's ``records_events``), as a cluster records
-none for a heartbeat. Nothing reads it yet (no NotReady logic).
+none for a heartbeat. The node lifecycle controller reads it
+(:mod:`control.controllers.nodelifecycle`): a Lease not renewed for the grace period
+makes its node NotReady.
 """
 
 from __future__ import annotations
@@ -23,6 +26,13 @@ from netmodel.objects import KubeObject, Node
 NAMESPACE = "kube-node-lease"
 DURATION = 40
 RENEW_INTERVAL = DURATION / 4
+
+
+def renew_interval(duration: float) -> float:
+    """How often the kubelet renews a Lease of ``duration`` seconds (a quarter of it)."""
+    return duration / 4
+
+
 #: the kubelet's work-queue key of its Lease (pod keys always hold a '/')
 KEY = "node-lease"
 COMPONENT = "kubelet"
@@ -52,7 +62,9 @@ def _parse_micro(text: str) -> float | None:
         return None
 
 
-def lease_object(node_name: str, node: Node | None, now: float) -> KubeObject:
+def lease_object(
+    node_name: str, node: Node | None, now: float, duration: int = DURATION
+) -> KubeObject:
     """The Lease of ``node_name`` renewed at ``now``. No ownerReference to the Node
     (the real kubelet sets one): with it, deleting a Node under the live driver left that
     node's kubelet Node watch open until its timeout (test_live_e2e's
@@ -66,29 +78,36 @@ def lease_object(node_name: str, node: Node | None, now: float) -> KubeObject:
             "metadata": meta,
             "spec": {
                 "holderIdentity": node_name,
-                "leaseDurationSeconds": DURATION,
+                "leaseDurationSeconds": duration,
                 "renewTime": micro_time(now),
             },
         }
     )
 
 
-def renew(api: LeaseAPI, node: Node | None, node_name: str, now: float) -> KubeObject | None:
+def renew(
+    api: LeaseAPI, node: Node | None, node_name: str, now: float, duration: int = DURATION
+) -> KubeObject | None:
     """Create or renew the node's Lease when due; the Lease written, or None."""
     try:
         current = api.store.get("Lease", f"{NAMESPACE}/{node_name}")
     except NotFoundError:
-        return api.create(lease_object(node_name, node, now), component=COMPONENT)
+        return api.create(lease_object(node_name, node, now, duration), component=COMPONENT)
     spec = (current.model_extra or {}).get("spec")
     spec = spec if isinstance(spec, dict) else {}
     last = _parse_micro(str(spec.get("renewTime") or ""))
-    if last is not None and now - last < RENEW_INTERVAL and spec.get("holderIdentity") == node_name:
+    if (
+        last is not None
+        and now - last < renew_interval(duration)
+        and spec.get("holderIdentity") == node_name
+        and spec.get("leaseDurationSeconds") == duration
+    ):
         return None
     data = current.to_dict()
     data["spec"] = {
         **spec,
         "holderIdentity": node_name,
-        "leaseDurationSeconds": DURATION,
+        "leaseDurationSeconds": duration,
         "renewTime": micro_time(now),
     }
     return api.update(type(current).model_validate(data), component=COMPONENT)

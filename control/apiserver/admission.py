@@ -1,6 +1,7 @@
 """What a kind's strategy is given when it admits, releases or checks objects: the
 apiserver's allocators (:class:`Allocations`) and, for the checks made once a whole
-``apply`` batch is admitted, a view of that batch over the store (:class:`BatchView`).
+``apply`` batch is admitted, a view of that batch over the store (:class:`BatchView`);
+and the admission plugins that change what is created (:func:`default_toleration_seconds`).
 
 Contract: :class:`Allocations` is the only state the apiserver keeps besides the store;
 :meth:`Allocations.rebuilt` makes it from what is stored (so it survives a restart of a
@@ -17,7 +18,37 @@ from control.apiserver.services import ServiceAllocators
 from control.store.base import Store
 from netmodel.cluster import ClusterSpec
 from netmodel.errors import NotFoundError
-from netmodel.objects import KubeObject, Service
+from netmodel.objects import KubeObject, Pod, Service, Toleration
+
+#: kube-apiserver's --default-not-ready-toleration-seconds and
+#: --default-unreachable-toleration-seconds
+DEFAULT_TOLERATION_SECONDS = 300
+#: the taints the DefaultTolerationSeconds plugin makes every pod tolerate for a while
+NODE_HEALTH_TAINTS = ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
+
+
+def default_toleration_seconds(pod: Pod) -> Pod:
+    """kube-apiserver's DefaultTolerationSeconds admission plugin on a Pod created or
+    updated (not its status): for
+    ``node.kubernetes.io/not-ready`` and ``node.kubernetes.io/unreachable``, unless one of
+    the pod's tolerations already names that key (or no key) with effect NoExecute (or no
+    effect), a toleration ``{key, operator: Exists, effect: NoExecute, tolerationSeconds:
+    300}`` is appended (not-ready first): a pod stays 5 minutes on a lost node before the
+    taint eviction controller deletes it. A pod that has both is returned as it is."""
+    tols = pod.spec.tolerations
+    added = [
+        Toleration(
+            key=key,
+            operator="Exists",
+            effect="NoExecute",
+            toleration_seconds=DEFAULT_TOLERATION_SECONDS,
+        )
+        for key in NODE_HEALTH_TAINTS
+        if not any(t.key in (key, None, "") and t.effect in ("NoExecute", None, "") for t in tols)
+    ]
+    if not added:
+        return pod
+    return pod.evolve(spec=pod.spec.evolve(tolerations=[*tols, *added]))
 
 
 @dataclass

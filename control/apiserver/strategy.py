@@ -32,7 +32,7 @@ from control.apiserver import (
     replication,
     servicecidrkinds,
 )
-from control.apiserver.admission import Allocations, BatchView
+from control.apiserver.admission import Allocations, BatchView, default_toleration_seconds
 from control.apiserver.allocators import Journal
 from control.apiserver.batchkinds import CronJobStrategy, JobStrategy
 from control.apiserver.daemonsets import DaemonSetStrategy
@@ -154,9 +154,10 @@ class PodStrategy(GenericStrategy):
     """A Pod's spec or status equal to its stored one is not checked again (an
     annotation patch re-parsed every address of the pod); nodeName is kept once set.
     Pods an ``apply`` creates with recorded addresses keep them once :mod:`.podips` has
-    checked them against their nodes and the other pods. Deleting a Pod bound to a node
-    only marks it (its kubelet finishes it) unless forced; finalizers do not hold it. A
-    DELETE returns the deleted Pod."""
+    checked them against their nodes and the other pods. A created or updated Pod gets the
+    DefaultTolerationSeconds plugin's tolerations (:func:`.admission.default_toleration_seconds`).
+    Deleting a Pod bound to a node only marks it (its kubelet finishes it) unless
+    forced; finalizers do not hold it. A DELETE returns the deleted Pod."""
 
     honours_finalizers = False
     returns_deleted_object = True
@@ -178,6 +179,15 @@ class PodStrategy(GenericStrategy):
             ephemeral.validate_ephemeral_containers(obj.spec, "spec", p)
         if old is None or obj.status != old.status:
             validate_pod_status(obj, p)
+
+    def admit(
+        self, obj: KubeObject, old: KubeObject | None, alloc: Allocations, journal: Journal
+    ) -> tuple[KubeObject, list[str]]:
+        """A created or updated Pod passes DefaultTolerationSeconds (:mod:`.admission`;
+        kube-apiserver runs it on both, so a re-applied manifest keeps the tolerations)."""
+        if isinstance(obj, Pod):
+            return default_toleration_seconds(obj), []
+        return obj, []
 
     def validate_update(self, obj: KubeObject, old: KubeObject, p: Problems) -> None:
         if not (isinstance(obj, Pod) and isinstance(old, Pod)):

@@ -445,10 +445,20 @@ def validate_pod_spec(spec: PodSpec, f: str, p: Problems) -> None:
         if t.key:
             p.check(f"{tf}.key", t.key, check_qualified_name)
         elif t.operator != "Exists":
-            p.invalid(f"{tf}.operator", t.operator, "operator must be Exists when `key` is empty")
+            p.invalid(
+                f"{tf}.operator",
+                t.operator,
+                'operator must be Exists when `key` is empty, which means "match all values and all keys"',
+            )
         if t.operator == "Exists" and t.value:
             p.invalid(f"{tf}.operator", t.value, "value must be empty when `operator` is 'Exists'")
         p.enum(f"{tf}.effect", t.effect, ("NoExecute", "NoSchedule", "PreferNoSchedule"))
+        if t.toleration_seconds is not None and t.effect != "NoExecute":
+            p.invalid(
+                f"{tf}.effect",
+                t.effect or "",
+                "effect must be 'NoExecute' when `tolerationSeconds` is set",
+            )
     _pod_dns(spec, f, p)
 
 

@@ -157,7 +157,13 @@ def _check_node_debugger(srv: Served, name: str, node: str, *, tolerates: bool =
     assert spec["volumes"] == [{"name": "host-root", "hostPath": {"path": "/"}}]
     assert spec["containers"][0]["volumeMounts"] == [{"name": "host-root", "mountPath": "/host"}]
     assert spec["restartPolicy"] == "Never"
-    assert spec.get("tolerations") == ([{"operator": "Exists"}] if tolerates else None)
+    # (a pod that tolerates nothing gets DefaultTolerationSeconds' two)
+    defaults = [
+        {"key": f"node.kubernetes.io/{k}", "operator": "Exists", "effect": "NoExecute"}
+        | {"tolerationSeconds": 300}
+        for k in ("not-ready", "unreachable")
+    ]
+    assert spec.get("tolerations") == ([{"operator": "Exists"}] if tolerates else defaults)
     node_ip = json.loads(srv.kubectl("get", "node", node, "-o", "json").stdout)["status"][
         "addresses"
     ]
