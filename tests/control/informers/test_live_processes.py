@@ -20,12 +20,13 @@ from typing import Any
 
 import pytest
 
-from app.livehost import RULES_DIR, _load
+from app.livehost import RULES_DIR
 from control.agents.kubeproxy import EmulatedRules, KubeProxy
 from control.apiserver.http import pki
 from control.clock import WallClock
 from control.informers.http import Credentials, KubeClient
 from control.leaderelection import holder
+from control.live import load_config
 from netmodel.objects import KubeObject, Node
 from tests.control.informers.serve_helpers import ROOT, Served, serve, wait_for
 
@@ -104,7 +105,7 @@ def fresh_rules(s: Served, node: str) -> str:
         objs += client.list("Service").objects + client.list("EndpointSlice").objects
     finally:
         client.close()
-    spec, proxy_config = _load(s.state)
+    spec, proxy_config = load_config(s.state)
     sink = EmulatedRules()
     proxy = KubeProxy(node, spec, proxy_config, sink, None, clock=WallClock())
     proxy.resync(objs)
