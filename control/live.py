@@ -51,7 +51,7 @@ from typing import Any
 
 from control.agents import Agent
 from control.agents.kubelet import Kubelet
-from control.agents.kubeproxy import KubeProxy
+from control.agents.kubeproxy import KubeProxy, sync_periods
 from control.clock import Clock, WallClock
 from control.controllers.base import GarbageCollector
 from control.controllers.cronjob import CronJobController
@@ -231,6 +231,11 @@ class LiveComponent:
         or (None) until an event wakes it."""
         queue = getattr(self.agent, "queue", None)
         due = queue.next_ready_in() if isinstance(queue, WorkQueue) else None
+        if isinstance(self.agent, KubeProxy):  # minSyncPeriod hold-off, periodic resync
+            at = self.agent.next_due()
+            if at is not None:
+                wait = at - self.agent.clock.now()
+                due = wait if due is None else min(due, wait)
         if due is None:
             return self.idle_wakeup
         due = max(due, 0.001)
@@ -574,6 +579,7 @@ class LiveControlPlane:
                 papi.recorder,
                 clock=self.clock,
             )
+            proxy.periods = sync_periods(self.proxy_config, proxy.mode)
             agents.node_informer = ("Node", f"metadata.name={node}")
             agents.components.append(
                 LiveComponent(
