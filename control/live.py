@@ -686,9 +686,20 @@ class LiveDriver:
 
     STOP_TIMEOUT = 20.0
 
-    def __init__(self, api: Any, server: str, *, pump_every: float = 0.2) -> None:
+    def __init__(
+        self,
+        api: Any,
+        server: str,
+        *,
+        pump_every: float = 0.2,
+        entry: Sequence[str] = ("-m", "control.live"),
+    ) -> None:
         self.api = api
         self.server = server
+        #: how the child is started after the interpreter: ``-m MODULE [ARGS...]``, whose
+        #: ``main`` takes ``STATE_DIR SERVER [--no-kube-proxies]`` after ARGS (the
+        #: application's entry point, e.g. for nodes on the kernel: ``app.liveplane``)
+        self.entry = tuple(entry)
         self.pump_every = pump_every
         self.process: subprocess.Popen[bytes] | None = None
         self._pump_task: Any = None
@@ -698,7 +709,7 @@ class LiveDriver:
 
         if self.process is not None or not self.api.fixed:
             return
-        cmd = [sys.executable, "-m", "control.live", str(self.api.state_dir), self.server]
+        cmd = [sys.executable, *self.entry, str(self.api.state_dir), self.server]
         if not getattr(self.api.session, "with_proxies", True):
             cmd.append("--no-kube-proxies")
         self.process = subprocess.Popen(cmd, stdin=subprocess.PIPE)
@@ -745,10 +756,16 @@ class LiveDriver:
             await asyncio.to_thread(proc.wait)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(
+    argv: Sequence[str] | None = None,
+    *,
+    make_host: Callable[[Path, ClusterSpec], NodeHost] | None = None,
+) -> int:
     """``python -m control.live STATE_DIR SERVER [--no-kube-proxies]``: run the live
     control plane of the cluster stored in STATE_DIR against the API at SERVER until
-    standard input ends (its server closed it, or died) or SIGTERM/SIGINT."""
+    standard input ends (its server closed it, or died) or SIGTERM/SIGINT.
+    ``make_host``: the nodes' host from the state directory and the cluster (default:
+    emulated nodes); the application's entry point passes the kernel's."""
     import argparse
     import signal
 
@@ -791,6 +808,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         proxy_config=proxy_config,
         seed=spec.seed,
         kube_proxies=args.kube_proxies,
+        host=None if make_host is None else make_host(args.state_dir, spec),
     )
     starter = threading.Thread(target=plane.start, name="live-control-plane", daemon=True)
     starter.start()

@@ -22,7 +22,7 @@ import logging
 import os
 import signal
 import sqlite3
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -205,10 +205,12 @@ def serve(
     kube_proxies: bool = True,
     control_plane: str = "live",
     runtime_factory: Callable[[API], PodRuntime] | None = None,
+    live_entry: Sequence[str] = ("-m", "control.live"),
 ) -> None:
     """``control_plane``: ``live`` (the components are API clients of this server, with
     their own identities: :mod:`control.live`) or ``runner`` (the deterministic runner
-    on the event loop: :class:`RunnerDriver`)."""
+    on the event loop: :class:`RunnerDriver`). ``live_entry``: how the live control
+    plane's process is started (:attr:`control.live.LiveDriver.entry`)."""
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
@@ -218,7 +220,7 @@ def serve(
     url = pki.server_url(host, port)
     factory: Callable[[API], Driver] | None = None
     if control_plane == "live":
-        factory = lambda api: LiveDriver(api, url)  # noqa: E731
+        factory = lambda api: LiveDriver(api, url, entry=live_entry)  # noqa: E731
     with serving(state_dir):  # CLI commands on DIR now leave the converging to us
         srv = Server(
             state_dir,
