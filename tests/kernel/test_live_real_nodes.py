@@ -56,6 +56,10 @@ kind: Service
 metadata: {name: web}
 spec: {selector: {app: web}, ports: [{name: http, port: 80, targetPort: 8080}]}
 """
+#: how long the nodes' rules may take to follow a change: well under kube-proxy's 30 s
+#: syncPeriod, so that what is checked is the sync the change caused, not the next
+#: periodic full resync
+RULES_TIMEOUT = 15.0
 SEP_DNAT = re.compile(
     r'^-A (KUBE-SEP-\S+) .*--comment "default/web:http" .*--to-destination (\S+):8080$', re.M
 )
@@ -138,7 +142,7 @@ def converged(srv: Served, replicas: int) -> dict[str, str]:
     wait_until(
         f"every node's KUBE-SEP chains for {sorted(wanted)}",
         lambda: all(node_endpoints(c, n) == wanted for n in NODES),
-        timeout=30,
+        timeout=RULES_TIMEOUT,
     )
     return ips
 
@@ -177,7 +181,7 @@ def test_scale_to_ten_reaches_every_node_and_every_pod(srv: Served) -> None:
 
 def test_delete_pod_reaches_the_kernel(srv: Served) -> None:
     before = converged(srv, 10)
-    victim, ip = sorted(before.items())[0]
+    victim = sorted(before)[0]
     old_ns = cluster(srv).pod_netns(f"default/{victim}")
     srv.kubectl("delete", "pod", victim, "--wait=false")
     after = converged(srv, 10)
@@ -199,7 +203,9 @@ def test_patch_service_port_reaches_the_kernel(srv: Served) -> None:
     def ports(node: str) -> set[str]:
         return set(rule.findall(iptables_save(c.node_netns(node), counters=False, table="nat")))
 
-    wait_until("port 8081 in every node", lambda: all(ports(n) == {"8081"} for n in NODES), 30)
+    wait_until(
+        "port 8081 in every node", lambda: all(ports(n) == {"8081"} for n in NODES), RULES_TIMEOUT
+    )
     out = svclab(
         srv.state, "connect", "--real", "node/node-2", f"{cip}:8081", "-n", "5", "-o", "json"
     )
@@ -208,7 +214,7 @@ def test_patch_service_port_reaches_the_kernel(srv: Served) -> None:
         "patch", "svc", "web", "--type=json",
         "-p", '[{"op": "replace", "path": "/spec/ports/0/port", "value": 80}]',
     )  # fmt: skip
-    wait_until("port 80 back", lambda: all(ports(n) == {"80"} for n in NODES), 30)
+    wait_until("port 80 back", lambda: all(ports(n) == {"80"} for n in NODES), RULES_TIMEOUT)
 
 
 def test_rollout_restart_replaces_every_pod_in_the_kernel(srv: Served) -> None:
