@@ -51,16 +51,10 @@ RULES_DIR = Path("live") / "rules"
 def node_host(state_dir: Path, cluster: ClusterSpec, *, real: bool) -> NodeHost:
     """What the nodes' kubelets and kube-proxies act on: the kernel's nodes built from
     ``state_dir`` (``real``: :class:`app.realnode.RealNodeHost`) or emulated ones."""
-    if real:
-        try:
-            from app.realnode import RealNodeHost  # type: ignore[import-not-found,unused-ignore]
-        except ImportError as e:
-            raise RuntimeError(
-                f"{state_dir}: real nodes for the live control plane are not available "
-                f"in this build (app.realnode: {e})"
-            ) from None
-        host: NodeHost = RealNodeHost(state_dir, cluster)
-        return host
+    if real:  # only then: it needs root and the kernel's tools
+        from app.realnode import RealNodeHost
+
+        return RealNodeHost(state_dir, cluster)
     return EmulatedNodeHost(cluster)
 
 

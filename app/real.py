@@ -23,12 +23,24 @@ are compared with what the kernel holds before anything is loaded) — and conve
 the session changed, pods, rules and servers follow. :func:`ensure_current` is what
 traffic commands call: the recorded cluster as is when the session's view has not changed
 since ``up``, else ``up`` again.
+
+Followed clusters. ``svclab serve --real`` realises the cluster once (:func:`up`), then
+its kubelets and kube-proxies keep the kernel current (:mod:`app.realnode`); while it
+runs it holds the state directory's serve lock and names itself in ``DIR/real-follow``
+(:func:`following`). On such a cluster :func:`ensure_current` never realises anything
+(that would fight the agents): it waits, a few seconds at most, until the kernel holds
+what the store asks for — every running pod attached with its address, every
+iptables-mode node's tables equal to a full sync of the store as it is — and then uses
+the kernel as it is. :func:`up` refuses to run on it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections.abc import Iterable
+import os
+import time
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -38,7 +50,9 @@ from control.session import Session
 from dataplane.backends.realise import (
     check_realisable,
     fingerprint,
+    foreign_chains,
     kept,
+    kernel_holds,
     new_cluster_id,
     realize_view,
     summary,
@@ -50,6 +64,7 @@ from dataplane.linux.realize import RealCluster, Removed, teardown
 from dataplane.linux.realize import cleanup as linux_cleanup
 from dataplane.linux.rules import IptablesBackend
 from netmodel.errors import BackendError, InputError, SvclabError
+from netmodel.rulesets import IptablesRules
 from netmodel.view import ClusterView
 
 __all__ = [
@@ -59,12 +74,17 @@ __all__ = [
     "cleanup",
     "down",
     "ensure_current",
+    "followed",
+    "following",
     "kept",
     "summary",
     "up",
 ]
 
 REAL_FILE = "real.json"
+FOLLOW_FILE = "real-follow"
+#: how long :func:`ensure_current` waits for a followed cluster's agents to catch up
+FOLLOW_WAIT = 10.0
 
 
 class NoRealCluster(SvclabError):
@@ -147,6 +167,79 @@ def _state_dir(session: Session) -> Path:
     return session.state_dir
 
 
+# ---------------------------------------------------------------------------- followed
+
+
+@contextlib.contextmanager
+def following(state_dir: Path) -> Iterator[None]:
+    """Mark ``state_dir``'s real cluster as followed live by this process (``svclab
+    serve --real``, which holds the serve lock) for the block."""
+    path = Path(state_dir) / FOLLOW_FILE
+    path.write_text(f"{os.getpid()}\n")
+    try:
+        yield
+    finally:
+        path.unlink(missing_ok=True)
+
+
+def followed(state_dir: Path) -> bool:
+    """Whether a live ``svclab serve --real`` follows ``state_dir``'s real cluster: it
+    holds the serve lock and wrote its pid in ``DIR/real-follow`` (a crashed server
+    leaves the file, never the lock)."""
+    from control.serving import LOCK_FILE, is_served
+
+    d = Path(state_dir)
+    try:
+        pid = (d / FOLLOW_FILE).read_text().strip()
+        holder = (d / LOCK_FILE).read_text().strip()
+    except OSError:
+        return False
+    return bool(pid) and pid == holder and is_served(d)
+
+
+def caught_up(view: ClusterView, cluster: RealCluster) -> list[str]:
+    """What the kernel does not hold yet of ``view`` (empty: all of it): running pods
+    not attached with the view's address, iptables-mode nodes whose tables differ from
+    the view's rules (nftables nodes are not compared)."""
+    missing: list[str] = []
+    for ns in view.network.namespaces.values():
+        if ns.role != "pod" or ns.pod is None:
+            continue
+        got = cluster.pods.get(str(ns.pod))
+        want = ns.interface("eth0").addresses
+        if got is None or not want or got.ip != want[0].ip:
+            missing.append(f"pod {ns.pod}")
+    foreign = foreign_chains(cluster)
+    for node, rs in sorted(view.rulesets.items()):
+        if isinstance(rs, IptablesRules) and not kernel_holds(
+            cluster.node_netns(node), rs.text, cluster.iptables_backend, foreign=foreign
+        ):
+            missing.append(f"rules of node {node}")
+    return missing
+
+
+def _followed_current(
+    session: Session, record: RealRecord, clients: tuple[str, ...]
+) -> tuple[ClusterView, RealCluster]:
+    """:func:`ensure_current` on a followed cluster (module docstring)."""
+    if set(clients) - set(record.external_clients):
+        raise BackendError(
+            f"cluster {record.cluster_id} is followed live by 'svclab serve --real': "
+            f"external clients {', '.join(sorted(set(clients) - set(record.external_clients)))} "
+            "cannot be added now ('svclab up --real --external-client IP' before serving)"
+        )
+    v = emulation.view(session, external_clients=record.external_clients)  # the store now
+    deadline = time.monotonic() + FOLLOW_WAIT
+    while True:
+        try:
+            cluster = RealCluster.load(record.cluster_id)
+        except BackendError as e:
+            raise NoRealCluster(str(e)) from None
+        if not caught_up(v, cluster) or time.monotonic() >= deadline:
+            return v, cluster
+        time.sleep(0.1)
+
+
 def up(
     session: Session,
     *,
@@ -165,6 +258,11 @@ def up(
     if cluster_id is not None:
         check_cluster_id(cluster_id)  # before real.json is written
     state_dir = _state_dir(session)
+    if followed(state_dir):
+        raise BackendError(
+            f"{state_dir}: 'svclab serve --real' follows this cluster live (its kubelets "
+            "and kube-proxies keep the kernel current); stop it to realise again"
+        )
     record = RealRecord.read(state_dir)
     if record is not None and cluster_id is not None and cluster_id != record.cluster_id:
         raise BackendError(
@@ -227,6 +325,8 @@ def ensure_current(
     if record is None:
         raise NoRealCluster(f"{state_dir}: no real cluster here (run 'svclab up --real' first)")
     clients = tuple(sorted({*record.external_clients, *external_clients}))
+    if followed(state_dir):
+        return _followed_current(session, record, clients)
     v = emulation.view(session, external_clients=clients)
     current = record.status == "up" and clients == record.external_clients
     if current and record.fingerprint == fingerprint(v):

@@ -25,7 +25,7 @@ from typing import Any
 
 from control.agents import Agent
 from control.agents.kubelet import Kubelet
-from control.agents.kubeproxy import KubeProxy, RuleSink
+from control.agents.kubeproxy import KubeProxy, RuleSink, sync_periods
 from control.agents.network import NetworkPlugin
 from control.clock import Clock
 from control.controllers.base import GarbageCollector
@@ -152,9 +152,13 @@ def _node_lifecycle(ctx: BuildContext) -> Agent:
 
 def _kube_proxy(ctx: BuildContext, node: str | None) -> Agent:
     assert node is not None and ctx.rule_sink is not None
-    return KubeProxy(
+    proxy = KubeProxy(
         node, ctx.cluster, ctx.proxy_config, ctx.rule_sink(node), ctx.recorder, clock=ctx.clock
     )
+    # a live kube-proxy keeps upstream's minSyncPeriod and syncPeriod (the deterministic
+    # runner builds its kube-proxies itself, with none)
+    proxy.periods = sync_periods(ctx.proxy_config, proxy.mode)
+    return proxy
 
 
 def _cm(name: str, build: Callable[[BuildContext], Agent], idle: float | None = None) -> Component:

@@ -7,6 +7,7 @@ empty* (``""``: local-traffic detection off), as upstream does.
 
 from __future__ import annotations
 
+import re
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -16,6 +17,28 @@ from netmodel.errors import InputError
 from netmodel.ip import parse_cidr
 
 API_VERSION = "kubeproxy.config.k8s.io/v1alpha1"
+
+
+_DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)")
+_UNIT_SECONDS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def duration_seconds(text: str, *, field: str = "") -> float:
+    """A Go ``time.Duration`` string (``"1s"``, ``"500ms"``, ``"1m30s"``, ``"0"``) in
+    seconds, as ``time.ParseDuration`` reads it (no sign accepted: kube-proxy's periods
+    are never negative). InputError naming ``field`` otherwise."""
+    t = text.strip()
+    if t == "0":
+        return 0.0
+    total, pos = 0.0, 0
+    for m in _DURATION_PART.finditer(t):
+        if m.start() != pos:
+            break
+        total += float(m.group(1)) * _UNIT_SECONDS[m.group(2)]
+        pos = m.end()
+    if not t or pos != len(t):
+        raise InputError(f"invalid duration {text!r}", field=field or None)
+    return total
 
 
 class _Strict(BaseModel):
@@ -30,6 +53,15 @@ class IPTablesConfig(_Strict):
     localhost_node_ports: bool = True
     sync_period: str = "30s"
     min_sync_period: str = "1s"
+
+    @field_validator("sync_period", "min_sync_period")
+    @classmethod
+    def _period(cls, v: str) -> str:
+        try:
+            duration_seconds(v)
+        except InputError as e:
+            raise ValueError(str(e)) from None
+        return v
 
     @field_validator("masquerade_bit")
     @classmethod
@@ -67,6 +99,15 @@ class NFTablesConfig(_Strict):
     masquerade_bit: int = 14
     sync_period: str = "30s"
     min_sync_period: str = "1s"
+
+    @field_validator("sync_period", "min_sync_period")
+    @classmethod
+    def _period(cls, v: str) -> str:
+        try:
+            duration_seconds(v)
+        except InputError as e:
+            raise ValueError(str(e)) from None
+        return v
 
 
 class ConntrackConfig(_Strict):

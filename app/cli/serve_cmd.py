@@ -3,6 +3,7 @@ certificate and kubeconfig for a user, as ``kubeadm kubeconfig user``)."""
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 import click
@@ -99,8 +100,10 @@ def parse_listen(text: str) -> tuple[str, int]:
 @click.option(
     "--real",
     is_flag=True,
-    help="Pods' exec, port-forward and logs reach the real cluster 'svclab up --real' "
-    "built from DIR (app.realruntime).",
+    help="The nodes are the real cluster of DIR (realised now as 'svclab up --real' "
+    "does, if needed): each node's kubelet attaches pods with the real CNI plugins and "
+    "starts their servers, each kube-proxy loads its syncs into the node's namespace; "
+    "exec, port-forward and logs reach the real pods (app.realnode, app.realruntime).",
 )
 @click.pass_obj
 @handle_errors
@@ -126,12 +129,14 @@ def serve(
     from app.podruntime import runtime_for
     from control.apiserver.http.serve import serve as run
 
+    follow: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
     if real:
-        from app.real import NoRealCluster, RealRecord
-
-        record = RealRecord.read(ctx.state)
-        if record is None or record.status != "up":
-            raise NoRealCluster(f"{ctx.state}: no real cluster up here (run 'svclab up --real' first)")
+        if control_plane != "live":
+            raise click.UsageError(
+                "--real: the kernel's nodes follow the cluster through the live control "
+                "plane's kubelets and kube-proxies (--control-plane live)"
+            )
+        follow = _realise(ctx)
 
     from app.livehost import election_options
     from control.leaderelection import LeaderElectionConfig
@@ -144,24 +149,46 @@ def serve(
     mode = "supervise" if components == "processes" else "threads"
     options = [*election_options(election), *(["--real"] if real else [])]
     try:
-        run(
-            ctx.state,
-            host,
-            port,
-            token_file=token_auth_file,
-            watch_history=watch_history,
-            compact_every=compact_every,
-            kube_proxies=kube_proxies,
-            control_plane=control_plane,
-            ca_dir=ca_dir,
-            runtime_factory=lambda api: runtime_for(api.session, real=real),
-            live_argv=("-m", "app.livehost", mode),
-            live_options=options,
-        )
+        with follow:
+            run(
+                ctx.state,
+                host,
+                port,
+                token_file=token_auth_file,
+                watch_history=watch_history,
+                compact_every=compact_every,
+                kube_proxies=kube_proxies,
+                control_plane=control_plane,
+                ca_dir=ca_dir,
+                runtime_factory=lambda api: runtime_for(api.session, real=real),
+                live_argv=("-m", "app.livehost", mode),
+                live_options=options,
+            )
     except OSError as e:
         raise InputError(f"cannot serve on {listen}: {e.strerror or e}", field="--listen") from None
     except KeyboardInterrupt:
         pass
+
+
+def _realise(ctx: Context) -> contextlib.AbstractContextManager[None]:
+    """``serve --real`` before serving: the state's cluster realised as ``svclab up
+    --real`` leaves it (nothing touched when it is already; pods and rules realised
+    before are adopted by the live agents, :mod:`app.realnode`); then the marker that it is followed (while serving,
+    ``ensure_current`` waits for the agents instead of realising, :mod:`app.real`)."""
+    from app import real
+    from control.serving import is_served
+    from control.session import Session
+
+    if is_served(ctx.state):
+        from control.serving import AlreadyServedError
+
+        raise AlreadyServedError(f"{ctx.state}: already served by another 'svclab serve'")
+    session = Session.open(ctx.state, store_url=ctx.store)
+    try:
+        real.up(session)
+    finally:
+        session.close()
+    return real.following(ctx.state)
 
 
 @click.command()

@@ -78,6 +78,13 @@ class Sandbox:
     network: PodNetworkResult | None
 
 
+def _attached(sb: Sandbox) -> bool:
+    """Whether the sandbox holds a network attachment to tear down (CNI DEL): one made
+    here, or one re-learnt after a restart (``resync``: a pod network pod with its
+    address; its plugin result is not kept, but DEL is keyed by the pod)."""
+    return sb.network is not None or (not sb.pod.spec.host_network and bool(sb.ip))
+
+
 def _needs_pod_cidr(plugin: NetworkPlugin) -> bool:
     """Whether the plugin keeps recorded addresses only on nodes with a podCIDR (the
     bridge + host-local pair; Calico's attachment does not need one)."""
@@ -295,12 +302,12 @@ class Kubelet:
             self._polled.discard(key)
             if sb is not None:
                 self.runtime.stop(sb.pod)
-            if sb is not None and sb.network is not None and self.node is not None:
+            if sb is not None and _attached(sb) and self.node is not None:
                 self.plugin.delete(self.node, sb.pod)
             return
         sb = self.sandboxes.get(key)
         if sb is not None and sb.uid != pod.metadata.uid:  # a new pod with the same name
-            if sb.network is not None:
+            if _attached(sb):
                 self.plugin.delete(self._node(), sb.pod)
             del self.sandboxes[key]
             sb = None
@@ -383,7 +390,7 @@ class Kubelet:
         if sb is None:
             return
         self.runtime.stop(pod)
-        if sb.network is not None:
+        if _attached(sb):
             self.plugin.delete(self._node(), sb.pod)
         del self.sandboxes[pod.key]
         self.recorder.record(
@@ -495,13 +502,13 @@ class Kubelet:
         self.runtime.stop(pod)
         if pod.status.phase in TERMINAL:
             sb = self.sandboxes.pop(pod.key, sb)
-            if sb is not None and sb.network is not None:
+            if sb is not None and _attached(sb):
                 self.plugin.delete(self._node(), sb.pod)
             self.api.finalize_pod_deletion(pod.key)  # its containers ended already
             return
         for c in pod.spec.containers:
             self.recorder.record(COMPONENT, pod, "Killing", f"Stopping container {c.name}")
-        if sb is not None and sb.network is not None:
+        if sb is not None and _attached(sb):
             self.plugin.delete(self._node(), sb.pod)
         elif sb is None and pod.status.pod_ip and not pod.spec.host_network:
             self.plugin.delete(self._node(), pod)  # attached before a restart

@@ -14,8 +14,19 @@ nftables mode keeps upstream's record of stale chains (``staleChains``): a chain
 sync no longer uses is flushed and stamped with the agent's clock, and deleted by the
 first sync that starts more than a second later (:mod:`dataplane.proxy.nftables`). The
 agent keeps the record between syncs and forgets it when a load fails, as upstream
-does. (Upstream also resyncs every ``syncPeriod``, which deletes such chains without
-any other change; the agent syncs on changes only.)
+does.
+
+Timing (:class:`SyncPeriods`), as upstream's sync runner: with periods given (the live
+control plane passes :func:`sync_periods` of the configuration), a sync never starts
+sooner than ``minSyncPeriod`` after the previous one (changes arriving meanwhile wait
+and go out together in the next sync), and ``syncPeriod`` after the last sync one runs
+with no change at all. That periodic sync is a *full* sync here (it rewrites every
+chain: drift in the node's tables is repaired and stale nftables chains deleted);
+upstream's periodic sync is partial unless its last full sync is an hour old, so this
+is the stricter of the two. A sync whose load failed leaves the next one full, as
+upstream's ``needFullSync``. :meth:`KubeProxy.next_due` is when the agent must sync
+with no event. Without periods (the deterministic runner, on its fake clock) every
+change is synced at once and nothing is due on time.
 
 Every sync leaves an Event on the node (reason ``SyncProxyRules``).
 """
@@ -43,11 +54,42 @@ from dataplane.proxy.ipvs import IpvsRender
 from dataplane.proxy.nftables import NftablesRender
 from netmodel.cluster import ClusterSpec
 from netmodel.objects import EndpointSlice, KubeObject, Node, Service
-from netmodel.proxyconfig import KubeProxyConfiguration
+from netmodel.proxyconfig import (
+    IPTablesConfig,
+    IPVSConfig,
+    KubeProxyConfiguration,
+    NFTablesConfig,
+    duration_seconds,
+)
 
 Rendered = IptablesRender | IpvsRender | NftablesRender
 
 KUBE_CHAIN_PREFIXES = ("KUBE-SVC-", "KUBE-SVL-", "KUBE-EXT-", "KUBE-FW-", "KUBE-SEP-")
+
+
+@dataclass(frozen=True, slots=True)
+class SyncPeriods:
+    """kube-proxy's sync timing in seconds: ``min_sync`` (``minSyncPeriod``: the least
+    time between two syncs) and ``resync`` (``syncPeriod``: a sync with no change after
+    that long; None: never)."""
+
+    min_sync: float
+    resync: float | None
+
+
+def sync_periods(config: KubeProxyConfiguration | None, mode: Mode) -> SyncPeriods:
+    """The mode's ``minSyncPeriod`` and ``syncPeriod`` (``iptables.*``, ``nftables.*``
+    or ``ipvs.*``) of ``config``; upstream's defaults without one (1s / 30s; IPVS 0s /
+    30s). A zero ``syncPeriod`` means no periodic sync."""
+    cfg = config or KubeProxyConfiguration()
+    section: IPTablesConfig | NFTablesConfig | IPVSConfig = (
+        cfg.iptables if mode == "iptables" else cfg.nftables if mode == "nftables" else cfg.ipvs
+    )
+    resync = duration_seconds(section.sync_period, field=f"{mode}.syncPeriod")
+    return SyncPeriods(
+        duration_seconds(section.min_sync_period, field=f"{mode}.minSyncPeriod"),
+        resync or None,
+    )
 
 
 class RuleSink(Protocol):
@@ -124,6 +166,7 @@ class KubeProxy:
         *,
         mode: Mode | None = None,
         clock: Clock | None = None,
+        periods: SyncPeriods | None = None,
     ) -> None:
         self.node_name = node_name
         self.name = f"kube-proxy/{node_name}"
@@ -148,6 +191,13 @@ class KubeProxy:
         self.last: Rendered | None = None
         #: the network programming SLI of this node (:mod:`control.agents.netprog`)
         self.netprog = NetworkProgramming(self.name)
+        #: sync timing (module docstring); None: every change at once, nothing on time
+        self.periods = periods
+        #: clock time of the last sync that loaded (None: none yet)
+        self.last_sync: float | None = None
+        #: syncs done: full and partial ones
+        self.full_syncs = 0
+        self.partial_syncs = 0
 
     # ---- configuration
 
@@ -227,13 +277,34 @@ class KubeProxy:
         self._need_full = False
         return True
 
+    def next_due(self) -> float | None:
+        """Clock time at which this kube-proxy must sync with no further event: when the
+        ``minSyncPeriod`` hold-off of waiting changes ends, or the periodic ``syncPeriod``
+        resync; None without periods, before the first sync, or with nothing to wait
+        for (then only an event makes work)."""
+        p, t, last = self.periods, self._tracker, self.last_sync
+        if p is None or t is None or last is None:
+            return None
+        due = None if p.resync is None else last + p.resync
+        if self._need_full or t.pending():
+            held = last + p.min_sync
+            due = held if due is None else min(due, held)
+        return due
+
     def sync(self) -> int:
-        """One sync if anything changed (or none was done yet): returns 1, else 0."""
+        """One sync if anything changed (or none was done yet, or the periodic resync is
+        due), unless ``minSyncPeriod`` holds it off: returns 1, else 0."""
         t, cfg = self._tracker, self._config
         if t is None or cfg is None:
             return 0
+        now = self.clock.now()
+        p, last = self.periods, self.last_sync
+        if p is not None and last is not None and p.resync is not None and now >= last + p.resync:
+            self._need_full = True  # the periodic resync
         if not self._need_full and not t.pending():
             return 0
+        if p is not None and last is not None and now < last + p.min_sync:
+            return 0  # held off: next_due says when
         changed = t.apply()
         full = self._need_full or self.mode != "iptables"
         rendered = render(
@@ -249,12 +320,18 @@ class KubeProxy:
             self.sink.load(self.node_name, self.mode, rendered, full=full)
         except BaseException:
             self.stale_since = {}  # upstream: the record is wrong if the load failed
+            self._need_full = True  # the changes applied above were not loaded
             raise
         if isinstance(rendered, NftablesRender):
             self.stale_since = dict(rendered.stale_since)
         self.last = rendered
         self._need_full = False
         self.netprog.synced(self.clock.now())
+        self.last_sync = now
+        if full:
+            self.full_syncs += 1
+        else:
+            self.partial_syncs += 1
         if self.recorder is not None and self._node is not None:
             snap = t.snapshot
             what = "full sync" if full else f"partial sync of {len(changed)} service port(s)"

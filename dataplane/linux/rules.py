@@ -179,6 +179,11 @@ def ensure_nfacct(netns: str, names: Iterable[str]) -> None:
                 raise BackendError(f"netns {netns}: nfacct add {name}: {os.strerror(err)}")
 
 
+def nfacct_names(payload: str) -> set[str]:
+    """The nfacct counter objects a restore payload's ``-m nfacct`` rules name."""
+    return set(_NFACCT_USE.findall(payload))
+
+
 def load_iptables(
     netns: str,
     payload: str,

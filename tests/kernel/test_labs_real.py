@@ -1,4 +1,4 @@
-"""Labs 01-05, 07, 08 and 09 on real network namespaces (``--real``) pass the same checks as on the
+"""Labs 01-05, 07, 08, 09 and 10 on real network namespaces (``--real``) pass the same checks as on the
 emulator, and leave nothing behind."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import pytest
 #: lab 07 (cluster DNS) has its own test below
 LABS = [
     p
-    for p in sorted((Path(__file__).resolve().parents[2] / "labs").glob("0[1-9]_*.py"))
-    if p.stem not in ("06_kubectl", "07_dns")
+    for p in sorted((Path(__file__).resolve().parents[2] / "labs").glob("[01][0-9]_*.py"))
+    if p.stem not in ("00_control_plane", "06_kubectl", "07_dns")
 ]
 
 
