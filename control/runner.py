@@ -166,6 +166,9 @@ class ControlPlane:
         self.scheduler: Scheduler = built["default-scheduler"]  # type: ignore[assignment]
         self.kubelets: KubeletPool = built["kubelet"]  # type: ignore[assignment]
         self.endpointslices: EndpointSliceController = built["endpointslice-controller"]  # type: ignore[assignment]
+        # the runner's slices carry no last-change-trigger-time: the network programming
+        # SLI is the live kube-proxies' (their wall clock), not the deterministic runner's
+        self.endpointslices.clock = None
         self.disruption: DisruptionController = built["disruption-controller"]  # type: ignore[assignment]
         self.node_lifecycle: NodeLifecycleController = built["node-lifecycle-controller"]  # type: ignore[assignment]
         self.taint_eviction: TaintEvictionController = built["taint-eviction-controller"]  # type: ignore[assignment]
