@@ -545,7 +545,14 @@ class LiveControlPlane:
             kg = self._identity(node_identity(node), f"kubelet/{node}")
             agents.connection = kg.conn
             kapi = kg.conn.api
-            kubelet = Kubelet(node, kapi, kapi.recorder, self.clock, self.host.network_plugin(node))
+            kubelet = Kubelet(
+                node,
+                kapi,
+                kapi.recorder,
+                self.clock,
+                self.host.network_plugin(node),
+                prober=self.host.prober(node),
+            )
             kagent = _KubeletAgent(kubelet)
             agents.components.append(
                 LiveComponent(
@@ -748,6 +755,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     import yaml
 
+    from netmodel import podhealth
     from netmodel.cluster import cluster_from_dict
     from netmodel.proxyconfig import proxy_config_from_dict
 
@@ -785,6 +793,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         proxy_config=proxy_config,
         seed=spec.seed,
         kube_proxies=args.kube_proxies,
+        host=EmulatedNodeHost(spec, health_root=podhealth.state_root(args.state_dir)),
     )
     starter = threading.Thread(target=plane.start, name="live-control-plane", daemon=True)
     starter.start()
