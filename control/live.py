@@ -552,6 +552,7 @@ class LiveControlPlane:
                 self.clock,
                 self.host.network_plugin(node),
                 prober=self.host.prober(node),
+                graceful=True,  # deleted pods serve out their grace period
             )
             kagent = _KubeletAgent(kubelet)
             agents.components.append(

@@ -129,8 +129,17 @@ class Kubelet:
         plugin: NetworkPlugin,
         runtime: Runtime | None = None,
         prober: Prober | None = None,
+        *,
+        graceful: bool = False,
     ) -> None:
         self.node_name = node_name
+        #: whether a deleted pod's containers run out its grace period (the live control
+        #: plane: they keep serving, as terminating, until ``deletionTimestamp +
+        #: deletionGracePeriodSeconds``); off (the deterministic runner): they stop at
+        #: once, as containers that exit on SIGTERM do
+        self.graceful = graceful
+        #: pods told to stop (Events ``Killing`` recorded), running out their grace period
+        self._stopping: set[str] = set()
         #: runs the probes of this node's containers (default: the emulated pod servers)
         self.prober: Prober = prober or EmulatedProber()
         #: when each container's probes run, and their results
@@ -713,7 +722,29 @@ class Kubelet:
             self.recorder.record(COMPONENT, updated, "Started", f"Started container {name}")
         return updated
 
+    def _grace_deadline(self, pod: Pod) -> float | None:
+        """When a deleted pod's grace period ends (None: no grace: stop it now)."""
+        if not self.graceful or pod.status.phase in TERMINAL or pod.key not in self.sandboxes:
+            return None
+        grace = (pod.metadata.model_extra or {}).get("deletionGracePeriodSeconds")
+        if not grace or pod.metadata.deletion_timestamp is None:
+            return None
+        return parse_rfc3339(pod.metadata.deletion_timestamp) + float(grace)
+
     def _kill(self, pod: Pod, sb: Sandbox | None) -> None:
+        deadline = self._grace_deadline(pod)
+        if deadline is not None and self.clock.now() < deadline:
+            # SIGTERM sent; the pod server keeps serving (and being probed) until the
+            # grace period ends: its endpoint is serving and terminating meanwhile
+            if pod.key not in self._stopping:
+                self._stopping.add(pod.key)
+                for c in pod.spec.containers:
+                    self.recorder.record(COMPONENT, pod, "Killing", f"Stopping container {c.name}")
+            self._timers[pod.key] = deadline
+            if has_probes(pod):
+                self._sync_probes(pod.key)
+            return
+        self.probes.stop(pod.key)
         self._timers.pop(pod.key, None)
         self._polled.discard(pod.key)
         self.runtime.stop(pod)
@@ -723,8 +754,11 @@ class Kubelet:
                 self.plugin.delete(self._node(), sb.pod)
             self.api.finalize_pod_deletion(pod.key)  # its containers ended already
             return
-        for c in pod.spec.containers:
-            self.recorder.record(COMPONENT, pod, "Killing", f"Stopping container {c.name}")
+        if pod.key not in self._stopping:
+            for c in pod.spec.containers:
+                self.recorder.record(COMPONENT, pod, "Killing", f"Stopping container {c.name}")
+        self._stopping.discard(pod.key)
+        self.prober.forget(pod)
         if sb is not None and sb.network is not None:
             self.plugin.delete(self._node(), sb.pod)
         elif sb is None and pod.status.pod_ip and not pod.spec.host_network:
