@@ -6,11 +6,14 @@ again. Without ``--probe`` both flip. The kubelet's probes see it at their next 
 a failing readiness probe takes the pod's endpoints out of the Services' rules, a
 failing liveness probe restarts the container (a crash loop until healed).
 
-The flags live in the cluster's state directory, so a served cluster's kubelets (in
-any process) and both backends' pod servers see them.
+The flags live in the cluster's state directory (``DIR/pods/health``), so a served
+cluster's kubelets (in any process) and the emulated pod servers see them; with a real
+cluster (``svclab up --real``) they are also written where its pod servers read them.
 """
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import click
 
@@ -39,6 +42,9 @@ def _flip(ctx: Context, name: str, namespace: str, probe: str | None, ok: bool) 
         assert isinstance(p, Pod)
         root = podhealth.state_root(ctx.state)
         h = podhealth.set_flags(p.key, ok, _FLAGS[probe], root)
+        real = _real_health_root(ctx)
+        if real is not None:  # the kernel's pod servers of this cluster read theirs
+            podhealth.write(p.key, h, real)
     finally:
         session.close()
     word = "healed" if ok else "failed"
@@ -46,6 +52,20 @@ def _flip(ctx: Context, name: str, namespace: str, probe: str | None, ok: bool) 
         f"pod/{name} {word} ({probe or 'readiness and liveness'}): "
         f"readiness {'passes' if h.ready else 'fails'}, liveness {'passes' if h.live else 'fails'}"
     )
+
+
+def _real_health_root(ctx: Context) -> Path | None:
+    """Where the real pod servers of the cluster ``svclab up --real`` built from this
+    state directory keep the pods' health (None: no real cluster)."""
+    from app.real import RealRecord
+
+    record = RealRecord.read(ctx.state)
+    if record is None:
+        return None
+    from dataplane.linux.podserver import health_root
+    from dataplane.linux.state import StateDir
+
+    return health_root(StateDir.of(record.cluster_id).servers_dir)
 
 
 _PROBE = click.option(
