@@ -552,7 +552,7 @@ class LiveControlPlane:
                 self.clock,
                 self.host.network_plugin(node),
                 prober=self.host.prober(node),
-                graceful=True,  # deleted pods serve out their grace period
+                graceful=True,  # deleted pods run their preStop hooks, serving
             )
             kagent = _KubeletAgent(kubelet)
             agents.components.append(

@@ -42,7 +42,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from control.agents import PodSummary, nodelease
-from control.agents.commands import Program
+from control.agents.commands import Program, program
 from control.agents.containers import (
     TERMINAL,
     EmulatedRuntime,
@@ -133,10 +133,11 @@ class Kubelet:
         graceful: bool = False,
     ) -> None:
         self.node_name = node_name
-        #: whether a deleted pod's containers run out its grace period (the live control
-        #: plane: they keep serving, as terminating, until ``deletionTimestamp +
-        #: deletionGracePeriodSeconds``); off (the deterministic runner): they stop at
-        #: once, as containers that exit on SIGTERM do
+        #: whether a deleted pod's containers run their preStop hooks (the live control
+        #: plane: a pod whose container has ``lifecycle.preStop`` keeps serving, as
+        #: terminating, for the hook's time, at most ``deletionGracePeriodSeconds``
+        #: after ``deletionTimestamp``; without one it stops at once, as a server that
+        #: exits on SIGTERM); off (the deterministic runner): every pod stops at once
         self.graceful = graceful
         #: pods told to stop (Events ``Killing`` recorded), running out their grace period
         self._stopping: set[str] = set()
@@ -729,7 +730,10 @@ class Kubelet:
         grace = (pod.metadata.model_extra or {}).get("deletionGracePeriodSeconds")
         if not grace or pod.metadata.deletion_timestamp is None:
             return None
-        return parse_rfc3339(pod.metadata.deletion_timestamp) + float(grace)
+        hold = max((_pre_stop_seconds(c) for c in pod.spec.containers), default=0.0)
+        if hold <= 0:
+            return None
+        return parse_rfc3339(pod.metadata.deletion_timestamp) + min(float(grace), hold)
 
     def _kill(self, pod: Pod, sb: Sandbox | None) -> None:
         deadline = self._grace_deadline(pod)
@@ -768,6 +772,24 @@ class Kubelet:
 
 
 _EMPTY_STATUS, _PODIP = PodStatus(), PodIP(ip="")
+
+
+def _pre_stop_seconds(c: Container) -> float:
+    """How long container ``c`` keeps running once told to stop: its preStop hook's
+    (``lifecycle.preStop.sleep.seconds``, or an ``exec`` command svclab evaluates:
+    ``sleep N`` holds N seconds, a command that never ends the whole grace period),
+    after which it exits on SIGTERM at once, as svclab's pod servers do; no hook: 0."""
+    hook = ((c.model_extra or {}).get("lifecycle") or {}).get("preStop") or {}
+    if not isinstance(hook, dict):
+        return 0.0
+    sleep = hook.get("sleep")
+    if isinstance(sleep, dict) and isinstance(sleep.get("seconds"), int):
+        return float(sleep["seconds"])
+    command = (hook.get("exec") or {}).get("command")
+    if isinstance(command, list) and command:
+        prog = program([str(w) for w in command], None)
+        return prog.seconds if isinstance(prog, Program) else float("inf")
+    return 0.0
 
 
 def _container_id(pod: Pod, name: str) -> str:

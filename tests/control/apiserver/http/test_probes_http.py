@@ -60,6 +60,9 @@ spec:
     readinessProbe:
       tcpSocket: {port: 8080}
       periodSeconds: 1
+    lifecycle:
+      preStop:
+        exec: {command: [sleep, "30"]}
 ---
 apiVersion: v1
 kind: Service
