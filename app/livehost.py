@@ -37,9 +37,11 @@ from pathlib import Path
 from typing import Any
 
 from control.agents.kubeproxy import EmulatedRules, Mode, Rendered, RuleSink
+from control.agents.probes import Prober
 from control.components import GROUPS, NODE_GROUPS, Identity
 from control.leaderelection import LeaderElectionConfig
 from control.nodehost import EmulatedNodeHost, NodeHost
+from netmodel import podhealth
 from netmodel.cluster import ClusterSpec
 
 log = logging.getLogger("svclab.livehost")
@@ -55,7 +57,9 @@ def node_host(state_dir: Path, cluster: ClusterSpec, *, real: bool) -> NodeHost:
         from app.realnode import RealNodeHost
 
         return RealNodeHost(state_dir, cluster)
-    return EmulatedNodeHost(cluster)
+    # pods' health flags live in the state directory: the CLI's `svclab pod fail`, the
+    # API server's exec and every kubelet process share them
+    return EmulatedNodeHost(cluster, health_root=podhealth.state_root(state_dir))
 
 
 class PublishedRules:
@@ -91,6 +95,9 @@ class PublishingHost:
 
     def rule_sink(self, node: str) -> RuleSink:
         return self.rules
+
+    def prober(self, node: str) -> Prober:
+        return self.inner.prober(node)
 
     def release(self, node: str) -> None:
         self.inner.release(node)

@@ -36,8 +36,10 @@ from pathlib import Path
 
 from app.real import NoRealCluster, RealRecord
 from app.realnet import RealCNI
+from app.realprober import RealProber
 from control.agents.kubeproxy import RuleSink
 from control.agents.network import NetworkPlugin, PodNetworkResult
+from control.agents.probes import Prober
 from dataplane.linux.livenode import NodeRuleLoader, forget_pod, record_pod
 from dataplane.linux.realize import RealCluster
 from dataplane.linux.servers import PodServers, Proto, ServerSpec
@@ -125,12 +127,17 @@ class RealNodeHost:
         self.plugin = RealPodNetwork(real)
         self.rules = NodeRuleLoader(record.cluster_id, real.iptables_backend)
         self._lock = threading.Lock()
+        #: probes are real connections from the node's namespace (app.realprober)
+        self._prober = RealProber(state_dir, cluster)
 
     def network_plugin(self, node: str) -> NetworkPlugin:
         return self.plugin
 
     def rule_sink(self, node: str) -> RuleSink:
         return self.rules
+
+    def prober(self, node: str) -> Prober:
+        return self._prober
 
     def release(self, node: str) -> None:
         with self._lock:

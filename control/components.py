@@ -27,6 +27,7 @@ from control.agents import Agent
 from control.agents.kubelet import Kubelet
 from control.agents.kubeproxy import KubeProxy, RuleSink, sync_periods
 from control.agents.network import NetworkPlugin
+from control.agents.probes import Prober
 from control.clock import Clock
 from control.controllers.base import GarbageCollector
 from control.controllers.cronjob import CronJobController
@@ -114,6 +115,11 @@ class BuildContext:
     network_plugin: Callable[[str], NetworkPlugin] | None = None
     rule_sink: Callable[[str], RuleSink] | None = None
     proxy_config: Any = None
+    #: the kubelets' probe runner (None: the kubelet's default)
+    prober: Callable[[str], Prober] | None = None
+    #: kubelets keep a deleted pod serving while its preStop hook runs (the live planes);
+    #: the deterministic runner stops it at once
+    graceful: bool = False
 
 
 Informers = tuple[tuple[str, str | None], ...]
@@ -134,7 +140,15 @@ class Component:
 
 def _kubelet(ctx: BuildContext, node: str | None) -> Agent:
     assert node is not None and ctx.network_plugin is not None
-    kubelet = Kubelet(node, ctx.api, ctx.recorder, ctx.clock, ctx.network_plugin(node))
+    kubelet = Kubelet(
+        node,
+        ctx.api,
+        ctx.recorder,
+        ctx.clock,
+        ctx.network_plugin(node),
+        prober=None if ctx.prober is None else ctx.prober(node),
+        graceful=ctx.graceful,
+    )
     kubelet.lease_duration = ctx.cluster.node_lifecycle.node_lease_duration_seconds
     return kubelet
 

@@ -633,6 +633,8 @@ class LiveControlPlane:
             network_plugin=self.host.network_plugin,
             rule_sink=self.host.rule_sink,
             proxy_config=self.proxy_config,
+            prober=self.host.prober,
+            graceful=True,  # deleted pods run their preStop hooks, serving
         )
 
     def _start_node(self, node: str) -> _NodeAgents | None:
@@ -966,6 +968,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     import argparse
     import signal
 
+    from netmodel import podhealth
+
     ap = argparse.ArgumentParser(prog="python -m control.live")
     ap.add_argument("state_dir", type=Path)
     ap.add_argument("server")
@@ -993,6 +997,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         proxy_config=proxy_config,
         seed=spec.seed,
         kube_proxies=args.kube_proxies,
+        host=EmulatedNodeHost(spec, health_root=podhealth.state_root(args.state_dir)),
     )
     starter = threading.Thread(target=plane.start, name="live-control-plane", daemon=True)
     starter.start()

@@ -7,6 +7,8 @@ A :class:`NodeHost` hands each node's agents what they act on:
   ADD when it creates a pod's sandbox, DEL when it tears it down;
 - ``rule_sink(node)``: the kube-proxy's :class:`~control.agents.kubeproxy.RuleSink`,
   where every sync's rules are loaded;
+- ``prober(node)``: the kubelet's :class:`~control.agents.probes.Prober`, which runs
+  its containers' probes against the pods;
 - ``release(node)``: the node's agents stopped (its Node was deleted, or its process is
   going away): what the host keeps for that node may go.
 
@@ -23,10 +25,13 @@ calls may come from several threads at once.
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 from typing import Protocol
 
+from control.agents.emulatedprober import EmulatedProber
 from control.agents.kubeproxy import EmulatedRules, RuleSink
 from control.agents.network import EmulatedCNI, NetworkPlugin
+from control.agents.probes import Prober
 from netmodel.cluster import ClusterSpec
 
 
@@ -37,14 +42,20 @@ class NodeHost(Protocol):
 
     def rule_sink(self, node: str) -> RuleSink: ...
 
+    def prober(self, node: str) -> Prober: ...
+
     def release(self, node: str) -> None: ...
 
 
 class EmulatedNodeHost:
-    """The emulator's nodes, in this process's memory."""
+    """The emulator's nodes, in this process's memory. ``health_root``: where the pods'
+    health flags are kept (:mod:`netmodel.podhealth`; a served cluster's
+    ``DIR/pods/health``, shared with the CLI and the API server; None: the process's
+    configured root)."""
 
-    def __init__(self, cluster: ClusterSpec) -> None:
+    def __init__(self, cluster: ClusterSpec, *, health_root: Path | None = None) -> None:
         self.rules = EmulatedRules()
+        self._prober = EmulatedProber(health_root)
         #: Calico's IPAM is cluster-wide: one table of every pod's address, which the
         #: owner feeds with the pods it sees (:meth:`EmulatedCNI.note`)
         self.calico: EmulatedCNI | None = (
@@ -64,6 +75,9 @@ class EmulatedNodeHost:
 
     def rule_sink(self, node: str) -> RuleSink:
         return self.rules
+
+    def prober(self, node: str) -> Prober:
+        return self._prober
 
     def release(self, node: str) -> None:
         with self._lock:

@@ -43,6 +43,7 @@ import yaml
 from control.clock import Clock, FakeClock, WallClock
 from control.store.base import Store
 from control.store.memory import MemoryStore
+from netmodel import podhealth
 from netmodel.cluster import Cluster, cluster_from_dict
 from netmodel.errors import InputError, SvclabError
 from netmodel.kubedump import is_inferred, merge_inferred
@@ -108,6 +109,10 @@ class Session:
     #: reference the converged start is tested against)
     converged_start: bool = True
     _note: StoreSyncNote | None = None
+
+    def __post_init__(self) -> None:
+        if self.state_dir is not None:  # the pods' health flags: the cluster's, on disk
+            podhealth.configure(podhealth.state_root(Path(self.state_dir)))
 
     # ---- construction
 

@@ -284,11 +284,60 @@ class ResourceRequirements(K8sModel):
     limits: dict[str, Quantity] = Field(default_factory=dict)
 
 
+class HTTPHeader(K8sModel):
+    name: str = ""
+    value: str = ""
+
+
+class HTTPGetAction(K8sModel):
+    """A probe's HTTP GET: ``port`` a number or a container port's name."""
+
+    path: str | None = None
+    port: int | str = 0
+    host: str | None = None
+    scheme: str | None = None
+    http_headers: list[HTTPHeader] = Field(default_factory=list)
+
+
+class TCPSocketAction(K8sModel):
+    port: int | str = 0
+    host: str | None = None
+
+
+class ExecAction(K8sModel):
+    command: list[str] = Field(default_factory=list)
+
+
+class GRPCAction(K8sModel):
+    port: int = 0
+    service: str | None = None
+
+
+class Probe(K8sModel):
+    """A container's readiness, liveness or startup probe (kube's ``v1.Probe``): one
+    handler (``httpGet``, ``tcpSocket``, ``exec`` or ``grpc``) and its timing; the
+    apiserver defaults the timing (:func:`control.apiserver.defaults.default_probe`)."""
+
+    http_get: HTTPGetAction | None = None
+    tcp_socket: TCPSocketAction | None = None
+    exec: ExecAction | None = None
+    grpc: GRPCAction | None = None
+    initial_delay_seconds: int | None = None
+    period_seconds: int | None = None
+    timeout_seconds: int | None = None
+    success_threshold: int | None = None
+    failure_threshold: int | None = None
+    termination_grace_period_seconds: int | None = None
+
+
 class Container(K8sModel):
     name: str
     image: str | None = None
     ports: list[ContainerPort] = Field(default_factory=list)
     resources: ResourceRequirements = Field(default_factory=ResourceRequirements)
+    readiness_probe: Probe | None = None
+    liveness_probe: Probe | None = None
+    startup_probe: Probe | None = None
 
 
 class Toleration(K8sModel):

@@ -25,6 +25,7 @@ from app.cli import (
     import_cmd,
     nodedump_cmd,
     picture_cmd,
+    pod_cmd,
     printers,
     real_cmd,
     report_cmd,
@@ -484,6 +485,7 @@ COMMAND_MODULES = (
     report_cmd,
     dig_cmd,
     exec_cmd,
+    pod_cmd,
 )
 
 

@@ -46,26 +46,44 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from control.agents import PodSummary, nodelease
+from control.agents.commands import Program, program
 from control.agents.containers import (
     TERMINAL,
     EmulatedRuntime,
     Runtime,
     advance,
+    container_program,
     container_statuses,
     has_programs,
+    restart_delay,
     start_runs,
     status_conditions,
 )
+from control.agents.emulatedprober import EmulatedProber
 from control.agents.network import NetworkPlugin, PodNetworkResult
+from control.agents.probes import TITLE, ProbeManager, Prober, Worker
 from control.apiclient import APIClient
-from control.clock import Clock, rfc3339
+from control.clock import Clock, parse_rfc3339, rfc3339
 from control.events import Recorder
 from control.informers.workqueue import WorkQueue
 from control.store.base import Store, WatchEvent
 from netmodel.errors import NotFoundError, SvclabError
-from netmodel.objects import Condition, KubeObject, Node, Pod, PodIP, PodStatus
+from netmodel.objects import Condition, Container, KubeObject, Node, Pod, PodIP, PodStatus
 
 COMPONENT = "kubelet"
+#: a container that ran this long without a failure starts its crash-loop back-off over
+#: (kubelet's back-off entries expire after twice the 5-minute maximum)
+BACKOFF_RESET = 600.0
+#: the exit code of a container killed by SIGKILL after its grace period
+KILLED = 137
+
+
+def has_probes(pod: Pod) -> bool:
+    """Whether a container of the pod has a probe."""
+    return any(
+        c.readiness_probe is not None or c.liveness_probe is not None or c.startup_probe is not None
+        for c in pod.spec.containers
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,7 +120,7 @@ def _needs_work(pod: Pod) -> bool:
         pod.is_terminating
         or s.phase != "Running"
         or not s.pod_ip
-        or (not pod.is_ready and not has_programs(pod))
+        or (not pod.is_ready and not has_programs(pod) and not has_probes(pod))
     )
 
 
@@ -122,8 +140,28 @@ class Kubelet:
         clock: Clock,
         plugin: NetworkPlugin,
         runtime: Runtime | None = None,
+        prober: Prober | None = None,
+        *,
+        graceful: bool = False,
     ) -> None:
         self.node_name = node_name
+        #: whether a deleted pod's containers run their preStop hooks (the live control
+        #: plane: a pod whose container has ``lifecycle.preStop`` keeps serving, as
+        #: terminating, for the hook's time, at most ``deletionGracePeriodSeconds``
+        #: after ``deletionTimestamp``; without one it stops at once, as a server that
+        #: exits on SIGTERM); off (the deterministic runner): every pod stops at once
+        self.graceful = graceful
+        #: pods told to stop (Events ``Killing`` recorded), running out their grace period
+        self._stopping: set[str] = set()
+        #: runs the probes of this node's containers (default: the emulated pod servers)
+        self.prober: Prober = prober or EmulatedProber()
+        #: when each container's probes run, and their results
+        self.probes = ProbeManager()
+        #: (pod uid, container) -> its restartCount when its crash-loop back-off last
+        #: started over (kubelet keeps its back-off in memory too)
+        self._backoff_base: dict[tuple[str, str], int] = {}
+        #: (pod key, container): killed by a failed liveness/startup probe, restart due
+        self._kills: dict[tuple[str, str], str] = {}
         #: where evaluated commands run: given, else the plugin's (the Linux backend's
         #: real namespaces), else the control plane's clock
         self.runtime: Runtime = (
@@ -187,6 +225,7 @@ class Kubelet:
                         or sb is None
                         or sb.uid != obj.metadata.uid
                         or (obj.key not in self._timers and has_programs(obj))
+                        or self._untracked_probes(obj)
                     ):
                         self.queue.add(obj.key)
 
@@ -207,8 +246,10 @@ class Kubelet:
             self.plugin.restore(node, running)
         for p in running:
             self.sandboxes[p.key] = Sandbox(p.metadata.uid, p, p.status.pod_ip or "", None)
+        self.probes = ProbeManager()
+        self._kills.clear()
         for p in mine:
-            if _needs_work(p) or (p in running and has_programs(p)):
+            if _needs_work(p) or (p in running and (has_programs(p) or has_probes(p))):
                 self.queue.add(p.key)
         if node is not None:
             self.queue.add(nodelease.KEY)
@@ -229,8 +270,21 @@ class Kubelet:
         ):
             self.plugin.restore(self.node, [pod])
 
+    def _untracked_probes(self, pod: Pod) -> bool:
+        """Whether a running container of the pod has probes no worker runs yet."""
+        if pod.is_terminating or pod.status.phase != "Running" or not has_probes(pod):
+            return False
+        running = {
+            cs.get("name") for cs in container_statuses(pod) if "running" in (cs.get("state") or {})
+        }
+        return any(
+            c.name in running and not self.probes.has(pod.key, c.name)
+            for c in pod.spec.containers
+            if c.readiness_probe or c.liveness_probe or c.startup_probe
+        )
+
     def pending(self) -> int:
-        return len(self.queue) + len(self._due())
+        return len(self.queue) + len(self._due()) + len(self.probes.due(self.clock.now()))
 
     def _due(self) -> list[str]:
         """Pods a container of which changed on its own by now (a command ended, a
@@ -244,15 +298,64 @@ class Kubelet:
         return due
 
     def waits(self) -> bool:
-        """Whether a container of one of its pods will change on its own."""
-        return bool(self._timers or self._polled)
+        """Whether a container of one of its pods will change on its own, or a probe
+        will run."""
+        return bool(self._timers or self._polled) or self.probes.next_due() is not None
 
     def next_due(self) -> float | None:
-        """The clock time of the next change a container makes on its own (None: none
-        known in advance)."""
-        return min(self._timers.values(), default=None)
+        """The clock time of the next change a container makes on its own, or of the
+        next probe (None: none known in advance)."""
+        probe = self.probes.next_due()
+        timer = min(self._timers.values(), default=None)
+        if probe is None or timer is None:
+            return timer if probe is None else probe
+        return min(probe, timer)
+
+    def _run_probes(self) -> int:
+        """Run the probes due now; queue the pods whose containers' readiness changed or
+        that must be killed. Returns how many ran."""
+        now = self.clock.now()
+        due = self.probes.due(now)
+        for w in due:
+            pod = self._probed_pod(w)
+            if pod is None:
+                self.probes.stop(w.pod, w.container)
+                continue
+            container = next(c for c in pod.spec.containers if c.name == w.container)
+            res = self.prober.probe(pod, container, w.kind, w.probe)
+            if not res.ok:
+                self.recorder.record(
+                    COMPONENT,
+                    pod,
+                    "Unhealthy",
+                    f"{TITLE[w.kind]} probe failed: {res.message}",
+                    type_="Warning",
+                )
+            out = self.probes.observe(w, res, now)
+            if out.kill:
+                self._kills[(pod.key, w.container)] = w.kind
+            if out.changed or out.kill:
+                self.queue.add(pod.key)
+        return len(due)
+
+    def _probed_pod(self, w: Worker) -> Pod | None:
+        """The pod a worker probes, when it still runs here."""
+        try:
+            pod = self.store.get("Pod", w.pod)
+        except NotFoundError:
+            return None
+        if (
+            not isinstance(pod, Pod)
+            or pod.spec.node_name != self.node_name
+            or pod.status.phase != "Running"
+            or w.pod not in self.sandboxes
+            or not any(c.name == w.container for c in pod.spec.containers)
+        ):
+            return None
+        return pod
 
     def sync(self) -> int:
+        probed = self._run_probes()
         for key in self._due():
             self._timers.pop(key, None)
             self._polled.discard(key)
@@ -274,7 +377,7 @@ class Kubelet:
             else:
                 self.queue.forget(key)
                 self._waiting.add(key)  # try again when the node changes
-        return n
+        return n + probed
 
     # ---- reconcile
 
@@ -298,7 +401,10 @@ class Kubelet:
             pod = None
         if not isinstance(pod, Pod) or pod.spec.node_name != self.node_name:
             sb = self.sandboxes.pop(key, None)
+            self.probes.stop(key)
             self._timers.pop(key, None)
+            if sb is not None:
+                self.prober.forget(sb.pod)
             self._polled.discard(key)
             if sb is not None:
                 self.runtime.stop(sb.pod)
@@ -325,6 +431,8 @@ class Kubelet:
             pod = self._start_ephemeral(pod)
         if has_programs(pod):
             self._advance(pod, sb)
+        if has_probes(pod) or any(k[0] == pod.key for k in self._kills):
+            self._sync_probes(key)
 
     def _post_ready(self, now: float) -> None:
         """Post the node's Ready condition True when its Node does not show it (the
@@ -382,6 +490,159 @@ class Kubelet:
         if adv.phase in TERMINAL:
             self._finished(updated, sb)
 
+    def _sync_probes(self, key: str) -> None:
+        """Write what the probes of the pod's containers mean (kubelet's prober results
+        and its restarts): ``ready``/``started`` per container and the pod's Ready and
+        ContainersReady conditions; a container whose liveness (or startup) probe failed
+        is killed (``lastState.terminated``, exit code 137) and started again per the
+        pod's restartPolicy after kubelet's crash-loop back-off (10 s doubling to 5 min,
+        started over after 10 min of running), ``restartCount`` growing; Events
+        ``Killing``, ``BackOff`` and ``Started``."""
+        pod = self.store.get("Pod", key)
+        assert isinstance(pod, Pod)
+        now = self.clock.now()
+        now_text = rfc3339(now)
+        policy = str((pod.spec.model_extra or {}).get("restartPolicy") or "Always")
+        by_name = {c.name: c for c in pod.spec.containers}
+        old = container_statuses(pod)
+        new: list[dict[str, object]] = []
+        started: list[str] = []
+        for cs0 in old:
+            cs = dict(cs0)
+            name = str(cs.get("name"))
+            c = by_name.get(name)
+            state = cs.get("state") or {}
+            assert isinstance(state, dict)
+            kind = self._kills.pop((key, name), None)
+            if c is not None and kind is not None and "running" in state:
+                if self._probe_kill(pod, c, cs, kind, now, policy):
+                    started.append(name)
+            elif (
+                c is not None
+                and "waiting" in state
+                and "lastState" in cs
+                and not has_programs(pod)  # containers.advance restarts those
+            ):
+                restarts = int(cs.get("restartCount") or 0)
+                last = (cs.get("lastState") or {}).get("terminated") or {}
+                at = parse_rfc3339(last.get("finishedAt") or now_text) + self._delay(
+                    pod, name, restarts
+                )
+                if at <= now:
+                    cs["restartCount"] = restarts + 1
+                    cs["state"] = {"running": {"startedAt": now_text}}
+                    cs["ready"] = c.readiness_probe is None and c.startup_probe is None
+                    cs["started"] = c.startup_probe is None
+                    self.probes.start(key, c, float(int(now)))
+                    started.append(name)
+                else:
+                    self._timers[key] = min(self._timers.get(key, at), at)
+            elif c is not None and "running" in state:
+                if not self.probes.has(key, name) and (
+                    c.readiness_probe or c.liveness_probe or c.startup_probe
+                ):
+                    t0 = parse_rfc3339(str(state["running"].get("startedAt") or now_text))
+                    self.probes.start(key, c, t0)
+                if self.probes.has(key, name):
+                    cs["ready"] = self.probes.ready(key, name)
+                    cs["started"] = self.probes.started(key, name)
+            new.append(cs)
+        if new == old:
+            return
+        conds = status_conditions(
+            pod.status.phase or "Running", new, now_text, pod.status.conditions
+        )
+        if conds is None:
+            keep = {c.type: c for c in pod.status.conditions}
+            conds = [
+                Condition(
+                    type=t,
+                    status="True",
+                    last_transition_time=(
+                        keep[t].last_transition_time
+                        if t in keep and keep[t].status == "True"
+                        else now_text
+                    ),
+                )
+                for t in ("Initialized", "Ready", "ContainersReady", "PodScheduled")
+            ]
+        status = pod.status.evolve(conditions=conds, **{"containerStatuses": new})
+        updated = self.api.update_status(pod.evolve(status=status), component=COMPONENT)
+        assert isinstance(updated, Pod)
+        for name in started:
+            self.recorder.record(COMPONENT, updated, "Started", f"Started container {name}")
+
+    def _delay(self, pod: Pod, name: str, restarts: int) -> float:
+        """Kubelet's crash-loop back-off before restart ``restarts + 1``."""
+        base = self._backoff_base.get((pod.metadata.uid or "", name), 0)
+        return restart_delay(restarts + 1 - base)
+
+    def _probe_kill(
+        self, pod: Pod, c: Container, cs: dict[str, object], kind: str, now: float, policy: str
+    ) -> bool:
+        """Kill container ``c`` (its ``kind`` probe failed): its run goes to
+        ``lastState``; it starts again at once (the first restart), or waits out its
+        back-off (restartPolicy Always / OnFailure: a kill is a failure), or stays
+        terminated (Never). Returns whether it started again."""
+        self.probes.stop(pod.key, c.name)
+        self.recorder.record(
+            COMPONENT,
+            pod,
+            "Killing",
+            f"Container {c.name} failed {kind} probe, will be restarted",
+        )
+        state = cs.get("state") or {}
+        assert isinstance(state, dict)
+        t0_text = str(state["running"].get("startedAt") or rfc3339(now))
+        restarts = int(str(cs.get("restartCount") or 0))
+        uid = pod.metadata.uid or ""
+        if now - parse_rfc3339(t0_text) >= BACKOFF_RESET:
+            self._backoff_base[(uid, c.name)] = restarts
+        term = {
+            "terminated": {
+                "exitCode": KILLED,
+                "reason": "Error",
+                "startedAt": t0_text,
+                "finishedAt": rfc3339(now),
+                "containerID": str(cs.get("containerID", "")),
+            }
+        }
+        cs["ready"], cs["started"] = False, False
+        if policy == "Never":
+            cs["state"] = term
+            return False
+        cs["lastState"] = term
+        delay = self._delay(pod, c.name, restarts)
+        if delay == 0 and not isinstance(container_program(c), Program):
+            # the first restart is immediate
+            cs["restartCount"] = restarts + 1
+            cs["state"] = {"running": {"startedAt": rfc3339(now)}}
+            cs["ready"] = c.readiness_probe is None and c.startup_probe is None
+            cs["started"] = c.startup_probe is None
+            self.probes.start(pod.key, c, float(int(now)))
+            return True
+        cs["state"] = {
+            "waiting": {
+                "reason": "CrashLoopBackOff",
+                "message": (
+                    f"back-off {int(delay)}s restarting failed container={c.name} "
+                    f"pod={pod.name}_{pod.namespace}({uid})"
+                ),
+            }
+        }
+        if delay > 0:
+            self.recorder.record(
+                COMPONENT,
+                pod,
+                "BackOff",
+                f"Back-off restarting failed container {c.name} in pod "
+                f"{pod.name}_{pod.namespace}({uid})",
+                type_="Warning",
+            )
+        at = now + delay
+        self._timers[pod.key] = min(self._timers.get(pod.key, at), at)
+        return False
+
     def _finished(self, pod: Pod, sb: Sandbox | None) -> None:
         """A Succeeded/Failed pod: its sandbox goes (CNI DEL frees the address), its
         processes with it; the pod object stays until deleted."""
@@ -434,6 +695,23 @@ class Kubelet:
         node = self._node()
         now = rfc3339(self.clock.now())
         host_ip = node.internal_ips[0] if node.internal_ips else None
+        statuses = [
+            {
+                "name": c.name,
+                "image": c.image or "",
+                "imageID": "",  # no registry, no digest (a required field)
+                "containerID": _container_id(pod, c.name),
+                # a probed container is ready once its probes say so
+                "ready": c.readiness_probe is None and c.startup_probe is None,
+                "started": c.startup_probe is None,
+                "restartCount": 0,
+                "state": {"running": {"startedAt": now}},
+            }
+            for c in pod.spec.containers
+        ]
+        for c in pod.spec.containers:
+            self.probes.start(pod.key, c, float(int(self.clock.now())))
+        conds = status_conditions("Running", statuses, now, [])
         # made from an empty status (no validation: every value is typed already), with
         # the same fields set and the same extra fields, in the same order, as
         # PodStatus.model_validate of the wire form gives
@@ -442,23 +720,11 @@ class Kubelet:
             pod_ip=sb.ip,
             pod_ips=[_PODIP.evolve(ip=sb.ip)],
             host_ip=host_ip,
-            conditions=_running_conditions(now),
+            conditions=conds if conds is not None else _running_conditions(now),
             **{
                 "hostIPs": [{"ip": host_ip}] if host_ip else [],
                 "startTime": now,
-                "containerStatuses": [
-                    {
-                        "name": c.name,
-                        "image": c.image or "",
-                        "imageID": "",  # no registry, no digest (a required field)
-                        "containerID": _container_id(pod, c.name),
-                        "ready": True,
-                        "started": True,
-                        "restartCount": 0,
-                        "state": {"running": {"startedAt": now}},
-                    }
-                    for c in pod.spec.containers
-                ],
+                "containerStatuses": statuses,
             },
         )
         start_runs(pod, self.clock.now(), self.runtime)
@@ -496,7 +762,32 @@ class Kubelet:
             self.recorder.record(COMPONENT, updated, "Started", f"Started container {name}")
         return updated
 
+    def _grace_deadline(self, pod: Pod) -> float | None:
+        """When a deleted pod's grace period ends (None: no grace: stop it now)."""
+        if not self.graceful or pod.status.phase in TERMINAL or pod.key not in self.sandboxes:
+            return None
+        grace = (pod.metadata.model_extra or {}).get("deletionGracePeriodSeconds")
+        if not grace or pod.metadata.deletion_timestamp is None:
+            return None
+        hold = max((_pre_stop_seconds(c) for c in pod.spec.containers), default=0.0)
+        if hold <= 0:
+            return None
+        return parse_rfc3339(pod.metadata.deletion_timestamp) + min(float(grace), hold)
+
     def _kill(self, pod: Pod, sb: Sandbox | None) -> None:
+        deadline = self._grace_deadline(pod)
+        if deadline is not None and self.clock.now() < deadline:
+            # SIGTERM sent; the pod server keeps serving (and being probed) until the
+            # grace period ends: its endpoint is serving and terminating meanwhile
+            if pod.key not in self._stopping:
+                self._stopping.add(pod.key)
+                for c in pod.spec.containers:
+                    self.recorder.record(COMPONENT, pod, "Killing", f"Stopping container {c.name}")
+            self._timers[pod.key] = deadline
+            if has_probes(pod):
+                self._sync_probes(pod.key)
+            return
+        self.probes.stop(pod.key)
         self._timers.pop(pod.key, None)
         self._polled.discard(pod.key)
         self.runtime.stop(pod)
@@ -506,8 +797,11 @@ class Kubelet:
                 self.plugin.delete(self._node(), sb.pod)
             self.api.finalize_pod_deletion(pod.key)  # its containers ended already
             return
-        for c in pod.spec.containers:
-            self.recorder.record(COMPONENT, pod, "Killing", f"Stopping container {c.name}")
+        if pod.key not in self._stopping:
+            for c in pod.spec.containers:
+                self.recorder.record(COMPONENT, pod, "Killing", f"Stopping container {c.name}")
+        self._stopping.discard(pod.key)
+        self.prober.forget(pod)
         if sb is not None and _attached(sb):
             self.plugin.delete(self._node(), sb.pod)
         elif sb is None and pod.status.pod_ip and not pod.spec.host_network:
@@ -522,6 +816,24 @@ _EMPTY_STATUS, _PODIP = PodStatus(), PodIP(ip="")
 def _node_ready(node: Node) -> bool:
     """Whether the Node's Ready condition is True (none at all counts as not)."""
     return any(c.type == "Ready" and c.status == "True" for c in node.status.conditions)
+
+
+def _pre_stop_seconds(c: Container) -> float:
+    """How long container ``c`` keeps running once told to stop: its preStop hook's
+    (``lifecycle.preStop.sleep.seconds``, or an ``exec`` command svclab evaluates:
+    ``sleep N`` holds N seconds, a command that never ends the whole grace period),
+    after which it exits on SIGTERM at once, as svclab's pod servers do; no hook: 0."""
+    hook = ((c.model_extra or {}).get("lifecycle") or {}).get("preStop") or {}
+    if not isinstance(hook, dict):
+        return 0.0
+    sleep = hook.get("sleep")
+    if isinstance(sleep, dict) and isinstance(sleep.get("seconds"), int):
+        return float(sleep["seconds"])
+    command = (hook.get("exec") or {}).get("command")
+    if isinstance(command, list) and command:
+        prog = program([str(w) for w in command], None)
+        return prog.seconds if isinstance(prog, Program) else float("inf")
+    return 0.0
 
 
 def _container_id(pod: Pod, name: str) -> str:

@@ -21,6 +21,7 @@ from netmodel.objects import (
     PodSpec,
     PodStatus,
     PodTemplateSpec,
+    Probe,
     ReplicaSet,
     RollingUpdateDeployment,
     Service,
@@ -113,14 +114,46 @@ def default_service(svc: Service, cluster: ClusterSpec) -> Service:
 # --------------------------------------------------------------------------- Pods
 
 
+#: kube's SetDefaults_Probe: the timing a probe gets when its field is unset (or 0)
+PROBE_DEFAULTS = {
+    "timeout_seconds": 1,
+    "period_seconds": 10,
+    "success_threshold": 1,
+    "failure_threshold": 3,
+}
+
+
+def default_probe(probe: Probe | None) -> Probe | None:
+    """kube's probe defaults: timeoutSeconds 1, periodSeconds 10, successThreshold 1,
+    failureThreshold 3 (each when unset or 0, as the zero value of an int32 is unset on
+    the wire); httpGet's path ``/`` and scheme ``HTTP``."""
+    if probe is None:
+        return None
+    ch: dict[str, Any] = {k: v for k, v in PROBE_DEFAULTS.items() if not getattr(probe, k)}
+    get = probe.http_get
+    if get is not None and (not get.path or not get.scheme):
+        ch["http_get"] = get.evolve(path=get.path or "/", scheme=get.scheme or "HTTP")
+    return probe.evolve(**ch) if ch else probe
+
+
+_PROBES = ("readiness_probe", "liveness_probe", "startup_probe")
+
+
 def _default_container(c: Container) -> Container:
     ports = [
         p if "protocol" in p.model_fields_set else p.evolve(protocol=p.protocol or "TCP")
         for p in c.ports
     ]
-    if all(a is b for a, b in zip(ports, c.ports, strict=True)):
-        return c
-    return c.evolve(ports=ports)
+    ch: dict[str, Any] = {}
+    if any(a is not b for a, b in zip(ports, c.ports, strict=True)):
+        ch["ports"] = ports
+    for kind in _PROBES:
+        probe = getattr(c, kind)
+        if probe is not None:
+            done = default_probe(probe)
+            if done is not probe:
+                ch[kind] = done
+    return c.evolve(**ch) if ch else c
 
 
 #: wire name -> (snake_case name, default) of PodSpec fields svclab does not model

@@ -531,6 +531,7 @@ class APIServer:
         force: bool = False,
         expected_version: int | None = None,
         propagation: str | None = None,
+        grace_period: int | None = None,
     ) -> KubeObject:
         """Delete an object and free what it holds. Returns the last stored state.
 
@@ -546,7 +547,11 @@ class APIServer:
         * A Pod bound to a node is only marked (deletionTimestamp set, stays stored;
           marking twice is a no-op); the kubelet finishes it with
           :meth:`finalize_pod_deletion`. With ``force`` it is removed at once, marked or
-          not (``kubectl delete --force --grace-period=0``).
+          not (``kubectl delete --force --grace-period=0``). The mark records
+          ``metadata.deletionGracePeriodSeconds``: ``grace_period`` (DeleteOptions'
+          gracePeriodSeconds) or the pod's ``terminationGracePeriodSeconds`` (30): how
+          long the kubelet lets it run (and serve, as terminating) after
+          ``deletionTimestamp``.
         * A Namespace is marked Terminating (deletionTimestamp, ``status.phase``;
           marking twice is a no-op); :meth:`finalize_namespace` removes it once empty.
           ``default``, ``kube-system`` and ``kube-public``: InvalidError (Forbidden).
@@ -565,7 +570,14 @@ class APIServer:
         if marked is not None:
             if current.metadata.deletion_timestamp is not None:
                 return current  # marked already
-            stored = self.store.update(marked.obj, expected_version=current.resource_version)
+            obj = marked.obj
+            if isinstance(obj, Pod):
+                spec_grace = (obj.spec.model_extra or {}).get("terminationGracePeriodSeconds")
+                grace = grace_period if grace_period is not None else spec_grace
+                obj = obj.with_meta(
+                    deletionGracePeriodSeconds=int(grace if grace is not None else 30)
+                )
+            stored = self.store.update(obj, expected_version=current.resource_version)
             self._record(component, stored, "Deleting", marked.message)
             return stored
         if strategy.honours_finalizers:

@@ -50,6 +50,7 @@ from netmodel.objects import (
     Node,
     Pod,
     PodSpec,
+    Probe,
     ReplicaSet,
     Service,
 )
@@ -426,6 +427,7 @@ def _containers(containers: list[Container], f: str, p: Problems) -> None:
             p.duplicate(f"{cf}.name", c.name)
         names.add(c.name)
         _container_ports(c, cf, port_names, p)
+        _container_probes(c, cf, p)
     if _WARNINGS[0] == warned:
         if len(_VALID_CONTAINERS) >= 4096:
             _VALID_CONTAINERS.clear()
@@ -497,6 +499,97 @@ def _pod_dns(spec: PodSpec, f: str, p: Problems) -> None:
     for i, opt in enumerate(config.get("options") or []):
         if not isinstance(opt, dict) or not opt.get("name"):
             p.required(f"{cf}.options[{i}].name")
+
+
+HTTP_SCHEMES = ("HTTP", "HTTPS")
+_HEADER_NAME = re.compile(r"[-A-Za-z0-9]+")
+
+
+def _container_probes(c: Container, cf: str, p: Problems) -> None:
+    """kube-apiserver's validateLivenessProbe / validateReadinessProbe /
+    validateStartupProbe, in that order."""
+    if c.liveness_probe is not None:
+        _probe(c.liveness_probe, f"{cf}.livenessProbe", p)
+        if c.liveness_probe.success_threshold != 1:
+            p.invalid(
+                f"{cf}.livenessProbe.successThreshold",
+                c.liveness_probe.success_threshold,
+                "must be 1",
+            )
+    if c.readiness_probe is not None:
+        _probe(c.readiness_probe, f"{cf}.readinessProbe", p)
+        if c.readiness_probe.termination_grace_period_seconds is not None:
+            p.invalid(
+                f"{cf}.readinessProbe.terminationGracePeriodSeconds",
+                c.readiness_probe.termination_grace_period_seconds,
+                "must not be set for readinessProbes",
+            )
+    if c.startup_probe is not None:
+        _probe(c.startup_probe, f"{cf}.startupProbe", p)
+        if c.startup_probe.success_threshold != 1:
+            p.invalid(
+                f"{cf}.startupProbe.successThreshold",
+                c.startup_probe.success_threshold,
+                "must be 1",
+            )
+
+
+def _probe(probe: Probe, f: str, p: Problems) -> None:
+    """One handler (validateHandler), its fields, then the non-negative timing."""
+    given = [
+        (name, h)
+        for name, h in (
+            ("exec", probe.exec),
+            ("httpGet", probe.http_get),
+            ("tcpSocket", probe.tcp_socket),
+            ("grpc", probe.grpc),
+        )
+        if h is not None
+    ]
+    if not given:
+        p.required(f, "must specify a handler type")
+    if len(given) > 1:
+        p.forbidden(f"{f}.{given[1][0]}", "may not specify more than 1 handler type")
+    if probe.exec is not None and not probe.exec.command:
+        p.required(f"{f}.exec.command")
+    if probe.http_get is not None:
+        get = probe.http_get
+        if not get.path:
+            p.required(f"{f}.httpGet.path")
+        _port_num_or_name(get.port, f"{f}.httpGet.port", p)
+        if get.scheme not in HTTP_SCHEMES:
+            p.unsupported(f"{f}.httpGet.scheme", get.scheme, HTTP_SCHEMES)
+        for h in get.http_headers:
+            if not _HEADER_NAME.fullmatch(h.name):
+                p.invalid(
+                    f"{f}.httpGet.httpHeaders",
+                    h.name,
+                    "a valid HTTP header must consist of alphanumeric characters or '-' "
+                    "(e.g. 'X-Header-Name', regex used for validation is '[-A-Za-z0-9]+')",
+                )
+    if probe.tcp_socket is not None:
+        _port_num_or_name(probe.tcp_socket.port, f"{f}.tcpSocket.port", p)
+    if probe.grpc is not None:
+        p.port(f"{f}.grpc.port", probe.grpc.port)
+    for name, value in (
+        ("initialDelaySeconds", probe.initial_delay_seconds),
+        ("timeoutSeconds", probe.timeout_seconds),
+        ("periodSeconds", probe.period_seconds),
+        ("successThreshold", probe.success_threshold),
+        ("failureThreshold", probe.failure_threshold),
+    ):
+        if value is not None and value < 0:
+            p.invalid(f"{f}.{name}", value, "must be greater than or equal to 0")
+    grace = probe.termination_grace_period_seconds
+    if grace is not None and grace <= 0:
+        p.invalid(f"{f}.terminationGracePeriodSeconds", grace, "must be greater than 0")
+
+
+def _port_num_or_name(port: int | str, f: str, p: Problems) -> None:
+    if isinstance(port, int):
+        p.port(f, port)
+    else:
+        p.check(f, port, check_port_name)
 
 
 def _container_ports(c: Container, cf: str, port_names: set[str], p: Problems) -> None:

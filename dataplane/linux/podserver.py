@@ -168,18 +168,71 @@ def may_become_http(request: bytes) -> bool:
 
 
 def respond(
-    pod: str, peer: tuple[str, int], local: tuple[str, int], request: bytes
+    pod: str,
+    peer: tuple[str, int],
+    local: tuple[str, int],
+    request: bytes,
+    health_root: Path | None = None,
 ) -> tuple[bytes, str]:
     """The answer to a connection that sent ``request`` and its access log text (the
-    model's ``answer``)."""
+    model's ``answer``; the health URLs answer the pod's health kept under
+    ``health_root``, :mod:`netmodel.podhealth`)."""
     text = f"{pod} {peer[0]} {peer[1]}\n".encode()
     line = request_line(request)
     where = f"{peer[0]}:{peer[1]} -> {local[0]}:{local[1]}"
     if line is None:
         return text, f'{where} "-" - {len(text)}'
+    method, target = line.split(" ")[:2]
+    code = 200
+    special = health_answer(pod, method, target, health_root)
+    if special is not None:
+        code, text = special[0], special[1].encode()
     head = HEADERS.format(length=len(text)).encode()
+    if code != 200:
+        head = head.replace(b"200 OK", f"{code} {REASONS[code]}".encode(), 1)
     data = head if line.startswith("HEAD ") else head + text
-    return data, f'{where} "{line}" 200 {len(text)}'
+    return data, f'{where} "{line}" {code} {len(text)}'
+
+
+REASONS = {200: "OK", 500: "Internal Server Error", 503: "Service Unavailable"}
+
+
+def health_answer(pod: str, method: str, target: str, root: Path | None) -> tuple[int, str] | None:
+    """(status, body) for a health URL (None: not one): the model's
+    ``netmodel.podhealth.http_answer`` over the same files (one JSON file per pod,
+    ``<root>/<ns>_<name>``), written here with the standard library alone, as this
+    script runs (in every pod's namespace) without svclab's packages."""
+    path = target.split("?", 1)[0]
+    flag = None
+    if path == "/readyz" or path.startswith("/readyz/"):
+        flag = "ready"
+    elif any(path == p or path.startswith(p + "/") for p in ("/healthz", "/livez")):
+        flag = "live"
+    if flag is None or root is None:
+        return None
+    ns, _, name = pod.partition("/")
+    file = root / f"{ns}_{name}"
+    try:
+        state = json.loads(file.read_text())
+    except (OSError, ValueError):
+        state = {}
+    if method == "POST" and (path.endswith("/fail") or path.endswith("/heal")):
+        state = {"ready": state.get("ready", True), "live": state.get("live", True)}
+        state[flag] = path.endswith("/heal")
+        root.mkdir(parents=True, exist_ok=True)
+        tmp = root / f".{file.name}.{os.getpid()}"
+        tmp.write_text(json.dumps(state))
+        tmp.replace(file)
+        return 200, "ok\n"
+    if state.get(flag, True):
+        return 200, "ok\n"
+    return (503, "not ready\n") if flag == "ready" else (500, "unhealthy\n")
+
+
+def health_root(state_dir: Path) -> Path:
+    """Where the pods of the real cluster kept in ``state_dir`` keep their health flags
+    (``svclab pod fail|heal`` writes there too)."""
+    return state_dir / "health"
 
 
 def decide(request: bytes, final: bool) -> bool:
@@ -365,7 +418,7 @@ class HostServer:
     def _answer(self, c: Conn, closing: bool) -> None:
         """Log the answer, then send it and close our side. The record is written first:
         a client that has its answer (curl stops at Content-Length) finds it in the log."""
-        data, text = respond(c.pod, c.peer, c.local, c.request)
+        data, text = respond(c.pod, c.peer, c.local, c.request, health_root(self.state_dir))
         c.answered = True
         c.request = b""
         if c.log is not None:

@@ -10,6 +10,8 @@ differential test compares the two.
   No ``Date`` or ``Server`` header: the answer depends on nothing but the connection.
 * A connection that sends anything else, or nothing (``nc HOST PORT`` with no input),
   gets the body line alone, as the pod servers have always answered.
+* The health URLs (``/readyz``, ``/healthz``, ``/livez`` and their ``/fail`` and
+  ``/heal`` toggles) answer the pod's health instead (:mod:`netmodel.podhealth`).
 * ``nc -z`` (connect and close, nothing sent) is answered nothing and logs nothing.
 
 Log line (one per answer, in order)::
@@ -22,6 +24,8 @@ with ``-`` for the request line of a raw connection and status ``-``.
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from netmodel import podhealth as health
 
 HEADERS = (
     "HTTP/1.1 200 OK\r\n"
@@ -70,6 +74,16 @@ def answer(pod: str, peer: tuple[str, int], local: tuple[str, int], request: byt
     where = f"{peer[0]}:{peer[1]} -> {local[0]}:{local[1]}"
     if line is None:
         return Answer(text, LogLine(pod, f'{where} "-" - {len(text)}'))
+    method, target = line.split(" ")[:2]
+    code = 200
+    special = health.http_answer(pod, method, target)
+    if special is not None:
+        code, text = special[0], special[1].encode()
     head = HEADERS.format(length=len(text)).encode()
+    if code != 200:
+        head = head.replace(b"200 OK", f"{code} {REASONS[code]}".encode(), 1)
     data = head if line.startswith("HEAD ") else head + text
-    return Answer(data, LogLine(pod, f'{where} "{line}" 200 {len(text)}'))
+    return Answer(data, LogLine(pod, f'{where} "{line}" {code} {len(text)}'))
+
+
+REASONS = {200: "OK", 500: "Internal Server Error", 503: "Service Unavailable"}

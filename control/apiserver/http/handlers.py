@@ -1057,6 +1057,11 @@ def _delete_one(s: _Scope, obj: KubeObject, options: dict[str, Any]) -> KubeObje
             component=comp,
             force=force,
             propagation="Foreground" if policy == "Foreground" else None,
+            grace_period=(
+                int(options["gracePeriodSeconds"])
+                if isinstance(options.get("gracePeriodSeconds"), int)
+                else None
+            ),
         )
     except SvclabError as e:
         raise status.from_svclab(e, s.res, s.res.kind, obj.name) from None

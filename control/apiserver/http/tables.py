@@ -60,20 +60,42 @@ def _selector(sel: Any) -> str:
 
 
 def _pod(p: Pod, now: float) -> list[Any]:
+    """kubectl's pod row: READY counts ready containers, STATUS is the last container's
+    waiting/terminated reason when it has one (``CrashLoopBackOff``), RESTARTS sums
+    ``restartCount`` with the age of the last restart."""
     n = len(p.spec.containers)
-    ready = n if p.is_ready else 0
     reason = p.status.phase or "Pending"
     extra_reason = (p.status.model_extra or {}).get("reason")
     if extra_reason:
         reason = extra_reason
+    statuses = [
+        cs
+        for cs in (p.status.model_extra or {}).get("containerStatuses") or []
+        if isinstance(cs, dict)
+    ]
+    ready = sum(1 for cs in statuses if cs.get("ready")) if statuses else (n if p.is_ready else 0)
+    restarts = sum(int(cs.get("restartCount") or 0) for cs in statuses)
+    last: str | None = None
+    for cs in reversed(statuses):
+        state = cs.get("state") or {}
+        finished = ((cs.get("lastState") or {}).get("terminated") or {}).get("finishedAt")
+        if finished and (last is None or finished > last):
+            last = finished
+        if (state.get("waiting") or {}).get("reason"):
+            reason = state["waiting"]["reason"]
+        elif (state.get("terminated") or {}).get("reason"):
+            reason = state["terminated"]["reason"]
     if p.is_terminating:
         reason = "Terminating"
+    restart_text = str(restarts)
+    if restarts and last:
+        restart_text += f" ({age(last, now)} ago)"
     gates = (p.spec.model_extra or {}).get("readinessGates") or []
     return [
         p.name,
         f"{ready}/{n}",
         reason,
-        "0",
+        restart_text,
         age(p.metadata.creation_timestamp, now),
         p.status.pod_ip or "<none>",
         p.spec.node_name or "<none>",
