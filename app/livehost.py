@@ -219,6 +219,14 @@ def _supervise(args: argparse.Namespace, done: threading.Event) -> int:
     reflector = Reflector(conn.lister_watcher, nodes, name="supervisor/Node")
     threading.Thread(target=reflector.run, args=(done,), name="reflector", daemon=True).start()
     log.info("supervising the components as processes of %s", args.server)
+
+    def follow_held() -> None:  # svclab kubelet stop|start
+        from control.live import stopped_kubelets
+
+        while not done.wait(0.5):
+            sup.hold(f"kubelet/{n}" for n in stopped_kubelets(args.state_dir))
+
+    threading.Thread(target=follow_held, name="held", daemon=True).start()
     sup.run(done)
     with contextlib.suppress(Exception):
         conn.api.client.close()

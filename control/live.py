@@ -900,8 +900,17 @@ class LiveDriver:
 
 
 #: the file in the state directory naming the nodes whose kubelet is to be stopped (one a
-#: line; a name removed starts it again): the node failure hook of tests and labs
+#: line; a name removed starts it again): what `svclab kubelet stop|start` writes
 STOPPED_KUBELETS = "kubelets-stopped"
+
+
+def stopped_kubelets(state_dir: Path) -> set[str]:
+    """The nodes ``STATE_DIR/kubelets-stopped`` names (``svclab kubelet stop``)."""
+    try:
+        text = (state_dir / STOPPED_KUBELETS).read_text()
+    except FileNotFoundError:
+        return set()
+    return {line.strip() for line in text.splitlines() if line.strip()}
 
 
 def _follow_stopped_kubelets(plane: LiveControlPlane, path: Path, stopped: set[str]) -> set[str]:

@@ -115,6 +115,8 @@ class Supervisor:
         self._lock = threading.Lock()
         self._node_groups = [KUBELET_GROUP] + ([KUBE_PROXY_GROUP] if kube_proxies else [])
         self._pools: dict[str, _Pools] = {}
+        #: processes the user stopped (``svclab kubelet stop``): killed, not restarted
+        self.held: frozenset[str] = frozenset()
         for group in (CONTROLLER_MANAGER_GROUP, SCHEDULER_GROUP):
             self._want(group, group, ())
         #: further processes of a group (e.g. a second controller-manager), by name
@@ -153,12 +155,35 @@ class Supervisor:
                         self._stop_child(child)
                         log.info("process=%s stopped: its node is gone", name)
 
+    def hold(self, names: Iterable[str]) -> None:
+        """The processes (by name, e.g. ``kubelet/node-2``) to keep stopped: a running one
+        is killed at the next :meth:`tick`, as a crash would end it, and none is started
+        until it is no longer held (then it starts at once)."""
+        with self._lock:
+            held = frozenset(names)
+            for name in held - self.held:
+                log.info("process=%s held: stopped until released", name)
+            for name in self.held - held:
+                child = self.children.get(name)
+                if child is not None:
+                    child.next_start = 0.0
+                    child.backoff = 0.0
+                log.info("process=%s released", name)
+            self.held = held
+
     def tick(self) -> None:
         """Start what is due, note what exited (and schedule its restart)."""
         now = time.monotonic()
         with self._lock:
             for child in self.children.values():
                 proc = child.proc
+                if child.name in self.held:
+                    if proc is not None:
+                        proc.kill()
+                        proc.wait()
+                        child.proc = None
+                        log.warning("process=%s pid=%d killed (held)", child.name, proc.pid)
+                    continue
                 if proc is not None:
                     code = proc.poll()
                     if code is None:

@@ -23,6 +23,7 @@ from app.cli import (
     dig_cmd,
     exec_cmd,
     import_cmd,
+    kubelet_cmd,
     nodedump_cmd,
     picture_cmd,
     pod_cmd,
@@ -486,6 +487,7 @@ COMMAND_MODULES = (
     dig_cmd,
     exec_cmd,
     pod_cmd,
+    kubelet_cmd,
 )
 
 
