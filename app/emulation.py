@@ -26,6 +26,7 @@ from dataplane.backends.emulated import answerers
 from dataplane.emulator.cluster import EmulatedCluster
 from dataplane.netfilter import format_save
 from dataplane.proxy.ipvs import IpvsRender
+from netmodel import podports
 from netmodel.calicorules import CalicoRules, felix_rules, with_calico
 from netmodel.cluster import ClusterSpec
 from netmodel.dnszone import DnsZone, build_zone
@@ -144,9 +145,7 @@ def _gc_frozen_after(active: bool) -> Iterator[None]:
 
 
 def _listening(pod: Pod) -> frozenset[tuple[str, int]]:
-    return frozenset(
-        (port.protocol.lower(), port.container_port) for c in pod.spec.containers for port in c.ports
-    )
+    return podports.listening(pod)
 
 
 class _PodsByNs(Mapping[str, Pod]):
@@ -233,9 +232,7 @@ def _hostport_rules(
 
     def read() -> list[tuple[str, str, str, tuple[PortMapping, ...]]]:
         rows: list[tuple[str, str, str, tuple[PortMapping, ...]]] = []
-        for key, node, ip, host_network, containers in scan(
-            session.store, "Pod", _HOSTPORT_FIELDS
-        ):
+        for key, node, ip, host_network, containers in scan(session.store, "Pod", _HOSTPORT_FIELDS):
             if not (ip and node) or host_network:
                 continue
             if isinstance(containers, str):  # a SQLite scan returns JSON text
@@ -260,9 +257,7 @@ def _hostport_rules(
         cidr = pod_cidrs.get(node)
         if cidr is None:
             continue
-        by_node.setdefault(node, []).append(
-            (key, IPv4Address(ip), IPv4Network(cidr), mappings)
-        )
+        by_node.setdefault(node, []).append((key, IPv4Address(ip), IPv4Network(cidr), mappings))
         per_pod[key] = mappings
     out = {}
     for node, pods in by_node.items():
@@ -272,7 +267,9 @@ def _hostport_rules(
     return out, per_pod
 
 
-def _node_addresses(session: Session, cached: bool) -> list[tuple[str, tuple[str, ...], str | None]]:
+def _node_addresses(
+    session: Session, cached: bool
+) -> list[tuple[str, tuple[str, ...], str | None]]:
     """(name, internal IPs, podCIDR) of every Node that has an internal IP, in store
     order. ``cached``: kept in the state directory's cache while the store is unchanged
     (:meth:`control.rulecache.RuleCache.derived`): decoding 1,000 Nodes and reading

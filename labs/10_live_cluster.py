@@ -20,6 +20,23 @@ Part 1 — scale up and see the new KUBE-SEP chains appear in every node's names
    changed Service's chains are rewritten);
 3. `svclab connect [--real] node/node-1 svc/default/web:80` reaches all five pods.
 
+Part 2 — a readiness probe fails, and the endpoint leaves every node's rules:
+
+4. `svclab pod fail POD --probe readiness` makes one pod's ``/readyz`` answer 503; its
+   kubelet's readiness probe (every second, failureThreshold 2) turns the pod unready,
+   the EndpointSlice marks its endpoint ``ready: false``, and every node's kube-proxy
+   drops its KUBE-SEP chain; `svclab pod heal` brings it back.
+
+Part 3 — a kubelet dies, its node goes NotReady, its pods move:
+
+5. `svclab kubelet stop node-3` stops node-3's kubelet as a crash would. With no Lease
+   renewal for the node-monitor grace period (6 s here, ``spec.nodeLifecycle``), the
+   node lifecycle controller marks node-3 NotReady and taints it
+   ``node.kubernetes.io/unreachable``; node-3's pods turn not ready and leave every
+   node's rules; after their ``tolerationSeconds`` (5 s here) the taint-eviction
+   controller evicts them and the Deployment replaces them on node-1 and node-2;
+   `svclab kubelet start node-3` brings the node back Ready.
+
 The lab is a list of steps (:data:`STEPS`) sharing one served cluster, so later parts
 (a readiness probe failing, a kubelet killed) are appended as steps of their own.
 """
@@ -49,7 +66,12 @@ CLUSTER = """\
 apiVersion: svclab.dev/v1alpha1
 kind: Cluster
 metadata: {name: lab10}
-spec: {nodes: 3, dns: false}
+spec:
+  nodes: 3
+  dns: false
+  # short heartbeats so that part 3 takes seconds (upstream: 50 s grace, 5 s period)
+  nodeLifecycle: {nodeMonitorGracePeriodSeconds: 6, nodeMonitorPeriodSeconds: 1,
+                  nodeLeaseDurationSeconds: 4}
 """
 APP = """\
 apiVersion: apps/v1
@@ -66,6 +88,15 @@ spec:
         image: registry.k8s.io/e2e-test-images/agnhost:2.47
         args: [netexec, --http-port=8080]
         ports: [{name: http, containerPort: 8080}]
+        readinessProbe:
+          httpGet: {path: /readyz, port: http}
+          periodSeconds: 1
+          failureThreshold: 2
+      tolerations:  # leave an unreachable node after 5 s (the default is 300 s)
+      - {key: node.kubernetes.io/unreachable, operator: Exists, effect: NoExecute,
+         tolerationSeconds: 5}
+      - {key: node.kubernetes.io/not-ready, operator: Exists, effect: NoExecute,
+         tolerationSeconds: 5}
 ---
 apiVersion: v1
 kind: Service
@@ -78,6 +109,10 @@ TIMEOUT = 60.0
 #: how long a node's rules may take to follow (well under kube-proxy's 30 s syncPeriod:
 #: the change must come from the sync it caused, not from the next periodic resync)
 RULES_TIMEOUT = 15.0
+SEP_IP = re.compile(
+    r'^-A KUBE-SEP-\w+ .*--comment "?default/web:http"? .*-j DNAT .*--to-destination ([\d.]+):',
+    re.M,
+)
 SEP = re.compile(r'^-A (KUBE-SEP-\w+) .*--comment "?default/web:http"? .*-j DNAT', re.M)
 
 
@@ -165,6 +200,52 @@ class Lab:
         """node -> the KUBE-SEP chains of default/web:http its rules hold."""
         return {n: set(SEP.findall(self.node_rules(n))) for n in NODES}
 
+    def sep_ips(self, node: str) -> set[str]:
+        """The pod addresses the node's KUBE-SEP DNAT rules for web send to."""
+        return set(SEP_IP.findall(self.node_rules(node)))
+
+    def endpoint_ready(self, ip: str) -> bool | None:
+        """The ``ready`` condition of web's endpoint ``ip`` (None: no such endpoint)."""
+        proc = self.kubectl(
+            "get", "endpointslices", "-l", "kubernetes.io/service-name=web", "-o", "json"
+        )
+        if proc.returncode != 0:
+            raise RuntimeError(proc.stderr)
+        for sl in json.loads(proc.stdout)["items"]:
+            for ep in sl.get("endpoints") or []:
+                if ip in ep.get("addresses", []):
+                    return bool((ep.get("conditions") or {}).get("ready"))
+        return None
+
+    def pods_on(self, node: str) -> dict[str, str]:
+        """name -> podIP of the running web pods bound to ``node``."""
+        proc = self.kubectl(
+            "get",
+            "pods",
+            "-l",
+            "app=web",
+            "--field-selector",
+            f"spec.nodeName={node}",
+            "-o",
+            "json",
+        )
+        if proc.returncode != 0:
+            raise RuntimeError(proc.stderr)
+        return {
+            p["metadata"]["name"]: p["status"].get("podIP", "")
+            for p in json.loads(proc.stdout)["items"]
+            if not p["metadata"].get("deletionTimestamp")
+        }
+
+    def node_ready(self, node: str) -> str:
+        """The status of the node's Ready condition (True, False, Unknown)."""
+        proc = self.kubectl(
+            "get", "node", node, "-o", 'jsonpath={.status.conditions[?(@.type=="Ready")].status}'
+        )
+        if proc.returncode != 0:
+            raise RuntimeError(proc.stderr)
+        return proc.stdout.strip()
+
     def pods_when(self, n: int) -> dict[str, str] | None:
         """:meth:`pods` once ``n`` run, else None."""
         pods = self.pods()
@@ -234,8 +315,84 @@ def step_connect(lab: Lab, checks: Checks) -> None:
     checks.check(set(counts) == want, f"svclab connect reaches all 5 pods {sorted(want)}")
 
 
-#: the lab's steps, in order, over one served cluster (later parts append theirs)
-STEPS: list[Callable[[Lab, Checks], None]] = [step_apply, step_scale, step_connect]
+# --------------------------------------------------------------------------- part 2
+
+
+def step_readiness(lab: Lab, checks: Checks) -> None:
+    print("\n4. a readiness probe fails: svclab pod fail POD --probe readiness")
+    ips: dict[str, str] = lab.memo["ips"]
+    pod, ip = sorted(ips.items())[0]
+    out = lab.svclab("pod", "fail", pod, "--probe", "readiness")
+    print(indent(out.stdout or out.stderr))
+    t0 = time.monotonic()
+    gone = wait_until(lambda: lab.endpoint_ready(ip) is False)
+    checks.check(bool(gone), f"{pod}'s endpoint {ip} turns ready: false in its EndpointSlice")
+    seps = wait_until(lambda: lab.seps_when(4), RULES_TIMEOUT)
+    took = time.monotonic() - t0
+    for node, chains in sorted((seps or {}).items()):
+        print(f"    {node}: {len(chains)} KUBE-SEP chains")
+    checks.check(
+        bool(seps) and all(ip not in lab.sep_ips(n) for n in NODES),
+        f"{ip} left every node's rules {took:.1f}s after its /readyz began failing "
+        "(probe period 1 s x failureThreshold 2, then the endpoint and kube-proxy's sync)",
+    )
+    out = lab.svclab("pod", "heal", pod, "--probe", "readiness")
+    print(indent(out.stdout or out.stderr))
+    back = wait_until(lambda: lab.seps_when(5), RULES_TIMEOUT + 5)
+    checks.check(bool(back), f"healed: {ip} is back in every node's rules")
+
+
+# --------------------------------------------------------------------------- part 3
+
+
+def step_kubelet_dies(lab: Lab, checks: Checks) -> None:
+    print("\n5. node-3's kubelet dies: svclab kubelet stop node-3")
+    on3 = {n: ip for n, ip in lab.pods_on("node-3").items()}
+    print(f"    node-3 runs {sorted(on3) or 'no web pod'}")
+    out = lab.svclab("kubelet", "stop", "node-3")
+    print(indent(out.stdout or out.stderr))
+    t0 = time.monotonic()
+    not_ready = wait_until(lambda: lab.node_ready("node-3") == "Unknown")
+    took = time.monotonic() - t0
+    out = lab.kubectl("get", "nodes")
+    print(indent(out.stdout))
+    checks.check(bool(not_ready), f"node-3 turns NotReady (Ready Unknown) after {took:.1f}s")
+    taints = lab.kubectl("get", "node", "node-3", "-o", "jsonpath={.spec.taints[*].key}")
+    checks.check(
+        "node.kubernetes.io/unreachable" in taints.stdout,
+        f"node-3 is tainted: {taints.stdout.strip()}",
+    )
+    moved = wait_until(
+        lambda: (pods := lab.pods()) and len(pods) == 5 and not lab.pods_on("node-3") and pods,
+        TIMEOUT + 30,
+    )
+    out = lab.kubectl("get", "pods", "-l", "app=web", "-o", "wide")
+    print(indent(out.stdout))
+    checks.check(
+        bool(moved), "node-3's pods were evicted and replaced: 5 Running on node-1 and node-2"
+    )
+    ips = set((moved or {}).values())
+    seps = wait_until(lambda: lab.seps_when(5), RULES_TIMEOUT)
+    checks.check(
+        bool(seps)
+        and all(lab.sep_ips(n) == ips for n in ("node-1", "node-2"))
+        and not any(ip in lab.sep_ips("node-1") for ip in on3.values()),
+        "every node's rules hold exactly the 5 running pods (node-3's old ones are gone)",
+    )
+    out = lab.svclab("kubelet", "start", "node-3")
+    print(indent(out.stdout or out.stderr))
+    ready = wait_until(lambda: lab.node_ready("node-3") == "True")
+    checks.check(bool(ready), "svclab kubelet start node-3: node-3 is Ready again")
+
+
+#: the lab's steps, in order, over one served cluster
+STEPS: list[Callable[[Lab, Checks], None]] = [
+    step_apply,
+    step_scale,
+    step_connect,
+    step_readiness,
+    step_kubelet_dies,
+]
 
 
 def main() -> None:

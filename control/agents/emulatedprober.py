@@ -20,7 +20,7 @@ from pathlib import Path
 
 from control.agents.commands import Program, program
 from control.agents.probes import ProbeResult
-from netmodel import podhealth
+from netmodel import podhealth, podports
 from netmodel.objects import Container, Pod, Probe
 
 
@@ -36,11 +36,8 @@ def resolve_port(pod: Pod, container: Container, port: int | str) -> int | None:
 
 
 def _declared(pod: Pod, port: int) -> bool:
-    return any(
-        cp.container_port == port and (cp.protocol or "TCP") == "TCP"
-        for c in pod.spec.containers
-        for cp in c.ports
-    )
+    """Whether the pod's server listens on TCP ``port`` (:func:`netmodel.podports.listening`)."""
+    return ("tcp", port) in podports.listening(pod)
 
 
 class EmulatedProber:

@@ -156,7 +156,7 @@ class Kubelet:
         #: runs the probes of this node's containers (default: the emulated pod servers)
         self.prober: Prober = prober or EmulatedProber()
         #: when each container's probes run, and their results
-        self.probes = ProbeManager()
+        self.probes = ProbeManager(initial_delays=self.graceful)
         #: (pod uid, container) -> its restartCount when its crash-loop back-off last
         #: started over (kubelet keeps its back-off in memory too)
         self._backoff_base: dict[tuple[str, str], int] = {}
@@ -246,7 +246,7 @@ class Kubelet:
             self.plugin.restore(node, running)
         for p in running:
             self.sandboxes[p.key] = Sandbox(p.metadata.uid, p, p.status.pod_ip or "", None)
-        self.probes = ProbeManager()
+        self.probes = ProbeManager(initial_delays=self.graceful)
         self._kills.clear()
         for p in mine:
             if _needs_work(p) or (p in running and (has_programs(p) or has_probes(p))):
