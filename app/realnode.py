@@ -43,22 +43,22 @@ from control.agents.probes import Prober
 from dataplane.linux.livenode import NodeRuleLoader, forget_pod, record_pod
 from dataplane.linux.realize import RealCluster
 from dataplane.linux.servers import PodServers, Proto, ServerSpec
+from netmodel import podports
 from netmodel.cluster import ClusterSpec
 from netmodel.errors import BackendError
 from netmodel.objects import Node, Pod
 
 
 def pod_ports(pod: Pod) -> tuple[tuple[int, Proto], ...]:
-    """The pod's TCP and UDP containerPorts, which its server listens on (SCTP has no
-    real server, as with ``up --real``)."""
+    """The TCP and UDP ports the pod's server listens on (:func:`netmodel.podports.listening`:
+    its containerPorts and its probes' ports; SCTP has no real server, as with
+    ``up --real``)."""
     out: set[tuple[int, Proto]] = set()
-    for c in pod.spec.containers:
-        for p in c.ports:
-            proto = p.protocol.lower()
-            if proto == "tcp":
-                out.add((p.container_port, "tcp"))
-            elif proto == "udp":
-                out.add((p.container_port, "udp"))
+    for proto, port in podports.listening(pod):
+        if proto == "tcp":
+            out.add((port, "tcp"))
+        elif proto == "udp":
+            out.add((port, "udp"))
     return tuple(sorted(out))
 
 

@@ -13,6 +13,7 @@ server's, so a recycled pid is safe.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import signal
@@ -93,16 +94,21 @@ class PodServers:
         return pid if pid is not None and is_ours(pid) else None
 
     def ensure_supervisor(self) -> int:
-        """Start the cluster's supervisor unless it runs; returns its pid."""
-        pid = self.supervisor_pid()
-        if pid is not None and self.state.supervisor_sock.exists():
-            return pid
+        """Start the cluster's supervisor unless it runs; returns its pid. Callers in
+        several processes at once (a served cluster's kubelets) start one: the check
+        and the start hold ``supervisor.lock`` (a second supervisor would be an orphan
+        that teardown, which knows one pid, leaves running)."""
         self.state.ensure()
-        proc = start_ready(
-            [sys.executable, "-I", str(SERVER_SCRIPT), str(self.dir)],
-            self.dir / "supervisor.log",
-            "pod server supervisor",
-        )
+        with (self.dir / "supervisor.lock").open("a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            pid = self.supervisor_pid()
+            if pid is not None and self.state.supervisor_sock.exists():
+                return pid
+            proc = start_ready(
+                [sys.executable, "-I", str(SERVER_SCRIPT), str(self.dir)],
+                self.dir / "supervisor.log",
+                "pod server supervisor",
+            )
         _children[self.dir] = proc
         return proc.pid
 
