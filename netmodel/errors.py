@@ -17,8 +17,10 @@ its vocabulary), listed here with where each lives::
     │   ├── TooManyNodesError      a picture of more nodes than it can draw (app.pictures.scene)
     │   └── CronError              a CronJob schedule svclab does not take (control.cron)
     ├── ConflictError              resourceVersion compare-and-swap failed, or already exists
-    │   └── BatchConflictError     writes of a batch another client overtook; the rest
-    │                              landed (control.store.base)
+    │   ├── BatchConflictError     writes of a batch another client overtook; the rest
+    │   │                          landed (control.store.base)
+    │   └── GuardMovedError        another API server replica moved the allocation guard;
+    │                              nothing applied (control.store.base)
     ├── NotFoundError              no such object
     ├── CompactedError             watch from a revision older than the store keeps
     │   └── HistoryCompactedError  etcd compacted the revision asked for (control.store.etcd_watch)
@@ -40,7 +42,9 @@ its vocabulary), listed here with where each lives::
     ├── EtcdRequestError           etcd refused a request (control.store.etcd_client)
     ├── APIError                   the API server answered with an error status
     │   │                          (control.informers.http)
-    │   └── AccessError            ... 401 or 403 (control.informers.http)
+    │   ├── AccessError            ... 401 or 403 (control.informers.http)
+    │   └── ServerUnavailableError the server could not be reached, or a write's connection
+    │                              broke (maybe applied: re-read) (control.informers.http)
     ├── ReadOnlyError              a write through a read-only API client (control.informers.remote)
     ├── NoRealCluster              no real cluster recorded in the state directory (app.real)
     └── LookupFailed               a DNS name did not resolve (app.names)

@@ -185,6 +185,11 @@ def start(tmp: Path, nodes: int, extra: list[str]) -> Served:
         time.sleep(0.2)
 
 
+#: the workload's readiness probe (readiness_to_rules' target is period x failures + 1 s)
+PROBE_PERIOD = 1
+PROBE_FAILURES = 3
+
+
 def workload(deployments: int, replicas: int, services: int) -> str:
     docs = []
     for i in range(deployments):
@@ -199,7 +204,14 @@ spec:
   template:
     metadata: {{labels: {{app: {app}}}}}
     spec:
-      containers: [{{name: web, image: nginx, ports: [{{containerPort: 8080}}]}}]"""
+      containers:
+      - name: web
+        image: nginx
+        ports: [{{containerPort: 8080}}]
+        readinessProbe:
+          httpGet: {{path: /readyz, port: 8080}}
+          periodSeconds: {PROBE_PERIOD}
+          failureThreshold: {PROBE_FAILURES}"""
         )
     for j in range(services):
         app = f"app-{j % deployments:03d}"
@@ -323,7 +335,7 @@ def measure_emulated(args: argparse.Namespace, tmp: Path) -> tuple[dict[str, Any
                 round(percentile(durations, 99), 4), at_most=1.0
             ),
             "network_programming_max_seconds": round(max(durations), 4),
-            "readiness_to_rules_p99_seconds": readiness_to_rules(served),
+            "readiness_to_rules_p99_seconds": readiness_to_rules(served, args.nodes, args.timeout),
             "kill_kube_proxy_converge_seconds": kill_kube_proxy(served),
         }
         setup = {
@@ -339,15 +351,41 @@ def measure_emulated(args: argparse.Namespace, tmp: Path) -> tuple[dict[str, Any
             shutil.copy(served.log, Path(args.keep) / "bench-live-serve.log")
 
 
-def readiness_to_rules(served: Served) -> dict[str, Any]:
+def readiness_to_rules(served: Served, nodes: int, timeout: float) -> dict[str, Any]:
     """A readiness probe's failure until the endpoint is gone from every node's rules
-    (target: periodSeconds x failureThreshold + 1 s). Plugs in where ``svclab pod
-    fail --probe readiness`` exists (helper probes): its time, then the netprog lines
-    of the pod's slices give when each node's rules dropped it."""
-    del served
-    if not (ROOT / "control" / "agents" / "probes.py").exists():
-        return missing("no probes on this tree (control/agents/probes.py)", at_most=1.0 * 3 + 1)
-    return missing("probes exist, this measurement is not written yet", at_most=1.0 * 3 + 1)
+    (target: periodSeconds x failureThreshold + 1 s): ``svclab pod fail --probe
+    readiness`` of one pod of ``app-000`` at t0, then, for every slice listing the pod,
+    each node's kube-proxy logs when its sync dropped it (trigger + network programming
+    duration); the figure is the latest of those minus t0 (warm: a converged plane)."""
+    pods = json.loads(served.kubectl("get", "pods", "-l", "app=app-000", "-o", "json"))["items"]
+    pod = sorted(pods, key=lambda p: p["metadata"]["name"])[0]
+    name, ip = pod["metadata"]["name"], pod["status"]["podIP"]
+    listing = json.loads(served.kubectl("get", "endpointslices", "-n", "default", "-o", "json"))
+    slices = {
+        f"default/{sl['metadata']['name']}"
+        for sl in listing["items"]
+        if any(ip in ep.get("addresses", []) for ep in sl.get("endpoints") or [])
+    }
+    mark = served.log.stat().st_size
+    t0 = time.time()
+    subprocess.run(
+        [*svclab(), "--state", str(served.state), "pod", "fail", name, "--probe", "readiness"],
+        capture_output=True,
+        check=True,
+        cwd=ROOT,
+    )
+    wait(
+        lambda: reported(served, mark, nodes, slices, t0),
+        timeout,
+        f"every kube-proxy dropped {ip} ({len(slices)} slices)",
+        0.5,
+    )
+    done = [
+        parse_rfc3339_nano(trig) + s - t0
+        for _, s, sl, trig in served.samples(mark)
+        if sl in slices and parse_rfc3339_nano(trig) >= t0
+    ]
+    return target(round(percentile(done, 99), 4), at_most=float(PROBE_PERIOD * PROBE_FAILURES + 1))
 
 
 def kill_kube_proxy(served: Served) -> dict[str, Any]:

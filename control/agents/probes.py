@@ -110,7 +110,10 @@ class ProbeManager:
                 probe,
                 next_at=t0
                 + (float(probe.initial_delay_seconds or 0) if self.initial_delays else 0.0),
-                result=kind != "readiness",
+                # readiness starts failed until a probe passes; where the clock only
+                # moves when told (no initial delays) a pod is ready at its start
+                # unless a probe fails, as nothing may ever wake the first probe
+                result=kind != "readiness" or not self.initial_delays,
             )
         if ws:
             self._containers[(pod_key, container.name)] = _Container(ws)

@@ -197,7 +197,7 @@ def test_a_stopped_kubelets_node_goes_not_ready_and_its_pods_move(served: Served
     _apply(s, APP)
     out = s.kubectl("rollout", "status", "deployment/web", "--timeout=60s")
     assert out.returncode == 0, out.stderr
-    on2 = [p for p in _web(s) if p["spec"]["nodeName"] == "node-2"]
+    on2 = [p for p in _web(s) if p["spec"].get("nodeName") == "node-2"]
     assert len(on2) == 1  # the scheduler's SelectorSpread: one a node
     ip2 = on2[0]["status"]["podIP"]
     wait_for(lambda: _endpoints(s).get(ip2) is True, BOUND, "node-2's pod is a ready endpoint")
@@ -224,7 +224,7 @@ def test_a_stopped_kubelets_node_goes_not_ready_and_its_pods_move(served: Served
             pods = _web(s)
             running = [p for p in pods if not p["metadata"].get("deletionTimestamp")]
             return len(running) == 2 and all(
-                p["spec"]["nodeName"] == "node-1"
+                p["spec"].get("nodeName") == "node-1"
                 and any(
                     c["type"] == "Ready" and c["status"] == "True"
                     for c in p["status"].get("conditions") or []
