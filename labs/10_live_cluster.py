@@ -371,11 +371,20 @@ def step_kubelet_dies(lab: Lab, checks: Checks) -> None:
     checks.check(
         bool(moved), "node-3's pods were evicted and replaced: 5 Running on node-1 and node-2"
     )
-    ips = set((moved or {}).values())
-    # the replacements turn Ready at their first readiness probe, then every node syncs
-    same = wait_until(lambda: all(lab.sep_ips(n) == ips for n in NODES), RULES_TIMEOUT)
+    old = set(on3.values())
+
+    def rules_follow() -> set[str] | None:
+        """The running pods' addresses once every node's rules hold exactly them (the
+        replacements turn Ready at their first readiness probe, and the ReplicaSet may
+        still be settling: each poll takes a fresh listing)."""
+        now = set(lab.pods().values())
+        if len(now) != 5 or now & old:
+            return None
+        return now if all(lab.sep_ips(n) == now for n in NODES) else None
+
+    same = wait_until(rules_follow, TIMEOUT)
     checks.check(
-        bool(same) and not (ips & set(on3.values())),
+        bool(same),
         "every node's rules hold exactly the 5 running pods (node-3's old ones are gone)",
     )
     out = lab.svclab("kubelet", "start", "node-3")
