@@ -41,6 +41,7 @@ from dataclasses import dataclass
 from control.agents import nodelease
 from control.clock import Clock, rfc3339
 from control.controllers.base import APIClient
+from control.controllers.podsbynode import PodsByNode
 from control.controllers.timed import TimedController
 from control.events import Recorder
 from control.store.base import WatchEvent
@@ -126,8 +127,7 @@ class NodeLifecycleController(TimedController):
         self.monitor_period = monitor_period
         self._origin = clock.now()  # the monitor's ticks count from here
         self._health: dict[str, _Health] = {}
-        self._bound: dict[str, dict[str, None]] = {}  # node name -> pod keys bound to it
-        self._node_of: dict[str, str] = {}  # pod key -> node name
+        self._pods = PodsByNode()
         self._ready: dict[str, bool] = {}  # node name -> Ready condition True, as watched
 
     # ---- informer side (no object cache: the store is read on reconcile)
@@ -139,7 +139,7 @@ class NodeLifecycleController(TimedController):
 
     def resync(self, objects: Iterable[KubeObject]) -> None:
         self.queue.clear()
-        for state in (self._health, self._bound, self._node_of, self._ready, self._timers):
+        for state in (self._health, self._pods, self._ready, self._timers):
             state.clear()
         objs = sorted(objects, key=lambda o: not isinstance(o, Node))  # nodes first
         self.handle([WatchEvent("ADDED", o, o.resource_version) for o in objs])
@@ -174,15 +174,12 @@ class NodeLifecycleController(TimedController):
     def _on_pod(self, type_: str, pod: Pod) -> Iterator[str]:
         key = pod.key
         if type_ == "DELETED":
-            self._unbind(key)
+            self._pods.unbind(key)
             return
         node = pod.spec.node_name
         if not node:
             return
-        if self._node_of.get(key) != node:
-            self._unbind(key)
-            self._node_of[key] = node
-            self._bound.setdefault(node, {})[key] = None
+        self._pods.bind(key, node)
         if not self._ready.get(node, True) and pod.is_ready:
             yield node  # a ready pod on a node that is not: mark it
 
@@ -194,14 +191,6 @@ class NodeLifecycleController(TimedController):
         renew = spec.get("renewTime") if isinstance(spec, dict) else None
         if renew is not None and renew != h.renew:
             h.probe, h.renew = self.clock.now(), str(renew)
-
-    def _unbind(self, key: str) -> None:
-        node = self._node_of.pop(key, None)
-        pods = self._bound.get(node) if node is not None else None
-        if pods is not None:
-            pods.pop(key, None)
-            if not pods:
-                del self._bound[node]  # type: ignore[arg-type]
 
     def _check_after(self, probe: float) -> float:
         """The first monitor tick past ``probe`` + the grace period."""
@@ -274,7 +263,7 @@ class NodeLifecycleController(TimedController):
 
     def _mark_pods_not_ready(self, node_name: str, now: float) -> None:
         stamp = rfc3339(now)
-        for key in sorted(self._bound.get(node_name, ())):
+        for key in sorted(self._pods.on(node_name)):
             try:
                 pod = self.store.get(Pod.KIND, key)
             except NotFoundError:

@@ -34,6 +34,7 @@ from typing import Protocol
 from control.agents import PodSummary
 from control.clock import Clock, parse_rfc3339
 from control.controllers.base import APIClient, Controller
+from control.controllers.podsbynode import PodsByNode
 from control.events import Recorder
 from control.store.base import Store, WatchEvent, scan
 from netmodel.errors import NotFoundError
@@ -81,8 +82,7 @@ class PodGarbageCollector(Controller):
         self.quarantine_seconds = quarantine_seconds
         self._nodes: set[str] = set()  # present, as watched
         self._gone: set[str] = set()  # seen deleted, and not back since
-        self._bound: dict[str, dict[str, None]] = {}  # node name -> pod keys bound to it
-        self._node_of: dict[str, str] = {}  # pod key -> node name
+        self._pods = PodsByNode()
         self._quarantine: dict[str, float] = {}  # pod key -> when it may be deleted
 
     # ---- informer side
@@ -94,39 +94,26 @@ class PodGarbageCollector(Controller):
             if event.type == "DELETED":
                 self._nodes.discard(name)
                 self._gone.add(name)
-                yield from list(self._bound.get(name, ()))
+                yield from self._pods.on(name)
             else:
                 self._nodes.add(name)
                 self._gone.discard(name)
-                for key in self._bound.get(name, ()):
+                for key in self._pods.on(name):
                     self._quarantine.pop(key, None)
             return
         if not isinstance(obj, Pod):
             return
         key = obj.key
         if event.type == "DELETED":
-            self._unbind(key)
+            self._pods.unbind(key)
             self._quarantine.pop(key, None)
             return
         node = obj.spec.node_name
         if not node:
             return
-        if self._node_of.get(key) != node:
-            self._unbind(key)
-            self._node_of[key] = node
-            self._bound.setdefault(node, {})[key] = None
+        self._pods.bind(key, node)
         if node not in self._nodes and key not in self._quarantine:
             yield key
-
-    def _unbind(self, key: str) -> None:
-        node = self._node_of.pop(key, None)
-        if node is None:
-            return
-        pods = self._bound.get(node)
-        if pods is not None:
-            pods.pop(key, None)
-            if not pods:
-                del self._bound[node]
 
     def handle(self, events: Sequence[WatchEvent]) -> None:
         for ev in events:
@@ -135,7 +122,7 @@ class PodGarbageCollector(Controller):
 
     def resync(self, objects: Iterable[KubeObject]) -> None:
         self.queue.clear()
-        for state in (self._nodes, self._gone, self._bound, self._node_of, self._quarantine):
+        for state in (self._nodes, self._gone, self._pods, self._quarantine):
             state.clear()
         objs = sorted(objects, key=lambda o: not isinstance(o, Node))  # nodes first
         self.handle([WatchEvent("ADDED", o, o.resource_version) for o in objs])

@@ -29,6 +29,7 @@ from collections.abc import Iterable, Iterator, Sequence
 
 from control.clock import Clock, rfc3339
 from control.controllers.base import APIClient
+from control.controllers.podsbynode import PodsByNode
 from control.controllers.timed import TimedController
 from control.events import Recorder
 from control.store.base import WatchEvent
@@ -68,8 +69,7 @@ class TaintEvictionController(TimedController):
 
     def __init__(self, api: APIClient, recorder: Recorder, clock: Clock) -> None:
         super().__init__(api, recorder, clock)
-        self._bound: dict[str, dict[str, None]] = {}  # node name -> pod keys bound to it
-        self._node_of: dict[str, str] = {}  # pod key -> node name
+        self._pods = PodsByNode()
         self._taints: dict[str, list[Taint]] = {}  # node name -> NoExecute taints, as watched
         self._since: dict[str, float] = {}  # pod key -> when its countdown started
 
@@ -82,7 +82,7 @@ class TaintEvictionController(TimedController):
 
     def resync(self, objects: Iterable[KubeObject]) -> None:
         self.queue.clear()
-        for state in (self._bound, self._node_of, self._taints, self._since, self._timers):
+        for state in (self._pods, self._taints, self._since, self._timers):
             state.clear()
         objs = sorted(objects, key=lambda o: not isinstance(o, Node))  # nodes first
         self.handle([WatchEvent("ADDED", o, o.resource_version) for o in objs])
@@ -98,35 +98,22 @@ class TaintEvictionController(TimedController):
             else:
                 self._taints.pop(name, None)
             if now != before:
-                yield from sorted(self._bound.get(name, ()))
+                yield from sorted(self._pods.on(name))
             return
         if not isinstance(obj, Pod):
             return
         key = obj.key
         if event.type == "DELETED":
-            self._unbind(key)
+            self._pods.unbind(key)
             self._since.pop(key, None)
             self._timers.pop(key, None)
             return
         node = obj.spec.node_name
         if not node:
             return
-        if self._node_of.get(key) != node:
-            self._unbind(key)
-            self._node_of[key] = node
-            self._bound.setdefault(node, {})[key] = None
+        self._pods.bind(key, node)
         if node in self._taints or key in self._since:
             yield key
-
-    def _unbind(self, key: str) -> None:
-        node = self._node_of.pop(key, None)
-        if node is None:
-            return
-        pods = self._bound.get(node)
-        if pods is not None:
-            pods.pop(key, None)
-            if not pods:
-                del self._bound[node]
 
     # ---- reconcile
 
