@@ -43,6 +43,10 @@ Where svclab departs from kube-router (each so that the rules decide exactly as
   function of the cluster. Hashes are the first 16 characters of the base32 SHA-256.
 * One ipset per peer (kube-router merges a rule's pod peers into one set), so the
   first marking rule is the peer :func:`decide` names (``ingress[0].from[1]``).
+* The top-level chains jump every local pod's egress (``-s pod``) before any pod's
+  ingress (``-d pod``; kube-router goes pod by pod, ``-d`` first): a packet between two
+  pods of one node meets its source's egress verdict first, so the first REJECT is the
+  direction :func:`decide` names when both deny (the verdict is the same either way).
 * A policy of both types keeps its egress rules in a chain of their own
   (``KUBE-NWPLCY-<hash(… + "egress")>``): a pod's egress pass never meets an ingress rule.
 * Rendered only when the cluster holds at least one NetworkPolicy
@@ -75,8 +79,11 @@ MARK_MATCHED = 0x10000
 MARK_ACCEPT = 0x20000
 NFLOG_GROUP = 100
 DEFAULT_CHAIN = "KUBE-NWPLCY-DEFAULT"
-TOP_CHAINS = {"INPUT": "KUBE-ROUTER-INPUT", "FORWARD": "KUBE-ROUTER-FORWARD",
-              "OUTPUT": "KUBE-ROUTER-OUTPUT"}
+TOP_CHAINS = {
+    "INPUT": "KUBE-ROUTER-INPUT",
+    "FORWARD": "KUBE-ROUTER-FORWARD",
+    "OUTPUT": "KUBE-ROUTER-OUTPUT",
+}
 NODE_PORT_RANGE = (30000, 32767)
 
 _MATCHED = "0x10000/0x10000"
@@ -134,7 +141,12 @@ class RuleOrigin:
         want: Direction = "ingress" if dst == self.pod_ip else "egress"
         if src != self.pod_ip and dst != self.pod_ip:
             return None
-        return next((d for d in self.decisions if d.direction == want), None)
+        return self.for_direction(want)
+
+    def for_direction(self, direction: Direction) -> Decision | None:
+        """The decision the rule stands for in ``direction`` (a policy chain's rule has
+        one direction; None when it stands for nothing in that one)."""
+        return next((d for d in self.decisions if d.direction == direction), None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,10 +197,15 @@ class _Render:
         if origin is not None:
             self.origins.setdefault((chain, spec), origin)
 
-    def ipset(self, name: str, kind: str, members: Iterable[str], nomatch: Iterable[str] = ()) -> str:
+    def ipset(
+        self, name: str, kind: str, members: Iterable[str], nomatch: Iterable[str] = ()
+    ) -> str:
         if name not in self.sets:
-            self.sets[name] = (kind, sorted(set(members), key=_sort_key),
-                               sorted(set(nomatch), key=_sort_key))
+            self.sets[name] = (
+                kind,
+                sorted(set(members), key=_sort_key),
+                sorted(set(nomatch), key=_sort_key),
+            )
         return name
 
     def pod_set(self, name: str, pods: Iterable[PolicyPod]) -> str:
@@ -199,18 +216,21 @@ class _Render:
         return [p for p in self.pods if selects(policy, p)]
 
     def peer_pods(self, peer: Peer, policy: NetworkPolicy) -> list[PolicyPod]:
-        return [p for p in self.pods
-                if peer_matches(peer, policy.namespace, p, p.ip, self.namespaces)]
+        return [
+            p for p in self.pods if peer_matches(peer, policy.namespace, p, p.ip, self.namespaces)
+        ]
 
-    def peer_set(self, policy: NetworkPolicy, direction: Direction, i: int, j: int,
-                 peer: Peer) -> str:
+    def peer_set(
+        self, policy: NetworkPolicy, direction: Direction, i: int, j: int, peer: Peer
+    ) -> str:
         prefix = "KUBE-SRC-" if direction == "ingress" else "KUBE-DST-"
         base = f"{policy.namespace}{policy.name}{direction}rule{i}peer{j}"
         if peer.ip_block is not None:
             block = peer.ip_block
             cidrs = _halves(block.cidr)
-            return self.ipset(prefix + _hash(base + "ipblock"), "hash:net", cidrs,
-                              (str(e) for e in block.excepts))
+            return self.ipset(
+                prefix + _hash(base + "ipblock"), "hash:net", cidrs, (str(e) for e in block.excepts)
+            )
         return self.pod_set(prefix + _hash(base + "pod"), self.peer_pods(peer, policy))
 
     def policy(self, policy: NetworkPolicy, direction: Direction) -> None:
@@ -248,15 +268,25 @@ class _Render:
                     for src, dst, proto in self.port_matches(
                         policy, direction, i, j, peer, k, spec, own, other, targets
                     ):
-                        match = f"-m set --match-set {src} src -m set --match-set {dst} dst" \
-                            if src and dst else (f"-m set --match-set {src} src" if src
-                                                 else f"-m set --match-set {dst} dst")
+                        match = (
+                            f"-m set --match-set {src} src -m set --match-set {dst} dst"
+                            if src and dst
+                            else (
+                                f"-m set --match-set {src} src"
+                                if src
+                                else f"-m set --match-set {dst} dst"
+                            )
+                        )
                         head = f"{_comment(comment)} {match}"
                         if proto:
-                            head = f"-p {proto[0]} {_comment(comment)} {match} {proto[1]}" \
-                                if proto[1] else f"-p {proto[0]} {_comment(comment)} {match}"
-                        self.add(chain, f"{head} -j MARK --set-xmark {_MATCHED}",
-                                 RuleOrigin((decision,)))
+                            head = (
+                                f"-p {proto[0]} {_comment(comment)} {match} {proto[1]}"
+                                if proto[1]
+                                else f"-p {proto[0]} {_comment(comment)} {match}"
+                            )
+                        self.add(
+                            chain, f"{head} -j MARK --set-xmark {_MATCHED}", RuleOrigin((decision,))
+                        )
                         self.add(chain, f"{head} -m mark --mark {_MATCHED} -j RETURN")
 
     def port_matches(
@@ -307,20 +337,26 @@ class _Render:
         return out
 
     # -- pods
-    def pod(self, pod: PolicyPod, ingress: Sequence[NetworkPolicy],
-            egress: Sequence[NetworkPolicy]) -> str:
+    def pod(
+        self, pod: PolicyPod, ingress: Sequence[NetworkPolicy], egress: Sequence[NetworkPolicy]
+    ) -> str:
         chain = pod_chain(pod.namespace, pod.name)
         self.chain(chain)
         ip = f"{pod.ip}/32"
         key, sip = pod.key, str(pod.ip)
-        self.add(chain, f"{_comment('rule for stateful firewall for pod')} "
-                 "-m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT")
-        self.add(chain, f"{_comment('rule to drop invalid state for pod')} "
-                 "-m conntrack --ctstate INVALID -j DROP")
         self.add(
             chain,
-            f"-d {ip} {_comment(LOCAL_COMMENT)} "
-            "-m addrtype --src-type LOCAL -j ACCEPT",
+            f"{_comment('rule for stateful firewall for pod')} "
+            "-m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT",
+        )
+        self.add(
+            chain,
+            f"{_comment('rule to drop invalid state for pod')} "
+            "-m conntrack --ctstate INVALID -j DROP",
+        )
+        self.add(
+            chain,
+            f"-d {ip} {_comment(LOCAL_COMMENT)} -m addrtype --src-type LOCAL -j ACCEPT",
             RuleOrigin((Decision("ingress", True, reason="from the pod's own node"),), key, sip),
         )
         denials: list[Decision] = []
@@ -335,31 +371,50 @@ class _Render:
                 )
                 continue
             for pol in sorted(pols, key=lambda p: p.key):
-                self.add(chain, f"{flag} {ip} {_comment('run through nw policy ' + pol.name)} "
-                         f"-j {policy_chain(pol, d)}")
+                self.add(
+                    chain,
+                    f"{flag} {ip} {_comment('run through nw policy ' + pol.name)} "
+                    f"-j {policy_chain(pol, d)}",
+                )
             first = min(pols, key=lambda p: p.key)
             denials.append(Decision(d, False, first.key, None, f"{d}, no rule matched"))
         deny = RuleOrigin(tuple(denials), key, sip) if denials else None
         who = f"POD name:{pod.name} namespace: {pod.namespace}"
-        self.add(chain, f"{_comment('rule to log dropped traffic ' + who)} "
-                 f"-m mark ! --mark {_MATCHED} -m limit --limit 10/min --limit-burst 10 "
-                 f"-j NFLOG --nflog-group {NFLOG_GROUP}", deny)
-        self.add(chain, f"{_comment('rule to REJECT traffic destined for ' + who)} "
-                 f"-m mark ! --mark {_MATCHED} -j REJECT --reject-with icmp-port-unreachable",
-                 deny)
+        self.add(
+            chain,
+            f"{_comment('rule to log dropped traffic ' + who)} "
+            f"-m mark ! --mark {_MATCHED} -m limit --limit 10/min --limit-burst 10 "
+            f"-j NFLOG --nflog-group {NFLOG_GROUP}",
+            deny,
+        )
+        self.add(
+            chain,
+            f"{_comment('rule to REJECT traffic destined for ' + who)} "
+            f"-m mark ! --mark {_MATCHED} -j REJECT --reject-with icmp-port-unreachable",
+            deny,
+        )
         self.add(chain, "-j MARK --set-xmark 0x0/0x10000")
-        self.add(chain, f"{_comment('set mark to ACCEPT traffic that comply to network policies')} "
-                 f"-j MARK --set-xmark {_ACCEPTED}")
+        self.add(
+            chain,
+            f"{_comment('set mark to ACCEPT traffic that comply to network policies')} "
+            f"-j MARK --set-xmark {_ACCEPTED}",
+        )
         return chain
 
 
 def _allow_comment(direction: Direction, peer: Peer | None, what: str) -> str:
     if peer is None:
-        ends = ("all sources", "dest pods") if direction == "ingress" else (
-            "source pods", "all destinations")
+        ends = (
+            ("all sources", "dest pods")
+            if direction == "ingress"
+            else ("source pods", "all destinations")
+        )
     elif peer.ip_block is not None:
-        ends = ("specified ipBlocks", "dest pods") if direction == "ingress" else (
-            "source pods", "specified ipBlocks")
+        ends = (
+            ("specified ipBlocks", "dest pods")
+            if direction == "ingress"
+            else ("source pods", "specified ipBlocks")
+        )
     else:
         ends = ("source pods", "dest pods")
     return f"rule to ACCEPT traffic from {ends[0]} to {ends[1]} selected by {what}"
@@ -401,15 +456,26 @@ def render_policy(
     inp, fwd, out = TOP_CHAINS["INPUT"], TOP_CHAINS["FORWARD"], TOP_CHAINS["OUTPUT"]
     for cidr in service_cidrs:
         net = ip_network(cidr, strict=False)
-        r.add(inp, f"-d {net} {_comment('allow traffic to primary/secondary cluster IP range - ' + _hash(inp + str(net)))} -j RETURN")
+        r.add(
+            inp,
+            f"-d {net} {_comment('allow traffic to primary/secondary cluster IP range - ' + _hash(inp + str(net)))} -j RETURN",
+        )
     lo, hi = node_port_range
     for proto in ("tcp", "udp"):
         text = f"allow LOCAL {proto.upper()} traffic to node ports - {_hash(inp + proto + str(lo) + str(hi))}"
-        r.add(inp, f"-p {proto} {_comment(text)} -m addrtype --dst-type LOCAL "
-              f"-m multiport --dports {lo}:{hi} -j RETURN")
-    r.add(DEFAULT_CHAIN, f"{_comment('rule to mark traffic matching a network policy')} "
-          f"-j MARK --set-xmark {_MATCHED}")
+        r.add(
+            inp,
+            f"-p {proto} {_comment(text)} -m addrtype --dst-type LOCAL "
+            f"-m multiport --dports {lo}:{hi} -j RETURN",
+        )
+    r.add(
+        DEFAULT_CHAIN,
+        f"{_comment('rule to mark traffic matching a network policy')} "
+        f"-j MARK --set-xmark {_MATCHED}",
+    )
     used: dict[tuple[str, str], tuple[NetworkPolicy, Direction]] = {}
+    egress_jumps: list[tuple[str, str]] = []
+    ingress_jumps: list[tuple[str, str]] = []
     for pod in local:
         ingress = [p for p in policies if "ingress" in p.types and selects(p, pod)]
         egress = [p for p in policies if "egress" in p.types and selects(p, pod)]
@@ -420,16 +486,26 @@ def render_policy(
         chain = r.pod(pod, ingress, egress)
         ip = f"{pod.ip}/32"
         to = f"to chain {chain}"
-        dst = _comment(f"rule to jump traffic destined to POD name:{pod.name} namespace: {pod.namespace} {to}")
-        src = _comment(f"rule to jump traffic from POD name:{pod.name} namespace: {pod.namespace} {to}")
+        dst = _comment(
+            f"rule to jump traffic destined to POD name:{pod.name} namespace: {pod.namespace} {to}"
+        )
+        src = _comment(
+            f"rule to jump traffic from POD name:{pod.name} namespace: {pod.namespace} {to}"
+        )
         bridged = "-m physdev --physdev-is-bridged"
-        r.add(inp, f"-s {ip} {src} -j {chain}")
-        r.add(fwd, f"-d {ip} {dst} -j {chain}")
-        r.add(fwd, f"-d {ip} {bridged} {dst} -j {chain}")
-        r.add(fwd, f"-s {ip} {src} -j {chain}")
-        r.add(fwd, f"-s {ip} {bridged} {src} -j {chain}")
-        r.add(out, f"-d {ip} {dst} -j {chain}")
-        r.add(out, f"-s {ip} {src} -j {chain}")
+        egress_jumps += [
+            (inp, f"-s {ip} {src} -j {chain}"),
+            (fwd, f"-s {ip} {src} -j {chain}"),
+            (fwd, f"-s {ip} {bridged} {src} -j {chain}"),
+            (out, f"-s {ip} {src} -j {chain}"),
+        ]
+        ingress_jumps += [
+            (fwd, f"-d {ip} {dst} -j {chain}"),
+            (fwd, f"-d {ip} {bridged} {dst} -j {chain}"),
+            (out, f"-d {ip} {dst} -j {chain}"),
+        ]
+    for c, spec in (*egress_jumps, *ingress_jumps):
+        r.add(c, spec)
     for key in sorted(used):
         pol, direction = used[key]
         r.policy(pol, direction)
@@ -539,13 +615,17 @@ def with_policy(rules: RulesetInput, pol: PolicyRules | None) -> RulesetInput:
         return rules
     sets = _save_set_text(pol)
     if isinstance(rules, IptablesRules):
-        return replace(rules, text=merge_filter(rules.text, pol), ipsets=_join_sets(rules.ipsets, sets))
+        return replace(
+            rules, text=merge_filter(rules.text, pol), ipsets=_join_sets(rules.ipsets, sets)
+        )
     if isinstance(rules, IpvsRules):
-        return replace(rules, iptables=merge_filter(rules.iptables, pol),
-                       ipset=_join_sets(rules.ipset, sets))
+        return replace(
+            rules, iptables=merge_filter(rules.iptables, pol), ipset=_join_sets(rules.ipset, sets)
+        )
     assert isinstance(rules, NftRules)
-    return replace(rules, iptables=merge_filter(rules.iptables, pol),
-                   ipsets=_join_sets(rules.ipsets, sets))
+    return replace(
+        rules, iptables=merge_filter(rules.iptables, pol), ipsets=_join_sets(rules.ipsets, sets)
+    )
 
 
 __all__ = [
