@@ -74,14 +74,14 @@ class PolicyAgent:
         return self.rules(node).origins.get((chain, spec))
 
 
-def read_policy_inputs(
-    store: Any,
-) -> tuple[list[PolicyPod], list[NetworkPolicy], dict[str, dict[str, str]]] | None:
-    """The policies, the namespaces' labels and every placed pod (with an IP and a
-    node) as policy sees them; None when no NetworkPolicy is stored."""
-    policies = [policy_from_wire(o.to_dict()) for o in store.list("NetworkPolicy")]
-    if not policies:
-        return None
+def read_policies(store: Any) -> list[NetworkPolicy]:
+    """Every stored NetworkPolicy, as a value."""
+    return [policy_from_wire(o.to_dict()) for o in store.list("NetworkPolicy")]
+
+
+def read_policy_pods(store: Any) -> tuple[list[PolicyPod], dict[str, dict[str, str]]]:
+    """Every placed pod (with an IP and a node) as policy sees it, and every namespace's
+    labels."""
     namespaces = {n.name: dict(n.metadata.labels or {}) for n in store.list("Namespace")}
     pods = []
     for p in store.list("Pod"):
@@ -99,7 +99,7 @@ def read_policy_inputs(
                 host_network=bool(p.spec.host_network),
             )
         )
-    return pods, policies, namespaces
+    return pods, namespaces
 
 
 def policy_agent(
@@ -108,17 +108,18 @@ def policy_agent(
     node_ips: Mapping[str, str],
     derived: Callable[[str, Callable[[], Any]], Any] | None = None,
 ) -> PolicyAgent | None:
-    """The cluster's policy agent, or None when no NetworkPolicy is stored.
-    ``derived``: a cache of values derived from the store while it is unchanged
-    (:meth:`control.rulecache.RuleCache.derived`, bound to the store)."""
-    inputs = (
-        derived("netpol-inputs/1", lambda: read_policy_inputs(store))
-        if derived is not None
-        else read_policy_inputs(store)
-    )
-    if inputs is None:
+    """The cluster's policy agent, or None when no NetworkPolicy is stored (then no Pod
+    is read). ``derived``: a cache of values derived from the store while it is
+    unchanged (:meth:`control.rulecache.RuleCache.derived`, bound to the store), for
+    the pods and namespaces."""
+    policies = read_policies(store)
+    if not policies:
         return None
-    pods, policies, namespaces = inputs
+    pods, namespaces = (
+        derived("netpol-pods/1", lambda: read_policy_pods(store))
+        if derived is not None
+        else read_policy_pods(store)
+    )
     return PolicyAgent(pods, policies, namespaces, service_cidrs, node_ips)
 
 
@@ -180,4 +181,11 @@ def node_of(netns: str) -> str | None:
     return netns[5:] if netns.startswith("node/") else None
 
 
-__all__ = ["PolicyAgent", "attribute", "node_of", "policy_agent", "read_policy_inputs"]
+__all__ = [
+    "PolicyAgent",
+    "attribute",
+    "node_of",
+    "policy_agent",
+    "read_policies",
+    "read_policy_pods",
+]
