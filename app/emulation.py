@@ -13,6 +13,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from ipaddress import IPv4Address, IPv4Network, ip_address
 
+from app.netpolview import PolicyAgent, policy_agent
 from control.agents.kubeproxy import NodeRules
 from control.apiserver.clusterdns import APP_LABEL as DNS_APP
 from control.apiserver.clusterdns import NAMESPACE as DNS_NAMESPACE
@@ -25,6 +26,7 @@ from control.store.base import Store, peek, scan
 from dataplane.backends.emulated import answerers
 from dataplane.emulator.cluster import EmulatedCluster
 from dataplane.netfilter import format_save
+from dataplane.netpol import with_policy
 from dataplane.proxy.ipvs import IpvsRender
 from netmodel import podports
 from netmodel.calicorules import CalicoRules, felix_rules, with_calico
@@ -100,20 +102,22 @@ def lazy_rulesets(
     override: Mapping[str, RulesetInput],
     cni: CalicoRules | None = None,
     hostports: Mapping[str, PortmapRules] | None = None,
+    policy: PolicyAgent | None = None,
 ) -> tuple[LazyMapping[str, RulesetInput], LazyMapping[str, tuple[str, ...]]]:
     """:func:`view`'s ``rulesets`` and ``local_addresses`` with each node's rendered on
     first access (``override`` wins). Keys: every Node (each has a kube-proxy, whose
     first sync always renders: a Node object gives it its configuration). ``cni``: the
     network plugin's rules, joined to each node's kube-proxy rules (not to overrides);
     ``hostports``: per node, the ``portmap`` plugin's rules for its pods' hostPorts
-    (:mod:`netmodel.hostports`), joined the same way."""
+    (:mod:`netmodel.hostports`), joined the same way; ``policy``: the NetworkPolicy
+    agent's rules (:mod:`app.netpolview`), joined last, when the node is first asked."""
     pm = hostports or {}
 
     def rules_of(node: str) -> RulesetInput:
         # by_rules: an iptables node's RulesetInput is its ruleset's iptables-save alone
         ri = source.ruleset(node, ruleset_input, by_rules=True)[0]
         assert ri is not None, f"kube-proxy on {node} rendered nothing"
-        return with_hostports(with_calico(ri, cni), pm.get(node))
+        return _with_policy(with_hostports(with_calico(ri, cni), pm.get(node)), policy, node)
 
     def local_of(node: str) -> tuple[str, ...]:
         return source.ruleset(node, ruleset_input)[1]
@@ -122,6 +126,27 @@ def lazy_rulesets(
     # only IPVS binds Service addresses to the node (kube-ipvs0)
     ipvs = proxy_mode(source.proxy_config, source.cluster) == "ipvs"
     return LazyMapping(nodes, rules_of, override), LazyMapping(nodes if ipvs else (), local_of)
+
+
+def _with_policy(rules: RulesetInput, agent: PolicyAgent | None, node: str) -> RulesetInput:
+    return rules if agent is None else with_policy(rules, agent.rules(node))
+
+
+def policy_agent_of(session: Session, cached: bool = True) -> PolicyAgent | None:
+    """kube-router's rules for every node of ``session``'s cluster, from the stored
+    NetworkPolicies, Namespaces and Pods (None when no NetworkPolicy is stored): a pure
+    function of the store, each node's rendered when first asked. ``cached``: the
+    inputs kept in the state directory's cache while the store is unchanged."""
+    spec = session.cluster.spec
+    store = session.store
+    node_ips = {name: ips[0] for name, ips, _ in _node_addresses(session, cached)}
+    cache = RuleCache.for_state(session.state_dir) if cached else None
+    return policy_agent(
+        store,
+        [spec.service_cidr],
+        node_ips,
+        (lambda name, fn: cache.derived(store, name, fn)) if cache is not None else None,
+    )
 
 
 @contextmanager
@@ -353,16 +378,19 @@ def _view(
     local: Mapping[str, tuple[str, ...]]
     cni_rules = calico_rules(spec)
     hostports, port_mappings = _hostport_rules(session, pod_cidrs, lazy)
+    agent = policy_agent_of(session, lazy)
     if session.lazy_rules is not None:
         rulesets, local = lazy_rulesets(
-            session.lazy_rules, rules_override or {}, cni_rules, hostports
+            session.lazy_rules, rules_override or {}, cni_rules, hostports, agent
         )
     else:
         rulesets, local = {}, {}
         for name, state in session.rules.nodes.items():
             ri = ruleset_input(state)
             if ri is not None:
-                rulesets[name] = with_hostports(with_calico(ri, cni_rules), hostports.get(name))
+                rulesets[name] = _with_policy(
+                    with_hostports(with_calico(ri, cni_rules), hostports.get(name)), agent, name
+                )
             if isinstance(state.rendered, IpvsRender):
                 local[name] = tuple(state.rendered.addresses)
         rulesets.update(rules_override or {})

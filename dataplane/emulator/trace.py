@@ -51,6 +51,7 @@ HopKind = Literal[
     "deliver",  # handed to a local socket
     "drop",  # dropped (``note`` says why)
     "icmp",  # the kernel generated an ICMP error / TCP reset answer
+    "netpol",  # a NetworkPolicy verdict: the rule before it decided (``note`` names it)
 ]
 
 
@@ -139,7 +140,7 @@ class Hop:
         ):
             if text:
                 parts.append(text)
-        if self.kind not in ("rule", "policy") and self.verdict:
+        if self.kind not in ("rule", "policy", "netpol") and self.verdict:
             parts.append(self.verdict)
         if self.kind in ("send", "xmit", "deliver", "icmp", "forward") and self.packet:
             parts.append(self.packet.summary())

@@ -656,6 +656,10 @@ class Walker:
         if peer is None or not dev.up:
             self._drop(w, host, f"{dev.name} has no link")
             return
+        if pkt.mark and peer.host_name != host.name:
+            # a veth into another namespace scrubs the skb (skb_scrub_packet with xnet:
+            # the mark is cleared): marks never travel between namespaces
+            pkt = _with_mark(pkt, 0)
         self._l2_rcv(w, self.hosts[peer.host_name], peer, src_mac, dst_mac, pkt, tunnel)
 
     def _l2_rcv(
@@ -942,11 +946,13 @@ class Walker:
             # one skb: the inner packet carries the mark the outer one arrived with (the
             # sender's was scrubbed when the packet left its namespace), not the mark
             # the sender's rules gave it before encapsulation
-            p = pkt
-            pkt = Packet(p.src, p.dst, p.proto, p.sport, p.dport, p.ttl, p.length, p.flags,
-                         p.icmp_type, p.icmp_code, p.icmp_id, p.payload, outer.mark, p.inner,
-                         p.df)
+            pkt = _with_mark(pkt, outer.mark)
         self._l2_rcv(w, host, vx, inner.src_mac, inner.dst_mac, pkt, None)
+
+
+def _with_mark(p: Packet, mark: int) -> Packet:
+    return Packet(p.src, p.dst, p.proto, p.sport, p.dport, p.ttl, p.length, p.flags,
+                  p.icmp_type, p.icmp_code, p.icmp_id, p.payload, mark, p.inner, p.df)
 
 
 def _with_ttl(p: Packet, ttl: int) -> Packet:
