@@ -781,7 +781,10 @@ class Kubelet:
         hold = max((_pre_stop_seconds(c) for c in pod.spec.containers), default=0.0)
         if hold <= 0:
             return None
-        return parse_rfc3339(pod.metadata.deletion_timestamp) + min(float(grace), hold)
+        # deletionTimestamp is when the grace period ends (kube-apiserver's delete time
+        # plus deletionGracePeriodSeconds): the hook holds the pod from the delete on
+        deleted_at = parse_rfc3339(pod.metadata.deletion_timestamp) - float(grace)
+        return deleted_at + min(float(grace), hold)
 
     def _kill(self, pod: Pod, sb: Sandbox | None) -> None:
         deadline = self._grace_deadline(pod)
