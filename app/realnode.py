@@ -31,7 +31,7 @@ pod server, not a DNS server.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from pathlib import Path
 
 from app.real import NoRealCluster, RealRecord
@@ -95,6 +95,28 @@ class RealPodNetwork:
 
     def restore(self, node: Node, pods: Iterable[Pod]) -> None:
         self.cni.restore(node, pods)
+
+    def remove_orphans(self, node: Node, keep: Collection[str]) -> list[str]:
+        """Tear down every sandbox held on ``node`` whose pod key is not in ``keep``
+        (:class:`control.agents.network.SandboxCollector`): the pods CNI ADD attached
+        there (the runner's cached results, what the kernel holds) and the pods the
+        cluster's record places there; each one's server stopped, CNI DEL (host-local's
+        reservation freed, the namespace removed), the record updated."""
+        attached = {
+            k: cidr for k, (n, cidr) in self.cni.runner.attached().items() if n == node.name
+        }
+        recorded = {
+            k for k, n in RealCluster.load(self.cluster_id).pod_nodes.items() if n == node.name
+        }
+        orphans = sorted((set(attached) | recorded) - set(keep))
+        if not orphans:
+            return []
+        self.servers.stop(orphans)
+        for key in orphans:
+            if key in attached:
+                self.cni.runner.delete(node.name, key, attached[key])
+            forget_pod(self.cluster_id, key)
+        return orphans
 
 
 class RealNodeHost:

@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import logging
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
@@ -60,7 +61,7 @@ from control.agents.containers import (
     status_conditions,
 )
 from control.agents.emulatedprober import EmulatedProber
-from control.agents.network import NetworkPlugin, PodNetworkResult
+from control.agents.network import NetworkPlugin, PodNetworkResult, SandboxCollector
 from control.agents.probes import TITLE, ProbeManager, Prober, Worker
 from control.apiclient import APIClient
 from control.clock import Clock, parse_rfc3339, rfc3339
@@ -230,7 +231,9 @@ class Kubelet:
                         self.queue.add(obj.key)
 
     def resync(self, node: Node | None, pods: Iterable[Pod]) -> None:
-        """Start from a listing: re-learn running sandboxes, queue what needs work."""
+        """Start from a listing: re-learn running sandboxes, remove the ones of pods no
+        longer listed (or finished) when the plugin can tell what it holds
+        (:class:`~control.agents.network.SandboxCollector`), queue what needs work."""
         self.node = node
         self.queue.clear()
         self._waiting.clear()
@@ -244,6 +247,12 @@ class Kubelet:
         ]
         if node is not None and (node.spec.pod_cidr or not _needs_pod_cidr(self.plugin)):
             self.plugin.restore(node, running)
+        if node is not None and isinstance(self.plugin, SandboxCollector):
+            # sandboxes of pods gone meanwhile (force-deleted, finished while no kubelet
+            # ran): torn down, as kubelet's clean-up of orphaned pods does
+            keep = {p.key for p in mine if p.status.phase not in TERMINAL}
+            for key in self.plugin.remove_orphans(node, keep):
+                log.info("node=%s pod=%s orphaned sandbox removed", self.node_name, key)
         for p in running:
             self.sandboxes[p.key] = Sandbox(p.metadata.uid, p, p.status.pod_ip or "", None)
         self.probes = ProbeManager(initial_delays=self.graceful)
@@ -772,7 +781,10 @@ class Kubelet:
         hold = max((_pre_stop_seconds(c) for c in pod.spec.containers), default=0.0)
         if hold <= 0:
             return None
-        return parse_rfc3339(pod.metadata.deletion_timestamp) + min(float(grace), hold)
+        # deletionTimestamp is when the grace period ends (kube-apiserver's delete time
+        # plus deletionGracePeriodSeconds): the hook holds the pod from the delete on
+        deleted_at = parse_rfc3339(pod.metadata.deletion_timestamp) - float(grace)
+        return deleted_at + min(float(grace), hold)
 
     def _kill(self, pod: Pod, sb: Sandbox | None) -> None:
         deadline = self._grace_deadline(pod)
@@ -811,6 +823,7 @@ class Kubelet:
 
 
 _EMPTY_STATUS, _PODIP = PodStatus(), PodIP(ip="")
+log = logging.getLogger("svclab.kubelet")
 
 
 def _node_ready(node: Node) -> bool:

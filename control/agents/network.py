@@ -37,7 +37,7 @@ from __future__ import annotations
 import hashlib
 import ipaddress
 import threading
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
@@ -82,6 +82,19 @@ class NetworkPlugin(Protocol):
     def restore(self, node: Node, pods: Iterable[Pod]) -> None:
         """Re-learn the attachments of ``pods`` (bound to ``node``, with a podIP) after a
         restart, so later ADDs never hand out an address in use."""
+        ...
+
+
+@runtime_checkable
+class SandboxCollector(Protocol):
+    """A network plugin that can list what it holds outside the kubelet's memory (the
+    kernel's sandboxes), so that a restarted kubelet removes the sandboxes of pods that
+    went away while it was down (force-deleted, finished): kubelet's clean-up of
+    orphaned pods after a restart."""
+
+    def remove_orphans(self, node: Node, keep: Collection[str]) -> list[str]:
+        """Tear down (CNI DEL, the pod's processes stopped) every sandbox held on
+        ``node`` whose pod key is not in ``keep``; returns those keys, sorted."""
         ...
 
 

@@ -550,8 +550,9 @@ class APIServer:
           not (``kubectl delete --force --grace-period=0``). The mark records
           ``metadata.deletionGracePeriodSeconds``: ``grace_period`` (DeleteOptions'
           gracePeriodSeconds) or the pod's ``terminationGracePeriodSeconds`` (30): how
-          long the kubelet lets it run (and serve, as terminating) after
-          ``deletionTimestamp``.
+          long the kubelet lets it run (and serve, as terminating); and, as
+          kube-apiserver sets it, ``deletionTimestamp`` = the time of the delete plus
+          that grace period (when the pod is to be gone by).
         * A Namespace is marked Terminating (deletionTimestamp, ``status.phase``;
           marking twice is a no-op); :meth:`finalize_namespace` removes it once empty.
           ``default``, ``kube-system`` and ``kube-public``: InvalidError (Forbidden).
@@ -574,8 +575,11 @@ class APIServer:
             if isinstance(obj, Pod):
                 spec_grace = (obj.spec.model_extra or {}).get("terminationGracePeriodSeconds")
                 grace = grace_period if grace_period is not None else spec_grace
+                seconds = int(grace if grace is not None else 30)
+                # as kube-apiserver: the time the pod is to be gone by
                 obj = obj.with_meta(
-                    deletionGracePeriodSeconds=int(grace if grace is not None else 30)
+                    deletion_timestamp=rfc3339(int(self.clock.now()) + seconds),
+                    deletionGracePeriodSeconds=seconds,
                 )
             stored = self.store.update(obj, expected_version=current.resource_version)
             self._record(component, stored, "Deleting", marked.message)

@@ -147,7 +147,9 @@ def test_bound_pod_deletion_is_two_steps() -> None:
     api.create(pod("a", node="node-1"))
     marked = api.delete("Pod", "default/a")
     assert isinstance(marked, Pod) and marked.is_terminating
-    assert marked.metadata.deletion_timestamp == "2026-01-01T00:00:00Z"
+    # as kube-apiserver: the time of the delete plus the grace period (30 s by default)
+    assert marked.metadata.deletion_timestamp == "2026-01-01T00:00:30Z"
+    assert (marked.metadata.model_extra or {})["deletionGracePeriodSeconds"] == 30
     stored = api.store.get("Pod", "default/a")
     assert stored == marked
     rev = api.store.revision

@@ -12,6 +12,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
+from kubernetes import client, config
 from serving import Served
 
 MANIFEST = """
@@ -244,3 +245,47 @@ def test_a_deleted_pod_serves_as_terminating_for_its_grace_period(srv: Served) -
         timeout=20,
     )
     assert time.monotonic() - t0 >= 5
+
+
+HELD = """
+apiVersion: v1
+kind: Pod
+metadata: {{name: {name}, labels: {{app: held}}}}
+spec:
+  terminationGracePeriodSeconds: 45
+  containers:
+  - name: c
+    image: agnhost
+    lifecycle:
+      preStop:
+        exec: {{command: [sleep, "300"]}}
+"""
+
+
+def test_a_deleted_pods_deletion_timestamp_is_when_its_grace_period_ends(srv: Served) -> None:
+    """As kube-apiserver sets it: deletionTimestamp = the time of the delete plus the
+    grace period (DeleteOptions' gracePeriodSeconds, else the pod's
+    terminationGracePeriodSeconds), and deletionGracePeriodSeconds that period; read
+    from the official client's delete response and a later read."""
+    for name in ("held-a", "held-b"):
+        srv.kubectl("apply", "-f", "-", input=HELD.format(name=name))
+    srv.kubectl("wait", "--for=condition=Ready", "pod", "held-a", "held-b", "--timeout=60s")
+    core = client.CoreV1Api(config.new_client_from_config(str(srv.kubeconfig)))
+    try:
+        for name, grace, body in (
+            ("held-a", 12, client.V1DeleteOptions(grace_period_seconds=12)),
+            ("held-b", 45, None),  # the pod's own terminationGracePeriodSeconds
+        ):
+            before = int(time.time())
+            marked = core.delete_namespaced_pod(name, "default", body=body)
+            after = int(time.time()) + 1
+            ts = int(marked.metadata.deletion_timestamp.timestamp())
+            assert before + grace <= ts <= after + grace, (name, before, ts, after)
+            assert marked.metadata.deletion_grace_period_seconds == grace
+            read = core.read_namespaced_pod(name, "default")
+            assert read.metadata.deletion_timestamp == marked.metadata.deletion_timestamp
+            assert read.metadata.deletion_grace_period_seconds == grace
+    finally:
+        for name in ("held-a", "held-b"):
+            srv.kubectl("delete", "pod", name, "--grace-period=0", "--force", check=False)
+        core.api_client.close()
