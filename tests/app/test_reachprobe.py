@@ -21,10 +21,12 @@ def state(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 
 
 def test_served_ports_succeed_and_unserved_ones_fail(state: Path) -> None:
-    # every pod serves 80 and 81 on TCP and UDP; nobody serves 82: refused, not reached
-    m = probe_matrix(state, ports=[("TCP", 80), ("udp", 81), ("TCP", 82), ("UDP", 82)])
+    # every pod serves 80 and 81 on TCP, UDP and SCTP; nobody serves 82: refused (a
+    # reset, ICMP port unreachable, an SCTP ABORT), not reached
+    ports = [("TCP", 80), ("udp", 81), ("SCTP", 80), ("TCP", 82), ("UDP", 82), ("SCTP", 82)]
+    m = probe_matrix(state, ports=ports)
     assert set(m) == {(s, d) for s in PODS for d in PODS}
-    assert all(v == {("TCP", 80), ("UDP", 81)} for v in m.values()), m
+    assert all(v == {("TCP", 80), ("UDP", 81), ("SCTP", 80)} for v in m.values()), m
 
 
 def test_namespaces_select_both_ends(state: Path) -> None:
