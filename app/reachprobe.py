@@ -114,7 +114,8 @@ def probe_pods(session: Session, namespaces: Sequence[str] | None) -> list[Probe
 def _session(state_dir: Path) -> Iterator[Session]:
     from control.session import Session
 
-    session = Session.open(state_dir)
+    # as `svclab connect`: the kube-proxies' syncs are not recorded as events
+    session = Session.open(state_dir, read_only=True)
     try:
         yield session
     finally:
