@@ -17,9 +17,9 @@ pod plays it, on both backends alike.
    connection from each pod to each pod's IP, through the emulator or with ``--real``
    the kernel) has frontend -> backend TCP 8080 and frontend -> coredns UDP 53.
 2. The change under review (``default-deny`` + ``allow-frontend``) is asked about with
-   ``svclab reach --what-if -f change.yaml``, which stores nothing: it exits 1 (the
-   change changes connections) and lists the frontend's UDP 53 to coredns among what it
-   would remove. Nothing is stored.
+   ``svclab reach --what-if -f change.yaml -o json``, which stores nothing: it exits 1
+   (the change changes connections) and lists the frontend's UDP 53 to coredns among
+   the connections it would remove. Nothing is stored.
 3. Applied anyway: the frontend still reaches the backend, and no longer reaches DNS:
    the outage the what-if predicted, seen by real connections.
 4. The fix (``allow-dns-egress``: every pod of ``shop`` may reach k8s-app=kube-dns in
@@ -34,10 +34,12 @@ brings the kernel's rules up to date first; it is torn down at the end, also on 
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -168,13 +170,37 @@ class Lab:
         return sorted(line for line in out.splitlines() if line.strip())
 
 
-def dns_lines(text: str) -> list[str]:
-    """The lines of a what-if report about frontend -> coredns on UDP 53."""
-    return [
-        line
-        for line in text.splitlines()
-        if "frontend" in line and "coredns" in line and "UDP" in line and "53" in line
-    ]
+def covers(protocols: Any, proto: str, port: int) -> bool:
+    """Does a reach JSON ``protocols`` value (``"all"`` or ``{"UDP": [[lo, hi], ...]}``)
+    include ``proto``/``port``?"""
+    if protocols == "all":
+        return True
+    return any(lo <= port <= hi for lo, hi in protocols.get(proto, ()))
+
+
+def what_if(lab: Lab, path: Path) -> tuple[int, dict[str, list[dict[str, Any]]]]:
+    """``svclab reach --what-if -f PATH -o json``: its exit code and its changes
+    (``{"added": [...], "removed": [...]}``, each ``{"from", "to", "protocols"}``),
+    printed one line each as the text form shows them."""
+    p = lab.svclab("reach", "--what-if", "-f", str(path), "-o", "json")
+    try:
+        changes = json.loads(p.stdout) if p.stdout.strip() else {}
+    except json.JSONDecodeError:
+        changes = {}
+    if p.returncode not in (0, 1):
+        print(f"   svclab reach --what-if: exit {p.returncode}: {p.stderr.strip()}")
+    for sign, key in (("+", "added"), ("-", "removed")):
+        for e in changes.get(key, []):
+            print(f"   {sign} {e['from']} => {e['to']} : {e['protocols']}")
+    return p.returncode, changes
+
+
+def lists(changes: dict[str, list[dict[str, Any]]], key: str, src: str, dst: str) -> bool:
+    """``changes[key]`` has ``src`` -> ``dst`` on UDP 53."""
+    return any(
+        e["from"] == src and e["to"] == dst and covers(e["protocols"], "UDP", 53)
+        for e in changes.get(key, [])
+    )
 
 
 def run(lab: Lab, c: Checks, files: Path) -> None:
@@ -185,13 +211,12 @@ def run(lab: Lab, c: Checks, files: Path) -> None:
     print("2. svclab reach --what-if -f change.yaml (default-deny + allow-frontend)")
     change = files / "change.yaml"
     change.write_text(CHANGE)
-    w = lab.svclab("reach", "--what-if", "-f", str(change))
-    print("   " + "\n   ".join(w.stdout.splitlines()[:12]))
+    code, changes = what_if(lab, change)
+    c.check(code == 1, f"the what-if exits 1: the change changes connections (got {code})")
     c.check(
-        w.returncode == 1,
-        f"the what-if exits 1: the change changes connections (got {w.returncode})",
+        lists(changes, "removed", FRONTEND, DNS),
+        "it lists frontend -> coredns UDP 53 among the connections removed",
     )
-    c.check(bool(dns_lines(w.stdout)), "it lists frontend -> coredns UDP 53 among the changes")
     c.check(lab.policies() == [], "the what-if stored nothing")
 
     print("3. applied anyway")
@@ -207,10 +232,12 @@ def run(lab: Lab, c: Checks, files: Path) -> None:
     print("4. the fix: allow-dns-egress")
     fix = files / "fix.yaml"
     fix.write_text(FIX)
-    w = lab.svclab("reach", "--what-if", "-f", str(fix))
-    print("   " + "\n   ".join(w.stdout.splitlines()[:12]))
-    c.check(w.returncode == 1, f"its what-if exits 1 (got {w.returncode})")
-    c.check(bool(dns_lines(w.stdout)), "it lists frontend -> coredns UDP 53 coming back")
+    code, changes = what_if(lab, fix)
+    c.check(code == 1, f"its what-if exits 1 (got {code})")
+    c.check(
+        lists(changes, "added", FRONTEND, DNS),
+        "it lists frontend -> coredns UDP 53 among the connections added back",
+    )
     lab.must("apply", "-f", str(fix))
     c.check(lab.reaches(FRONTEND, DNS, "UDP", 53), "frontend -> coredns UDP 53 answers again")
     c.check(lab.reaches(FRONTEND, BACKEND, "TCP", 8080), "frontend -> backend TCP 8080 connects")
