@@ -35,8 +35,8 @@ ICMP_ADMIN_PROHIBITED = 13
 @dataclass(frozen=True, slots=True, init=False)
 class Packet:
     """An IP packet. ``sport``/``dport`` are 0 for ICMP; for ICMP echo, ``icmp_id`` is the
-    identifier conntrack uses in place of ports. ``flags`` holds TCP flags (``{"SYN"}``).
-    ``inner`` is the offending packet's header carried by an ICMP error."""
+    identifier conntrack uses in place of ports. ``flags`` holds TCP flags (``{"SYN"}``),
+    or an SCTP packet's chunk (``{"INIT"}``). ``inner`` is the offending packet's header carried by an ICMP error."""
 
     src: IPAddress
     dst: IPAddress

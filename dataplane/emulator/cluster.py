@@ -43,7 +43,7 @@ from dataplane.emulator.host import Host
 from dataplane.emulator.ports import EPHEMERAL_PORTS, EphemeralPorts
 from dataplane.emulator.results import ConnResult, ConntrackEntry, PingResult
 from dataplane.emulator.trace import DeliveredTo, EndpointChance, Trace
-from dataplane.emulator.traffic import Answerer, Endpoints
+from dataplane.emulator.traffic import SCTP_INIT, Answerer, Endpoints
 from dataplane.emulator.walk import Walker, WalkResult
 from dataplane.netfilter.choice import Chooser, NthCounter, RandomChooser, explore
 from dataplane.netfilter.conntrack import (
@@ -404,14 +404,16 @@ class EmulatedCluster:
         df: bool = True,
         payload: bytes = b"",
     ) -> tuple[Host, Packet]:
-        if proto not in ("tcp", "udp", "icmp"):
-            raise InputError(f"unsupported protocol {proto!r} (tcp, udp, icmp)", field="--proto")
+        if proto not in ("tcp", "udp", "icmp", "sctp"):
+            raise InputError(
+                f"unsupported protocol {proto!r} (tcp, udp, icmp, sctp)", field="--proto"
+            )
         host, src_ip = self.resolve_source(src)
         daddr, dst_port = self.resolve_destination(dst)
         if dport is None:
             dport = dst_port
         if proto != "icmp" and dport is None:
-            raise InputError("a destination port is needed for tcp/udp", field="--to")
+            raise InputError("a destination port is needed for tcp/udp/sctp", field="--to")
         if src_ip is None:
             src_ip = host.fib.lookup(daddr).src or host.primary_address()
             if src_ip is None:
@@ -423,7 +425,9 @@ class EmulatedCluster:
             return host, pkt
         port = sport if sport is not None else self._ephemeral(host.name, proto, src_ip, daddr,
                                                                dport or 0)
-        flags = frozenset({"SYN"}) if proto == "tcp" else frozenset()
+        flags = (
+            frozenset({"SYN"}) if proto == "tcp" else SCTP_INIT if proto == "sctp" else frozenset()
+        )
         pkt = Packet(src=src_ip, dst=daddr, proto=proto, sport=port, dport=dport or 0,  # type: ignore[arg-type]
                      ttl=ttl, length=length or (28 + len(payload) if payload else 60), flags=flags,
                      df=df, payload=payload)

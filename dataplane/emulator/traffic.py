@@ -15,6 +15,10 @@ Contract, per namespace:
   answered with RST,ACK — unless it is itself an RST.
 * UDP: a datagram to a listener is answered by a datagram back; to a client socket it is
   consumed; otherwise the kernel answers ICMP port unreachable.
+* SCTP: an association's first packet (INIT) to a listener is answered (INIT-ACK, which
+  completes the probe's exchange; the rest of the four-way handshake is not modelled);
+  to a client socket it is consumed; otherwise the kernel answers ABORT (RFC 9260
+  8.4: an "out of the blue" INIT), which the client's socket reports as refused.
 * **Answerers** (DNS servers: ``netns -> (proto, port) -> function``) compute the
   payload of an answer from the payload received: a UDP datagram to such a listener is
   answered with ``answerer(payload, tcp=False)`` (None: nothing is sent back); a TCP data
@@ -166,6 +170,8 @@ class Endpoints:
             return self._icmp(netns, pkt)
         if proto == "udp":
             return self._udp(netns, pkt)
+        if proto == "sctp":
+            return self._sctp(netns, pkt)
         return Reception("refused", _port_unreachable(pkt), pkt.dport, "protocol unreachable")
 
     def _icmp(self, netns: str, pkt: Packet) -> Reception:
@@ -278,6 +284,20 @@ class Endpoints:
         )
         return Reception("listener", answer, pkt.dport, "datagram answered")
 
+    def _sctp(self, netns: str, pkt: Packet) -> Reception:
+        key: FourTuple = ("sctp", _int(pkt.dst), pkt.dport, _int(pkt.src), pkt.sport)
+        if key in self.clients.get(netns, ()):
+            if pkt.flags >= SCTP_ABORT:
+                return Reception("refused", None, pkt.dport, "ABORT: association refused")
+            return Reception("client", None, pkt.dport, "answer to the client socket")
+        back = (pkt.dst, pkt.src, "sctp", pkt.dport, pkt.sport)
+        if not self.listening(netns, "sctp", pkt.dport):
+            abort = Packet(*back, flags=SCTP_ABORT)  # type: ignore[arg-type]
+            return Reception("refused", abort, pkt.dport, f"no listener on sctp/{pkt.dport}")
+        self.seen.append(Seen(netns, "sctp", pkt.src, pkt.sport, pkt.dst, pkt.dport))
+        answer = Packet(*back, flags=SCTP_INIT_ACK)  # type: ignore[arg-type]
+        return Reception("listener", answer, pkt.dport, "INIT answered (INIT-ACK)")
+
 
 _new_tuple = tuple.__new__
 _NO_ANSWERERS: dict[tuple[str, int], Answerer] = {}
@@ -294,6 +314,10 @@ FIN_ACK = frozenset({"FIN", "ACK"})
 PSH_ACK = frozenset({"PSH", "ACK"})
 RST = frozenset({"RST"})
 RST_ACK = frozenset({"RST", "ACK"})
+#: the SCTP chunks the model sends, as packet flags
+SCTP_INIT = frozenset({"INIT"})
+SCTP_INIT_ACK = frozenset({"INIT_ACK"})
+SCTP_ABORT = frozenset({"ABORT"})
 
 
 def _tcp_answer(pkt: Packet, flags: frozenset[str], length: int = 40) -> Packet:

@@ -154,6 +154,18 @@ def connect(
     )
 
 
+def sctp_refused() -> str | None:
+    """Why this kernel cannot open SCTP sockets (None: it can). Without the ``sctp``
+    module (not loadable in some sandboxes and containers) ``socket(AF_INET,
+    SOCK_STREAM, IPPROTO_SCTP)`` fails with EPROTONOSUPPORT."""
+    try:
+        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_SCTP)
+    except OSError as e:
+        return f"this kernel has no SCTP (socket(AF_INET, SOCK_STREAM, IPPROTO_SCTP): {e.strerror})"
+    s.close()
+    return None
+
+
 def _checksum(data: bytes) -> int:
     if len(data) % 2:
         data += b"\0"

@@ -1,4 +1,4 @@
-"""Labs 01-05, 07, 08, 09 and 10 on real network namespaces (``--real``) pass the same checks as on the
+"""Labs 01-05 and 07-11 on real network namespaces (``--real``) pass the same checks as on the
 emulator, and leave nothing behind."""
 
 from __future__ import annotations
