@@ -57,6 +57,40 @@ failureThreshold + 1 s (4 s for the probe it is to use: periodSeconds 1,
 failureThreshold 3); kill_kube_proxy_converge_seconds <= 5 s on 4 real nodes. Exit
 code 1 when a measured target is missed; 130 when interrupted (cleaned up, no JSON).
 
+Measured (2026-11-29, a shared 2-core machine, load average 10-36 from other work):
+
+* ``--real --no-emulated --services 1000 --real-deployments 20 --timeout 900``:
+  network_programming p50 12.4 s, p99 35.1 s (target 2 s), max 36.7 s over 2,797
+  samples (500 slices changed x 4 nodes, and second changes); kill_kube_proxy_converge
+  52.9 s (target 5 s): the restarted kube-proxy's first (full) sync of 13,230 payload
+  lines took 24 s in its own log; setup 1,060 s. Missed. (One ReplicaSet of the setup
+  got no pods: the deployment controller kept failing with "already exists" and the
+  ReplicaSet controller never reconciled it; deleting it by hand let the setup end.)
+* the same at ``--services 20 --real-deployments 3 --replicas 1 --scale 1`` (load ~2-6):
+  p99 1.11 s, kill converge 13.6 s before the bytecode fix (12 s of it the restarted
+  process compiling svclab from source).
+* emulated, ``--nodes 100 --services 1000``: not finished. The setup converged after
+  425 s; 14 minutes after the scale no kube-proxy had logged the scale's changes (syncs
+  took up to 30 s, changes of the setup were applied 519 s after their trigger); the
+  run was interrupted.
+
+What stands in the way (cProfile of one kube-proxy, and of the threaded host with all
+its threads): (1) in the threaded host every kube-proxy's ``LiveComponent._on_events``
+takes the component's lock, which ``step`` holds for the whole sync (render and load),
+so the informers all kube-proxies share deliver each event batch to one kube-proxy
+after the other, each waiting for that one's sync to end: at 100 nodes a change
+reaches the last kube-proxy only after the others' syncs (``_on_events`` was the
+largest self time of the host after blocking I/O); events handed to a per-component
+inbox, drained under the lock by ``step``, would remove that head-of-line wait. (2) a
+partial sync at 1,000 Services carries KUBE-SERVICES whole (~1,100 rules) and the
+emulated sink re-parses and re-checks the whole nat table: ~0.25-0.8 s of CPU per node
+per sync (``apply_restore`` 96 % of it: ``_check_table`` 42 %, ``parse_rule`` 24 %,
+``_thaw``/``_freeze`` 11 %), so 100 nodes need 25 s or more of one core per change. (3) the
+real nodes' kube-proxies are separate processes, but on two cores shared with the API
+server, controllers and six other sessions a 13,000-line restore plus its render takes
+seconds to tens of seconds. kube-proxy's minSyncPeriod is upstream's default (1 s) here
+and is not what stands in the way.
+
 Usage: scripts/bench_live.py [--nodes 100] [--services 1000] [--deployments 50]
        [--replicas 2] [--scale 10] [--real [--real-deployments 20]] [--no-emulated]
        [--keep DIR]
