@@ -83,9 +83,10 @@ reaches the last kube-proxy only after the others' syncs (``_on_events`` was the
 largest self time of the host after blocking I/O); events handed to a per-component
 inbox, drained under the lock by ``step``, would remove that head-of-line wait. (2) a
 partial sync at 1,000 Services carries KUBE-SERVICES whole (~1,100 rules) and the
-emulated sink re-parses and re-checks the whole nat table: ~0.25-0.8 s of CPU per node
-per sync (``apply_restore`` 96 % of it: ``_check_table`` 42 %, ``parse_rule`` 24 %,
-``_thaw``/``_freeze`` 11 %), so 100 nodes need 25 s or more of one core per change. (3) the
+emulated sink re-parses it and re-checks the whole nat table: 0.26-1.97 s per node per
+sync (five syncs of 20 changed Services, load ~10; ``apply_restore`` 96 % of it:
+``_check_table`` 42 %, ``parse_rule`` 24 %, ``_thaw``/``_freeze`` 11 %), so 100 nodes
+need 25 s or more of one core per change. (3) the
 real nodes' kube-proxies are separate processes, but on two cores shared with the API
 server, controllers and six other sessions a 13,000-line restore plus its render takes
 seconds to tens of seconds. kube-proxy's minSyncPeriod is upstream's default (1 s) here
