@@ -7,6 +7,9 @@ starts beside the API server, in either mode of ``--components``.
     the supervisor of ``--components processes`` (:class:`control.supervisor.Supervisor`):
     one process per identity group, following the Nodes through its own API identity
     (``system:svclab-supervisor``, which may read Nodes only).
+With ``--real`` the supervisor (or the threads' process) also makes the kernel's nodes
+follow the Nodes (:class:`app.realnode.RealNodeFollower`).
+
 ``python -m app.livehost component GROUP STATE_DIR SERVER [--node N ...] [options]``
     one group's process: ``kube-controller-manager`` or ``kube-scheduler`` (both with
     leader election through their Lease), or ``kubelet`` / ``kube-proxy`` of the named
@@ -188,6 +191,50 @@ def _run_plane(plane: Any, done: threading.Event, *, state_dir: Path | None = No
     return 1 if plane.lost_lease is not None else 0
 
 
+def _follow_real_nodes(args: argparse.Namespace, done: threading.Event) -> None:
+    """``--real``: the kernel's nodes follow the Nodes (:class:`app.realnode.RealNodeFollower`),
+    read through the supervisor's identity, in threads of this process until ``done``.
+    A failure is logged and tried again on the next Node event or 5 s later."""
+    from app.realnode import RealNodeFollower
+    from control.informers.informer import Reflector, SharedInformer
+    from control.live import https_connector, load_config
+    from control.store.base import WatchEvent
+    from netmodel.objects import Node
+
+    spec, _ = load_config(args.state_dir)
+    follower = RealNodeFollower(args.state_dir, spec)
+    conn = https_connector(args.state_dir, args.server)(SUPERVISOR, "svclab-real-nodes")
+    nodes = SharedInformer("Node")
+    changed = threading.Event()
+
+    def on_nodes(_events: Sequence[WatchEvent]) -> None:
+        changed.set()
+
+    nodes.add_handler(on_nodes)
+    reflector = Reflector(conn.lister_watcher, nodes, name="real-nodes/Node")
+    threading.Thread(target=reflector.run, args=(done,), name="real-nodes", daemon=True).start()
+
+    def work() -> None:
+        while not done.is_set():
+            changed.wait(5.0)
+            if done.is_set() or not changed.is_set():
+                continue
+            changed.clear()
+            try:
+                added, released = follower.follow(o for o in nodes.objects() if isinstance(o, Node))
+            except Exception as e:  # logged, tried again
+                log.error("real nodes: %s (trying again)", e)
+                changed.set()
+                done.wait(5.0)
+                continue
+            for name in added:
+                log.info("real nodes: %s realised", name)
+            for name in released:
+                log.info("real nodes: %s released", name)
+
+    threading.Thread(target=work, name="real-nodes-follow", daemon=True).start()
+
+
 def _supervise(args: argparse.Namespace, done: threading.Event) -> int:
     from control.informers.informer import Reflector, SharedInformer
     from control.live import https_connector
@@ -259,6 +306,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request: too much
     done = _until_stopped()
+    if args.real and top.mode in ("supervise", "threads"):
+        _follow_real_nodes(args, done)
     if top.mode == "supervise":
         return _supervise(args, done)
     if top.mode == "threads":

@@ -22,8 +22,13 @@ ADDs pods that have no sandbox yet; and each kube-proxy's first sync is a full s
 over the rules ``up`` loaded (the same text: chains rewritten in place, conntrack
 entries and pods untouched), as upstream kube-proxy does when it restarts on a node.
 
-Limits: nodes are the ones realised when the host was made (a Node created later has
-no namespace: its pods' sandboxes fail and are retried); clusters whose pods svclab
+Nodes follow the cluster (:class:`RealNodeFollower`, run by ``svclab serve --real``
+beside the components): a Node created later gets its namespace, links and routes
+once it has an InternalIP and a podCIDR (its pods' sandboxes fail and are retried
+until then); a deleted Node's namespace and its pods are removed.
+
+Limits: a Node added after a lower-named one was deleted is refused (the router's
+port names follow the nodes' order); clusters whose pods svclab
 lays out itself (``--cni netlink``, Calico) are refused; a DNS pod started live gets a
 pod server, not a DNS server.
 """
@@ -32,6 +37,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Collection, Iterable
+from ipaddress import IPv4Network
 from pathlib import Path
 
 from app.real import NoRealCluster, RealRecord
@@ -40,13 +46,15 @@ from app.realprober import RealProber
 from control.agents.kubeproxy import RuleSink
 from control.agents.network import NetworkPlugin, PodNetworkResult
 from control.agents.probes import Prober
-from dataplane.linux.livenode import NodeRuleLoader, forget_pod, record_pod
+from dataplane.linux.livenode import NodeRuleLoader, forget_pod, realise_nodes, record_pod
 from dataplane.linux.realize import RealCluster
 from dataplane.linux.servers import PodServers, Proto, ServerSpec
 from netmodel import podports
 from netmodel.cluster import ClusterSpec
 from netmodel.errors import BackendError
+from netmodel.network import ClusterNetwork
 from netmodel.objects import Node, Pod
+from netmodel.topology import build, node_info, spec_blocks
 
 
 def pod_ports(pod: Pod) -> tuple[tuple[int, Proto], ...]:
@@ -166,4 +174,62 @@ class RealNodeHost:
             self.rules.loads.pop(node, None)
 
 
-__all__ = ["RealNodeHost", "RealPodNetwork", "pod_ports"]
+def nodes_network(
+    spec: ClusterSpec, nodes: Iterable[Node], external_clients: Iterable[str] = ()
+) -> ClusterNetwork:
+    """The network :func:`app.emulation.view` builds for these Nodes, without pods (the
+    kubelets attach those): every Node with an InternalIP, in name order (the store's,
+    which ``up --real`` followed)."""
+    infos = [
+        node_info(n.name, n.internal_ips[0], n.spec.pod_cidr)
+        for n in sorted(nodes, key=lambda n: n.name)
+        if n.internal_ips
+    ]
+    owned = {str(i.ip) for i in infos}
+    node_net = spec.node_net
+    if not isinstance(node_net, IPv4Network):
+        raise BackendError("real nodes: the node network must be IPv4")
+    return build(
+        node_net,
+        infos,
+        [],
+        overlay=spec.overlay,
+        external_clients=sorted({c for c in external_clients if c not in owned}),
+        cni=spec.cni,
+        blocks=spec_blocks(spec, infos, []),
+    )
+
+
+class RealNodeFollower:
+    """The kernel's nodes follow the cluster's Nodes while ``svclab serve --real`` runs
+    (one per server, beside the supervisor or the threads): a Node that appears gets its
+    namespace, links and routes (and the other nodes their routes to it), as ``up --real``
+    builds them, once it has an InternalIP and a podCIDR; a deleted Node's namespace and
+    the pods recorded on it are removed (:func:`dataplane.linux.realize.realize_nodes`).
+    Until then its kubelet's sandboxes and kube-proxy's loads fail and are retried."""
+
+    def __init__(self, state_dir: Path, spec: ClusterSpec) -> None:
+        record = RealRecord.read(state_dir)
+        if record is None:
+            raise NoRealCluster(f"{state_dir}: no real cluster up here")
+        self.cluster_id = record.cluster_id
+        self.external_clients = record.external_clients
+        self.spec = spec
+        self._lock = threading.Lock()
+
+    def follow(self, nodes: Iterable[Node]) -> tuple[list[str], list[str]]:
+        """Make the kernel's nodes those of ``nodes`` (every Node the API holds); a new
+        Node without a podCIDR yet waits for the next call. Returns (node namespaces
+        added, released)."""
+        with self._lock:
+            realised = set(RealCluster.load(self.cluster_id).namespaces)
+            ready = [
+                n
+                for n in nodes
+                if f"node/{n.name}" in realised or (n.spec.pod_cidr and n.internal_ips)
+            ]
+            network = nodes_network(self.spec, ready, self.external_clients)
+            return realise_nodes(self.cluster_id, network)
+
+
+__all__ = ["RealNodeFollower", "RealNodeHost", "RealPodNetwork", "nodes_network", "pod_ports"]

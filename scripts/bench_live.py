@@ -13,34 +13,96 @@ kube-proxy logs ``network_programming_seconds`` (sync done - trigger) for each s
 change its sync applied (``control/agents/netprog.py``). The figures are read from the
 server's log once every node has reported every rewritten slice.
 
+With ``--real``, the same on 4 real nodes: ``svclab serve --real --components
+processes`` (each node's kubelet and kube-proxy its own process; kube-proxy loads
+each sync into its node's network namespace, and logs the same durations after the
+load), ``--real-deployments`` Deployments of real pods (namespaces and pod servers)
+behind the same ``--services``. Then ``kill_kube_proxy_converge_seconds``: SIGKILL of
+node-2's kube-proxy process, a ``kubectl scale`` right after, until node-2's
+namespace holds what a fresh full sync loads (``svclab rules --node node-2`` over the
+API's state once the change is in every slice; the kube-proxy part of ``iptables-save``
+read back to back from the kill on). The real cluster is torn down (``svclab down``)
+on every exit, on an error, Ctrl-C or SIGTERM too; the servers are stopped first.
+
+Components start as an installed svclab would: their bytecode is written by the first
+start (into a temporary ``PYTHONPYCACHEPREFIX``; where the shell sets
+``PYTHONDONTWRITEBYTECODE`` every process, a restarted kube-proxy too, compiled
+svclab's modules from source, ~10 s under load).
+
 Prints one JSON object (see scripts/benchjson.py for the convention):
 
+    command                            how it was run
     setup.apply_converge_cold_seconds  kubectl apply of the workload until every slice
-                                       holds its pods and every kube-proxy reported
+                                       holds its pods and every kube-proxy synced it
     emulated_warm.network_programming_p50_seconds / _p99_seconds / _max_seconds
                                        over every (node, slice change) of the scale
                                        (warm: the plane had converged before)
     emulated_warm.samples              how many durations (nodes x slices changed)
-    emulated_warm.readiness_to_rules_p99_seconds, kill_kube_proxy_converge_seconds
-                                       null with ``missing`` where this branch lacks
-                                       the feature (probes; components as processes)
-    real_warm                          ``--real``: the same on 4 real nodes; null with
-                                       ``missing`` when this tree cannot serve --real
+    emulated_warm.readiness_to_rules_p99_seconds
+                                       ``svclab pod fail --probe readiness`` until the
+                                       endpoint is gone from every node
+    emulated_warm.kill_kube_proxy_converge_seconds
+                                       null with ``missing``: its target is on real
+                                       nodes (the emulated plane runs threads)
+    real_warm (``--real``)             network_programming_* as above on 4 real nodes,
+                                       kill_kube_proxy_converge_seconds, kernel_reads
+                                       and kernel_read_mean_seconds (its resolution:
+                                       the figure errs late by at most one read)
+    real_setup                         as setup, for the real cluster
     load_average                       os.getloadavg() at the start and at the end
 
 Targets (issue 25): network_programming_p99_seconds <= 1 s emulated (100 nodes, 1,000
 Services) and <= 2 s real (4 nodes); readiness_to_rules_p99_seconds <= periodSeconds x
 failureThreshold + 1 s (4 s for the probe it is to use: periodSeconds 1,
 failureThreshold 3); kill_kube_proxy_converge_seconds <= 5 s on 4 real nodes. Exit
-code 1 when a measured target is missed.
+code 1 when a measured target is missed; 130 when interrupted (cleaned up, no JSON).
+
+Measured (2026-11-29, a shared 2-core machine, load average 10-36 from other work):
+
+* ``--real --no-emulated --services 1000 --real-deployments 20 --timeout 900``:
+  network_programming p50 12.4 s, p99 35.1 s (target 2 s), max 36.7 s over 2,797
+  samples (500 slices changed x 4 nodes, and second changes); kill_kube_proxy_converge
+  52.9 s (target 5 s): the restarted kube-proxy's first (full) sync of 13,230 payload
+  lines took 24 s in its own log; setup 1,060 s. Missed. (One ReplicaSet of the setup
+  got no pods: the deployment controller kept failing with "already exists" and the
+  ReplicaSet controller never reconciled it; deleting it by hand let the setup end.)
+* the same at ``--services 20 --real-deployments 3 --replicas 1 --scale 1`` (load ~2-6):
+  p99 1.11 s, kill converge 13.6 s before the bytecode fix (12 s of it the restarted
+  process compiling svclab from source).
+* emulated, ``--nodes 100 --services 1000``: not finished. The setup converged after
+  425 s; 14 minutes after the scale no kube-proxy had logged the scale's changes (syncs
+  took up to 30 s, changes of the setup were applied 519 s after their trigger); the
+  run was interrupted.
+
+What stands in the way (cProfile of one kube-proxy, and of the threaded host with all
+its threads): (1) in the threaded host every kube-proxy's ``LiveComponent._on_events``
+takes the component's lock, which ``step`` holds for the whole sync (render and load),
+so the informers all kube-proxies share deliver each event batch to one kube-proxy
+after the other, each waiting for that one's sync to end: at 100 nodes a change
+reaches the last kube-proxy only after the others' syncs (``_on_events`` was the
+largest self time of the host after blocking I/O); events handed to a per-component
+inbox, drained under the lock by ``step``, would remove that head-of-line wait. (2) a
+partial sync at 1,000 Services carries KUBE-SERVICES whole (~1,100 rules) and the
+emulated sink re-parses it and re-checks the whole nat table: 0.26-1.97 s per node per
+sync (five syncs of 20 changed Services, load ~10; ``apply_restore`` 96 % of it:
+``_check_table`` 42 %, ``parse_rule`` 24 %, ``_thaw``/``_freeze`` 11 %), so 100 nodes
+need 25 s or more of one core per change. (3) the
+real nodes' kube-proxies are separate processes, but on two cores shared with the API
+server, controllers and six other sessions a 13,000-line restore plus its render takes
+seconds to tens of seconds. kube-proxy's minSyncPeriod is upstream's default (1 s) here
+and is not what stands in the way.
 
 Usage: scripts/bench_live.py [--nodes 100] [--services 1000] [--deployments 50]
-       [--replicas 2] [--scale 10] [--real] [--keep DIR]
+       [--replicas 2] [--scale 10] [--real [--real-deployments 20]] [--no-emulated]
+       [--keep DIR]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import hashlib
+import itertools
 import json
 import os
 import re
@@ -50,8 +112,9 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -260,90 +323,175 @@ def reported(served: Served, since: int, nodes: int, slices: set[str], after: fl
     return len(seen) == len(slices) and all(len(v) >= nodes for v in seen.values())
 
 
+def measure_sli(
+    served: Served,
+    *,
+    nodes: int,
+    deployments: int,
+    replicas: int,
+    services: int,
+    scale: int,
+    timeout: float,
+    p99_at_most: float,
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The network programming SLI on ``served`` (``nodes`` nodes): the workload applied
+    and converged (setup, cold), then ``scale`` Deployments scaled by one (warm). Returns
+    (figures, setup figures)."""
+    deps, reps, svcs = deployments, replicas, services
+    per_dep = {f"app-{i:03d}": reps for i in range(deps)}
+    progress(f"serving {nodes} nodes; applying {deps} Deployments, {svcs} Services")
+    t0 = time.monotonic()
+    served.kubectl("apply", "-f", "-", stdin=workload(deps, reps, svcs))
+    applied = time.monotonic() - t0
+
+    def all_ready() -> bool:
+        have = slice_triggers(served)
+        return len(have) == svcs and all(
+            n == per_dep[f"app-{int(s[4:]) % deps:03d}"] for s, (n, _) in have.items()
+        )
+
+    try:
+        wait(all_ready, timeout, "every Service's slices list its ready pods", 2.0)
+    except SystemExit:
+        progress(served.kubectl("get", "pods,endpointslices", "-o", "wide"))
+        progress(served.log.read_text()[-3000:])
+        raise
+    wait(
+        lambda: synced_everywhere(served, nodes),
+        timeout,
+        "every kube-proxy synced every slice",
+        2.0,
+    )
+    converged = time.monotonic() - t0
+    progress(f"converged in {converged:.1f} s; scaling {scale} Deployments")
+    time.sleep(2.0)  # let stragglers (second writes of a slice) land before the mark
+    mark = served.log.stat().st_size
+    scaled = [f"app-{i:03d}" for i in range(min(scale, deps))]
+    before = slice_triggers(served)
+    t_scale = time.time()  # the triggers of the measured change come after it
+    served.kubectl("scale", "deploy", *scaled, f"--replicas={reps + 1}")
+    for d in scaled:
+        per_dep[d] = reps + 1
+    wait(all_ready, timeout, "the scaled Services' slices list the new pods", 1.0)
+    changed = changed_slices(served, before)
+    wait(
+        lambda: reported(served, mark, nodes, changed, t_scale),
+        timeout,
+        "every kube-proxy reported every rewritten slice",
+        1.0,
+    )
+    # (kube-proxies may still be applying older changes of these slices: only the
+    # changes the scale triggered count)
+    durations = [
+        s
+        for _, s, sl, trig in served.samples(mark)
+        if sl in changed and parse_rfc3339_nano(trig) >= t_scale
+    ]
+    progress(f"{len(durations)} durations over {len(changed)} slices")
+    figures: dict[str, Any] = {
+        "nodes": nodes,
+        "services": svcs,
+        "slices_changed": len(changed),
+        "samples": len(durations),
+        "network_programming_p50_seconds": round(percentile(durations, 50), 4),
+        "network_programming_p99_seconds": target(
+            round(percentile(durations, 99), 4), at_most=p99_at_most
+        ),
+        "network_programming_max_seconds": round(max(durations), 4),
+    }
+    setup = {
+        "apply_cold_seconds": round(applied, 2),
+        "apply_converge_cold_seconds": round(converged, 2),
+        "deployments": deps,
+        "replicas": reps,
+    }
+    return figures, setup
+
+
+STARTED = re.compile(
+    r"^(?P<at>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(?P<ms>\d{3}) .*component=kube-proxy/"
+    r"(?P<node>\S+) (?P<what>started objects|synced)=",
+    re.M,
+)
+
+
+def kube_proxy_syncs(served: Served) -> dict[str, tuple[float, float]]:
+    """Per node: when its kube-proxy (the last one started) started, and when it last
+    finished a sync after that (0.0: none yet), in Unix seconds, from the log."""
+    out: dict[str, tuple[float, float]] = {}
+    for m in STARTED.finditer(served.log.read_text(errors="replace")):
+        at = time.mktime(time.strptime(m["at"], "%Y-%m-%d %H:%M:%S")) + int(m["ms"]) / 1000
+        if m["what"] == "started objects":
+            out[m["node"]] = (at, 0.0)
+        elif m["node"] in out:
+            out[m["node"]] = (out[m["node"]][0], at)
+    return out
+
+
+def synced_everywhere(served: Served, nodes: int) -> bool:
+    """Every node's kube-proxy has the latest change of every workload slice in its
+    rules: a sync it logged for the slice ended after that change (several changes
+    before one sync are logged once, at the earliest trigger:
+    ``control/agents/netprog.py``), or it started after the change (its start-up list
+    held it; upstream kube-proxy too measures no change older than itself) and has
+    synced since, or it finished some sync a second or more after the change (the
+    change's event had come by then)."""
+    latest: dict[str, float] = {}
+    for sl in json.loads(served.kubectl("get", "endpointslices", "-o", "json"))["items"]:
+        note = (sl["metadata"].get("annotations") or {}).get(TRIGGER)
+        if sl["metadata"]["name"].startswith("svc-") and note:
+            latest[f"default/{sl['metadata']['name']}"] = parse_rfc3339_nano(note)
+    done: dict[str, dict[str, float]] = {}  # node -> slice -> end of its latest sync
+    for node, seconds, sl, trigger in served.samples():
+        mine = done.setdefault(node, {})
+        mine[sl] = max(mine.get(sl, 0.0), parse_rfc3339_nano(trigger) + seconds)
+    starts = kube_proxy_syncs(served)
+    if len(starts) < nodes:
+        return False
+    for node, (started, synced) in starts.items():
+        mine = done.get(node, {})
+        for sl, at in latest.items():
+            if mine.get(sl, 0.0) >= at or synced >= at + 1.0:
+                continue
+            if not (started >= at and synced >= started):
+                return False
+    return True
+
+
+def changed_slices(served: Served, before: dict[str, tuple[int, str | None]]) -> set[str]:
+    """The slices (``default/NAME``) of every Service whose latest trigger differs from
+    ``before`` (:func:`slice_triggers`)."""
+    after = slice_triggers(served)
+    changed_svcs = {s for s in after if after[s][1] != before.get(s, (0, None))[1]}
+    return {
+        f"default/{i['metadata']['name']}"
+        for i in json.loads(served.kubectl("get", "endpointslices", "-o", "json"))["items"]
+        if i["metadata"]["labels"].get("kubernetes.io/service-name") in changed_svcs
+    }
+
+
 def measure_emulated(args: argparse.Namespace, tmp: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     served = start(tmp, args.nodes, [])
     try:
-        deps, reps, svcs = args.deployments, args.replicas, args.services
-        per_dep = {f"app-{i:03d}": reps for i in range(deps)}
-        progress(f"serving {args.nodes} nodes; applying {deps} Deployments, {svcs} Services")
-        t0 = time.monotonic()
-        served.kubectl("apply", "-f", "-", stdin=workload(deps, reps, svcs))
-        applied = time.monotonic() - t0
-
-        def all_ready() -> bool:
-            have = slice_triggers(served)
-            return len(have) == svcs and all(
-                n == per_dep[f"app-{int(s[4:]) % deps:03d}"] for s, (n, _) in have.items()
-            )
-
-        try:
-            wait(all_ready, args.timeout, "every Service's slices list its ready pods", 2.0)
-        except SystemExit:
-            progress(served.kubectl("get", "pods,endpointslices", "-o", "wide"))
-            progress(served.log.read_text()[-3000:])
-            raise
-        all_slices = {
-            f"default/{i['metadata']['name']}"
-            for i in json.loads(served.kubectl("get", "endpointslices", "-o", "json"))["items"]
-            if i["metadata"]["name"].startswith("svc-")
-        }
-        wait(
-            lambda: reported(served, 0, args.nodes, all_slices),
-            args.timeout,
-            "every kube-proxy synced every slice",
-            2.0,
+        warm, setup = measure_sli(
+            served,
+            nodes=args.nodes,
+            deployments=args.deployments,
+            replicas=args.replicas,
+            services=args.services,
+            scale=args.scale,
+            timeout=args.timeout,
+            p99_at_most=1.0,
         )
-        converged = time.monotonic() - t0
-        progress(f"converged in {converged:.1f} s; scaling {args.scale} Deployments")
-        time.sleep(2.0)  # let stragglers (second writes of a slice) land before the mark
-        mark = served.log.stat().st_size
-        scaled = [f"app-{i:03d}" for i in range(min(args.scale, deps))]
-        before = slice_triggers(served)
-        t_scale = time.time()  # the triggers of the measured change come after it
-        served.kubectl("scale", "deploy", *scaled, f"--replicas={reps + 1}")
-        for d in scaled:
-            per_dep[d] = reps + 1
-        wait(all_ready, args.timeout, "the scaled Services' slices list the new pods", 1.0)
-        after = slice_triggers(served)
-        changed_svcs = {s for s in after if after[s][1] != before.get(s, (0, None))[1]}
-        changed = {
-            f"default/{i['metadata']['name']}"
-            for i in json.loads(served.kubectl("get", "endpointslices", "-o", "json"))["items"]
-            if i["metadata"]["labels"].get("kubernetes.io/service-name") in changed_svcs
-        }
-        wait(
-            lambda: reported(served, mark, args.nodes, changed, t_scale),
-            args.timeout,
-            "every kube-proxy reported every rewritten slice",
-            1.0,
+        warm["readiness_to_rules_p99_seconds"] = readiness_to_rules(
+            served, args.nodes, args.timeout
         )
-        # (kube-proxies may still be applying older changes of these slices: only the
-        # changes the scale triggered count)
-        durations = [
-            s
-            for _, s, sl, trig in served.samples(mark)
-            if sl in changed and parse_rfc3339_nano(trig) >= t_scale
-        ]
-        progress(f"{len(durations)} durations over {len(changed)} slices")
-        warm: dict[str, Any] = {
-            "nodes": args.nodes,
-            "services": svcs,
-            "slices_changed": len(changed),
-            "samples": len(durations),
-            "network_programming_p50_seconds": round(percentile(durations, 50), 4),
-            "network_programming_p99_seconds": target(
-                round(percentile(durations, 99), 4), at_most=1.0
-            ),
-            "network_programming_max_seconds": round(max(durations), 4),
-            "readiness_to_rules_p99_seconds": readiness_to_rules(served, args.nodes, args.timeout),
-            "kill_kube_proxy_converge_seconds": kill_kube_proxy(served),
-        }
-        setup = {
-            "apply_cold_seconds": round(applied, 2),
-            "apply_converge_cold_seconds": round(converged, 2),
-            "deployments": deps,
-            "replicas": reps,
-        }
+        # the target is on real nodes (real_warm, --real); the emulated plane here
+        # runs its components as threads, which cannot be killed one by one
+        warm["kill_kube_proxy_converge_seconds"] = missing(
+            "measured on 4 real nodes: real_warm.kill_kube_proxy_converge_seconds (--real)",
+            at_most=5.0,
+        )
         return warm, setup
     finally:
         served.stop()
@@ -388,31 +536,207 @@ def readiness_to_rules(served: Served, nodes: int, timeout: float) -> dict[str, 
     return target(round(percentile(done, 99), 4), at_most=float(PROBE_PERIOD * PROBE_FAILURES + 1))
 
 
-def kill_kube_proxy(served: Served) -> dict[str, Any]:
-    """SIGKILL of one node's kube-proxy process until its rules are again those of a
-    fresh full sync (target <= 5 s on 4 real nodes). Needs components as processes."""
-    del served
-    helped = subprocess.run(
-        [*svclab(), "serve", "--help"], capture_output=True, text=True, cwd=ROOT, check=False
-    ).stdout
-    if "--components" not in helped:
-        return missing("no `svclab serve --components processes` on this tree", at_most=5.0)
-    return missing("processes exist, this measurement is not written yet", at_most=5.0)
+# ------------------------------------------------------------------ real nodes
+
+REAL_NODES = 4
+KILLED = "node-2"
 
 
-def measure_real(args: argparse.Namespace) -> dict[str, Any]:
-    """``--real``: 4 real nodes (helper realnodes' `serve --real` following the cluster)."""
-    del args
-    why = (
-        "no app/realnode.py (serve --real following every change) on this tree"
-        if not (ROOT / "app" / "realnode.py").exists()
-        else "real nodes exist, this measurement is not written yet"
-    )
+def component_pid(state: Path, group: str, node: str) -> int | None:
+    """The pid of ``group``'s process of ``node`` under the supervisor serving ``state``
+    (``python -m app.livehost component GROUP STATE SERVER --node NODE``), or None."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        args = [a.decode(errors="replace") for a in argv]
+        if "app.livehost" not in args or "component" not in args:
+            continue
+        i = args.index("component")
+        if args[i + 1 : i + 3] != [group, str(state)]:
+            continue
+        if [args[j + 1] for j, a in enumerate(args[:-1]) if a == "--node"] == [node]:
+            return int(entry.name)
+    return None
+
+
+def kube_proxy_part(save: str) -> frozenset[tuple[str, str, tuple[str, ...]]]:
+    """What kube-proxy owns of an ``iptables-save`` text: per table, each ``KUBE-*`` chain
+    with its rules in order, and the built-in chains' jumps to ``KUBE-*`` chains (other
+    chains, the CNI plugins' and svclab's hairpin ones, are the node's, not kube-proxy's).
+    Not the order chains were created in: a fresh full sync and one that added a
+    Service's chains later declare them in different orders."""
+    out: set[tuple[str, str, tuple[str, ...]]] = set()
+    table = ""
+    rules: dict[str, list[str]] = {}
+    for line in save.splitlines():
+        if line.startswith("*"):
+            table, rules = line[1:], {}
+        elif line.startswith(":KUBE-"):
+            rules.setdefault(line.split()[0][1:], [])
+        elif line.startswith("-A "):
+            chain = line.split()[1]
+            if chain.startswith("KUBE-") or " -j KUBE-" in line:
+                rules.setdefault(chain, []).append(line)
+        elif line == "COMMIT":
+            out.update((table, c, tuple(r)) for c, r in rules.items())
+    return frozenset(out)
+
+
+def kill_kube_proxy_real(
+    served: Served, *, deployments: int, scaled: int, replicas: int, timeout: float
+) -> dict[str, Any]:
+    """SIGKILL of :data:`KILLED`'s kube-proxy process, then ``kubectl scale`` of
+    ``scale_deploy`` to ``replicas``, until the node's namespace holds what a fresh full
+    sync loads (``svclab rules --node``, over the API's state once the change is in
+    every slice): its ``iptables-save`` is read back to back from the kill on, and the
+    figure is the end of the first read that matched (so it errs late by at most one
+    read, ``kernel_read_mean_seconds``). Warm: the plane had converged before."""
+    from app.real import RealRecord
+    from dataplane.linux.realize import RealCluster
+    from dataplane.linux.rules import iptables_save
+
+    record = RealRecord.read(served.state)
+    if record is None:
+        raise SystemExit(f"{served.state}: no real cluster recorded")
+    cluster = RealCluster.load(record.cluster_id)
+    netns = cluster.node_netns(KILLED)
+    backend = cluster.iptables_backend
+
+    def kernel() -> frozenset[tuple[str, str, tuple[str, ...]]]:
+        text = "".join(
+            iptables_save(netns, counters=False, table=t, backend=backend)
+            for t in ("filter", "nat")
+        )
+        return kube_proxy_part(text)
+
+    pid = component_pid(served.state, "kube-proxy", KILLED)
+    if pid is None:
+        raise SystemExit(f"no kube-proxy process of {KILLED} under {served.state}")
+    scale_deploy = f"app-{scaled:03d}"
+    svc_of_deploy = [s for s in slice_triggers(served) if int(s[4:]) % deployments == scaled]
+    reads: list[tuple[float, int]] = []  # (end of the read, hash of what it read)
+    stop = threading.Event()
+
+    def digest(part: frozenset[tuple[str, str, tuple[str, ...]]]) -> int:
+        return int(hashlib.sha256(repr(sorted(part)).encode()).hexdigest()[:15], 16)
+
+    def poll() -> None:
+        while not stop.is_set():
+            got = digest(kernel())
+            reads.append((time.time(), got))
+            stop.wait(0.05)  # leave the two cores to the restarting kube-proxy
+
+    progress(f"killing kube-proxy/{KILLED} (pid {pid}); scaling {scale_deploy} to {replicas}")
+    t_kill = time.time()
+    os.kill(pid, signal.SIGKILL)
+    poller = threading.Thread(target=poll, name="kernel-reads", daemon=True)
+    poller.start()
+    try:
+        served.kubectl("scale", "deploy", scale_deploy, f"--replicas={replicas}")
+
+        def settled() -> bool:
+            now = slice_triggers(served)
+            return all(now[s][0] == replicas for s in svc_of_deploy)
+
+        wait(settled, timeout, f"{scale_deploy}'s Services list {replicas} ready pods", 0.5)
+        fresh = subprocess.run(
+            [*svclab(), "--state", str(served.state), "rules", "--node", KILLED],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            check=False,
+        )
+        if fresh.returncode != 0:
+            raise SystemExit(f"svclab rules --node {KILLED}: {fresh.stderr.strip()}")
+        want = digest(kube_proxy_part(fresh.stdout))
+        wait(
+            lambda: any(h == want for _, h in reads),
+            timeout,
+            f"{KILLED}'s namespace holds what a fresh full sync loads",
+            0.2,
+        )
+    finally:
+        stop.set()
+        poller.join()
+    done = next(t for t, h in reads if h == want)
+    restarted = component_pid(served.state, "kube-proxy", KILLED)
+    spans = [b - a for (a, _), (b, _) in itertools.pairwise(reads)]
     return {
-        "nodes": 4,
-        "network_programming_p99_seconds": missing(why, at_most=2.0),
-        "kill_kube_proxy_converge_seconds": missing(why, at_most=5.0),
+        "kill_kube_proxy_converge_seconds": target(round(done - t_kill, 3), at_most=5.0),
+        "kernel_reads": len(reads),
+        "kernel_read_mean_seconds": round(sum(spans) / len(spans), 3) if spans else None,
+        "restarted": restarted is not None and restarted != pid,
     }
+
+
+def measure_real(args: argparse.Namespace, tmp: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``--real``: the SLI and the kill on :data:`REAL_NODES` real nodes (``svclab serve
+    --real --components processes``: each node's kubelet and kube-proxy its own process,
+    loading into the node's namespace). The real cluster is always torn down (``svclab
+    down``), on an error or Ctrl-C too; what is left of it is reported."""
+    from app.real import RealRecord
+    from dataplane.linux.testing import leftovers
+
+    served: Served | None = None
+    state = tmp / "state"
+    try:
+        served = start(tmp, REAL_NODES, ["--real", "--components", "processes"])
+        deps = args.real_deployments
+        warm, setup = measure_sli(
+            served,
+            nodes=REAL_NODES,
+            deployments=deps,
+            replicas=args.replicas,
+            services=args.services,
+            scale=min(args.scale, deps - 1),
+            timeout=args.timeout,
+            p99_at_most=2.0,
+        )
+        # the last Deployment was not scaled by the SLI's change
+        warm.update(
+            kill_kube_proxy_real(
+                served,
+                deployments=deps,
+                scaled=deps - 1,
+                replicas=args.replicas + 1,
+                timeout=args.timeout,
+            )
+        )
+        return warm, setup
+    finally:
+        with uninterrupted():
+            record = RealRecord.read(state)
+            if served is not None:
+                served.stop()
+                if args.keep:
+                    shutil.copy(served.log, Path(args.keep) / "bench-live-real-serve.log")
+            if record is not None:
+                progress(f"tearing down real cluster {record.cluster_id}")
+                subprocess.run(
+                    [*svclab(), "--state", str(state), "down"], cwd=ROOT, check=False,
+                    capture_output=True,
+                )  # fmt: skip
+                left = leftovers(record.cluster_id)
+                if left:
+                    progress(f"left behind: {left}")
+
+
+@contextlib.contextmanager
+def uninterrupted() -> Iterator[None]:
+    """SIGINT ignored for the block (a second Ctrl-C must not cut a teardown short)."""
+    old = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, old)
+
+
+def _terminated(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
 
 
 def main() -> int:
@@ -424,15 +748,44 @@ def main() -> int:
     ap.add_argument("--scale", type=int, default=10, help="Deployments scaled by one")
     ap.add_argument("--timeout", type=float, default=900.0, help="seconds per wait")
     ap.add_argument("--real", action="store_true", help="also 4 real nodes (needs root)")
-    ap.add_argument("--keep", default=None, help="copy the server's log into this directory")
+    ap.add_argument(
+        "--real-deployments",
+        type=int,
+        default=20,
+        help="--real: Deployments (real pods: namespaces and servers) behind the Services",
+    )
+    ap.add_argument(
+        "--no-emulated", dest="emulated", action="store_false", help="only the --real part"
+    )
+    ap.add_argument("--keep", default=None, help="copy the servers' logs into this directory")
     args = ap.parse_args()
+    if not args.emulated and not args.real:
+        ap.error("--no-emulated leaves nothing to measure without --real")
+    if args.real and args.real_deployments < 2:
+        ap.error("--real-deployments: at least 2 (one is scaled for the SLI, one after the kill)")
+    signal.signal(signal.SIGTERM, _terminated)  # the same clean-up as Ctrl-C
+    progress("command: " + " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]))
     load_start = list(os.getloadavg())
-    with tempfile.TemporaryDirectory(prefix="bench-live-") as tmp:
-        warm, setup = measure_emulated(args, Path(tmp))
-    out: dict[str, Any] = {"emulated_warm": warm}
-    if args.real:
-        out["real_warm"] = measure_real(args)
-    out["setup"] = setup
+    out: dict[str, Any] = {"command": " ".join(["scripts/bench_live.py", *sys.argv[1:]])}
+    # components run as they would once installed: their bytecode written by the first
+    # start (where the shell sets PYTHONDONTWRITEBYTECODE, every process, a restarted
+    # kube-proxy too, compiled svclab's modules from source: seconds per start); into a
+    # temporary directory, nothing is written into the checkout
+    pycache = tempfile.TemporaryDirectory(prefix="bench-live-pycache-")
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+    os.environ["PYTHONPYCACHEPREFIX"] = pycache.name
+    try:
+        if args.emulated:
+            with tempfile.TemporaryDirectory(prefix="bench-live-") as tmp:
+                out["emulated_warm"], out["setup"] = measure_emulated(args, Path(tmp))
+        if args.real:
+            with tempfile.TemporaryDirectory(prefix="bench-live-real-") as tmp:
+                out["real_warm"], out["real_setup"] = measure_real(args, Path(tmp))
+    except KeyboardInterrupt:
+        progress("interrupted: cleaned up, no figures")
+        return 130
+    finally:
+        pycache.cleanup()
     out["load_average"] = {"start": load_start, "end": list(os.getloadavg())}
     emit(out)
     missed = [

@@ -128,6 +128,15 @@ class NsLink:
     def links(self) -> list[Any]:
         return list(self.ipr.get_links())
 
+    def peer_index(self, ifname: str) -> int | None:
+        """The index of veth ``ifname``'s peer in the peer's namespace (``IFLA_LINK``),
+        or None when there is no such link or it has no peer."""
+        idx = self.index(ifname)
+        if idx is None:
+            return None
+        link = self.ipr.get_links(idx)[0].get_attr("IFLA_LINK")
+        return None if link is None else int(link)
+
     def addresses(self) -> list[Any]:
         return list(self.ipr.get_addr(family=2))
 

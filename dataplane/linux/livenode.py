@@ -39,13 +39,14 @@ from dataplane.linux import rules
 from dataplane.linux.cni import CniResult
 from dataplane.linux.names import ClusterNames
 from dataplane.linux.netns import run_in
-from dataplane.linux.realize import RealCluster
+from dataplane.linux.realize import RealCluster, realize_nodes
 from dataplane.linux.state import StateDir
 from dataplane.proxy import IptablesRender
 from dataplane.proxy.ipvs import IpvsRender
 from dataplane.proxy.naming import is_service_chain
 from dataplane.proxy.nftables import TABLE, NftablesRender
 from netmodel.errors import BackendError
+from netmodel.network import ClusterNetwork
 
 _NFT_OBJECT = re.compile(r'^\s*(?:chain|set|map)\s+("?)([^"\s]+)\1\s*\{', re.M)
 _DECLARED = re.compile(r"^:(\S+) ", re.M)
@@ -145,6 +146,14 @@ def _cluster_record(cluster_id: str) -> Iterator[RealCluster]:
         cluster.save()
 
 
+def realise_nodes(cluster_id: str, network: ClusterNetwork) -> tuple[list[str], list[str]]:
+    """:func:`dataplane.linux.realize.realize_nodes` of ``network`` (no pods) for the
+    realised cluster ``cluster_id``, under its record's lock, the record saved after.
+    Returns (node namespaces added, released)."""
+    with _cluster_record(cluster_id) as c:
+        return realize_nodes(network, c)
+
+
 def record_pod(cluster_id: str, node: str, pod_key: str, result: CniResult) -> None:
     """Note in the cluster's record that pod ``pod_key`` runs on ``node`` with
     ``result`` (its namespace named as the CNI runner made it)."""
@@ -162,4 +171,4 @@ def forget_pod(cluster_id: str, pod_key: str) -> None:
         c.pod_nodes.pop(pod_key, None)
 
 
-__all__ = ["NodeRuleLoader", "forget_pod", "kernel_chains", "record_pod"]
+__all__ = ["NodeRuleLoader", "forget_pod", "kernel_chains", "realise_nodes", "record_pod"]

@@ -320,66 +320,10 @@ def realize(
             {str(ns.pod) for ns in pods.values()},
             iptables_backend,
         )
-    with maybe(phases, "netns"):
-        for logical, ns in nss.items():
-            if ns.role != "pod":  # pods' are made by the CNI plugins or _attach_by_netlink
-                nsenter.create_netns(kernel[logical])
-
-    def by_pod(itf: Interface) -> bool:
-        """Is this the node end of a pod's veth (created with the pod, not here)?"""
-        return itf.peer is not None and nss[itf.peer[0]].role == "pod"
-
-    links: dict[str, NsLink] = {}
-
-    def link(logical: str) -> NsLink:
-        if logical not in links:
-            links[logical] = NsLink(kernel[logical])
-        return links[logical]
-
-    try:
-        # 1. devices: bridges first (veths name them as master), then veth pairs (from
-        #    side a, the peer born in side b's namespace), VXLAN last (needs eth0).
-        with maybe(phases, "devices"):
-            for logical, ns in nss.items():
-                for itf in ns.interfaces:
-                    if itf.kind in ("bridge", "dummy") and ns.role != "pod":
-                        _ensure_device(link(logical), itf)
-            for pair in network.veths:
-                a_ns, b_ns = nss[pair.a[0]], nss[pair.b[0]]
-                a_itf, b_itf = a_ns.interface(pair.a[1]), b_ns.interface(pair.b[1])
-                if "pod" not in (a_ns.role, b_ns.role):
-                    link(pair.a[0]).ensure_veth(a_itf, kernel[pair.b[0]], b_itf)
-        # 2. attributes, addresses, up; then routes, neighbours, FDB (need links up).
-        with maybe(phases, "configure"):
-            for logical, ns in nss.items():
-                if ns.role == "pod":
-                    continue
-                for itf in sorted(ns.interfaces, key=lambda i: _KIND_ORDER[i.kind]):
-                    if by_pod(itf):
-                        continue
-                    if itf.kind == "vxlan":
-                        link(logical).ensure_vxlan(itf)
-                    link(logical).configure(itf)
-    finally:
-        for lk in links.values():
-            lk.close()
+    _infrastructure(network, kernel, phases)
 
     def node_tables() -> None:
-        """One ip/bridge -batch pair per namespace, several namespaces at once."""
-        tables = [
-            (kernel[logical], ns)
-            for logical, ns in nss.items()
-            if ns.role != "pod" and (ns.routes or ns.neighbors or ns.fdb)
-        ]
-        with (
-            maybe(phases, "tables"),
-            ThreadPoolExecutor(max_workers=max(1, min(workers, len(tables)))) as pool,
-        ):
-            list(
-                pool.map(
-                    lambda t: ensure_tables(t[0], t[1].routes, t[1].neighbors, t[1].fdb), tables
-                )
-            )
+        _node_tables(network, kernel, workers, phases)
 
     # the CNI plugins find the nodes' routes in place, as on a node whose network is up;
     # by netlink the nodes' tables come after the pods, because a node may route into a
@@ -452,6 +396,144 @@ def realize(
     with maybe(phases, "save"):
         cluster.save()
     return cluster
+
+
+def _infrastructure(
+    network: ClusterNetwork, kernel: Mapping[str, str], phases: Phases | None = None
+) -> None:
+    """Every namespace of ``network`` but the pods', with its devices (the pods' veths
+    are made with the pods), addresses and links up; ensure-style."""
+    nss = network.namespaces
+    with maybe(phases, "netns"):
+        for logical, ns in nss.items():
+            if ns.role != "pod":  # pods' are made by the CNI plugins or _attach_by_netlink
+                nsenter.create_netns(kernel[logical])
+
+    def by_pod(itf: Interface) -> bool:
+        """Is this the node end of a pod's veth (created with the pod, not here)?"""
+        return itf.peer is not None and nss[itf.peer[0]].role == "pod"
+
+    links: dict[str, NsLink] = {}
+
+    def link(logical: str) -> NsLink:
+        if logical not in links:
+            links[logical] = NsLink(kernel[logical])
+        return links[logical]
+
+    try:
+        # 1. devices: bridges first (veths name them as master), then veth pairs (from
+        #    side a, the peer born in side b's namespace), VXLAN last (needs eth0).
+        with maybe(phases, "devices"):
+            for logical, ns in nss.items():
+                for itf in ns.interfaces:
+                    if itf.kind in ("bridge", "dummy") and ns.role != "pod":
+                        _ensure_device(link(logical), itf)
+            for pair in network.veths:
+                a_ns, b_ns = nss[pair.a[0]], nss[pair.b[0]]
+                a_itf, b_itf = a_ns.interface(pair.a[1]), b_ns.interface(pair.b[1])
+                if "pod" not in (a_ns.role, b_ns.role):
+                    link(pair.a[0]).ensure_veth(a_itf, kernel[pair.b[0]], b_itf)
+        # 2. attributes, addresses, up; then routes, neighbours, FDB (need links up).
+        with maybe(phases, "configure"):
+            for logical, ns in nss.items():
+                if ns.role == "pod":
+                    continue
+                for itf in sorted(ns.interfaces, key=lambda i: _KIND_ORDER[i.kind]):
+                    if by_pod(itf):
+                        continue
+                    if itf.kind == "vxlan":
+                        link(logical).ensure_vxlan(itf)
+                    link(logical).configure(itf)
+    finally:
+        for lk in links.values():
+            lk.close()
+
+
+def _node_tables(
+    network: ClusterNetwork,
+    kernel: Mapping[str, str],
+    workers: int = 8,
+    phases: Phases | None = None,
+) -> None:
+    """The routes, neighbours and FDB entries of every namespace but the pods': one
+    ip/bridge -batch pair per namespace, several namespaces at once."""
+    tables = [
+        (kernel[logical], ns)
+        for logical, ns in network.namespaces.items()
+        if ns.role != "pod" and (ns.routes or ns.neighbors or ns.fdb)
+    ]
+    with (
+        maybe(phases, "tables"),
+        ThreadPoolExecutor(max_workers=max(1, min(workers, len(tables)))) as pool,
+    ):
+        list(pool.map(lambda t: ensure_tables(t[0], t[1].routes, t[1].neighbors, t[1].fdb), tables))
+
+
+def realize_nodes(
+    network: ClusterNetwork, cluster: RealCluster, *, workers: int = 8
+) -> tuple[list[str], list[str]]:
+    """Make the kernel hold the nodes of ``network`` (a model without pods: the live
+    kubelets attach those) for the realised ``cluster``, as :func:`realize` builds them:
+    each node's namespace with its devices, addresses, routes, neighbours and FDB
+    entries (every node's, so the others reach a new one), its sysctls and the cluster's
+    hairpin mode. A node namespace of the cluster that ``network`` no longer names is
+    released: the pods recorded on it are stopped and their namespaces removed, then
+    the node's namespace (its veth to the router goes with it). Ensure-style: nothing
+    changes for nodes already there. Updates ``cluster`` (``namespaces``, ``pods``,
+    ``pod_nodes``); the caller saves it. Returns (node namespaces added, released).
+
+    A model that renames an existing node's router port (``u<i>`` follows the nodes'
+    order: a node added after a lower one was deleted) is refused with BackendError
+    before anything is changed."""
+    if any(ns.role == "pod" for ns in network.namespaces.values()):
+        raise BackendError("realize_nodes: the model must hold no pods (the kubelets attach them)")
+    names = cluster.names
+    kernel = {logical: names.netns(logical) for logical in network.namespaces}
+    wanted_nodes = {k for k, ns in network.namespaces.items() if ns.role == "node"}
+    had_nodes = {k for k in cluster.namespaces if k.startswith("node/")}
+    for pair in network.veths:
+        for (side, port), (other, _) in ((pair.a, pair.b), (pair.b, pair.a)):
+            if side == "router" and other in had_nodes and not _on_port(kernel, port, other):
+                raise BackendError(
+                    f"cluster {cluster.cluster_id}: the nodes' order now puts {other} on "
+                    f"router port {port}, which another node holds (a node was deleted "
+                    "before this one was added); stop serving and run 'svclab up --real'"
+                )
+    released: list[str] = []
+    for logical in sorted(had_nodes - wanted_nodes):
+        node = logical.removeprefix("node/")
+        gone = [k for k, n in cluster.pod_nodes.items() if n == node]
+        PodServers(cluster.cluster_id).stop(gone)
+        pod_ns = [names.netns(f"pod/{k}") for k in gone]
+        kill_processes_in([*pod_ns, kernel.get(logical, names.netns(logical))])
+        for k, n in zip(gone, pod_ns, strict=True):
+            nsenter.remove_netns(n)
+            cluster.namespaces.pop(f"pod/{k}", None)
+            cluster.pods.pop(k, None)
+            cluster.pod_nodes.pop(k, None)
+            StateDir.of(cluster.cluster_id).cni_result(k).unlink(missing_ok=True)
+        nsenter.remove_netns(names.netns(logical))
+        cluster.namespaces.pop(logical, None)
+        released.append(logical)
+    added = sorted(wanted_nodes - had_nodes)
+    _infrastructure(network, kernel)
+    _node_tables(network, kernel, workers)
+    ensure_neighbour_room(neighbour_entries(network))
+    _sysctls_and_hairpin(network, kernel, cluster.hairpin, cluster.iptables_backend)
+    for logical in network.namespaces:
+        cluster.namespaces[logical] = kernel[logical]
+    return added, released
+
+
+def _on_port(kernel: Mapping[str, str], port: str, node: str) -> bool:
+    """Whether ``node``'s ``eth0`` is the peer of the router's ``port`` (True when the
+    node's namespace is gone: it is made again on that port)."""
+    if nsenter.inode(kernel[node]) is None:
+        return True
+    with NsLink(kernel[node]) as nl:
+        peer = nl.peer_index("eth0")
+    with NsLink(kernel["router"]) as rl:
+        return peer is None or rl.index(port) == peer
 
 
 NEIGH_DEFAULTS = Path("/proc/sys/net/ipv4/neigh/default")
