@@ -101,9 +101,10 @@ LIVE_PERIODS = PolicyPeriods()
 
 
 def policy_pod(pod: Pod) -> PolicyPod | None:
-    """``pod`` as policy sees it, or None when it holds no address or has ended."""
+    """``pod`` as policy sees it, or None when it holds no address (or no node) or has
+    ended."""
     ip = pod.status.pod_ip
-    if not ip or pod.status.phase in ("Succeeded", "Failed"):
+    if not ip or not pod.spec.node_name or pod.status.phase in ("Succeeded", "Failed"):
         return None
     return PolicyPod(
         namespace=pod.namespace,
