@@ -131,6 +131,19 @@ def node_filter(srv: Served, node: str) -> str:
     return iptables_save(cluster.node_netns(node), counters=False, table="filter")
 
 
+def reaches(srv: Served, src: str) -> bool:
+    """One connection from ``src`` to the Service is delivered (False while the pods or
+    the rules are not there yet)."""
+    out = subprocess.run(
+        [SVCLAB, "--state", str(srv.state), "connect", "--real", src, "svc/default/db:80",
+         "-n", "1", "-o", "json"],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    if out.returncode != 0:
+        return False
+    return [c["verdict"] for c in json.loads(out.stdout)["connections"]] == ["delivered"]
+
+
 def verdicts(srv: Served, src: str, n: int = 3) -> list[str]:
     out = svclab(
         srv.state, "connect", "--real", src, "svc/default/db:80", "-n", str(n), "-o", "json"
@@ -154,7 +167,7 @@ def counted(before: dict[str, int], after: dict[str, int]) -> set[str]:
 def test_policies_applied_while_served_decide_real_connections_by_the_named_rule(
     srv: Served,
 ) -> None:
-    wait_until("client reaches db", lambda: verdicts(srv, "pod/default/client", 1) == ["delivered"])
+    wait_until("client reaches db", lambda: reaches(srv, "pod/default/client"), 120)
     assert verdicts(srv, "pod/default/other") == ["delivered"] * 3  # no policy yet
     assert "KUBE-ROUTER" not in node_filter(srv, "node-2")
     srv.kubectl("apply", "-f", "-", input=DENY_ALL + "---\n" + ALLOW_CLIENT)
