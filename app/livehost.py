@@ -12,8 +12,8 @@ follow the Nodes (:class:`app.realnode.RealNodeFollower`).
 
 ``python -m app.livehost component GROUP STATE_DIR SERVER [--node N ...] [options]``
     one group's process: ``kube-controller-manager`` or ``kube-scheduler`` (both with
-    leader election through their Lease), or ``kubelet`` / ``kube-proxy`` of the named
-    nodes.
+    leader election through their Lease), or ``kubelet`` / ``kube-proxy`` /
+    ``kube-router`` (the NetworkPolicy agent) of the named nodes.
 
 Every process ends when its standard input ends (its parent closed it, or died) or on
 SIGTERM/SIGINT. Each is an API client of SERVER with client certificates from
@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from control.agents.kubeproxy import EmulatedRules, Mode, Rendered, RuleSink
+from control.agents.netpolicy import PolicySink
 from control.agents.probes import Prober
 from control.components import GROUPS, NODE_GROUPS, Identity
 from control.leaderelection import LeaderElectionConfig
@@ -98,6 +99,9 @@ class PublishingHost:
 
     def rule_sink(self, node: str) -> RuleSink:
         return self.rules
+
+    def policy_sink(self, node: str) -> PolicySink:
+        return self.inner.policy_sink(node)
 
     def prober(self, node: str) -> Prober:
         return self.inner.prober(node)

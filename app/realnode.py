@@ -15,6 +15,10 @@ Each node's kube-proxy gets the cluster's :class:`dataplane.linux.livenode.NodeR
 partial ``iptables-restore --noflush`` syncs (jump rules ensured on full syncs) or
 nft transactions, into the node's namespace.
 
+Each node's NetworkPolicy agent gets the cluster's
+:class:`dataplane.linux.livenode.NodePolicyLoader`: kube-router's ipsets and filter
+chains, loaded into the node's namespace on every sync.
+
 Adoption (what ``serve --real`` finds in the kernel): pods ``up --real`` realised keep
 their namespace and address — the kubelet re-learns running pods from their
 ``status.podIP`` (CNI ``restore``: the allocator learns them, no plugin runs) and only
@@ -44,9 +48,16 @@ from app.real import NoRealCluster, RealRecord
 from app.realnet import RealCNI
 from app.realprober import RealProber
 from control.agents.kubeproxy import RuleSink
+from control.agents.netpolicy import PolicySink
 from control.agents.network import NetworkPlugin, PodNetworkResult
 from control.agents.probes import Prober
-from dataplane.linux.livenode import NodeRuleLoader, forget_pod, realise_nodes, record_pod
+from dataplane.linux.livenode import (
+    NodePolicyLoader,
+    NodeRuleLoader,
+    forget_pod,
+    realise_nodes,
+    record_pod,
+)
 from dataplane.linux.realize import RealCluster
 from dataplane.linux.servers import PodServers, Proto, ServerSpec
 from netmodel import podports
@@ -132,7 +143,7 @@ class RealNodeHost:
     (``svclab up --real`` must have built it: :class:`app.real.NoRealCluster`
     otherwise; ``BackendError`` for a cluster whose pods the real plugins do not
     attach). One network plugin for all nodes (the address model is per node inside
-    it) and one rule loader; ``release`` forgets nothing the kernel keeps."""
+    it), one rule loader and one policy loader; ``release`` forgets nothing the kernel keeps."""
 
     #: LiveControlPlane feeds a cluster-wide IPAM table only for Calico (refused here)
     calico = None
@@ -156,6 +167,7 @@ class RealNodeHost:
         self.cluster_id = record.cluster_id
         self.plugin = RealPodNetwork(real)
         self.rules = NodeRuleLoader(record.cluster_id, real.iptables_backend)
+        self.policies = NodePolicyLoader(record.cluster_id, real.iptables_backend)
         self._lock = threading.Lock()
         #: probes are real connections from the node's namespace (app.realprober)
         self._prober = RealProber(state_dir, cluster)
@@ -166,12 +178,16 @@ class RealNodeHost:
     def rule_sink(self, node: str) -> RuleSink:
         return self.rules
 
+    def policy_sink(self, node: str) -> PolicySink:
+        return self.policies
+
     def prober(self, node: str) -> Prober:
         return self._prober
 
     def release(self, node: str) -> None:
         with self._lock:
             self.rules.loads.pop(node, None)
+        self.policies.release(node)
 
 
 def nodes_network(

@@ -7,8 +7,19 @@ The deterministic runner (:mod:`control.runner`), the threaded live plane
 
 ``group`` is the process a component runs in when components are processes, as
 Kubernetes' own binaries are split: ``kube-controller-manager`` (every controller),
-``kube-scheduler``, and per node ``kubelet`` and ``kube-proxy``. A group has one
-identity (client certificate CN / O): :func:`identity_of`.
+``kube-scheduler``, and per node ``kubelet``, ``kube-proxy`` and ``kube-router`` (the
+NetworkPolicy agent, :mod:`control.agents.netpolicy`). A group has one identity (client
+certificate CN / O): :func:`identity_of`.
+
+The policy agent is a group of its own, as kube-router's DaemonSet deploys it (a pod
+per node under the ``kube-system/kube-router`` ServiceAccount, whose ClusterRole reads
+pods, namespaces, nodes and networkpolicies), rather than a part of the kube-proxy
+process: kube-proxy's identity (``system:kube-proxy``, bound to
+``system:node-proxier``) may read no pods, namespaces or policies upstream, and a
+cluster served without kube-proxies (``--no-kube-proxies``) still enforces its
+policies. (k3s runs the same controller inside its one agent process, beside kubelet
+and kube-proxy, under its own controller credentials: svclab splits the node's
+components into processes as kubeadm's clusters do.)
 
 Contract: :data:`COMPONENTS` is in the runner's order (a component runs after every one
 listed before it in a round); ``build(ctx, node)`` returns a fresh
@@ -26,6 +37,7 @@ from typing import Any
 from control.agents import Agent
 from control.agents.kubelet import Kubelet
 from control.agents.kubeproxy import KubeProxy, RuleSink, sync_periods
+from control.agents.netpolicy import LIVE_PERIODS, NetworkPolicyAgent, PolicySink
 from control.agents.network import NetworkPlugin
 from control.agents.probes import Prober
 from control.clock import Clock
@@ -53,10 +65,17 @@ CONTROLLER_MANAGER_GROUP = "kube-controller-manager"
 SCHEDULER_GROUP = "kube-scheduler"
 KUBELET_GROUP = "kubelet"
 KUBE_PROXY_GROUP = "kube-proxy"
+KUBE_ROUTER_GROUP = "kube-router"
 #: every group, in the order a cluster starts them
-GROUPS = (CONTROLLER_MANAGER_GROUP, SCHEDULER_GROUP, KUBELET_GROUP, KUBE_PROXY_GROUP)
+GROUPS = (
+    CONTROLLER_MANAGER_GROUP,
+    SCHEDULER_GROUP,
+    KUBELET_GROUP,
+    KUBE_PROXY_GROUP,
+    KUBE_ROUTER_GROUP,
+)
 #: the groups that run once per node
-NODE_GROUPS = frozenset({KUBELET_GROUP, KUBE_PROXY_GROUP})
+NODE_GROUPS = frozenset({KUBELET_GROUP, KUBE_PROXY_GROUP, KUBE_ROUTER_GROUP})
 
 
 @dataclass(frozen=True)
@@ -70,6 +89,11 @@ class Identity:
 CONTROLLER_MANAGER = Identity("system:kube-controller-manager")
 SCHEDULER = Identity("system:kube-scheduler")
 KUBE_PROXY = Identity("system:kube-proxy")
+#: the NetworkPolicy agent: kube-router's ServiceAccount, as its DaemonSet runs it
+KUBE_ROUTER = Identity(
+    "system:serviceaccount:kube-system:kube-router",
+    ("system:serviceaccounts", "system:serviceaccounts:kube-system"),
+)
 #: the Calico CNI plugin's own identity: Calico's IPAM is cluster-wide, so a kubelet
 #: process running Calico's plugin learns every address the cluster's pods hold through
 #: a Pod informer under this identity (a kubelet may list only its own node's pods)
@@ -92,6 +116,8 @@ def identity_of(group: str, node: str | None = None) -> Identity:
         return SCHEDULER
     if group == KUBE_PROXY_GROUP:
         return KUBE_PROXY
+    if group == KUBE_ROUTER_GROUP:
+        return KUBE_ROUTER
     if group == KUBELET_GROUP:
         if node is None:
             raise ValueError("a kubelet's identity names its node")
@@ -114,6 +140,8 @@ class BuildContext:
     cluster: ClusterSpec
     network_plugin: Callable[[str], NetworkPlugin] | None = None
     rule_sink: Callable[[str], RuleSink] | None = None
+    #: where each node's policy agent loads its rules
+    policy_sink: Callable[[str], PolicySink] | None = None
     proxy_config: Any = None
     #: the kubelets' probe runner (None: the kubelet's default)
     prober: Callable[[str], Prober] | None = None
@@ -173,6 +201,20 @@ def _kube_proxy(ctx: BuildContext, node: str | None) -> Agent:
     # runner builds its kube-proxies itself, with none)
     proxy.periods = sync_periods(ctx.proxy_config, proxy.mode)
     return proxy
+
+
+def _kube_router(ctx: BuildContext, node: str | None) -> Agent:
+    assert node is not None and ctx.policy_sink is not None
+    return NetworkPolicyAgent(
+        node,
+        ctx.policy_sink(node),
+        ctx.recorder,
+        service_cidrs=(ctx.cluster.service_cidr,),
+        clock=ctx.clock,
+        # a live agent keeps kube-router's sync timing (the deterministic runner's
+        # agents are built with none: every change at once)
+        periods=LIVE_PERIODS,
+    )
 
 
 def _cm(name: str, build: Callable[[BuildContext], Agent], idle: float | None = None) -> Component:
@@ -241,6 +283,18 @@ COMPONENTS: tuple[Component, ...] = (
         lambda n: (("Service", None), ("EndpointSlice", None), ("Node", f"metadata.name={n}")),
         per_node=True,
     ),
+    Component(
+        "kube-router",
+        KUBE_ROUTER_GROUP,
+        _kube_router,
+        lambda n: (
+            ("NetworkPolicy", None),
+            ("Pod", None),
+            ("Namespace", None),
+            ("Node", f"metadata.name={n}"),
+        ),
+        per_node=True,  # its next_due says when the hold-off or the resync ends
+    ),
 )
 
 
@@ -265,6 +319,8 @@ __all__ = [
     "KUBELET_GROUP",
     "KUBE_PROXY",
     "KUBE_PROXY_GROUP",
+    "KUBE_ROUTER",
+    "KUBE_ROUTER_GROUP",
     "NODE_GROUPS",
     "SCHEDULER",
     "SCHEDULER_GROUP",

@@ -17,6 +17,9 @@ kubelet of node N               ``system:node:N`` / ``system:nodes``           N
                                                                                Pod ``spec.nodeName=N``
 kube-proxy of node N            ``system:kube-proxy``                          Service, EndpointSlice,
                                                                                Node ``metadata.name=N``
+kube-router of node N           ``system:serviceaccount:kube-system:           NetworkPolicy, Pod,
+(NetworkPolicy agent)           kube-router``                                  Namespace,
+                                                                               Node ``metadata.name=N``
 ==============================  =============================================  =========================
 
 The components, their identities and informers come from the registry
@@ -35,7 +38,10 @@ key is never reconciled twice at once. A component starts (``resync`` with its
 informers' contents) once all its informers have listed. Failed reconciles come back
 after exponential backoff (5 ms doubling, capped at 30 s). Kubelets and kube-proxies
 start for each Node the controller-manager's Node informer sees, one node at a time
-(the next once the previous has listed), and stop when their Node is deleted.
+(the next once the previous has listed), and stop when their Node is deleted; so do the
+nodes' policy agents (kube-router), whose NetworkPolicy, Pod and Namespace informers
+are shared by every node's agent, like the kube-proxies' Service and EndpointSlice
+informers.
 
 Every step logs one structured line to the ``svclab.live`` logger (stderr in
 ``svclab serve``): ``component=... synced=N pending=M ms=T`` at INFO when work was
@@ -68,6 +74,8 @@ from control.components import (
     GROUPS,
     KUBE_PROXY,
     KUBE_PROXY_GROUP,
+    KUBE_ROUTER,
+    KUBE_ROUTER_GROUP,
     KUBELET_GROUP,
     SCHEDULER,
     SCHEDULER_GROUP,
@@ -333,7 +341,8 @@ class _NodeAgents:
     stop: threading.Event
     components: list[LiveComponent] = field(default_factory=list)
     connection: Connection | None = None
-    node_informer: tuple[str, str] | None = None
+    #: the per-node Node informers on a shared connection (kube-proxy's, kube-router's)
+    node_informers: list[tuple[_Informers, tuple[str, str]]] = field(default_factory=list)
     #: the kubelet alone (:meth:`LiveControlPlane.stop_kubelet`): its stop, its component
     kubelet_stop: threading.Event = field(default_factory=threading.Event)
     kubelet: LiveComponent | None = None
@@ -384,7 +393,7 @@ class LiveControlPlane:
         self.fixed_nodes = tuple(nodes) if nodes is not None else None
         if (
             self.fixed_nodes is None
-            and not set(self.groups).isdisjoint((KUBELET_GROUP, KUBE_PROXY_GROUP))
+            and not set(self.groups).isdisjoint((KUBELET_GROUP, KUBE_PROXY_GROUP, KUBE_ROUTER_GROUP))
             and CONTROLLER_MANAGER_GROUP not in self.groups
         ):
             raise ValueError(
@@ -420,6 +429,8 @@ class LiveControlPlane:
         self._reflecting: set[int] = set()
         self._running = False
         self.proxy_group: _Informers | None = None
+        #: the policy agents' identity (its informers shared by every node's agent)
+        self.router_group: _Informers | None = None
 
     # ---- wiring
 
@@ -532,7 +543,7 @@ class LiveControlPlane:
         if (
             self.fixed_nodes is None
             and cm is not None
-            and (KUBELET_GROUP in self.groups or KUBE_PROXY_GROUP in self.groups)
+            and not set(self.groups).isdisjoint((KUBELET_GROUP, KUBE_PROXY_GROUP, KUBE_ROUTER_GROUP))
         ):
             # kubelets and kube-proxies follow the Nodes the controller-manager sees
             cm.get("Node").add_handler(self._on_nodes)
@@ -540,6 +551,10 @@ class LiveControlPlane:
             self.proxy_group = self._identity(KUBE_PROXY, "kube-proxy")
             self.proxy_group.get("Service")  # the informers every kube-proxy shares
             self.proxy_group.get("EndpointSlice")
+        if KUBE_ROUTER_GROUP in self.groups:
+            self.router_group = self._identity(KUBE_ROUTER, "kube-router")
+            for kind in ("NetworkPolicy", "Pod", "Namespace"):  # shared by every node's
+                self.router_group.get(kind)
         electing = {id(c) for _, comps in elected for c in comps}
         with self._nodes_lock:
             self._running = True
@@ -632,6 +647,7 @@ class LiveControlPlane:
             self.cluster,
             network_plugin=self.host.network_plugin,
             rule_sink=self.host.rule_sink,
+            policy_sink=self.host.policy_sink,
             proxy_config=self.proxy_config,
             prober=self.host.prober,
             graceful=True,  # deleted pods run their preStop hooks, serving
@@ -649,16 +665,16 @@ class LiveControlPlane:
                 assert spec.informers is not None
                 if spec.group == KUBELET_GROUP:
                     self._start_kubelet(node, agents)
-                elif spec.group == KUBE_PROXY_GROUP and self.proxy_group is not None:
-                    pg = self.proxy_group
-                    proxy = spec.build(self._node_context(pg.conn.api), node)
+                elif (pg := self._shared_node_group(spec.group)) is not None:
+                    # kube-proxy, kube-router: one identity, informers shared by nodes
+                    agent = spec.build(self._node_context(pg.conn.api), node)
                     infs = spec.informers(node)
-                    agents.node_informer = next(
-                        ((k, sel) for k, sel in infs if k == "Node" and sel is not None), None
-                    )
+                    agents.node_informers += [
+                        (pg, (k, sel)) for k, sel in infs if k == "Node" and sel is not None
+                    ]
                     comp = LiveComponent(
-                        proxy.name if hasattr(proxy, "name") else f"kube-proxy/{node}",
-                        proxy,
+                        str(getattr(agent, "name", f"{spec.name}/{node}")),
+                        agent,
                         [pg.get(k, sel) for k, sel in infs],
                         idle_wakeup=spec.idle_wakeup,
                         clock=self.clock,
@@ -671,6 +687,15 @@ class LiveControlPlane:
                 started.append(spec.group)
             log.info("node=%s %s started", node, " and ".join(started) or "nothing")
             return agents
+
+    def _shared_node_group(self, group: str) -> _Informers | None:
+        """The shared identity of a per-node group other than the kubelet's (None: the
+        group does not run here)."""
+        if group == KUBE_PROXY_GROUP:
+            return self.proxy_group
+        if group == KUBE_ROUTER_GROUP:
+            return self.router_group
+        return None
 
     def _start_kubelet(self, node: str, agents: _NodeAgents) -> None:
         """Start the node's kubelet (under the nodes lock): its own connection, identity,
@@ -734,9 +759,10 @@ class LiveControlPlane:
         return True
 
     def _stop_node(self, node: str) -> None:
-        """The Node is gone: stop its kubelet and kube-proxy (their threads end, and so do
-        their reflectors: the kubelet's connection is closed at once, the kube-proxy's
-        Node watch, on the kube-proxies' shared connection, ends at its next bookmark)."""
+        """The Node is gone: stop its kubelet, kube-proxy and kube-router (their threads
+        end, and so do their reflectors: the kubelet's connection is closed at once, the
+        others' Node watches, on their groups' shared connections, end at their next
+        bookmark)."""
         with self._nodes_lock:
             agents = self._nodes.pop(node, None)
             if agents is None:
@@ -753,12 +779,11 @@ class LiveControlPlane:
                 self._connections.remove(agents.connection)
                 with contextlib.suppress(Exception):  # already closed
                     agents.connection.api.client.close()
-            if agents.node_informer is not None and self.proxy_group is not None:
-                pg = self.proxy_group
-                inf = pg.informers.pop(agents.node_informer, None)
+            for pg, key in agents.node_informers:
+                inf = pg.informers.pop(key, None)
                 pg.reflectors = [r for r in pg.reflectors if r.informer is not inf]
         self.host.release(node)
-        log.info("node=%s deleted: its kubelet and kube-proxy stop", node)
+        log.info("node=%s deleted: its node agents stop", node)
 
     # ---- lifecycle
 

@@ -7,6 +7,9 @@ A :class:`NodeHost` hands each node's agents what they act on:
   ADD when it creates a pod's sandbox, DEL when it tears it down;
 - ``rule_sink(node)``: the kube-proxy's :class:`~control.agents.kubeproxy.RuleSink`,
   where every sync's rules are loaded;
+- ``policy_sink(node)``: the NetworkPolicy agent's
+  :class:`~control.agents.netpolicy.PolicySink`, where every sync's policy rules are
+  loaded;
 - ``prober(node)``: the kubelet's :class:`~control.agents.probes.Prober`, which runs
   its containers' probes against the pods;
 - ``release(node)``: the node's agents stopped (its Node was deleted, or its process is
@@ -14,11 +17,13 @@ A :class:`NodeHost` hands each node's agents what they act on:
 
 :class:`EmulatedNodeHost` is the emulator's: the emulated CNI (one table for the whole
 cluster with Calico, whose IPAM is cluster-wide; one per node for bridge + host-local)
-and one :class:`~control.agents.kubeproxy.EmulatedRules` for every node. The kernel's
+and one :class:`~control.agents.kubeproxy.EmulatedRules` and one
+:class:`~control.agents.netpolicy.EmulatedPolicies` (the last policy rules each node
+loaded) for every node. The kernel's
 host lives in the application layer (the control plane drives no backend), and is
 given to the live control plane by whoever composes it.
 
-Contract: the same ``node`` always gets the same plugin and sink until ``release``;
+Contract: the same ``node`` always gets the same plugin and sinks until ``release``;
 calls may come from several threads at once.
 """
 
@@ -30,17 +35,21 @@ from typing import Protocol
 
 from control.agents.emulatedprober import EmulatedProber
 from control.agents.kubeproxy import EmulatedRules, RuleSink
+from control.agents.netpolicy import EmulatedPolicies, PolicySink
 from control.agents.network import EmulatedCNI, NetworkPlugin
 from control.agents.probes import Prober
 from netmodel.cluster import ClusterSpec
 
 
 class NodeHost(Protocol):
-    """What one node's kubelet and kube-proxy act on (see the module docstring)."""
+    """What one node's kubelet, kube-proxy and policy agent act on (see the module
+    docstring)."""
 
     def network_plugin(self, node: str) -> NetworkPlugin: ...
 
     def rule_sink(self, node: str) -> RuleSink: ...
+
+    def policy_sink(self, node: str) -> PolicySink: ...
 
     def prober(self, node: str) -> Prober: ...
 
@@ -55,6 +64,7 @@ class EmulatedNodeHost:
 
     def __init__(self, cluster: ClusterSpec, *, health_root: Path | None = None) -> None:
         self.rules = EmulatedRules()
+        self.policies = EmulatedPolicies()
         self._prober = EmulatedProber(health_root)
         #: Calico's IPAM is cluster-wide: one table of every pod's address, which the
         #: owner feeds with the pods it sees (:meth:`EmulatedCNI.note`)
@@ -76,6 +86,9 @@ class EmulatedNodeHost:
     def rule_sink(self, node: str) -> RuleSink:
         return self.rules
 
+    def policy_sink(self, node: str) -> PolicySink:
+        return self.policies
+
     def prober(self, node: str) -> Prober:
         return self._prober
 
@@ -83,6 +96,7 @@ class EmulatedNodeHost:
         with self._lock:
             self._plugins.pop(node, None)
         self.rules.nodes.pop(node, None)
+        self.policies.release(node)
 
 
 __all__ = ["EmulatedNodeHost", "NodeHost"]

@@ -53,6 +53,7 @@ from netmodel.proxyconfig import KubeProxyConfiguration, proxy_config_from_dict
 
 if TYPE_CHECKING:
     from control.agents.kubeproxy import EmulatedRules, KubeProxy
+    from control.agents.netpolicy import EmulatedPolicies, NetworkPolicyAgent
     from control.noderules import NodeRulesSource, StoreSyncNote
     from control.runner import ControlPlane
 
@@ -77,6 +78,9 @@ class Session:
     _plane: ControlPlane | None = None
     _rules: EmulatedRules | None = None
     proxies: dict[str, KubeProxy] = field(default_factory=dict)
+    #: each node's NetworkPolicy agent (kube-router), loading into :attr:`policies`
+    policy_agents: dict[str, NetworkPolicyAgent] = field(default_factory=dict)
+    _policies: EmulatedPolicies | None = None
     #: record the kube-proxies' syncs on the timeline. Commands that only read a
     #: persistent cluster (get, rules, trace, ...) turn this off, so that looking at a
     #: cluster does not add events to it; apply and delete keep it on.
@@ -314,10 +318,25 @@ class Session:
         assert self._rules is not None
         return self._rules
 
+    @property
+    def policies(self) -> EmulatedPolicies:
+        """What each node's NetworkPolicy agent loaded (the emulated policy sink), by
+        node name."""
+        if self._policies is None:
+            from control.agents.netpolicy import EmulatedPolicies
+
+            self._policies = EmulatedPolicies()
+        return self._policies
+
     def _add_proxies(self) -> None:
+        """One kube-proxy and one NetworkPolicy agent (kube-router) per Node that has
+        none yet, beside the control plane's components (the deterministic runner runs
+        them after the built-in ones, with no sync timing: every change at once)."""
         from control.agents.kubeproxy import KubeProxy
+        from control.agents.netpolicy import NetworkPolicyAgent
 
         assert self._plane is not None
+        recorder = self._plane.recorder if self.record_proxy_syncs else None
         for node in self.store.list("Node"):
             if node.name not in self.proxies:
                 proxy = KubeProxy(
@@ -325,11 +344,21 @@ class Session:
                     self.cluster.spec,
                     self.proxy_config,
                     self.rules,
-                    self._plane.recorder if self.record_proxy_syncs else None,
+                    recorder,
                     clock=self._plane.clock,
                 )
                 self.proxies[node.name] = proxy
                 self._plane.add_agent(proxy)
+            if node.name not in self.policy_agents:
+                agent = NetworkPolicyAgent(
+                    node.name,
+                    self.policies,
+                    recorder,
+                    service_cidrs=(self.cluster.spec.service_cidr,),
+                    clock=self._plane.clock,
+                )
+                self.policy_agents[node.name] = agent
+                self._plane.add_agent(agent)
 
     @property
     def served(self) -> bool:
@@ -413,6 +442,10 @@ class Session:
             # the node holds its start-up sync's rules: take them as they are (the
             # sink keeps no model of them here) instead of rendering each node's
             p.adopt()
+        agents = list(self.policy_agents.values())
+        agent_recorders = [a.recorder for a in agents]
+        for a in agents:
+            a.recorder = None  # their start-up syncs are not the apply's either
         note = self._note
         note_recorder = note.recorder if note is not None else None
         if note is not None:
@@ -422,6 +455,8 @@ class Session:
         finally:
             for p, r in zip(proxies, recorders, strict=True):
                 p.recorder = r
+            for a, ar in zip(agents, agent_recorders, strict=True):
+                a.recorder = ar
             if note is not None:
                 note.forget()
                 note.recorder = note_recorder

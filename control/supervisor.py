@@ -1,11 +1,12 @@
 """The component supervisor of ``svclab serve --components processes``: one OS process
 per identity group (:mod:`control.components`), as Kubernetes' binaries are split —
-kube-controller-manager, kube-scheduler, and per node a kubelet and a kube-proxy.
+kube-controller-manager, kube-scheduler, and per node a kubelet, a kube-proxy and a
+kube-router (the NetworkPolicy agent).
 
 Contract:
 
-* :meth:`Supervisor.set_nodes` says which Nodes exist; the supervisor runs one kubelet
-  and one kube-proxy process per node (or per pool of nodes, see
+* :meth:`Supervisor.set_nodes` says which Nodes exist; the supervisor runs one kubelet,
+  one kube-proxy and one kube-router process per node (or per pool of nodes, see
   :func:`nodes_per_process`) and stops those of a node that is gone.
 * A process that exits while still wanted is started again after a back-off: 1 s,
   doubling up to 30 s; a process that ran :data:`Supervisor.HEALTHY_AFTER` seconds
@@ -30,6 +31,7 @@ from dataclasses import dataclass, field
 from control.components import (
     CONTROLLER_MANAGER_GROUP,
     KUBE_PROXY_GROUP,
+    KUBE_ROUTER_GROUP,
     KUBELET_GROUP,
     SCHEDULER_GROUP,
 )
@@ -113,7 +115,11 @@ class Supervisor:
         self.kube_proxies = kube_proxies
         self.children: dict[str, Child] = {}
         self._lock = threading.Lock()
-        self._node_groups = [KUBELET_GROUP] + ([KUBE_PROXY_GROUP] if kube_proxies else [])
+        self._node_groups = [
+            KUBELET_GROUP,
+            *([KUBE_PROXY_GROUP] if kube_proxies else []),
+            KUBE_ROUTER_GROUP,
+        ]
         self._pools: dict[str, _Pools] = {}
         #: processes the user stopped (``svclab kubelet stop``): killed, not restarted
         self.held: frozenset[str] = frozenset()

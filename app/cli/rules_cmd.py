@@ -1,4 +1,6 @@
-"""``svclab rules``: what a node's kube-proxy loads, in the form the node's tools print."""
+"""``svclab rules``: what a node's kube-proxy loads, in the form the node's tools print;
+``--policy-hits``: which NetworkPolicy rules the real node's kernel counted packets on,
+each named by the policy and rule that made it."""
 
 from __future__ import annotations
 
@@ -57,18 +59,40 @@ def node_rules(session: Session, node_name: str, mode: Mode | None = None):  # t
     is_flag=True,
     help="Print exactly the payload handed to iptables-restore / nft -f",
 )
+@click.option(
+    "--policy-hits",
+    is_flag=True,
+    help="The real node's NetworkPolicy rules with packets (svclab up --real), "
+    "each named by its policy and rule",
+)
 @click.pass_obj
 @handle_errors
 def rules(
-    ctx: Context, node_name: str, mode: str | None, files: tuple[str, ...], restore_input: bool
+    ctx: Context,
+    node_name: str,
+    mode: str | None,
+    files: tuple[str, ...],
+    restore_input: bool,
+    policy_hits: bool,
 ) -> None:
     """Print what NODE's kube-proxy would load: iptables-save text (filter, nat), or
-    ipvsadm-save + ipset save + the iptables glue, or nft list ruleset text."""
+    ipvsadm-save + ipset save + the iptables glue, or nft list ruleset text.
+
+    With --policy-hits: one line per NetworkPolicy rule of the real node whose kernel
+    counters are not zero (packets, bytes, chain, and the policy rule it stands for)."""
     from dataplane.proxy.iptables import IptablesRender
     from dataplane.proxy.savefmt import with_save_comments
 
+    if policy_hits and (files or mode or restore_input):
+        raise click.UsageError("--policy-hits reads the real cluster: not with -f, --mode or --restore-input")
     session = ctx.session(files)
     try:
+        if policy_hits:
+            from app.policyhits import describe, real_policy_hits
+
+            for hit in real_policy_hits(session, node_name):
+                click.echo(f"{hit.packets} {hit.bytes} {hit.chain} {describe(hit)}")
+            return
         out = node_rules(session, node_name, mode)  # type: ignore[arg-type]
         if restore_input:
             text = out.restore_input

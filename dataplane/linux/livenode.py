@@ -21,6 +21,12 @@ of Services gone meanwhile are deleted by that first sync), then kept from what 
 load leaves (the render says it); a failed load makes the next call read the kernel
 again.
 
+:class:`NodePolicyLoader` loads each NetworkPolicy agent sync (kube-router's layout) into
+the node's namespace: ipsets, then the filter-table payload with ``--noflush`` (stale
+policy chains deleted, jumps from the built-in chains ensured once), then stale policy
+ipsets destroyed (:func:`dataplane.linux.policyrules.load_policy`), on the cluster's
+iptables back end, as kube-proxy's rules are.
+
 :func:`record_pod` / :func:`forget_pod` keep the realised cluster's record
 (``/run/svclab/<id>/cluster.json``: namespaces, pods and their nodes) current as pods
 come and go, under a lock file, so that exec, logs and traffic commands in other
@@ -35,12 +41,13 @@ import re
 import threading
 from collections.abc import Collection, Iterator
 
-from dataplane.linux import rules
+from dataplane.linux import policyrules, rules
 from dataplane.linux.cni import CniResult
 from dataplane.linux.names import ClusterNames
 from dataplane.linux.netns import run_in
 from dataplane.linux.realize import RealCluster, realize_nodes
 from dataplane.linux.state import StateDir
+from dataplane.netpol.kuberouter import PolicyRules
 from dataplane.proxy import IptablesRender
 from dataplane.proxy.ipvs import IpvsRender
 from dataplane.proxy.naming import is_service_chain
@@ -117,6 +124,46 @@ class NodeRuleLoader:
         return kernel_chains(self.netns(node), self.backend)
 
 
+class NodePolicyLoader:
+    """Loads NetworkPolicy agent syncs into the node namespaces of cluster
+    ``cluster_id`` on iptables back end ``backend`` (module docstring). Safe for one
+    agent thread per node at once. ``loads`` counts the loads done per node, and
+    ``last`` keeps each node's last rules loaded (what :func:`policy_hits` maps
+    counters through)."""
+
+    def __init__(self, cluster_id: str, backend: rules.IptablesBackend = "nft") -> None:
+        rules.restore_tool(backend)
+        self.names = ClusterNames(cluster_id)
+        self.backend: rules.IptablesBackend = backend
+        self._lock = threading.Lock()
+        self.loads: dict[str, int] = {}
+        self.last: dict[str, PolicyRules] = {}
+
+    def netns(self, node: str) -> str:
+        return self.names.netns(f"node/{node}")
+
+    def load(self, node: str, rules_: PolicyRules | None) -> None:
+        """Load one sync of ``node``'s policy agent (None: no policy rules at all).
+        BackendError with the tool's first error line when the kernel refuses it."""
+        with self._lock:
+            self.last.pop(node, None)  # known again only once this load succeeded
+        if rules_ is None:
+            policyrules.load_policy(self.netns(node), None, backend=self.backend)
+        else:
+            policyrules.load_policy(
+                self.netns(node), rules_.filter, rules_.ipsets, backend=self.backend
+            )
+        with self._lock:
+            if rules_ is not None:
+                self.last[node] = rules_
+            self.loads[node] = self.loads.get(node, 0) + 1
+
+    def release(self, node: str) -> None:
+        with self._lock:
+            self.loads.pop(node, None)
+            self.last.pop(node, None)
+
+
 def kernel_chains(netns: str, backend: rules.IptablesBackend = "nft") -> frozenset[str]:
     """The kube-proxy chains ``netns`` holds: the per-service chains (``KUBE-SVC-``,
     ``KUBE-SEP-``, ...) of its nat table, and the chains and sets of its nftables
@@ -171,4 +218,11 @@ def forget_pod(cluster_id: str, pod_key: str) -> None:
         c.pod_nodes.pop(pod_key, None)
 
 
-__all__ = ["NodeRuleLoader", "forget_pod", "kernel_chains", "realise_nodes", "record_pod"]
+__all__ = [
+    "NodePolicyLoader",
+    "NodeRuleLoader",
+    "forget_pod",
+    "kernel_chains",
+    "realise_nodes",
+    "record_pod",
+]

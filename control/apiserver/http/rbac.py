@@ -15,7 +15,7 @@ Contract (Kubernetes' RBAC authorizer):
   admin, edit, view (aggregated from ``system:aggregate-to-*``), system:basic-user,
   system:discovery, system:public-info-viewer and the components' roles
   (system:kube-scheduler, system:kube-controller-manager, system:node-proxier,
-  system:node), and their bindings. ``system:masters`` is allowed everything without a
+  system:node, and kube-router's for the NetworkPolicy agent), and their bindings. ``system:masters`` is allowed everything without a
   lookup (kube-apiserver's privileged group).
 """
 
@@ -405,6 +405,18 @@ def bootstrap_policy() -> list[KubeObject]:
                 _rule("create patch update", "events.k8s.io", "events"),
             ],
         ),
+        # the NetworkPolicy agent (control.agents.netpolicy), as kube-router's DaemonSet
+        # manifests grant its ServiceAccount: read the policies, the pods they select and
+        # the namespaces by label, and its node; it records its syncs as Events
+        _cr(
+            "kube-router",
+            [
+                _rule(READ, "core", "pods namespaces nodes"),
+                _rule(READ, "networking.k8s.io", "networkpolicies"),
+                _rule("create patch update", "core", "events"),
+                _rule("create patch update", "events.k8s.io", "events"),
+            ],
+        ),
         _cr(
             "system:node",
             [
@@ -433,6 +445,11 @@ def bootstrap_policy() -> list[KubeObject]:
             "svclab:component-supervisor",
             "svclab:component-supervisor",
             [("User", "system:svclab-supervisor")],
+        ),
+        _crb(
+            "kube-router",
+            "kube-router",
+            [("User", "system:serviceaccount:kube-system:kube-router")],
         ),
         _crb(
             "calico-cni-plugin",

@@ -150,9 +150,9 @@ def deploy(s: Served, name: str, replicas: int) -> None:
 def test_processes_bring_the_cluster_up_one_process_per_component(served: Served) -> None:
     s = served
     procs = wait_for(
-        lambda: c if len(c := components(s)) == 6 else None,
+        lambda: c if len(c := components(s)) == 8 else None,
         BOUND,
-        "six component processes",
+        "eight component processes",
     )
     assert set(procs) == {
         "kube-controller-manager",
@@ -161,9 +161,11 @@ def test_processes_bring_the_cluster_up_one_process_per_component(served: Served
         "kubelet/node-2",
         "kube-proxy/node-1",
         "kube-proxy/node-2",
+        "kube-router/node-1",
+        "kube-router/node-2",
     }
     pids = {pid for pid, _ in procs.values()}
-    assert len(pids) == 6 and s.proc.pid not in pids, "separate PIDs, none the server's"
+    assert len(pids) == 8 and s.proc.pid not in pids, "separate PIDs, none the server's"
     parents = {ppid for _, ppid in procs.values()}
     assert len(parents) == 1 and parents != {s.proc.pid}, "all children of one supervisor"
 
@@ -193,6 +195,8 @@ def test_processes_bring_the_cluster_up_one_process_per_component(served: Served
         )
         assert all(ip in published(s, node) for ip in ips)
     log = s.log_text()
+    for node in ("node-1", "node-2"):  # each policy agent listed under its own identity
+        assert f"component=kube-router/{node} synced=1" in log
     assert "lease=kube-system/kube-controller-manager acquired" in log
     assert "lease=kube-system/kube-scheduler acquired" in log
 
