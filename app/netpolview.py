@@ -15,16 +15,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
-from ipaddress import ip_address
 from typing import Any
 
+from control.agents.netpolicy import policy_pod
 from dataplane.emulator.trace import Hop, Trace
 from dataplane.netpol import PolicyRules, RuleOrigin, render_policy
 from netmodel.netpolicy import (
     Direction,
     NetworkPolicy,
     PolicyPod,
-    named_ports,
     policy_from_wire,
 )
 
@@ -80,25 +79,11 @@ def read_policies(store: Any) -> list[NetworkPolicy]:
 
 
 def read_policy_pods(store: Any) -> tuple[list[PolicyPod], dict[str, dict[str, str]]]:
-    """Every placed pod (with an IP and a node) as policy sees it, and every namespace's
-    labels."""
+    """Every placed, unfinished pod as policy sees it (the node agent's own reading,
+    :func:`control.agents.netpolicy.policy_pod`, so the emulated view and the agents
+    render the same), and every namespace's labels."""
     namespaces = {n.name: dict(n.metadata.labels or {}) for n in store.list("Namespace")}
-    pods = []
-    for p in store.list("Pod"):
-        ip, node = p.status.pod_ip, p.spec.node_name
-        if not (ip and node):
-            continue
-        pods.append(
-            PolicyPod(
-                namespace=p.namespace or "default",
-                name=p.name,
-                labels=dict(p.metadata.labels or {}),
-                ip=ip_address(ip),
-                node=node,
-                ports=named_ports(p.spec.containers),
-                host_network=bool(p.spec.host_network),
-            )
-        )
+    pods = [pp for p in store.list("Pod") if (pp := policy_pod(p)) is not None]
     return pods, namespaces
 
 
