@@ -316,8 +316,10 @@ class _Hit:
     reason: str
 
 
-def _in_order(cnps: Iterable[ClusterNetworkPolicy], tier: Tier) -> list[ClusterNetworkPolicy]:
-    return sorted((p for p in cnps if p.tier == tier), key=lambda p: (p.priority, p.name))
+def in_order(cnps: Iterable[ClusterNetworkPolicy]) -> list[ClusterNetworkPolicy]:
+    """The order policies are read in: Admin before Baseline, then by priority (lower
+    first), then by name (the API leaves equal priorities to the implementation)."""
+    return sorted(cnps, key=lambda p: (p.tier != "Admin", p.priority, p.name))
 
 
 def _first_hit(
@@ -332,11 +334,11 @@ def _first_hit(
     cnps: Sequence[ClusterNetworkPolicy],
     namespaces: Mapping[str, Mapping[str, str]],
 ) -> _Hit | None:
-    """The first rule of ``tier`` (policies by priority then name, rules in order) that
+    """The first rule of ``tier`` (``cnps`` in :func:`in_order`, rules in order) that
     matches the connection in ``direction`` for ``subject``, None when none does."""
     peers_field = "from" if direction == "ingress" else "to"
-    for pol in _in_order(cnps, tier):
-        if not pol.subject.selects(subject, namespaces):
+    for pol in cnps:
+        if pol.tier != tier or not pol.subject.selects(subject, namespaces):
             continue
         for i, rule in enumerate(pol.rules(direction)):
             where = f"{direction}[{i}]"
@@ -442,6 +444,7 @@ def decide(
         return np
     src_ip = src.ip if isinstance(src, PolicyPod) else src
     dst_ip = dst.ip if isinstance(dst, PolicyPod) else dst
+    ordered = in_order(cluster_policies)
     egress = np.egress
     if src_pod is not None:
         egress = _direction(
@@ -454,7 +457,7 @@ def decide(
             dst_pod,
             np.egress,
             _isolated(src_pod, "egress", policies),
-            cluster_policies,
+            ordered,
             namespaces,
         )
     ingress = np.ingress
@@ -469,7 +472,7 @@ def decide(
             dst_pod,
             np.ingress,
             _isolated(dst_pod, "ingress", policies),
-            cluster_policies,
+            ordered,
             namespaces,
         )
     return ConnectionDecision(egress, ingress)
@@ -486,5 +489,6 @@ __all__ = [
     "ProtocolMatch",
     "Subject",
     "decide",
+    "in_order",
     "policy_from_wire",
 ]
