@@ -8,8 +8,11 @@ create and update of a custom resource, ``self`` bound to the value at the node
 place on an update (a rule naming ``oldSelf``, a *transition rule*, is skipped where
 there is no old value, so always on a create).
 
-Evaluation is cel-python's (``celpy``). Functions of the Kubernetes CEL libraries that
-celpy does not implement (``quantity``, ``url``, ``isSorted``...) and
+Evaluation is cel-python's (``celpy``), plus the Kubernetes network library's string
+check ``isCIDR(string)`` (:data:`K8S_FUNCTIONS`: Go's ``netip.ParsePrefix`` grammar,
+zones and IPv4-mapped IPv6 addresses refused, as kube's library refuses them; what the
+network-policy-api's CRD uses). Functions of the Kubernetes CEL libraries that svclab
+does not implement (``quantity``, ``url``, ``isSorted``, ``isIP``, ``cidr``...) and
 ``optionalOldSelf`` (CEL optionals) are refused at CRD time, never accepted and
 skipped: :func:`rule_problems` says which.
 
@@ -23,8 +26,9 @@ Causes are ``(field path, message)`` in kube-apiserver's wording:
 from __future__ import annotations
 
 import functools
+import ipaddress
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import celpy
@@ -77,7 +81,50 @@ def _parse(text: str) -> Any:
 
 def _program(text: str) -> celpy.Runner:
     env = celpy.Environment()
-    return env.program(_parse(text))
+    return env.program(_parse(text), functions=dict(K8S_FUNCTIONS))
+
+
+# ------------------------------------------------------------ the Kubernetes network library
+
+_BITS = re.compile(r"[0-9]+")
+
+
+def _go_addr(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    """``text`` as kube's CEL library parses an address (Go's ``netip.ParseAddr``:
+    dotted quad without leading zeros, or IPv6), None when refused: unparsable, with a
+    zone (``%eth0``), or an IPv4-mapped IPv6 address (``::ffff:1.2.3.4``)."""
+    if "%" in text:
+        return None
+    try:
+        addr = ipaddress.ip_address(text)
+    except ValueError:
+        return None
+    if isinstance(addr, ipaddress.IPv6Address) and addr.ipv4_mapped is not None:
+        return None
+    return addr
+
+
+def go_cidr_ok(text: str) -> bool:
+    """``isCIDR``'s answer: Go's ``netip.ParsePrefix`` (an address, the last ``/``,
+    then decimal bits without sign or leading zero, at most 32 or 128; host bits may be
+    set) and kube's refusal of zones and IPv4-mapped addresses."""
+    addr_text, slash, bits = text.rpartition("/")
+    if not slash:
+        return False
+    addr = _go_addr(addr_text)
+    if addr is None or not _BITS.fullmatch(bits) or (len(bits) > 1 and bits[0] == "0"):
+        return False
+    return int(bits) <= addr.max_prefixlen
+
+
+def _is_cidr(value: Any) -> Any:
+    if not isinstance(value, celtypes.StringType):
+        return celpy.CELEvalError("no such overload", TypeError, None)
+    return celtypes.BoolType(go_cidr_ok(str(value)))
+
+
+#: the Kubernetes CEL library functions svclab evaluates beyond celpy's own
+K8S_FUNCTIONS: Mapping[str, Callable[[Any], Any]] = {"isCIDR": _is_cidr}
 
 
 @functools.lru_cache(maxsize=4096)
@@ -134,7 +181,7 @@ def _undeclared(text: str) -> tuple[str, ...]:
 
 
 def _known_functions() -> frozenset[str]:
-    return frozenset(evaluation.base_functions) | _MACROS
+    return frozenset(evaluation.base_functions) | _MACROS | frozenset(K8S_FUNCTIONS)
 
 
 def _go_value(spec: Mapping[str, Any]) -> str:

@@ -8,8 +8,9 @@ put in front of such documents, so that the objects come in as custom resources:
 
 * **shipped**: the definitions of the CNI objects real clusters carry, as their
   projects publish them (``netmodel/crddata``, provenance and version in its
-  ``PROVENANCE.md``: Calico's IPPool and BlockAffinity), for a dump or a manifest that
-  brings an object of that group and kind and served version;
+  ``PROVENANCE.md``: Calico's IPPool and BlockAffinity, the network-policy-api's
+  ClusterNetworkPolicy), for a dump or a manifest that brings an object of that group
+  and kind and served version;
 * **inferred** (a dump only): for any other custom kind, a permissive CRD: every
   version the dump shows served (the first one stored), one schema keeping every field
   (``x-kubernetes-preserve-unknown-fields``), the scope ``Namespaced`` when an object

@@ -14,7 +14,8 @@ resource, in this order:
 * :func:`validate` checks types (``x-kubernetes-int-or-string``, ``nullable``),
   ``required``, ``enum``, bounds (``minimum`` / ``maximum``, exclusive or not,
   ``multipleOf``, ``minLength`` / ``maxLength``, ``minItems`` / ``maxItems``,
-  ``minProperties`` / ``maxProperties``), ``pattern`` and ``uniqueItems``, and returns
+  ``minProperties`` / ``maxProperties``), ``pattern``, ``uniqueItems`` and the items of
+  an ``x-kubernetes-list-type: set`` list being distinct, and returns
   each problem as ``(field path, message)`` in kube-apiserver's wording
   (``spec.replicas: Invalid value: "string": spec.replicas in body must be of type
   integer: "string"``).
@@ -247,7 +248,9 @@ def _array(
         out.append((path, f"Too many: {len(value)}: must have at most {hi} items"))
     if isinstance(lo, int) and len(value) < lo:
         out.append(_invalid(path, len(value), f"{body} should have at least {lo} items"))
-    if schema.get("uniqueItems"):
+    if schema.get("uniqueItems") or schema.get("x-kubernetes-list-type") == "set":
+        # ``x-kubernetes-list-type: set``: kube-apiserver's list-type check refuses a
+        # repeated item in the same words as ``uniqueItems``
         seen: list[Any] = []
         for i, v in enumerate(value):
             if v in seen:

@@ -19,6 +19,7 @@ from netmodel.manifests import load, load_text
 
 DUMPS = Path(__file__).resolve().parents[1] / "data" / "kubectl-dumps"
 CALICO = DUMPS / "calico-kubeadm-list.yaml"
+STORIES = DUMPS.parent / "clusternetworkpolicy" / "user-stories.yaml"
 
 
 @pytest.fixture(autouse=True)
@@ -74,11 +75,35 @@ def test_the_calico_dumps_ippool_comes_in_with_the_shipped_crd() -> None:
     assert not [w for w in m.warnings if "CustomResourceDefinition" in w]  # shipped: silent
 
 
-def test_the_shipped_crds_are_calicos_ippool_and_blockaffinity() -> None:
+def test_the_shipped_crds_are_calicos_and_the_clusternetworkpolicy() -> None:
     assert crdsupply.shipped_kinds() == [
         ("crd.projectcalico.org", "BlockAffinity"),
         ("crd.projectcalico.org", "IPPool"),
+        ("policy.networking.k8s.io", "ClusterNetworkPolicy"),
     ]
+
+
+def test_a_manifest_of_clusternetworkpolicies_comes_in_with_the_shipped_crd() -> None:
+    m = load([STORIES])
+    crd, *cnps = m.objects
+    assert (crd.kind, crd.name) == (
+        "CustomResourceDefinition",
+        "clusternetworkpolicies.policy.networking.k8s.io",
+    )
+    assert crd.metadata.annotations[crdsupply.SHIPPED_ANNOTATION] == (
+        "netmodel/crddata/policy.networking.k8s.io_clusternetworkpolicies.yaml"
+    )
+    assert crd.metadata.annotations["policy.networking.k8s.io/bundle-version"] == "v0.2.0"
+    assert [(o.kind, o.name, o.store_kind) for o in cnps] == [
+        ("ClusterNetworkPolicy", n, "clusternetworkpolicies.policy.networking.k8s.io")
+        for n in (
+            "cluster-wide-deny-example",
+            "cluster-wide-allow-example",
+            "pub-svc-delegate-example",
+            "default",
+        )
+    ]
+    assert not m.warnings
 
 
 def _dump(*items: dict[str, Any]) -> str:
