@@ -121,17 +121,25 @@ def delta(
             {n: p.ports[n] for n in names if n in p.ports},
         )
 
-    groups: dict[Hashable, tuple[_Entity, list[str]]] = {}
+    groups: dict[Hashable, tuple[_Entity, list[int | str]]] = {}
     in_groups: dict[Hashable, _Entity] = {}
     eg_groups: dict[Hashable, _Entity] = {}
-    for i, p in enumerate(pods):
-        e = pod_entity(i)
-        entry = groups.setdefault(e.key, (e, []))
-        entry[1].append(p.key)
-        if i in hit_in:
-            in_groups[e.key] = entry[0]
-        if i in hit_eg:
-            eg_groups[e.key] = entry[0]
+    touched = new_peer.keys() | new_in.keys() | new_eg.keys()
+    for c, idxs in enumerate(matrix.members):
+        plain: _Entity | None = None  # the class's pods the added policies do not see
+        for i in idxs:
+            if names or i in touched:
+                e = pod_entity(i)
+            else:
+                if plain is None:
+                    plain = _Entity(c, frozenset())
+                e = plain
+            entry = groups.setdefault(e.key, (e, []))
+            entry[1].append(i)
+            if i in hit_in:
+                in_groups[e.key] = entry[0]
+            if i in hit_eg:
+                eg_groups[e.key] = entry[0]
     versions = {4} | {p.ip.version for p in pods}
     cut = ip_ranges(_blocks([*matrix.policies, *add]), versions)
     for rng in cut:
@@ -187,6 +195,23 @@ def delta(
 
     out: list[Change] = []
     done: set[tuple[Hashable, Hashable]] = set()
+    # a source no policy isolates for egress, before or after: towards ``d`` only the
+    # rules of d's ingress policies that its peers match tell it from another such source
+    ingress_rules: dict[Hashable, tuple[frozenset[int], frozenset[int]]] = {}
+    memo: dict[Hashable, tuple[PortSet, PortSet]] = {}
+
+    def open_source(e: _Entity) -> bool:
+        return e.range_rules is not None or (not matrix.classes[e.node].sel_eg and not e.new_eg)
+
+    def rules_into(d: _Entity) -> tuple[frozenset[int], frozenset[int]]:
+        hit = ingress_rules.get(d.key)
+        if hit is None:
+            olds = matrix.classes[d.node].sel_in
+            hit = ingress_rules[d.key] = (
+                frozenset(r for j in olds for r in by_policy.get((j, "ingress"), ())),
+                frozenset(r for q in d.new_in for r in new_by_policy.get((q, "ingress"), ())),
+            )
+        return hit
 
     def visit(s: _Entity, d: _Entity) -> None:
         if (s.key, d.key) in done:
@@ -194,13 +219,24 @@ def delta(
         done.add((s.key, d.key))
         if s.node >= n_classes and d.node >= n_classes:
             return  # two bare addresses: no pod involved
-        before = matrix._between(s.node, d.node)
-        now = after(s, d)
+        view: Hashable = None
+        if d.range_rules is None and open_source(s):
+            old_rules, new_rules_in = rules_into(d)
+            view = (d.key, old_peer_of(s) & old_rules, s.new_peer_of & new_rules_in)
+        if view is not None and view in memo:
+            before, now = memo[view]
+        else:
+            before = matrix._between(s.node, d.node)
+            now = after(s, d)
+            if view is not None:
+                memo[view] = (before, now)
         if now == before:
             return
         added, removed = now - before, before - now
-        for a in groups[s.key][1]:
-            for b in groups[d.key][1]:
+        for x in groups[s.key][1]:
+            a = pods[x].key if isinstance(x, int) else x
+            for y in groups[d.key][1]:
+                b = pods[y].key if isinstance(y, int) else y
                 if a != b:
                     out.append(Change(a, b, added, removed))
 
