@@ -255,7 +255,8 @@ def _what_if(
     namespace: str | None,
 ) -> list[Change]:
     from netmodel.errors import NotFoundError
-    from netmodel.reach import what_if
+    from netmodel.reach import Matrix
+    from netmodel.reachdelta import delta
 
     pods, policies, namespaces = cluster_view(session)
     add = _policies_of(files, session) if files else []
@@ -266,8 +267,9 @@ def _what_if(
         if key not in stored:
             raise NotFoundError(f'networkpolicies.networking.k8s.io "{name}" not found')
         keys.append(key)
-    _, _, changes = what_if(pods, policies, namespaces, add=add, delete=keys)
-    return changes
+    # only the pairs the change can touch (property-tested equal to netmodel.reach.what_if,
+    # which computes both matrices in full)
+    return delta(Matrix(pods, policies, namespaces), add=add, delete=keys)
 
 
 # --------------------------------------------------------------------------- probe
