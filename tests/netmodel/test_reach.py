@@ -213,10 +213,11 @@ def test_what_if_is_the_difference_of_two_computations(
     data: st.DataObject,
 ) -> None:
     pods, policies, namespaces = cluster
-    added = data.draw(_policy(99))
-    deleted = [p.key for p in policies[:1]]
+    # named p0..p4: often the name of a stored policy, which it then replaces
+    added = data.draw(_policy(data.draw(st.integers(0, 4))))
+    deleted = [p.key for p in policies[-1:]]
     before, after, changes = what_if(pods, policies, namespaces, add=[added], delete=deleted)
-    rest = [p for p in policies if p.key not in deleted] + [added]
+    rest = [p for p in policies if p.key not in deleted and p.key != added.key] + [added]
     # recomputing only what the change touches gives the same difference
     stored = Matrix(pods, policies, namespaces)
     assert delta(stored, add=[added], delete=deleted) == changes
@@ -276,8 +277,34 @@ def test_ip_ranges_cut_at_blocks_and_join_alike_pieces() -> None:
         "10.2.0.0-10.255.255.255",
         "11.0.0.0-255.255.255.255",
     ]
-    # pieces inside the same blocks are one range: no block at all, one range
+    # pieces inside the same blocks are one range: no block at all, one range; two
+    # adjacent excepts and the space before them, one range
     assert [r.key for r in ip_ranges([])] == ["0.0.0.0-255.255.255.255"]
+    two = policy_from_wire(
+        {
+            "metadata": {"namespace": "x", "name": "p"},
+            "spec": {
+                "podSelector": {},
+                "ingress": [
+                    {
+                        "from": [
+                            {
+                                "ipBlock": {
+                                    "cidr": "10.0.0.0/8",
+                                    "except": ["10.0.0.0/16", "10.1.0.0/16"],
+                                }
+                            }
+                        ]
+                    }
+                ],
+            },
+        }
+    )
+    assert [r.key for r in Matrix([], [two], {}).ranges] == [
+        "0.0.0.0-10.1.255.255",
+        "10.2.0.0-10.255.255.255",
+        "11.0.0.0-255.255.255.255",
+    ]
 
 
 def _pod(ns: str, name: str, labels: dict[str, str], ip: str, **kw: Any) -> PolicyPod:
