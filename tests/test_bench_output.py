@@ -197,6 +197,17 @@ TINY: dict[str, tuple[list[str], bool, list[str]]] = {
         ["full_path_connections_warm_per_second"],
     ),
     "bench_pictures.py": (["--repeat", "1"], False, ["nodes_1000.topology_node.cold_s"]),
+    "bench_reach.py": (
+        ["--namespaces", "4", "--pods", "5", "--repeat", "1"],
+        False,
+        [
+            "reach_all_pairs_cold_seconds",
+            "reach_all_pairs_cold_peak_rss_bytes",
+            "reach_what_if_cold_seconds",
+            "changed_pairs_after_add_warm_seconds",
+            "changed_pairs_after_delete_warm_seconds",
+        ],
+    ),
     "bench_realpod.py": (
         ["--runs", "2", "--megabytes", "4", "--rounds", "1"],
         True,

@@ -28,6 +28,7 @@ from app.cli import (
     picture_cmd,
     pod_cmd,
     printers,
+    reach_cmd,
     real_cmd,
     report_cmd,
     rules_cmd,
@@ -488,6 +489,7 @@ COMMAND_MODULES = (
     exec_cmd,
     pod_cmd,
     kubelet_cmd,
+    reach_cmd,
 )
 
 

@@ -680,6 +680,7 @@ class APIServer:
         *,
         source: str | None = None,
         documents: Sequence[int] | None = None,
+        dry_run: bool = False,
     ) -> list[tuple[str, KubeObject]]:
         """kubectl-apply-like: create or update each object, in order.
 
@@ -692,12 +693,18 @@ class APIServer:
         ``status.podIP(s)`` keep those addresses once :mod:`.podips` has checked them
         (a replayed ``kubectl get -A -o yaml`` dump keeps its identities and addresses).
         Returns ``(action, object)`` per input, action ``created`` / ``configured`` /
-        ``unchanged``."""
+        ``unchanged``. ``dry_run`` (``kubectl apply --dry-run=server``): every object
+        admitted and checked as above, then nothing written or allocated; the results
+        are what would be stored."""
         with bulk():  # many acyclic values made at once: no GC rescans (store.base)
-            return self._apply(objs, source, documents)
+            return self._apply(objs, source, documents, dry_run)
 
     def _apply(
-        self, objs: Sequence[KubeObject], source: str | None, documents: Sequence[int] | None
+        self,
+        objs: Sequence[KubeObject],
+        source: str | None,
+        documents: Sequence[int] | None,
+        dry_run: bool = False,
     ) -> list[tuple[str, KubeObject]]:
         plan: list[_Admitted] = []
         batch: dict[tuple[str, str], KubeObject] = {}
@@ -712,6 +719,10 @@ class APIServer:
                 except SvclabError as e:
                     raise InputError(str(e), file=source, document=doc, obj=obj.ref) from None
             self._check_created(plan, batch, source, documents)
+            if dry_run:
+                for adm in reversed(plan):
+                    adm.journal.rollback()
+                return [(adm.action, adm.obj) for adm in plan]
             results: list[tuple[str, KubeObject]] = []
             with self.store.transaction():
                 for adm in plan:

@@ -42,6 +42,7 @@ COMMANDS = sorted(
         "pcap",
         "ping",
         "pod",
+        "reach",
         "report",
         "rules",
         "serve",
