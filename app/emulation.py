@@ -397,7 +397,16 @@ def _view(
     zone = dns_zone(session)
     dns_servers = frozenset(dns_pods if zone is not None else ())
     return ClusterView(
-        network, rulesets, listeners, local, node_ips, zone, dns_servers, resolv, port_mappings
+        network,
+        rulesets,
+        listeners,
+        local,
+        node_ips,
+        zone,
+        dns_servers,
+        resolv,
+        port_mappings,
+        guarded=agent.guarded() if agent is not None else frozenset(),
     )
 
 

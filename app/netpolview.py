@@ -25,6 +25,7 @@ from netmodel.netpolicy import (
     NetworkPolicy,
     PolicyPod,
     policy_from_wire,
+    selects,
 )
 
 #: the rule that closes one pod chain's pass (the verdict's rules come before it)
@@ -63,6 +64,15 @@ class PolicyAgent:
                 service_cidrs=self.service_cidrs,
             )
         return got
+
+    def guarded(self) -> frozenset[str]:
+        """The addresses of the pods some policy isolates for ingress (for
+        :attr:`netmodel.view.ClusterView.guarded`)."""
+        return frozenset(
+            str(pod.ip)
+            for pod in self.pods
+            if any("ingress" in pol.types and selects(pol, pod) for pol in self.policies)
+        )
 
     def origin(self, node: str, chain: str, rule: str) -> RuleOrigin | None:
         """What ``rule`` (``-A CHAIN ...`` or the text after it) of ``chain`` on

@@ -36,3 +36,7 @@ class ClusterView:
     #: plugin (pods with none left out), in the order the plugin's ADDs ran on each
     #: node: the order of that node's rules in :attr:`rulesets`
     port_mappings: Mapping[str, tuple[PortMapping, ...]] = field(default_factory=dict)
+    #: pod addresses whose ingress a NetworkPolicy isolates: another node's packets to
+    #: them may be refused by design, so a readiness check reaches them from their own
+    #: node only (always let in, :mod:`netmodel.netpolicy`)
+    guarded: frozenset[str] = frozenset()

@@ -333,7 +333,7 @@ class RealBackend:
 
         net = self.view.network
         kernel = self.cluster.namespaces
-        failed = ready.failed_probes(ready.probes(net), kernel, timeout=0.3)
+        failed = ready.failed_probes(ready.probes(net, self.view.guarded), kernel, timeout=0.3)
         lines = [f"probe failed: {p.src} -> {p.dst} ({p.what})" for p in failed]
         lines.append(f"readiness probes: {len(failed)} failed")
         if sport is not None:
@@ -365,9 +365,7 @@ def real_backend(
 
     cid = cluster_id or new_cluster_id()
     try:
-        cluster, _ = realize_view(
-            view, cluster_id=cid, cni=cni, iptables_backend=iptables_backend
-        )
+        cluster, _ = realize_view(view, cluster_id=cid, cni=cni, iptables_backend=iptables_backend)
         b = RealBackend(view, cluster, timeout=timeout)
         yield b
         b.close()

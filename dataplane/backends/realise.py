@@ -334,7 +334,9 @@ def realize_view(
     tune(cluster)
     shas = load_rules(cluster, view, loaded_nft=loaded_nft)
     serve(cluster, view)
-    readiness = wait_ready(view.network, cluster.namespaces, reconcile=network)
+    readiness = wait_ready(
+        view.network, cluster.namespaces, reconcile=network, guarded=view.guarded
+    )
     if readiness.reconciled:
         warnings.warn(
             f"cluster {cluster_id}: the kernel had drifted from the model right after "

@@ -26,7 +26,7 @@ model; only :func:`observe` and the probes touch the kernel.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from ipaddress import IPv4Address
@@ -113,8 +113,11 @@ def compare(logical: str, ns: Netns, dump: inspect.NetnsDump | inspect.NetnsTabl
     return out
 
 
-def probes(network: ClusterNetwork) -> list[Probe]:
-    """The readiness probes of ``network`` (see the module docstring). Pure."""
+def probes(network: ClusterNetwork, guarded: Collection[str] = ()) -> list[Probe]:
+    """The readiness probes of ``network`` (see the module docstring). Pure.
+    ``guarded``: pod addresses a NetworkPolicy isolates for ingress; they are probed
+    from their own node only (which policy always lets in), and another node's probes
+    of the overlay pick an unguarded pod of that node, when it has one."""
     nodes = sorted(
         (ns for ns in network.namespaces.values() if ns.role == "node"), key=lambda n: n.name
     )
@@ -125,6 +128,10 @@ def probes(network: ClusterNetwork) -> list[Probe]:
     on_node: dict[str, list[Netns]] = {}
     for p in pods:
         on_node.setdefault(f"node/{p.node}", []).append(p)
+    open_to_all = {
+        node: [p for p in group if str(p.interface("eth0").addresses[0].ip) not in guarded]
+        for node, group in on_node.items()
+    }
     out: list[Probe] = []
     for i, n in enumerate(nodes):
         nxt = nodes[(i + 1) % len(nodes)].name
@@ -132,9 +139,12 @@ def probes(network: ClusterNetwork) -> list[Probe]:
             if peer.name != n.name:
                 out.append(Probe(n.name, node_ip[peer.name], f"underlay to {peer.name}"))
         for peer in nodes:
-            group = on_node.get(peer.name, [])
-            if peer.name != nxt and peer.name != n.name:
-                group = group[:1]  # one pod: the overlay between these two nodes
+            if peer.name == n.name:
+                group = on_node.get(peer.name, [])
+            else:
+                group = open_to_all.get(peer.name, [])
+                if peer.name != nxt:
+                    group = group[:1]  # one pod: the overlay between these two nodes
             for p in group:
                 where = "own pod" if peer.name == n.name else f"pod on {peer.name}"
                 out.append(Probe(n.name, p.interface("eth0").addresses[0].ip, f"{where} {p.pod}"))
@@ -208,13 +218,14 @@ def wait_ready(
     reconcile: Callable[[], object] | None = None,
     timeout: float = 5.0,
     phases: Phases | None = None,
+    guarded: Collection[str] = (),
 ) -> Readiness:
     """Check ``network`` as realised in ``kernel`` (logical -> kernel namespace names)
     until it is ready or ``timeout`` seconds have passed; drift is reconciled once with
     ``reconcile``. Raises :class:`NotReady` naming every failing check. ``phases``: the
     time of the kernel-state checks (``ready_observe``) and of the probes
-    (``ready_probes``), for benchmarks."""
-    checks = probes(network)
+    (``ready_probes``), for benchmarks. ``guarded``: see :func:`probes`."""
+    checks = probes(network, guarded)
     deadline = time.monotonic() + timeout
     rounds, reconciled = 0, False
     first_drift: tuple[str, ...] = ()

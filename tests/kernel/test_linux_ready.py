@@ -42,6 +42,14 @@ def test_probes_cross_the_underlay_the_bridge_and_the_overlay() -> None:
     }
 
 
+def test_pods_a_policy_guards_are_probed_from_their_own_node_only() -> None:
+    net = sample_network(2, 2, overlay="host-gw").network
+    got = {(p.src, str(p.dst)) for p in ready.probes(net, guarded={"10.244.1.2"})}
+    assert ("node/n1", "10.244.1.2") in got  # its own node: policy always lets it in
+    assert ("node/n0", "10.244.1.2") not in got
+    assert ("node/n0", "10.244.1.3") in got  # the overlay is still crossed, to another pod
+
+
 def test_probes_cover_every_node_pair_and_every_pod_from_two_nodes() -> None:
     sample = sample_network(5, 4)
     got = ready.probes(sample.network)
