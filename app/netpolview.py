@@ -68,10 +68,14 @@ class PolicyAgent:
     def guarded(self) -> frozenset[str]:
         """The addresses of the pods some policy isolates for ingress (for
         :attr:`netmodel.view.ClusterView.guarded`)."""
+        ingress: dict[str, list[NetworkPolicy]] = {}
+        for pol in self.policies:  # a policy selects pods of its own namespace only
+            if "ingress" in pol.types:
+                ingress.setdefault(pol.namespace, []).append(pol)
         return frozenset(
             str(pod.ip)
             for pod in self.pods
-            if any("ingress" in pol.types and selects(pol, pod) for pol in self.policies)
+            if any(selects(pol, pod) for pol in ingress.get(pod.namespace, ()))
         )
 
     def origin(self, node: str, chain: str, rule: str) -> RuleOrigin | None:

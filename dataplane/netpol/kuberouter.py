@@ -57,6 +57,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from ipaddress import IPv4Network, ip_network
@@ -182,6 +183,12 @@ class _Render:
     ) -> None:
         self.pods = [p for p in pods if not p.host_network]
         self.namespaces = namespaces
+        #: the pods of each namespace (a policy selects, and a peer without a
+        #: namespaceSelector matches, pods of one namespace only)
+        self.by_ns: dict[str, list[PolicyPod]] = {}
+        for p in self.pods:
+            self.by_ns.setdefault(p.namespace, []).append(p)
+        self._ns_of_selector: dict[str, list[str]] = {}
         self.chains: list[str] = []
         self.rules: list[str] = []
         self.origins: dict[tuple[str, str], RuleOrigin] = {}
@@ -213,11 +220,27 @@ class _Render:
 
     # -- policies
     def targets(self, policy: NetworkPolicy) -> list[PolicyPod]:
-        return [p for p in self.pods if selects(policy, p)]
+        return [p for p in self.by_ns.get(policy.namespace, ()) if selects(policy, p)]
 
     def peer_pods(self, peer: Peer, policy: NetworkPolicy) -> list[PolicyPod]:
+        """The pods ``peer`` (a selector peer) matches, drawn from the namespaces it can
+        match only (the answer is :func:`peer_matches`' over every pod)."""
+        if peer.namespace_selector is None:
+            spaces = [policy.namespace]
+        else:
+            sel = peer.namespace_selector
+            key = json.dumps(sel.model_dump(), sort_keys=True)
+            cached = self._ns_of_selector.get(key)
+            if cached is None:
+                cached = self._ns_of_selector[key] = [
+                    ns for ns in self.by_ns if sel.matches(self.namespaces.get(ns, {}))
+                ]
+            spaces = cached
         return [
-            p for p in self.pods if peer_matches(peer, policy.namespace, p, p.ip, self.namespaces)
+            p
+            for ns in spaces
+            for p in self.by_ns.get(ns, ())
+            if peer_matches(peer, policy.namespace, p, p.ip, self.namespaces)
         ]
 
     def peer_set(
@@ -476,9 +499,13 @@ def render_policy(
     used: dict[tuple[str, str], tuple[NetworkPolicy, Direction]] = {}
     egress_jumps: list[tuple[str, str]] = []
     ingress_jumps: list[tuple[str, str]] = []
+    policies_of: dict[str, list[NetworkPolicy]] = {}
+    for pol in policies:  # a policy selects pods of its own namespace only
+        policies_of.setdefault(pol.namespace, []).append(pol)
     for pod in local:
-        ingress = [p for p in policies if "ingress" in p.types and selects(p, pod)]
-        egress = [p for p in policies if "egress" in p.types and selects(p, pod)]
+        mine = policies_of.get(pod.namespace, ())
+        ingress = [p for p in mine if "ingress" in p.types and selects(p, pod)]
+        egress = [p for p in mine if "egress" in p.types and selects(p, pod)]
         for p in ingress:
             used.setdefault((p.key, "ingress"), (p, "ingress"))
         for p in egress:
