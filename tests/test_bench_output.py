@@ -197,6 +197,11 @@ TINY: dict[str, tuple[list[str], bool, list[str]]] = {
         ["full_path_connections_warm_per_second"],
     ),
     "bench_pictures.py": (["--repeat", "1"], False, ["nodes_1000.topology_node.cold_s"]),
+    "bench_netpol_connect.py": (
+        ["--namespaces", "3", "--pods", "2", "--repeat", "1"],
+        False,
+        ["connect_cold_ratio"],
+    ),
     "bench_reach.py": (
         ["--namespaces", "4", "--pods", "5", "--repeat", "1"],
         False,
