@@ -25,6 +25,7 @@ from click.testing import CliRunner
 
 from app.cli.main import cli
 from netmodel.netpolicy import PolicyPod, decide, named_ports, policy_from_wire
+from netmodel.reach import Matrix
 
 DATA = Path(__file__).resolve().parent / "data" / "netpol_e2e"
 CLUSTER = DATA / "cluster.yaml"
@@ -186,6 +187,27 @@ def computed(step: Step, probe: Probe, labels: Labels, ips: Mapping[str, str]) -
     }
 
 
+def reached(step: Step, probe: Probe, labels: Labels, ips: Mapping[str, str]) -> Table:
+    """The probe's table as ``svclab reach``'s matrix (:class:`netmodel.reach.Matrix`)
+    computes it from the step's policies alone."""
+    docs = cluster_pods()
+    pods = [
+        PolicyPod(
+            key.split("/")[0],
+            key.split("/")[1],
+            labels.pods[key],
+            ip_address(ips[key]),
+            ports=named_ports(docs[key]["spec"]["containers"]),
+        )
+        for key in PODS
+    ]
+    policies = [policy_from_wire(fill(p, ips)) for p in step.policies]
+    m = Matrix(pods, policies, labels.namespaces)
+    return {
+        (s, d): m.allows(s, d, probe.protocol, probe.port) for s in PODS for d in PODS if s != d
+    }
+
+
 def probed(matrix: Mapping[Pair, frozenset[tuple[str, int]]], probe: Probe) -> Table:
     """A probe's table from :func:`app.reachprobe.probe_matrix`'s answer."""
     return {
@@ -319,6 +341,7 @@ def run_case(
                 where = f"{case.name} step {i + 1} {p.protocol}/{p.port}"
                 for what, got in (
                     ("computed (decide)", computed(step, p, labels, ips)),
+                    ("computed (reach matrix)", reached(step, p, labels, ips)),
                     ("probed", probed(matrix, p)),
                 ):
                     diff = differences(want, got)
