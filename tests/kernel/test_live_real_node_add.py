@@ -8,13 +8,14 @@ always torn down, with a leak check."""
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from servedreal import served_real, svclab, wait_until
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "control" / "apiserver" / "http"))
 from serving import Served
@@ -23,11 +24,9 @@ from app import real
 from dataplane.linux.netns import is_root
 from dataplane.linux.nsenter import inode
 from dataplane.linux.realize import RealCluster
-from dataplane.linux.testing import leftovers
 
 pytestmark = [pytest.mark.kernel, pytest.mark.skipif(not is_root(), reason="needs root")]
 
-SVCLAB = str(Path(sys.executable).parent / "svclab")
 CLUSTER = """\
 apiVersion: svclab.dev/v1alpha1
 kind: Cluster
@@ -58,40 +57,12 @@ kind: Service
 metadata: {name: late}
 spec: {selector: {app: late}, ports: [{port: 80, targetPort: 8080}]}
 """
-TIMEOUT = 90.0
-
-
-def svclab(state: Path, *args: str) -> str:
-    out = subprocess.run(
-        [SVCLAB, "--state", str(state), *args], capture_output=True, text=True, timeout=300
-    )
-    assert out.returncode == 0, out.stderr
-    return out.stdout
-
-
-def wait_until(what: str, check: Callable[[], object], timeout: float = TIMEOUT) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, f"never: {what}"
-        time.sleep(0.2)
 
 
 @pytest.fixture(scope="module")
 def srv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
-    d = tmp_path_factory.mktemp("grow")
-    state = d / "state"
-    (d / "cluster.yaml").write_text(CLUSTER)
-    svclab(state, "apply", "-f", str(d / "cluster.yaml"))
-    s = Served(state, "--real")
-    try:
-        s.start()
+    with served_real(tmp_path_factory, "grow", CLUSTER) as s:
         yield s
-    finally:
-        s.stop()
-        record = real.RealRecord.read(state)
-        real.down(state)
-        if record is not None:
-            assert leftovers(record.cluster_id) == []
 
 
 def cluster(srv: Served) -> RealCluster:

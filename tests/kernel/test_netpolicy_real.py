@@ -18,12 +18,14 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from ipaddress import ip_address
 from pathlib import Path
 
 import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from servedreal import SVCLAB, served_real, svclab, wait_until
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "control" / "apiserver" / "http"))
 from serving import Served
@@ -34,14 +36,12 @@ from dataplane.linux.netns import is_root
 from dataplane.linux.policyrules import ipset_names, load_policy
 from dataplane.linux.realize import RealCluster
 from dataplane.linux.rules import iptables_save
-from dataplane.linux.testing import leftovers
 from dataplane.netpol.kuberouter import pod_chain, policy_chain, render_policy
 from netmodel.manifests import load_text
 from netmodel.netpolicy import PolicyPod, policy_from_wire
 
 pytestmark = [pytest.mark.kernel, pytest.mark.skipif(not is_root(), reason="needs root")]
 
-SVCLAB = str(Path(sys.executable).parent / "svclab")
 CLUSTER = """\
 apiVersion: svclab.dev/v1alpha1
 kind: Cluster
@@ -87,41 +87,13 @@ spec:
   - from: [{podSelector: {matchLabels: {role: client}}}]
     ports: [{port: sql}]
 """
-TIMEOUT = 60.0
-
-
-def svclab(state: Path, *args: str) -> str:
-    out = subprocess.run(
-        [SVCLAB, "--state", str(state), *args], capture_output=True, text=True, timeout=300
-    )
-    assert out.returncode == 0, out.stderr
-    return out.stdout
-
-
-def wait_until(what: str, check: Callable[[], bool], timeout: float = TIMEOUT) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, f"never: {what}"
-        time.sleep(0.2)
 
 
 @pytest.fixture(scope="module")
 def srv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
-    d = tmp_path_factory.mktemp("netpol")
-    state = d / "state"
-    (d / "cluster.yaml").write_text(CLUSTER)
-    svclab(state, "apply", "-f", str(d / "cluster.yaml"))
-    s = Served(state, "--real")
-    try:
-        s.start()
+    with served_real(tmp_path_factory, "netpol", CLUSTER) as s:
         s.kubectl("apply", "-f", "-", input=APP)
         yield s
-    finally:
-        s.stop()
-        record = real.RealRecord.read(state)
-        real.down(state)
-        if record is not None:
-            assert leftovers(record.cluster_id) == []
 
 
 def node_filter(srv: Served, node: str) -> str:
