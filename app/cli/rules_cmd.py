@@ -45,7 +45,10 @@ def node_rules(session: Session, node_name: str, mode: Mode | None = None):  # t
 @click.command()
 @click.option("--node", "node_name", required=True, help="Node whose rules to print")
 @click.option(
-    "--mode", type=click.Choice(MODES), default=None, help="Default: the cluster's proxyMode"
+    "--mode", type=click.Choice(MODES), default=None, help=(
+        "Default: the cluster's proxyMode. nftables is GA since Kubernetes 1.33; ipvs is "
+        "deprecated since 1.35 (KEP-5495) and still rendered as upstream renders it"
+    ),
 )
 @click.option(
     "-f",

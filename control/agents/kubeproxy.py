@@ -28,7 +28,10 @@ upstream's ``needFullSync``. :meth:`KubeProxy.next_due` is when the agent must s
 with no event. Without periods (the deterministic runner, on its fake clock) every
 change is synced at once and nothing is due on time.
 
-Every sync leaves an Event on the node (reason ``SyncProxyRules``).
+Every sync leaves an Event on the node (reason ``SyncProxyRules``). In IPVS mode the
+first sync is preceded by the Warning that kube-proxy 1.35 records when it starts its
+IPVS proxier (KEP-5495, kubernetes/kubernetes#134539): reason ``IPVSDeprecation``, with
+:data:`IPVS_DEPRECATION` as its message. IPVS mode keeps working, as upstream's does.
 """
 
 from __future__ import annotations
@@ -151,6 +154,13 @@ class EmulatedRules:
         return [c for c in state.ruleset.tables["nat"].chains if c.startswith(KUBE_CHAIN_PREFIXES)]
 
 
+#: kube-proxy 1.35's Warning when it runs the IPVS proxier (deprecated in 1.35, KEP-5495)
+IPVS_DEPRECATION = (
+    "The ipvs proxier is now deprecated and may be removed in a future release. "
+    "Please use 'nftables' instead."
+)
+
+
 class KubeProxy:
     """The kube-proxy of ``node_name`` (the runner's Agent protocol: kinds/handle/sync)."""
 
@@ -198,6 +208,8 @@ class KubeProxy:
         #: syncs done: full and partial ones
         self.full_syncs = 0
         self.partial_syncs = 0
+        #: whether IPVS mode's deprecation Warning was recorded (once per agent, at start)
+        self._warned_ipvs = False
 
     # ---- configuration
 
@@ -305,6 +317,7 @@ class KubeProxy:
             return 0
         if p is not None and last is not None and now < last + p.min_sync:
             return 0  # held off: next_due says when
+        self._warn_ipvs()
         changed = t.apply()
         full = self._need_full or self.mode != "iptables"
         rendered = render(
@@ -343,6 +356,15 @@ class KubeProxy:
                 f"{snap.total_endpoints} endpoints",
             )
         return 1
+
+    def _warn_ipvs(self) -> None:
+        """Record IPVS mode's deprecation Warning on the node, once (module docstring)."""
+        if self.mode != "ipvs" or self._warned_ipvs or self.recorder is None or self._node is None:
+            return
+        self._warned_ipvs = True
+        self.recorder.record(
+            "kube-proxy", self._node, "IPVSDeprecation", IPVS_DEPRECATION, type_="Warning"
+        )
 
     @property
     def node_config(self) -> NodeProxyConfig | None:

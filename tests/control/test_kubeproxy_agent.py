@@ -8,6 +8,7 @@ from __future__ import annotations
 from ipaddress import ip_address, ip_network
 
 from app.cli.rules_cmd import node_rules
+from control.agents.kubeproxy import IPVS_DEPRECATION
 from control.session import Session
 from dataplane.netfilter import Flow, FlowTracer, parse_save
 from dataplane.proxy import IptablesRender, normalize
@@ -148,3 +149,23 @@ def test_rules_follow_the_ready_pods_with_partial_syncs() -> None:
     applied_equals_full_render(s)
     events = [e for e in s.store.list("Event") if getattr(e, "reason", "") == "SyncProxyRules"]
     assert any("partial sync" in e.message for e in events)  # type: ignore[attr-defined]
+
+
+def test_ipvs_mode_records_upstreams_deprecation_warning_once_per_node() -> None:
+    """kube-proxy 1.35 warns that its IPVS proxier is deprecated (KEP-5495): a Warning
+    Event per node, reason IPVSDeprecation; iptables mode records none."""
+    ipvs = manifest().replace("spec: {nodes: 3, dns: false}", "spec: {nodes: 3, dns: false, proxyMode: ipvs}")
+    s = Session.ephemeral(load_text(ipvs, source="ipvs.yaml"))
+    warned = [e for e in s.store.list("Event") if getattr(e, "reason", "") == "IPVSDeprecation"]
+    assert sorted(e.involved_object.name for e in warned) == ["node-1", "node-2", "node-3"]  # type: ignore[attr-defined]
+    assert {(e.type, e.message) for e in warned} == {("Warning", IPVS_DEPRECATION)}  # type: ignore[attr-defined]
+    dep = s.store.get("Deployment", "default/web")
+    assert isinstance(dep, Deployment)
+    s.plane.apiserver.update(dep.evolve(spec=dep.spec.evolve(replicas=4)))
+    s.converge()
+    assert all(p.full_syncs >= 2 for p in s.proxies.values())  # IPVS mode: full every sync
+    again = [e for e in s.store.list("Event") if getattr(e, "reason", "") == "IPVSDeprecation"]
+    assert len(again) == 3
+
+    plain = Session.ephemeral(load_text(manifest(), source="agent.yaml"))
+    assert not [e for e in plain.store.list("Event") if getattr(e, "reason", "") == "IPVSDeprecation"]
