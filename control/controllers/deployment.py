@@ -85,7 +85,7 @@ from control.controllers.base import (
 )
 from control.events import Recorder
 from control.store.base import WatchEvent
-from netmodel.errors import InvalidError, NotFoundError
+from netmodel.errors import ConflictError, InvalidError, NotFoundError
 from netmodel.objects import (
     Deployment,
     DeploymentCondition,
@@ -313,11 +313,13 @@ class DeploymentController(Controller):
             return
         now = rfc3339(self.clock.now())
         owned = self._owned(d)
-        h = pod_template_hash(d.spec.template)
+        h = pod_template_hash(d.spec.template, d.status.collision_count or 0)
         new = next((rs for rs in owned if rs.labels.get(TEMPLATE_HASH_LABEL) == h), None)
         if new is None:  # upstream's FindNewReplicaSet: same template, whatever its hash
-            # (a ReplicaSet replayed from a real cluster carries that cluster's hash)
-            new = next((rs for rs in owned if pod_template_hash(rs.spec.template) == h), None)
+            # (a ReplicaSet replayed from a real cluster carries that cluster's hash; one
+            # made before a collision carries the hash of an earlier collision count)
+            bare = pod_template_hash(d.spec.template)
+            new = next((rs for rs in owned if pod_template_hash(rs.spec.template) == bare), None)
         olds = sorted((rs for rs in owned if rs is not new), key=_by_age)
         revision = max((revision_of(rs) for rs in olds), default=0) + 1
         conds = _paused_conditions(d, list(d.status.conditions), now)
@@ -619,7 +621,10 @@ class DeploymentController(Controller):
                 template=template,
             ),
         )
-        created = self.api.create(rs, component=self.name)
+        try:
+            created = self.api.create(rs, component=self.name)
+        except ConflictError:
+            created = self._taken(d, rs)
         assert isinstance(created, ReplicaSet)
         if replicas > 0:
             self.recorder.record(
@@ -629,6 +634,29 @@ class DeploymentController(Controller):
                 f"Scaled up replica set {created.name} to {replicas} from 0",
             )
         return created
+
+    def _taken(self, d: Deployment, rs: ReplicaSet) -> ReplicaSet:
+        """The new ReplicaSet's name already exists (upstream's getNewReplicaSet): if that
+        ReplicaSet is controlled by ``d`` and has its template (the create raced this
+        controller's cache), it is the new one. Otherwise the hash collided: raise
+        status.collisionCount, which changes the next sync's hash and name, and raise the
+        conflict so that the Deployment is synced again."""
+        try:
+            there = self.store.get("ReplicaSet", rs.key)
+        except NotFoundError:
+            there = None  # deleted since: the next sync creates it
+        if (
+            isinstance(there, ReplicaSet)
+            and is_controlled_by(there, d)
+            and pod_template_hash(there.spec.template) == pod_template_hash(d.spec.template)
+        ):
+            return there
+        if there is not None:
+            count = (d.status.collision_count or 0) + 1
+            self.api.update_status(
+                d.evolve(status=d.status.evolve(collision_count=count)), component=self.name
+            )
+        raise ConflictError(f"ReplicaSet {rs.key!r} already exists")
 
     def _scale(self, d: Deployment, rs: ReplicaSet, replicas: int) -> ReplicaSet:
         before = desired_replicas(rs)

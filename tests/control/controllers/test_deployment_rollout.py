@@ -470,3 +470,43 @@ def test_invalid_history_and_timing_fields_are_refused(spec: dict[str, Any], fie
     with pytest.raises(InputError, match=f"Deployment/default/web: {field}: Invalid value"):
         plane.apply([_with(_dep(2), **spec)])
     assert plane.store.revision == rev
+
+
+def test_a_replicaset_name_taken_by_another_object_bumps_the_collision_count() -> None:
+    """Upstream's hash collision path: the new ReplicaSet's name (``web-<hash>``) is taken
+    by a ReplicaSet the Deployment does not control, so the create fails with "already
+    exists"; the controller raises status.collisionCount, which changes the hash, and the
+    next sync creates ``web-<other hash>``. Without it the Deployment never gets pods."""
+    probe = make_plane(3)
+    probe.apply([_dep(3)])
+    probe.run_until_idle()
+    (taken,) = _replicasets(probe)
+
+    plane = make_plane(3)
+    squatter = object_from_dict(
+        {
+            "apiVersion": "apps/v1",
+            "kind": "ReplicaSet",
+            "metadata": {"name": taken, "namespace": "default", "labels": {"app": "other"}},
+            "spec": {
+                "replicas": 0,
+                "selector": {"matchLabels": {"app": "other"}},
+                "template": {
+                    "metadata": {"labels": {"app": "other"}},
+                    "spec": {"containers": [{"name": "c", "image": "busybox"}]},
+                },
+            },
+        }
+    )
+    plane.apply([squatter])
+    plane.apply([_dep(3)])
+    _rounds(plane)
+    d = plane.store.get("Deployment", "default/web")
+    assert isinstance(d, Deployment)
+    assert d.status.collision_count == 1
+    rss = _replicasets(plane)
+    (new,) = (name for name in rss if name != taken)
+    assert rss[taken].spec.replicas == 0 and not rss[taken].metadata.owner_references
+    web = pods(plane, "web-")
+    assert len(web) == 3 and _hashes(web) == {rss[new].labels[TEMPLATE_HASH_LABEL]}
+    assert _status(plane) == (3, 3, 3, 3, 0)
