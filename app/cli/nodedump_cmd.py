@@ -90,9 +90,18 @@ def _iif(tracer: NodeTracer, directory: str, index: int, f: dict[str, Any]) -> s
 
 
 def _hops(b: BranchOutcome) -> list[dict[str, Any]]:
+    from app.hopobjects import refs_from_rule
     from dataplane.proxy.savefmt import saved_rule
+    from netmodel.objectref import objects_json
 
-    return [r.to_dict() | {"text": saved_rule(r.text)} for r in b.records]
+    out = []
+    for r in b.records:
+        hop = r.to_dict() | {"text": saved_rule(r.text)}
+        refs = refs_from_rule(r.text or "", r.chain or "")
+        if refs:  # what the rule's comment or chain name says made it (no objects here)
+            hop["object"] = objects_json(tuple(refs))
+        out.append(hop)
+    return out
 
 
 def node_dump_trace(
@@ -130,6 +139,15 @@ def node_dump_trace(
         click.echo(json.dumps(res) if as_json else render(res))
 
 
+def _as_list(obj: Any) -> list[dict[str, Any]]:
+    return obj if isinstance(obj, list) else [obj]
+
+
+def _ref_text(o: dict[str, Any]) -> str:
+    out = f"{o['kind']} {o['namespace']}/{o['name']} {o['field']}"
+    return f"{out} ({o['detail']})" if o.get("detail") else out
+
+
 def render(res: dict[str, Any]) -> str:
     """The text form of one ``trace --node-dump`` answer."""
     f = res["flow"]
@@ -149,6 +167,14 @@ def render(res: dict[str, Any]) -> str:
     keys = ("hook", "table", "chain", "rule", "effect", "nat", "ctstate", "mark")
     rows += [[str(h[k] or ("-" if k == "rule" else "")) for k in keys] for h in res["hops"]]
     lines.append(format_table(rows))
+    made = [
+        f"  rule {i}: " + "; ".join(_ref_text(o) for o in _as_list(h["object"]))
+        for i, h in enumerate(res["hops"], 1)
+        if h.get("object")
+    ]
+    if made:
+        lines.append("made by (rule comments and chain names):")
+        lines.extend(made)
     if res["endpoints"]:
         lines.append("endpoints:")
         for e in res["endpoints"]:

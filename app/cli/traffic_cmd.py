@@ -260,7 +260,7 @@ def full_trace(
     """One flow through the whole cluster on the chosen backend: the emulator's walk
     (a :class:`~app.names.NamedTrace` when ``dst`` was a DNS name), or what the kernel
     did with one connection (:class:`~dataplane.backends.RealTrace`)."""
-    from app import emulation, names, netpolview
+    from app import emulation, hopobjects, names, netpolview
 
     with backend_for(session, src, real=real, throwaway=throwaway, override=override) as be:
         s = emulation.resolve_endpoint(session, src)
@@ -276,6 +276,7 @@ def full_trace(
         d, looked_up = names.destination(be.cluster, s, d)  # a DNS name: from the source pod
         t = be.trace(s, d, port, proto, sport=sport, all_branches=all_branches)
         t = netpolview.attribute(t, emulation.policy_agent_of(session), netpolview.node_of)
+        t = hopobjects.annotate(t, hopobjects.ObjectIndex.from_store(session.store))
         return t if looked_up is None else names.NamedTrace(looked_up, t)
 
 

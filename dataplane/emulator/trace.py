@@ -12,7 +12,10 @@ frozen value with a stable JSON form. Its top-level keys are the CLI's contract:
 ``reply``         the answer's own trace (SYN-ACK, echo reply, RST, ICMP error), or null
 
 A :class:`Hop` is deliberately flat: one ``kind`` and the optional fields that kind uses,
-so a table renders it and JSON drops what is unset.
+so a table renders it and JSON drops what is unset. ``objects`` (JSON ``object``: one
+``{kind, namespace, name, field}``, or a list where several objects share the hop) names
+what in the cluster made the hop: the emulator leaves it empty, and the application
+layer fills it from the stored objects (``app.hopobjects``).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from dataplane.proxy.savefmt import saved_rule
+from netmodel.objectref import ObjectRef, objects_json
 from netmodel.packet import Frame, Packet
 
 Verdict = Literal[
@@ -78,6 +82,7 @@ class Hop:
     arp: str | None = None
     frame: Frame | None = None
     note: str | None = None
+    objects: tuple[ObjectRef, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         """Every set field; the packet as its summary and header fields; frames by MAC."""
@@ -116,6 +121,8 @@ class Hop:
                     "udp_dport": e.udp_dport,
                 }
             out["frame"] = fr
+        if self.objects:
+            out["object"] = objects_json(self.objects)
         return out
 
     def detail(self) -> str:
@@ -147,6 +154,29 @@ class Hop:
         if self.note:
             parts.append(self.note)
         return "  ".join(parts)
+
+
+def made_by(hops: tuple[Hop, ...]) -> list[str]:
+    """The text form of the hops' ``objects``: a ``made by`` heading, then one line per run
+    of consecutive hops naming the same objects (``#12-14  Service default/web
+    spec.ports[0] (port http) <- kube-proxy``); nothing when no hop names any. Implicit
+    references (the hop's own Pod or Node) are left out: JSON has them."""
+    named = [tuple(r for r in h.objects if not r.implicit) for h in hops]
+    if not any(named):
+        return []
+    out = ["  made by:"]
+    i = 0
+    while i < len(hops):
+        j = i
+        while j + 1 < len(hops) and named[j + 1] == named[i]:
+            j += 1
+        if named[i]:
+            where = f"#{i + 1}" if i == j else f"#{i + 1}-{j + 1}"
+            for k, ref in enumerate(named[i]):
+                by = f" <- {ref.by}" if ref.by else ""
+                out.append(f"    {where if k == 0 else '':<9} {ref.text()}{by}")
+        i = j + 1
+    return out
 
 
 def packet_json(p: Packet) -> dict[str, Any]:
@@ -312,5 +342,7 @@ class Trace:
             cells = (str(i), h.netns, h.dev_in or "", h.dev_out or "", h.kind, h.detail())
             table.add_row(*(Text(c) for c in cells))  # plain text: rules hold "[...]"
         console.print(table)
+        for line in made_by(self.hops):
+            console.print(line, highlight=False, markup=False)
         if self.reply is not None:
             self.reply._render(console, table_cls, title="reply")

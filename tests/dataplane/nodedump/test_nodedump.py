@@ -600,3 +600,25 @@ def test_cli_connect_node_dump_summary_is_the_chi_square_test(node: Path) -> Non
     assert text.output.splitlines()[-1] == (
         f"chi-square vs equal shares: {want.statistic:.3f} (dof 1), p = {want.pvalue:.4f}"
     )
+
+
+def test_a_node_dump_trace_names_the_service_its_rules_came_from() -> None:
+    """A real node's dump (EKS, kube-proxy) has no objects to read: the hops of
+    kube-proxy's rules name the Service port their comments name, and the endpoint the
+    DNAT picked; the text lists them under "made by"."""
+    dump = Path(__file__).parents[2] / "data" / "node-dumps" / "eks-vpc-cni-kube-proxy"
+    base = ["trace", "--node-dump", str(dump), "--from", "172.31.23.163", "--to", "10.100.0.1:443"]
+    r = CliRunner().invoke(cli, [*base, "-o", "json"])
+    assert r.exit_code == 0, r.output
+    res = json.loads(r.output)
+    named = [h for h in res["hops"] if h.get("object")]
+    assert named and all("KUBE-" in h["chain"] for h in named)
+    dnat = next(h for h in res["hops"] if "DNAT" in (h["text"] or ""))
+    (ep,) = res["endpoints"]
+    assert dnat["object"] == {
+        "kind": "Service", "namespace": "default", "name": "kubernetes", "field": "spec.ports",
+        "by": "kube-proxy", "detail": f"port https, endpoint {ep['endpoint']}",
+    }
+    text = CliRunner().invoke(cli, base).output
+    assert "made by (rule comments and chain names):" in text
+    assert f"Service default/kubernetes spec.ports (port https, endpoint {ep['endpoint']})" in text
