@@ -34,6 +34,7 @@ from dataclasses import dataclass, replace
 from ipaddress import ip_address, ip_network
 from typing import Any
 
+from dataplane.backends.kernel import RealTrace
 from dataplane.emulator.trace import Hop, Trace
 from netmodel.objectref import ObjectRef
 from netmodel.objects import EndpointSlice, Node, Pod, Service
@@ -53,6 +54,7 @@ _NFT_CHAIN = re.compile(
     r"(?:__\[?([0-9a-fA-F.:]+?)\]?/(\d+))?"
 )
 _NAT = re.compile(r"^\[?([0-9a-fA-F.:]+?)\]?:(\d+) -> \[?([0-9a-fA-F.:]+?)\]?:(\d+)")
+_JUMP = re.compile(r"-[jg] (\S+)")
 _NETPOL = re.compile(r"^([a-z0-9][-a-z0-9.]*)/([a-z0-9][-a-z0-9.]*) ((?:ingress|egress)\S*)")
 
 KUBE_PROXY, CNI, FLANNEL, KUBE_ROUTER = "kube-proxy", "kubelet (CNI ADD)", "flannel", "kube-router"
@@ -404,7 +406,11 @@ class _Namer:
 
 def annotate(trace: Any, idx: ObjectIndex) -> Any:
     """``trace`` (a :class:`Trace`, or an object holding one as ``.trace``, such as a
-    trace to a DNS name) with every hop's ``objects`` filled; see the module docstring."""
+    trace to a DNS name; or the kernel's :class:`~dataplane.backends.kernel.RealTrace`,
+    whose rule hits are named as the emulator's rule hops) with every hop's ``objects``
+    filled; see the module docstring."""
+    if isinstance(trace, RealTrace):
+        return _annotate_real(trace, idx)
     inner = getattr(trace, "trace", None)
     if isinstance(inner, Trace):
         trace.trace = annotate(inner, idx)
@@ -412,6 +418,24 @@ def annotate(trace: Any, idx: ObjectIndex) -> Any:
     if not isinstance(trace, Trace):
         return trace
     return _Namer(idx, _destination(trace, idx), str(trace.packet.dst)).trace(trace)
+
+
+def _annotate_real(trace: RealTrace, idx: ObjectIndex) -> RealTrace:
+    """The kernel's rule hits named like the emulator's rule hops, in their order."""
+    namer = _Namer(idx, idx.owner_of_address(str(trace.flow.get("to", "")), None), "")
+    hits = []
+    for r in trace.rules:
+        target = _JUMP.search(r.rule)
+        hop = Hop(
+            kind="rule",
+            netns=f"node/{r.node}",
+            table=r.table,
+            chain=r.chain,
+            rule=r.rule,
+            verdict=f"jump {target.group(1)}" if target else None,
+        )
+        hits.append(replace(r, objects=namer.name(hop)))
+    return replace(trace, rules=tuple(hits))
 
 
 def _destination(trace: Trace, idx: ObjectIndex) -> ObjectRef | None:

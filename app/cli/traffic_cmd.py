@@ -269,7 +269,8 @@ def full_trace(
             d = _by_name(be, s, d)
             if port is None:
                 raise click.UsageError(f"--to {dst}: give a port (IP:PORT or svc/NS/NAME:PORT)")
-            return be.trace(s, d, port, proto, sport=sport)  # type: ignore[arg-type]
+            rt = be.trace(s, d, port, proto, sport=sport)  # type: ignore[arg-type]
+            return hopobjects.annotate(rt, hopobjects.ObjectIndex.from_store(session.store))
         from dataplane.backends import EmulatorBackend
 
         assert isinstance(be, EmulatorBackend)

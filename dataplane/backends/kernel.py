@@ -22,6 +22,7 @@ from dataplane.backends.base import (
     node_names,
 )
 from netmodel.errors import InputError
+from netmodel.objectref import ObjectRef, objects_json
 from netmodel.view import ClusterView
 
 if TYPE_CHECKING:
@@ -39,15 +40,21 @@ class RuleHit:
     chain: str
     rule: str
     packets: int
+    #: the objects that made the rule (filled by the application layer, as for
+    #: :class:`~dataplane.emulator.trace.Hop`)
+    objects: tuple[ObjectRef, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "node": self.node,
             "table": self.table,
             "chain": self.chain,
             "rule": self.rule,
             "packets": self.packets,
         }
+        if self.objects:
+            out["object"] = objects_json(self.objects)
+        return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +101,16 @@ class RealTrace:
         lines.extend(
             f"  node/{r.node} {r.table}/{r.chain} +{r.packets}: {r.rule}" for r in self.rules
         )
+        made = [
+            (i, [o for o in r.objects if not o.implicit]) for i, r in enumerate(self.rules, 1)
+        ]
+        if any(refs for _, refs in made):  # numbered as the rules above, in their order
+            lines.append("made by:")
+            lines.extend(
+                f"  rule {i}: " + "; ".join(o.text() + (f" <- {o.by}" if o.by else "") for o in refs)
+                for i, refs in made
+                if refs
+            )
         return "\n".join(lines)
 
 

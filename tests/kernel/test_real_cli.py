@@ -19,6 +19,7 @@ from click.testing import CliRunner, Result
 
 from app import real
 from app.cli.main import cli
+from control.session import Session
 from dataplane.linux import rules
 from dataplane.linux.netns import is_root, list_ours
 from dataplane.linux.realize import RealCluster
@@ -186,6 +187,23 @@ def test_up_connect_trace_ping_down(state: Path) -> None:
     assert any("TIME_WAIT" in e for e in t["conntrack"]["node-1"])
     dnat = [r for r in t["rules"] if r["table"] == "nat" and "DNAT" in r["rule"]]
     assert len(dnat) == 1 and dnat[0]["node"] == "node-1" and dnat[0]["packets"] == 1
+    # every rule the kernel counted names the object that made it, a stored one; the
+    # DNAT names the Service port, the EndpointSlice endpoint and the pod that answered
+    assert t["rules"] and all("object" in r for r in t["rules"])
+    made = dnat[0]["object"]
+    assert [o["kind"] for o in made] == ["Service", "EndpointSlice", "Pod"]
+    assert (made[0]["name"], made[0]["field"]) == ("web", "spec.ports[0]")
+    assert f"{made[2]['namespace']}/{made[2]['name']}" == t["pod"]
+    s = Session.open(state)
+    try:
+        for r in t["rules"]:
+            for o in r["object"] if isinstance(r["object"], list) else [r["object"]]:
+                key = f"{o['namespace']}/{o['name']}" if o["namespace"] else o["name"]
+                assert s.store.get(o["kind"], key) is not None
+    finally:
+        s.close()
+    text = run(state, "trace", "--real", "--from", "pod/client", "--to", "svc/default/web:80")
+    assert "made by:" in text.output and "Service default/web spec.ports[0]" in text.output
 
     # external client to the NodePort: masqueraded when the endpoint is on another node
     res = run(state, "connect", "--real", EXT, "172.18.0.3:30080", "-n", "10", "-o", "json")
