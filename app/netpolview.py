@@ -8,12 +8,14 @@ from the store, and the hops that name a policy verdict in a trace.
 * :func:`attribute` adds, after each rule of a trace that decides a policy verdict, a
   ``netpol`` hop naming the policy and rule: the text
   :meth:`netmodel.netpolicy.Decision.describe` gives, so a trace agrees with
-  :func:`netmodel.netpolicy.decide` word for word.
+  :func:`netmodel.netpolicy.decide` word for word. :func:`decisions` gives the same
+  verdicts as :class:`~netmodel.netpolicy.Decision` values (what ``connect`` and the
+  pod tools report).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -21,6 +23,7 @@ from control.agents.netpolicy import policy_pod
 from dataplane.emulator.trace import Hop, Trace
 from dataplane.netpol import PolicyRules, RuleOrigin, render_policy
 from netmodel.netpolicy import (
+    Decision,
     Direction,
     NetworkPolicy,
     PolicyPod,
@@ -125,22 +128,17 @@ def policy_agent(
 # --------------------------------------------------------------------------- traces
 
 
-def attribute(
-    trace: Trace, agent: PolicyAgent | None, node_of: Callable[[str], str | None]
-) -> Trace:
-    """``trace`` with a ``netpol`` hop after each rule that decides a policy verdict:
-    per pod chain pass (from the top-level chain's jump into a ``KUBE-POD-FW-`` chain to
-    that chain's mark reset), the first such rule, named as
-    :meth:`~netmodel.netpolicy.Decision.describe` names it. The pass's direction is the
-    jump's: ``-d POD`` ingress, ``-s POD`` egress. ``node_of``: the node a hop's network
-    namespace is (None: not a node). The reply and branches likewise."""
-    if agent is None:
-        return trace
-    hops: list[Hop] = []
+def _decided(
+    hops: Sequence[Hop], agent: PolicyAgent, node_of: Callable[[str], str | None]
+) -> Iterator[tuple[int, Decision]]:
+    """Each rule of ``hops`` that decides a policy verdict, by position, with the
+    :class:`~netmodel.netpolicy.Decision` it stands for: per pod chain pass (from the
+    top-level chain's jump into a ``KUBE-POD-FW-`` chain to that chain's mark reset),
+    the first such rule. The pass's direction is the jump's: ``-d POD`` ingress, ``-s
+    POD`` egress."""
     direction: Direction | None = None
     decided = False
-    for h in trace.hops:
-        hops.append(h)
+    for i, h in enumerate(hops):
         if h.kind != "rule" or not h.chain or not h.rule:
             continue
         spec = h.rule.removeprefix(f"-A {h.chain} ")
@@ -159,7 +157,34 @@ def attribute(
         if decision is None:
             continue
         decided = True
-        hops.append(
+        yield i, decision
+
+
+def decisions(
+    trace: Trace, agent: PolicyAgent | None, node_of: Callable[[str], str | None]
+) -> tuple[Decision, ...]:
+    """The policy verdicts met by ``trace``'s own walk (not its reply's or branches'),
+    in walk order: the decisions :func:`attribute`'s ``netpol`` hops name, as values.
+    Empty without an agent (no policy in the cluster)."""
+    if agent is None:
+        return ()
+    return tuple(d for _, d in _decided(trace.hops, agent, node_of))
+
+
+def attribute(
+    trace: Trace, agent: PolicyAgent | None, node_of: Callable[[str], str | None]
+) -> Trace:
+    """``trace`` with a ``netpol`` hop after each rule that decides a policy verdict
+    (per pod chain pass the first such rule, see :func:`decisions`), named as
+    :meth:`~netmodel.netpolicy.Decision.describe` names it. ``node_of``: the node a
+    hop's network namespace is (None: not a node). The reply and branches likewise."""
+    if agent is None:
+        return trace
+    hops = list(trace.hops)
+    for i, decision in reversed(list(_decided(trace.hops, agent, node_of))):
+        h = trace.hops[i]
+        hops.insert(
+            i + 1,
             Hop(
                 "netpol",
                 h.netns,
@@ -168,11 +193,35 @@ def attribute(
                 chain=h.chain,
                 verdict="ACCEPT" if decision.allowed else "REJECT",
                 note=decision.describe(),
-            )
+            ),
         )
     reply = attribute(trace.reply, agent, node_of) if trace.reply is not None else None
     branches = tuple((p, attribute(t, agent, node_of)) for p, t in trace.branches)
     return replace(trace, hops=tuple(hops), reply=reply, branches=branches)
+
+
+def named(ds: Sequence[Decision]) -> tuple[Decision, ...]:
+    """The decisions that name a policy, each once, in order (``not isolated for
+    ingress`` and ``from the pod's own node`` name none)."""
+    out: list[Decision] = []
+    for d in ds:
+        if d.policy is not None and d not in out:
+            out.append(d)
+    return tuple(out)
+
+
+class Verdicts:
+    """A walk's policy verdicts in ``agent``'s cluster, as the pod tools ask for them
+    (:class:`dataplane.podtools.net.PolicyVerdicts`)."""
+
+    def __init__(self, agent: PolicyAgent) -> None:
+        self.agent = agent
+
+    def attribute(self, trace: Trace) -> Trace:
+        return attribute(trace, self.agent, node_of)
+
+    def decisions(self, trace: Trace) -> tuple[Decision, ...]:
+        return named(decisions(trace, self.agent, node_of))
 
 
 def node_of(netns: str) -> str | None:
@@ -182,7 +231,10 @@ def node_of(netns: str) -> str | None:
 
 __all__ = [
     "PolicyAgent",
+    "Verdicts",
     "attribute",
+    "decisions",
+    "named",
     "node_of",
     "policy_agent",
     "read_policies",

@@ -1,13 +1,14 @@
 """From a stored cluster to an emulated pod's shell (:mod:`dataplane.podtools`): the
-emulated world (cluster, Services by address, each node's rules) and a pod as its shell
-sees it. What ``svclab exec`` runs on, and what ``kubectl exec`` on the emulator will.
+emulated world (cluster, Services by address, each node's rules, the NetworkPolicy
+verdicts of a walk named as a trace names them) and a pod as its shell sees it. What
+``svclab exec`` runs on, and what ``kubectl exec`` on the emulator will.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from app import emulation
+from app import emulation, netpolview
 from control.session import Session
 from dataplane.backends.emulated import answerers
 from dataplane.emulator.cluster import EmulatedCluster
@@ -52,7 +53,13 @@ def world(session: Session, *, seed: int | None = None) -> Emulated:
         compiled_cache=emulation.compiled_cache(session),
     )
     node_ips = [ip for ips in v.node_ips.values() for ip in ips]
-    return Emulated(cluster, service_addresses(session, node_ips), v.rulesets)
+    agent = emulation.policy_agent_of(session)
+    return Emulated(
+        cluster,
+        service_addresses(session, node_ips),
+        v.rulesets,
+        policy=netpolview.Verdicts(agent) if agent is not None else None,
+    )
 
 
 def target(

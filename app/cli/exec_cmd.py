@@ -5,7 +5,8 @@ conntrack. The tool's stdout and stderr are written as they are and its exit cod
 svclab's (127: no such tool), as ``kubectl exec`` passes them through.
 ``SVCLAB_TRACE=1`` in svclab's environment (or curl's ``-v``/``--trace``) appends
 svclab's explanation to stderr: the hops, and the rule and Service that chose the
-endpoint. As kubectl, the command must follow ``--``.
+endpoint. A connection a NetworkPolicy refused adds, unasked, a ``* svclab: refused by
+policy ...`` line naming it. As kubectl, the command must follow ``--``.
 """
 
 from __future__ import annotations

@@ -46,6 +46,8 @@ from netmodel.ip import split_host_port
 # The session, the backends (the emulator, pyroute2) and the netfilter tracer are
 # imported inside the commands (see app.cli.main's docstring: start-up).
 if TYPE_CHECKING:
+    from app.connectpolicy import Attribution
+    from app.netpolview import PolicyAgent
     from control.session import Session
     from dataplane.backends import EmulatorBackend, RealBackend
     from dataplane.netfilter.rules import Ruleset
@@ -736,31 +738,58 @@ def connect(
             if port is None:
                 raise click.UsageError(f"{dst}: give a port (IP:PORT or svc/NS/NAME:PORT)")
             d = _by_name(be, s, d, quiet=output != "text")
+            # NetworkPolicy in the cluster: each connection names the rule that decided
+            agent = emulation.policy_agent_of(session)
             conns: Any
+            policy: Attribution | None = None
             if be.name == "kernel":
                 from dataplane.backends import RealBackend
 
                 assert isinstance(be, RealBackend)
+                if agent is not None:
+                    policy = _kernel_attribution(session, be, agent, src)
                 conns = be.iter_connect(s, d, port, proto, count)  # type: ignore[arg-type]
             else:
+                from app.connectpolicy import EmulatedAttribution
                 from dataplane.backends import EmulatorBackend
 
                 assert isinstance(be, EmulatorBackend)
+                if agent is not None:
+                    policy = EmulatedAttribution(agent)
                 conns = be.cluster.iter_connect(
                     s,
                     d,
                     proto,  # type: ignore[arg-type]
                     port,
                     count,
-                    record=False,
+                    # the walk is kept only to read its policy verdicts off it
+                    record=policy is not None,
                     choice=True,
                     complete=False,
                     release=True,
                 )
-            report = ConnectReport(src, dst, count, output, plot, kernel=be.name == "kernel")
+            report = ConnectReport(
+                src, dst, count, output, plot, kernel=be.name == "kernel", policy=policy
+            )
             report.run(conns)
     finally:
         session.close()
+
+
+def _kernel_attribution(
+    session: Session, be: RealBackend, agent: PolicyAgent, src: str
+) -> Attribution:
+    """The kernel's counters of every node's policy rules, read around each connection
+    (:class:`app.connectpolicy.KernelAttribution`)."""
+    from app.connectpolicy import KernelAttribution
+    from dataplane.linux.policyrules import policy_hits
+
+    cluster = be.cluster
+
+    def read(node: str, origins: Any) -> list[Any]:
+        return policy_hits(cluster.node_netns(node), origins, backend=cluster.iptables_backend)
+
+    return KernelAttribution(agent, _ip_of(session, src)[0], read)
 
 
 class ConnectReport:
@@ -774,13 +803,29 @@ class ConnectReport:
     "kernel"``; the emulator's records are :meth:`ConnResult.to_json` with ``chosen_by``,
     the rule that chose the endpoint, in ``iptables-save`` form. ``-o json`` is one
     document ``{..., "connections": [records], <summary keys>}``; ``-o jsonl`` one record
-    per line, then ``{"summary": {...}}``."""
+    per line, then ``{"summary": {...}}``.
+
+    ``policy`` (given when the cluster holds a NetworkPolicy): the rules that decided
+    each connection (:mod:`app.connectpolicy`); then each record carries ``"policy"``,
+    a list of :func:`~app.connectpolicy.decision_json` (empty when no policy decided
+    it), the summary ``"policy_verdicts"`` (:meth:`~app.connectpolicy.PolicyTally.summary`)
+    and the text, after the chi-square line, a table of the connections per outcome and
+    deciding rule (none when no connection met a policy)."""
 
     def __init__(
-        self, src: str, dst: str, count: int, output: str, plot: str | None, *, kernel: bool
+        self,
+        src: str,
+        dst: str,
+        count: int,
+        output: str,
+        plot: str | None,
+        *,
+        kernel: bool,
+        policy: Attribution | None = None,
     ) -> None:
         self.src, self.dst, self.count, self.output, self.plot = src, dst, count, output, plot
         self.kernel = kernel
+        self.policy = policy
         # a run names a handful of distinct rules: each is put in save form once
         self._saved: dict[str, str] = {}
 
@@ -832,6 +877,11 @@ class ConnectReport:
         output, count, kernel = self.output, self.count, self.kernel
         label = _label if kernel else _emulated_label
         counts: Counter[str] = Counter()
+        policy = self.policy
+        if policy is not None:
+            from app.connectpolicy import PolicyTally, decision_json
+
+            tally = PolicyTally()
         progress = _Progress(count)
         out = sys.stdout
         write = out.write
@@ -845,11 +895,19 @@ class ConnectReport:
                 write(self._head(width))
             sep = ""
             for i, c in enumerate(conns, 1):
-                counts[label(c)] += 1
+                outcome = label(c)
+                counts[outcome] += 1
+                rec = None
+                if policy is not None:
+                    decided = policy(c)
+                    tally.add(outcome, decided)
+                    if output != "text":
+                        rec = record(c)
+                        rec["policy"] = [decision_json(d) for d in decided]
                 if output == "jsonl":
-                    write(encode(record(c)) + "\n")
+                    write(encode(rec or record(c)) + "\n")
                 elif output == "json":
-                    write(sep + encode(record(c)))
+                    write(sep + encode(rec or record(c)))
                     sep = ",\n"
                 else:
                     write(self._row(i, c, width))
@@ -858,6 +916,8 @@ class ConnectReport:
         finally:
             progress.close()
         summary = shares_summary(counts)
+        if policy is not None:
+            summary["policy_verdicts"] = tally.summary()
         chi = summary["chi_square"]
         self._plot(counts, ChiSquare(**chi), "real kernel" if kernel else "emulated")
         if output == "json":
@@ -877,6 +937,9 @@ class ConnectReport:
             f"\nchi-square vs equal shares: {chi['statistic']:.3f} (dof {chi['dof']}), "
             f"p = {chi['p_value']:.4f}"
         )
+        if policy is not None and tally.counts:
+            click.echo("")
+            click.echo(format_table(tally.rows()))
 
 
 def _emulated_label(c: Any) -> str:

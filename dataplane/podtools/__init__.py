@@ -22,7 +22,9 @@ each module names; recordings with provenance in ``tests/data/podtools/``). What
 the emulator can tell is appended to stderr, each line starting ``* svclab:``, with
 curl's ``-v``/``--trace`` or ``SVCLAB_TRACE=1`` in ``env``: how the name was resolved,
 the Service, the endpoint and the rule that chose it, the source the server saw, every
-hop. Any other command exits 127 (``sh: CMD: not found in an emulated pod (...)``);
+hop. Unasked, one thing is added: when a NetworkPolicy refused a connection, a
+``* svclab: refused by policy ...`` line per deciding rule (the words of a trace's
+``netpol`` hop) after the tool's own output. Any other command exits 127 (``sh: CMD: not found in an emulated pod (...)``);
 ``sh -c 'ONE COMMAND'`` runs one simple command. An option a tool's emulation does not
 evaluate is refused with a ``svclab:`` message, never ignored. The pod servers'
 answers are logged in ``world.access_log``, with the client address and port they saw.

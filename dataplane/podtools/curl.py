@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
-from dataplane.podtools.explain import explain
+from dataplane.podtools.explain import explain, refused_by_policy
 from dataplane.podtools.net import SYN_GIVE_UP, Emulated, Exchange, lookup, tcp_exchange
 from dataplane.podtools.target import PodTarget
 
@@ -272,8 +272,7 @@ def curl(world: Emulated, pod: PodTarget, argv: list[str], trace: bool) -> Resul
         rc, code, size, elapsed = _finish(a, out, ex, host, lines, scheme, loud, errors)
     if a.write_out is not None:
         out.stdout += _write_out(a.write_out, code, ex, size, elapsed).encode()
-    if explained:
-        out.err(explain(world, pod, found, ex))
+    out.err(explain(world, pod, found, ex) if explained else refused_by_policy(ex))
     return rc, bytes(out.stdout), bytes(out.stderr)
 
 
@@ -450,9 +449,7 @@ def wget(world: Emulated, pod: PodTarget, argv: list[str], trace: bool) -> Resul
         "Connection: close\r\n\r\n"
     ).encode()
     ex = tcp_exchange(world, pod, ip, port, request)
-    err = b""
-    if trace:
-        err = explain(world, pod, found, ex).encode()
+    err = (explain(world, pod, found, ex) if trace else refused_by_policy(ex)).encode()
     if ex.verdict == "timeout":
         return 1, b"", b"wget: download timed out\n" + err
     if ex.verdict != "delivered":

@@ -1,9 +1,14 @@
 """svclab's explanation of what a tool's traffic did, appended to its stderr when asked
 (curl ``-v``/``--trace``, or ``SVCLAB_TRACE=1`` for any tool): how the name was
 resolved, which Service the address is, which endpoint was chosen and by which rule,
-the source address the server saw, the path, and every hop (the trace tables of
-``svclab trace``). Every line starts with ``* svclab:`` (or is part of a trace table
-after such a line), so it is told apart from the tool's own output.
+the source address the server saw, the NetworkPolicy rules that allowed or refused
+it, the path, and every hop (the trace tables of ``svclab trace``). Every line starts
+with ``* svclab:`` (or is part of a trace table after such a line), so it is told
+apart from the tool's own output.
+
+Unasked, a tool says one thing only the emulator knows: when a NetworkPolicy refused
+its connection, which policy (:func:`refused_by_policy`, one line per deciding rule,
+after the tool's own output, which stays the real tool's).
 """
 
 from __future__ import annotations
@@ -43,6 +48,22 @@ def explain_dns(traces: Sequence[Trace]) -> str:
     return "".join(lines)
 
 
+def _policy_lines(ex: Exchange) -> str:
+    return "".join(
+        f"{PREFIX}{'allowed' if d.allowed else 'refused'} by policy {d.describe()}\n"
+        for d in ex.policy
+    )
+
+
+def refused_by_policy(ex: Exchange | None) -> str:
+    """``* svclab: refused by policy default/deny-all (ingress, no rule matched) →
+    DROP`` (and any other rule that decided the connection) when a NetworkPolicy
+    refused it; "" otherwise."""
+    if ex is None or ex.verdict == "delivered" or all(d.allowed for d in ex.policy):
+        return ""
+    return _policy_lines(ex)
+
+
 def explain(world: Emulated, pod: PodTarget, found: Lookup, ex: Exchange | None) -> str:
     """The explanation of one connection (see the module docstring)."""
     lines = []
@@ -79,6 +100,7 @@ def explain(world: Emulated, pod: PodTarget, found: Lookup, ex: Exchange | None)
         lines.append(f"{PREFIX}endpoint {d.ip}:{d.port} ({where}, node {d.node})\n")
     if t.chosen_by:
         lines.append(f"{PREFIX}chosen by: {t.chosen_by}\n")
+    lines.append(_policy_lines(ex))
     if ex.seen is not None:
         nat = (
             "source kept"

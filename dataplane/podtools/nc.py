@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 
-from dataplane.podtools.explain import explain
+from dataplane.podtools.explain import explain, refused_by_policy
 from dataplane.podtools.net import (
     EAI_NONAME,
     LINK_LATENCY,
@@ -102,8 +102,7 @@ def nc(world: Emulated, pod: PodTarget, argv: list[str], trace: bool) -> Result:
                 )
             else:
                 err += f"nc: connect to {ip} port {port} (tcp) failed: {ex.error}\n"
-    if trace:
-        err += explain(world, pod, found, ex)
+    err += explain(world, pod, found, ex) if trace else refused_by_policy(ex)
     return rc, out, err.encode()
 
 

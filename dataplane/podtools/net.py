@@ -3,7 +3,9 @@ TCP connection through the emulated dataplane.
 
 * :class:`Emulated` — the emulated cluster a pod's commands run in, the Services by
   address (to name the one a connection went to), each node's rules (for the tools of
-  host-network pods), a wall clock (dig's ``WHEN``) and the pod servers' access log.
+  host-network pods), a wall clock (dig's ``WHEN``), the pod servers' access log and,
+  when the cluster holds a NetworkPolicy, what names the policy verdicts of a walk
+  (:class:`PolicyVerdicts`).
 * :func:`lookup` — ``getaddrinfo`` for ``AF_INET``: an IP literal as it is; else
   ``/etc/hosts`` (the pod's file, kubelet's) and then DNS: the pod's resolver
   (:func:`dataplane.emulator.resolver.resolve`: the search list, each question a UDP
@@ -21,6 +23,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from ipaddress import IPv4Address
+from typing import Protocol
 
 from dataplane.backends.emulated import socket_verdict
 from dataplane.emulator.cluster import EmulatedCluster
@@ -28,6 +31,7 @@ from dataplane.emulator.resolver import Resolution, resolve
 from dataplane.emulator.trace import Trace
 from dataplane.podtools import podserver
 from dataplane.podtools.target import PodTarget
+from netmodel.netpolicy import Decision
 from netmodel.rulesets import RulesetInput
 
 #: simulated one-way latency of a link (as :data:`dataplane.backends.emulated.LINK_LATENCY`)
@@ -35,6 +39,20 @@ LINK_LATENCY = 0.05e-3
 #: Linux's SYN retransmissions before connect() fails with ETIMEDOUT
 #: (``net.ipv4.tcp_syn_retries`` 6: 1+2+4+8+16+32+64 s)
 SYN_GIVE_UP = 127.0
+
+
+class PolicyVerdicts(Protocol):
+    """The NetworkPolicy verdicts of a walk, as a trace names them (the application
+    supplies it: :func:`app.netpolview.attribute` and :func:`app.netpolview.decisions`
+    over the cluster's policy agent)."""
+
+    def attribute(self, trace: Trace) -> Trace:
+        """``trace`` with a ``netpol`` hop after each rule that decided a verdict."""
+        ...
+
+    def decisions(self, trace: Trace) -> tuple[Decision, ...]:
+        """The verdicts that name a policy, in walk order."""
+        ...
 
 
 @dataclass(slots=True)
@@ -45,13 +63,15 @@ class Emulated:
     client may connect to (ClusterIPs; NodePorts on node addresses). ``rulesets``: per
     node name, the rules kube-proxy loaded there (host-network pods' ``iptables-save``,
     ``nft list ruleset``, ``ipvsadm -Ln``, ``ipset list``). ``access_log``: the pod
-    servers' log lines, appended as they answer (:class:`podserver.LogLine`)."""
+    servers' log lines, appended as they answer (:class:`podserver.LogLine`).
+    ``policy``: None when the cluster holds no NetworkPolicy."""
 
     cluster: EmulatedCluster
     services: Mapping[tuple[str, int, str], str] = field(default_factory=dict)
     rulesets: Mapping[str, RulesetInput] = field(default_factory=dict)
     clock: Callable[[], float] = time.time
     access_log: list[podserver.LogLine] = field(default_factory=list)
+    policy: PolicyVerdicts | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,7 +134,8 @@ class Exchange:
     ``refused``, ``unreachable``, ``timeout`` (see :mod:`dataplane.backends.base`).
     ``local``: the client's address and port; ``seen``: the address and port the server
     saw; ``answer``: the bytes the server sent; ``rtt``: the simulated round trip of
-    the handshake (seconds)."""
+    the handshake (seconds). ``policy``: the NetworkPolicy rules that decided the
+    connection (empty when none did; ``syn`` then carries their ``netpol`` hops)."""
 
     verdict: str
     ip: str
@@ -126,6 +147,7 @@ class Exchange:
     seen: tuple[str, int] | None = None
     answer: bytes = b""
     rtt: float = 0.0
+    policy: tuple[Decision, ...] = ()
 
     @property
     def error(self) -> str:
@@ -167,17 +189,21 @@ def tcp_exchange(
     verdict = socket_verdict(syn, "tcp", pod.netns)
     local = (str(syn.packet.src), syn.packet.sport)
     rtt = LINK_LATENCY * _links(syn)
+    policy: tuple[Decision, ...] = ()
+    if world.policy is not None:
+        policy = world.policy.decisions(syn)
+        syn = world.policy.attribute(syn)
     if zero_io and verdict == "delivered":
         d = syn.delivered_to
         r = syn.received
         seen = (str(r.src), r.sport) if r is not None else None
+        pod_name = d.pod if d else None
         return Exchange(
-            "delivered", ip, port, local, syn, None, d.pod if d else None, seen, rtt=rtt
+            "delivered", ip, port, local, syn, None, pod_name, seen, rtt=rtt, policy=policy
         )
     if verdict != "delivered" or data is None:
-        return Exchange(
-            verdict if verdict != "delivered" else "timeout", ip, port, local, syn, rtt=rtt
-        )
+        failed = verdict if verdict != "delivered" else "timeout"
+        return Exchange(failed, ip, port, local, syn, rtt=rtt, policy=policy)
     d = syn.delivered_to
     received = data.received if data.received is not None else syn.received
     assert received is not None and d is not None
@@ -185,4 +211,4 @@ def tcp_exchange(
     answer = podserver.answer(d.pod or d.netns, seen, (d.ip, d.port), request)
     if answer.log is not None:
         world.access_log.append(answer.log)
-    return Exchange("delivered", ip, port, local, syn, data, d.pod, seen, answer.data, rtt)
+    return Exchange("delivered", ip, port, local, syn, data, d.pod, seen, answer.data, rtt, policy)
