@@ -20,6 +20,7 @@ from dataclasses import replace
 from typing import Any
 
 from control.agents.netpolicy import policy_pod
+from control.store.base import scan
 from dataplane.emulator.trace import Hop, Trace
 from dataplane.netpol import PolicyRules, RuleOrigin, render_policy
 from netmodel.netpolicy import (
@@ -35,10 +36,29 @@ from netmodel.netpolicy import (
 _RESET = "-j MARK --set-xmark 0x0/0x10000"
 
 
+#: a cache of values derived from the store while it is unchanged: (name, compute) ->
+#: the value (:meth:`control.rulecache.RuleCache.derived`, bound to the store)
+Derived = Callable[[str, Callable[[], Any]], Any]
+#: the agent's inputs: every pod as policy sees it, every NetworkPolicy, every
+#: namespace's labels
+Inputs = tuple[Sequence[PolicyPod], Sequence[NetworkPolicy], Mapping[str, Mapping[str, str]]]
+#: the version of what :class:`PolicyAgent` keeps in a ``derived`` cache (raise it when
+#: the form of a kept value changes; a change to the code that renders it is caught by
+#: the cache's own fingerprint of the renderers' sources)
+_DERIVED = "netpol/1"
+
+
 class PolicyAgent:
     """kube-router on every node of one cluster state: ``rules(node)`` rendered when
     first asked and kept; ``origin(node, chain, rule)`` what a rendered rule stands
-    for."""
+    for.
+
+    ``derived`` (optional): a cache of values derived from the store while it is
+    unchanged; each node's rendering and the guarded set are kept there (keyed by the
+    node, its address and the Service ranges as well), so a question on an unchanged
+    cluster renders nothing and reads no policy: it pays for the nodes its packets
+    reach. The inputs of an agent made by :meth:`lazy` are read when a value is not
+    kept, once."""
 
     def __init__(
         self,
@@ -47,30 +67,77 @@ class PolicyAgent:
         namespaces: Mapping[str, Mapping[str, str]],
         service_cidrs: Sequence[str],
         node_ips: Mapping[str, str],
+        derived: Derived | None = None,
     ) -> None:
-        self.pods = pods
-        self.policies = policies
-        self.namespaces = namespaces
+        self._inputs: Inputs | None = (pods, policies, namespaces)
+        self._read: Callable[[], Inputs] | None = None
         self.service_cidrs = tuple(service_cidrs)
         self.node_ips = node_ips
+        self._derived = derived
         self._rules: dict[str, PolicyRules] = {}
+        self._guarded: frozenset[str] | None = None
+
+    @classmethod
+    def lazy(
+        cls,
+        read: Callable[[], Inputs],
+        service_cidrs: Sequence[str],
+        node_ips: Mapping[str, str],
+        derived: Derived | None = None,
+    ) -> PolicyAgent:
+        """An agent whose inputs ``read()`` gives, called once, when first needed."""
+        agent = cls((), (), {}, service_cidrs, node_ips, derived)
+        agent._inputs, agent._read = None, read
+        return agent
+
+    def _got(self) -> Inputs:
+        if self._inputs is None:
+            assert self._read is not None
+            self._inputs = self._read()
+        return self._inputs
+
+    @property
+    def pods(self) -> Sequence[PolicyPod]:
+        return self._got()[0]
+
+    @property
+    def policies(self) -> Sequence[NetworkPolicy]:
+        return self._got()[1]
+
+    @property
+    def namespaces(self) -> Mapping[str, Mapping[str, str]]:
+        return self._got()[2]
+
+    def _kept(self, name: str, compute: Callable[[], Any]) -> Any:
+        if self._derived is None:
+            return compute()
+        return self._derived(f"{_DERIVED}/{name}", compute)
 
     def rules(self, node: str) -> PolicyRules:
         got = self._rules.get(node)
         if got is None:
-            got = self._rules[node] = render_policy(
-                node,
-                self.node_ips.get(node, ""),
-                self.pods,
-                self.policies,
-                self.namespaces,
-                service_cidrs=self.service_cidrs,
+            ip = self.node_ips.get(node, "")
+            got = self._rules[node] = self._kept(
+                f"rules/{node}/{ip}/{self.service_cidrs!r}",
+                lambda: render_policy(
+                    node,
+                    ip,
+                    self.pods,
+                    self.policies,
+                    self.namespaces,
+                    service_cidrs=self.service_cidrs,
+                ),
             )
         return got
 
     def guarded(self) -> frozenset[str]:
         """The addresses of the pods some policy isolates for ingress (for
         :attr:`netmodel.view.ClusterView.guarded`)."""
+        if self._guarded is None:
+            self._guarded = self._kept("guarded", self._compute_guarded)
+        return self._guarded
+
+    def _compute_guarded(self) -> frozenset[str]:
         ingress: dict[str, list[NetworkPolicy]] = {}
         for pol in self.policies:  # a policy selects pods of its own namespace only
             if "ingress" in pol.types:
@@ -108,21 +175,28 @@ def policy_agent(
     store: Any,
     service_cidrs: Sequence[str],
     node_ips: Mapping[str, str],
-    derived: Callable[[str, Callable[[], Any]], Any] | None = None,
+    derived: Derived | None = None,
 ) -> PolicyAgent | None:
     """The cluster's policy agent, or None when no NetworkPolicy is stored (then no Pod
     is read). ``derived``: a cache of values derived from the store while it is
-    unchanged (:meth:`control.rulecache.RuleCache.derived`, bound to the store), for
-    the pods and namespaces."""
-    policies = read_policies(store)
-    if not policies:
+    unchanged (:meth:`control.rulecache.RuleCache.derived`, bound to the store): with
+    it, the agent keeps its renderings there, and reads the policies, pods and
+    namespaces (pods and namespaces kept too) only when a rendering is not kept;
+    without it, they are read now."""
+    if derived is None:
+        policies = read_policies(store)
+        if not policies:
+            return None
+        pods, namespaces = read_policy_pods(store)
+        return PolicyAgent(pods, policies, namespaces, service_cidrs, node_ips)
+    if not scan(store, "NetworkPolicy", ()):  # their keys only, none decoded
         return None
-    pods, namespaces = (
-        derived("netpol-pods/1", lambda: read_policy_pods(store))
-        if derived is not None
-        else read_policy_pods(store)
-    )
-    return PolicyAgent(pods, policies, namespaces, service_cidrs, node_ips)
+
+    def read() -> Inputs:
+        pods, namespaces = derived("netpol-pods/1", lambda: read_policy_pods(store))
+        return pods, read_policies(store), namespaces
+
+    return PolicyAgent.lazy(read, service_cidrs, node_ips, derived)
 
 
 # --------------------------------------------------------------------------- traces

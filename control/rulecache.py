@@ -19,7 +19,9 @@ exactly while that is unchanged:
 * **derived** — a value computed from the store's objects alone (where every Pod is,
   say: :meth:`RuleCache.derived`), keyed by the store's state token (its file's identity
   and committed revision: :func:`control.store.base.state_token`) and the value's name.
-  Saves reading every row of a kind.
+  Saves reading every row of a kind; the NetworkPolicy agent's rendering of each node
+  (:mod:`app.netpolview`) is kept there too, so a question on an unchanged cluster
+  reads no policy and renders none.
 
 Where: in memory, for the life of the process (``svclab serve`` answers many questions in
 one; bounded), and, for a persistent cluster, under ``DIR/cache/`` (one file per entry,
@@ -27,7 +29,8 @@ written atomically, the oldest pruned beyond :data:`MAX_FILES` per level).
 
 Entries are pickles tagged with a fingerprint of the code that made them (Python's
 version, :data:`FORMAT`, and the size and mtime of every source file of the renderers,
-the netfilter model and the emulator's filters): a change to any of them makes every
+kube-proxy's and the NetworkPolicy agent's, the netfilter model and the emulator's
+filters): a change to any of them makes every
 older entry a miss. An entry that cannot be read is a miss. The state directory is the
 user's own, as its ``state.db`` is: do not point ``--state`` at a directory you do not
 trust.
@@ -59,7 +62,10 @@ MAX_MEMORY = 64
 
 #: source trees whose code decides what an entry holds (relative to the checkout)
 _CODE = ("dataplane/netfilter", "dataplane/proxy", "dataplane/emulator/filters.py",
-         "control/agents/kubeproxy.py", "control/proxyenv.py", "control/emulation.py")
+         "control/agents/kubeproxy.py", "control/proxyenv.py", "control/emulation.py",
+         # the NetworkPolicy agent's renderings (app.netpolview keeps them as derived)
+         "dataplane/netpol", "netmodel/netpolicy.py", "netmodel/selectors.py",
+         "control/agents/netpolicy.py", "app/netpolview.py")
 _ROOT = Path(__file__).resolve().parents[1]
 _fingerprint: str | None = None
 

@@ -50,10 +50,14 @@ from netmodel.rulesets import IptablesRules, IpvsRules, NftRules, RulesetInput
 
 @dataclass(frozen=True, slots=True)
 class CompiledRules:
-    """Parsed rules, their compiled form when it can be shared, and whether the flow
-    cache may replay their verdicts (:func:`replay_safe`). ``nft``/``ipvs``/``ipsets``
-    hold the parsed nftables ruleset, IPVS state and ipsets (immutable; each namespace
-    wraps them in its own engine, which keeps the mutable part).
+    """Parsed rules, their compiled form (lazy: each chain compiled when a packet first
+    runs it), and whether the flow cache may replay their verdicts (:func:`replay_safe`).
+    ``stateful``: a compiled rule keeps state of its own (an nth counter, a limit's
+    token bucket: :func:`_uses_nth`), so each namespace runs a fresh copy of
+    ``compiled`` (:meth:`~dataplane.netfilter.compiled.CompiledRuleset.fresh`), never
+    the shared one. ``nft``/``ipvs``/``ipsets`` hold the parsed nftables ruleset, IPVS
+    state and ipsets (immutable; each namespace wraps them in its own engine, which
+    keeps the mutable part).
 
     Pickled (the compiled-rule cache, :mod:`control.rulecache`), ``ruleset`` is left
     out when ``compiled`` holds the rules: those pickle chain by chain and come back lazy
@@ -66,11 +70,12 @@ class CompiledRules:
     nft: NftRuleset | None = None
     ipvs: IpvsState | None = None
     ipsets: Mapping[str, IpSet] | None = None
+    stateful: bool = False
 
     def __reduce__(self) -> tuple[object, ...]:
         ruleset = self.ruleset if self.compiled is None else None
-        return (CompiledRules,
-                (ruleset, self.compiled, self.replayable, self.nft, self.ipvs, self.ipsets))
+        return (CompiledRules, (ruleset, self.compiled, self.replayable, self.nft,
+                                self.ipvs, self.ipsets, self.stateful))
 
 
 def compile_rules(rules: RulesetInput) -> CompiledRules:
@@ -83,23 +88,24 @@ def compile_rules(rules: RulesetInput) -> CompiledRules:
         # iptables-nft tables beside kube-proxy's (Calico's Felix): evaluated too
         sets = parse_ipset_save(rules.ipsets, source=rules.source) if rules.ipsets else {}
         beside = parse_save(rules.iptables, source=rules.source, ipsets=sets)
-        return CompiledRules(beside, None, False, nft=nft, ipsets=sets)
+        return CompiledRules(beside, nf_eval.CompiledRuleset(beside, sets=sets, lazy=True),
+                             False, nft=nft, ipsets=sets, stateful=_uses_nth(beside))
     if isinstance(rules, IpvsRules):
         sets = parse_ipset_save(rules.ipset, source=rules.source)
         glue = parse_save(rules.iptables, source=rules.source, ipsets=sets)
         state = IpvsState.of(parse_ipvsadm(rules.ipvsadm, source=rules.source))
-        compiled = None if _uses_nth(glue) else nf_eval.CompiledRuleset(glue, sets=sets,
-                                                                          lazy=True)
+        compiled = nf_eval.CompiledRuleset(glue, sets=sets, lazy=True)
         # IPVS schedules only connections it does not own yet (a replayed packet's is
         # owned); for its own connections it rewrites from the entry: the glue decides
-        return CompiledRules(glue, compiled, replay_safe(glue), ipvs=state, ipsets=sets)
+        return CompiledRules(glue, compiled, replay_safe(glue), ipvs=state, ipsets=sets,
+                             stateful=_uses_nth(glue))
     given = parse_ipset_save(rules.ipsets, source=rules.source) if rules.ipsets else None
     ruleset = parse_iptables(rules, given)
-    # each chain compiled when a packet first runs it (a node's 60,000 rules, three run)
-    compiled = (
-        None if _uses_nth(ruleset) else nf_eval.CompiledRuleset(ruleset, sets=given, lazy=True)
-    )
-    return CompiledRules(ruleset, compiled, replay_safe(ruleset), ipsets=given)
+    # each chain compiled when a packet first runs it (a node's 60,000 rules, three run;
+    # kube-router's pod chains log with -m limit: stateful, yet compiled lazily too)
+    compiled = nf_eval.CompiledRuleset(ruleset, sets=given, lazy=True)
+    return CompiledRules(ruleset, compiled, replay_safe(ruleset), ipsets=given,
+                         stateful=_uses_nth(ruleset))
 
 
 def _uses_nth(ruleset: Ruleset) -> bool:
@@ -287,8 +293,9 @@ class EngineFilter:
         """A filter for namespace ``name`` with ``rules``. ``seed`` seeds the engine's own
         generator (``--random-fully`` source ports). ``cache`` shares the parsed and
         compiled form between namespaces given the same rules (compiled rules keep no
-        per-namespace state unless they use ``-m statistic --mode nth``, whose counters
-        they hold: such rules are compiled per namespace; nft and IPVS engines, which
+        per-namespace state unless they use ``-m statistic --mode nth`` or ``-m limit``,
+        whose counters and buckets they hold: such a namespace runs a fresh copy,
+        its chains compiled as it runs them; nft and IPVS engines, which
         keep set elements and scheduler positions, are always per namespace)."""
         compiled = cache.get(rules) if cache is not None else None
         if compiled is None:
@@ -304,6 +311,9 @@ class EngineFilter:
             extra["ipvs"] = IpvsEngine(compiled.ipvs)
         if compiled.ipsets is not None:
             extra["ipsets"] = compiled.ipsets
+        own = compiled.compiled
+        if own is not None and compiled.stateful:
+            own = own.fresh()  # this namespace's counters and buckets, no other's
         nf = nf_eval.Netfilter(
             compiled.ruleset,
             local_addrs=local_addrs,
@@ -311,7 +321,7 @@ class EngineFilter:
             conntrack=ConntrackTable(clock),
             clock=clock,
             rng=Random(f"{seed}/{name}"),
-            compiled=compiled.compiled,
+            compiled=own,
             **extra,  # type: ignore[arg-type]
         )
         return cls(name, nf, chooser_box, compiled.replayable)

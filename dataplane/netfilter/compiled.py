@@ -433,6 +433,26 @@ class CompiledRuleset:
             }
         return (CompiledRuleset._restore, (self.family, parts, self.sets, self.linear))
 
+    def fresh(self) -> CompiledRuleset:
+        """The same rules with none of this ruleset's compiled state (a limit's token
+        bucket, an nth counter: what :meth:`CChain.build` binds into a chain), each
+        chain compiled when first loaded, as a restored ruleset's. Cheap: the chains'
+        rules (or their pickles) are shared, nothing is compiled now. What a namespace
+        of its own runs when such state must not be shared."""
+        parts: dict[str, dict[str, ChainPart]] = {}
+        for tname, chains in self.tables.items():
+            if isinstance(chains, _LazyTable):
+                parts[tname] = dict(chains.parts)
+                continue
+            assert self._ruleset is not None
+            parts[tname] = {
+                c.name: (c.policy, c.counters, c.declared, c.rules)
+                for c in self._ruleset.tables[tname]
+            }
+        out = CompiledRuleset._restore(self.family, parts, self.sets, self.linear)
+        out._ruleset = self._ruleset
+        return out
+
     @property
     def ruleset(self) -> R.Ruleset:
         """The ruleset compiled (restored lazily: every chain's rules unpickled now)."""
