@@ -7,6 +7,10 @@ admitted through svclab's apiserver and allocator.
   the renderers get them as recorded, for iptables with the case's ``node:`` and for
   nftables with its ``nftables.node`` (upstream's nftables fake: its own
   ``nodePortAddresses`` and ``serviceCIDRs``).
+* IPv6 ``flows`` cases (TestNodePorts' IPv6 sub-tests): the CLI's clusters are
+  IPv4-only (issue 27 item 1), so they are rendered for the case's IPv6 node and traced
+  with upstream's packet-tracer rules (STRUCTURE.md §1.6, ``proxy_builders.trace``);
+  the IPv4 flows cases go through ``svclab trace`` (tests/cli/test_upstream_cases.py).
 * ``dump-sequence`` cases (TestSyncProxyRulesRepeated): svclab's kube-proxy agent
   (:class:`control.agents.kubeproxy.KubeProxy`) over an emulated node, fed the case's
   changes one step at a time as watch events; after each step the ``iptables-restore``
@@ -21,7 +25,7 @@ from typing import Any
 
 import pytest
 import yaml
-from proxy_builders import CASES
+from proxy_builders import CASES, trace
 from upstream_cases import case_documents
 
 from control.agents.kubeproxy import EmulatedRules, KubeProxy, Rendered
@@ -45,6 +49,14 @@ def _cases(kind: str) -> list[Path]:
     return [p for p in sorted(CASES.glob("*.yaml")) if _kind(p) == kind]
 
 
+def _ipv6_cases(kind: str) -> list[Path]:
+    return [
+        p
+        for p in _cases(kind)
+        if (yaml.safe_load(p.read_text()).get("node") or {}).get("ipFamily") == "IPv6"
+    ]
+
+
 def test_the_replayed_cases_are_found() -> None:
     assert [p.stem for p in _cases("assertion")] == [
         f"TestLoadBalancerIngressRouteTypeProxy-{gate}-{mode}"
@@ -52,6 +64,11 @@ def test_the_replayed_cases_are_found() -> None:
         for mode in ("Proxy", "VIP", "nil")
     ]
     assert [p.stem for p in _cases("dump-sequence")] == ["TestSyncProxyRulesRepeated"]
+    assert [p.stem for p in _ipv6_cases("flows")] == [
+        "TestNodePorts-ipv6-localhost-disabled-nodeport-addresses",
+        "TestNodePorts-ipv6-localhost-disabled",
+        "TestNodePorts-ipv6-localhost-enabled",
+    ]
     # every case file has a replay: flows and dumps go through the CLI
     # (tests/cli/test_upstream_cases.py), these here
     kinds = {_kind(p) for p in CASES.glob("*.yaml")}
@@ -105,6 +122,32 @@ def test_assertion_case_nftables(path: Path) -> None:
     for a in case.raw["nftables"]["expected_assertions"]:
         keys = [_element_key(e) for e in sets[a["map"]].elements]
         assert (a["key"] in keys) == a["present"], (a, keys)
+
+
+# --------------------------------------------------------------------------- IPv6 flows
+
+
+@pytest.mark.parametrize("path", _ipv6_cases("flows"), ids=lambda p: p.stem)
+def test_ipv6_flows_case(path: Path) -> None:
+    case = load_case(path)
+    cfg = case.node_config
+    assert cfg.is_ipv6
+    out = render_iptables(build_snapshot(case.services, case.endpointslices, cfg), cfg)
+    assert consistency_errors(out.restore_input) == []
+    for fl in case.raw["flows"]:
+        got = trace(
+            out.restore_input,
+            cfg,
+            fl["sourceIP"],
+            fl["destIP"],
+            fl["destPort"],
+            fl.get("protocol", "TCP").lower(),
+        )
+        assert got == (fl["output"], fl["masq"]), fl["name"]
+    tables = parse_tables(out.restore_input)
+    for want in case.raw.get("expected_chain_rules") or []:
+        rules = tables[want["table"]].rules.get(want["chain"], [])
+        assert "".join(f"{r}\n" for r in rules) == want["rules"], want
 
 
 # --------------------------------------------------------------------------- sequences
