@@ -25,9 +25,16 @@ def _strip_x(value: Any) -> Any:
     return value
 
 
-def case_documents(case: dict[str, Any]) -> list[dict[str, Any]]:
-    """The manifests (as dicts) that reproduce ``case`` in svclab."""
+def case_documents(case: dict[str, Any], mode: str = "iptables") -> list[dict[str, Any]]:
+    """The manifests (as dicts) that reproduce ``case`` in svclab, for kube-proxy in
+    ``mode`` (``iptables`` or ``nftables``). The nftables leg lays the case's
+    ``nftables.node`` block (upstream's nftables fake proxier: its own
+    ``nodePortAddresses``) over ``node:``."""
     node = case["node"]
+    if mode == "nftables":
+        nft = case.get("nftables")
+        over = nft.get("node") if isinstance(nft, dict) else None
+        node = {**node, **(over or {})}
     family = node.get("ipFamily", "IPv4")
     ips = [ip for ip in node.get("localIPs", []) if not ipaddress.ip_address(ip).is_loopback]
     primary = node.get("nodeIP")
@@ -70,7 +77,7 @@ def case_documents(case: dict[str, Any]) -> list[dict[str, Any]]:
     kpc: dict[str, Any] = {
         "apiVersion": "kubeproxy.config.k8s.io/v1alpha1",
         "kind": "KubeProxyConfiguration",
-        "mode": "iptables",
+        "mode": mode,
         "clusterCIDR": cluster_cidr or "",
         "detectLocalMode": "ClusterCIDR",
         "iptables": {
@@ -96,5 +103,5 @@ def _service(svc: dict[str, Any]) -> dict[str, Any]:
     return svc
 
 
-def case_yaml(case: dict[str, Any]) -> str:
-    return yaml.safe_dump_all(case_documents(case), sort_keys=False)
+def case_yaml(case: dict[str, Any], mode: str = "iptables") -> str:
+    return yaml.safe_dump_all(case_documents(case, mode), sort_keys=False)

@@ -4,6 +4,14 @@ A case file carries a ``node:`` block (the upstream fake proxier's settings), co
 ``services`` / ``endpointslices`` and expectations (README.md there describes the
 schema). :func:`load_case` turns one into typed objects and a :class:`NodeProxyConfig`;
 keys starting with ``x-`` (annotations of the case authors) are dropped first.
+
+Upstream's nftables fake proxier is set up differently from the iptables one (it has
+``nodePortAddresses`` and ``serviceCIDRs``): a case's ``nftables.node`` block states
+those settings, laid over ``node:`` for :attr:`Case.nftables_config`.
+
+Addresses are kept as the case records them: the objects are decoded, not admitted, so a
+ClusterIP outside the fake's Service range (upstream's tests use ``10.20.30.41``) reaches
+the renderer as it reached upstream's proxier.
 """
 
 from __future__ import annotations
@@ -55,6 +63,11 @@ def node_config_from_case(
         net = parse_cidr_sloppy(str(text))
         if net is not None:
             npa.append(str(net))
+    service_cidrs = []
+    for text in node.get("serviceCIDRs") or []:
+        net = parse_cidr_sloppy(str(text))
+        if net is not None:
+            service_cidrs.append(str(net))
     return NodeProxyConfig(
         node_name=str(node.get("name", "test-node")),
         node_ips=tuple(ips),
@@ -66,6 +79,7 @@ def node_config_from_case(
         masquerade_mark=mark_text,
         localhost_node_ports=bool(node.get("localhostNodePorts", True)),
         node_port_addresses=tuple(npa),
+        service_cidrs=tuple(service_cidrs),
         conntrack_tcp_be_liberal=bool(node.get("conntrackTCPLiberal", False)),
         random_fully=bool(node.get("iptablesHasRandomFully", False)),
         nfacct_counters=frozenset(k for k, v in counters.items() if v),
@@ -83,6 +97,18 @@ class Case:
     services: tuple[Service, ...]
     endpointslices: tuple[EndpointSlice, ...]
     raw: Mapping[str, Any]
+
+    @property
+    def nftables_config(self) -> NodeProxyConfig:
+        """The node of the case's nftables leg: ``node:`` with ``nftables.node`` laid over
+        it (upstream's nftables fake proxier has its own ``nodePortAddresses`` and
+        ``serviceCIDRs``); the same as :attr:`node_config` when there is none."""
+        nft = self.raw.get("nftables")
+        over = nft.get("node") if isinstance(nft, Mapping) else None
+        if not over:
+            return self.node_config
+        node = {**(self.raw.get("node") or {}), **over}
+        return node_config_from_case(node, self.raw.get("feature_gates"))
 
 
 def load_case(path: str | Path) -> Case:

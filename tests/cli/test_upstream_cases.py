@@ -2,7 +2,9 @@
 EndpointSlices applied with a matching Cluster and KubeProxyConfiguration
 (upstream_cases), then ``svclab rules`` (dumps) and
 ``svclab trace --at node/NAME --all -o json`` (flows). Every case file of a supported
-kind in tests/data/kube-proxy/cases is picked up."""
+kind in tests/data/kube-proxy/cases is picked up; a dump case with an nftables
+expectation is also rendered by kube-proxy in nftables mode. Assertion and
+sync-sequence cases are replayed in tests/dataplane/proxy/test_upstream_replay.py."""
 
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ from upstream_cases import case_yaml
 
 from app.cli.main import cli
 from dataplane.proxy import normalize
+from dataplane.proxy.normalize import normalize_transaction
 
 CASES = Path(__file__).resolve().parents[1] / "data" / "kube-proxy" / "cases"
 
@@ -34,14 +37,15 @@ def _cases(kind: str) -> list[Path]:
     return out
 
 
-def _manifests(tmp_path: Path, case: dict[str, Any]) -> Path:
-    f = tmp_path / "case.yaml"
-    f.write_text(case_yaml(case))
+def _manifests(tmp_path: Path, case: dict[str, Any], mode: str = "iptables") -> Path:
+    f = tmp_path / f"case-{mode}.yaml"
+    f.write_text(case_yaml(case, mode))
     return f
 
 
 def test_the_case_files_are_found() -> None:
     assert [p.name for p in _cases("dump")] == ["TestOverallIPTablesRules.yaml"]
+    assert [p.name for p in _nft_dump_cases()] == ["TestOverallIPTablesRules.yaml"]
     assert [p.name for p in _cases("flows")] == ["TestExternalTrafficPolicyLocal.yaml"]
 
 
@@ -54,6 +58,33 @@ def test_rules_equal_upstream_dump(path: Path, tmp_path: Path) -> None:
     )
     assert res.exit_code == 0, res.output
     assert normalize(res.output) == case["expected_iptables_restore"].lstrip(" \t\n")
+
+
+def _nft_dump_cases() -> list[Path]:
+    return [
+        p
+        for p in _cases("dump")
+        if (yaml.safe_load(p.read_text()).get("nftables") or {}).get("expected_nft_transaction")
+    ]
+
+
+@pytest.mark.parametrize("path", _nft_dump_cases(), ids=lambda p: p.stem)
+def test_nft_rules_equal_upstream_dump(path: Path, tmp_path: Path) -> None:
+    """The nftables leg: kube-proxy in nftables mode with the case's ``nftables.node``
+    (upstream's nftables fake proxier has nodePortAddresses [192.168.0.2/32,
+    2001:db8::1/128], so NodePorts are matched on the node-port-ips set, not on every
+    local address) gives upstream's transaction."""
+    case = yaml.safe_load(path.read_text())
+    f = _manifests(tmp_path, case, "nftables")
+    kpc = list(yaml.safe_load_all(f.read_text()))[1]
+    assert kpc["mode"] == "nftables"
+    assert kpc["nodePortAddresses"] == case["nftables"]["node"]["nodePortAddresses"]
+    res = CliRunner().invoke(
+        cli, ["rules", "-f", str(f), "--node", case["node"]["name"], "--restore-input"]
+    )
+    assert res.exit_code == 0, res.output
+    want = case["nftables"]["expected_nft_transaction"]
+    assert normalize_transaction(res.output) == normalize_transaction(want)
 
 
 @pytest.mark.parametrize("path", _cases("flows"), ids=lambda p: p.stem)

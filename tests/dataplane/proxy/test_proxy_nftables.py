@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from proxy_builders import CASES, endpoint, fake_config, fake_config_v6, service, slice_
 
 from dataplane.proxy.cases import load_case
@@ -14,12 +12,10 @@ from dataplane.proxy.snapshot import build_snapshot
 
 def test_overall_case_matches_upstream_nft_dump() -> None:
     case = load_case(CASES / "TestOverallIPTablesRules.yaml")
-    # the nftables fake proxier differs from the iptables one (see the case's note)
-    cfg = replace(
-        case.node_config,
-        node_port_addresses=("192.168.0.2/32", "2001:db8::1/128"),
-        service_cidrs=("172.30.0.0/16",),
-    )
+    # the nftables fake proxier differs from the iptables one: the case's nftables.node
+    cfg = case.nftables_config
+    assert cfg.node_port_addresses == ("192.168.0.2/32", "2001:db8::1/128")
+    assert cfg.service_cidrs == ("172.30.0.0/16",)
     out = render_nftables(build_snapshot(case.services, case.endpointslices, cfg), cfg)
     expected = case.raw["nftables"]["expected_nft_transaction"]
     assert normalize_transaction(out.restore_input) == normalize_transaction(expected)
