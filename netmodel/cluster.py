@@ -586,8 +586,11 @@ def cluster_from_dict(
     try:
         return Cluster.model_validate(data)
     except ValidationError as e:
-        err = e.errors()[0]
-        loc = ".".join(str(p) for p in err["loc"] if not str(p).startswith("function-"))
+        errs = e.errors()
+        # ``nodes`` is a count or a list: for a list, the integer branch's complaint
+        # says nothing, the list branch's names the entry and field
+        err = next((r for r in errs if r["loc"][-1:] != ("int",)), errs[0])
+        loc = ".".join(str(p) for p in err["loc"] if not str(p).startswith(("function-", "list[")))
         msg = err["msg"].removeprefix("Value error, ")
         if err["type"] == "extra_forbidden":
             msg = "unknown field"

@@ -756,6 +756,9 @@ def connect(
                     release=True,
                 )
             report = ConnectReport(src, dst, count, output, plot, kernel=be.name == "kernel")
+            from app.zoneshares import endpoint_zones
+
+            report.zones, report.source = endpoint_zones(session.store), s
             report.run(conns)
     finally:
         session.close()
@@ -781,6 +784,9 @@ class ConnectReport:
         self.kernel = kernel
         # a run names a handful of distinct rules: each is put in save form once
         self._saved: dict[str, str] = {}
+        #: zone by endpoint address (app.zoneshares.endpoint_zones; empty: no zones)
+        self.zones: dict[str, str] = {}
+        self.source = ""
 
     def _plot(self, counts: Counter[str], chi: ChiSquare, where: str) -> None:
         if self.plot:
@@ -856,6 +862,10 @@ class ConnectReport:
         finally:
             progress.close()
         summary = shares_summary(counts)
+        if self.zones:
+            from app.zoneshares import zone_shares, zone_table
+
+            summary["zones"] = zone_shares(counts, self.zones)
         chi = summary["chi_square"]
         self._plot(counts, ChiSquare(**chi), "real kernel" if kernel else "emulated")
         if output == "json":
@@ -875,6 +885,9 @@ class ConnectReport:
             f"\nchi-square vs equal shares: {chi['statistic']:.3f} (dof {chi['dof']}), "
             f"p = {chi['p_value']:.4f}"
         )
+        if "zones" in summary:
+            rows = zone_table(summary["zones"], self.zones.get(self.source))
+            click.echo("\n" + format_table(rows))
 
 
 def _emulated_label(c: Any) -> str:
