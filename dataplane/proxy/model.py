@@ -257,8 +257,7 @@ class EndpointInfo:
     ``endpoint`` is ``ip:port`` (``[ip]:port`` for IPv6), the string kube-proxy sorts and
     hashes. ``is_local`` means the endpoint's nodeName is this node; ``zone_hints`` are
     the zones of ``hints.forZones``, ``node_hints`` the nodes of ``hints.forNodes``.
-    ``zone`` is the endpoint's own zone (``zone``; empty when unset), which kube-proxy
-    does not read: it is kept for reports of where traffic goes. ``chain_name`` is the endpoint's ``KUBE-SEP-…``
+    ``chain_name`` is the endpoint's ``KUBE-SEP-…``
     chain (and ``-m recent`` list) for ``service_port``, computed once when the endpoint
     is made and kept, as upstream's endpoints change tracker keeps it on its endpoint
     info: the renderers read it instead of hashing on every sync. ``service_port`` is not
@@ -274,7 +273,6 @@ class EndpointInfo:
     terminating: bool = False
     zone_hints: frozenset[str] = frozenset()
     node_hints: frozenset[str] = frozenset()
-    zone: str = field(default="", compare=False)
     _: KW_ONLY
     service_port: InitVar[ServicePortName]
     endpoint: str = field(init=False, compare=False, repr=False)

@@ -259,7 +259,7 @@ def _hints(ep: Endpoint) -> tuple[frozenset[str], frozenset[str]]:
     return _NO_HINTS if h is None else (h.zone_names, h.node_names)
 
 
-_Read = tuple[str, str | None, bool, bool, bool, tuple[frozenset[str], frozenset[str]], str]
+_Read = tuple[str, str | None, bool, bool, bool, tuple[frozenset[str], frozenset[str]]]
 #: id(slice) -> (the slice, IP version, its endpoints read: what does not depend on the
 #: node), for the kube-proxies of many nodes in one process reading the same slices
 _READ: dict[int, tuple[EndpointSlice, int, list[_Read]]] = {}
@@ -267,7 +267,7 @@ _READ: dict[int, tuple[EndpointSlice, int, list[_Read]]] = {}
 
 def _read_endpoints(eps: EndpointSlice, version: int) -> list[_Read]:
     """Per endpoint with a usable first address of ``version``: (normalised IP, node
-    name, ready, serving, terminating, (zone hints, node hints), zone)."""
+    name, ready, serving, terminating, (zone hints, node hints))."""
     hit = _READ.get(id(eps))
     if hit is not None and hit[0] is eps and hit[1] == version:
         return hit[2]
@@ -287,7 +287,6 @@ def _read_endpoints(eps: EndpointSlice, version: int) -> list[_Read]:
                 c.serving is None or c.serving,
                 c.terminating is not None and c.terminating,
                 _hints(ep),
-                ep.zone or "",
             )
         )
     if len(_READ) >= 1 << 16:
@@ -311,8 +310,8 @@ def slice_endpoints(
         return {}
     node = config.node_name
     infos = [
-        (ip, node_name is not None and node_name == node, r, s, t, h, z)
-        for ip, node_name, r, s, t, h, z in _read_endpoints(eps, family.version)
+        (ip, node_name is not None and node_name == node, r, s, t, h)
+        for ip, node_name, r, s, t, h in _read_endpoints(eps, family.version)
     ]
     out: dict[ServicePortName, list[EndpointInfo]] = {}
     for port in eps.ports:
@@ -329,10 +328,9 @@ def slice_endpoints(
                 terminating=t,
                 zone_hints=h[0],
                 node_hints=h[1],
-                zone=z,
                 service_port=spn,
             )
-            for ip, local, r, s, t, h, z in infos
+            for ip, local, r, s, t, h in infos
         )
     return out
 
