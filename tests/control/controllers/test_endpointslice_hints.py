@@ -99,7 +99,10 @@ def test_traffic_distribution_is_validated_as_kube_apiserver_does() -> None:
 @pytest.mark.parametrize("td", ["PreferSameZone", "PreferClose"])
 def test_same_zone_hints_every_ready_endpoint_for_its_zone(td: str) -> None:
     plane = make_plane(ZONED)
-    plane.apply(_web(trafficDistribution=td))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        plane.apply(_web(trafficDistribution=td))
+    assert len([w for w in caught if issubclass(w.category, APIWarning)]) == (td == "PreferClose")
     plane.run_until_idle()
     eps = _eps(plane)
     assert len(eps) == 4
