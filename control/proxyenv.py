@@ -21,6 +21,7 @@ def node_proxy_config(
         node.name,
         [a.address for a in node.status.addresses],
         node.spec.pod_cidr,
+        node_labels=node.labels,
     )
     env = cluster.node_environment
     return replace(

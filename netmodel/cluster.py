@@ -61,8 +61,17 @@ class _Strict(BaseModel):
     )
 
 
+#: the well-known label naming a node's zone (what topology-aware routing reads)
+ZONE_LABEL = "topology.kubernetes.io/zone"
+#: a Kubernetes label value: at most 63 characters, alphanumerics at both ends, and
+#: ``-``, ``_``, ``.`` between
+_LABEL_VALUE = re.compile(r"(?:[A-Za-z0-9](?:[-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?")
+
+
 class NodeSpecEntry(_Strict):
-    """One node of ``spec.nodes`` when given as a list."""
+    """One node of ``spec.nodes`` when given as a list. ``zone`` becomes the node's
+    ``topology.kubernetes.io/zone`` label (:attr:`node_labels`); it may not contradict a
+    value given for that label under ``labels``."""
 
     name: str
     addresses: list[str] = Field(default_factory=list)
@@ -70,6 +79,7 @@ class NodeSpecEntry(_Strict):
     taints: list[dict[str, str]] = Field(default_factory=list)
     capacity: dict[str, str] = Field(default_factory=dict)
     unschedulable: bool = False
+    zone: str | None = None
 
     @field_validator("addresses")
     @classmethod
@@ -77,6 +87,30 @@ class NodeSpecEntry(_Strict):
         for a in v:
             parse_ip(a)
         return v
+
+    @field_validator("zone")
+    @classmethod
+    def _zone(cls, v: str | None) -> str | None:
+        if v is not None and (not v or not _LABEL_VALUE.fullmatch(v)):
+            raise ValueError(
+                f"invalid zone {v!r}: a label value must be 1-63 characters, "
+                "alphanumeric at both ends, with '-', '_' or '.' between"
+            )
+        return v
+
+    @model_validator(mode="after")
+    def _zone_label(self) -> NodeSpecEntry:
+        given = self.labels.get(ZONE_LABEL)
+        if self.zone is not None and given is not None and given != self.zone:
+            raise ValueError(f"zone {self.zone!r} contradicts labels[{ZONE_LABEL}] {given!r}")
+        return self
+
+    @property
+    def node_labels(self) -> dict[str, str]:
+        """``labels`` plus the zone label when ``zone`` is set."""
+        if self.zone is None:
+            return dict(self.labels)
+        return {**self.labels, ZONE_LABEL: self.zone}
 
 
 DEFAULT_CAPACITY = {"cpu": "4", "memory": "16Gi", "pods": "110"}
@@ -552,8 +586,11 @@ def cluster_from_dict(
     try:
         return Cluster.model_validate(data)
     except ValidationError as e:
-        err = e.errors()[0]
-        loc = ".".join(str(p) for p in err["loc"] if not str(p).startswith("function-"))
+        errs = e.errors()
+        # ``nodes`` is a count or a list: for a list, the integer branch's complaint
+        # says nothing, the list branch's names the entry and field
+        err = next((r for r in errs if r["loc"][-1:] != ("int",)), errs[0])
+        loc = ".".join(str(p) for p in err["loc"] if not str(p).startswith(("function-", "list[")))
         msg = err["msg"].removeprefix("Value error, ")
         if err["type"] == "extra_forbidden":
             msg = "unknown field"

@@ -482,6 +482,8 @@ class ServiceSpec(K8sModel):
     external_name: str | None = None
     ip_families: list[str] = Field(default_factory=list)
     ip_family_policy: str | None = None
+    #: PreferSameZone, PreferSameNode, or PreferClose (deprecated: PreferSameZone)
+    traffic_distribution: str | None = None
 
 
 class LoadBalancerIngress(K8sModel):
@@ -648,6 +650,32 @@ class ObjectReference(K8sModel):
     uid: str | None = None
 
 
+class ForZone(K8sModel):
+    name: str = ""
+
+
+class ForNode(K8sModel):
+    name: str = ""
+
+
+class EndpointHints(K8sModel):
+    """Where an endpoint should be used (``hints``): the zones (``forZones``) and, for
+    ``trafficDistribution: PreferSameNode``, the nodes (``forNodes``) whose kube-proxy
+    should prefer it (:mod:`control.controllers.topologyhints` writes them,
+    :func:`dataplane.proxy.snapshot.categorize_endpoints` reads them)."""
+
+    for_zones: list[ForZone] = Field(default_factory=list)
+    for_nodes: list[ForNode] = Field(default_factory=list)
+
+    @property
+    def zone_names(self) -> frozenset[str]:
+        return frozenset(z.name for z in self.for_zones if z.name)
+
+    @property
+    def node_names(self) -> frozenset[str]:
+        return frozenset(n.name for n in self.for_nodes if n.name)
+
+
 class Endpoint(K8sModel):
     addresses: list[str] = Field(default_factory=list)
     conditions: EndpointConditions = Field(default_factory=EndpointConditions)
@@ -655,6 +683,7 @@ class Endpoint(K8sModel):
     target_ref: ObjectReference | None = None
     zone: str | None = None
     hostname: str | None = None
+    hints: EndpointHints | None = None
 
 
 class EndpointPort(K8sModel):

@@ -771,6 +771,9 @@ def connect(
             report = ConnectReport(
                 src, dst, count, output, plot, kernel=be.name == "kernel", policy=policy
             )
+            from app.zoneshares import endpoint_zones
+
+            report.zones, report.source = endpoint_zones(session.store), s
             report.run(conns)
     finally:
         session.close()
@@ -828,6 +831,9 @@ class ConnectReport:
         self.policy = policy
         # a run names a handful of distinct rules: each is put in save form once
         self._saved: dict[str, str] = {}
+        #: zone by endpoint address (app.zoneshares.endpoint_zones; empty: no zones)
+        self.zones: dict[str, str] = {}
+        self.source = ""
 
     def _plot(self, counts: Counter[str], chi: ChiSquare, where: str) -> None:
         if self.plot:
@@ -918,6 +924,10 @@ class ConnectReport:
         summary = shares_summary(counts)
         if policy is not None:
             summary["policy_verdicts"] = tally.summary()
+        if self.zones:
+            from app.zoneshares import zone_shares, zone_table
+
+            summary["zones"] = zone_shares(counts, self.zones)
         chi = summary["chi_square"]
         self._plot(counts, ChiSquare(**chi), "real kernel" if kernel else "emulated")
         if output == "json":
@@ -940,6 +950,9 @@ class ConnectReport:
         if policy is not None and tally.counts:
             click.echo("")
             click.echo(format_table(tally.rows()))
+        if "zones" in summary:
+            rows = zone_table(summary["zones"], self.zones.get(self.source))
+            click.echo("\n" + format_table(rows))
 
 
 def _emulated_label(c: Any) -> str:

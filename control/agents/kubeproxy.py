@@ -55,6 +55,7 @@ from dataplane.proxy import (
 from dataplane.proxy.iptables import active_chains
 from dataplane.proxy.ipvs import IpvsRender
 from dataplane.proxy.nftables import NftablesRender
+from dataplane.proxy.snapshot import ZONE_LABEL
 from netmodel.cluster import ClusterSpec
 from netmodel.objects import EndpointSlice, KubeObject, Node, Service
 from netmodel.proxyconfig import (
@@ -371,5 +372,10 @@ class KubeProxy:
         return self._config
 
 
-def _node_view(node: Node) -> tuple[tuple[str, ...], str | None]:
-    return tuple(a.address for a in node.status.addresses), node.spec.pod_cidr
+def _node_view(node: Node) -> tuple[tuple[str, ...], str | None, str | None]:
+    """What of its Node kube-proxy's configuration reads: addresses, podCIDR, zone."""
+    return (
+        tuple(a.address for a in node.status.addresses),
+        node.spec.pod_cidr,
+        node.labels.get(ZONE_LABEL),
+    )

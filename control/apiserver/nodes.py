@@ -1,7 +1,7 @@
 """Node objects for the nodes a Cluster document declares.
 
 Each node gets labels ``kubernetes.io/hostname`` and ``kubernetes.io/os=linux`` (plus the
-entry's labels), the entry's taints, capacity (defaults cpu 4, memory 16Gi, pods 110,
+entry's labels, and ``topology.kubernetes.io/zone`` from its ``zone``), the entry's taints, capacity (defaults cpu 4, memory 16Gi, pods 110,
 overridden per entry) copied to allocatable, its addresses as InternalIP plus a Hostname
 address, and a Ready condition. spec.podCIDR is left to the node IPAM controller.
 """
@@ -46,7 +46,7 @@ def node_from_entry(entry: NodeSpecEntry, *, now: str, index: int = 0) -> Node:
         "kubernetes.io/hostname": entry.name,
         "kubernetes.io/os": "linux",
         "kubernetes.io/arch": "amd64",
-        **entry.labels,
+        **entry.node_labels,
     }
     capacity = {**DEFAULT_CAPACITY, **entry.capacity}
     addresses = [NodeAddress(type="InternalIP", address=a) for a in entry.addresses]

@@ -59,6 +59,9 @@ from netmodel.selectors import LabelSelector
 PROTOCOLS = ("SCTP", "TCP", "UDP")
 SERVICE_TYPES = ("ClusterIP", "ExternalName", "LoadBalancer", "NodePort")
 TRAFFIC_POLICIES = ("Cluster", "Local")
+#: spec.trafficDistribution's values, in the order kube-apiserver 1.35 lists them
+#: (PreferClose is deprecated: it means PreferSameZone)
+TRAFFIC_DISTRIBUTIONS = ("PreferClose", "PreferSameZone", "PreferSameNode")
 AFFINITIES = ("ClientIP", "None")
 IP_FAMILY_POLICIES = ("PreferDualStack", "RequireDualStack", "SingleStack")
 ADDRESS_TYPES = ("FQDN", "IPv4", "IPv6")
@@ -360,6 +363,10 @@ def _traffic_policies(svc: Service, type_: str, p: Problems) -> None:
             )
         p.enum("spec.externalTrafficPolicy", etp, TRAFFIC_POLICIES)
     p.enum("spec.internalTrafficPolicy", spec.internal_traffic_policy, TRAFFIC_POLICIES)
+    td = spec.traffic_distribution
+    p.enum("spec.trafficDistribution", td, TRAFFIC_DISTRIBUTIONS)
+    if td == "PreferClose":
+        warn('spec.trafficDistribution: "PreferClose" is deprecated; use "PreferSameZone"')
     hc = spec.health_check_node_port
     if hc:
         if type_ != "LoadBalancer" or etp != "Local":

@@ -10,6 +10,13 @@ Contract (upstream's ``pkg/controller/endpointslice`` behaviour, simplified plac
   ``terminating`` = deletionTimestamp set, ``ready`` = serving and not terminating
   (or always, with publishNotReadyAddresses). ``nodeName``, ``zone`` (the node's
   ``topology.kubernetes.io/zone``) and ``targetRef`` are filled in.
+* Hints (:mod:`control.controllers.topologyhints`): with the topology-mode annotation
+  ``Auto``, zones get endpoints in proportion to their nodes' CPU (upstream's
+  safeguards remove the hints, with a ``TopologyAwareHintsDisabled`` event, recorded
+  when the outcome changes); otherwise ``spec.trafficDistribution`` hints each ready
+  endpoint for its own zone (and node, for PreferSameNode). A change to a node's zone
+  requeues every Service; a change to its readiness, CPU or control-plane labels the
+  Auto Services.
 * Ports: each Service port's targetPort is resolved per pod (a number, or a container
   port of that name and protocol; unset means the port). A pod lacking a named port is
   left out of that port. Pods are grouped by their resolved port list; each group gets
@@ -41,6 +48,16 @@ from dataclasses import dataclass, field
 from control.clock import Clock, rfc3339_nano
 from control.controllers.base import APIClient, Controller, Indexer, controller_ref
 from control.controllers.deployment import SAFE_ALPHABET
+from control.controllers.topologyhints import (
+    EXCLUDED_NODE_LABELS,
+    HINTS_DISABLED,
+    SAME_ZONE,
+    ZoneRatios,
+    auto_hints,
+    cpu_ratios,
+    hints_enabled,
+    traffic_distribution_hints,
+)
 from control.events import Recorder
 from control.store.base import WatchEvent, labelled
 from netmodel.errors import NotFoundError
@@ -50,6 +67,7 @@ from netmodel.objects import (
     EndpointPort,
     EndpointSlice,
     KubeObject,
+    Node,
     ObjectMeta,
     ObjectReference,
     Pod,
@@ -157,6 +175,12 @@ class EndpointSliceController(Controller):
         self._event_time: float | None = None
         self._rngs: dict[str, random.Random] = {}
         self._zones: dict[str, str] = {}
+        # node name -> what of it the Auto allocation reads (readiness, CPU, exclusion)
+        self._capacity: dict[str, tuple[object, ...]] = {}
+        self._ratios: ZoneRatios | None = None  # the zones' CPU shares, until a node changes
+        # Service key -> the last hints event recorded about it (Auto mode)
+        self._hint_events: dict[str, tuple[str, str]] = {}
+        self._svc_event: tuple[str, str] | None = None  # this reconcile's hints event
         # slices as this controller last wrote them (upstream's endpointSliceTracker):
         # their watch events need no reconcile
         self._written: dict[str, str | None] = {}
@@ -252,12 +276,19 @@ class EndpointSliceController(Controller):
                 self._zones.pop(obj.name, None)
             else:
                 self._zones[obj.name] = zone
-            if had == zone:
+            capacity = None if event.type == "DELETED" else _capacity_view(obj)
+            had_capacity = self._capacity.pop(obj.name, None)
+            if capacity is not None:
+                self._capacity[obj.name] = capacity
+            if had == zone and had_capacity == capacity:
                 return []
+            self._ratios = None
             return [
                 s.key
                 for s in self.cache.list("Service")
-                if isinstance(s, Service) and s.spec.selector is not None
+                if isinstance(s, Service)
+                and s.spec.selector is not None
+                and (had != zone or hints_enabled(s.metadata.annotations))
             ]
         return []
 
@@ -304,12 +335,15 @@ class EndpointSliceController(Controller):
         self.cache.clear()
         self.queue.clear()
         self._zones.clear()
+        self._capacity.clear()
+        self._ratios = None
         for obj in objects:
             self.cache.put(obj)
             if obj.kind == "Node":
                 zone = obj.labels.get(ZONE_LABEL)
                 if zone is not None:
                     self._zones[obj.name] = zone
+                self._capacity[obj.name] = _capacity_view(obj)
 
     # ---- reconcile
 
@@ -368,6 +402,7 @@ class EndpointSliceController(Controller):
             return
         if svc.service_type == "ExternalName" or svc.metadata.deletion_timestamp is not None:
             return
+        self._svc_event = None
         existing = [
             s
             for s in self.cache.by_index("by", f"slice:{svc.namespace}/{svc.name}")
@@ -387,6 +422,57 @@ class EndpointSliceController(Controller):
             self._written.pop(sl.key, None)
             self.api.delete("EndpointSlice", sl.key, component=self.name)
             self._deleted.add(sl.key)
+        self._record_hints_event(svc)
+
+    # ---- hints
+
+    def _zone_ratios(self) -> ZoneRatios:
+        if self._ratios is None:
+            self._ratios = cpu_ratios(n for n in self.cache.list("Node") if isinstance(n, Node))
+        return self._ratios
+
+    def hinted(
+        self, svc: Service, groups: dict[PortKey, dict[str, Endpoint]]
+    ) -> dict[PortKey, dict[str, Endpoint]]:
+        """``groups`` with the hints ``svc`` asks for (none asked: ``groups`` itself, as
+        :meth:`desired` never sets hints). Auto mode works over every endpoint of the
+        Service, in the order the groups and their endpoints are placed."""
+        auto = hints_enabled(svc.metadata.annotations)
+        td = svc.spec.traffic_distribution
+        if not auto:
+            last = self._hint_events.pop(svc.key, None)
+            if last is not None and last[0] == "TopologyAwareHintsEnabled":
+                self._svc_event = (
+                    "TopologyAwareHintsDisabled",
+                    f"{HINTS_DISABLED}, addressType: IPv4",
+                )
+            if td not in SAME_ZONE:
+                return groups
+            return {
+                pk: dict(zip(eps, traffic_distribution_hints(list(eps.values()), td), strict=True))
+                for pk, eps in groups.items()
+            }
+        order = [(pk, k) for pk in sorted(groups, key=repr) for k in sorted(groups[pk])]
+        had = self._hint_events.get(svc.key, ("", ""))[0] == "TopologyAwareHintsEnabled"
+        outcome = auto_hints([groups[pk][k] for pk, k in order], self._zone_ratios(), had_hints=had)
+        if outcome.event is not None:
+            reason, message = outcome.event
+            self._svc_event = (reason, f"{message}, addressType: IPv4")
+        out: dict[PortKey, dict[str, Endpoint]] = {pk: {} for pk in groups}
+        for (pk, k), ep in zip(order, outcome.endpoints, strict=True):
+            out[pk][k] = ep
+        return out
+
+    def _record_hints_event(self, svc: Service) -> None:
+        """Record the Auto outcome's event when it differs from the last one recorded
+        about ``svc`` (upstream records a disabling event on every sync)."""
+        event, self._svc_event = self._svc_event, None
+        if event is None or self._hint_events.get(svc.key) == event:
+            return
+        self._hint_events[svc.key] = event
+        reason, message = event
+        kind = "Normal" if reason == "TopologyAwareHintsEnabled" else "Warning"
+        self.recorder.record(self.name, svc, reason, message, type_=kind)
 
     # ---- placement
 
@@ -415,7 +501,7 @@ class EndpointSliceController(Controller):
 
     def plan(self, svc: Service, existing: list[EndpointSlice]) -> _Plan:
         """What to create, update and delete so the slices match the desired endpoints."""
-        groups = self.desired(svc)
+        groups = self.hinted(svc, self.desired(svc))
         labels = self._labels(svc)
         owner = [controller_ref(svc)]
         taken = {s.name for s in existing}
@@ -522,6 +608,19 @@ def _same(a: EndpointSlice, b: EndpointSlice) -> bool:
         and a.address_type == b.address_type
         and a.labels == b.labels
         and a.metadata.owner_references == b.metadata.owner_references
+    )
+
+
+def _capacity_view(node: KubeObject) -> tuple[object, ...]:
+    """What of a node the Auto allocation reads: Ready, allocatable CPU, and whether a
+    control-plane label leaves it out."""
+    if not isinstance(node, Node):
+        return ()
+    ready = next((c.status for c in node.status.conditions if c.type == "Ready"), None)
+    return (
+        ready,
+        node.status.allocatable.get("cpu"),
+        any(k in node.labels for k in EXCLUDED_NODE_LABELS),
     )
 
 

@@ -207,7 +207,9 @@ class ServicePortInfo:
     IP texts are normalised (sloppy-parsed); ``load_balancer_source_ranges`` are masked
     CIDRs; ``affinity_timeout`` is 0 without ClientIP affinity; ``node_port`` and
     ``health_check_node_port`` are 0 when unset or unused; ``topology_aware`` is set by
-    the topology-mode annotation (``Auto``) or ``spec.trafficDistribution``.
+    the topology-mode annotation (``Auto``) or ``spec.trafficDistribution``: what the
+    Service asked for, shown to users; kube-proxy 1.35 filters by the endpoints' hints
+    alone (:func:`dataplane.proxy.snapshot.topology_mode`).
     """
 
     name: ServicePortName
@@ -254,7 +256,8 @@ class EndpointInfo:
 
     ``endpoint`` is ``ip:port`` (``[ip]:port`` for IPv6), the string kube-proxy sorts and
     hashes. ``is_local`` means the endpoint's nodeName is this node; ``zone_hints`` are
-    the zones of ``hints.forZones``. ``chain_name`` is the endpoint's ``KUBE-SEP-…``
+    the zones of ``hints.forZones``, ``node_hints`` the nodes of ``hints.forNodes``.
+    ``chain_name`` is the endpoint's ``KUBE-SEP-…``
     chain (and ``-m recent`` list) for ``service_port``, computed once when the endpoint
     is made and kept, as upstream's endpoints change tracker keeps it on its endpoint
     info: the renderers read it instead of hashing on every sync. ``service_port`` is not
@@ -269,6 +272,7 @@ class EndpointInfo:
     serving: bool = True
     terminating: bool = False
     zone_hints: frozenset[str] = frozenset()
+    node_hints: frozenset[str] = frozenset()
     _: KW_ONLY
     service_port: InitVar[ServicePortName]
     endpoint: str = field(init=False, compare=False, repr=False)

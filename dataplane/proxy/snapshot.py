@@ -5,8 +5,9 @@
 * :func:`service_port_infos` / :func:`endpoints_by_port` — Services and EndpointSlices
   read as kube-proxy reads them: sloppy IP parsing (leading zeros normalised, unparsable
   addresses skipped), family filtering, endpoint dedupe and ``ip:port`` text sort.
-* :func:`categorize_endpoints` — upstream's CategorizeEndpoints, topology-aware routing
-  included (zone hints on endpoints, the node's zone label).
+* :func:`categorize_endpoints` — upstream's CategorizeEndpoints, topology included
+  (:func:`topology_mode`: node and zone hints on endpoints, the node's name and zone
+  label, as kube-proxy 1.35 reads them).
 * :func:`make_state` / :func:`build_snapshot` — the derived flags and the snapshot.
 
 Pure functions: same objects in, equal values out.
@@ -17,7 +18,6 @@ from __future__ import annotations
 import ipaddress
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
 
 from dataplane.proxy.model import (
     DEFAULT_AFFINITY_TIMEOUT,
@@ -33,7 +33,7 @@ from dataplane.proxy.model import (
 )
 from netmodel.cluster import ClusterSpec
 from netmodel.ip import parse_cidr_sloppy, parse_ip_sloppy
-from netmodel.objects import EndpointSlice, Service
+from netmodel.objects import Endpoint, EndpointSlice, Service
 from netmodel.proxyconfig import KubeProxyConfiguration
 
 TOPOLOGY_MODE_ANNOTATION = "service.kubernetes.io/topology-mode"
@@ -204,7 +204,7 @@ def service_port_infos(service: Service, config: NodeProxyConfig) -> list[Servic
     hints = annotations.get(TOPOLOGY_MODE_ANNOTATION) or annotations.get(
         TOPOLOGY_HINTS_ANNOTATION, ""
     )
-    topology = bool((spec.model_extra or {}).get("trafficDistribution")) or hints in (
+    topology = bool(spec.traffic_distribution) or hints in (
         "Auto",
         "auto",
     )
@@ -250,13 +250,16 @@ def _normal_ip(text: str, version: int) -> str | None:
     return str(ip) if ip is not None and ip.version == version else None
 
 
-def _zone_hints(extra: dict[str, Any] | None) -> frozenset[str]:
-    hints = (extra or {}).get("hints")
-    zones = (hints.get("forZones") or []) if isinstance(hints, dict) else []
-    return frozenset(z["name"] for z in zones if isinstance(z, dict) and z.get("name"))
+_NO_HINTS: tuple[frozenset[str], frozenset[str]] = (frozenset(), frozenset())
 
 
-_Read = tuple[str, str | None, bool, bool, bool, frozenset[str]]
+def _hints(ep: Endpoint) -> tuple[frozenset[str], frozenset[str]]:
+    """The endpoint's (zone hints, node hints)."""
+    h = ep.hints
+    return _NO_HINTS if h is None else (h.zone_names, h.node_names)
+
+
+_Read = tuple[str, str | None, bool, bool, bool, tuple[frozenset[str], frozenset[str]]]
 #: id(slice) -> (the slice, IP version, its endpoints read: what does not depend on the
 #: node), for the kube-proxies of many nodes in one process reading the same slices
 _READ: dict[int, tuple[EndpointSlice, int, list[_Read]]] = {}
@@ -264,7 +267,7 @@ _READ: dict[int, tuple[EndpointSlice, int, list[_Read]]] = {}
 
 def _read_endpoints(eps: EndpointSlice, version: int) -> list[_Read]:
     """Per endpoint with a usable first address of ``version``: (normalised IP, node
-    name, ready, serving, terminating, zone hints)."""
+    name, ready, serving, terminating, (zone hints, node hints))."""
     hit = _READ.get(id(eps))
     if hit is not None and hit[0] is eps and hit[1] == version:
         return hit[2]
@@ -283,7 +286,7 @@ def _read_endpoints(eps: EndpointSlice, version: int) -> list[_Read]:
                 c.ready is None or c.ready,
                 c.serving is None or c.serving,
                 c.terminating is not None and c.terminating,
-                _zone_hints(ep.model_extra),
+                _hints(ep),
             )
         )
     if len(_READ) >= 1 << 16:
@@ -307,8 +310,8 @@ def slice_endpoints(
         return {}
     node = config.node_name
     infos = [
-        (ip, node_name is not None and node_name == node, r, s, t, z)
-        for ip, node_name, r, s, t, z in _read_endpoints(eps, family.version)
+        (ip, node_name is not None and node_name == node, r, s, t, h)
+        for ip, node_name, r, s, t, h in _read_endpoints(eps, family.version)
     ]
     out: dict[ServicePortName, list[EndpointInfo]] = {}
     for port in eps.ports:
@@ -323,10 +326,11 @@ def slice_endpoints(
                 ready=r,
                 serving=s,
                 terminating=t,
-                zone_hints=z,
+                zone_hints=h[0],
+                node_hints=h[1],
                 service_port=spn,
             )
-            for ip, local, r, s, t, z in infos
+            for ip, local, r, s, t, h in infos
         )
     return out
 
@@ -356,38 +360,64 @@ def endpoints_by_port(
 # --------------------------------------------------------------------------- categorize
 
 
-def can_use_topology(endpoints: Sequence[EndpointInfo], info: ServicePortInfo, zone: str) -> bool:
-    """Topology-aware routing applies: the Service asks for it, the node has a zone,
-    every ready endpoint carries zone hints and one of them is for this zone."""
-    if not info.topology_aware or not zone:
-        return False
-    for_zone = False
+def topology_mode(endpoints: Sequence[EndpointInfo], node: str, zone: str) -> str:
+    """Which hints this node's kube-proxy follows (upstream 1.35's topologyModeFromHints):
+    ``PreferSameNode`` when every ready endpoint has node hints and one is for ``node``;
+    else ``PreferSameZone`` when every ready endpoint has zone hints and one is for
+    ``zone``; else ``""`` (every endpoint). No ready endpoint: ``""``. The Service's
+    annotation and trafficDistribution are not read here: the hints are what the
+    EndpointSlice controller made of them."""
+    has_ready = False
+    all_nodes = all_zones = True
+    for_node = for_zone = False
     for e in endpoints:
         if not e.ready:
             continue
+        has_ready = True
+        if not e.node_hints:
+            all_nodes = False
+        elif node in e.node_hints:
+            for_node = True
         if not e.zone_hints:
-            return False
-        for_zone = for_zone or zone in e.zone_hints
-    return for_zone
+            all_zones = False
+        elif zone in e.zone_hints:
+            for_zone = True
+    if not has_ready:
+        return ""
+    if all_nodes and for_node:
+        return "PreferSameNode"
+    if all_zones and for_zone:
+        return "PreferSameZone"
+    return ""
+
+
+def _available(e: EndpointInfo, mode: str, node: str, zone: str) -> bool:
+    if mode == "PreferSameNode":
+        return node in e.node_hints
+    if mode == "PreferSameZone":
+        return zone in e.zone_hints
+    return True
 
 
 def categorize_endpoints(
-    endpoints: Sequence[EndpointInfo], info: ServicePortInfo, zone: str = ""
+    endpoints: Sequence[EndpointInfo], info: ServicePortInfo, zone: str = "", node: str = ""
 ) -> tuple[tuple[EndpointInfo, ...], tuple[EndpointInfo, ...], tuple[EndpointInfo, ...], bool]:
     """Upstream CategorizeEndpoints: ``(cluster, local, reachable, has_any)``.
 
-    cluster = ready endpoints (only those hinted for ``zone`` under topology-aware
-    routing), or the serving-and-terminating ones when none is ready (only if the port
-    uses cluster endpoints); local = local ready endpoints, or local
-    serving-and-terminating ones; reachable = the endpoints some chain sends traffic to.
+    cluster = ready endpoints (only those hinted for ``node`` or ``zone`` when
+    :func:`topology_mode` says so), or the serving-and-terminating ones when none is
+    ready (only if the port uses cluster endpoints); local = local ready endpoints, or
+    local serving-and-terminating ones (hints never narrow them: traffic policy Local
+    comes first); reachable = the endpoints some chain sends traffic to.
     """
     cluster: tuple[EndpointInfo, ...] = ()
     local: tuple[EndpointInfo, ...] = ()
     has_any = False
     topology = False
     if info.uses_cluster_endpoints:
-        topology = can_use_topology(endpoints, info, zone)
-        cluster = tuple(e for e in endpoints if e.ready and (not topology or zone in e.zone_hints))
+        mode = topology_mode(endpoints, node, zone)
+        topology = mode != ""
+        cluster = tuple(e for e in endpoints if e.ready and _available(e, mode, node, zone))
         if not cluster:
             cluster = tuple(e for e in endpoints if e.serving and e.terminating)
         has_any = bool(cluster)
@@ -417,10 +447,11 @@ def categorize_endpoints(
 
 
 def make_state(
-    info: ServicePortInfo, endpoints: tuple[EndpointInfo, ...], zone: str = ""
+    info: ServicePortInfo, endpoints: tuple[EndpointInfo, ...], zone: str = "", node: str = ""
 ) -> ServicePortState:
-    """A service port with its categorised endpoints and derived flags (§1.1)."""
-    cluster, local, reachable, has_any = categorize_endpoints(endpoints, info, zone)
+    """A service port with its categorised endpoints and derived flags (§1.1); ``zone``
+    and ``node`` are this node's zone label and name (topology hints)."""
+    cluster, local, reachable, has_any = categorize_endpoints(endpoints, info, zone, node)
     has_internal = has_any and not (info.internal_policy_local and not local)
     has_external = has_any and not (info.external_policy_local and not local)
     spn = info.name.text
@@ -460,7 +491,7 @@ def service_states(
 ) -> list[ServicePortState]:
     """The states of one Service's ports, given endpoints per service port."""
     return [
-        make_state(i, endpoints.get(i.name, ()), config.zone)
+        make_state(i, endpoints.get(i.name, ()), config.zone, config.node_name)
         for i in service_port_infos(service, config)
     ]
 

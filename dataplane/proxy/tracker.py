@@ -12,8 +12,8 @@ No I/O, no clock, no threads: the kube-proxy agent owns scheduling.
 One process often runs a tracker per node (the CLI's kube-proxies, one per node of a
 large cluster) over the same Service and EndpointSlice objects. A Service's view
 depends on the node only through the node's IP family, its zone, the
-LoadBalancerIPMode gate and, when one of the Service's endpoints is on the node, the
-node's name (``isLocal``). So views are shared between trackers: computed once per
+LoadBalancerIPMode gate and, when one of the Service's endpoints is on the node or
+names it in a ``forNodes`` hint, the node's name (``isLocal``, PreferSameNode). So views are shared between trackers: computed once per
 (objects, those inputs) and handed to every node with the same inputs, as the same
 objects (equal to what each node would compute: :func:`_view_inputs`).
 """
@@ -42,6 +42,9 @@ def _slice_nodes(sl: EndpointSlice) -> frozenset[str]:
     if hit is not None and hit[0] is sl:
         return hit[1]
     nodes = frozenset(ep.node_name for ep in sl.endpoints if ep.node_name is not None)
+    hinted = [ep.hints.node_names for ep in sl.endpoints if ep.hints is not None]
+    if hinted:  # a node named by a forNodes hint sees its own view (PreferSameNode)
+        nodes = nodes.union(*hinted)
     if len(_SLICE_NODES) >= _MAX_VIEWS:
         _SLICE_NODES.clear()
     _SLICE_NODES[id(sl)] = (sl, nodes)
@@ -56,7 +59,8 @@ def _view_inputs(
     the entry lives): :func:`~dataplane.proxy.snapshot.service_port_infos` reads the IP
     family and the LoadBalancerIPMode gate, :func:`~dataplane.proxy.snapshot.slice_endpoints`
     the family and the node's name (only to mark endpoints on this node local),
-    :func:`~dataplane.proxy.snapshot.make_state` the node's zone."""
+    :func:`~dataplane.proxy.snapshot.make_state` the node's zone and, through node
+    hints, its name."""
     name = cfg.node_name
     local = any(name in _slice_nodes(sl) for sl in slices.values())
     return (
