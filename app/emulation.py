@@ -351,6 +351,9 @@ def _view(
     if lazy:  # each pod's, when the emulator first looks; no Pod decoded before
         pods, dns_pods, pod_of = _placed_pods(session)
         listeners = LazyMapping(pod_of, lambda ns: _listening(pod_of[ns]))
+        grpc: Mapping[str, frozenset[int]] = LazyMapping(
+            pod_of, lambda ns: podports.grpc_ports(pod_of[ns])
+        )
         resolv = LazyMapping(pod_of, lambda ns: pod_resolv_conf(pod_of[ns], spec))
     else:
         running = running_pods(session)  # one read of every pod
@@ -360,6 +363,7 @@ def _view(
         ]
         dns_pods = [pod_ns(p.key) for p in running if is_dns_pod(p)]
         listeners = {pod_ns(p.key): _listening(p) for p in running}
+        grpc = {pod_ns(p.key): g for p in running if (g := podports.grpc_ports(p))}
         resolv = {pod_ns(p.key): pod_resolv_conf(p, spec) for p in running}
     owned = {str(a) for n in nodes for a in [n.ip]} | {str(p.ip) for p in pods}
     clients = sorted({c for c in external_clients if c not in owned})
@@ -407,6 +411,7 @@ def _view(
         resolv,
         port_mappings,
         guarded=agent.guarded() if agent is not None else frozenset(),
+        grpc_ports=grpc,
     )
 
 

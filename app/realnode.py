@@ -6,8 +6,8 @@ Each node's kubelet gets :class:`RealPodNetwork`: CNI ADD through the real ``bri
 ``host-local`` plugins in the node's namespace (:class:`app.realnet.RealCNI`, its
 addresses chosen by the emulated allocator and handed to host-local, so that both
 backends agree by construction), then the pod's server started (the real pod server
-of :mod:`dataplane.linux.podserver`, on the pod's TCP and UDP containerPorts, in the
-node's server process, as ``up --real`` starts them), and the realised cluster's record
+of :mod:`dataplane.linux.podserver`, on the pod's TCP and UDP containerPorts, gRPC's
+health service on its ``grpc`` probes' ports, in the node's server process, as ``up --real`` starts them), and the realised cluster's record
 updated (so exec, logs and ``connect --real`` find the pod); on delete, the server
 stopped, CNI DEL, the record updated.
 
@@ -101,7 +101,8 @@ class RealPodNetwork:
             record_pod(self.cluster_id, node.name, pod.key, cached)
             ports = pod_ports(pod)
             if ports:
-                self.servers.start([ServerSpec(pod.key, ports, f"node/{node.name}")])
+                grpc = tuple(sorted(podports.grpc_ports(pod)))
+                self.servers.start([ServerSpec(pod.key, ports, f"node/{node.name}", grpc)])
         except BaseException:
             self.delete(node, pod)
             raise

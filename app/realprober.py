@@ -10,8 +10,11 @@ from the host.
   ``scheme: HTTPS`` opens TLS (no verification, as kubelet) and fails against the plain
   HTTP pod server, as it would against any plain server.
 * ``tcpSocket``: the connection is accepted within ``timeoutSeconds``.
-* ``grpc``: a real connection, then the gRPC health check's HTTP/2 preface; svclab's pod
-  servers speak no gRPC, so it fails as kubelet's would, saying so.
+* ``grpc``: a real connection, then one gRPC call of ``grpc.health.v1.Health/Check``
+  for ``service`` over it (:mod:`app.grpcprobe`: HTTP/2 driven over the prober's own
+  socket); success is SERVING. The pod servers serve it on the ports a pod's ``grpc``
+  probes target, SERVING or not from the pod's health flags; elsewhere they speak no
+  gRPC and the probe fails as kubelet's would.
 * ``exec``: the command runs in the pod's network namespace (``ip netns exec``), with
   ``timeoutSeconds``; success is exit status 0.
 
@@ -26,6 +29,7 @@ import ssl
 import subprocess
 from pathlib import Path
 
+from app import grpcprobe
 from app.real import RealRecord
 from control.agents.emulatedprober import resolve_port
 from control.agents.probes import ProbeResult
@@ -102,7 +106,13 @@ class RealProber:
             if probe.tcp_socket is not None:
                 return ProbeResult(True)
             if probe.grpc is not None:
-                return self._grpc(sock, ip, port)
+                return grpcprobe.check(
+                    sock,
+                    f"{ip}:{port}",
+                    probe.grpc.service or "",
+                    timeout,
+                    f"kube-probe/{KUBE_VERSION}",
+                )
             assert probe.http_get is not None
             return self._http(sock, ip, port, probe)
 
@@ -149,18 +159,6 @@ class RealProber:
         if 200 <= code < 400:
             return ProbeResult(True)
         return ProbeResult(False, f"HTTP probe failed with statuscode: {code}")
-
-    def _grpc(self, sock: socket.socket, ip: str, port: int) -> ProbeResult:
-        """svclab's pod servers answer a line, never an HTTP/2 SETTINGS frame: the health
-        RPC cannot succeed (kubelet's gRPC prober fails likewise)."""
-        try:
-            sock.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
-            sock.recv(64)
-        except OSError as e:
-            return ProbeResult(False, f"failed to connect service {ip}:{port}: {e}")
-        return ProbeResult(
-            False, f"failed to connect service {ip}:{port}: the server does not speak gRPC"
-        )
 
     def _exec(self, pod: Pod, command: list[str], timeout: float) -> ProbeResult:
         logical = f"node/{pod.spec.node_name}" if pod.spec.host_network else f"pod/{pod.key}"

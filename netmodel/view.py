@@ -40,3 +40,7 @@ class ClusterView:
     #: them may be refused by design, so a readiness check reaches them from their own
     #: node only (always let in, :mod:`netmodel.netpolicy`)
     guarded: frozenset[str] = frozenset()
+    #: pod namespace (``pod/NS/NAME``) -> the TCP ports of :attr:`listeners` where its
+    #: server speaks gRPC's health service (its ``grpc`` probes' ports); pods with none
+    #: may be left out
+    grpc_ports: Mapping[str, frozenset[int]] = field(default_factory=dict)

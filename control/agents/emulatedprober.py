@@ -9,7 +9,8 @@ its health URLs), as kubelet's prober reaches the real one.
   against the real pod server (it speaks plain HTTP). ``host``, when given, must be the
   pod's own address (svclab's pods serve nowhere else).
 * ``tcpSocket``: success when the port is declared (the pod server accepts there).
-* ``grpc``: the port must be declared; SERVING per :func:`netmodel.podhealth.grpc_serving`.
+* ``grpc``: the port must be declared; SERVING per :func:`netmodel.podhealth.grpc_serving`,
+  failing with kubelet's ``service unhealthy (responded with "NOT_SERVING")``.
 * ``exec``: the command as :mod:`control.agents.commands` evaluates it: success when it
   exits 0 within ``timeoutSeconds``; a command svclab does not evaluate fails, saying so.
 """
@@ -88,7 +89,7 @@ class EmulatedProber:
             service = probe.grpc.service or ""
             if podhealth.grpc_serving(pod.key, service, self.health_root):
                 return ProbeResult(True)
-            return ProbeResult(False, f'service "{service}" status: NOT_SERVING')
+            return ProbeResult(False, 'service unhealthy (responded with "NOT_SERVING")')
         get = probe.http_get
         assert get is not None
         path = get.path or "/"

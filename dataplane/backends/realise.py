@@ -71,6 +71,9 @@ def fingerprint(view: ClusterView) -> str:
         h.update(f"\0rules {node} {rs!r}".encode())
     for ns, ports in sorted(view.listeners.items()):
         h.update(f"\0listen {ns} {sorted(ports)!r}".encode())
+        grpc = view.grpc_ports.get(ns)
+        if grpc:
+            h.update(f"\0grpc {ns} {sorted(grpc)!r}".encode())
     for node, addrs in sorted(view.local_addresses.items()):
         h.update(f"\0local {node} {sorted(addrs)!r}".encode())
     if view.dns_zone is not None:
@@ -258,7 +261,8 @@ def server_ports(
 
 
 def serve(cluster: RealCluster, view: ClusterView) -> dict[str, int]:
-    """Start (or keep) the pod servers the view's listeners call for and stop the ones
+    """Start (or keep) the pod servers the view's listeners call for (gRPC's health
+    service on the view's :attr:`~netmodel.view.ClusterView.grpc_ports`) and stop the ones
     of pods that no longer listen; the DNS pods run DNS servers instead
     (:class:`dataplane.linux.dns.DnsServers`, answering from the view's zone), and every
     pod namespace gets its resolv.conf in ``/etc/netns``. Returns pod -> server pid."""
@@ -279,7 +283,8 @@ def serve(cluster: RealCluster, view: ClusterView) -> dict[str, int]:
     idle = [k for k in running if k not in wanted]
     if idle:
         cluster.servers.stop(idle)
-    return {**cluster.serve(wanted), **dns_pids}
+    grpc = {k: view.grpc_ports.get(f"pod/{k}", frozenset()) for k in wanted}
+    return {**cluster.serve(wanted, grpc), **dns_pids}
 
 
 #: Kernel settings every realised namespace gets on top of the model's sysctls.

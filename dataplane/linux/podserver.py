@@ -14,6 +14,14 @@ the model's log text (``<peer ip>:<port> -> <local ip>:<port> "<request line>" <
 <bytes>``), written with one ``write(2)`` per answer: a reader following the file sees it
 at once. A UDP datagram is answered with the line and logs nothing (as in the model).
 
+gRPC: on the TCP ports a pod's ``grpc`` probes target (``grpc`` in its start request),
+a connection that opens with the HTTP/2 preface is a gRPC client: it is served
+``grpc.health.v1.Health/Check`` (:class:`GrpcHealth`), SERVING or NOT_SERVING from the
+pod's health flags as the emulator decides (:func:`grpc_serving`), each call logged as
+``"POST /grpc.health.v1.Health/Check HTTP/2.0" 200 <bytes>``. Any other connection there
+is answered as on every port (a Service's traffic to that port gets the usual line). On
+other ports the preface gets the raw line: no gRPC server listens there.
+
 A socket belongs to the network namespace it was created in, whatever process holds it.
 So one *host process* answers for many pods: it enters each pod's namespace with
 ``setns(2)`` just long enough to create and bind that pod's sockets, returns to its own
@@ -23,16 +31,18 @@ it, as containers with their node's runtime), not one per pod: forking and sched
 thousand processes cost more than everything else of a 1,000-pod ``svclab up``. A pod
 without a host gets a process of its own in its own namespace.
 
-This file is a standalone script (standard library only, run as
-``python3 -I podserver.py STATE_DIR``): starting a Python interpreter costs ~80 ms here,
+This file is a standalone script (standard library only, but for ``h2`` and
+``grpcio-health-checking``, imported by the host processes that serve a gRPC port; run
+as ``python3 -I podserver.py STATE_DIR`` with svclab's interpreter, which has them):
+starting a Python interpreter costs ~80 ms here,
 so one *supervisor* per cluster forks the host processes (~1 ms each). The supervisor:
 
 * writes ``STATE_DIR/supervisor.pid`` and listens on ``STATE_DIR/supervisor.sock``;
   prints ``ready`` on stdout once it does, then closes stdout;
 * takes one JSON request per connection, answers one JSON line:
   ``{"op": "start", "pods": [{"pod", "netns", "host", "host_netns", "tcp": [..],
-  "udp": [..], "log": PATH}]}`` -> ``{"ok": true, "pids": {pod: pid}, "errors": {pod: why}}`` (a pod
-  already served by the same host with the same ports keeps its sockets; ``host`` and
+  "udp": [..], "grpc": [..], "log": PATH}]}`` -> ``{"ok": true, "pids": {pod: pid}, "errors": {pod: why}}`` (a pod
+  already served by the same host with the same ports (gRPC ones too) keeps its sockets; ``host`` and
   ``host_netns`` default to the pod and its namespace); ``{"op": "stop", "pods": [pod,
   ...]}`` (closes their sockets: connections are refused at once);
   ``{"op": "list"}`` -> pod -> pid; ``{"op": "shutdown"}``;
@@ -210,12 +220,8 @@ def health_answer(pod: str, method: str, target: str, root: Path | None) -> tupl
         flag = "live"
     if flag is None or root is None:
         return None
-    ns, _, name = pod.partition("/")
-    file = root / f"{ns}_{name}"
-    try:
-        state = json.loads(file.read_text())
-    except (OSError, ValueError):
-        state = {}
+    file = _health_file(root, pod)
+    state = _health_state(file)
     if method == "POST" and (path.endswith("/fail") or path.endswith("/heal")):
         state = {"ready": state.get("ready", True), "live": state.get("live", True)}
         state[flag] = path.endswith("/heal")
@@ -227,6 +233,27 @@ def health_answer(pod: str, method: str, target: str, root: Path | None) -> tupl
     if state.get(flag, True):
         return 200, "ok\n"
     return (503, "not ready\n") if flag == "ready" else (500, "unhealthy\n")
+
+
+def _health_file(root: Path, pod: str) -> Path:
+    ns, _, name = pod.partition("/")
+    return root / f"{ns}_{name}"
+
+
+def _health_state(file: Path) -> dict[str, Any]:
+    try:
+        state = json.loads(file.read_text())
+    except (OSError, ValueError):
+        return {}
+    return state if isinstance(state, dict) else {}
+
+
+def grpc_serving(pod: str, service: str, root: Path | None) -> bool:
+    """A gRPC health check of ``service``: SERVING (True) or NOT_SERVING, as the model's
+    ``netmodel.podhealth.grpc_serving`` decides over the same files: service
+    ``readiness`` follows the ``ready`` flag, any other (``""`` too) the ``live`` flag."""
+    state = {} if root is None else _health_state(_health_file(root, pod))
+    return bool(state.get("ready" if service == "readiness" else "live", True))
 
 
 def health_root(state_dir: Path) -> Path:
@@ -243,6 +270,132 @@ def decide(request: bytes, final: bool) -> bool:
     if b"\r\n" not in request:
         return bool(request) and not may_become_http(request)
     return request_line(request) is None or b"\r\n\r\n" in request
+
+
+# ---------------------------------------------------------------------- gRPC health
+#: The HTTP/2 client connection preface (RFC 9113, section 3.4): the first bytes of every
+#: gRPC client's connection (prior knowledge, no TLS, as kubelet's gRPC prober dials).
+H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+#: the one RPC served: grpc.health.v1.Health/Check (what kubelet's gRPC probe calls)
+HEALTH_CHECK = "/grpc.health.v1.Health/Check"
+#: an HTTP/2 connection silent for this long is closed (a gRPC client may keep its
+#: connection between calls; kubelet's prober closes it after each probe)
+H2_IDLE = 60.0
+#: gRPC status codes (grpc/doc/statuscodes.md) this server answers
+GRPC_OK, GRPC_UNIMPLEMENTED, GRPC_INTERNAL = 0, 12, 13
+
+
+class GrpcHealth:
+    """The server side of one HTTP/2 connection of ``pod`` that speaks gRPC's health
+    service (``grpc.health.v1.Health/Check``; any other method gets ``UNIMPLEMENTED``),
+    over the pure-Python HTTP/2 state machine ``h2``, with the request and response
+    messages of ``grpcio-health-checking`` (``grpc_health.v1.health_pb2``). Fed the bytes
+    the client sent (:meth:`feed`), it returns the access log texts of the calls they
+    completed; :meth:`outgoing` is what to send back. The status answers the pod's
+    health under ``root`` at the time of the call (:func:`grpc_serving`).
+
+    Those two packages (and ``protobuf``) are the only ones outside the standard
+    library this script imports, and only in a host process that serves a gRPC port:
+    the servers of pods without one start as fast as before."""
+
+    def __init__(self, pod: str, root: Path | None) -> None:
+        from h2.config import H2Configuration
+        from h2.connection import H2Connection
+
+        self.pod = pod
+        self.root = root
+        self.h2 = H2Connection(H2Configuration(client_side=False, header_encoding="utf-8"))
+        self.h2.initiate_connection()
+        self.calls: dict[int, tuple[dict[str, str], bytearray]] = {}
+        #: the connection is over (the client's GOAWAY, or a protocol error)
+        self.closed = False
+
+    def feed(self, data: bytes) -> list[tuple[str, int, int]]:
+        """Take the client's bytes; returns (request line, HTTP status, response message
+        bytes) per call completed."""
+        from h2 import events
+        from h2.exceptions import ProtocolError
+
+        try:
+            got = self.h2.receive_data(data)
+        except ProtocolError:  # h2 queued its GOAWAY: send it, then close
+            self.closed = True
+            return []
+        done: list[tuple[str, int, int]] = []
+        for ev in got:
+            if isinstance(ev, events.RequestReceived):
+                headers = {str(k): str(v) for k, v in ev.headers or []}
+                self.calls[ev.stream_id] = (headers, bytearray())
+            elif isinstance(ev, events.DataReceived):
+                call = self.calls.get(ev.stream_id)
+                if call is not None:
+                    call[1].extend(ev.data or b"")
+                self.h2.acknowledge_received_data(ev.flow_controlled_length, ev.stream_id)
+            elif isinstance(ev, events.StreamEnded):
+                call = self.calls.pop(ev.stream_id, None)
+                if call is not None:
+                    done.append(self._answer(ev.stream_id, *call))
+            elif isinstance(ev, events.StreamReset):
+                self.calls.pop(ev.stream_id, None)
+            elif isinstance(ev, events.ConnectionTerminated):
+                self.closed = True
+        return done
+
+    def outgoing(self) -> bytes:
+        return bytes(self.h2.data_to_send())
+
+    def _answer(
+        self, stream: int, headers: dict[str, str], body: bytearray
+    ) -> tuple[str, int, int]:
+        from google.protobuf.message import DecodeError
+        from grpc_health.v1 import health_pb2
+
+        method, path = headers.get(":method", "-"), headers.get(":path", "-")
+        line = f"{method} {path} HTTP/2.0"
+        ctype = headers.get("content-type", "")
+        if method != "POST" or not (
+            ctype == "application/grpc"
+            or ctype.startswith("application/grpc+")
+            or ctype.startswith("application/grpc;")
+        ):
+            self.h2.send_headers(stream, [(":status", "415")], end_stream=True)
+            return line, 415, 0
+        if path != HEALTH_CHECK:
+            self._trailers_only(stream, GRPC_UNIMPLEMENTED, f"unknown method {path}")
+            return line, 200, 0
+        n = int.from_bytes(body[1:5], "big") if len(body) >= 5 else -1
+        if n != len(body) - 5 or body[0] != 0:
+            self._trailers_only(stream, GRPC_INTERNAL, "malformed request message")
+            return line, 200, 0
+        try:
+            request = health_pb2.HealthCheckRequest.FromString(bytes(body[5:]))
+        except DecodeError:
+            self._trailers_only(stream, GRPC_INTERNAL, "malformed HealthCheckRequest")
+            return line, 200, 0
+        serving = grpc_serving(self.pod, request.service, self.root)
+        status = (
+            health_pb2.HealthCheckResponse.SERVING
+            if serving
+            else health_pb2.HealthCheckResponse.NOT_SERVING
+        )
+        message = health_pb2.HealthCheckResponse(status=status).SerializeToString()
+        framed = b"\0" + len(message).to_bytes(4, "big") + message
+        self.h2.send_headers(stream, [(":status", "200"), ("content-type", "application/grpc")])
+        self.h2.send_data(stream, framed)
+        self.h2.send_headers(stream, [("grpc-status", str(GRPC_OK))], end_stream=True)
+        return line, 200, len(framed)
+
+    def _trailers_only(self, stream: int, code: int, message: str) -> None:
+        self.h2.send_headers(
+            stream,
+            [
+                (":status", "200"),
+                ("content-type", "application/grpc"),
+                ("grpc-status", str(code)),
+                ("grpc-message", message),
+            ],
+            end_stream=True,
+        )
 
 
 def cri_timestamp(ns: int) -> str:
@@ -273,6 +426,10 @@ class Conn:
     deadline: float
     request: bytes = b""
     answered: bool = False
+    #: accepted on a gRPC port (see :class:`Listener`)
+    grpc: bool = False
+    #: the HTTP/2 connection once the client sent the preface on a gRPC port
+    h2: GrpcHealth | None = None
 
 
 def answer_udp(pod: str, sock: socket.socket) -> None:
@@ -287,10 +444,13 @@ def answer_udp(pod: str, sock: socket.socket) -> None:
 @dataclass(frozen=True)
 class Listener:
     """A listening (TCP) or bound (UDP) socket of ``pod``; ``log``: the fd of the pod's
-    access log (None: it keeps none)."""
+    access log (None: it keeps none); ``grpc``: a port the pod's gRPC probes target,
+    where a connection that opens with the HTTP/2 preface is served gRPC's health
+    service (:class:`GrpcHealth`), any other as on every port."""
 
     pod: str
     log: int | None
+    grpc: bool = False
 
 
 class HostServer:
@@ -319,6 +479,17 @@ class HostServer:
             pod = str(spec["pod"])
             self.remove(pod)
             log: int | None = None
+            grpc_ports = {int(p) for p in spec.get("grpc", [])}
+            if grpc_ports:
+                try:
+                    import grpc_health.v1.health_pb2  # noqa: F401
+                    import h2.connection  # noqa: F401
+                except ImportError as e:
+                    errors[pod] = (
+                        f"gRPC ports {sorted(grpc_ports)}: {e} (the pod server's "
+                        "interpreter needs the packages h2 and grpcio-health-checking)"
+                    )
+                    continue
             try:
                 if spec.get("log"):
                     path = Path(str(spec["log"]))
@@ -342,7 +513,8 @@ class HostServer:
             if log is not None:
                 self.logs[pod] = log
             for s in socks:
-                self.sel.register(s, selectors.EVENT_READ, Listener(pod, log))
+                grpc = s.type == socket.SOCK_STREAM and s.getsockname()[1] in grpc_ports
+                self.sel.register(s, selectors.EVENT_READ, Listener(pod, log, grpc))
         return errors
 
     def remove(self, pod: str) -> None:
@@ -381,6 +553,7 @@ class HostServer:
                 of.log,
                 now,
                 now + FIRST_BYTES_WINDOW,
+                grpc=of.grpc,
             )
             self.conns[sock] = c
             self.sel.register(sock, selectors.EVENT_READ, c)
@@ -403,12 +576,23 @@ class HostServer:
         except OSError:  # reset by the peer: nobody to answer
             self._close(c)
             return
+        if c.h2 is not None:
+            self._serve_grpc(c, eof or final)
+            return
         if c.answered:
             if eof or final:
                 self._close(c)
             return
         if eof and not c.request:  # connect and close (nc -z): nothing, no log
             self._close(c)
+            return
+        if c.grpc and not (eof or final) and H2_PREFACE.startswith(c.request[: len(H2_PREFACE)]):
+            if len(c.request) < len(H2_PREFACE):  # maybe the preface: wait for the rest
+                if c.request:
+                    c.deadline = c.accepted + REQUEST_WINDOW
+                return
+            c.h2 = GrpcHealth(c.pod, health_root(self.state_dir))
+            self._serve_grpc(c, False)
             return
         if decide(c.request, eof or final):
             self._answer(c, closing=eof)
@@ -437,6 +621,33 @@ class HostServer:
             self._close(c)
         else:
             c.deadline = time.monotonic() + DRAIN_WINDOW
+
+    def _serve_grpc(self, c: Conn, closing: bool) -> None:
+        """Feed an HTTP/2 connection what it sent, log its completed calls, send what
+        it answers; close it at ``closing`` (end of file, or idle for
+        :data:`H2_IDLE`) or when the HTTP/2 connection ended."""
+        assert c.h2 is not None
+        where = f"{c.peer[0]}:{c.peer[1]} -> {c.local[0]}:{c.local[1]}"
+        data, c.request = c.request, b""
+        calls = c.h2.feed(data) if data else []
+        if c.log is not None:
+            for line, status, size in calls:
+                with contextlib.suppress(OSError):
+                    os.write(c.log, cri_record(f'{where} "{line}" {status} {size}'))
+        out = c.h2.outgoing()
+        try:
+            if out:
+                c.sock.setblocking(True)
+                c.sock.settimeout(1.0)
+                c.sock.sendall(out)
+                c.sock.setblocking(False)
+        except OSError:
+            self._close(c)
+            return
+        if closing or c.h2.closed:
+            self._close(c)
+        else:
+            c.deadline = time.monotonic() + H2_IDLE
 
     def _close(self, c: Conn) -> None:
         if self.conns.pop(c.sock, None) is not None:
@@ -558,6 +769,18 @@ def _host_main(state_dir: Path, host: str, host_netns: str, control: socket.sock
 
 
 # ---------------------------------------------------------------------- the supervisor
+Ports = tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]
+
+
+def spec_ports(spec: dict[str, Any]) -> Ports:
+    """A start request's pod's (tcp, udp, grpc) ports."""
+
+    def of(key: str) -> tuple[int, ...]:
+        return tuple(int(p) for p in spec.get(key, []))
+
+    return of("tcp"), of("udp"), of("grpc")
+
+
 @dataclass
 class Host:
     """A host process as the supervisor sees it."""
@@ -565,7 +788,8 @@ class Host:
     name: str
     pid: int
     control: socket.socket
-    pods: dict[str, tuple[tuple[int, ...], tuple[int, ...]]] = field(default_factory=dict)
+    #: pod -> its (tcp, udp, grpc) ports
+    pods: dict[str, Ports] = field(default_factory=dict)
 
 
 class Supervisor:
@@ -633,7 +857,7 @@ class Supervisor:
         for spec in specs:
             pod = str(spec["pod"])
             host = str(spec.get("host") or pod)
-            ports = (tuple(spec.get("tcp", [])), tuple(spec.get("udp", [])))
+            ports = spec_ports(spec)
             current = self.host_of.get(pod)
             if current is not None:
                 h = self.hosts[current]
@@ -666,7 +890,7 @@ class Supervisor:
             for s in group:
                 pod = str(s["pod"])
                 if pod not in failed:
-                    h.pods[pod] = (tuple(s.get("tcp", [])), tuple(s.get("udp", [])))
+                    h.pods[pod] = spec_ports(s)
                     self.host_of[pod] = h.name
                     pids[pod] = h.pid
             if reply is None or not h.pods:

@@ -66,7 +66,7 @@ import os
 import shutil
 import signal
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from ipaddress import IPv4Address, IPv4Interface, IPv4Network
@@ -150,12 +150,21 @@ class RealCluster:
     def servers(self) -> PodServers:
         return PodServers(self.cluster_id)
 
-    def serve(self, ports: Mapping[str, Sequence[tuple[int, Proto]]]) -> dict[str, int]:
+    def serve(
+        self,
+        ports: Mapping[str, Sequence[tuple[int, Proto]]],
+        grpc: Mapping[str, Collection[int]] | None = None,
+    ) -> dict[str, int]:
         """Start a pod server for each pod key with its (port, proto) containerPorts;
         they listen when this returns. One process per node answers for the node's pods
-        (a pod whose node is unknown gets one of its own). Returns pod -> pid."""
+        (a pod whose node is unknown gets one of its own). ``grpc``: pod key -> the TCP
+        ports where its server speaks gRPC's health service. Returns pod -> pid."""
+        grpc = grpc or {}
         return self.servers.start(
-            [ServerSpec(k, tuple(v), self._host(k)) for k, v in ports.items()]
+            [
+                ServerSpec(k, tuple(v), self._host(k), tuple(sorted(grpc.get(k, ()))))
+                for k, v in ports.items()
+            ]
         )
 
     def _host(self, pod_key: str) -> str | None:

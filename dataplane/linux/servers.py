@@ -73,11 +73,13 @@ class ServerSpec:
     """A pod server: the pod it answers for, its containerPorts, and the logical
     namespace of the process that holds its sockets (``node/N``: one process answers for
     all the pods of node N, from N's namespace; None: a process of its own, in the pod's
-    namespace)."""
+    namespace). ``grpc``: the TCP ports (among ``ports``) where it serves gRPC's health
+    service, those its pod's ``grpc`` probes target (:func:`netmodel.podports.grpc_ports`)."""
 
     pod_key: str
     ports: tuple[tuple[int, Proto], ...]
     host: str | None = None
+    grpc: tuple[int, ...] = ()
 
 
 class PodServers:
@@ -145,6 +147,7 @@ class PodServers:
                 "host_netns": None if s.host is None else self.names.netns(s.host),
                 "tcp": sorted({p for p, proto in s.ports if proto == "tcp"}),
                 "udp": sorted({p for p, proto in s.ports if proto == "udp"}),
+                "grpc": sorted(set(s.grpc)),
                 "log": str(self.state.pod_log(s.pod_key)),
             }
             for s in specs

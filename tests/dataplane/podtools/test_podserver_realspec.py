@@ -7,20 +7,37 @@ not have got."""
 from __future__ import annotations
 
 import re
+import tempfile
+from pathlib import Path
 
 from hypothesis import given
 from hypothesis import strategies as st
 
 from dataplane.linux import podserver as real
 from dataplane.podtools import podserver as model
+from netmodel import podhealth as health
 
 POD = "default/web-1"
 PEER = ("10.244.1.5", 43210)
 LOCAL = ("10.244.2.7", 80)
 
 _words = st.sampled_from(
-    ["GET", "HEAD", "POST", "get", "GE", "BREW", "/", "/x?y=1", "HTTP/1.1", "HTTP/1.0",
-     "HTTP/2", "HTTP/1", "", "x"]
+    [
+        "GET",
+        "HEAD",
+        "POST",
+        "get",
+        "GE",
+        "BREW",
+        "/",
+        "/x?y=1",
+        "HTTP/1.1",
+        "HTTP/1.0",
+        "HTTP/2",
+        "HTTP/1",
+        "",
+        "x",
+    ]
 )
 _seps = st.sampled_from([" ", "  ", "\r\n", "\n", "\r", "\r\n\r\n", "Host: web\r\n", ""])
 _free = st.lists(st.one_of(_words, _seps), max_size=12).map("".join)
@@ -78,3 +95,18 @@ def test_cri_timestamps_are_rfc3339nano_in_utc() -> None:
     assert real.cri_timestamp(1_795_000_000_000_000_000) == "2026-11-18T11:06:40Z"
     rec = real.cri_record("x y", 1_795_000_000_000_000_001).decode()
     assert re.fullmatch(r"\S+Z stdout F x y\n", rec)
+
+
+@given(
+    st.sampled_from([None, {}, {"ready": False}, {"live": False}, {"ready": False, "live": False}]),
+    st.sampled_from(["", "readiness", "liveness", "x"]),
+)
+def test_the_real_servers_grpc_health_is_the_models(
+    flags: dict[str, bool] | None, service: str
+) -> None:
+    """SERVING or not for a service, from the same health file, as the model says."""
+    with tempfile.TemporaryDirectory() as d:
+        root = Path(d)
+        if flags is not None:
+            health.write(POD, health.Health(**flags), root)
+        assert real.grpc_serving(POD, service, root) == health.grpc_serving(POD, service, root)
