@@ -89,9 +89,7 @@ class _MTable:
 def _thaw(table: R.Table) -> _MTable:
     """The table to restore onto ``table`` (its chains shared until changed)."""
     facts = table.checked
-    return _MTable(
-        table.name, dict(table.chains), facts if isinstance(facts, TableFacts) else None
-    )
+    return _MTable(table.name, dict(table.chains), facts if isinstance(facts, TableFacts) else None)
 
 
 def _new_table(name: str) -> _MTable:
@@ -435,21 +433,40 @@ def _rule_from(
     ipsets: Collection[str] | None,
     counters: tuple[int, int] | None,
 ) -> R.Rule:
-    """The rule of an ``-A``/``-I``/``-D``/``-R`` line (``spec``: after the chain)."""
-    try:
-        toks = tokenize(spec)
-    except ValueError as e:
-        raise RestoreError(f"{where(source, lineno, line)}: {e}") from None
-    rule = parse_rule(
-        chain,
-        toks,
-        spec=spec,
-        line=lineno,
-        table=t.name,
-        family=family,
-        source=source,
-        counters=counters,
-    )
+    """The rule of an ``-A``/``-I``/``-D``/``-R`` line (``spec``: after the chain).
+
+    A rule parsed before (same chain, text, table, family and counters: a kube-proxy
+    partial sync repeats most of its lines) gives its values again, at ``lineno``; the
+    checks below run on it as on a new one. Only with the parser's fast paths on
+    (``ruleparse.FAST_PATH``), so that the general path's tests parse every line."""
+    fast = _ruleparse.FAST_PATH
+    key = (chain, spec, t.name, family, counters)
+    seen = _SPECS.get(key) if fast else None
+    if seen is not None:
+        rule = (
+            seen
+            if seen.line == lineno
+            else R.Rule(chain, seen.matches, seen.target, spec, lineno, counters)
+        )
+    else:
+        try:
+            toks = tokenize(spec)
+        except ValueError as e:
+            raise RestoreError(f"{where(source, lineno, line)}: {e}") from None
+        rule = parse_rule(
+            chain,
+            toks,
+            spec=spec,
+            line=lineno,
+            table=t.name,
+            family=family,
+            source=source,
+            counters=counters,
+        )
+        if fast:
+            if len(_SPECS) >= _SPECS_MAX:
+                _SPECS.clear()
+            _SPECS[key] = rule
     if ipsets is not None:
         for m in rule.matches:
             if isinstance(m, R.SetMatch) and m.name not in ipsets:
@@ -462,6 +479,11 @@ def _rule_from(
             f"`{tg.chain}': no such chain in table {t.name}"
         )
     return rule
+
+
+#: (chain, spec, table, family, counters) -> the rule _rule_from parsed (cleared when full)
+_SPECS: dict[tuple[str, str, str, int, tuple[int, int] | None], R.Rule] = {}
+_SPECS_MAX = 200_000
 
 
 def _referrers(t: _MTable, name: str) -> list[str]:
