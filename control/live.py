@@ -31,12 +31,16 @@ only while the plane holds their Lease (:mod:`control.leaderelection`).
 
 Informers are shared per identity and (kind, selector): one reflector thread each
 (list, watch from the list's revision, relist on 410 Gone). Each component has one
-worker thread and one lock: informer events are handed to ``handle`` under the lock,
-and the worker runs ``sync`` (which pops keys from the component's rate-limited
-:class:`~control.informers.workqueue.WorkQueue` and reconciles each) under it; so a
-key is never reconciled twice at once. A component starts (``resync`` with its
-informers' contents) once all its informers have listed. Failed reconciles come back
-after exponential backoff (5 ms doubling, capped at 30 s). Kubelets and kube-proxies
+worker thread, one lock and an inbox: an informer's reflector thread only appends its
+event batch to the inbox (under the inbox's own short lock) and wakes the worker, so
+one informer shared by many components (every kube-proxy's Service and EndpointSlice
+informers) never waits for any of them to finish a sync. The worker, under the
+component's lock, hands the inbox's batches to ``handle`` in the order they came, then
+runs ``sync`` (which pops keys from the component's rate-limited
+:class:`~control.informers.workqueue.WorkQueue` and reconciles each); so a key is
+never reconciled twice at once, and ``handle`` and ``sync`` never overlap. A component
+starts (``resync`` with its informers' contents) once all its informers have listed.
+Failed reconciles come back after exponential backoff (5 ms doubling, capped at 30 s). Kubelets and kube-proxies
 start for each Node the controller-manager's Node informer sees, one node at a time
 (the next once the previous has listed), and stop when their Node is deleted; so do the
 nodes' policy agents (kube-router), whose NetworkPolicy, Pod and Namespace informers
@@ -189,6 +193,9 @@ class LiveComponent:
         self._resync = resync or getattr(agent, "resync", None)
         self.idle_wakeup = idle_wakeup
         self.lock = threading.Lock()
+        #: event batches not yet handed to the agent (oldest first), under ``_inbox_lock``
+        self._inbox: list[Sequence[WatchEvent]] = []
+        self._inbox_lock = threading.Lock()
         self.wake = threading.Event()
         self.started = threading.Event()
         self.syncs = 0
@@ -205,14 +212,30 @@ class LiveComponent:
             inf.remove_handler(self._on_events)
 
     def _on_events(self, events: Sequence[WatchEvent]) -> None:
-        with self.lock:
+        """An informer's handler (on its reflector's thread): queue the batch in the inbox
+        and wake the worker; never waits for a sync (the component's lock)."""
+        with self._inbox_lock:
             if not self.started.is_set():
                 return  # the start snapshot, taken later, contains them
-            self.agent.handle(events)
+            self._inbox.append(events)
         self.wake.set()
+
+    def _drain(self) -> int:
+        """Hand the inbox's batches to the agent, oldest first (under ``self.lock``);
+        returns how many batches."""
+        with self._inbox_lock:
+            batches, self._inbox = self._inbox, []
+        for events in batches:
+            self.agent.handle(events)
+        return len(batches)
 
     def _start(self) -> None:
         with self.lock:
+            # from here on events go to the inbox: one that lands in an informer's cache
+            # after the snapshot below is queued, not lost (one already in the snapshot
+            # may come again from the inbox, which ``handle`` takes as a no-op update)
+            with self._inbox_lock:
+                self.started.set()
             objs: list[KubeObject] = []
             for inf in self.informers:
                 objs += inf.objects()
@@ -220,7 +243,6 @@ class LiveComponent:
                 self._resync(objs)
             else:
                 self.agent.handle([WatchEvent("ADDED", o, o.resource_version) for o in objs])
-            self.started.set()
         log.info("component=%s started objects=%d", self.name, len(objs))
 
     def _pending(self) -> int:
@@ -274,9 +296,11 @@ class LiveComponent:
         total = 0
         t0 = time.perf_counter()
         for _ in range(100):
-            if self.writes is not None and not self.writes[0].caught_up(self.writes[1]):
-                break  # its own writes are not in its cache yet: the next event wakes it
             with self.lock:
+                caught_up = self.writes is None or self.writes[0].caught_up(self.writes[1])
+                self._drain()  # after: every event its caches held then is handled
+                if not caught_up:
+                    break  # its own writes are not in its cache yet: the next event wakes it
                 try:
                     n = self.agent.sync()
                 except Exception as e:

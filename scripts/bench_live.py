@@ -74,23 +74,46 @@ Measured (2026-11-29, a shared 2-core machine, load average 10-36 from other wor
   took up to 30 s, changes of the setup were applied 519 s after their trigger); the
   run was interrupted.
 
-What stands in the way (cProfile of one kube-proxy, and of the threaded host with all
-its threads): (1) in the threaded host every kube-proxy's ``LiveComponent._on_events``
-takes the component's lock, which ``step`` holds for the whole sync (render and load),
-so the informers all kube-proxies share deliver each event batch to one kube-proxy
-after the other, each waiting for that one's sync to end: at 100 nodes a change
-reaches the last kube-proxy only after the others' syncs (``_on_events`` was the
-largest self time of the host after blocking I/O); events handed to a per-component
-inbox, drained under the lock by ``step``, would remove that head-of-line wait. (2) a
-partial sync at 1,000 Services carries KUBE-SERVICES whole (~1,100 rules) and the
-emulated sink re-parses it and re-checks the whole nat table: 0.26-1.97 s per node per
-sync (five syncs of 20 changed Services, load ~10; ``apply_restore`` 96 % of it:
-``_check_table`` 42 %, ``parse_rule`` 24 %, ``_thaw``/``_freeze`` 11 %), so 100 nodes
-need 25 s or more of one core per change. (3) the
-real nodes' kube-proxies are separate processes, but on two cores shared with the API
-server, controllers and six other sessions a 13,000-line restore plus its render takes
-seconds to tens of seconds. kube-proxy's minSyncPeriod is upstream's default (1 s) here
-and is not what stands in the way.
+What stood in the way then (cProfile of one kube-proxy, and of the threaded host with
+all its threads), and what was done: (1) every kube-proxy's ``LiveComponent._on_events``
+took the component's lock, which ``step`` holds for a whole sync, so the informers all
+kube-proxies share delivered each event batch to one after the other, each waiting for
+that one's sync to end. Now events go to a per-component inbox that ``step`` drains.
+(2) a partial sync at 1,000 Services carries KUBE-SERVICES whole (~1,100 rules) and the
+emulated sink re-parsed it and re-checked the whole nat table (0.26-1.97 s per node per
+sync, ``apply_restore`` 96 % of it). Now a ``--noflush`` restore checks only the chains
+it touches (``dataplane/netfilter/restorefacts.py``) and reuses the rules of lines parsed
+before: on a synthetic 1,000-Service table a 20-Service partial restore went from 0.44 s
+to 0.04 s; six 2,427-line partial syncs of a 1,000-Service cluster from 0.9-1.0 s to
+0.3-0.6 s (load 25-60).
+
+After both (2026-11-29, same machine), ``--nodes 10 --services 100 --deployments 10
+--replicas 2 --scale 3 --timeout 300``, each run right after the other on load ~4-6:
+before p50 1.39 / 1.31 s, p99 2.16 / 2.21 s; after p50 0.54 / 1.15 s, p99 1.37 / 1.32 s
+(target 1 s). What remains there is timing, not work: the EndpointSlice controller
+writes the slices of one pod change one after another (~100 ms each in the busy
+host), all stamped with the same trigger time, and kube-proxy's ``minSyncPeriod`` (1 s)
+holds each later slice until a second after the previous sync. Upstream's iptables
+proxier allows a burst of two syncs (``burstSyncs := 2`` of its bounded-frequency
+runner); svclab's sync timing (control/agents/kubeproxy.py) allows none, so a slice
+written just after a sync waits the whole second.
+
+``--nodes 100 --services 1000 --timeout 1200`` (load 25-130 from other work): the
+setup did not converge in 16 minutes; the API server stopped answering kubectl (TLS
+handshake timeout). In the threaded host the EndpointSlice controller's step of 715
+slices took 704 s of wall time, starved by 100 kube-proxies' 1,197 partial syncs
+(median 34 s, max 351 s of wall time for ~1,080 payload lines each, where such a sync
+measured alone costs ~0.1 s of CPU: the rest is waiting for the interpreter lock) and
+100 kubelets. 100 emulated
+nodes need the kube-proxies out of the controllers' process (pooled kube-proxy
+processes), not a faster sync.
+
+The real side's restarted kube-proxy (``/tmp`` profile of its first full sync at 1,000
+Services, 11,063 payload lines, into a namespace that already holds them, load ~5-13):
+render 0.04-0.2 s; ``iptables-nft-restore --noflush`` 0.9-2.2 s; reading the kernel
+twice (``existing_chains``' nat ``iptables-save`` and ``ensure_jumps``' full
+``iptables-save``) 0.6-1.3 s. Mostly the kernel's work (one of the two reads could
+go), which on two loaded cores stretched to 24 s.
 
 Usage: scripts/bench_live.py [--nodes 100] [--services 1000] [--deployments 50]
        [--replicas 2] [--scale 10] [--real [--real-deployments 20]] [--no-emulated]
@@ -496,6 +519,7 @@ def measure_emulated(args: argparse.Namespace, tmp: Path) -> tuple[dict[str, Any
     finally:
         served.stop()
         if args.keep:
+            Path(args.keep).mkdir(parents=True, exist_ok=True)
             shutil.copy(served.log, Path(args.keep) / "bench-live-serve.log")
 
 
@@ -713,6 +737,7 @@ def measure_real(args: argparse.Namespace, tmp: Path) -> tuple[dict[str, Any], d
             if served is not None:
                 served.stop()
                 if args.keep:
+                    Path(args.keep).mkdir(parents=True, exist_ok=True)
                     shutil.copy(served.log, Path(args.keep) / "bench-live-real-serve.log")
             if record is not None:
                 progress(f"tearing down real cluster {record.cluster_id}")

@@ -14,6 +14,16 @@ Contract:
   ``-A``, ``-I CHAIN [N]``, ``-D CHAIN N|spec``, ``-R CHAIN N spec``, ``-N``, ``-X [CHAIN]``,
   ``-F [CHAIN]``, ``-Z [CHAIN]``, ``-P CHAIN POLICY``, ``-E OLD NEW``, ``COMMIT``, ``#``
   comments and blank lines.
+* A ``--noflush`` restore onto a table this module built costs what the payload holds
+  and what it reaches, not what the table holds: chains the payload leaves alone are
+  shared with the base table, and the COMMIT-time check reads only the chains the
+  payload changed, from what the check that built the base table learned
+  (:class:`~.restorefacts.TableFacts`: each chain's jump targets and hook-restricted
+  rules, and the hooks that reach it; kept in ``Table.checked``): a loop must pass
+  through a jump the payload added, and a restricted target can newly be reached only
+  through one. Whenever this check has any doubt (or the payload renames a chain,
+  or flushes or deletes every chain) the whole table is checked as without it, so the
+  result and every error are those of a check of every rule.
 * Matches and targets are those of :mod:`.rules`. Anything else (an unknown ``-m``
   module, target, or option) raises :class:`~netmodel.errors.UnsupportedRuleError`
   naming the line number and text; malformed input (a bad address, a jump to a missing
@@ -25,10 +35,11 @@ from __future__ import annotations
 import gc
 import itertools
 from collections.abc import Callable, Collection, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from . import ruleparse as _ruleparse
 from . import rules as R
+from .restorefacts import Restricted, TableFacts, cycle_through, propagate_hooks
 from .ruleparse import (
     TARGET_HOOKS,
     RestoreError,
@@ -64,31 +75,62 @@ class _MChain:
 
 @dataclass(slots=True)
 class _MTable:
+    """A table being restored: the base table's (frozen) chains until one is changed,
+    which is then an :class:`_MChain` named in ``touched`` (so are chains created and
+    deleted)."""
+
     name: str
-    chains: dict[str, _MChain]
+    chains: dict[str, R.Chain | _MChain]
+    #: what the base table's check learned; None: the COMMIT check reads every rule
+    facts: TableFacts | None = None
+    touched: set[str] = field(default_factory=set)
 
 
 def _thaw(table: R.Table) -> _MTable:
-    return _MTable(
-        table.name,
-        {c.name: _MChain(c.name, c.policy, list(c.rules), c.counters, c.declared) for c in table},
-    )
+    """The table to restore onto ``table`` (its chains shared until changed)."""
+    facts = table.checked
+    return _MTable(table.name, dict(table.chains), facts if isinstance(facts, TableFacts) else None)
 
 
 def _new_table(name: str) -> _MTable:
+    names = R.BUILTIN_CHAINS[name]
     return _MTable(
-        name, {c: _MChain(c, "ACCEPT", [], (0, 0), False) for c in R.BUILTIN_CHAINS[name]}
+        name, {c: _MChain(c, "ACCEPT", [], (0, 0), False) for c in names}, None, set(names)
     )
 
 
-def _freeze(t: _MTable) -> R.Table:
-    return R.Table(
-        t.name,
-        {
-            c.name: new_chain(c.name, c.policy, tuple(c.rules), c.counters, c.declared)
-            for c in t.chains.values()
-        },
-    )
+def _edit(t: _MTable, name: str, *, keep_rules: bool = True) -> _MChain:
+    """``name``'s chain, to change (ValueError if there is none); ``keep_rules=False``
+    when the caller empties it anyway."""
+    ch = t.chains.get(name)
+    if ch is None:
+        raise ValueError(f"no chain {name!r} in table {t.name}")
+    if ch.__class__ is _MChain:
+        return ch
+    m = _MChain(ch.name, ch.policy, list(ch.rules) if keep_rules else [], ch.counters, ch.declared)
+    t.chains[name] = m
+    t.touched.add(name)
+    return m
+
+
+def _add(t: _MTable, ch: _MChain) -> None:
+    t.chains[ch.name] = ch
+    t.touched.add(ch.name)
+
+
+def _edit_all(t: _MTable) -> list[_MChain]:
+    """Every chain, to change: the COMMIT check will read the whole table."""
+    t.facts = None
+    return [_edit(t, name) for name in list(t.chains)]
+
+
+def _freeze(t: _MTable, facts: TableFacts) -> R.Table:
+    chains = dict(t.chains)
+    for name in t.touched:
+        c = chains.get(name)
+        if c is not None and c.__class__ is _MChain:
+            chains[name] = new_chain(c.name, c.policy, tuple(c.rules), c.counters, c.declared)
+    return R.Table(t.name, chains, facts)  # type: ignore[arg-type]
 
 
 def parse_save(
@@ -168,14 +210,13 @@ def _apply_restore(
                     cur = _thaw(old)
                     if not noflush:
                         cur.chains = {k: c for k, c in cur.chains.items() if c.policy is not None}
-                        for c in cur.chains.values():
+                        for c in _edit_all(cur):
                             c.rules = []
                 cur_start = lineno
                 continue
             raise RestoreError(f"{where(source, lineno, line)}: line outside a *table section")
         if line == "COMMIT":
-            _check_table(cur, source, cur_start)
-            tables[cur.name] = _freeze(cur)
+            tables[cur.name] = _freeze(cur, _check_table(cur, source, cur_start))
             cur = None
             continue
         if line[0] == ":" and fast:
@@ -185,7 +226,7 @@ def _apply_restore(
             if len(parts) == 3 and parts[1] == "-" and parts[2] == "[0:0]":
                 name = parts[0]
                 if name not in cur.chains and len(name) <= 28:
-                    cur.chains[name] = _MChain(name, None, [], (0, 0), True)
+                    _add(cur, _MChain(name, None, [], (0, 0), True))
                     continue
         elif line[0] == "[" or line[:3] == "-A ":
             # most rules: one regular expression, then the checks _rule_from makes
@@ -196,6 +237,8 @@ def _apply_restore(
                 ch = cur.chains.get(rule.chain)
                 tg = rule.target
                 if ch is not None and (tg.__class__ is not jump_cls or tg.chain in cur.chains):
+                    if ch.__class__ is not _MChain:
+                        ch = _edit(cur, rule.chain)
                     ch.rules.append(rule)
                     continue
         try:
@@ -250,7 +293,7 @@ def _apply_line(
         if builtin:
             if policy not in ("ACCEPT", "DROP", "-"):
                 raise ValueError(f"bad policy {policy!r} for built-in chain {name}")
-            assert ch is not None
+            ch = _edit(t, name)
             if policy != "-":
                 ch.policy = policy
             ch.counters = ctr
@@ -261,8 +304,9 @@ def _apply_line(
             if len(name) > 28:
                 raise ValueError(f"chain name {name!r} longer than 28 characters")
             if ch is None:
-                t.chains[name] = _MChain(name, None, [], ctr, True)
+                _add(t, _MChain(name, None, [], ctr, True))
             else:
+                ch = _edit(t, name, keep_rules=False)
                 ch.rules = []
                 ch.counters = ctr
                 ch.declared = True
@@ -321,8 +365,10 @@ def _apply_line(
     elif head in ("-N", "--new-chain"):
         if rest in t.chains:
             raise ValueError(f"chain {rest} already exists")
-        t.chains[rest] = _MChain(rest, None, [], (0, 0), True)
+        _add(t, _MChain(rest, None, [], (0, 0), True))
     elif head in ("-X", "--delete-chain"):
+        if not rest:
+            t.facts = None  # every user chain: the COMMIT check reads the whole table
         victims = [rest] if rest else [c.name for c in t.chains.values() if c.policy is None]
         for v in victims:
             ch = chain_of(v)
@@ -335,11 +381,12 @@ def _apply_line(
                 raise ValueError(f"chain {v} is still referenced from {users[0]}")
         for v in victims:
             del t.chains[v]
+            t.touched.add(v)
     elif head in ("-F", "--flush"):
-        for ch in [chain_of(rest)] if rest else list(t.chains.values()):
+        for ch in [chain_of(rest)] if rest else _edit_all(t):
             ch.rules = []
     elif head in ("-Z", "--zero"):
-        for ch in [chain_of(rest)] if rest else list(t.chains.values()):
+        for ch in [chain_of(rest)] if rest else _edit_all(t):
             ch.counters = (0, 0)
             ch.rules = [
                 R.Rule(r.chain, r.matches, r.target, r.spec, r.line, (0, 0) if r.counters else None)
@@ -361,18 +408,18 @@ def _apply_line(
             raise ValueError(f"cannot rename {old} to {new}")
         if _referrers(t, old):
             raise ValueError(f"chain {old} is referenced")
+        _edit_all(t)
+        ch = _edit(t, old)
         ch.name = new
         t.chains = {(new if k == old else k): c for k, c in t.chains.items()}
+        t.touched.update((old, new))
         ch.rules = [R.Rule(new, r.matches, r.target, r.spec, r.line, r.counters) for r in ch.rules]
     else:
         raise unsupported(source, lineno, line, f"unsupported command {head!r}")
 
 
 def _chain_of(t: _MTable, name: str) -> _MChain:
-    ch = t.chains.get(name)
-    if ch is None:
-        raise ValueError(f"no chain {name!r} in table {t.name}")
-    return ch
+    return _edit(t, name)
 
 
 def _rule_from(
@@ -386,21 +433,40 @@ def _rule_from(
     ipsets: Collection[str] | None,
     counters: tuple[int, int] | None,
 ) -> R.Rule:
-    """The rule of an ``-A``/``-I``/``-D``/``-R`` line (``spec``: after the chain)."""
-    try:
-        toks = tokenize(spec)
-    except ValueError as e:
-        raise RestoreError(f"{where(source, lineno, line)}: {e}") from None
-    rule = parse_rule(
-        chain,
-        toks,
-        spec=spec,
-        line=lineno,
-        table=t.name,
-        family=family,
-        source=source,
-        counters=counters,
-    )
+    """The rule of an ``-A``/``-I``/``-D``/``-R`` line (``spec``: after the chain).
+
+    A rule parsed before (same chain, text, table, family and counters: a kube-proxy
+    partial sync repeats most of its lines) gives its values again, at ``lineno``; the
+    checks below run on it as on a new one. Only with the parser's fast paths on
+    (``ruleparse.FAST_PATH``), so that the general path's tests parse every line."""
+    fast = _ruleparse.FAST_PATH
+    key = (chain, spec, t.name, family, counters)
+    seen = _SPECS.get(key) if fast else None
+    if seen is not None:
+        rule = (
+            seen
+            if seen.line == lineno
+            else R.Rule(chain, seen.matches, seen.target, spec, lineno, counters)
+        )
+    else:
+        try:
+            toks = tokenize(spec)
+        except ValueError as e:
+            raise RestoreError(f"{where(source, lineno, line)}: {e}") from None
+        rule = parse_rule(
+            chain,
+            toks,
+            spec=spec,
+            line=lineno,
+            table=t.name,
+            family=family,
+            source=source,
+            counters=counters,
+        )
+        if fast:
+            if len(_SPECS) >= _SPECS_MAX:
+                _SPECS.clear()
+            _SPECS[key] = rule
     if ipsets is not None:
         for m in rule.matches:
             if isinstance(m, R.SetMatch) and m.name not in ipsets:
@@ -415,7 +481,25 @@ def _rule_from(
     return rule
 
 
+#: (chain, spec, table, family, counters) -> the rule _rule_from parsed (cleared when full)
+_SPECS: dict[tuple[str, str, str, int, tuple[int, int] | None], R.Rule] = {}
+_SPECS_MAX = 200_000
+
+
 def _referrers(t: _MTable, name: str) -> list[str]:
+    """The chains with a rule that jumps or goes to ``name`` (one entry per rule), in
+    table order. With the base table's facts, chains left alone answer from them, and
+    only when some chain refers to ``name`` are the rules read (to list them all)."""
+    facts = t.facts
+    if facts is not None:
+        touched = t.touched
+        if not any(u not in touched for u in facts.callers.get(name, ())) and not any(
+            isinstance(r.target, R.Jump) and r.target.chain == name
+            for u in touched
+            if (c := t.chains.get(u)) is not None
+            for r in c.rules
+        ):
+            return []
     return [
         c.name
         for c in t.chains.values()
@@ -424,67 +508,165 @@ def _referrers(t: _MTable, name: str) -> list[str]:
     ]
 
 
-def _check_table(t: _MTable, source: str, start: int) -> None:
+def _check_table(t: _MTable, source: str, start: int) -> TableFacts:
     """COMMIT-time checks: jumps go to existing user chains, there are no loops, and
     targets restricted to some hooks are reached only from those (:func:`_check_hooks`).
+    Returns what the check learned (for the table's ``checked``).
 
     The common case (no error) is made cheap: one pass over the rules, a loop test
     that peels chains with no successors left (Kahn), and for restricted targets the
     chains reachable from each hook they may not be reached from. Only when one of
     these finds a fault are the exact line and wording worked out, by the slower
-    searches that name them (:func:`_find_loop`, :func:`_check_hooks`)."""
+    searches that name them (:func:`_find_loop`, :func:`_check_hooks`).
+
+    With the base table's facts (``t.facts``), :func:`_check_changes` reads only the
+    chains the restore touched; when it has any doubt, the whole table is checked."""
     builtins = frozenset(R.BUILTIN_CHAINS[t.name])
-    restricted: list[tuple[str, R.Rule, str, frozenset[str]]] = []
-    # chain -> the chains it jumps or goes to (a dict as an ordered set)
-    succ: dict[str, dict[str, None]] = {}
     # the restricted targets this table's built-in chains do not all allow
     limited = {
         cls: (name, TARGET_HOOKS[name])
         for cls, name in _TARGET_NAMES.items()
         if not builtins <= TARGET_HOOKS[name]
     }
-    jump_cls = R.Jump
-    chains = t.chains
-    for c in chains.values():
-        user = c.policy is None
-        outs: dict[str, None] | None = None
-        for r in c.rules:
-            tg = r.target
-            if tg.__class__ is not jump_cls:
-                if user and tg is not None:
-                    hit = limited.get(tg.__class__)
-                    if hit is not None:
-                        restricted.append((c.name, r, hit[0], hit[1]))
-                continue
-            dname = tg.chain
-            dest = chains.get(dname)
-            if dest is None:
-                raise RestoreError(
-                    f"{where(source, r.line, r.text)}: Couldn't load target "
-                    f"`{dname}': no such chain in table {t.name}"
-                )
-            if dest.policy is not None:
-                raise RestoreError(
-                    f"{where(source, r.line, r.text)}: cannot jump to built-in chain {dname}"
-                )
-            if outs is None:
-                outs = {dname: None}
-            else:
-                outs[dname] = None
+    if t.facts is not None:
+        facts = _check_changes(t, t.facts, limited, builtins)
+        if facts is not None:
+            return facts
+    # chain -> the chains it jumps or goes to (a dict as an ordered set)
+    succ: dict[str, dict[str, None]] = {}
+    restricted: dict[str, tuple[Restricted, ...]] = {}
+    for c in t.chains.values():
+        outs, mine = _scan(t, c, limited, source)
         if outs:
             succ[c.name] = outs
+        if mine:
+            restricted[c.name] = mine
     order = _topological(succ)
     if order is None:
         _find_loop(t, succ, source)
-    if restricted:
-        reach = _hooks_reaching(succ, order or [], builtins)
-        # the built-in chains each restricted target may not be reached from
-        wrong = {a: ~_hook_bits(builtins, a) for _, _, _, a in restricted}
-        for entry in restricted:
-            cname, _, _, allowed = entry
-            if reach.get(cname, 0) & wrong[allowed]:
+    reach = _hooks_reaching(succ, order or [], builtins)
+    # the built-in chains each restricted target may not be reached from
+    wrong: dict[frozenset[str], int] = {}
+    for cname, mine in restricted.items():
+        bits = reach.get(cname, 0)
+        for entry in mine:
+            allowed = entry[2]
+            w = wrong.get(allowed)
+            if w is None:
+                w = wrong[allowed] = ~_hook_bits(builtins, allowed)
+            if bits & w:
                 # the first restricted rule reached from a wrong hook: word it
-                _check_hooks(builtins, _callers(t), [entry], source)
+                _check_hooks(builtins, _callers(t), [(cname, *entry)], source)
+    callers: dict[str, dict[str, None]] = {}
+    for a, outs in succ.items():
+        for b in outs:
+            callers.setdefault(b, {})[a] = None
+    return TableFacts(succ, callers, restricted, reach)
+
+
+def _scan(
+    t: _MTable,
+    c: R.Chain | _MChain,
+    limited: dict[type, tuple[str, frozenset[str]]],
+    source: str,
+) -> tuple[dict[str, None], tuple[Restricted, ...]]:
+    """One chain's jump targets (in rule order) and, in a user chain, its rules with a
+    restricted target; raises for a jump to a missing or built-in chain."""
+    jump_cls = R.Jump
+    chains = t.chains
+    user = c.policy is None
+    outs: dict[str, None] = {}
+    mine: list[Restricted] = []
+    for r in c.rules:
+        tg = r.target
+        if tg.__class__ is not jump_cls:
+            if user and tg is not None:
+                hit = limited.get(tg.__class__)
+                if hit is not None:
+                    mine.append((r, hit[0], hit[1]))
+            continue
+        dname = tg.chain
+        dest = chains.get(dname)
+        if dest is None:
+            raise RestoreError(
+                f"{where(source, r.line, r.text)}: Couldn't load target "
+                f"`{dname}': no such chain in table {t.name}"
+            )
+        if dest.policy is not None:
+            raise RestoreError(
+                f"{where(source, r.line, r.text)}: cannot jump to built-in chain {dname}"
+            )
+        outs[dname] = None
+    return outs, tuple(mine)
+
+
+def _check_changes(
+    t: _MTable,
+    base: TableFacts,
+    limited: dict[type, tuple[str, frozenset[str]]],
+    builtins: frozenset[str],
+) -> TableFacts | None:
+    """The COMMIT check of a restore onto a table whose facts are ``base``, reading only
+    the touched chains; None when it cannot vouch for the table (an error, or a doubt:
+    the caller then checks every rule and words any error). Sound because the chains
+    left alone kept their rules, so their jumps still go to user chains (a chain
+    referred to cannot be deleted), any new loop passes through a jump a touched chain
+    gained (:func:`~.restorefacts.cycle_through`), and a hook can newly reach a chain
+    only through such a jump (:func:`~.restorefacts.propagate_hooks`; the hooks kept
+    per chain may be more than reach it now, never fewer: more only means a doubt)."""
+    chains = t.chains
+    succ = dict(base.succ)
+    restricted = dict(base.restricted)
+    callers = dict(base.callers)
+    reach = dict(base.reach)
+    gained: list[tuple[str, str]] = []
+    gone: list[str] = []
+    for name in t.touched:
+        before = base.succ.get(name, {})
+        c = chains.get(name)
+        if c is None:
+            gone.append(name)
+            now: dict[str, None] = {}
+            succ.pop(name, None)
+            restricted.pop(name, None)
+            reach.pop(name, None)
+        else:
+            try:
+                now, mine = _scan(t, c, limited, "")
+            except RestoreError:
+                return None
+            if now:
+                succ[name] = now
+            else:
+                succ.pop(name, None)
+            if mine:
+                restricted[name] = mine
+            else:
+                restricted.pop(name, None)
+        for b in before:
+            if b not in now:
+                left = {k: None for k in callers.get(b, ()) if k != name}
+                if left:
+                    callers[b] = left
+                else:
+                    callers.pop(b, None)
+        for b in now:
+            if b not in before:
+                gained.append((name, b))
+                callers[b] = {**callers.get(b, {}), name: None}
+    for name in gone:
+        if callers.pop(name, None):
+            return None  # still referred to (the -X check should have refused it)
+    if gained and cycle_through(succ, [b for _, b in gained]):
+        return None
+    grown = propagate_hooks(succ, reach, [a for a, _ in gained])
+    for name in (*t.touched, *grown):
+        mine = restricted.get(name, ())
+        bits = reach.get(name, 0)
+        for _, _, allowed in mine:
+            if bits & ~_hook_bits(builtins, allowed):
+                return None
+    return TableFacts(succ, callers, restricted, reach)
 
 
 def _topological(succ: dict[str, dict[str, None]]) -> list[str] | None:

@@ -851,16 +851,35 @@ def parse_common_line(line: str, lineno: int, table: str, family: int) -> R.Rule
     it). The caller still checks that the chain and a jump's target chain exist.
 
     Why it exists: one regular expression over the line replaces tokenizing and the
-    word-by-word loop, about half of what parsing a kube-proxy rule costs."""
+    word-by-word loop, about half of what parsing a kube-proxy rule costs. A line seen
+    before (same text, table and family: a kube-proxy partial sync repeats its whole
+    KUBE-SERVICES chain) gives the earlier rule's values again, at ``lineno``: its
+    matches and target are frozen values, shared as the per-value caches share them."""
     if not FAST_PATH or not line.isascii():
         return None
+    key = (line, table, family)
+    seen = _LINES.get(key)
+    if seen is not None:
+        if seen.line == lineno:
+            return seen
+        return _new_rule(seen.chain, seen.matches, seen.target, seen.spec, lineno, seen.counters)
     m = _COMMON_LINE.match(line)
     if m is None:
         return None
     try:
-        return _common_line(m.groups(), lineno, table, family)
+        rule = _common_line(m.groups(), lineno, table, family)
     except Exception:
         return None
+    if rule is not None:
+        if len(_LINES) >= _LINES_MAX:
+            _LINES.clear()
+        _LINES[key] = rule
+    return rule
+
+
+#: (line, table, family) -> the rule parse_common_line made of it (cleared when full)
+_LINES: dict[tuple[str, str, int], R.Rule] = {}
+_LINES_MAX = 200_000
 
 
 def _common_line(g: tuple[str | None, ...], lineno: int, table: str, family: int) -> R.Rule | None:

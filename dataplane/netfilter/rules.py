@@ -532,10 +532,17 @@ class Chain:
 
 @dataclass(frozen=True, slots=True)
 class Table:
-    """A table: its chains by name, in declaration order (built-in chains first)."""
+    """A table: its chains by name, in declaration order (built-in chains first).
+
+    ``checked``: what the restore parser's COMMIT-time check learned of each chain (its
+    jump targets and hook-restricted rules, keyed by the chain's rules), so that a later
+    ``--noflush`` restore onto this table re-reads only the chains it changes; None for a
+    table built any other way (then the whole table is checked). Opaque outside
+    :mod:`.parse`, and no part of equality."""
 
     name: str
     chains: Mapping[str, Chain] = field(default_factory=dict)
+    checked: Mapping[str, object] | None = field(default=None, compare=False, repr=False)
 
     def __iter__(self) -> Iterator[Chain]:
         return iter(self.chains.values())
