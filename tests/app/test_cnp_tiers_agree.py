@@ -186,12 +186,12 @@ def test_what_if_equals_applying_and_recomputing(tmp_path: Path, change: str) ->
         )
         assert not diff["added"]
     else:
-        # the Baseline Deny of 81 gone: TCP 81 into y/b and y/c from every other pod
+        # the Baseline Deny of 81-82 gone: TCP 81-82 into y/b and y/c from every other pod
         # but x/c (which the Admin tier denies everything into y)
         assert not diff["removed"]
         assert {(e["from"], e["to"]) for e in diff["added"]} == {
             (s, f"y/{d}") for s in PODS for d in "bc" if s not in (f"y/{d}", "x/c")
         }
         assert all(
-            e["protocols"] == {"TCP": [[81, 81]], "UDP": [], "SCTP": []} for e in diff["added"]
+            e["protocols"] == {"TCP": [[81, 82]], "UDP": [], "SCTP": []} for e in diff["added"]
         )
