@@ -7,7 +7,7 @@ svclab's ClusterNetworkPolicy tier chains), probed through real sockets
 against a NetworkPolicy that allows the connection (x/a -> x/b TCP 80 refused, 81
 through), and the kernel's counters, read back through the render's origins
 (``svclab rules --policy-hits``), name the ClusterNetworkPolicy rule that refused it.
-The cluster is always torn down."""
+The cluster is always torn down (``svclab down`` in the fixture's ``finally``)."""
 
 from __future__ import annotations
 
