@@ -1,10 +1,11 @@
 """NetworkPolicy in the emulated cluster: the policy agent's rules on every node, read
 from the store, and the hops that name a policy verdict in a trace.
 
-* :func:`policy_agent` reads the stored NetworkPolicies, Namespaces and Pods once and
-  answers each node's kube-router rules (:func:`dataplane.netpol.render_policy`) when
-  first asked (so the lazy per-node path stays lazy); None when the cluster holds no
-  NetworkPolicy.
+* :func:`policy_agent` reads the stored NetworkPolicies, ClusterNetworkPolicies,
+  Namespaces and Pods once and answers each node's kube-router rules, with svclab's
+  ClusterNetworkPolicy tiers (:func:`dataplane.netpol.clusterpolicy.node_rules`), when
+  first asked (so the lazy per-node path stays lazy); None when the cluster holds
+  neither kind of policy.
 * :func:`attribute` adds, after each rule of a trace that decides a policy verdict, a
   ``netpol`` hop naming the policy and rule: the text
   :meth:`netmodel.netpolicy.Decision.describe` gives, so a trace agrees with
@@ -20,9 +21,14 @@ from dataclasses import replace
 from typing import Any
 
 from control.agents.netpolicy import policy_pod
+from control.apiserver import crds
 from control.store.base import scan
 from dataplane.emulator.trace import Hop, Trace
-from dataplane.netpol import PolicyRules, RuleOrigin, render_policy
+from dataplane.netpol import PolicyRules, RuleOrigin
+from dataplane.netpol.clusterpolicy import node_rules
+from netmodel import clusterpolicy, kinds
+from netmodel.clusterpolicy import ClusterNetworkPolicy
+from netmodel.customresources import CRD_KIND
 from netmodel.netpolicy import (
     Decision,
     Direction,
@@ -31,6 +37,7 @@ from netmodel.netpolicy import (
     policy_from_wire,
     selects,
 )
+from netmodel.objects import KubeObject
 
 #: the rule that closes one pod chain's pass (the verdict's rules come before it)
 _RESET = "-j MARK --set-xmark 0x0/0x10000"
@@ -40,12 +47,17 @@ _RESET = "-j MARK --set-xmark 0x0/0x10000"
 #: the value (:meth:`control.rulecache.RuleCache.derived`, bound to the store)
 Derived = Callable[[str, Callable[[], Any]], Any]
 #: the agent's inputs: every pod as policy sees it, every NetworkPolicy, every
-#: namespace's labels
-Inputs = tuple[Sequence[PolicyPod], Sequence[NetworkPolicy], Mapping[str, Mapping[str, str]]]
+#: namespace's labels, every ClusterNetworkPolicy
+Inputs = tuple[
+    Sequence[PolicyPod],
+    Sequence[NetworkPolicy],
+    Mapping[str, Mapping[str, str]],
+    Sequence[ClusterNetworkPolicy],
+]
 #: the version of what :class:`PolicyAgent` keeps in a ``derived`` cache (raise it when
 #: the form of a kept value changes; a change to the code that renders it is caught by
 #: the cache's own fingerprint of the renderers' sources)
-_DERIVED = "netpol/1"
+_DERIVED = "netpol/2"
 
 
 class PolicyAgent:
@@ -68,8 +80,9 @@ class PolicyAgent:
         service_cidrs: Sequence[str],
         node_ips: Mapping[str, str],
         derived: Derived | None = None,
+        cluster_policies: Sequence[ClusterNetworkPolicy] = (),
     ) -> None:
-        self._inputs: Inputs | None = (pods, policies, namespaces)
+        self._inputs: Inputs | None = (pods, policies, namespaces, tuple(cluster_policies))
         self._read: Callable[[], Inputs] | None = None
         self.service_cidrs = tuple(service_cidrs)
         self.node_ips = node_ips
@@ -108,6 +121,10 @@ class PolicyAgent:
     def namespaces(self) -> Mapping[str, Mapping[str, str]]:
         return self._got()[2]
 
+    @property
+    def cluster_policies(self) -> Sequence[ClusterNetworkPolicy]:
+        return self._got()[3]
+
     def _kept(self, name: str, compute: Callable[[], Any]) -> Any:
         if self._derived is None:
             return compute()
@@ -117,21 +134,25 @@ class PolicyAgent:
         got = self._rules.get(node)
         if got is None:
             ip = self.node_ips.get(node, "")
-            got = self._rules[node] = self._kept(
+            rendered = self._kept(
                 f"rules/{node}/{ip}/{self.service_cidrs!r}",
-                lambda: render_policy(
+                lambda: node_rules(
                     node,
                     ip,
                     self.pods,
                     self.policies,
+                    self.cluster_policies,
                     self.namespaces,
                     service_cidrs=self.service_cidrs,
                 ),
             )
+            assert rendered is not None, "an agent is made only for a cluster with policies"
+            got = self._rules[node] = rendered
         return got
 
     def guarded(self) -> frozenset[str]:
-        """The addresses of the pods some policy isolates for ingress (for
+        """The addresses of the pods some policy isolates for ingress, or some
+        ClusterNetworkPolicy with ingress rules applies to (for
         :attr:`netmodel.view.ClusterView.guarded`)."""
         if self._guarded is None:
             self._guarded = self._kept("guarded", self._compute_guarded)
@@ -142,10 +163,12 @@ class PolicyAgent:
         for pol in self.policies:  # a policy selects pods of its own namespace only
             if "ingress" in pol.types:
                 ingress.setdefault(pol.namespace, []).append(pol)
+        cnps = [c for c in self.cluster_policies if c.ingress]
         return frozenset(
             str(pod.ip)
             for pod in self.pods
             if any(selects(pol, pod) for pol in ingress.get(pod.namespace, ()))
+            or any(c.subject.selects(pod, self.namespaces) for c in cnps)
         )
 
     def origin(self, node: str, chain: str, rule: str) -> RuleOrigin | None:
@@ -160,6 +183,21 @@ class PolicyAgent:
 def read_policies(store: Any) -> list[NetworkPolicy]:
     """Every stored NetworkPolicy, as a value."""
     return [policy_from_wire(o.to_dict()) for o in store.list("NetworkPolicy")]
+
+
+def cluster_policy_objects(store: Any) -> list[KubeObject]:
+    """Every stored ClusterNetworkPolicy object ([] while its CRD is not stored; the
+    CRD's kind is registered first when this process has not read it yet)."""
+    if clusterpolicy.STORE_KIND not in kinds.KINDS:
+        if not any(c.name == clusterpolicy.STORE_KIND for c in store.list(CRD_KIND)):
+            return []
+        crds.sync(store)
+    return list(store.list(clusterpolicy.STORE_KIND))
+
+
+def read_cluster_policies(store: Any) -> list[ClusterNetworkPolicy]:
+    """Every stored ClusterNetworkPolicy, as a value (by name)."""
+    return [clusterpolicy.policy_from_wire(o.to_dict()) for o in cluster_policy_objects(store)]
 
 
 def read_policy_pods(store: Any) -> tuple[list[PolicyPod], dict[str, dict[str, str]]]:
@@ -177,24 +215,28 @@ def policy_agent(
     node_ips: Mapping[str, str],
     derived: Derived | None = None,
 ) -> PolicyAgent | None:
-    """The cluster's policy agent, or None when no NetworkPolicy is stored (then no Pod
-    is read). ``derived``: a cache of values derived from the store while it is
-    unchanged (:meth:`control.rulecache.RuleCache.derived`, bound to the store): with
-    it, the agent keeps its renderings there, and reads the policies, pods and
-    namespaces (pods and namespaces kept too) only when a rendering is not kept;
-    without it, they are read now."""
+    """The cluster's policy agent, or None when no NetworkPolicy and no
+    ClusterNetworkPolicy is stored (then no Pod is read). ``derived``: a cache of values
+    derived from the store while it is unchanged
+    (:meth:`control.rulecache.RuleCache.derived`, bound to the store): with it, the
+    agent keeps its renderings there, and reads the policies, pods and namespaces (pods
+    and namespaces kept too) only when a rendering is not kept; without it, they are
+    read now."""
     if derived is None:
         policies = read_policies(store)
-        if not policies:
+        cluster_policies = read_cluster_policies(store)
+        if not policies and not cluster_policies:
             return None
         pods, namespaces = read_policy_pods(store)
-        return PolicyAgent(pods, policies, namespaces, service_cidrs, node_ips)
-    if not scan(store, "NetworkPolicy", ()):  # their keys only, none decoded
-        return None
+        return PolicyAgent(
+            pods, policies, namespaces, service_cidrs, node_ips, cluster_policies=cluster_policies
+        )
+    if not scan(store, "NetworkPolicy", ()) and not cluster_policy_objects(store):
+        return None  # NetworkPolicies by their keys only, none decoded
 
     def read() -> Inputs:
         pods, namespaces = derived("netpol-pods/1", lambda: read_policy_pods(store))
-        return pods, read_policies(store), namespaces
+        return pods, read_policies(store), namespaces, tuple(read_cluster_policies(store))
 
     return PolicyAgent.lazy(read, service_cidrs, node_ips, derived)
 
@@ -208,10 +250,12 @@ def _decided(
     """Each rule of ``hops`` that decides a policy verdict, by position, with the
     :class:`~netmodel.netpolicy.Decision` it stands for: per pod chain pass (from the
     top-level chain's jump into a ``KUBE-POD-FW-`` chain to that chain's mark reset),
-    the first such rule. The pass's direction is the jump's: ``-d POD`` ingress, ``-s
-    POD`` egress."""
+    the first such rule (with the ClusterNetworkPolicy ``Pass`` rules met before it,
+    "passed by", as :func:`netmodel.clusterpolicy.decide` names them). The pass's
+    direction is the jump's: ``-d POD`` ingress, ``-s POD`` egress."""
     direction: Direction | None = None
     decided = False
+    passed: list[str] = []  # ClusterNetworkPolicy Pass rules met in this pass
     for i, h in enumerate(hops):
         if h.kind != "rule" or not h.chain or not h.rule:
             continue
@@ -219,6 +263,7 @@ def _decided(
         if h.chain.startswith("KUBE-ROUTER-") and (h.verdict or "").startswith("jump KUBE-POD-FW-"):
             direction = "ingress" if spec.startswith("-d ") else "egress"
             decided = False
+            passed = []
             continue
         if direction is None or decided:
             continue
@@ -230,6 +275,12 @@ def _decided(
         decision = origin.for_direction(direction) if origin is not None else None
         if decision is None:
             continue
+        if origin is not None and origin.passes:
+            passed.append(f"passed by {decision.policy} {decision.rule}")
+            continue
+        if passed:
+            note = "; ".join(passed)
+            decision = replace(decision, reason=f"{decision.reason}; {note}")
         decided = True
         yield i, decision
 
@@ -307,10 +358,12 @@ __all__ = [
     "PolicyAgent",
     "Verdicts",
     "attribute",
+    "cluster_policy_objects",
     "decisions",
     "named",
     "node_of",
     "policy_agent",
+    "read_cluster_policies",
     "read_policies",
     "read_policy_pods",
 ]

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from app.netpolview import cluster_policy_objects
 from app.real import NoRealCluster, RealRecord
 from control.agents.netpolicy import NetworkPolicyAgent
 from control.session import Session
@@ -33,7 +34,7 @@ Hit = PolicyHit[RuleOrigin]
 
 def node_policy_rules(session: Session, node: str) -> PolicyRules | None:
     """``node``'s policy rules rendered from the session's store as its agent renders
-    them (None: the cluster holds no NetworkPolicy). NotFoundError for an unknown
+    them (None: the cluster holds no NetworkPolicy nor ClusterNetworkPolicy). NotFoundError for an unknown
     node."""
     store = session.store
     try:
@@ -45,6 +46,7 @@ def node_policy_rules(session: Session, node: str) -> PolicyRules | None:
     objs: list[KubeObject] = [node_obj]
     for kind in ("NetworkPolicy", "Pod", "Namespace"):
         objs += store.list(kind)
+    objs += cluster_policy_objects(store)
     agent.resync(objs)
     if agent.node_ip is None:
         raise BackendError(f"node {node}: no InternalIP address yet")

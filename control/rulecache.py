@@ -65,7 +65,7 @@ _CODE = ("dataplane/netfilter", "dataplane/proxy", "dataplane/emulator/filters.p
          "control/agents/kubeproxy.py", "control/proxyenv.py", "control/emulation.py",
          # the NetworkPolicy agent's renderings (app.netpolview keeps them as derived)
          "dataplane/netpol", "netmodel/netpolicy.py", "netmodel/selectors.py",
-         "control/agents/netpolicy.py", "app/netpolview.py")
+         "control/agents/netpolicy.py", "app/netpolview.py", "netmodel/clusterpolicy.py")
 _ROOT = Path(__file__).resolve().parents[1]
 _fingerprint: str | None = None
 

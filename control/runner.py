@@ -481,11 +481,14 @@ class ControlPlane:
         if not events:
             return
         by_kinds: dict[frozenset[str], list[WatchEvent]] = {}
-        at: dict[str, list[int]] = {}  # kind -> its events' positions (one pass)
+        # store kind (a custom resource's ``<plural>.<group>``, what components watch)
+        # -> its events' positions (one pass)
+        at: dict[str, list[int]] = {}
         for i, e in enumerate(events):
-            pos = at.get(e.object.kind)
+            k = e.object.store_kind
+            pos = at.get(k)
             if pos is None:
-                at[e.object.kind] = [i]
+                at[k] = [i]
             else:
                 pos.append(i)
         handling = 0.0

@@ -7,8 +7,12 @@ every pair of pods and between pods and the IP ranges ipBlocks carve
   "protocols"}]}``; ``csv``, ``md`` (a table) and ``dot`` (Graphviz source).
 * ``-n NS``: only pairs with a pod of NS at one end; ``--port P``: only what may use
   port P (any protocol).
+* ClusterNetworkPolicies (``policy.networking.k8s.io/v1alpha2``) count too: their
+  Admin tier before the NetworkPolicies, their Baseline tier for pods no NetworkPolicy
+  isolates (:mod:`netmodel.reachtiers`).
 * ``--what-if -f FILE`` / ``--what-if --delete NAME`` (the NetworkPolicy NAME of
-  ``-n``, ``default`` when not given): the connections the change would add and remove.
+  ``-n``, ``default`` when not given; ``clusternetworkpolicy/NAME`` or ``cnp/NAME``: a
+  ClusterNetworkPolicy): the connections the change would add and remove.
   The file's objects are validated as ``svclab apply`` validates them (the API
   server's own admission, as a server-side dry run); nothing stored changes. Exit
   status as ``svclab diff``: 0 when nothing changes, 1 when something does (or on bad
@@ -36,10 +40,12 @@ from app.cli.types import PORT
 
 if TYPE_CHECKING:
     from control.session import Session
+    from netmodel.clusterpolicy import ClusterNetworkPolicy
     from netmodel.netpolicy import NetworkPolicy, PolicyPod
     from netmodel.reach import Change, PortSet
+    from netmodel.reachtiers import TieredMatrix
 
-__all__ = ["COMMANDS", "cluster_view", "policy_pods"]
+__all__ = ["COMMANDS", "cluster_policies", "cluster_view", "policy_pods", "tiered_matrix"]
 
 FORMATS = ["text", "json", "csv", "md", "dot"]
 
@@ -81,6 +87,21 @@ def cluster_view(
     policies = [policy_from_wire(o.to_dict()) for o in store.list("NetworkPolicy")]
     namespaces = {ns.name: dict(ns.metadata.labels or {}) for ns in store.list("Namespace")}
     return pods, policies, namespaces
+
+
+def cluster_policies(session: Session) -> list[ClusterNetworkPolicy]:
+    """The stored ClusterNetworkPolicies, as values."""
+    from app.netpolview import read_cluster_policies
+
+    return read_cluster_policies(session.store)
+
+
+def tiered_matrix(session: Session) -> TieredMatrix:
+    """The stored cluster's matrix: NetworkPolicies and ClusterNetworkPolicies."""
+    from netmodel.reachtiers import TieredMatrix
+
+    pods, policies, namespaces = cluster_view(session)
+    return TieredMatrix(pods, policies, cluster_policies(session), namespaces)
 
 
 def _port_filter(port: int | None) -> PortSet | None:
@@ -231,31 +252,35 @@ def print_changes(changes: Sequence[Change], fmt: str) -> None:
 # --------------------------------------------------------------------------- what-if
 
 
-def _policies_of(files: Sequence[str], session: Session) -> list[NetworkPolicy]:
-    """The NetworkPolicies of ``files``, admitted by the API server as ``svclab apply``
-    would admit them (a dry run: nothing stored changes)."""
+_CNP_KINDS = ("clusternetworkpolicy/", "clusternetworkpolicies/", "cnp/")
+
+
+def _policies_of(
+    files: Sequence[str], session: Session
+) -> tuple[list[NetworkPolicy], list[ClusterNetworkPolicy]]:
+    """The NetworkPolicies and ClusterNetworkPolicies of ``files``, admitted by the API
+    server as ``svclab apply`` would admit them (a dry run: nothing stored changes)."""
     from control.apiserver import crds
     from control.apiserver.server import APIServer
     from control.events import Recorder
+    from netmodel import clusterpolicy
     from netmodel.errors import InputError
     from netmodel.manifests import load
     from netmodel.netpolicy import policy_from_wire
 
+    only = "reach --what-if takes NetworkPolicy and ClusterNetworkPolicy objects only"
     crds.sync(session.store)
     manifests = load(list(files))
     source = ",".join(manifests.sources)
     if manifests.cluster is not None or manifests.proxy_config is not None:
-        raise InputError("reach --what-if takes NetworkPolicy objects only", file=source)
+        raise InputError(only, file=source)
     if not manifests.objects:
         raise InputError("no objects passed to apply", file=source)
     for i, obj in enumerate(manifests.objects, start=1):
-        if obj.kind != "NetworkPolicy":
-            raise InputError(
-                "reach --what-if takes NetworkPolicy objects only",
-                file=source,
-                document=i,
-                obj=obj.ref,
-            )
+        if obj.kind == "CustomResourceDefinition" and obj.name == clusterpolicy.STORE_KIND:
+            continue  # the shipped CRD a manifest of ClusterNetworkPolicies brings
+        if obj.kind != "NetworkPolicy" and obj.store_kind != clusterpolicy.STORE_KIND:
+            raise InputError(only, file=source, document=i, obj=obj.ref)
     api = APIServer(
         session.store,
         session.cluster.spec,
@@ -263,7 +288,13 @@ def _policies_of(files: Sequence[str], session: Session) -> list[NetworkPolicy]:
         recorder=Recorder(session.store, session.clock),
     )
     admitted = api.apply(manifests.objects, source=source, dry_run=True)
-    return [policy_from_wire(obj.to_dict()) for _, obj in admitted]
+    nps = [policy_from_wire(o.to_dict()) for _, o in admitted if o.kind == "NetworkPolicy"]
+    cnps = [
+        clusterpolicy.policy_from_wire(o.to_dict())
+        for _, o in admitted
+        if o.store_kind == clusterpolicy.STORE_KIND
+    ]
+    return nps, cnps
 
 
 def _what_if(
@@ -275,16 +306,40 @@ def _what_if(
     from netmodel.errors import NotFoundError
     from netmodel.reach import Matrix
     from netmodel.reachdelta import delta
+    from netmodel.reachtiers import tiered_what_if
 
     pods, policies, namespaces = cluster_view(session)
-    add = _policies_of(files, session) if files else []
-    keys = []
+    stored_cnps = cluster_policies(session)
+    add, add_cnps = _policies_of(files, session) if files else ([], [])
+    keys, cnp_names = [], []
     stored = {p.key for p in policies}
+    stored_cnp = {c.name for c in stored_cnps}
     for name in delete:
+        kind = next((k for k in _CNP_KINDS if name.lower().startswith(k)), None)
+        if kind is not None:
+            cnp = name[len(kind) :]
+            if cnp not in stored_cnp:
+                raise NotFoundError(
+                    f'clusternetworkpolicies.policy.networking.k8s.io "{cnp}" not found'
+                )
+            cnp_names.append(cnp)
+            continue
         key = f"{namespace or 'default'}/{name}"
         if key not in stored:
             raise NotFoundError(f'networkpolicies.networking.k8s.io "{name}" not found')
         keys.append(key)
+    if stored_cnps or add_cnps:
+        # the tiers: both matrices in full (netmodel.reachtiers)
+        return tiered_what_if(
+            pods,
+            policies,
+            stored_cnps,
+            namespaces,
+            add=add,
+            add_cluster=add_cnps,
+            delete=keys,
+            delete_cluster=cnp_names,
+        )[2]
     # only the pairs the change can touch (property-tested equal to netmodel.reach.what_if,
     # which computes both matrices in full)
     return delta(Matrix(pods, policies, namespaces), add=add, delete=keys)
@@ -294,10 +349,14 @@ def _what_if(
 
 
 def _probe_ports(
-    pods: Sequence[PolicyPod], policies: Sequence[NetworkPolicy], port: int | None
+    pods: Sequence[PolicyPod],
+    policies: Sequence[NetworkPolicy],
+    port: int | None,
+    cnps: Sequence[ClusterNetworkPolicy] = (),
 ) -> list[tuple[str, int]]:
     """What ``--probe`` tries: ``port`` on each protocol, else every port a pod
-    declares a name for, or a policy names by number (each end of a range)."""
+    declares a name for, or a policy or ClusterNetworkPolicy names by number (each
+    end of a range)."""
     from netmodel.netpolicy import PROTOCOLS
 
     if port is not None:
@@ -311,6 +370,11 @@ def _probe_ports(
                 for v in (spec.port, spec.end_port):
                     if isinstance(v, int):
                         out.add((spec.protocol, v))
+    for cnp in cnps:
+        for crule in (*cnp.ingress, *cnp.egress):
+            for m in crule.protocols:
+                if m.protocol is not None:
+                    out.update((m.protocol, v) for v in (m.start, m.end) if v is not None)
     return sorted(out)
 
 
@@ -323,14 +387,16 @@ def _probe(
 ) -> tuple[list[tuple[str, str, PortSet]], list[str]]:
     """The probed rows, and each disagreement with the computed matrix."""
     from app.reachprobe import probe_matrix  # type: ignore[import-not-found,unused-ignore]
-    from netmodel.reach import EMPTY, Matrix, PortSet
+    from netmodel.reach import EMPTY, PortSet
+    from netmodel.reachtiers import TieredMatrix
 
     pods, policies, namespaces = cluster_view(session)
-    ports = _probe_ports(pods, policies, port)
+    cnps = cluster_policies(session)
+    ports = _probe_ports(pods, policies, port, cnps)
     found: dict[tuple[str, str], frozenset[tuple[str, int]]] = probe_matrix(
         ctx.state, ports=ports, namespaces=[namespace] if namespace else None, real=real
     )
-    matrix = Matrix(pods, policies, namespaces)
+    matrix = TieredMatrix(pods, policies, cnps, namespaces)
     rows, disagree = [], []
     for (a, b), hits in sorted(found.items()):
         ps = EMPTY
@@ -378,9 +444,10 @@ def reach(
     probe: bool,
     real: bool,
 ) -> None:
-    """The connections the stored NetworkPolicies allow between every pair of pods
-    (and IP ranges of ipBlocks), by protocol and port ranges; with --what-if, those a
-    change would add and remove (exit 1 when there are any)."""
+    """The connections the stored NetworkPolicies and ClusterNetworkPolicies allow
+    between every pair of pods (and IP ranges of ipBlocks and networks), by protocol
+    and port ranges; with --what-if, those a change would add and remove (exit 1 when
+    there are any)."""
     if (files or delete) and not what_if:
         raise click.UsageError("-f and --delete go with --what-if")
     if what_if and not (files or delete):
@@ -424,11 +491,8 @@ def reach(
             if disagree:
                 sys.exit(1)
             return
-        from netmodel.reach import Matrix
-
         with _gc_paused():
-            pods, policies, namespaces = cluster_view(session)
-            matrix = Matrix(pods, policies, namespaces)
+            matrix = tiered_matrix(session)
             print_matrix(_keep(matrix.pairs(), namespace, _port_filter(port)), output)
     finally:
         session.close()

@@ -5,11 +5,14 @@ Shape follows kube-router's netpol controller (the one k3s embeds in its agent):
 watches NetworkPolicy, Pod and Namespace objects of the whole cluster (a policy's peers
 may be pods of any node and namespaces by label) and its own Node (the node's address,
 which kube-router's rules let through to the node's pods); on any change it renders the
-node's whole filter-table layout (:func:`dataplane.netpol.kuberouter.node_policy_rules`:
+node's whole filter-table layout (:func:`dataplane.netpol.clusterpolicy.node_rules`:
 the ``KUBE-ROUTER-*`` top chains, ``KUBE-POD-FW-*`` per pod of this node,
 ``KUBE-NWPLCY-*`` per policy, the ipsets of the peers) and hands it to a
-:class:`PolicySink` (the emulated node, or the node's namespace in the kernel). While the
-cluster holds no NetworkPolicy there are no rules (None): the node holds none of
+:class:`PolicySink` (the emulated node, or the node's namespace in the kernel).
+It also watches ClusterNetworkPolicy (``policy.networking.k8s.io/v1alpha2``), which
+kube-router does not support: svclab renders its tiers as its own extension of the
+layout (:mod:`dataplane.netpol.clusterpolicy`). While the
+cluster holds no NetworkPolicy and no ClusterNetworkPolicy there are no rules (None): the node holds none of
 kube-router's chains, as the emulated view has none (its chains would accept all they
 see), and the first sync says so to the sink, so that what an earlier run left is
 removed. kube-router's every sync is a full sync
@@ -43,12 +46,16 @@ from typing import Protocol
 
 from control.clock import Clock, WallClock
 from control.events import Recorder
-from dataplane.netpol.kuberouter import PolicyRules, node_policy_rules
+from dataplane.netpol.clusterpolicy import node_rules
+from dataplane.netpol.kuberouter import PolicyRules
+from netmodel import clusterpolicy
+from netmodel.clusterpolicy import ClusterNetworkPolicy
 from netmodel.netpolicy import NetworkPolicy, PolicyPod, named_ports, policy_from_wire
 from netmodel.objects import KubeObject, Namespace, Node, Pod
 
-#: the kinds the agent watches (NetworkPolicy, Pod, Namespace: all of them; Node: its own)
-KINDS = ("NetworkPolicy", "Pod", "Namespace", "Node")
+#: the kinds the agent watches (NetworkPolicy, ClusterNetworkPolicy, Pod, Namespace:
+#: all of them; Node: its own). ClusterNetworkPolicy by its store kind (the CRD's name).
+KINDS = ("NetworkPolicy", clusterpolicy.STORE_KIND, "Pod", "Namespace", "Node")
 
 
 class PolicySink(Protocol):
@@ -145,6 +152,7 @@ class NetworkPolicyAgent:
         self._node: Node | None = None
         self._pods: dict[str, PolicyPod] = {}
         self._policies: dict[str, NetworkPolicy] = {}
+        self._cluster_policies: dict[str, ClusterNetworkPolicy] = {}
         self._namespaces: dict[str, Mapping[str, str]] = {}
         self._dirty = True
         #: the rules the sink holds from this agent (None: none; see ``loaded``)
@@ -162,6 +170,7 @@ class NetworkPolicyAgent:
     def resync(self, objs: Iterable[KubeObject]) -> None:
         self._pods.clear()
         self._policies.clear()
+        self._cluster_policies.clear()
         self._namespaces.clear()
         self._node = None
         for o in objs:
@@ -198,6 +207,11 @@ class NetworkPolicyAgent:
             if not deleted:
                 self._policies[obj.key] = policy_from_wire(obj.to_dict())
             return before_pol != self._policies.get(obj.key)
+        if obj.store_kind == clusterpolicy.STORE_KIND:
+            before_cnp = self._cluster_policies.pop(obj.key, None)
+            if not deleted:
+                self._cluster_policies[obj.key] = clusterpolicy.policy_from_wire(obj.to_dict())
+            return before_cnp != self._cluster_policies.get(obj.key)
         return False
 
     @property
@@ -223,14 +237,16 @@ class NetworkPolicyAgent:
 
     def render(self) -> PolicyRules | None:
         """The node's rules from what the agent has seen (None: the cluster holds no
-        NetworkPolicy). The Node must be known (:attr:`node_ip`)."""
+        NetworkPolicy and no ClusterNetworkPolicy). The Node must be known
+        (:attr:`node_ip`)."""
         node_ip = self.node_ip
         assert node_ip is not None, f"{self.name}: no address for the node yet"
-        return node_policy_rules(
+        return node_rules(
             self.node_name,
             node_ip,
             [self._pods[k] for k in sorted(self._pods)],
             [self._policies[k] for k in sorted(self._policies)],
+            [self._cluster_policies[k] for k in sorted(self._cluster_policies)],
             self._namespaces,
             service_cidrs=self.service_cidrs,
         )
@@ -269,7 +285,9 @@ class NetworkPolicyAgent:
                 "kube-router",
                 self._node,
                 "SyncNetworkPolicies",
-                f"{len(self._policies)} network policies, {len(self._pods)} pods: {what}",
+                f"{len(self._policies)} network policies, "
+                f"{len(self._cluster_policies)} cluster network policies, "
+                f"{len(self._pods)} pods: {what}",
             )
         return 1
 

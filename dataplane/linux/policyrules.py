@@ -10,7 +10,7 @@ sync, in its order:
 2. the filter-table payload with ``iptables-{nft,legacy}-restore --noflush``: every
    chain it declares is flushed and refilled; policy chains the namespace holds and the
    payload no longer declares (``KUBE-POD-FW-*``, ``KUBE-NWPLCY-*`` of pods and policies
-   gone: :data:`POLICY_CHAIN_PREFIXES`) are declared and deleted (``-X``) in the same
+   gone, svclab's ``KUBE-CNP-*`` ClusterNetworkPolicy tiers: :data:`POLICY_CHAIN_PREFIXES`) are declared and deleted (``-X``) in the same
    transaction, as kube-router's cleanup of stale chains removes them; the payload's
    rules in the built-in chains (the jumps to ``KUBE-ROUTER-INPUT``/``FORWARD``/
    ``OUTPUT``) are inserted only when the chain does not hold them yet (kube-router
@@ -40,8 +40,10 @@ from typing import Generic, TypeVar
 from dataplane.linux import rules
 from dataplane.linux.netns import run_in
 
-#: kube-router's per-pod and per-policy chains: the ones a sync may leave stale
-POLICY_CHAIN_PREFIXES = ("KUBE-POD-FW-", "KUBE-NWPLCY-")
+#: kube-router's per-pod and per-policy chains, and svclab's ClusterNetworkPolicy tier
+#: chains (``KUBE-CNP-AD-*``, ``KUBE-CNP-BL-*``, :mod:`dataplane.netpol.clusterpolicy`):
+#: the ones a sync may leave stale
+POLICY_CHAIN_PREFIXES = ("KUBE-POD-FW-", "KUBE-NWPLCY-", "KUBE-CNP-")
 #: kube-router's per-policy ipsets (sources and destinations of its rules)
 POLICY_SET_PREFIXES = ("KUBE-SRC-", "KUBE-DST-")
 #: every chain of kube-router's layout

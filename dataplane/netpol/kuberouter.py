@@ -61,6 +61,7 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from ipaddress import IPv4Network, ip_network
+from typing import Protocol
 
 from netmodel.netpolicy import (
     Decision,
@@ -88,13 +89,18 @@ TOP_CHAINS = {
 NODE_PORT_RANGE = (30000, 32767)
 
 _MATCHED = "0x10000/0x10000"
+#: ``--set-xmark`` / ``--mark`` text of :data:`MARK_MATCHED`
+MATCHED_TEXT = _MATCHED
 LOCAL_COMMENT = "rule to permit the traffic to pods when source is the pod's local node"
 _ACCEPTED = "0x20000/0x20000"
 
 
-def _hash(text: str) -> str:
+def name_hash(text: str) -> str:
     """kube-router's name hash: base32 of SHA-256, first 16 characters."""
     return base64.b32encode(hashlib.sha256(text.encode()).digest()).decode()[:16]
+
+
+_hash = name_hash
 
 
 def pod_chain(namespace: str, name: str) -> str:
@@ -114,8 +120,12 @@ def _quote(text: str) -> str:
     return f'"{escaped}"'
 
 
-def _comment(text: str) -> str:
+def comment_match(text: str) -> str:
+    """``-m comment --comment "TEXT"`` as iptables-save prints it."""
     return f"-m comment --comment {_quote(text)}"
+
+
+_comment = comment_match
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,11 +137,15 @@ class RuleOrigin:
     ``KUBE-NWPLCY-DEFAULT`` jump → "not isolated for <direction>"; its LOCAL-source
     ACCEPT → "from the pod's own node"; its NFLOG and REJECT → one denying decision per
     direction the pod is isolated in (naming the first isolating policy by key).
-    ``pod``/``pod_ip``: the pod a pod-chain rule guards ("" for policy-chain rules)."""
+    ``pod``/``pod_ip``: the pod a pod-chain rule guards ("" for policy-chain rules).
+    ``passes``: the rule decides nothing but hands the packet on (a ClusterNetworkPolicy
+    ``Pass``, :mod:`dataplane.netpol.clusterpolicy`); its decision names the rule, and
+    the verdict reached later says it was passed by it."""
 
     decisions: tuple[Decision, ...]
     pod: str = ""
     pod_ip: str = ""
+    passes: bool = False
 
     def decision(self, src: str, dst: str) -> Decision | None:
         """The decision the rule stands for, for a packet from ``src`` to ``dst``: a pod
@@ -175,12 +189,44 @@ class PolicyRules:
 # --------------------------------------------------------------------------- rendering
 
 
+class PodTiers(Protocol):
+    """What a pod chain runs around its NetworkPolicy jumps (svclab's ClusterNetworkPolicy
+    extension, :mod:`dataplane.netpol.clusterpolicy`): per pod and direction, the jump
+    rules (text after ``-A CHAIN ``) that run before the NetworkPolicy jumps
+    (``before``: the Admin tier) and, for a direction no NetworkPolicy isolates, before
+    the ``KUBE-NWPLCY-DEFAULT`` jump (``unisolated``: the Baseline tier). It declares
+    the chains and sets those jumps reach through ``writer``."""
+
+    def before(self, writer: RuleWriter, pod: PolicyPod, direction: Direction) -> list[str]: ...
+
+    def unisolated(self, writer: RuleWriter, pod: PolicyPod, direction: Direction) -> list[str]: ...
+
+
+class RuleWriter(Protocol):
+    """The part of a node's rendering a :class:`PodTiers` writes through: declare a
+    chain, append a rule (with what it stands for), declare an ipset."""
+
+    pods: list[PolicyPod]
+
+    def chain(self, name: str) -> None: ...
+
+    def add(self, chain: str, spec: str, origin: RuleOrigin | None = None) -> None: ...
+
+    def ipset(
+        self, name: str, kind: str, members: Iterable[str], nomatch: Iterable[str] = ()
+    ) -> str: ...
+
+    def pod_set(self, name: str, pods: Iterable[PolicyPod]) -> str: ...
+
+
 class _Render:
     def __init__(
         self,
         pods: Sequence[PolicyPod],
         namespaces: Mapping[str, Mapping[str, str]],
+        tiers: PodTiers | None = None,
     ) -> None:
+        self.tiers = tiers
         self.pods = [p for p in pods if not p.host_network]
         self.namespaces = namespaces
         #: the pods of each namespace (a policy selects, and a peer without a
@@ -385,7 +431,13 @@ class _Render:
         denials: list[Decision] = []
         for direction, pols, flag in (("egress", egress, "-s"), ("ingress", ingress, "-d")):
             d: Direction = "egress" if direction == "egress" else "ingress"
+            if self.tiers is not None:
+                for spec in self.tiers.before(self, pod, d):
+                    self.add(chain, spec)
             if not pols:
+                if self.tiers is not None:
+                    for spec in self.tiers.unisolated(self, pod, d):
+                        self.add(chain, spec)
                 self.add(
                     chain,
                     f"{flag} {ip} {_comment(f'run through default {d} network policy  chain')} "
@@ -464,15 +516,17 @@ def render_policy(
     *,
     service_cidrs: Sequence[str] = (),
     node_port_range: tuple[int, int] = NODE_PORT_RANGE,
+    tiers: PodTiers | None = None,
 ) -> PolicyRules:
     """kube-router's rules on ``node`` (whose address is ``node_ip``): pod chains for the
     pods of ``pods`` running on it (``PolicyPod.node``), a chain for every policy that
     selects one of them, and the ipsets those use (members drawn from every pod of the
     cluster). ``namespaces``: every namespace's labels. ``service_cidrs``: the cluster's
-    Service ranges (RETURNed in ``KUBE-ROUTER-INPUT``). Pure and deterministic: the same
-    inputs give the same text."""
+    Service ranges (RETURNed in ``KUBE-ROUTER-INPUT``). ``tiers``: rules each pod chain
+    runs around its NetworkPolicy jumps (:class:`PodTiers`; None: kube-router's layout
+    alone). Pure and deterministic: the same inputs give the same text."""
     del node_ip  # kube-router's node address only filters its pod list, which ``node`` does
-    r = _Render(pods, namespaces)
+    r = _Render(pods, namespaces, tiers)
     for c in (*TOP_CHAINS.values(), DEFAULT_CHAIN):
         r.chain(c)
     local = sorted((p for p in r.pods if p.node == node), key=lambda p: (p.namespace, p.name))
@@ -659,10 +713,15 @@ __all__ = [
     "DEFAULT_CHAIN",
     "MARK_ACCEPT",
     "MARK_MATCHED",
+    "MATCHED_TEXT",
     "NFLOG_GROUP",
+    "PodTiers",
     "PolicyRules",
     "RuleOrigin",
+    "RuleWriter",
+    "comment_match",
     "merge_filter",
+    "name_hash",
     "node_policy_rules",
     "pod_chain",
     "policy_chain",

@@ -304,7 +304,7 @@ def _stored(state: Path) -> tuple[str, str]:
         ),
         (
             "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c, namespace: shop}\n",
-            "reach --what-if takes NetworkPolicy objects only",
+            "reach --what-if takes NetworkPolicy and ClusterNetworkPolicy objects only",
         ),
     ],
 )

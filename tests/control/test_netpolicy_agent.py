@@ -31,6 +31,7 @@ from control.components import (
 from control.session import Session
 from control.store.base import WatchEvent
 from dataplane.netpol.kuberouter import PolicyRules, pod_chain, policy_chain
+from netmodel import clusterpolicy
 from netmodel.errors import BackendError
 from netmodel.manifests import load_text
 from netmodel.netpolicy import policy_from_wire
@@ -233,8 +234,44 @@ def test_the_registry_runs_it_as_kube_routers_own_group_with_its_role() -> None:
     readable = {res for r in role.rules if {"list", "watch"} <= set(r.verbs) for res in r.resources}
     plural = {
         "NetworkPolicy": "networkpolicies",
+        clusterpolicy.STORE_KIND: "clusternetworkpolicies",
         "Pod": "pods",
         "Namespace": "namespaces",
         "Node": "nodes",
     }
-    assert {plural[k] for k in watched} == readable
+    # the role reads what the agent watches (ClusterNetworkPolicy included), and only
+    # that; the live planes' informers are a part of it (they do not watch
+    # ClusterNetworkPolicy yet: a custom kind they cannot list before its CRD exists)
+    assert {plural[k] for k in NetworkPolicyAgent.kinds} == readable
+    assert {plural[k] for k in watched} == readable - {"clusternetworkpolicies"}
+
+
+CNP = """\
+apiVersion: policy.networking.k8s.io/v1alpha2
+kind: ClusterNetworkPolicy
+metadata: {name: deny-web-into-shop}
+spec:
+  tier: Admin
+  priority: 10
+  subject: {namespaces: {matchLabels: {team: shop}}}
+  ingress:
+  - action: Deny
+    from: [{namespaces: {matchLabels: {team: web}}}]
+"""
+
+
+def test_a_cluster_network_policy_comes_and_goes_through_the_agents() -> None:
+    # the agents watch ClusterNetworkPolicy by its store kind (the CRD's name): with
+    # one and no NetworkPolicy they load rules (svclab's tier chains), without, none
+    s = Session.ephemeral(load_text(CLUSTER + "---\n" + CNP, source="c.yaml"))
+    one = s.policies.nodes["node-1"]
+    (admin,) = [c for c in one.chains if c.startswith("KUBE-CNP-AD-")]
+    assert any(r.startswith(f"-A {admin} ") and "-j REJECT" in r for r in one.rules)
+    assert any(
+        f"-j {admin}" in r for r in one.rules if r.startswith(f"-A {pod_chain('shop', 'db')} ")
+    )
+    # node-2 runs no shop pod: kube-router's chains, no tier chain
+    assert not [c for c in s.policies.nodes["node-2"].chains if c.startswith("KUBE-CNP-")]
+    s.plane.delete(clusterpolicy.STORE_KIND, "deny-web-into-shop")
+    s.converge()
+    assert s.policies.nodes == {}

@@ -407,12 +407,15 @@ def bootstrap_policy() -> list[KubeObject]:
         ),
         # the NetworkPolicy agent (control.agents.netpolicy), as kube-router's DaemonSet
         # manifests grant its ServiceAccount: read the policies, the pods they select and
-        # the namespaces by label, and its node; it records its syncs as Events
+        # the namespaces by label, and its node; it records its syncs as Events. And,
+        # for svclab's own ClusterNetworkPolicy extension (kube-router has none), read
+        # the network-policy-api's ClusterNetworkPolicies
         _cr(
             "kube-router",
             [
                 _rule(READ, "core", "pods namespaces nodes"),
                 _rule(READ, "networking.k8s.io", "networkpolicies"),
+                _rule(READ, "policy.networking.k8s.io", "clusternetworkpolicies"),
                 _rule("create patch update", "core", "events"),
                 _rule("create patch update", "events.k8s.io", "events"),
             ],
