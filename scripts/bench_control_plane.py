@@ -43,11 +43,13 @@ a Deployment of its own (pods / services replicas: 150,000 / 10,000 = 15, kube's
 density; 200 Deployments would put 7.5 million endpoints in the slices). Kube-proxies
 are off unless ``--served-kube-proxies``. Targets (issue 25, 5,000 nodes / 150,000 pods
 / 10,000 Services): converge <= 5 min, peak RSS (server + control plane) <= 8 GiB.
-``--profile DIR`` then records both processes with py-spy.
+``--profile DIR`` then records both processes with py-spy. ``--served-timeout S`` gives
+up S seconds after the apply began and reports where the run stood (the converge figure
+is then null: not measured).
 
 Usage: scripts/bench_control_plane.py [--nodes N] [--deployments D] [--pods P]
        [--services S] [--seed N] [--store URL] [--vs-sqlite] [--profile FILE|DIR]
-       [--served [--served-kube-proxies] [--clients C]]
+       [--served [--served-kube-proxies] [--clients C] [--served-timeout S]]
 """
 
 from __future__ import annotations
@@ -309,6 +311,12 @@ def main() -> int:
     ap.add_argument("--served", action="store_true", help="through a real svclab serve")
     ap.add_argument("--served-kube-proxies", action="store_true", help="--served: with them")
     ap.add_argument("--clients", type=int, default=4, help="--served: POSTing connections")
+    ap.add_argument(
+        "--served-timeout",
+        type=float,
+        default=None,
+        help="--served: stop this many seconds after the apply began, reporting progress",
+    )
     args = ap.parse_args()
     if args.served:
         return served(args)

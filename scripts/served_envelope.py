@@ -15,7 +15,12 @@ fresh server):
   ``fieldSelector=status.phase=Running`` and ``limit=1``: the server counts);
 * ``slices_written``: until every Service's EndpointSlices list all its pods.
 
-``converge_cold_seconds`` is apply_http + pods_running + slices_written. Peak RSS is
+``converge_cold_seconds`` is apply_http + pods_running + slices_written. With
+``--served-timeout S`` the run stops S seconds after the apply began if it has not
+converged by then: ``converge_cold_seconds`` is then null (not measured, so no verdict),
+``converged`` false, ``stopped_in`` names the phase it was in, and ``progress`` what the
+server counted at that moment (pods, pods Running, ready endpoints); the phases done
+keep their times, and the RSS, CPU and profile figures are taken as usual. Peak RSS is
 the sum of the server's and its child processes' VmHWM (each process's own peak: an
 upper bound of the peak of the sum). ``--profile DIR`` records the server and the
 control-plane process with py-spy (when on PATH) during the converge and reports the
@@ -53,6 +58,13 @@ def svclab() -> list[str]:
     return [sys.executable, "-c", "import sys; from app.cli.main import main; sys.exit(main())"]
 
 
+def _pod_cidr(nodes: int) -> str:
+    """A cluster CIDR with a /24 for each node: 10.128.0.0/12 (4,096 of them) up to
+    4,096 nodes, 10.128.0.0/9 (32,768; clear of the default Service range 10.96.0.0/12)
+    above, as the 5,000-node envelope needs."""
+    return "10.128.0.0/12" if nodes <= 4096 else "10.128.0.0/9"
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -71,12 +83,20 @@ class Conn:
         self.c.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
     def call(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+        """One request; a connection the server closed while it sat idle (its keep-alive
+        timeout, e.g. through a long apply) is opened again once."""
         data = None if body is None else json.dumps(body).encode()
         headers = {"Accept": "application/json"}
         if data is not None:
             headers["Content-Type"] = "application/json"
-        self.c.request(method, path, body=data, headers=headers)
-        r = self.c.getresponse()
+        try:
+            self.c.request(method, path, body=data, headers=headers)
+            r = self.c.getresponse()
+        except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError):
+            self.c.close()
+            self.c.connect()
+            self.c.request(method, path, body=data, headers=headers)
+            r = self.c.getresponse()
         raw = r.read()
         if not raw or "json" not in (r.getheader("Content-Type") or ""):
             return r.status, raw
@@ -176,6 +196,33 @@ def _top(collapsed: Path, n: int = 15) -> dict[str, Any]:
     }
 
 
+class _Stopped(Exception):
+    """The converge did not finish by the deadline (``--served-timeout``)."""
+
+    def __init__(self, phase: str, progress: dict[str, int]) -> None:
+        super().__init__(phase)
+        self.phase = phase
+        self.progress = progress
+
+
+class _Deadline:
+    """When the converge gives up (None: never), and a progress line every 30 s."""
+
+    def __init__(self, seconds: float | None) -> None:
+        self.at = None if seconds is None else time.monotonic() + seconds
+        self._said = time.monotonic()
+
+    def check(self, phase: str, progress: dict[str, int]) -> None:
+        now = time.monotonic()
+        if now - self._said >= 30.0:
+            self._said = now
+            progress_line = " ".join(f"{k}={v}" for k, v in progress.items())
+            print(f"[served {time.strftime('%H:%M:%S')}] {phase}: {progress_line}",
+                  file=sys.stderr, flush=True)  # fmt: skip
+        if self.at is not None and now >= self.at:
+            raise _Stopped(phase, progress)
+
+
 def served_run(args: Any, objects: list[Any], tmp: Path) -> dict[str, Any]:
     """The phases above for ``objects`` (Deployments and Services) on ``args.nodes``."""
     t: dict[str, float] = {}
@@ -183,7 +230,8 @@ def served_run(args: Any, objects: list[Any], tmp: Path) -> dict[str, Any]:
     cfile = tmp / "cluster.yaml"
     cfile.write_text(
         "apiVersion: svclab.dev/v1alpha1\nkind: Cluster\nmetadata: {name: envelope}\n"
-        f"spec: {{nodes: {args.nodes}, podCIDR: 10.128.0.0/12, seed: {args.seed}, dns: false}}\n"
+        f"spec: {{nodes: {args.nodes}, podCIDR: {_pod_cidr(args.nodes)}, seed: {args.seed}, "
+        "dns: false}\n"
     )
     t0 = time.monotonic()
     made = subprocess.run(
@@ -244,38 +292,53 @@ def served_run(args: Any, objects: list[Any], tmp: Path) -> dict[str, Any]:
                     ), out_file))  # fmt: skip
         progress(f"nodes ready ({t['nodes_ready']:.1f} s); POSTing {len(objects)} objects")
         t0 = time.monotonic()
-        _post_all(port, state, objects, args.clients)
-        t["apply_http"] = time.monotonic() - t0
+        deadline = _Deadline(getattr(args, "served_timeout", None))
+        stopped: _Stopped | None = None
         pods_wanted = sum(o.spec.replicas for o in objects if o.kind == "Deployment")
-        progress(f"applied ({t['apply_http']:.1f} s); waiting for {pods_wanted} running pods")
-        t0 = time.monotonic()
-        while True:
-            total = _count(conn, "/api/v1/pods")
-            running = _count(conn, "/api/v1/pods?fieldSelector=status.phase%3DRunning")
-            if total >= pods_wanted and running >= pods_wanted:
-                break
-            time.sleep(3.0)
-        t["pods_running"] = time.monotonic() - t0
-        progress(f"pods running ({t['pods_running']:.1f} s); waiting for the slices")
-        t0 = time.monotonic()
         want = {
             o.name: next(d.spec.replicas for d in objects if d.kind == "Deployment"
                          and d.spec.selector.match_labels == o.spec.selector)
             for o in objects if o.kind == "Service"
         }  # fmt: skip
-        while True:
-            pods = _pages(conn, "/api/v1/pods")
-            no_ip = sum(1 for p in pods if not p.get("status", {}).get("podIP"))
-            have: collections.Counter[str] = collections.Counter()
-            for sl in _pages(conn, "/apis/discovery.k8s.io/v1/endpointslices"):
-                svc = (sl["metadata"].get("labels") or {}).get("kubernetes.io/service-name")
-                have[svc] += sum(
-                    1 for e in sl.get("endpoints") or [] if (e.get("conditions") or {}).get("ready")
-                )
-            if no_ip == 0 and all(have[s] == n for s, n in want.items()):
-                break
-            time.sleep(5.0)
-        t["slices_written"] = time.monotonic() - t0
+        pods: list[dict[str, Any]] = []
+        try:
+            _post_all(port, state, objects, args.clients, deadline)
+            t["apply_http"] = time.monotonic() - t0
+            progress(f"applied ({t['apply_http']:.1f} s); waiting for {pods_wanted} running pods")
+            t0 = time.monotonic()
+            while True:
+                total = _count(conn, "/api/v1/pods")
+                running = _count(conn, "/api/v1/pods?fieldSelector=status.phase%3DRunning")
+                if total >= pods_wanted and running >= pods_wanted:
+                    break
+                deadline.check("pods_running", {"pods": total, "pods_running": running})
+                time.sleep(3.0)
+            t["pods_running"] = time.monotonic() - t0
+            progress(f"pods running ({t['pods_running']:.1f} s); waiting for the slices")
+            t0 = time.monotonic()
+            while True:
+                pods = _pages(conn, "/api/v1/pods")
+                no_ip = sum(1 for p in pods if not p.get("status", {}).get("podIP"))
+                have: collections.Counter[str] = collections.Counter()
+                for sl in _pages(conn, "/apis/discovery.k8s.io/v1/endpointslices"):
+                    svc = (sl["metadata"].get("labels") or {}).get("kubernetes.io/service-name")
+                    have[svc] += sum(
+                        1 for e in sl.get("endpoints") or []
+                        if (e.get("conditions") or {}).get("ready")
+                    )  # fmt: skip
+                if no_ip == 0 and all(have[s] == n for s, n in want.items()):
+                    break
+                deadline.check(
+                    "slices_written",
+                    {"pods_without_ip": no_ip, "ready_endpoints": sum(have.values()),
+                     "ready_endpoints_wanted": sum(want.values())},
+                )  # fmt: skip
+                time.sleep(5.0)
+            t["slices_written"] = time.monotonic() - t0
+        except _Stopped as e:
+            stopped = e
+            t[f"{e.phase}_unfinished"] = time.monotonic() - t0
+            progress(f"stopped in {e.phase} after {t[f'{e.phase}_unfinished']:.1f} s: {e.progress}")
         kids = _children(proc.pid)
         cpu1 = {"server": _cpu(proc.pid), "control_plane": sum(_cpu(k) for k in kids)}
         rss = {"server": _hwm(proc.pid), "control_plane": sum(_hwm(k) for k in kids)}
@@ -290,18 +353,31 @@ def served_run(args: Any, objects: list[Any], tmp: Path) -> dict[str, Any]:
                 profile[name] = _top(out_file)
         if args.profile and not spies:
             profile["missing"] = "py-spy is not on PATH"
-        return {
+        converge = [t[k] for k in t if k not in ("state", "serve_ready", "nodes_ready")]
+        out: dict[str, Any] = {
             "phases_cold_seconds": {k: round(v, 2) for k, v in t.items()},
-            "converge_cold_seconds": round(
-                t["apply_http"] + t["pods_running"] + t["slices_written"], 2
-            ),
+            "converged": stopped is None,
+            "converge_cold_seconds": round(sum(converge), 2) if stopped is None else None,
             "converge_cold_cpu_seconds": {k: round(cpu1[k] - cpu0[k], 2) for k in cpu0},
             "peak_rss_bytes": rss["server"] + rss["control_plane"],
             "peak_rss_by_process_bytes": rss,
             "kube_proxies": bool(args.served_kube_proxies),
             "profile": profile,
-            "counts": {"pods_running": len(pods), "services": len(want), "nodes": args.nodes},
+            "counts": {
+                "pods_running": (
+                    len(pods) if stopped is None
+                    else pods_wanted if stopped.phase == "slices_written"
+                    else stopped.progress.get("pods_running", 0)
+                ),
+                "services": len(want),
+                "nodes": args.nodes,
+            },
         }
+        if stopped is not None:
+            out["stopped_in"] = stopped.phase
+            out["stopped_after_cold_seconds"] = round(sum(converge), 2)
+            out["progress"] = stopped.progress
+        return out
     finally:
         for _, spy_proc, _ in spies:
             if spy_proc.poll() is None:
@@ -315,19 +391,29 @@ def served_run(args: Any, objects: list[Any], tmp: Path) -> dict[str, Any]:
                 proc.wait()
 
 
-def _post_all(port: int, state: Path, objects: list[Any], clients: int) -> None:
-    """POST every object (Deployments first), ``clients`` connections at once."""
+def _post_all(
+    port: int, state: Path, objects: list[Any], clients: int, deadline: _Deadline
+) -> None:
+    """POST every object (Deployments first), ``clients`` connections at once; raises
+    :class:`_Stopped` when ``deadline`` passes first."""
     todo = sorted(objects, key=lambda o: o.kind != "Deployment")
     errors: list[str] = []
     lock = threading.Lock()
     it = iter(todo)
+    posted = [0]
+    late: list[_Stopped] = []
 
     def worker() -> None:
         conn = Conn(port, state)
         while True:
             with lock:
                 obj = next(it, None)
-            if obj is None or errors:
+                try:
+                    deadline.check("apply_http", {"posted": posted[0], "objects": len(todo)})
+                except _Stopped as e:
+                    late.append(e)
+                posted[0] += 1
+            if obj is None or errors or late:
                 return
             group = "/apis/apps/v1" if obj.kind == "Deployment" else "/api/v1"
             plural = "deployments" if obj.kind == "Deployment" else "services"
@@ -345,3 +431,5 @@ def _post_all(port: int, state: Path, objects: list[Any], clients: int) -> None:
         th.join()
     if errors:
         raise SystemExit(errors[0])
+    if late:
+        raise late[0]

@@ -20,7 +20,9 @@ It also renews the node's heartbeat, the Lease ``kube-node-lease/<node>``
 (:mod:`control.agents.nodelease`): when it learns its Node and then every
 :data:`~control.agents.nodelease.RENEW_INTERVAL` seconds of its clock (a delayed key of its
 queue: the live driver wakes it; under the runner it is renewed at the kubelet's next
-sync once due). With each renewal it posts its node's Ready condition True
+sync once due); a renewal writes the Lease as it last wrote it, without reading it
+first, as upstream's ``latestLease`` (read again only when that write is refused). With
+each renewal it posts its node's Ready condition True
 (``KubeletReady``, a ``lastHeartbeatTime``) when the Node does not show it so (the node
 lifecycle controller set it Unknown while this kubelet was gone): that is how a node
 that comes back recovers. :attr:`Kubelet.lease_duration` is the kubelet's
@@ -183,6 +185,8 @@ class Kubelet:
         self.lease_duration: int = nodelease.DURATION
         self.sandboxes: dict[str, Sandbox] = {}
         self._waiting: set[str] = set()  # pods that need the node to change (no podCIDR)
+        #: the Lease as this kubelet last wrote it (renewed without reading it again)
+        self._lease: KubeObject | None = None
 
     # ---- informer side
 
@@ -400,7 +404,11 @@ class Kubelet:
     def reconcile(self, key: str) -> None:
         if key == nodelease.KEY:
             now = self.clock.now()
-            nodelease.renew(self.api, self.node, self.node_name, now, self.lease_duration)
+            written = nodelease.renew(
+                self.api, self.node, self.node_name, now, self.lease_duration, latest=self._lease
+            )
+            if written is not None:
+                self._lease = written
             self._post_ready(now)
             self.queue.add_after(nodelease.KEY, nodelease.renew_interval(self.lease_duration))
             return

@@ -19,7 +19,7 @@ import datetime as _dt
 from typing import Any, Protocol
 
 from control.clock import rfc3339
-from netmodel.errors import NotFoundError
+from netmodel.errors import ConflictError, NotFoundError
 from netmodel.kinds import object_from_dict
 from netmodel.objects import KubeObject, Node
 
@@ -86,13 +86,37 @@ def lease_object(
 
 
 def renew(
-    api: LeaseAPI, node: Node | None, node_name: str, now: float, duration: int = DURATION
+    api: LeaseAPI,
+    node: Node | None,
+    node_name: str,
+    now: float,
+    duration: int = DURATION,
+    *,
+    latest: KubeObject | None = None,
 ) -> KubeObject | None:
-    """Create or renew the node's Lease when due; the Lease written, or None."""
+    """Create or renew the node's Lease when due; the Lease written, or None.
+
+    ``latest``: the Lease as this kubelet last wrote it (upstream's ``latestLease``),
+    renewed without reading it again, so that a renewal is one write instead of a read
+    and a write; should that write be refused (the Lease changed meanwhile: a conflict,
+    or it was deleted) the Lease is read and the renewal made from what is stored."""
+    if latest is not None:
+        try:
+            return _renewed(api, latest, node_name, now, duration)
+        except (ConflictError, NotFoundError):
+            pass
     try:
         current = api.store.get("Lease", f"{NAMESPACE}/{node_name}")
     except NotFoundError:
         return api.create(lease_object(node_name, node, now, duration), component=COMPONENT)
+    return _renewed(api, current, node_name, now, duration)
+
+
+def _renewed(
+    api: LeaseAPI, current: KubeObject, node_name: str, now: float, duration: int
+) -> KubeObject | None:
+    """``current`` renewed at ``now`` (a write guarded by its resourceVersion), or None
+    when it is not due."""
     spec = (current.model_extra or {}).get("spec")
     spec = spec if isinstance(spec, dict) else {}
     last = _parse_micro(str(spec.get("renewTime") or ""))

@@ -569,3 +569,30 @@ def test_a_list_longer_than_one_piece_reaches_every_client_whole(
     assert "content-length" in headers and "transfer-encoding" not in headers
     rows = srv.kubectl("get", "namespaces", "--no-headers").stdout.split("\n")
     assert [r.split()[0] for r in rows if r.startswith("piece-")] == want
+
+
+def test_nodes_selected_by_name_list_and_watch_that_node_alone(api: client.ApiClient) -> None:
+    v1 = client.CoreV1Api(api)
+    names = sorted(n.metadata.name for n in v1.list_node().items)
+    assert len(names) >= 2
+    one = names[1]
+
+    def listed(**kw: str) -> list[str]:
+        return [n.metadata.name for n in v1.list_node(**kw).items]
+
+    assert listed(field_selector=f"metadata.name={one}") == [one]
+    assert listed(field_selector="metadata.name=no-such-node") == []
+    assert listed(field_selector=f"metadata.name!={one}") == [n for n in names if n != one]
+    assert listed(field_selector=f"metadata.name={one}", label_selector="no-such=label") == []
+    # a watch from the start sends that Node alone as ADDED (a kubelet's informer)
+    w = watch.Watch()
+    seen = [
+        (ev["type"], ev["object"].metadata.name)
+        for ev in w.stream(
+            v1.list_node,
+            field_selector=f"metadata.name={one}",
+            resource_version="0",
+            timeout_seconds=2,
+        )
+    ]
+    assert seen == [("ADDED", one)]
